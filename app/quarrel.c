@@ -1,0 +1,46 @@
+/* quarrel.c — CLI entry: dispatches `quarrel SUBCOMMAND ...` to app/cmd_*.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "quarrel.h"
+
+typedef struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"inspect", cmd_inspect, "show a GGUF file's metadata and tensors (--json for machine-readable)"},
+};
+
+static void print_help(FILE *f) {
+    fprintf(f, "quarrel %s — LLM inference for GGUF models\n\nusage: quarrel <command> [options]\n\ncommands:\n",
+            qr_version());
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "  %-12s %s\n  %-12s %s\n\nRun `quarrel <command> --help` for a command's options.\n", "help",
+            "show this help", "version", "print the version");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        print_help(stderr);
+        return 2;
+    }
+    const char *name = argv[1];
+    if (!strcmp(name, "help") || !strcmp(name, "--help") || !strcmp(name, "-h")) {
+        print_help(stdout);
+        return 0;
+    }
+    if (!strcmp(name, "version") || !strcmp(name, "--version")) {
+        printf("quarrel %s\n", qr_version());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(name, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "quarrel: unknown command '%s'\n\n", name);
+    print_help(stderr);
+    return 2;
+}

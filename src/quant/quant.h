@@ -1,0 +1,42 @@
+/* quant.h — quantization formats as data: one block struct per type (blocks.h) and a traits table.
+ *
+ * Rows: every function works on a row of n elements, n a multiple of the type's block size.
+ * Weights are stored as rows of their GGUF type; before a dot product the activation row is
+ * converted to the weight type's `vec_dot_type` (e.g. Q8_0 for Q4_0, Q8_K for the K-quants, F16 for
+ * F16), exactly as ggml does, and vec_dot multiplies one weight row by one converted activation row.
+ */
+#ifndef QR_QUANT_H
+#define QR_QUANT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "quant/types.h"
+
+/* dst[0..n) = dequantized src row. */
+typedef void (*qr_to_float_fn)(const void *src, float *dst, int64_t n);
+/* dst = src[0..n) quantized to the type (reference quality; deterministic). */
+typedef void (*qr_from_float_fn)(const float *src, void *dst, int64_t n);
+/* *s = dot(x, y) over n elements; x is a row of the weight type, y a row of its vec_dot_type. */
+typedef void (*qr_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
+
+typedef struct qr_quant_traits {
+    qr_type type;
+    qr_to_float_fn to_float;     /* NULL if the type cannot be dequantized */
+    qr_from_float_fn from_float; /* NULL if we cannot quantize to it */
+    qr_vec_dot_fn vec_dot;       /* NULL if the type cannot be a matmul weight */
+    qr_type vec_dot_type;        /* activation format vec_dot expects */
+} qr_quant_traits;
+
+/* Scalar reference traits (the oracle) for a type; NULL when the type is not supported at all. */
+const qr_quant_traits *qr_quant_traits_ref(qr_type type);
+
+/* Fastest traits this CPU supports (AVX-512 / AVX2 picked at run time with cpuid), falling back to
+ * the reference functions entry by entry. Same results as the reference within each op's stated
+ * tolerance. NULL when the type is not supported. */
+const qr_quant_traits *qr_quant_traits_best(qr_type type);
+
+/* Name of the SIMD level qr_quant_traits_best uses: "avx512", "avx2" or "scalar". */
+const char *qr_quant_simd_level(void);
+
+#endif /* QR_QUANT_H */
