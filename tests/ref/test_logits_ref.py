@@ -1,0 +1,106 @@
+"""Reference match vs llama.cpp: teacher-forced logits (KL divergence, top-1) and greedy generations.
+
+Golden files come from tools/gen_ref_golden.py (llama-cpp-python on the very same GGUF files).
+KL(P_ref || Q_ours) is computed over the reference's top-K tokens plus one bucket holding the rest of
+the probability mass on each side (a lower bound of the full KL, tight when the top-K carry almost all
+of the mass: the manifest records how much they carry).
+"""
+import hashlib
+import json
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import models_dir
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data" / "ref"
+MANIFEST = json.loads((DATA / "manifest.json").read_text()) if (DATA / "manifest.json").exists() else {"cases": {}}
+CASES = sorted(MANIFEST["cases"])
+
+KL_MAX = 1e-3
+TOP1_MIN = 0.995
+GREEDY_MIN_MATCH = 7  # of 8 prompts
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def model_for(quarrel_bin, tmp_path_factory):
+    cache = {}
+    tmp = tmp_path_factory.mktemp("synth")
+
+    def get(name):
+        if name in cache:
+            return cache[name]
+        c = MANIFEST["cases"][name]
+        if c["kind"] == "file":
+            path = models_dir() / c["file"]
+            assert path.exists(), f"missing model {path}: run scripts/setup.sh"
+        else:
+            path = tmp / f"{name}.gguf"
+            subprocess.run([quarrel_bin, "synth", "--arch", c["arch"], "--preset", c["preset"], "--type", c["type"],
+                            "--seed", str(c["seed"]), "-o", str(path)], check=True, capture_output=True)
+        assert sha256(path) == c["sha256"], f"{name}: the model file differs from the one the golden file was made from"
+        cache[name] = path
+        return path
+
+    return get
+
+
+def kl_topk(ref_ids, ref_lp, ours_logits):
+    """Mean and per-position KL(P||Q) over the reference top-K plus a rest bucket; top-1 agreement."""
+    x = ours_logits.astype(np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    lse = m[:, 0] + np.log(np.exp(x - m).sum(axis=-1))
+    q_lp = np.take_along_axis(x, ref_ids, axis=-1) - lse[:, None]
+    p = np.exp(ref_lp.astype(np.float64))
+    q = np.exp(q_lp)
+    p_rest = np.clip(1.0 - p.sum(-1), 1e-30, 1.0)
+    q_rest = np.clip(1.0 - q.sum(-1), 1e-30, 1.0)
+    kl = (p * (ref_lp - q_lp)).sum(-1) + p_rest * (np.log(p_rest) - np.log(q_rest))
+    same_top1 = (ref_ids[:, 0] == x.argmax(axis=-1)).mean()
+    return kl.mean(), kl.max(), same_top1
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_teacher_forced_logits(name, quarrel_bin, model_for, tmp_path):
+    gold = np.load(DATA / f"{name}.logits.npz")
+    ids_path = tmp_path / "ids.json"
+    ids_path.write_text(json.dumps(gold["tokens"].tolist()))
+    out = tmp_path / "logits.npy"
+    r = subprocess.run([quarrel_bin, "logits", "-m", str(model_for(name)), "--tokens", str(ids_path), "-o", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    ours = np.load(out, mmap_mode="r")
+    assert ours.shape[0] == len(gold["tokens"])
+    mean_kl, max_kl, top1 = kl_topk(gold["topk_ids"], gold["topk_logprobs"], np.asarray(ours))
+    print(f"{name}: mean KL {mean_kl:.3e}, max KL {max_kl:.3e}, same top-1 {100 * top1:.2f}%")
+    assert mean_kl <= KL_MAX, f"mean KL {mean_kl:.3e} > {KL_MAX}"
+    assert top1 >= TOP1_MIN, f"same top-1 {100 * top1:.2f}% < {100 * TOP1_MIN}%"
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_greedy_generation(name, quarrel_bin, model_for, tmp_path):
+    gens = MANIFEST["cases"][name]["generations"]
+    matches = 0
+    for g in gens:
+        ids_path = tmp_path / "prompt.json"
+        ids_path.write_text(json.dumps(g["prompt_tokens"]))
+        r = subprocess.run([quarrel_bin, "run", "-m", str(model_for(name)), "--tokens", str(ids_path),
+                            "-n", str(max(len(g["tokens"]), 1)), "--temp", "0", "--ids-only"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        ours = json.loads(r.stdout)
+        matches += ours[: len(g["tokens"])] == g["tokens"]
+    print(f"{name}: {matches}/{len(gens)} greedy generations identical")
+    assert matches >= min(GREEDY_MIN_MATCH, len(gens))

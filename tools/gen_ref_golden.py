@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Regenerate the llama.cpp reference golden files used by tests/ref/test_logits_ref.py.
+
+For each model (the two real models and the synth llama models, one per quant type):
+  * teacher-forced logits over tests/data/ref/teacher_text.txt (>= 512 tokens), stored compactly as the
+    reference's top-K log-probabilities per position (plus the token ids), and
+  * greedy 128-token generations for each prompt in tests/data/ref/prompts.txt.
+
+Full logits are far too large to keep in git (Gemma 3: 262,144 x 512 floats), so each position keeps
+the reference's top-K tokens and their log-probs; the test computes KL(P_ref || Q_ours) over those K
+tokens plus one bucket for the remaining probability mass (a lower bound of the full KL that is tight
+when the top-K hold almost all the mass, which the generator records as `topk_mass`).
+
+Synth models are written by `quarrel synth` (deterministic); their sha256 is stored so that the test can
+check it runs on the very same file.
+
+usage: tools/gen_ref_golden.py [--quarrel build/quarrel] [--only NAME ...]
+needs: scripts/setup.sh --reference (llama-cpp-python)
+"""
+import argparse
+import hashlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "ref"
+MODELS = pathlib.Path(os.environ.get("QUARREL_MODELS_DIR", pathlib.Path.home() / ".cache/quarrel/models"))
+TOPK = 64
+N_TOKENS = 512
+N_GEN = 128
+
+# name -> (kind, spec). kind "file": a real model in MODELS; kind "synth": (arch, preset, type).
+SYNTH_TYPES = ["F16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q3_K", "Q2_K", "MXFP4"]
+CASES = {
+    "smollm2-q4_1": ("file", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    "gemma3-270m-q4_k_m": ("file", "gemma-3-270m-q4_k_m.gguf"),
+}
+for t in SYNTH_TYPES:
+    CASES[f"synth-llama-tiny-{t.lower()}"] = ("synth", ("llama", "tiny", t))
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def synth_path(spec, workdir):
+    arch, preset, qtype = spec
+    return pathlib.Path(workdir) / f"synth-{arch}-{preset}-{qtype.lower()}.gguf"
+
+
+def make_synth(quarrel, spec, workdir):
+    arch, preset, qtype = spec
+    out = synth_path(spec, workdir)
+    subprocess.run([quarrel, "synth", "--arch", arch, "--preset", preset, "--type", qtype, "--seed", "1",
+                    "-o", str(out)], check=True)
+    return out
+
+
+def log_softmax(x):
+    x = x.astype(np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+
+
+def run_case(name, path, llama_cpp):
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=2048, n_batch=512, n_ubatch=512, logits_all=True,
+                          n_threads=os.cpu_count(), verbose=False, seed=0)
+    text = (DATA / "teacher_text.txt").read_text()
+    tokens = llm.tokenize(text.encode(), add_bos=True, special=False)
+    if len(tokens) < N_TOKENS:
+        sys.exit(f"{name}: teacher text gives only {len(tokens)} tokens, need {N_TOKENS}")
+    tokens = tokens[:N_TOKENS]
+    llm.reset()
+    llm.eval(tokens)
+    logits = np.array(llm.scores[:N_TOKENS], dtype=np.float32)
+    lp = log_softmax(logits)
+    idx = np.argsort(-lp, axis=-1, kind="stable")[:, :TOPK]
+    top_lp = np.take_along_axis(lp, idx, axis=-1)
+    mass = np.exp(top_lp).sum(axis=-1)
+    np.savez_compressed(DATA / f"{name}.logits.npz", tokens=np.array(tokens, dtype=np.int32),
+                        topk_ids=idx.astype(np.int32), topk_logprobs=top_lp.astype(np.float32),
+                        topk_mass=mass.astype(np.float32))
+
+    gens = []
+    for prompt in (DATA / "prompts.txt").read_text().splitlines():
+        if not prompt.strip():
+            continue
+        ptoks = llm.tokenize(prompt.encode(), add_bos=True, special=False)
+        llm.reset()
+        out = []
+        for tok in llm.generate(ptoks, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0,
+                                reset=True):
+            if llm.token_eos() == tok or tok in (llm._model.token_eot(),) or len(out) >= N_GEN:
+                break
+            out.append(int(tok))
+        gens.append({"prompt": prompt, "prompt_tokens": [int(t) for t in ptoks], "tokens": out})
+    del llm
+    return {"n_tokens": N_TOKENS, "topk": TOPK, "generations": gens,
+            "min_topk_mass": float(mass.min()), "mean_topk_mass": float(mass.mean())}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quarrel", default=str(ROOT / "build" / "quarrel"))
+    ap.add_argument("--workdir", default="/tmp/quarrel-golden")
+    ap.add_argument("--only", nargs="*")
+    args = ap.parse_args()
+    import llama_cpp
+
+    os.makedirs(args.workdir, exist_ok=True)
+    manifest_path = DATA / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    manifest["llama_cpp_python"] = llama_cpp.__version__
+    cases = manifest.setdefault("cases", {})
+    for name, (kind, spec) in CASES.items():
+        if args.only and name not in args.only:
+            continue
+        if kind == "file":
+            path = MODELS / spec
+            entry = {"kind": "file", "file": spec}
+        else:
+            path = make_synth(args.quarrel, spec, args.workdir)
+            entry = {"kind": "synth", "arch": spec[0], "preset": spec[1], "type": spec[2], "seed": 1}
+        entry["sha256"] = sha256(path)
+        print(f"[golden] {name}: {path}", flush=True)
+        entry.update(run_case(name, path, llama_cpp))
+        cases[name] = entry
+        manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
