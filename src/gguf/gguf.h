@@ -143,7 +143,10 @@ int64_t qr_gguf_tensor_nelements(const qr_gguf_tensor *t);
  */
 typedef struct qr_gguf_writer qr_gguf_writer;
 
-/* version: 2 or 3. alignment: a power of two (use QR_GGUF_DEFAULT_ALIGNMENT). NULL on OOM. */
+/* version: 2 or 3. alignment: a power of two (use QR_GGUF_DEFAULT_ALIGNMENT). NULL on OOM. An
+ * invalid version or alignment is reported by qr_gguf_writer_write. When the alignment is not 32
+ * and no "general.alignment" key was set, the write appends that key (uint32) after the others so
+ * that readers find the tensor data. */
 qr_gguf_writer *qr_gguf_writer_create(uint32_t version, uint32_t alignment);
 void qr_gguf_writer_free(qr_gguf_writer *w);
 
@@ -169,7 +172,15 @@ qr_status qr_gguf_writer_set_value(qr_gguf_writer *w, qr_gguf_str key, const qr_
 qr_status qr_gguf_writer_add_tensor(qr_gguf_writer *w, const char *name, qr_type type, uint32_t n_dims,
                                     const int64_t *ne, const void *data);
 
-/* Writes the whole file to `path` (via a temporary file renamed into place). */
+/* Adds a tensor read from another file (name, type, shape and data; the name need not be
+ * NUL-terminated). Same rules as qr_gguf_writer_add_tensor. */
+qr_status qr_gguf_writer_copy_tensor(qr_gguf_writer *w, const qr_gguf_tensor *t);
+
+/* Writes the whole file to `path` (via a temporary file renamed into place). Argument errors from
+ * the set/add calls (the first one), duplicate keys and duplicate tensor names are reported here
+ * as QR_ERR_INVALID_ARG with a message. */
 qr_status qr_gguf_writer_write(qr_gguf_writer *w, const char *path, char *err, size_t err_len);
+/* Same, into a malloc'ed buffer: *out ([*size] bytes) is the caller's to free(). */
+qr_status qr_gguf_writer_write_memory(qr_gguf_writer *w, void **out, size_t *size, char *err, size_t err_len);
 
 #endif /* QR_GGUF_H */
