@@ -36,7 +36,9 @@ const qr_quant_traits *qr_quant_traits_ref(qr_type type);
  * tolerance. NULL when the type is not supported. */
 const qr_quant_traits *qr_quant_traits_best(qr_type type);
 
-/* Name of the SIMD level qr_quant_traits_best uses: "avx512", "avx2" or "scalar". */
+/* Name of the SIMD level qr_quant_traits_best uses: "avx512", "avx2" or "scalar" (this build has
+ * AVX2 kernels only; "avx512" is reserved). The environment variable QUARREL_SIMD=scalar, read at the
+ * first call of qr_quant_traits_best / qr_quant_simd_level, forces the scalar reference. */
 const char *qr_quant_simd_level(void);
 
 #endif /* QR_QUANT_H */

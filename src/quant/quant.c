@@ -1,0 +1,119 @@
+/* quant.c — the traits tables (scalar reference and fastest-for-this-CPU) and run-time ISA selection.
+ *
+ * No SIMD code lives here: this file is compiled without ISA flags and only calls the *_avx2 kernels
+ * after __builtin_cpu_supports has confirmed AVX2, FMA and F16C (which also checks that the OS saves
+ * the YMM state). The environment variable QUARREL_SIMD=scalar forces the reference kernels (for
+ * debugging and for measuring the SIMD speed-up); any other value, or none, means "best available".
+ */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/quant_internal.h"
+
+#define TRAITS(t, tf, ff, vd, vdt) [t] = {.type = t, .to_float = tf, .from_float = ff, .vec_dot = vd, .vec_dot_type = vdt}
+
+/* Scalar reference traits; rows without a to_float are unsupported types. */
+static const qr_quant_traits ref_traits[QR_TYPE_COUNT] = {
+    TRAITS(QR_TYPE_F32, qr_f32_to_float, qr_f32_from_float, qr_vec_dot_f32, QR_TYPE_F32),
+    TRAITS(QR_TYPE_F16, qr_f16_to_float, qr_f16_from_float, qr_vec_dot_f16, QR_TYPE_F16),
+    TRAITS(QR_TYPE_BF16, qr_bf16_to_float, qr_bf16_from_float, qr_vec_dot_bf16, QR_TYPE_BF16),
+    TRAITS(QR_TYPE_Q4_0, qr_q4_0_to_float, qr_q4_0_from_float, qr_vec_dot_q4_0_q8_0, QR_TYPE_Q8_0),
+    TRAITS(QR_TYPE_Q4_1, qr_q4_1_to_float, qr_q4_1_from_float, qr_vec_dot_q4_1_q8_1, QR_TYPE_Q8_1),
+    TRAITS(QR_TYPE_Q5_0, qr_q5_0_to_float, qr_q5_0_from_float, qr_vec_dot_q5_0_q8_0, QR_TYPE_Q8_0),
+    TRAITS(QR_TYPE_Q5_1, qr_q5_1_to_float, qr_q5_1_from_float, qr_vec_dot_q5_1_q8_1, QR_TYPE_Q8_1),
+    TRAITS(QR_TYPE_Q8_0, qr_q8_0_to_float, qr_q8_0_from_float, qr_vec_dot_q8_0_q8_0, QR_TYPE_Q8_0),
+    TRAITS(QR_TYPE_Q8_1, qr_q8_1_to_float, qr_q8_1_from_float, NULL, QR_TYPE_Q8_1),
+    TRAITS(QR_TYPE_Q2_K, qr_q2_K_to_float, qr_q2_K_from_float, qr_vec_dot_q2_K_q8_K, QR_TYPE_Q8_K),
+    TRAITS(QR_TYPE_Q3_K, qr_q3_K_to_float, qr_q3_K_from_float, qr_vec_dot_q3_K_q8_K, QR_TYPE_Q8_K),
+    TRAITS(QR_TYPE_Q4_K, qr_q4_K_to_float, qr_q4_K_from_float, qr_vec_dot_q4_K_q8_K, QR_TYPE_Q8_K),
+    TRAITS(QR_TYPE_Q5_K, qr_q5_K_to_float, qr_q5_K_from_float, qr_vec_dot_q5_K_q8_K, QR_TYPE_Q8_K),
+    TRAITS(QR_TYPE_Q6_K, qr_q6_K_to_float, qr_q6_K_from_float, qr_vec_dot_q6_K_q8_K, QR_TYPE_Q8_K),
+    TRAITS(QR_TYPE_Q8_K, qr_q8_K_to_float, qr_q8_K_from_float, NULL, QR_TYPE_Q8_K),
+    TRAITS(QR_TYPE_MXFP4, qr_mxfp4_to_float, qr_mxfp4_from_float, qr_vec_dot_mxfp4_q8_0, QR_TYPE_Q8_0),
+    TRAITS(QR_TYPE_IQ4_NL, qr_iq4_nl_to_float, qr_iq4_nl_from_float, qr_vec_dot_iq4_nl_q8_0, QR_TYPE_Q8_0),
+};
+
+/* One AVX2 override: NULL members keep the reference function. */
+typedef struct simd_override {
+    qr_type type;
+    qr_to_float_fn to_float;
+    qr_from_float_fn from_float;
+    qr_vec_dot_fn vec_dot;
+} simd_override;
+
+static const simd_override avx2_overrides[] = {
+    {QR_TYPE_F32, NULL, NULL, qr_vec_dot_f32_avx2},
+    {QR_TYPE_F16, qr_f16_to_float_avx2, qr_f16_from_float_avx2, qr_vec_dot_f16_avx2},
+    {QR_TYPE_BF16, NULL, NULL, qr_vec_dot_bf16_avx2},
+    {QR_TYPE_Q4_0, NULL, NULL, qr_vec_dot_q4_0_q8_0_avx2},
+    {QR_TYPE_Q4_1, NULL, NULL, qr_vec_dot_q4_1_q8_1_avx2},
+    {QR_TYPE_Q5_0, NULL, NULL, qr_vec_dot_q5_0_q8_0_avx2},
+    {QR_TYPE_Q5_1, NULL, NULL, qr_vec_dot_q5_1_q8_1_avx2},
+    {QR_TYPE_Q8_0, NULL, qr_q8_0_from_float_avx2, qr_vec_dot_q8_0_q8_0_avx2},
+    {QR_TYPE_Q8_1, NULL, qr_q8_1_from_float_avx2, NULL},
+    {QR_TYPE_Q2_K, NULL, NULL, qr_vec_dot_q2_K_q8_K_avx2},
+    {QR_TYPE_Q3_K, NULL, NULL, qr_vec_dot_q3_K_q8_K_avx2},
+    {QR_TYPE_Q4_K, NULL, NULL, qr_vec_dot_q4_K_q8_K_avx2},
+    {QR_TYPE_Q5_K, NULL, NULL, qr_vec_dot_q5_K_q8_K_avx2},
+    {QR_TYPE_Q6_K, NULL, NULL, qr_vec_dot_q6_K_q8_K_avx2},
+    {QR_TYPE_Q8_K, NULL, qr_q8_K_from_float_avx2, NULL},
+    {QR_TYPE_MXFP4, NULL, NULL, qr_vec_dot_mxfp4_q8_0_avx2},
+    {QR_TYPE_IQ4_NL, NULL, NULL, qr_vec_dot_iq4_nl_q8_0_avx2},
+};
+
+static qr_quant_traits best_traits[QR_TYPE_COUNT];
+static const char *best_level = "scalar";
+static pthread_once_t best_once = PTHREAD_ONCE_INIT;
+
+/* True when this CPU and OS run the AVX2 kernels (AVX2 + FMA + F16C with YMM state saved).
+ * __builtin_cpu_supports("avx2") includes the OS (XGETBV) check; F16C is read from CPUID leaf 1
+ * directly because clang's builtin does not know that feature name. */
+static bool cpu_has_avx2(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return false;
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    return (ecx & bit_F16C) != 0;
+#else
+    return false;
+#endif
+}
+
+/* Fills best_traits once: the reference table, then the overrides of the best supported ISA. */
+static void init_best(void) {
+    memcpy(best_traits, ref_traits, sizeof best_traits);
+    const char *env = getenv("QUARREL_SIMD");
+    if (env && strcmp(env, "scalar") == 0) return;
+    if (cpu_has_avx2()) {
+        qr_quant_avx2_init();
+        for (size_t i = 0; i < sizeof avx2_overrides / sizeof avx2_overrides[0]; i++) {
+            const simd_override *o = &avx2_overrides[i];
+            qr_quant_traits *t = &best_traits[o->type];
+            if (o->to_float) t->to_float = o->to_float;
+            if (o->from_float) t->from_float = o->from_float;
+            if (o->vec_dot) t->vec_dot = o->vec_dot;
+        }
+        best_level = "avx2";
+    }
+}
+
+const qr_quant_traits *qr_quant_traits_ref(qr_type type) {
+    if ((unsigned)type >= QR_TYPE_COUNT || !ref_traits[type].to_float) return NULL;
+    return &ref_traits[type];
+}
+
+const qr_quant_traits *qr_quant_traits_best(qr_type type) {
+    if (!qr_quant_traits_ref(type)) return NULL;
+    pthread_once(&best_once, init_best);
+    return &best_traits[type];
+}
+
+const char *qr_quant_simd_level(void) {
+    pthread_once(&best_once, init_best);
+    return best_level;
+}

@@ -1,0 +1,356 @@
+/* quant_avx2.c — AVX2 + FMA + F16C kernels for the plain float types and the 32-value block formats,
+ * and the activation quantizers (Q8_0, Q8_1, Q8_K). Selected at run time by quant.c.
+ *
+ * Accuracy against the scalar reference (checked by tests/unit/test_quant.c):
+ *  - dot products: the per-block integer sums are exact and equal to the reference's; only the order
+ *    of the float accumulation differs (8 lanes, FMA), so results agree to a few ulp of sum |x*y|.
+ *  - Q8_0 / Q8_1 / Q8_K / F16 from_float and F16 to_float: bit-identical to the reference (same scale
+ *    computed in scalar, same products, same rounding rule emulated exactly).
+ */
+#include "quant/quant_avx2_common.h"
+#include "quant/quant_internal.h"
+
+/* ------------------------------------------------------------------------------------------------
+ * F32 / F16 / BF16
+ * ---------------------------------------------------------------------------------------------- */
+
+/* *s = dot of two float rows, 32 lanes of FMA accumulators. */
+void qr_vec_dot_f32_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const float *x = vx, *y = vy;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+        acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), acc2);
+        acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    for (; i < n; i++) sum += x[i] * y[i];
+    *s = sum;
+}
+
+/* 8 fp16 values at p -> 8 floats. */
+static inline __m256 load_f16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+/* *s = dot of two fp16 rows, widened with F16C, accumulated in float. */
+void qr_vec_dot_f16_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx, *y = vy;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm256_fmadd_ps(load_f16x8(x + i), load_f16x8(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(load_f16x8(x + i + 8), load_f16x8(y + i + 8), acc1);
+        acc2 = _mm256_fmadd_ps(load_f16x8(x + i + 16), load_f16x8(y + i + 16), acc2);
+        acc3 = _mm256_fmadd_ps(load_f16x8(x + i + 24), load_f16x8(y + i + 24), acc3);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_f16x8(x + i), load_f16x8(y + i), acc0);
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    for (; i < n; i++) sum += f16c_to_fp32(x[i]) * f16c_to_fp32(y[i]);
+    *s = sum;
+}
+
+/* dst = src rounded to fp16 (nearest even), bit-identical to qr_f16_from_float for non-NaN input. */
+void qr_f16_from_float_avx2(const float *src, void *dst, int64_t n) {
+    uint16_t *h = dst;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) h[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+/* dst = the fp16 row widened (exact). */
+void qr_f16_to_float_avx2(const void *src, float *dst, int64_t n) {
+    const uint16_t *h = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load_f16x8(h + i));
+    for (; i < n; i++) dst[i] = f16c_to_fp32(h[i]);
+}
+
+/* 8 bf16 values at p -> 8 floats. */
+static inline __m256 load_bf16x8(const uint16_t *p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+/* *s = dot of two bf16 rows, accumulated in float. */
+void qr_vec_dot_bf16_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx, *y = vy;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm256_fmadd_ps(load_bf16x8(x + i), load_bf16x8(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(load_bf16x8(x + i + 8), load_bf16x8(y + i + 8), acc1);
+        acc2 = _mm256_fmadd_ps(load_bf16x8(x + i + 16), load_bf16x8(y + i + 16), acc2);
+        acc3 = _mm256_fmadd_ps(load_bf16x8(x + i + 24), load_bf16x8(y + i + 24), acc3);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_bf16x8(x + i), load_bf16x8(y + i), acc0);
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    for (; i < n; i++) {
+        uint32_t a = (uint32_t)x[i] << 16, b = (uint32_t)y[i] << 16;
+        float fa, fb;
+        memcpy(&fa, &a, 4);
+        memcpy(&fb, &b, 4);
+        sum += fa * fb;
+    }
+    *s = sum;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * 32-value block formats against Q8_0 / Q8_1. The per-block scales are the expensive part next to the
+ * integer work (two or four fp16 conversions per 32 values); the symmetric formats look them up in a
+ * table, the offset formats (four scales per block) widen those of four blocks with one vcvtph2ps per
+ * row. Two accumulators overlap the FMA latency. (Variants were measured with tools/bench_quant.sh.)
+ * ---------------------------------------------------------------------------------------------- */
+
+/* The two fp16 words at the start of 4 consecutive blocks `stride` bytes apart, as 8 floats
+ * [w0(b0) w1(b0) w0(b1) w1(b1) .. w1(b3)]. Reads 4 bytes per block. */
+static inline __m256 scale_pairs4(const void *base, size_t stride) {
+    const uint8_t *p = base;
+    uint32_t w[4];
+    for (int k = 0; k < 4; k++) memcpy(&w[k], p + (size_t)k * stride, 4);
+    /* pair the words in general registers (idle integer ALUs), then two moves into the vector unit */
+    const uint64_t lo = w[0] | (uint64_t)w[1] << 32, hi = w[2] | (uint64_t)w[3] << 32;
+    return _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)lo), (long long)hi, 1));
+}
+
+/* Lane `k` of v broadcast to all lanes. */
+static inline __m256 lane_ps(__m256 v, int k) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(k)); }
+
+static inline __m256i load_q8(const int8_t *qs) { return _mm256_loadu_si256((const __m256i *)qs); }
+
+/* (q - off) . y for unsigned codes q (0..31) and signed y, as 8 float sums of 4 products: q.y minus
+ * off * (sums of y), both with maddubs (cheaper than sign-flipping the codes). */
+static inline __m256 dot_offset_ps(__m256i q, __m256i y, int off) {
+    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, y), _mm256_maddubs_epi16(_mm256_set1_epi8((char)off), y));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+/* Q5_0 codes of a block as signed bytes (q - 16): a clear fifth bit sets the high nibble 0xF0. */
+static inline __m256i q5_0_codes(const qr_block_q5_0 *b) {
+    const __m256i high = _mm256_andnot_si256(bits_to_bytes_32(b->qh), _mm256_set1_epi8((char)0xF0));
+    return _mm256_or_si256(nibbles_32(b->qs), high);
+}
+
+/* Q5_1 codes of a block as unsigned bytes 0..31. */
+static inline __m256i q5_1_codes(const qr_block_q5_1 *b) {
+    const __m256i high = _mm256_and_si256(bits_to_bytes_32(b->qh), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(nibbles_32(b->qs), high);
+}
+
+/* fp16 -> fp32 for every bit pattern, and E8M0 -> 2^(e-128), filled once by qr_quant_avx2_init.
+ * In the symmetric kernels below a scalar scale per block from these tables (two loads, which run on
+ * the load ports) is cheaper than any conversion on the vector ports, which the integer work keeps
+ * busy; this is also what ggml does. 256 KiB + 1 KiB, read-only after initialisation. */
+static float fp16_table[65536];
+static float e8m0_half_table[256];
+
+void qr_quant_avx2_init(void) {
+    for (uint32_t h = 0; h < 65536; h++) fp16_table[h] = _cvtsh_ss((uint16_t)h);
+    for (uint32_t e = 0; e < 256; e++) e8m0_half_table[e] = e8m0_to_fp32_half((uint8_t)e);
+}
+
+/* A symmetric format against Q8_0, two blocks per iteration: XSCALE(b) is the float scale of
+ * weight block b, DOT(b, y codes) the 8 partial integer sums (as floats) of block b. */
+#define DOT_SYMMETRIC_Q8_0(XTYPE, XSCALE, DOT)                                                             \
+    const XTYPE *x = vx;                                                                                   \
+    const qr_block_q8_0 *y = vy;                                                                           \
+    const int64_t nb = n / QR_QK8_0;                                                                       \
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                                         \
+    int64_t i = 0;                                                                                         \
+    for (; i + 2 <= nb; i += 2) {                                                                          \
+        const __m256 d0 = _mm256_set1_ps(XSCALE(x + i) * fp16_table[y[i].d]);                              \
+        const __m256 d1 = _mm256_set1_ps(XSCALE(x + i + 1) * fp16_table[y[i + 1].d]);                     \
+        acc0 = _mm256_fmadd_ps(d0, DOT(x + i, load_q8(y[i].qs)), acc0);                                    \
+        acc1 = _mm256_fmadd_ps(d1, DOT(x + i + 1, load_q8(y[i + 1].qs)), acc1);                            \
+    }                                                                                                      \
+    if (i < nb) {                                                                                          \
+        const __m256 d0 = _mm256_set1_ps(XSCALE(x + i) * fp16_table[y[i].d]);                              \
+        acc0 = _mm256_fmadd_ps(d0, DOT(x + i, load_q8(y[i].qs)), acc0);                                    \
+    }                                                                                                      \
+    *s = hsum_ps(_mm256_add_ps(acc0, acc1))
+
+#define FP16_SCALE(b) fp16_table[(b)->d]
+#define E8M0_SCALE(b) e8m0_half_table[(b)->e]
+
+/* An offset format (fp16 d then fp16 m first in the block) against Q8_1: `codes(x + i)` gives the
+ * unsigned codes of weight block i; the offsets contribute m * s per block. */
+#define DOT_OFFSET_Q8_1(XTYPE, CODES)                                                                      \
+    const XTYPE *x = vx;                                                                                   \
+    const qr_block_q8_1 *y = vy;                                                                           \
+    const int64_t nb = n / QR_QK8_1;                                                                       \
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc_ms = _mm256_setzero_ps();          \
+    float summs = 0.0f;                                                                                    \
+    int64_t i = 0;                                                                                         \
+    for (; i + 4 <= nb; i += 4) {                                                                          \
+        /* [dx*dy, m*s] for 4 blocks */                                                                    \
+        const __m256 d = _mm256_mul_ps(scale_pairs4(x + i, sizeof *x), scale_pairs4(y + i, sizeof *y)); \
+        acc_ms = _mm256_add_ps(acc_ms, d);                                                                 \
+        acc0 = _mm256_fmadd_ps(lane_ps(d, 0), dot_u8i8_ps(CODES(x + i), load_q8(y[i].qs)), acc0);          \
+        acc1 = _mm256_fmadd_ps(lane_ps(d, 2), dot_u8i8_ps(CODES(x + i + 1), load_q8(y[i + 1].qs)), acc1);  \
+        acc0 = _mm256_fmadd_ps(lane_ps(d, 4), dot_u8i8_ps(CODES(x + i + 2), load_q8(y[i + 2].qs)), acc0);  \
+        acc1 = _mm256_fmadd_ps(lane_ps(d, 6), dot_u8i8_ps(CODES(x + i + 3), load_q8(y[i + 3].qs)), acc1);  \
+    }                                                                                                      \
+    for (; i < nb; i++) {                                                                                  \
+        summs += f16c_to_fp32(x[i].m) * f16c_to_fp32(y[i].s);                                              \
+        const __m256 d = _mm256_set1_ps(f16c_to_fp32(x[i].d) * f16c_to_fp32(y[i].d));                      \
+        acc0 = _mm256_fmadd_ps(d, dot_u8i8_ps(CODES(x + i), load_q8(y[i].qs)), acc0);                      \
+    }                                                                                                      \
+    /* the odd lanes of acc_ms hold the m*s sums */                                                        \
+    const __m256 odd = _mm256_castsi256_ps(_mm256_setr_epi32(0, -1, 0, -1, 0, -1, 0, -1));                 \
+    *s = hsum_ps(_mm256_add_ps(acc0, acc1)) + hsum_ps(_mm256_and_ps(acc_ms, odd)) + summs
+
+#define Q4_1_CODES(b) nibbles_32((b)->qs)
+#define Q4_0_DOT(b, yv) dot_offset_ps(nibbles_32((b)->qs), (yv), 8)
+#define Q5_0_DOT(b, yv) dot_i8i8_ps(q5_0_codes(b), (yv))
+#define Q8_0_DOT(b, yv) dot_i8i8_ps(load_q8((b)->qs), (yv))
+
+/* Codes of a 4-bit table format (IQ4_NL, MXFP4): table values looked up with pshufb. */
+static inline __m256i table4_codes(const int8_t *table16, const uint8_t *qs) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)table16));
+    return _mm256_shuffle_epi8(table, nibbles_32(qs));
+}
+#define IQ4_NL_DOT(b, yv) dot_i8i8_ps(table4_codes(qr_kvalues_iq4nl, (b)->qs), (yv))
+#define MXFP4_DOT(b, yv) dot_i8i8_ps(table4_codes(qr_kvalues_mxfp4, (b)->qs), (yv))
+
+void qr_vec_dot_q4_0_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    DOT_SYMMETRIC_Q8_0(qr_block_q4_0, FP16_SCALE, Q4_0_DOT);
+}
+
+void qr_vec_dot_q4_1_q8_1_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    DOT_OFFSET_Q8_1(qr_block_q4_1, Q4_1_CODES);
+}
+
+void qr_vec_dot_q5_0_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    DOT_SYMMETRIC_Q8_0(qr_block_q5_0, FP16_SCALE, Q5_0_DOT);
+}
+
+void qr_vec_dot_q5_1_q8_1_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    DOT_OFFSET_Q8_1(qr_block_q5_1, q5_1_codes);
+}
+
+void qr_vec_dot_q8_0_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    DOT_SYMMETRIC_Q8_0(qr_block_q8_0, FP16_SCALE, Q8_0_DOT);
+}
+
+void qr_vec_dot_iq4_nl_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    DOT_SYMMETRIC_Q8_0(qr_block_iq4_nl, FP16_SCALE, IQ4_NL_DOT);
+}
+
+void qr_vec_dot_mxfp4_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    DOT_SYMMETRIC_Q8_0(qr_block_mxfp4, E8M0_SCALE, MXFP4_DOT);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Activation quantizers, bit-identical to the scalar references.
+ * ---------------------------------------------------------------------------------------------- */
+
+/* roundf (ties away from zero) of every lane, exactly: trunc, then step away when |frac| >= 0.5. */
+static inline __m256 round_away_ps(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t)); /* exact: |v| < 2^23 */
+    const __m256 step = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+    const __m256 away = _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ), step);
+    return _mm256_add_ps(t, away);
+}
+
+/* Packs 4 x 8 int32 (values in int8 range) into 32 int8 in the original order. */
+static inline __m256i pack_i32x32_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_packs_epi32(a, b); /* a0-3 b0-3 | a4-7 b4-7 */
+    const __m256i cd = _mm256_packs_epi32(c, d);
+    const __m256i abcd = _mm256_packs_epi16(ab, cd); /* a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7 */
+    return _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* Largest |x| of 32 floats (no NaN expected). */
+static inline float absmax_32(const __m256 v[4]) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                             _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+    __m128 r = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_max_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* One Q8_0-style block: stores the 32 codes, returns the scale d and the code sum in *sum. */
+static inline float quantize_block_q8(const float *x, int8_t *qs, int *sum) {
+    __m256 v[4];
+    for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(x + 8 * k);
+    const float amax = absmax_32(v);
+    const float d = amax / 127.0f;
+    const float id = d ? 1.0f / d : 0.0f;
+    const __m256 mul = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(round_away_ps(_mm256_mul_ps(v[k], mul)));
+    _mm256_storeu_si256((__m256i *)qs, pack_i32x32_i8(q[0], q[1], q[2], q[3]));
+    if (sum) *sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+    return d;
+}
+
+void qr_q8_0_from_float_avx2(const float *src, void *dst, int64_t n) {
+    qr_block_q8_0 *y = dst;
+    for (int64_t i = 0; i < n / QR_QK8_0; i++) {
+        const float d = quantize_block_q8(src + i * QR_QK8_0, y[i].qs, NULL);
+        y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+    }
+}
+
+void qr_q8_1_from_float_avx2(const float *src, void *dst, int64_t n) {
+    qr_block_q8_1 *y = dst;
+    for (int64_t i = 0; i < n / QR_QK8_1; i++) {
+        int sum = 0;
+        const float d = quantize_block_q8(src + i * QR_QK8_1, y[i].qs, &sum);
+        y[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        y[i].s = _cvtss_sh((float)sum * d, _MM_FROUND_TO_NEAREST_INT);
+    }
+}
+
+void qr_q8_K_from_float_avx2(const float *src, void *dst, int64_t n) {
+    qr_block_q8_K *y = dst;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        const float *x = src + i * QR_QK_K;
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < QR_QK_K; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+        __m128 r = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+        r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+        r = _mm_max_ss(r, _mm_movehdup_ps(r));
+        const float amax = _mm_cvtss_f32(r);
+        if (!amax) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        /* the reference takes the sign of the first value of largest magnitude */
+        float max = 0.0f;
+        const __m256 vmax = _mm256_set1_ps(amax);
+        for (int j = 0; j < QR_QK_K; j += 8) {
+            const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), vmax, _CMP_EQ_OQ));
+            if (hit) {
+                max = x[j + __builtin_ctz((unsigned)hit)];
+                break;
+            }
+        }
+        const float iscale = -127.f / max;
+        const __m256 mul = _mm256_set1_ps(iscale);
+        const __m256i cap = _mm256_set1_epi32(127);
+        const __m256i ones8 = _mm256_set1_epi8(1);
+        const __m256i ones16 = _mm256_set1_epi16(1);
+        for (int j = 0; j < QR_QK_K; j += 32) {
+            __m256i q[4];
+            for (int k = 0; k < 4; k++)
+                q[k] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * k), mul)), cap);
+            const __m256i q8 = pack_i32x32_i8(q[0], q[1], q[2], q[3]);
+            _mm256_storeu_si256((__m256i *)(y[i].qs + j), q8);
+            /* sums of 4 consecutive codes, then of 16: lane 0 of each half holds one bsum */
+            __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q8), ones16);
+            s4 = _mm256_hadd_epi32(s4, s4);
+            s4 = _mm256_hadd_epi32(s4, s4);
+            y[i].bsums[j / 16] = (int16_t)_mm256_extract_epi32(s4, 0);
+            y[i].bsums[j / 16 + 1] = (int16_t)_mm256_extract_epi32(s4, 4);
+        }
+        y[i].d = 1 / iscale;
+    }
+}

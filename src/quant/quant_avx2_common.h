@@ -1,0 +1,70 @@
+/* quant_avx2_common.h — small AVX2 building blocks shared by quant_avx2.c and quant_kquants_avx2.c.
+ * Include only from files compiled with -mavx2 -mfma -mf16c (the *_avx2.c files). */
+#ifndef QR_QUANT_AVX2_COMMON_H
+#define QR_QUANT_AVX2_COMMON_H
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+/* fp16 bit pattern -> float with the F16C instruction (exact). */
+static inline float f16c_to_fp32(uint16_t h) { return _cvtsh_ss(h); }
+
+/* Sum of the 8 lanes. */
+static inline float hsum_ps(__m256 x) {
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* Sum of the 4 lanes. */
+static inline float hsum_ps128(__m128 r) {
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* Sum of the 8 int32 lanes. */
+static inline int hsum_epi32(__m256i x) {
+    __m128i r = _mm_add_epi32(_mm256_extracti128_si256(x, 1), _mm256_castsi256_si128(x));
+    r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(1, 0, 3, 2)));
+    r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(r);
+}
+
+/* 16 bytes of packed nibbles -> 32 bytes: the low nibbles in bytes 0..15, the high ones in 16..31
+ * (the order of the 32 values of a Q4_0-style block). */
+static inline __m256i nibbles_32(const uint8_t *p) {
+    /* broadcast-load + blend rather than vinserti128: keeps the shuffle ports free */
+    const __m256i packed = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    const __m256i both = _mm256_blend_epi32(packed, _mm256_srli_epi16(packed, 4), 0xF0);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+/* 32 bits (little-endian u32 at p) -> 32 bytes, byte j = 0xFF when bit j is set, else 0. */
+static inline __m256i bits_to_bytes_32(const uint8_t *p) {
+    uint32_t bits;
+    memcpy(&bits, p, 4);
+    /* byte j takes source byte j/8 ... */
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits),
+                                               _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+                                                                 0x0101010101010101LL, 0x0000000000000000LL));
+    /* ... and is all ones after or-ing every bit but bit j%8 */
+    const __m256i others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL);
+    return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
+}
+
+/* Unsigned bytes a (0..255) times signed bytes b, all 32 products summed in adjacent groups of 4,
+ * as 8 floats. Exact while each adjacent pair of products stays within int16 (true for our codes). */
+static inline __m256 dot_u8i8_ps(__m256i a, __m256i b) {
+    const __m256i pairs = _mm256_maddubs_epi16(a, b);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+/* Signed bytes a times signed bytes b (b != -128), as dot_u8i8_ps. */
+static inline __m256 dot_i8i8_ps(__m256i a, __m256i b) {
+    return dot_u8i8_ps(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+
+#endif /* QR_QUANT_AVX2_COMMON_H */

@@ -1,0 +1,286 @@
+/* quant_kquants.c — scalar reference dequantization and dot products of the K-quants
+ * (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K against Q8_K) and Q8_K itself.
+ *
+ * The dequantizers use the same float expressions as ggml and gguf-py ((d*sc)*q - dmin*m), so
+ * their output is bit-identical to both. The dot products sum exact integer products per super-block
+ * and scale once per super-block.
+ */
+#include "quant/quant_internal.h"
+
+/* ------------------------------------------------------------------------------------------------
+ * Q2_K
+ * ---------------------------------------------------------------------------------------------- */
+
+/* dst = d*sc*q - dmin*m per 16-value sub-block. */
+void qr_q2_K_to_float(const void *src, float *dst, int64_t n) {
+    const qr_block_q2_K *b = src;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        const float d = half_to_fp32(b[i].d), dmin = half_to_fp32(b[i].dmin);
+        const uint8_t *q = b[i].qs;
+        int is = 0;
+        for (int h = 0; h < 2; h++, q += 32) {
+            for (int shift = 0; shift < 8; shift += 2) {
+                for (int half = 0; half < 2; half++) {
+                    const uint8_t sc = b[i].scales[is++];
+                    const float dl = d * (float)(sc & 0xF), ml = dmin * (float)(sc >> 4);
+                    for (int l = 0; l < 16; l++) *dst++ = dl * (float)((q[16 * half + l] >> shift) & 3) - ml;
+                }
+            }
+        }
+    }
+}
+
+/* *s = sum over super-blocks of dy*dx*sum(sc*q*qy) - dy*dmin*sum(m*bsum). */
+void qr_vec_dot_q2_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q2_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        int summs = 0;
+        for (int j = 0; j < 16; j++) summs += y[i].bsums[j] * (x[i].scales[j] >> 4);
+        const float dall = y[i].d * half_to_fp32(x[i].d);
+        const float dmin = y[i].d * half_to_fp32(x[i].dmin);
+        const uint8_t *q2 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        int isum = 0, is = 0;
+        for (int h = 0; h < 2; h++, q2 += 32) {
+            for (int shift = 0; shift < 8; shift += 2) {
+                for (int half = 0; half < 2; half++, q8 += 16) {
+                    int sub = 0;
+                    for (int l = 0; l < 16; l++) sub += q8[l] * ((q2[16 * half + l] >> shift) & 3);
+                    isum += (x[i].scales[is++] & 0xF) * sub;
+                }
+            }
+        }
+        sumf += dall * (float)isum - dmin * (float)summs;
+    }
+    *s = sumf;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Q3_K
+ * ---------------------------------------------------------------------------------------------- */
+
+/* The 3-bit code (-4..3) of value v of a Q3_K block. */
+static inline int q3_K_code(const qr_block_q3_K *b, int v) {
+    const int h = v / 128, k = (v % 128) / 32, l = v % 32;
+    const int low = (b->qs[32 * h + l] >> (2 * k)) & 3;
+    const int high = (b->hmask[l] >> (v / 32)) & 1;
+    return low - (high ? 0 : 4);
+}
+
+/* dst = d*(sc-32)*q per 16-value sub-block. */
+void qr_q3_K_to_float(const void *src, float *dst, int64_t n) {
+    const qr_block_q3_K *b = src;
+    for (int64_t i = 0; i < n / QR_QK_K; i++, dst += QR_QK_K) {
+        const float d = half_to_fp32(b[i].d);
+        int8_t sc[16];
+        q3_K_scales(b[i].scales, sc);
+        for (int g = 0; g < 16; g++) {
+            const float dl = d * (float)sc[g];
+            for (int l = 0; l < 16; l++) dst[16 * g + l] = dl * (float)q3_K_code(&b[i], 16 * g + l);
+        }
+    }
+}
+
+/* *s = sum over super-blocks of dx*dy*sum(sc*q*qy). */
+void qr_vec_dot_q3_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q3_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        int8_t sc[16];
+        q3_K_scales(x[i].scales, sc);
+        int isum = 0;
+        for (int g = 0; g < 16; g++) {
+            int sub = 0;
+            for (int l = 0; l < 16; l++) sub += q3_K_code(&x[i], 16 * g + l) * y[i].qs[16 * g + l];
+            isum += sc[g] * sub;
+        }
+        sumf += (half_to_fp32(x[i].d) * y[i].d) * (float)isum;
+    }
+    *s = sumf;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Q4_K / Q5_K
+ * ---------------------------------------------------------------------------------------------- */
+
+/* dst = d*sc*q - dmin*m per 32-value sub-block. */
+void qr_q4_K_to_float(const void *src, float *dst, int64_t n) {
+    const qr_block_q4_K *b = src;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        const float d = half_to_fp32(b[i].d), dmin = half_to_fp32(b[i].dmin);
+        const uint8_t *q = b[i].qs;
+        for (int c = 0; c < 4; c++, q += 32) {
+            uint8_t sc, m;
+            kquant_scale_min(2 * c, b[i].scales, &sc, &m);
+            const float d1 = d * (float)sc, m1 = dmin * (float)m;
+            kquant_scale_min(2 * c + 1, b[i].scales, &sc, &m);
+            const float d2 = d * (float)sc, m2 = dmin * (float)m;
+            for (int l = 0; l < 32; l++) *dst++ = d1 * (float)(q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; l++) *dst++ = d2 * (float)(q[l] >> 4) - m2;
+        }
+    }
+}
+
+/* *s = sum over super-blocks of dy*dx*sum(sc*q*qy) - dy*dmin*sum(m*bsum). */
+void qr_vec_dot_q4_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q4_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        const uint8_t *q4 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        int isum = 0, summs = 0;
+        for (int c = 0; c < 4; c++, q4 += 32, q8 += 64) {
+            uint8_t sc1, m1, sc2, m2;
+            kquant_scale_min(2 * c, x[i].scales, &sc1, &m1);
+            kquant_scale_min(2 * c + 1, x[i].scales, &sc2, &m2);
+            int s1 = 0, s2 = 0;
+            for (int l = 0; l < 32; l++) {
+                s1 += (q4[l] & 0xF) * q8[l];
+                s2 += (q4[l] >> 4) * q8[l + 32];
+            }
+            isum += sc1 * s1 + sc2 * s2;
+            summs += m1 * (y[i].bsums[4 * c] + y[i].bsums[4 * c + 1]) + m2 * (y[i].bsums[4 * c + 2] + y[i].bsums[4 * c + 3]);
+        }
+        const float d = y[i].d * half_to_fp32(x[i].d);
+        const float dmin = y[i].d * half_to_fp32(x[i].dmin);
+        sumf += d * (float)isum - dmin * (float)summs;
+    }
+    *s = sumf;
+}
+
+/* dst = d*sc*q - dmin*m per 32-value sub-block, q with its fifth bit from qh. */
+void qr_q5_K_to_float(const void *src, float *dst, int64_t n) {
+    const qr_block_q5_K *b = src;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        const float d = half_to_fp32(b[i].d), dmin = half_to_fp32(b[i].dmin);
+        const uint8_t *ql = b[i].qs, *qh = b[i].qh;
+        for (int c = 0; c < 4; c++, ql += 32) {
+            uint8_t sc, m;
+            kquant_scale_min(2 * c, b[i].scales, &sc, &m);
+            const float d1 = d * (float)sc, m1 = dmin * (float)m;
+            kquant_scale_min(2 * c + 1, b[i].scales, &sc, &m);
+            const float d2 = d * (float)sc, m2 = dmin * (float)m;
+            const uint8_t u1 = (uint8_t)(1u << (2 * c)), u2 = (uint8_t)(2u << (2 * c));
+            for (int l = 0; l < 32; l++) *dst++ = d1 * (float)((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; l++) *dst++ = d2 * (float)((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+        }
+    }
+}
+
+/* *s = sum over super-blocks of dy*dx*sum(sc*q*qy) - dy*dmin*sum(m*bsum). */
+void qr_vec_dot_q5_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q5_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        const uint8_t *ql = x[i].qs, *qh = x[i].qh;
+        const int8_t *q8 = y[i].qs;
+        int isum = 0, summs = 0;
+        for (int c = 0; c < 4; c++, ql += 32, q8 += 64) {
+            uint8_t sc1, m1, sc2, m2;
+            kquant_scale_min(2 * c, x[i].scales, &sc1, &m1);
+            kquant_scale_min(2 * c + 1, x[i].scales, &sc2, &m2);
+            int s1 = 0, s2 = 0;
+            for (int l = 0; l < 32; l++) {
+                s1 += ((ql[l] & 0xF) | (((qh[l] >> (2 * c)) & 1) << 4)) * q8[l];
+                s2 += ((ql[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4)) * q8[l + 32];
+            }
+            isum += sc1 * s1 + sc2 * s2;
+            summs += m1 * (y[i].bsums[4 * c] + y[i].bsums[4 * c + 1]) + m2 * (y[i].bsums[4 * c + 2] + y[i].bsums[4 * c + 3]);
+        }
+        const float d = y[i].d * half_to_fp32(x[i].d);
+        const float dmin = y[i].d * half_to_fp32(x[i].dmin);
+        sumf += d * (float)isum - dmin * (float)summs;
+    }
+    *s = sumf;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Q6_K
+ * ---------------------------------------------------------------------------------------------- */
+
+/* The 6-bit code (-32..31) of value v of a Q6_K block. */
+static inline int q6_K_code(const qr_block_q6_K *b, int v) {
+    const int h = v / 128, k = (v % 128) / 32, l = v % 32;
+    const uint8_t lo = b->ql[64 * h + l + 32 * (k & 1)];
+    const int low = k < 2 ? lo & 0xF : lo >> 4;
+    const int high = (b->qh[32 * h + l] >> (2 * k)) & 3;
+    return (low | (high << 4)) - 32;
+}
+
+/* dst = d*sc*q per 16-value sub-block. */
+void qr_q6_K_to_float(const void *src, float *dst, int64_t n) {
+    const qr_block_q6_K *b = src;
+    for (int64_t i = 0; i < n / QR_QK_K; i++, dst += QR_QK_K) {
+        const float d = half_to_fp32(b[i].d);
+        for (int g = 0; g < 16; g++) {
+            const float dl = d * (float)b[i].scales[g];
+            for (int l = 0; l < 16; l++) dst[16 * g + l] = dl * (float)q6_K_code(&b[i], 16 * g + l);
+        }
+    }
+}
+
+/* *s = sum over super-blocks of dx*dy*sum(sc*q*qy). */
+void qr_vec_dot_q6_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q6_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        int isum = 0;
+        for (int g = 0; g < 16; g++) {
+            int sub = 0;
+            for (int l = 0; l < 16; l++) sub += q6_K_code(&x[i], 16 * g + l) * y[i].qs[16 * g + l];
+            isum += x[i].scales[g] * sub;
+        }
+        sumf += (half_to_fp32(x[i].d) * y[i].d) * (float)isum;
+    }
+    *s = sumf;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Q8_K
+ * ---------------------------------------------------------------------------------------------- */
+
+/* dst = d * q per super-block. */
+void qr_q8_K_to_float(const void *src, float *dst, int64_t n) {
+    const qr_block_q8_K *b = src;
+    for (int64_t i = 0; i < n / QR_QK_K; i++, dst += QR_QK_K) {
+        for (int j = 0; j < QR_QK_K; j++) dst[j] = b[i].d * (float)b[i].qs[j];
+    }
+}
+
+/* Reference Q8_K quantizer: iscale = -127 / (value of largest magnitude), q = nearest_int(x*iscale)
+ * capped at 127, d = 1/iscale, bsums = sums of each 16 codes. An all-zero block is all zero. */
+void qr_q8_K_from_float(const float *src, void *dst, int64_t n) {
+    qr_block_q8_K *y = dst;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        const float *x = src + i * QR_QK_K;
+        float max = 0, amax = 0;
+        for (int j = 0; j < QR_QK_K; j++) {
+            const float ax = x[j] < 0 ? -x[j] : x[j];
+            if (ax > amax) {
+                amax = ax;
+                max = x[j];
+            }
+        }
+        if (!amax) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        const float iscale = -127.f / max;
+        for (int j = 0; j < QR_QK_K; j++) {
+            const int v = nearest_int(iscale * x[j]);
+            y[i].qs[j] = (int8_t)(v < 127 ? v : 127);
+        }
+        for (int j = 0; j < QR_QK_K / 16; j++) {
+            int sum = 0;
+            for (int l = 0; l < 16; l++) sum += y[i].qs[16 * j + l];
+            y[i].bsums[j] = (int16_t)sum;
+        }
+        y[i].d = 1 / iscale;
+    }
+}

@@ -1,0 +1,255 @@
+/* quant_kquants_avx2.c — AVX2 + FMA + F16C dot products of the K-quants against Q8_K.
+ *
+ * Each super-block's integer sum (sum of scale * code * activation code) is computed exactly in
+ * 8 int32 lanes with maddubs/madd, then scaled once per super-block into a float accumulator; the
+ * min / offset terms come from the Q8_K block sums. Only the float accumulation order differs from
+ * the scalar reference.
+ */
+#include "quant/quant_avx2_common.h"
+#include "quant/quant_internal.h"
+
+/* pshufb masks. k4[k]: broadcast int16 element k (0..7) to all 16 lanes of both halves.
+ * q3k[k]: int16 element 2k in the low half, 2k+1 in the high half (the two 16-value sub-blocks of a
+ * 32-value vector). pair[p] (16 bytes): byte 2p eight times, then byte 2p+1 eight times. */
+static const struct {
+    uint8_t k4[8][32];
+    uint8_t q3k[4][32];
+    uint8_t pair[8][16];
+} shuffle_masks = {
+    .k4 = {
+        {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1},
+        {2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
+        {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5},
+        {6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
+        {8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9},
+        {10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
+        {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13},
+        {14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15}},
+    .q3k = {
+        {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
+        {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
+        {8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
+        {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15}},
+    .pair = {
+        {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+        {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+        {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
+        {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+        {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
+        {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+        {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
+        {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}},
+};
+
+static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* ------------------------------------------------------------------------------------------------
+ * Q2_K
+ * ---------------------------------------------------------------------------------------------- */
+
+void qr_vec_dot_q2_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q2_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        const float d = y[i].d * f16c_to_fp32(x[i].d);
+        const float dmin = -y[i].d * f16c_to_fp32(x[i].dmin);
+        const uint8_t *q2 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        const __m128i packed = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
+        const __m256i prod = _mm256_madd_epi16(mins, load256(y[i].bsums));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
+        const __m256i all = _mm256_cvtepi8_epi16(_mm_and_si128(packed, m4));
+        const __m128i lo = _mm256_castsi256_si128(all), hi = _mm256_extracti128_si256(all, 1);
+        const __m256i scales[2] = {_mm256_set_m128i(lo, lo), _mm256_set_m128i(hi, hi)};
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 2; j++, q2 += 32) {
+            const __m256i bits = load256(q2);
+            for (int k = 0; k < 4; k++, q8 += 32) {
+                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
+                const __m256i p = _mm256_maddubs_epi16(q, load256(q8));
+                const __m256i sc = _mm256_shuffle_epi8(scales[j], load256(shuffle_masks.q3k[k]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, p));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Q3_K
+ * ---------------------------------------------------------------------------------------------- */
+
+/* The 16 signed scales (sc - 32) of a Q3_K block as 16 int8 lanes. */
+static inline __m128i q3_K_scales_128(const uint8_t *packed) {
+    uint32_t a[3];
+    memcpy(a, packed, 12);
+    const uint32_t lo4 = 0x0f0f0f0fu, hi2 = 0x03030303u;
+    const __m128i sc = _mm_set_epi32((int)(((a[1] >> 4) & lo4) | (((a[2] >> 6) & hi2) << 4)),
+                                     (int)(((a[0] >> 4) & lo4) | (((a[2] >> 4) & hi2) << 4)),
+                                     (int)((a[1] & lo4) | (((a[2] >> 2) & hi2) << 4)),
+                                     (int)((a[0] & lo4) | ((a[2] & hi2) << 4)));
+    return _mm_sub_epi8(sc, _mm_set1_epi8(32));
+}
+
+void qr_vec_dot_q3_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q3_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        const float d = y[i].d * f16c_to_fp32(x[i].d);
+        const uint8_t *q3 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        const __m256i all = _mm256_cvtepi8_epi16(q3_K_scales_128(x[i].scales));
+        const __m128i lo = _mm256_castsi256_si128(all), hi = _mm256_extracti128_si256(all, 1);
+        const __m256i scales[2] = {_mm256_set_m128i(lo, lo), _mm256_set_m128i(hi, hi)};
+        /* a clear high bit means "minus 4" */
+        const __m256i minus4 = _mm256_xor_si256(load256(x[i].hmask), _mm256_set1_epi8(-1));
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 2; j++, q3 += 32) {
+            const __m256i bits = load256(q3);
+            for (int k = 0; k < 4; k++, q8 += 32) {
+                const __m256i y8 = load256(q8);
+                const __m256i ql = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
+                const __m256i qh = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(minus4, 4 * j + k), m1), 2);
+                const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(ql, y8), _mm256_maddubs_epi16(qh, y8));
+                const __m256i sc = _mm256_shuffle_epi8(scales[j], load256(shuffle_masks.q3k[k]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, p));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps(acc);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Q4_K / Q5_K
+ * ---------------------------------------------------------------------------------------------- */
+
+/* Unpacks the 12 scale bytes of a Q4_K / Q5_K block into 8 scales (bytes 0..7) and 8 mins (8..15). */
+static inline __m128i k4_scales_mins(const uint8_t *packed) {
+    uint32_t a[3];
+    memcpy(a, packed, 12);
+    const uint32_t low6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, hi2 = 0x03030303u;
+    const uint32_t sc03 = a[0] & low6;
+    const uint32_t m03 = a[1] & low6;
+    const uint32_t sc47 = (a[2] & lo4) | (((a[0] >> 6) & hi2) << 4);
+    const uint32_t m47 = ((a[2] >> 4) & lo4) | (((a[1] >> 6) & hi2) << 4);
+    return _mm_set_epi32((int)m47, (int)m03, (int)sc47, (int)sc03);
+}
+
+/* Shared min term of Q4_K / Q5_K: 4 int32 lanes whose sum is sum_j m_j * (bsums of sub-block j). */
+static inline __m128i k4_min_products(__m256i mins_and_scales, const int16_t *bsums) {
+    const __m256i b = load256(bsums);
+    const __m128i per32 = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+    return _mm_madd_epi16(_mm256_extracti128_si256(mins_and_scales, 1), per32);
+}
+
+void qr_vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q4_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 acc_m = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        const float d = y[i].d * f16c_to_fp32(x[i].d);
+        const float dmin = -y[i].d * f16c_to_fp32(x[i].dmin);
+        const __m256i mins_and_scales = _mm256_cvtepu8_epi16(k4_scales_mins(x[i].scales));
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_products(mins_and_scales, y[i].bsums)), acc_m);
+        const __m128i sc128 = _mm256_castsi256_si128(mins_and_scales);
+        const __m256i scales = _mm256_set_m128i(sc128, sc128);
+        const uint8_t *q4 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++, q4 += 32, q8 += 64) {
+            const __m256i bits = load256(q4);
+            const __m256i lo = _mm256_and_si256(bits, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            const __m256i pl = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, load256(shuffle_masks.k4[2 * j])),
+                                                 _mm256_maddubs_epi16(lo, load256(q8)));
+            const __m256i ph = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, load256(shuffle_masks.k4[2 * j + 1])),
+                                                 _mm256_maddubs_epi16(hi, load256(q8 + 32)));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps(acc) + hsum_ps128(acc_m);
+}
+
+void qr_vec_dot_q5_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q5_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0xF), m1 = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 acc_m = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        const float d = y[i].d * f16c_to_fp32(x[i].d);
+        const float dmin = -y[i].d * f16c_to_fp32(x[i].dmin);
+        const __m256i mins_and_scales = _mm256_cvtepu8_epi16(k4_scales_mins(x[i].scales));
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_products(mins_and_scales, y[i].bsums)), acc_m);
+        const __m128i sc128 = _mm256_castsi256_si128(mins_and_scales);
+        const __m256i scales = _mm256_set_m128i(sc128, sc128);
+        const __m256i hbits = load256(x[i].qh);
+        const uint8_t *q5 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++, q5 += 32, q8 += 64) {
+            const __m256i bits = load256(q5);
+            const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), m1), 4);
+            const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), m1), 4);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), h0);
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), h1);
+            const __m256i pl = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, load256(shuffle_masks.k4[2 * j])),
+                                                 _mm256_maddubs_epi16(lo, load256(q8)));
+            const __m256i ph = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, load256(shuffle_masks.k4[2 * j + 1])),
+                                                 _mm256_maddubs_epi16(hi, load256(q8 + 32)));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps(acc) + hsum_ps128(acc_m);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Q6_K
+ * ---------------------------------------------------------------------------------------------- */
+
+void qr_vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q6_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        const float d = y[i].d * f16c_to_fp32(x[i].d);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        /* codes are stored +32: subtract 32 * sum_g sc_g * bsum_g at the end */
+        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(y[i].bsums), _mm256_cvtepi8_epi16(sc8)), 5);
+        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 2; j++, ql += 64, qh += 32, q8 += 128) {
+            const __m256i l1 = load256(ql), l2 = load256(ql + 32), h = load256(qh);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
+            for (int k = 0; k < 4; k++) {
+                const __m256i p = _mm256_maddubs_epi16(q[k], load256(q8 + 32 * k));
+                const __m128i sc_pair = _mm_shuffle_epi8(sc8, _mm_loadu_si128((const __m128i *)shuffle_masks.pair[4 * j + k]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc_pair), p));
+            }
+        }
+        sumi = _mm256_sub_epi32(sumi, offset);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps(acc);
+}
