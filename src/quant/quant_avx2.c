@@ -9,6 +9,7 @@
  */
 #include "quant/quant_avx2_common.h"
 #include "quant/quant_internal.h"
+#include <math.h>
 
 /* ------------------------------------------------------------------------------------------------
  * F32 / F16 / BF16
@@ -157,19 +158,12 @@ void qr_quant_avx2_init(void) {
     const XTYPE *x = vx;                                                                                   \
     const qr_block_q8_0 *y = vy;                                                                           \
     const int64_t nb = n / QR_QK8_0;                                                                       \
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                                         \
-    int64_t i = 0;                                                                                         \
-    for (; i + 2 <= nb; i += 2) {                                                                          \
-        const __m256 d0 = _mm256_set1_ps(XSCALE(x + i) * fp16_table[y[i].d]);                              \
-        const __m256 d1 = _mm256_set1_ps(XSCALE(x + i + 1) * fp16_table[y[i + 1].d]);                     \
-        acc0 = _mm256_fmadd_ps(d0, DOT(x + i, load_q8(y[i].qs)), acc0);                                    \
-        acc1 = _mm256_fmadd_ps(d1, DOT(x + i + 1, load_q8(y[i + 1].qs)), acc1);                            \
-    }                                                                                                      \
-    if (i < nb) {                                                                                          \
+    __m256 acc0 = _mm256_setzero_ps();                                                                     \
+    for (int64_t i = 0; i < nb; i++) {                                                                     \
         const __m256 d0 = _mm256_set1_ps(XSCALE(x + i) * fp16_table[y[i].d]);                              \
         acc0 = _mm256_fmadd_ps(d0, DOT(x + i, load_q8(y[i].qs)), acc0);                                    \
     }                                                                                                      \
-    *s = hsum_ps(_mm256_add_ps(acc0, acc1))
+    *s = hsum_ps(acc0)
 
 #define FP16_SCALE(b) fp16_table[(b)->d]
 #define E8M0_SCALE(b) e8m0_half_table[(b)->e]
@@ -180,26 +174,14 @@ void qr_quant_avx2_init(void) {
     const XTYPE *x = vx;                                                                                   \
     const qr_block_q8_1 *y = vy;                                                                           \
     const int64_t nb = n / QR_QK8_1;                                                                       \
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc_ms = _mm256_setzero_ps();          \
+    __m256 acc0 = _mm256_setzero_ps();                                                                     \
     float summs = 0.0f;                                                                                    \
-    int64_t i = 0;                                                                                         \
-    for (; i + 4 <= nb; i += 4) {                                                                          \
-        /* [dx*dy, m*s] for 4 blocks */                                                                    \
-        const __m256 d = _mm256_mul_ps(scale_pairs4(x + i, sizeof *x), scale_pairs4(y + i, sizeof *y)); \
-        acc_ms = _mm256_add_ps(acc_ms, d);                                                                 \
-        acc0 = _mm256_fmadd_ps(lane_ps(d, 0), dot_u8i8_ps(CODES(x + i), load_q8(y[i].qs)), acc0);          \
-        acc1 = _mm256_fmadd_ps(lane_ps(d, 2), dot_u8i8_ps(CODES(x + i + 1), load_q8(y[i + 1].qs)), acc1);  \
-        acc0 = _mm256_fmadd_ps(lane_ps(d, 4), dot_u8i8_ps(CODES(x + i + 2), load_q8(y[i + 2].qs)), acc0);  \
-        acc1 = _mm256_fmadd_ps(lane_ps(d, 6), dot_u8i8_ps(CODES(x + i + 3), load_q8(y[i + 3].qs)), acc1);  \
-    }                                                                                                      \
-    for (; i < nb; i++) {                                                                                  \
-        summs += f16c_to_fp32(x[i].m) * f16c_to_fp32(y[i].s);                                              \
-        const __m256 d = _mm256_set1_ps(f16c_to_fp32(x[i].d) * f16c_to_fp32(y[i].d));                      \
+    for (int64_t i = 0; i < nb; i++) {                                                                     \
+        summs = fmaf(f16c_to_fp32(x[i].m), f16c_to_fp32(y[i].s), summs);                                   \
+        const __m256 d = _mm256_mul_ps(_mm256_set1_ps(f16c_to_fp32(x[i].d)), _mm256_set1_ps(f16c_to_fp32(y[i].d))); \
         acc0 = _mm256_fmadd_ps(d, dot_u8i8_ps(CODES(x + i), load_q8(y[i].qs)), acc0);                      \
     }                                                                                                      \
-    /* the odd lanes of acc_ms hold the m*s sums */                                                        \
-    const __m256 odd = _mm256_castsi256_ps(_mm256_setr_epi32(0, -1, 0, -1, 0, -1, 0, -1));                 \
-    *s = hsum_ps(_mm256_add_ps(acc0, acc1)) + hsum_ps(_mm256_and_ps(acc_ms, odd)) + summs
+    *s = hsum_ps(acc0) + summs
 
 #define Q4_1_CODES(b) nibbles_32((b)->qs)
 #define Q4_0_DOT(b, yv) dot_offset_ps(nibbles_32((b)->qs), (yv), 8)

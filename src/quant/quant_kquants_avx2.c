@@ -227,8 +227,7 @@ void qr_vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *
     for (int64_t i = 0; i < n / QR_QK_K; i++) {
         const float d = y[i].d * f16c_to_fp32(x[i].d);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
-        /* codes are stored +32: subtract 32 * sum_g sc_g * bsum_g at the end */
-        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(y[i].bsums), _mm256_cvtepi8_epi16(sc8)), 5);
+        const __m256i m32s = _mm256_set1_epi8(32);
         const uint8_t *ql = x[i].ql, *qh = x[i].qh;
         const int8_t *q8 = y[i].qs;
         __m256i sumi = _mm256_setzero_si256();
@@ -243,12 +242,11 @@ void qr_vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *
             q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
             for (int k = 0; k < 4; k++) {
-                const __m256i p = _mm256_maddubs_epi16(q[k], load256(q8 + 32 * k));
+                const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], load256(q8 + 32 * k)), _mm256_maddubs_epi16(m32s, load256(q8 + 32 * k)));
                 const __m128i sc_pair = _mm_shuffle_epi8(sc8, _mm_loadu_si128((const __m128i *)shuffle_masks.pair[4 * j + k]));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc_pair), p));
             }
         }
-        sumi = _mm256_sub_epi32(sumi, offset);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     *s = hsum_ps(acc);

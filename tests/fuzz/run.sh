@@ -24,8 +24,10 @@ while read -r name seeds; do
   log="$BUILD/$name.log"
   mkdir -p "$corpus" "$artifacts"
   rc=0
+  dict=()  # optional token dictionary tests/fuzz/NAME.dict
+  if [ -f "tests/fuzz/$name.dict" ]; then dict=(-dict="tests/fuzz/$name.dict"); fi
   # shellcheck disable=SC2086  # seeds is a space-separated list of folders
-  "$BUILD/$name" -max_total_time="$SECONDS_EACH" -print_final_stats=1 -rss_limit_mb=2048 -timeout=10 \
+  "$BUILD/$name" "${dict[@]}" -max_total_time="$SECONDS_EACH" -print_final_stats=1 -rss_limit_mb=2048 -timeout=10 \
     -artifact_prefix="$artifacts/" "$corpus" $seeds >"$log" 2>&1 || rc=$?
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1 || true)
   crashes=$(find "$artifacts" -type f | wc -l)

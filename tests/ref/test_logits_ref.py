@@ -97,7 +97,7 @@ def test_greedy_generation(name, quarrel_bin, model_for, tmp_path):
         ids_path = tmp_path / "prompt.json"
         ids_path.write_text(json.dumps(g["prompt_tokens"]))
         r = subprocess.run([quarrel_bin, "run", "-m", str(model_for(name)), "--tokens", str(ids_path),
-                            "-n", str(max(len(g["tokens"]), 1)), "--temp", "0", "--ids-only"],
+                            "-n", str(max(len(g["tokens"]), 1)), "--temp", "0", "--ignore-eos", "--ids-only"],
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         ours = json.loads(r.stdout)

@@ -1,0 +1,336 @@
+/* cmd_run.c — `quarrel run` (one generation, streamed to stdout) and `quarrel chat` (interactive). */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "engine.h"
+#include "util/util.h"
+
+#define MAX_STOPS 16
+
+typedef struct gen_opts {
+    int32_t n_predict;  /* tokens to generate, >= 1 */
+    bool ignore_eos;    /* keep going through end-of-generation tokens */
+    bool ids_only;      /* print a JSON array of generated ids instead of text */
+    bool quiet;         /* no timing line */
+    const char *stops[MAX_STOPS];
+    int32_t n_stops;
+} gen_opts;
+
+typedef struct gen_stats {
+    int32_t n_prompt, n_gen;
+    double prefill_s, decode_s;
+} gen_stats;
+
+/* Appends the sequence `ids` (continuing sequence 0 from its current length) and generates up to
+ * o->n_predict tokens, streaming text to `out` (or collecting ids). Text generated is appended to
+ * *reply when reply != NULL (for chat history). Returns an exit code. */
+static int generate(app_engine *e, const int32_t *ids, size_t n_ids, qr_sampler *smp, const gen_opts *o,
+                    FILE *out, gen_stats *stats, char **reply, size_t *reply_len) {
+    char err[1024];
+    int rc = 0;
+    int32_t n_ctx = qr_context_n_ctx(e->ctx), past = qr_kv_seq_len(e->ctx, 0);
+    if ((int64_t)past + (int64_t)n_ids >= n_ctx) {
+        fprintf(stderr, "quarrel: the prompt is %zu tokens but the context holds %d (%d already used); "
+                        "shorten the prompt or raise --ctx\n", n_ids, n_ctx, past);
+        return 1;
+    }
+    qr_stop *stop = NULL;
+    qr_detok_stream *ds = qr_detok_stream_create(e->tok, false);
+    int32_t *gen_ids = malloc(sizeof(int32_t) * (size_t)o->n_predict);
+    if (!ds || !gen_ids || qr_stop_create(o->stops, o->n_stops, o->n_predict, &stop, err, sizeof err) != QR_OK) {
+        fprintf(stderr, "quarrel: %s\n", ds && gen_ids ? err : "out of memory");
+        rc = 1;
+        goto done;
+    }
+    for (size_t i = 0; i < n_ids; i++) qr_sampler_accept(smp, ids[i]);
+
+    double t0 = qr_time_s();
+    qr_batch b = {.n_tokens = (int32_t)n_ids, .token = ids};
+    if (qr_decode(e->ctx, &b, err, sizeof err) != QR_OK) {
+        fprintf(stderr, "quarrel: decode: %s\n", err);
+        rc = 1;
+        goto done;
+    }
+    stats->prefill_s += qr_time_s() - t0;
+    stats->n_prompt += (int32_t)n_ids;
+
+    double t1 = qr_time_s();
+    int32_t n_gen = 0;
+    for (;;) {
+        qr_sample_result r;
+        const float *logits = qr_get_logits(e->ctx, -1);
+        if (!logits || qr_sampler_sample(smp, logits, &r, err, sizeof err) != QR_OK) {
+            fprintf(stderr, "quarrel: sampling: %s\n", logits ? err : "no logits");
+            rc = 1;
+            break;
+        }
+        gen_ids[n_gen++] = r.token;
+        bool eog = !o->ignore_eos && qr_token_is_eog(e->tok, r.token);
+        const char *piece = "";
+        size_t piece_len = 0;
+        if (!eog) qr_detok_stream_push(ds, r.token, &piece, &piece_len);
+        qr_stop_result sr;
+        qr_stop_feed(stop, piece, piece_len, eog, &sr);
+        if (!o->ids_only && sr.emit_len) {
+            fwrite(sr.emit, 1, sr.emit_len, out);
+            fflush(out);
+        }
+        if (reply && sr.emit_len) {
+            char *nr = realloc(*reply, *reply_len + sr.emit_len + 1);
+            if (nr) {
+                memcpy(nr + *reply_len, sr.emit, sr.emit_len);
+                *reply_len += sr.emit_len;
+                nr[*reply_len] = 0;
+                *reply = nr;
+            }
+        }
+        if (sr.finish != QR_FINISH_NONE) break;
+        if (qr_kv_seq_len(e->ctx, 0) + 1 >= n_ctx) {
+            fprintf(stderr, "\nquarrel: context full (%d tokens)\n", n_ctx);
+            break;
+        }
+        qr_batch nb = {.n_tokens = 1, .token = &r.token};
+        if (qr_decode(e->ctx, &nb, err, sizeof err) != QR_OK) {
+            fprintf(stderr, "quarrel: decode: %s\n", err);
+            rc = 1;
+            break;
+        }
+    }
+    stats->decode_s += qr_time_s() - t1;
+    stats->n_gen += n_gen;
+    if (o->ids_only) {
+        fputc('[', out);
+        for (int32_t i = 0; i < n_gen; i++) fprintf(out, i ? ",%d" : "%d", gen_ids[i]);
+        fputs("]\n", out);
+    }
+done:
+    free(gen_ids);
+    qr_stop_free(stop);
+    qr_detok_stream_free(ds);
+    return rc;
+}
+
+static void print_timing(const app_engine *e, const gen_stats *s) {
+    fprintf(stderr, "\nquarrel: load %.0f ms | prefill %d tok, %.1f t/s | decode %d tok, %.1f t/s\n", e->load_ms,
+            s->n_prompt, s->prefill_s > 0 ? s->n_prompt / s->prefill_s : 0.0, s->n_gen,
+            s->decode_s > 0 ? s->n_gen / s->decode_s : 0.0);
+}
+
+static void usage_run(FILE *f) {
+    fprintf(f, "usage: quarrel run -m MODEL (-p PROMPT | -f FILE | --tokens IDS.json) [options]\n"
+               "  -m, --model MODEL    GGUF path or Ollama name (smollm2:135m)\n"
+               "  -p, --prompt TEXT    prompt text\n"
+               "  -f, --file FILE      read the prompt from FILE\n"
+               "  --tokens IDS.json    the prompt as a JSON array of token ids (no BOS added)\n"
+               "  --chat               wrap the prompt in the model's chat template (user turn)\n"
+               "  --system TEXT        system message (with --chat)\n"
+               "  -n, --n-predict N    tokens to generate (default 128)\n"
+               "  -t, --threads N      CPU threads (default: all)\n"
+               "  -c, --ctx N          context size in tokens (default min(train, 4096))\n"
+               "  --stop TEXT          stop string (repeatable, up to 16)\n"
+               "  --ignore-eos         do not stop at end-of-generation tokens\n"
+               "  --ids-only           print the generated token ids as a JSON array\n"
+               "  -q, --quiet          no timing line\n" APP_SAMPLER_HELP);
+}
+
+int cmd_run(int argc, char **argv) {
+    static const struct option longopts[] = {
+        {"model", 1, 0, 'm'}, {"prompt", 1, 0, 'p'}, {"file", 1, 0, 'f'}, {"tokens", 1, 0, 't' + 256},
+        {"chat", 0, 0, 'C'}, {"system", 1, 0, 'S'}, {"n-predict", 1, 0, 'n'}, {"threads", 1, 0, 't'},
+        {"ctx", 1, 0, 'c'}, {"stop", 1, 0, 's' + 256}, {"ignore-eos", 0, 0, 'i' + 256},
+        {"ids-only", 0, 0, 'I' + 256}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, APP_SAMPLER_LONGOPTS, {0, 0, 0, 0}};
+    app_engine_opts eo = {0};
+    gen_opts go = {.n_predict = 128};
+    qr_sampler_params sp;
+    qr_sampler_params_default(&sp);
+    const char *prompt = NULL, *file = NULL, *tokens = NULL, *system = NULL;
+    bool chat = false;
+    int c, rc;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:p:f:n:t:c:qh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'm': eo.model = optarg; break;
+        case 'p': prompt = optarg; break;
+        case 'f': file = optarg; break;
+        case 't' + 256: tokens = optarg; break;
+        case 'C': chat = true; break;
+        case 'S': system = optarg; break;
+        case 'n': if ((rc = app_parse_int("-n", optarg, 1, 1 << 24, &go.n_predict))) return rc; break;
+        case 't': if ((rc = app_parse_int("-t", optarg, 1, 1024, &eo.n_threads))) return rc; break;
+        case 'c': if ((rc = app_parse_int("--ctx", optarg, 16, 1 << 24, &eo.n_ctx))) return rc; break;
+        case 's' + 256:
+            if (go.n_stops == MAX_STOPS || !*optarg) {
+                fprintf(stderr, "quarrel: --stop: %s\n", *optarg ? "at most 16 stop strings" : "empty stop string");
+                return 2;
+            }
+            go.stops[go.n_stops++] = optarg;
+            break;
+        case 'i' + 256: go.ignore_eos = true; break;
+        case 'I' + 256: go.ids_only = true; break;
+        case 'q': go.quiet = true; break;
+        case 'h': usage_run(stdout); return 0;
+        default:
+            if ((rc = app_sampler_opt(c, optarg, &sp)) >= 0) {
+                if (rc) return rc;
+                break;
+            }
+            usage_run(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "quarrel: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!eo.model || (!prompt + !file + !tokens) != 2) {
+        fprintf(stderr, "quarrel run: need -m MODEL and exactly one of -p, -f, --tokens\n");
+        usage_run(stderr);
+        return 2;
+    }
+    char err[1024];
+    if (qr_sampler_params_validate(&sp, 0, err, sizeof err) != QR_OK) {
+        fprintf(stderr, "quarrel: %s\n", err);
+        return 2;
+    }
+    char *text = NULL;
+    size_t text_len = 0;
+    if (file && (rc = app_read_file(file, &text, &text_len))) return rc;
+    if (prompt) text_len = strlen(prompt);
+    if (!tokens && text_len == 0) {
+        fprintf(stderr, "quarrel: the prompt is empty\n");
+        free(text);
+        return 2;
+    }
+    app_engine e;
+    if ((rc = app_engine_open(&e, &eo))) {
+        free(text);
+        return rc;
+    }
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    char *rendered = NULL;
+    qr_sampler *smp = NULL;
+    if (tokens) {
+        rc = app_read_ids_json(tokens, qr_model_n_vocab(e.model), &ids, &n_ids);
+        if (!rc && n_ids == 0) {
+            fprintf(stderr, "quarrel: %s: the prompt is empty\n", tokens);
+            rc = 2;
+        }
+    } else if (chat) {
+        rc = app_render_chat(&e, system, prompt ? prompt : text, &rendered);
+        if (!rc) rc = app_tokenize(&e, rendered, strlen(rendered), true, true, &ids, &n_ids);
+    } else {
+        rc = app_tokenize(&e, prompt ? prompt : text, text_len, true, false, &ids, &n_ids);
+    }
+    if (!rc && qr_sampler_create(&sp, qr_model_n_vocab(e.model), &smp, err, sizeof err) != QR_OK) {
+        fprintf(stderr, "quarrel: %s\n", err);
+        rc = 2;
+    }
+    gen_stats st = {0};
+    if (!rc) rc = generate(&e, ids, n_ids, smp, &go, stdout, &st, NULL, NULL);
+    if (!rc && !go.ids_only) fputc('\n', stdout);
+    if (!rc && !go.quiet) print_timing(&e, &st);
+    qr_sampler_free(smp);
+    free(ids);
+    free(rendered);
+    free(text);
+    app_engine_close(&e);
+    return rc;
+}
+
+static void usage_chat(FILE *f) {
+    fprintf(f, "usage: quarrel chat -m MODEL [--system TEXT] [-n N] [-t N] [-c N] [sampler options]\n"
+               "Type a message and press Enter; /exit or end of input quits, /reset clears the history.\n"
+               APP_SAMPLER_HELP);
+}
+
+int cmd_chat(int argc, char **argv) {
+    static const struct option longopts[] = {{"model", 1, 0, 'm'}, {"system", 1, 0, 'S'}, {"n-predict", 1, 0, 'n'},
+                                             {"threads", 1, 0, 't'}, {"ctx", 1, 0, 'c'}, {"help", 0, 0, 'h'},
+                                             APP_SAMPLER_LONGOPTS, {0, 0, 0, 0}};
+    app_engine_opts eo = {0};
+    gen_opts go = {.n_predict = 512, .quiet = true};
+    qr_sampler_params sp;
+    qr_sampler_params_default(&sp);
+    const char *system = NULL;
+    int c, rc;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:n:t:c:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'm': eo.model = optarg; break;
+        case 'S': system = optarg; break;
+        case 'n': if ((rc = app_parse_int("-n", optarg, 1, 1 << 24, &go.n_predict))) return rc; break;
+        case 't': if ((rc = app_parse_int("-t", optarg, 1, 1024, &eo.n_threads))) return rc; break;
+        case 'c': if ((rc = app_parse_int("--ctx", optarg, 16, 1 << 24, &eo.n_ctx))) return rc; break;
+        case 'h': usage_chat(stdout); return 0;
+        default:
+            if ((rc = app_sampler_opt(c, optarg, &sp)) >= 0) {
+                if (rc) return rc;
+                break;
+            }
+            usage_chat(stderr);
+            return 2;
+        }
+    }
+    if (!eo.model) {
+        usage_chat(stderr);
+        return 2;
+    }
+    char err[1024];
+    if (qr_sampler_params_validate(&sp, 0, err, sizeof err) != QR_OK) {
+        fprintf(stderr, "quarrel: %s\n", err);
+        return 2;
+    }
+    app_engine e;
+    if ((rc = app_engine_open(&e, &eo))) return rc;
+    qr_sampler *smp = NULL;
+    if (qr_sampler_create(&sp, qr_model_n_vocab(e.model), &smp, err, sizeof err) != QR_OK) {
+        fprintf(stderr, "quarrel: %s\n", err);
+        app_engine_close(&e);
+        return 2;
+    }
+    json_t *history = json_array();
+    if (system) json_array_append_new(history, json_pack("{s:s, s:s}", "role", "system", "content", system));
+    char line[16384];
+    gen_stats st = {0};
+    for (;;) {
+        fputs("> ", stderr);
+        if (!fgets(line, sizeof line, stdin)) break;
+        line[strcspn(line, "\r\n")] = 0;
+        if (!strcmp(line, "/exit")) break;
+        if (!strcmp(line, "/reset")) {
+            json_array_clear(history);
+            if (system) json_array_append_new(history, json_pack("{s:s, s:s}", "role", "system", "content", system));
+            continue;
+        }
+        if (!*line) continue;
+        json_array_append_new(history, json_pack("{s:s, s:s}", "role", "user", "content", line));
+        /* Each turn renders the whole conversation and prefills it from an empty cache (the server's
+         * prefix cache is where shared prefixes are reused). */
+        char *rendered = NULL;
+        if ((rc = app_render_messages(&e, history, &rendered))) break;
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        rc = app_tokenize(&e, rendered, strlen(rendered), true, true, &ids, &n_ids);
+        free(rendered);
+        char *reply = calloc(1, 1);
+        size_t reply_len = 0;
+        qr_kv_clear(e.ctx);
+        if (!rc) rc = generate(&e, ids, n_ids, smp, &go, stdout, &st, &reply, &reply_len);
+        fputc('\n', stdout);
+        free(ids);
+        json_array_append_new(history, json_pack("{s:s, s:s}", "role", "assistant", "content", reply ? reply : ""));
+        free(reply);
+        if (rc) break;
+    }
+    fprintf(stderr, "\n");
+    if (st.n_gen) print_timing(&e, &st);
+    json_decref(history);
+    qr_sampler_free(smp);
+    app_engine_close(&e);
+    return rc;
+}

@@ -1,0 +1,114 @@
+/* cmd_synth.c — `quarrel synth`: write a deterministic random-weight GGUF model. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "runtime/quantize_model.h"
+#include "runtime/synth.h"
+#include "util/util.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: quarrel synth --arch ARCH --preset NAME -o OUT.gguf [--type T] [--seed S] [--pure] [-t N]\n"
+            "       quarrel synth --list\n\n"
+            "Writes a model with real shapes, random weights and a synthetic tokenizer that quarrel and\n"
+            "llama.cpp both load. The same arguments give a byte-identical file.\n\n"
+            "  --arch ARCH     architecture (llama, gemma3); optional when the preset name is unique\n"
+            "  --preset NAME   shapes to use (see --list)\n"
+            "  -o, --output F  output file\n"
+            "  --type T        file type, as llama-quantize names them (default F16):\n"
+            "                  %s\n"
+            "  --pure          no mix rules: every quantizable weight gets the base type\n"
+            "  --seed S        weights seed (default 0)\n"
+            "  -t, --threads N worker threads (default: all CPUs; the output does not depend on it)\n"
+            "  --list          print the presets and exit\n"
+            "  -h, --help\n\n"
+            "Exit status: 0 ok, 1 failure, 2 usage error.\n",
+            qr_ftype_names());
+}
+
+static void list_presets(void) {
+    printf("%-8s %-16s %6s %6s %6s %6s %4s %5s %8s %12s\n", "arch", "preset", "layers", "d", "ffn", "heads", "kv", "hdim",
+           "vocab", "rope_theta");
+    for (size_t i = 0; i < qr_synth_n_presets(); i++) {
+        const qr_synth_preset *p = qr_synth_preset_at(i);
+        printf("%-8s %-16s %6u %6u %6u %6u %4u %5u %8u %12.0f%s%s\n", p->arch, p->name, p->n_layer, p->n_embd, p->n_ff,
+               p->n_head, p->n_head_kv, p->head_dim, p->n_vocab, (double)p->rope_theta,
+               p->tied_output ? " tied" : "", p->rope_scaling == QR_SYNTH_ROPE_LLAMA3 ? " llama3-rope" : "");
+    }
+}
+
+/* Parses a non-negative integer option value; false on garbage. */
+static bool parse_u64(const char *s, uint64_t *out) {
+    if (!s || !*s || *s == '-') return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || *end) return false;
+    *out = v;
+    return true;
+}
+
+int cmd_synth(int argc, char **argv) {
+    qr_synth_options o = {.type = "F16", .progress = true};
+    const char *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--list")) {
+            list_presets();
+            return 0;
+        } else if (!strcmp(a, "--pure")) {
+            o.pure = true;
+        } else if (!strcmp(a, "--arch") || !strcmp(a, "--preset") || !strcmp(a, "-o") || !strcmp(a, "--output") ||
+                   !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!val) {
+                fprintf(stderr, "quarrel synth: %s needs a value\n", a);
+                return 2;
+            }
+            i++;
+            if (!strcmp(a, "--arch")) o.arch = val;
+            else if (!strcmp(a, "--preset")) o.preset = val;
+            else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = val;
+            else if (!strcmp(a, "--type")) o.type = val;
+            else if (!strcmp(a, "--seed")) {
+                if (!parse_u64(val, &o.seed)) {
+                    fprintf(stderr, "quarrel synth: --seed needs a non-negative integer, got '%s'\n", val);
+                    return 2;
+                }
+            } else {
+                uint64_t t;
+                if (!parse_u64(val, &t) || t == 0 || t > 1024) {
+                    fprintf(stderr, "quarrel synth: %s needs a thread count in 1..1024, got '%s'\n", a, val);
+                    return 2;
+                }
+                o.n_threads = (int)t;
+            }
+        } else {
+            fprintf(stderr, "quarrel synth: unknown argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!o.preset || !out) {
+        fprintf(stderr, "quarrel synth: %s is required\n", !o.preset ? "--preset" : "-o OUT.gguf");
+        usage(stderr);
+        return 2;
+    }
+    qr_synth_stats stats;
+    char err[512];
+    qr_status st = qr_synth_write(&o, out, &stats, err, sizeof err);
+    if (st != QR_OK) {
+        fprintf(stderr, "quarrel synth: %s\n", err);
+        return st == QR_ERR_INVALID_ARG ? 2 : 1;
+    }
+    fprintf(stderr, "synth: wrote %s: %" PRIu64 " tensors, %.2f M parameters, %.2f MiB in %.1f s\n", out, stats.n_tensors,
+            (double)stats.n_params / 1e6, (double)stats.file_size / 1048576.0, stats.seconds);
+    return 0;
+}

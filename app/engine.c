@@ -1,0 +1,250 @@
+/* engine.c — shared plumbing of the generation commands (see engine.h). */
+#include "engine.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "runtime/model_path.h"
+#include "template/template.h"
+#include "util/util.h"
+
+int app_engine_open(app_engine *e, const app_engine_opts *o) {
+    char err[1024];
+    memset(e, 0, sizeof *e);
+    double t0 = qr_time_s();
+    if (qr_model_resolve_path(o->model, e->path, sizeof e->path, err, sizeof err) != QR_OK) {
+        fprintf(stderr, "quarrel: %s\n", err);
+        return 1;
+    }
+    qr_model_params mp = qr_model_default_params();
+    mp.n_threads = o->n_threads;
+    if (qr_model_load(e->path, &mp, &e->model, err, sizeof err) != QR_OK) {
+        fprintf(stderr, "quarrel: %s\n", err);
+        return 1;
+    }
+    if (qr_tokenizer_create(qr_model_gguf(e->model), &e->tok, err, sizeof err) != QR_OK) {
+        fprintf(stderr, "quarrel: %s: tokenizer: %s\n", e->path, err);
+        app_engine_close(e);
+        return 1;
+    }
+    qr_context_params cp = qr_context_default_params();
+    int32_t train = qr_model_n_ctx_train(e->model);
+    cp.n_ctx = o->n_ctx > 0 ? o->n_ctx : (train > 0 && train < 4096 ? train : 4096);
+    if (o->n_batch > 0) cp.n_batch = o->n_batch;
+    if (o->n_seq_max > 0) cp.n_seq_max = o->n_seq_max;
+    cp.n_threads = o->n_threads;
+    if (qr_context_create(e->model, &cp, &e->ctx, err, sizeof err) != QR_OK) {
+        fprintf(stderr, "quarrel: %s\n", err);
+        app_engine_close(e);
+        return 1;
+    }
+    e->load_ms = (qr_time_s() - t0) * 1e3;
+    return 0;
+}
+
+void app_engine_close(app_engine *e) {
+    qr_context_free(e->ctx);
+    qr_tokenizer_free(e->tok);
+    qr_model_free(e->model);
+    e->ctx = NULL;
+    e->tok = NULL;
+    e->model = NULL;
+}
+
+int app_tokenize(const app_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
+                 int32_t **ids, size_t *n) {
+    size_t need = 0;
+    qr_status st = qr_tokenize(e->tok, text, len, add_special, parse_special, NULL, 0, &need);
+    if (st != QR_OK) {
+        fprintf(stderr, "quarrel: tokenize: %s\n", qr_status_str(st));
+        return 1;
+    }
+    *ids = malloc((need ? need : 1) * sizeof **ids);
+    if (!*ids) {
+        fprintf(stderr, "quarrel: out of memory\n");
+        return 1;
+    }
+    st = qr_tokenize(e->tok, text, len, add_special, parse_special, *ids, need, n);
+    if (st != QR_OK) {
+        free(*ids);
+        *ids = NULL;
+        fprintf(stderr, "quarrel: tokenize: %s\n", qr_status_str(st));
+        return 1;
+    }
+    return 0;
+}
+
+int app_read_file(const char *path, char **buf, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "quarrel: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap + 1);
+    for (size_t r; b && (r = fread(b + n, 1, cap - n, f)) > 0;) {
+        n += r;
+        if (n == cap) {
+            char *nb = realloc(b, 2 * cap + 1);
+            if (!nb) {
+                free(b);
+                b = NULL;
+                break;
+            }
+            b = nb;
+            cap *= 2;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!b || bad) {
+        free(b);
+        fprintf(stderr, "quarrel: %s: %s\n", path, b ? "read error" : "out of memory");
+        return 1;
+    }
+    b[n] = 0;
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
+int app_read_ids_json(const char *path, int32_t n_vocab, int32_t **ids, size_t *n) {
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) {
+        fprintf(stderr, "quarrel: %s: line %d: %s\n", path, jerr.line, jerr.text);
+        return 2;
+    }
+    if (!json_is_array(root)) {
+        fprintf(stderr, "quarrel: %s: expected a JSON array of token ids\n", path);
+        json_decref(root);
+        return 2;
+    }
+    size_t count = json_array_size(root);
+    int32_t *out = malloc((count ? count : 1) * sizeof *out);
+    if (!out) {
+        json_decref(root);
+        fprintf(stderr, "quarrel: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < count; i++) {
+        json_t *v = json_array_get(root, i);
+        json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (!json_is_integer(v) || id < 0 || (n_vocab > 0 && id >= n_vocab)) {
+            fprintf(stderr, "quarrel: %s: element %zu is not a token id in [0, %d)\n", path, i, n_vocab);
+            free(out);
+            json_decref(root);
+            return 2;
+        }
+        out[i] = (int32_t)id;
+    }
+    json_decref(root);
+    *ids = out;
+    *n = count;
+    return 0;
+}
+
+/* The template source and the bos/eos texts of the model; 1 when the model has no template. */
+static int chat_template_of(const app_engine *e, qr_gguf_str *src, char *bos, char *eos, size_t cap) {
+    const qr_gguf *g = qr_model_gguf(e->model);
+    if (!qr_gguf_get_str(g, "tokenizer.chat_template", src)) {
+        fprintf(stderr, "quarrel: %s has no chat template (tokenizer.chat_template)\n", e->path);
+        return 1;
+    }
+    const qr_tokenizer_info *ti = qr_tokenizer_get_info(e->tok);
+    bos[0] = eos[0] = 0;
+    size_t len;
+    const char *p;
+    if (ti->special.bos >= 0 && (p = qr_token_text(e->tok, ti->special.bos, &len)))
+        snprintf(bos, cap, "%.*s", (int)len, p);
+    if (ti->special.eos >= 0 && (p = qr_token_text(e->tok, ti->special.eos, &len)))
+        snprintf(eos, cap, "%.*s", (int)len, p);
+    return 0;
+}
+
+int app_render_messages(const app_engine *e, const void *messages_json, char **out) {
+    qr_gguf_str src;
+    char bos[256], eos[256], err[1024];
+    if (chat_template_of(e, &src, bos, eos, sizeof bos)) return 1;
+    qr_chat_options opt = {0};
+    opt.add_generation_prompt = true;
+    opt.bos_token = bos;
+    opt.eos_token = eos;
+    size_t out_len;
+    if (qr_chat_render_json(src.data, (size_t)src.len, (const json_t *)messages_json, &opt, out, &out_len, err,
+                            sizeof err) != QR_OK) {
+        fprintf(stderr, "quarrel: chat template: %s\n", err);
+        return 1;
+    }
+    return 0;
+}
+
+int app_render_chat(const app_engine *e, const char *system, const char *user, char **out) {
+    json_t *msgs = json_array();
+    if (system && *system) json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", system));
+    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", user));
+    int rc = app_render_messages(e, msgs, out);
+    json_decref(msgs);
+    return rc;
+}
+
+int app_parse_int(const char *opt, const char *s, long min, long max, int32_t *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max) {
+        fprintf(stderr, "quarrel: %s: bad value '%s' (expected an integer in [%ld, %ld])\n", opt, s, min, max);
+        return 2;
+    }
+    *out = (int32_t)v;
+    return 0;
+}
+
+int app_parse_float(const char *opt, const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) {
+        fprintf(stderr, "quarrel: %s: bad value '%s' (expected a finite number)\n", opt, s);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
+
+int app_parse_u64(const char *opt, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (*s == '-') {
+        fprintf(stderr, "quarrel: %s: bad value '%s' (expected a non-negative integer)\n", opt, s);
+        return 2;
+    }
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end) {
+        fprintf(stderr, "quarrel: %s: bad value '%s' (expected a non-negative integer)\n", opt, s);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
+
+int app_sampler_opt(int id, const char *arg, qr_sampler_params *p) {
+    switch (id) {
+    case 1000: return app_parse_float("--temp", arg, &p->temperature);
+    case 1001: return app_parse_int("--top-k", arg, -1000000, 1000000000, &p->top_k);
+    case 1002: return app_parse_float("--top-p", arg, &p->top_p);
+    case 1003: return app_parse_float("--min-p", arg, &p->min_p);
+    case 1004: return app_parse_float("--repeat-penalty", arg, &p->repeat_penalty);
+    case 1005: return app_parse_int("--repeat-last-n", arg, -1000000, 1000000000, &p->penalty_last_n);
+    case 1006: return app_parse_float("--presence-penalty", arg, &p->presence_penalty);
+    case 1007: return app_parse_float("--frequency-penalty", arg, &p->frequency_penalty);
+    case 1008: return app_parse_u64("--seed", arg, &p->seed);
+    default: return -1;
+    }
+}

@@ -1,0 +1,69 @@
+/* engine.h — what the generation commands (run, chat, logits, perplexity, bench) share: opening a
+ * model with its tokenizer and a context, reading prompt files / id lists, chat rendering, and the
+ * sampler options. Every function prints its own error to stderr and returns an exit code
+ * (0 ok, 1 runtime failure, 2 usage error). */
+#ifndef QR_APP_ENGINE_H
+#define QR_APP_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quarrel.h"
+#include "runtime/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct app_engine {
+    char path[4096];   /* resolved GGUF path */
+    qr_model *model;
+    qr_context *ctx;
+    qr_tokenizer *tok;
+    double load_ms;    /* model + tokenizer + context creation, wall clock */
+} app_engine;
+
+typedef struct app_engine_opts {
+    const char *model; /* path or Ollama name */
+    int32_t n_threads; /* <= 0: all CPUs */
+    int32_t n_ctx;     /* 0: min(training context, 4096) */
+    int32_t n_batch;   /* 0: 512 */
+    int32_t n_seq_max; /* 0: 1 */
+} app_engine_opts;
+
+int app_engine_open(app_engine *e, const app_engine_opts *o);
+void app_engine_close(app_engine *e);
+
+/* Tokenizes text; *ids is malloc'd (caller frees). */
+int app_tokenize(const app_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
+                 int32_t **ids, size_t *n);
+/* Reads a whole file into a malloc'd NUL-terminated buffer. */
+int app_read_file(const char *path, char **buf, size_t *len);
+/* Reads a JSON array of token ids; each must be in [0, n_vocab) (n_vocab <= 0: no check). */
+int app_read_ids_json(const char *path, int32_t n_vocab, int32_t **ids, size_t *n);
+/* Renders the model's chat template for [system,] user with add_generation_prompt; *out malloc'd. */
+int app_render_chat(const app_engine *e, const char *system, const char *user, char **out);
+/* Renders a JSON array of messages (jansson json_t *) with add_generation_prompt. */
+int app_render_messages(const app_engine *e, const void *messages_json, char **out);
+
+/* Parses a number option strictly; prints "OPT: bad value" and returns 2 on failure. */
+int app_parse_int(const char *opt, const char *s, long min, long max, int32_t *out);
+int app_parse_float(const char *opt, const char *s, float *out);
+int app_parse_u64(const char *opt, const char *s, uint64_t *out);
+
+/* Sampler options shared by run and chat: long option ids >= 1000. app_sampler_opt handles one
+ * (returns 0, or 2 on a bad value, or -1 when the id is not a sampler option). */
+#define APP_SAMPLER_LONGOPTS                                                                             \
+    {"temp", 1, 0, 1000}, {"top-k", 1, 0, 1001}, {"top-p", 1, 0, 1002}, {"min-p", 1, 0, 1003},          \
+        {"repeat-penalty", 1, 0, 1004}, {"repeat-last-n", 1, 0, 1005}, {"presence-penalty", 1, 0, 1006}, \
+        {"frequency-penalty", 1, 0, 1007}, {"seed", 1, 0, 1008}
+int app_sampler_opt(int id, const char *arg, qr_sampler_params *p);
+#define APP_SAMPLER_HELP                                                                                 \
+    "  --temp T             temperature (0 = greedy; default 0.8)\n"                                    \
+    "  --top-k K            top-k (0 = off; default 40)\n"                                              \
+    "  --top-p P            top-p in (0,1] (default 0.95)\n"                                            \
+    "  --min-p P            min-p in [0,1] (default 0.05)\n"                                            \
+    "  --repeat-penalty R   repetition penalty (1 = off)\n"                                             \
+    "  --repeat-last-n N    penalty window (default 64)\n"                                              \
+    "  --presence-penalty X, --frequency-penalty X\n"                                                   \
+    "  --seed S             sampler seed (default random)\n"
+
+#endif /* QR_APP_ENGINE_H */

@@ -1,0 +1,230 @@
+/* backend.h — the op table every compute backend implements (CPU now, CUDA next).
+ *
+ * A backend is a small table of function pointers (qr_backend_ops) plus the memory it owns.
+ * The model code (src/model/) calls `be->ops->op(be, ...)`; it never touches backend memory itself.
+ *
+ * Memory. Activation buffers are plain pointers in the backend's address space, obtained from
+ * ops->alloc (host memory on the CPU backend, device memory on CUDA). Only the CPU backend's
+ * pointers may be dereferenced by the caller; use ops->write / ops->read to move data in and out.
+ * All activation tensors are f32, row-major and contiguous: "[n_rows][dim]" means row r starts at
+ * element r * dim. Weights are qr_weight views of GGUF data (rows of any quant type); a backend may
+ * keep its own copy or repack (ops->weight_prepare), invisible to the caller.
+ *
+ * Batches. Every op that depends on token positions or sequences (get_rows, rope, kv_store,
+ * attention, gather_outputs) reads the current batch plan, set once per forward pass with
+ * ops->set_batch. A plan has n_tokens rows; row r is token tokens[r] at position pos[r] of
+ * sequence seq[r]. Decoding one sequence is a plan with one row. The backend copies the plan's
+ * arrays, so the caller may reuse them after set_batch returns.
+ *
+ * Paged KV cache. K and V rows live in fixed-size blocks of `block_size` token slots owned by the
+ * backend (ops->kv_alloc). Slot s is block s / block_size, offset s % block_size. The bookkeeping
+ * (which blocks a sequence uses, free list, refcounts) is the runtime's (src/runtime/kv_cache.h);
+ * the backend only sees, per batch, the slot each row's K/V is written to (kv_slot) and each
+ * sequence's block table. Invariant: position p of a sequence lives at logical index p of its
+ * block table, i.e. in block block_table[seq][p / block_size], offset p % block_size.
+ *
+ * Threading and ordering. Ops are issued from one thread. A backend may run them asynchronously
+ * (CUDA: one stream) but in issue order; ops->read and ops->synchronize wait for completion.
+ * The CPU backend runs each op to completion on its thread pool before returning.
+ *
+ * Numerics (what the CPU scalar path defines and every other path must match within each op's
+ * tolerance, tested in tests/unit/test_backend.c): matmul converts each activation row once to the
+ * weight type's vec_dot_type (Q8_0/Q8_1 with the numerics of ggml's x86 activation quantizer,
+ * cpu/act_quant.c) and then uses the quant module's vec_dot; rmsnorm accumulates the sum
+ * of squares in double; rope uses ggml's frequency formula; attention follows ggml's non flash-attention
+ * path bit for bit where it can (q and the softmax probabilities rounded to f16, f16 dot products
+ * summed in tinyBLAS's lane order; see cpu/ops_scalar.c); geglu uses ggml's fp16-rounded tanh-GELU.
+ * Small models amplify one-ulp differences into visible logit differences, hence the care.
+ */
+#ifndef QR_BACKEND_H
+#define QR_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quarrel.h"
+#include "quant/types.h"
+
+typedef struct qr_backend qr_backend;
+
+/* A weight tensor: a view of GGUF tensor data (normally inside the model's mmap, not owned). */
+typedef struct qr_weight {
+    const char *name;  /* tensor name, for messages (NUL-terminated, owned by the model) */
+    qr_type type;      /* storage type of the rows */
+    int64_t ne[4];     /* ne[0] = row length (the contiguous dim, k), ne[1] = number of rows (n); unused = 1 */
+    size_t row_bytes;  /* bytes of one ne[0]-element row = qr_type_row_size(type, ne[0]) */
+    const void *host;  /* [ne[3]][ne[2]][ne[1]] rows of row_bytes, host memory */
+    void *device;      /* backend-private copy/repack made by weight_prepare; NULL when unused (CPU) */
+} qr_weight;
+
+/* The rows of one forward pass. All arrays are host memory, read by set_batch only. */
+typedef struct qr_batch_plan {
+    int32_t n_tokens;           /* rows in this pass, >= 1 */
+    const int32_t *tokens;      /* [n_tokens] token ids (used by get_rows) */
+    const int32_t *pos;         /* [n_tokens] position of each row within its sequence, >= 0 */
+    const int32_t *seq;         /* [n_tokens] row -> index into the block table, in [0, n_seqs) */
+    const int32_t *kv_slot;     /* [n_tokens] cache slot receiving the row's K/V (block * block_size + offset) */
+    int32_t n_seqs;             /* rows of block_table */
+    int32_t max_blocks;         /* columns of block_table */
+    const int32_t *block_table; /* [n_seqs][max_blocks] physical block of each logical block; -1 = none */
+    int32_t n_outputs;          /* rows whose hidden state is gathered by gather_outputs, 0..n_tokens */
+    const int32_t *output_rows; /* [n_outputs] row indices, each in [0, n_tokens) */
+} qr_batch_plan;
+
+/* Layout of the paged KV storage. */
+typedef struct qr_kv_desc {
+    int32_t n_layer;    /* layers with a KV cache */
+    int32_t n_blocks;   /* physical blocks */
+    int32_t block_size; /* token slots per block */
+    int32_t k_dim;      /* elements of one K row per layer = n_head_kv * head_dim_k */
+    int32_t v_dim;      /* elements of one V row per layer = n_head_kv * head_dim_v */
+    qr_type type;       /* QR_TYPE_F16 (default, as llama.cpp) or QR_TYPE_F32 */
+} qr_kv_desc;
+
+/* Opaque KV storage owned by a backend. */
+typedef struct qr_kv_storage qr_kv_storage;
+
+typedef enum qr_rope_mode {
+    QR_ROPE_NORMAL = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): llama */
+    QR_ROPE_NEOX = 2,   /* rotate halves (x[i], x[i + n_rot/2]): gemma, qwen, gpt-neox (ggml's value 2) */
+} qr_rope_mode;
+
+/* Rotary embedding parameters (ggml's rope with YaRN fields; ext_factor 0 disables YaRN). */
+typedef struct qr_rope_params {
+    qr_rope_mode mode;
+    int32_t n_rot;                   /* rotated dims per head, even, <= head_dim; the rest pass through */
+    float freq_base;                 /* theta base, e.g. 10000 */
+    float freq_scale;                /* linear scaling: 1 / factor (1 = none) */
+    const qr_weight *freq_factors;   /* F32 [n_rot / 2] divisors of each frequency (llama3 rope_freqs), or NULL */
+    float ext_factor;                /* YaRN extrapolation mix (0 = off) */
+    float attn_factor;               /* magnitude scale of cos/sin (1 = none) */
+    float beta_fast, beta_slow;      /* YaRN ramp bounds (used when ext_factor != 0) */
+    int32_t n_ctx_orig;              /* training context (YaRN) */
+} qr_rope_params;
+
+/* Attention over the paged cache for one layer. */
+typedef struct qr_attn_params {
+    int32_t n_head;    /* query heads */
+    int32_t n_head_kv; /* key/value heads; n_head % n_head_kv == 0 (GQA: q head h reads kv head h / (n_head / n_head_kv)) */
+    int32_t head_dim_k;/* q/k head size */
+    int32_t head_dim_v;/* v head size (output head size) */
+    float scale;       /* logits = scale * softcap(q.k) (llama.cpp's order: cap first, then kq_scale) */
+    float softcap;     /* > 0: softcap(x) = softcap * tanh(x / softcap); 0 = off (identity) */
+    int32_t window;    /* > 0: row at position p sees positions (p - window, p]; 0 = all of [0, p] */
+} qr_attn_params;
+
+typedef struct qr_backend_ops {
+    /* ---- lifetime and memory ---- */
+    /* Frees the backend, its pools and everything it allocated. */
+    void (*destroy)(qr_backend *be);
+    /* Allocates `bytes` (64-byte aligned) of backend memory; NULL on failure. */
+    void *(*alloc)(qr_backend *be, size_t bytes);
+    void (*free)(qr_backend *be, void *ptr);
+    /* Copies host -> backend memory, and backend -> host (waits for pending ops). */
+    void (*write)(qr_backend *be, void *dst, const void *src_host, size_t bytes);
+    void (*read)(qr_backend *be, void *dst_host, const void *src, size_t bytes);
+    /* Waits until every issued op has finished. */
+    void (*synchronize)(qr_backend *be);
+    /* Makes `w` usable by this backend's ops (upload / repack into w->device). CPU: no-op. */
+    qr_status (*weight_prepare)(qr_backend *be, qr_weight *w, char *err, size_t err_len);
+    /* Releases what weight_prepare made (w->device = NULL). */
+    void (*weight_release)(qr_backend *be, qr_weight *w);
+    /* Returns QR_OK, or the first error an op raised since the last call (ops return void: an
+     * allocation failure inside an op, or an asynchronous device error, is reported here), and
+     * clears it. Call once after a forward pass. */
+    qr_status (*last_error)(qr_backend *be, char *err, size_t err_len);
+    /* Changes the worker count (CPU); ignored by backends without threads. n_threads >= 1. */
+    qr_status (*set_n_threads)(qr_backend *be, int32_t n_threads, char *err, size_t err_len);
+
+    /* ---- KV storage ---- */
+    /* Allocates zeroed paged K/V storage; NULL with a message on failure. */
+    qr_kv_storage *(*kv_alloc)(qr_backend *be, const qr_kv_desc *desc, char *err, size_t err_len);
+    void (*kv_free)(qr_backend *be, qr_kv_storage *kv);
+    /* Copies every layer's K and V rows of physical block src into block dst (copy-on-write). */
+    void (*kv_copy_block)(qr_backend *be, qr_kv_storage *kv, int32_t src, int32_t dst);
+
+    /* ---- per-pass state ---- */
+    /* Sets the batch plan used by the position/sequence-aware ops below (copied). */
+    qr_status (*set_batch)(qr_backend *be, const qr_batch_plan *plan, char *err, size_t err_len);
+
+    /* ---- ops (n_tok = the plan's n_tokens unless a count is passed) ---- */
+    /* out[n_tok][table->ne[0]] = dequantized rows table[tokens[r]]. */
+    void (*get_rows)(qr_backend *be, const qr_weight *table, float *out);
+    /* out[n_outputs][dim] = src[output_rows[o]][dim]. */
+    void (*gather_outputs)(qr_backend *be, const float *src, int64_t dim, float *out);
+    /* y[n_rows][w->ne[1]] = x[n_rows][w->ne[0]] . w^T (w 2-D, any type with a vec_dot). */
+    void (*matmul)(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y);
+    /* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w (w: F32 [dim], or NULL for none). y may equal x. */
+    void (*rmsnorm)(qr_backend *be, const float *x, const qr_weight *w, int64_t n_rows, int64_t dim, float eps,
+                    float *y);
+    /* y[r] = (x[r] - mean) / sqrt(var + eps) * w + b (w, b: F32 [dim] or NULL). y may equal x. */
+    void (*layernorm)(qr_backend *be, const float *x, const qr_weight *w, const qr_weight *b, int64_t n_rows,
+                      int64_t dim, float eps, float *y);
+    /* In place on x[n_tok][n_head][head_dim]: rotates the first n_rot dims of every head by the
+     * row's position. */
+    void (*rope)(qr_backend *be, float *x, int32_t n_head, int32_t head_dim, const qr_rope_params *p);
+    /* Writes k[n_tok][k_dim] and v[n_tok][v_dim] of layer `layer` into the rows' kv slots. */
+    void (*kv_store)(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *k, const float *v);
+    /* out[n_tok][n_head * head_dim_v] = softmax(scale * softcap(q.K^T)) V over the row's sequence, causal
+     * (positions <= pos[r]) and windowed; q: [n_tok][n_head * head_dim_k]. Call kv_store first.
+     * CPU: scores and V sums are summed in llama.cpp's order, which differs between one-row passes
+     * (decode) and multi-row passes, so a row's output can differ in the last bits between the two. */
+    void (*attention)(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *q, const qr_attn_params *p,
+                      float *out);
+    /* out[i] = silu(g[i]) * u[i], i < n. */
+    void (*swiglu)(qr_backend *be, const float *g, const float *u, int64_t n, float *out);
+    /* out[i] = gelu_tanh(g[i]) * u[i], i < n (ggml's GELU: input and result rounded to f16). */
+    void (*geglu)(qr_backend *be, const float *g, const float *u, int64_t n, float *out);
+    /* out[i] = a[i] + b[i]; out[i] = a[i] * b[i]; out[i] = s * x[i]; any may alias. */
+    void (*add)(qr_backend *be, const float *a, const float *b, int64_t n, float *out);
+    void (*mul)(qr_backend *be, const float *a, const float *b, int64_t n, float *out);
+    void (*scale)(qr_backend *be, const float *x, float s, int64_t n, float *out);
+    /* out[i] = cap * tanh(x[i] / cap) (final-logit softcapping). */
+    void (*softcap)(qr_backend *be, const float *x, float cap, int64_t n, float *out);
+    /* Row-wise softmax of x[n_rows][dim]. out may equal x. */
+    void (*softmax)(qr_backend *be, const float *x, int64_t n_rows, int64_t dim, float *out);
+    /* dst[0..n) = src[0..n) (floats). */
+    void (*copy)(qr_backend *be, const float *src, int64_t n, float *dst);
+} qr_backend_ops;
+
+struct qr_backend {
+    const char *name;          /* "cpu" or "cuda" (static string) */
+    const qr_backend_ops *ops; /* the op table (static) */
+    void *impl;                /* backend-private state */
+};
+
+/* Frees a backend (NULL is fine). */
+static inline void qr_backend_free(qr_backend *be) {
+    if (be) be->ops->destroy(be);
+}
+
+/* ---- the CPU backend (src/backend/cpu/) ------------------------------------------------------ */
+
+typedef struct qr_backend_cpu_params {
+    int32_t n_threads; /* worker threads incl. the caller; <= 0 = number of online CPUs */
+    bool force_scalar; /* true: scalar reference ops only (the oracle); false: best SIMD (cpuid) */
+} qr_backend_cpu_params;
+
+/* Creates the CPU backend. Ownership: qr_backend_free. */
+qr_status qr_backend_cpu_create(const qr_backend_cpu_params *params, qr_backend **out, char *err, size_t err_len);
+
+/* "avx2" or "scalar": the op set the CPU backend picked. */
+const char *qr_backend_cpu_simd(const qr_backend *be);
+
+/* ---- the CUDA backend (src/backend/cuda/) ---------------------------------------------------- */
+
+typedef struct qr_backend_cuda_params {
+    int32_t gpu; /* CUDA device index, 0 = the first GPU */
+} qr_backend_cuda_params;
+
+/* Creates the CUDA backend on GPU params->gpu (params NULL = GPU 0). Returns QR_ERR_UNSUPPORTED with
+ * "built without CUDA" or "no CUDA device found" when it cannot run here (the caller logs one line
+ * and falls back to the CPU). Every qr_weight passed to its ops must have been weight_prepare'd by
+ * it. Ownership: qr_backend_free. */
+qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params, qr_backend **out, char *err, size_t err_len);
+
+/* Number of CUDA devices usable by this build: 0 when built without CUDA or when none is present. */
+int qr_cuda_device_count(void);
+
+#endif /* QR_BACKEND_H */

@@ -1,0 +1,738 @@
+/* backend_cpu.c — the CPU backend: memory, paged KV storage, batch plan, and the op table, each op
+ * split over the thread pool and computed by the per-ISA kernels (ops_scalar.c / ops_avx2.c). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include "backend/cpu/cpu.h"
+#include "util/util.h"
+
+/* Below this many elements an elementwise/row op runs on the calling thread only. */
+#define PAR_MIN_ELEMS 32768
+
+static inline cpu_backend *CB(qr_backend *be) { return (cpu_backend *)be->impl; }
+
+/* Records the first op error (reported by last_error). */
+static void raise_error(cpu_backend *cb, qr_status st, const char *msg) {
+    if (cb->error != QR_OK) return;
+    cb->error = st;
+    snprintf(cb->error_msg, sizeof cb->error_msg, "%s", msg);
+}
+
+bool qr_cpu_has_avx2(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+    if (!(fma && osxsave && avx && f16c)) return false;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 6u) != 6u) return false; /* OS saves XMM and YMM state */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    return b & (1u << 5);
+#else
+    return false;
+#endif
+}
+
+/* ---- lifetime and memory ---- */
+
+static void cpu_destroy(qr_backend *be) {
+    cpu_backend *cb = CB(be);
+    cpu_pool_free(cb->pool);
+    free(cb->gelu_tab);
+    free(cb->tokens);
+    free(cb->pos);
+    free(cb->seq);
+    free(cb->kv_slot);
+    free(cb->output_rows);
+    free(cb->block_table);
+    free(cb->wdata);
+    free(cb->scores);
+    free(cb);
+    free(be);
+}
+
+static void *cpu_alloc(qr_backend *be, size_t bytes) {
+    (void)be;
+    size_t sz = (bytes + 63) & ~(size_t)63;
+    if (sz == 0) sz = 64;
+    return aligned_alloc(64, sz);
+}
+
+static void cpu_free(qr_backend *be, void *ptr) {
+    (void)be;
+    free(ptr);
+}
+
+static void cpu_write(qr_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes) memcpy(dst, src, bytes);
+}
+
+static void cpu_read(qr_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes) memcpy(dst, src, bytes);
+}
+
+static void cpu_synchronize(qr_backend *be) { (void)be; }
+
+static qr_status cpu_weight_prepare(qr_backend *be, qr_weight *w, char *err, size_t err_len) {
+    (void)be;
+    if (!w->host) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "weight %s has no data", w->name ? w->name : "?");
+    w->device = NULL;
+    return QR_OK;
+}
+
+static void cpu_weight_release(qr_backend *be, qr_weight *w) {
+    (void)be;
+    w->device = NULL;
+}
+
+static qr_status cpu_last_error(qr_backend *be, char *err, size_t err_len) {
+    cpu_backend *cb = CB(be);
+    qr_status st = cb->error;
+    if (st != QR_OK) qr_errf(err, err_len, st, "cpu backend: %s", cb->error_msg);
+    cb->error = QR_OK;
+    cb->error_msg[0] = 0;
+    return st;
+}
+
+static qr_status cpu_set_n_threads(qr_backend *be, int32_t n_threads, char *err, size_t err_len) {
+    cpu_backend *cb = CB(be);
+    if (n_threads < 1) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "n_threads must be >= 1 (got %d)", n_threads);
+    if (cpu_pool_n_threads(cb->pool) == n_threads) return QR_OK;
+    cpu_pool *np = cpu_pool_create(n_threads);
+    if (!np) return qr_errf(err, err_len, QR_ERR_NOMEM, "cannot start %d threads", n_threads);
+    cpu_pool_free(cb->pool);
+    cb->pool = np;
+    return QR_OK;
+}
+
+/* ---- KV storage ---- */
+
+static size_t kv_elem_size(qr_type t) { return t == QR_TYPE_F16 ? 2 : 4; }
+
+static void cpu_kv_free(qr_backend *be, qr_kv_storage *kv) {
+    (void)be;
+    if (!kv) return;
+    for (int32_t l = 0; l < kv->desc.n_layer; l++) {
+        if (kv->k) free(kv->k[l]);
+        if (kv->v) free(kv->v[l]);
+    }
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+static qr_kv_storage *cpu_kv_alloc(qr_backend *be, const qr_kv_desc *d, char *err, size_t err_len) {
+    if (d->n_layer < 0 || d->n_blocks < 1 || d->block_size < 1 || d->k_dim < 1 || d->v_dim < 1 ||
+        (d->type != QR_TYPE_F16 && d->type != QR_TYPE_F32)) {
+        qr_errf(err, err_len, QR_ERR_INVALID_ARG,
+                "bad kv layout: n_layer %d, n_blocks %d, block_size %d, k_dim %d, v_dim %d, type %s", d->n_layer,
+                d->n_blocks, d->block_size, d->k_dim, d->v_dim, qr_type_name(d->type));
+        return NULL;
+    }
+    qr_kv_storage *kv = calloc(1, sizeof *kv);
+    if (!kv) goto oom;
+    kv->desc = *d;
+    kv->desc.n_layer = 0; /* counts the layers allocated so far, for cleanup */
+    kv->k = calloc((size_t)d->n_layer + 1, sizeof(void *));
+    kv->v = calloc((size_t)d->n_layer + 1, sizeof(void *));
+    if (!kv->k || !kv->v) goto oom;
+    const size_t slots = (size_t)d->n_blocks * (size_t)d->block_size, es = kv_elem_size(d->type);
+    for (int32_t l = 0; l < d->n_layer; l++) {
+        kv->k[l] = calloc(slots * (size_t)d->k_dim, es);
+        kv->v[l] = calloc(slots * (size_t)d->v_dim, es);
+        kv->desc.n_layer = l + 1;
+        if (!kv->k[l] || !kv->v[l]) goto oom;
+    }
+    return kv;
+oom:
+    qr_errf(err, err_len, QR_ERR_NOMEM, "cannot allocate the KV cache (%d layers x %d blocks x %d slots)",
+            d->n_layer, d->n_blocks, d->block_size);
+    cpu_kv_free(be, kv);
+    return NULL;
+}
+
+static void cpu_kv_copy_block(qr_backend *be, qr_kv_storage *kv, int32_t src, int32_t dst) {
+    const qr_kv_desc *d = &kv->desc;
+    if (src < 0 || dst < 0 || src >= d->n_blocks || dst >= d->n_blocks) {
+        raise_error(CB(be), QR_ERR_INVALID_ARG, "kv_copy_block: block id out of range");
+        return;
+    }
+    const size_t es = kv_elem_size(d->type), bk = (size_t)d->block_size * (size_t)d->k_dim * es,
+                 bv = (size_t)d->block_size * (size_t)d->v_dim * es;
+    for (int32_t l = 0; l < d->n_layer; l++) {
+        memcpy((char *)kv->k[l] + (size_t)dst * bk, (char *)kv->k[l] + (size_t)src * bk, bk);
+        memcpy((char *)kv->v[l] + (size_t)dst * bv, (char *)kv->v[l] + (size_t)src * bv, bv);
+    }
+}
+
+/* ---- batch plan ---- */
+
+static bool grow_i32(int32_t **arr, size_t *cap, size_t need) {
+    if (need <= *cap) return true;
+    int32_t *p = realloc(*arr, need * sizeof(int32_t));
+    if (!p) return false;
+    *arr = p;
+    return true;
+}
+
+static qr_status cpu_set_batch(qr_backend *be, const qr_batch_plan *p, char *err, size_t err_len) {
+    cpu_backend *cb = CB(be);
+    if (p->n_tokens < 1 || p->n_seqs < 1 || p->max_blocks < 1 || p->n_outputs < 0 || p->n_outputs > p->n_tokens)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad batch plan: n_tokens %d, n_seqs %d, max_blocks %d, n_outputs %d",
+                       p->n_tokens, p->n_seqs, p->max_blocks, p->n_outputs);
+    const size_t nt = (size_t)p->n_tokens, nbt = (size_t)p->n_seqs * (size_t)p->max_blocks;
+    size_t cap = cb->plan_cap_tok;
+    bool ok = true;
+    ok = ok && grow_i32(&cb->tokens, &cap, nt);
+    ok = ok && grow_i32(&cb->pos, &cap, nt);
+    ok = ok && grow_i32(&cb->seq, &cap, nt);
+    ok = ok && grow_i32(&cb->kv_slot, &cap, nt);
+    ok = ok && grow_i32(&cb->output_rows, &cap, nt);
+    if (ok && nt > cb->plan_cap_tok) cb->plan_cap_tok = nt;
+    ok = ok && grow_i32(&cb->block_table, &cb->plan_cap_bt, nbt);
+    if (ok && nbt > cb->plan_cap_bt) cb->plan_cap_bt = nbt;
+    if (!ok) return qr_errf(err, err_len, QR_ERR_NOMEM, "cannot copy a batch plan of %d rows", p->n_tokens);
+    for (int32_t r = 0; r < p->n_tokens; r++) {
+        if (p->seq[r] < 0 || p->seq[r] >= p->n_seqs || p->pos[r] < 0 || p->kv_slot[r] < 0)
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad batch plan row %d: seq %d, pos %d, kv_slot %d", r,
+                           p->seq[r], p->pos[r], p->kv_slot[r]);
+    }
+    for (int32_t o = 0; o < p->n_outputs; o++)
+        if (p->output_rows[o] < 0 || p->output_rows[o] >= p->n_tokens)
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad batch plan: output row %d out of range", p->output_rows[o]);
+    memcpy(cb->tokens, p->tokens, nt * sizeof(int32_t));
+    memcpy(cb->pos, p->pos, nt * sizeof(int32_t));
+    memcpy(cb->seq, p->seq, nt * sizeof(int32_t));
+    memcpy(cb->kv_slot, p->kv_slot, nt * sizeof(int32_t));
+    if (p->n_outputs) memcpy(cb->output_rows, p->output_rows, (size_t)p->n_outputs * sizeof(int32_t));
+    memcpy(cb->block_table, p->block_table, nbt * sizeof(int32_t));
+    cb->n_tokens = p->n_tokens;
+    cb->n_seqs = p->n_seqs;
+    cb->max_blocks = p->max_blocks;
+    cb->n_outputs = p->n_outputs;
+    return QR_OK;
+}
+
+/* ---- ops ---- */
+
+static const qr_quant_traits *cpu_traits(const cpu_backend *cb, qr_type t) {
+    return cb->scalar ? qr_quant_traits_ref(t) : qr_quant_traits_best(t);
+}
+
+typedef struct rows_task {
+    cpu_backend *cb;
+    const void *w;        /* op-specific weight/table */
+    const void *w2;
+    const float *x;
+    float *y;
+    int64_t n_rows, dim;
+    float f0;
+    const qr_quant_traits *tr;
+    const void *extra;
+    int32_t i0, i1, i2;
+} rows_task;
+
+/* Runs fn over n items of about `cost` elements each: on the calling thread when the op is small,
+ * else on the pool in chunks of ~16K elements (at least a few chunks per thread). */
+static void run_items(cpu_backend *cb, cpu_range_fn fn, void *arg, int64_t n, int64_t cost) {
+    const int nth = cpu_pool_n_threads(cb->pool);
+    if (cost < 1) cost = 1;
+    if (n * cost < PAR_MIN_ELEMS || nth == 1) {
+        fn(arg, 0, n, 0);
+        return;
+    }
+    int64_t grain = (16384 + cost - 1) / cost;
+    const int64_t fair = n / (4 * (int64_t)nth);
+    if (fair >= 1 && grain > fair) grain = fair;
+    cpu_pool_for(cb->pool, n, grain, fn, arg);
+}
+
+static void get_rows_task(void *arg, int64_t lo, int64_t hi, int ith) {
+    rows_task *t = arg;
+    const qr_weight *w = t->w;
+    (void)ith;
+    for (int64_t r = lo; r < hi; r++) {
+        const int32_t id = t->cb->tokens[r];
+        const void *src = (const char *)w->host + (size_t)id * w->row_bytes;
+        if (w->type == QR_TYPE_F32) memcpy(t->y + r * t->dim, src, (size_t)t->dim * sizeof(float));
+        else t->tr->to_float(src, t->y + r * t->dim, t->dim);
+    }
+}
+
+static void cpu_get_rows(qr_backend *be, const qr_weight *table, float *out) {
+    cpu_backend *cb = CB(be);
+    const qr_quant_traits *tr = cpu_traits(cb, table->type);
+    if (table->type != QR_TYPE_F32 && (!tr || !tr->to_float)) {
+        raise_error(cb, QR_ERR_UNSUPPORTED, "get_rows: the table's type cannot be dequantized");
+        return;
+    }
+    for (int32_t r = 0; r < cb->n_tokens; r++) {
+        if (cb->tokens[r] < 0 || cb->tokens[r] >= table->ne[1]) {
+            raise_error(cb, QR_ERR_INVALID_ARG, "get_rows: token id out of range");
+            return;
+        }
+    }
+    rows_task t = {.cb = cb, .w = table, .y = out, .n_rows = cb->n_tokens, .dim = table->ne[0], .tr = tr};
+    run_items(cb, get_rows_task, &t, cb->n_tokens, table->ne[0]);
+}
+
+static void cpu_gather_outputs(qr_backend *be, const float *src, int64_t dim, float *out) {
+    cpu_backend *cb = CB(be);
+    for (int32_t o = 0; o < cb->n_outputs; o++)
+        memmove(out + (int64_t)o * dim, src + (int64_t)cb->output_rows[o] * dim, (size_t)dim * sizeof(float));
+}
+
+/* ---- matmul ---- */
+
+typedef struct mm_task {
+    const qr_weight *w;
+    const qr_quant_traits *tr;  /* weight traits (vec_dot) */
+    qr_from_float_fn act;       /* activation row -> vec_dot_type */
+    const float *x;
+    float *y;
+    int64_t n_tok, k, n;
+    const char *xq;             /* converted activations, [n_tok] rows of xq_row bytes */
+    size_t xq_row;
+    int64_t rows_per_chunk, toks_per_chunk, n_row_chunks, n_chunks;
+} mm_task;
+
+static void mm_convert_task(void *arg, int64_t lo, int64_t hi, int ith) {
+    mm_task *t = arg;
+    (void)ith;
+    for (int64_t r = lo; r < hi; r++) t->act(t->x + r * t->k, (char *)t->xq + (size_t)r * t->xq_row, t->k);
+}
+
+/* Chunks c of the output: row block c % n_row_chunks times token block c / n_row_chunks. */
+static void mm_dot_task(void *arg, int64_t lo, int64_t hi, int ith) {
+    mm_task *t = arg;
+    const char *wbase = t->w->host;
+    const size_t wrow = t->w->row_bytes;
+    (void)ith;
+    for (int64_t c = lo; c < hi; c++) {
+        const int64_t rc = c % t->n_row_chunks, tc = c / t->n_row_chunks;
+        const int64_t r0 = rc * t->rows_per_chunk, r1 = r0 + t->rows_per_chunk < t->n ? r0 + t->rows_per_chunk : t->n;
+        const int64_t t0 = tc * t->toks_per_chunk,
+                      t1 = t0 + t->toks_per_chunk < t->n_tok ? t0 + t->toks_per_chunk : t->n_tok;
+        for (int64_t i = r0; i < r1; i++) {
+            const void *wr = wbase + (size_t)i * wrow;
+            for (int64_t tk = t0; tk < t1; tk++)
+                t->tr->vec_dot(t->k, t->y + tk * t->n + i, wr, t->xq + (size_t)tk * t->xq_row);
+        }
+    }
+}
+
+static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y) {
+    cpu_backend *cb = CB(be);
+    const qr_quant_traits *tr = cpu_traits(cb, w->type);
+    if (!tr || !tr->vec_dot) {
+        raise_error(cb, QR_ERR_UNSUPPORTED, "matmul: weight type has no dot product");
+        return;
+    }
+    if (n_rows <= 0) return;
+    mm_task t = {.w = w, .tr = tr, .x = x, .y = y, .n_tok = n_rows, .k = w->ne[0], .n = w->ne[1]};
+    if (tr->vec_dot_type == QR_TYPE_F32) {
+        t.xq = (const char *)x;
+        t.xq_row = (size_t)t.k * sizeof(float);
+    } else {
+        const qr_quant_traits *vtr = cpu_traits(cb, tr->vec_dot_type);
+        t.act = qr_cpu_act_quantizer(tr->vec_dot_type);
+        if (!t.act && vtr) t.act = vtr->from_float;
+        if (!t.act) {
+            raise_error(cb, QR_ERR_UNSUPPORTED, "matmul: cannot convert activations to the vec_dot type");
+            return;
+        }
+        t.xq_row = qr_type_row_size(tr->vec_dot_type, t.k);
+        const size_t need = t.xq_row * (size_t)n_rows;
+        if (t.xq_row == 0) {
+            raise_error(cb, QR_ERR_INVALID_ARG, "matmul: row length is not a multiple of the block size");
+            return;
+        }
+        if (need > cb->wdata_cap) {
+            void *p = realloc(cb->wdata, need);
+            if (!p) {
+                raise_error(cb, QR_ERR_NOMEM, "matmul: cannot allocate the activation buffer");
+                return;
+            }
+            cb->wdata = p;
+            cb->wdata_cap = need;
+        }
+        t.xq = cb->wdata;
+        run_items(cb, mm_convert_task, &t, n_rows, t.k * 8);
+    }
+    const int nth = cpu_pool_n_threads(cb->pool);
+    t.toks_per_chunk = n_rows < 32 ? n_rows : 32;
+    const int64_t n_tok_chunks = (n_rows + t.toks_per_chunk - 1) / t.toks_per_chunk;
+    /* enough row chunks to balance: ~8 per thread for decode, at least 16 rows each */
+    int64_t rows = t.n / ((int64_t)nth * 8 / (n_tok_chunks < 8 ? n_tok_chunks : 8) + 1);
+    if (rows < 16) rows = 16;
+    t.rows_per_chunk = rows;
+    t.n_row_chunks = (t.n + rows - 1) / rows;
+    t.n_chunks = t.n_row_chunks * n_tok_chunks;
+    if (nth == 1 || t.n * t.k * n_rows < 4096) mm_dot_task(&t, 0, t.n_chunks, 0);
+    else cpu_pool_for(cb->pool, t.n_chunks, 1, mm_dot_task, &t);
+}
+
+/* ---- norms ---- */
+
+static void rmsnorm_task(void *arg, int64_t lo, int64_t hi, int ith) {
+    rows_task *t = arg;
+    (void)ith;
+    for (int64_t r = lo; r < hi; r++) t->cb->k->rmsnorm_row(t->x + r * t->dim, t->w, t->dim, t->f0, t->y + r * t->dim);
+}
+
+static void cpu_rmsnorm(qr_backend *be, const float *x, const qr_weight *w, int64_t n_rows, int64_t dim, float eps,
+                        float *y) {
+    cpu_backend *cb = CB(be);
+    if (w && (w->type != QR_TYPE_F32 || w->ne[0] != dim)) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "rmsnorm: weight must be F32 [dim]");
+        return;
+    }
+    rows_task t = {.cb = cb, .w = w ? w->host : NULL, .x = x, .y = y, .n_rows = n_rows, .dim = dim, .f0 = eps};
+    run_items(cb, rmsnorm_task, &t, n_rows, dim);
+}
+
+static void layernorm_task(void *arg, int64_t lo, int64_t hi, int ith) {
+    rows_task *t = arg;
+    const float *w = t->w, *b = t->w2;
+    (void)ith;
+    for (int64_t r = lo; r < hi; r++) {
+        const float *x = t->x + r * t->dim;
+        float *y = t->y + r * t->dim;
+        double sum = 0.0;
+        for (int64_t i = 0; i < t->dim; i++) sum += x[i];
+        const float mean = (float)(sum / (double)t->dim);
+        double sum2 = 0.0;
+        for (int64_t i = 0; i < t->dim; i++) {
+            const float v = x[i] - mean;
+            y[i] = v;
+            sum2 += (double)(v * v);
+        }
+        const float scale = 1.0f / sqrtf((float)(sum2 / (double)t->dim) + t->f0);
+        for (int64_t i = 0; i < t->dim; i++) {
+            float v = y[i] * scale;
+            if (w) v *= w[i];
+            if (b) v += b[i];
+            y[i] = v;
+        }
+    }
+}
+
+static void cpu_layernorm(qr_backend *be, const float *x, const qr_weight *w, const qr_weight *b, int64_t n_rows,
+                          int64_t dim, float eps, float *y) {
+    cpu_backend *cb = CB(be);
+    if ((w && (w->type != QR_TYPE_F32 || w->ne[0] != dim)) || (b && (b->type != QR_TYPE_F32 || b->ne[0] != dim))) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "layernorm: weight and bias must be F32 [dim]");
+        return;
+    }
+    rows_task t = {.cb = cb, .w = w ? w->host : NULL, .w2 = b ? b->host : NULL, .x = x, .y = y, .n_rows = n_rows,
+                   .dim = dim, .f0 = eps};
+    run_items(cb, layernorm_task, &t, n_rows, dim);
+}
+
+/* ---- rope ---- */
+
+typedef struct rope_task {
+    cpu_backend *cb;
+    float *x;
+    int32_t n_head, head_dim;
+    const qr_rope_params *p;
+    const float *ff;
+} rope_task;
+
+static void rope_task_fn(void *arg, int64_t lo, int64_t hi, int ith) {
+    rope_task *t = arg;
+    float cs[QR_CPU_MAX_HEAD_DIM];
+    (void)ith;
+    for (int64_t r = lo; r < hi; r++) {
+        qr_cpu_rope_cache((float)t->cb->pos[r], t->p, t->ff, cs);
+        t->cb->k->rope_row(t->x + r * t->n_head * t->head_dim, t->n_head, t->head_dim, t->p->n_rot, t->p->mode, cs);
+    }
+}
+
+static void cpu_rope(qr_backend *be, float *x, int32_t n_head, int32_t head_dim, const qr_rope_params *p) {
+    cpu_backend *cb = CB(be);
+    if (p->n_rot < 2 || p->n_rot % 2 || p->n_rot > head_dim || head_dim > QR_CPU_MAX_HEAD_DIM ||
+        (p->freq_factors && (p->freq_factors->type != QR_TYPE_F32 || p->freq_factors->ne[0] < p->n_rot / 2))) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "rope: bad n_rot/head_dim/freq_factors");
+        return;
+    }
+    rope_task t = {.cb = cb, .x = x, .n_head = n_head, .head_dim = head_dim, .p = p,
+                   .ff = p->freq_factors ? p->freq_factors->host : NULL};
+    run_items(cb, rope_task_fn, &t, cb->n_tokens, (int64_t)n_head * head_dim);
+}
+
+/* ---- KV store and attention ---- */
+
+static void cpu_kv_store(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *k, const float *v) {
+    cpu_backend *cb = CB(be);
+    const qr_kv_desc *d = &kv->desc;
+    if (layer < 0 || layer >= d->n_layer) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "kv_store: layer out of range");
+        return;
+    }
+    const int64_t n_slots = (int64_t)d->n_blocks * d->block_size;
+    for (int32_t r = 0; r < cb->n_tokens; r++) {
+        const int64_t s = cb->kv_slot[r];
+        if (s >= n_slots) {
+            raise_error(cb, QR_ERR_INVALID_ARG, "kv_store: slot out of range");
+            return;
+        }
+        if (d->type == QR_TYPE_F16) {
+            cb->k->to_f16(k + (int64_t)r * d->k_dim, (uint16_t *)kv->k[layer] + s * d->k_dim, d->k_dim);
+            cb->k->to_f16(v + (int64_t)r * d->v_dim, (uint16_t *)kv->v[layer] + s * d->v_dim, d->v_dim);
+        } else {
+            memcpy((float *)kv->k[layer] + s * d->k_dim, k + (int64_t)r * d->k_dim, (size_t)d->k_dim * sizeof(float));
+            memcpy((float *)kv->v[layer] + s * d->v_dim, v + (int64_t)r * d->v_dim, (size_t)d->v_dim * sizeof(float));
+        }
+    }
+}
+
+typedef struct attn_task {
+    cpu_backend *cb;
+    const qr_kv_storage *kv;
+    int32_t layer;
+    const float *q;
+    const qr_attn_params *p;
+    float *out;
+    int64_t n_jobs;
+} attn_task;
+
+/* Jobs jb = row * n_head + head. */
+static void attn_task_fn(void *arg, int64_t lo, int64_t hi, int ith) {
+    attn_task *t = arg;
+    const cpu_backend *cb = t->cb;
+    const qr_attn_params *p = t->p;
+    const qr_kv_desc *d = &t->kv->desc;
+    const int32_t group = p->n_head / p->n_head_kv;
+    float *scores = cb->scores + (size_t)ith * cb->scores_cap;
+    for (int64_t jb = lo; jb < hi; jb++) {
+        const int32_t r = (int32_t)(jb / p->n_head), h = (int32_t)(jb % p->n_head), kvh = h / group;
+        const int32_t pos = cb->pos[r];
+        cpu_attn_job job = {
+            .q = t->q + ((int64_t)r * p->n_head + h) * p->head_dim_k,
+            .k_base = t->kv->k[t->layer],
+            .v_base = t->kv->v[t->layer],
+            .k_stride = d->k_dim,
+            .v_stride = d->v_dim,
+            .k_off = (int64_t)kvh * p->head_dim_k,
+            .v_off = (int64_t)kvh * p->head_dim_v,
+            .kv_type = d->type,
+            .block_table = cb->block_table + (int64_t)cb->seq[r] * cb->max_blocks,
+            .block_size = d->block_size,
+            .first = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0,
+            .last = pos,
+            .head_dim_k = p->head_dim_k,
+            .head_dim_v = p->head_dim_v,
+            .scale = p->scale,
+            .softcap = p->softcap,
+            .single = cb->n_tokens == 1,
+            .scores = scores,
+            .out = t->out + ((int64_t)r * p->n_head + h) * p->head_dim_v,
+        };
+        cb->k->attn_head(&job);
+    }
+}
+
+static void cpu_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *q, const qr_attn_params *p,
+                          float *out) {
+    cpu_backend *cb = CB(be);
+    const qr_kv_desc *d = &kv->desc;
+    if (layer < 0 || layer >= d->n_layer || p->n_head < 1 || p->n_head_kv < 1 || p->n_head % p->n_head_kv ||
+        p->head_dim_k < 1 || p->head_dim_v < 1 || p->head_dim_k > QR_CPU_MAX_HEAD_DIM ||
+        p->head_dim_v > QR_CPU_MAX_HEAD_DIM || (int64_t)p->n_head_kv * p->head_dim_k != d->k_dim ||
+        (int64_t)p->n_head_kv * p->head_dim_v != d->v_dim) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "attention: head layout does not match the KV cache");
+        return;
+    }
+    for (int32_t r = 0; r < cb->n_tokens; r++) {
+        const int32_t *bt = cb->block_table + (int64_t)cb->seq[r] * cb->max_blocks;
+        const int32_t last_blk = cb->pos[r] / d->block_size;
+        if (last_blk >= cb->max_blocks) {
+            raise_error(cb, QR_ERR_INVALID_ARG, "attention: position beyond the block table");
+            return;
+        }
+        const int32_t first = p->window > 0 && cb->pos[r] - p->window + 1 > 0 ? cb->pos[r] - p->window + 1 : 0;
+        for (int32_t b = first / d->block_size; b <= last_blk; b++) {
+            if (bt[b] < 0 || bt[b] >= d->n_blocks) {
+                raise_error(cb, QR_ERR_INVALID_ARG, "attention: block table entry missing or out of range");
+                return;
+            }
+        }
+    }
+    attn_task t = {.cb = cb, .kv = kv, .layer = layer, .q = q, .p = p, .out = out,
+                   .n_jobs = (int64_t)cb->n_tokens * p->n_head};
+    const int nth = cpu_pool_n_threads(cb->pool);
+    /* per-thread score scratch: as many keys as the longest row sees */
+    size_t max_keys = 1;
+    for (int32_t r = 0; r < cb->n_tokens; r++)
+        if ((size_t)cb->pos[r] + 1 > max_keys) max_keys = (size_t)cb->pos[r] + 1;
+    if (p->window > 0 && max_keys > (size_t)p->window) max_keys = (size_t)p->window;
+    if (max_keys > cb->scores_cap || !cb->scores || nth > cb->scores_nth) {
+        size_t cap = max_keys < 1024 ? 1024 : max_keys;
+        float *ns = realloc(cb->scores, cap * (size_t)nth * sizeof(float));
+        if (!ns) {
+            raise_error(cb, QR_ERR_NOMEM, "attention: cannot allocate the score buffer");
+            return;
+        }
+        cb->scores = ns;
+        cb->scores_cap = cap;
+        cb->scores_nth = nth;
+    }
+    cpu_pool_for(cb->pool, t.n_jobs, 1, attn_task_fn, &t);
+}
+
+/* ---- elementwise ---- */
+
+typedef enum ew_kind { EW_SWIGLU, EW_GEGLU, EW_ADD, EW_MUL, EW_SCALE, EW_SOFTCAP, EW_COPY } ew_kind;
+
+typedef struct ew_task {
+    cpu_backend *cb;
+    ew_kind kind;
+    const float *a, *b;
+    float s;
+    int64_t n;
+    float *out;
+} ew_task;
+
+static void ew_task_fn(void *arg, int64_t lo, int64_t hi, int ith) {
+    ew_task *t = arg;
+    const cpu_kernels *k = t->cb->k;
+    (void)ith;
+    const int64_t n = hi - lo;
+    const float *a = t->a + lo, *b = t->b ? t->b + lo : NULL;
+    float *o = t->out + lo;
+    switch (t->kind) {
+    case EW_SWIGLU: k->swiglu(a, b, n, o); break;
+    case EW_GEGLU: k->geglu(a, b, n, o, t->cb->gelu_tab); break;
+    case EW_ADD: k->add(a, b, n, o); break;
+    case EW_MUL: k->mul(a, b, n, o); break;
+    case EW_SCALE: k->scale(a, t->s, n, o); break;
+    case EW_SOFTCAP:
+        for (int64_t i = 0; i < n; i++) o[i] = t->s * tanhf(a[i] / t->s);
+        break;
+    case EW_COPY: memmove(o, a, (size_t)n * sizeof(float)); break;
+    }
+}
+
+static void ew_run(qr_backend *be, ew_kind kind, const float *a, const float *b, float s, int64_t n, float *out) {
+    cpu_backend *cb = CB(be);
+    ew_task t = {.cb = cb, .kind = kind, .a = a, .b = b, .s = s, .n = n, .out = out};
+    /* in-place aliasing is fine, but a split copy with overlapping shifted ranges is not: copy serially */
+    if (kind == EW_COPY) ew_task_fn(&t, 0, n, 0);
+    else run_items(cb, ew_task_fn, &t, n, 1);
+}
+
+static void cpu_swiglu(qr_backend *be, const float *g, const float *u, int64_t n, float *out) {
+    ew_run(be, EW_SWIGLU, g, u, 0, n, out);
+}
+static void cpu_geglu(qr_backend *be, const float *g, const float *u, int64_t n, float *out) {
+    ew_run(be, EW_GEGLU, g, u, 0, n, out);
+}
+static void cpu_add(qr_backend *be, const float *a, const float *b, int64_t n, float *out) {
+    ew_run(be, EW_ADD, a, b, 0, n, out);
+}
+static void cpu_mul(qr_backend *be, const float *a, const float *b, int64_t n, float *out) {
+    ew_run(be, EW_MUL, a, b, 0, n, out);
+}
+static void cpu_scale(qr_backend *be, const float *x, float s, int64_t n, float *out) {
+    ew_run(be, EW_SCALE, x, NULL, s, n, out);
+}
+static void cpu_softcap(qr_backend *be, const float *x, float cap, int64_t n, float *out) {
+    if (cap <= 0.0f) {
+        raise_error(CB(be), QR_ERR_INVALID_ARG, "softcap: cap must be > 0");
+        return;
+    }
+    ew_run(be, EW_SOFTCAP, x, NULL, cap, n, out);
+}
+static void cpu_copy(qr_backend *be, const float *src, int64_t n, float *dst) { ew_run(be, EW_COPY, src, NULL, 0, n, dst); }
+
+static void softmax_task(void *arg, int64_t lo, int64_t hi, int ith) {
+    rows_task *t = arg;
+    (void)ith;
+    for (int64_t r = lo; r < hi; r++) t->cb->k->softmax_row(t->x + r * t->dim, t->dim, t->y + r * t->dim);
+}
+
+static void cpu_softmax(qr_backend *be, const float *x, int64_t n_rows, int64_t dim, float *out) {
+    cpu_backend *cb = CB(be);
+    rows_task t = {.cb = cb, .x = x, .y = out, .n_rows = n_rows, .dim = dim};
+    run_items(cb, softmax_task, &t, n_rows, dim);
+}
+
+static const qr_backend_ops cpu_ops = {
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .write = cpu_write,
+    .read = cpu_read,
+    .synchronize = cpu_synchronize,
+    .weight_prepare = cpu_weight_prepare,
+    .weight_release = cpu_weight_release,
+    .last_error = cpu_last_error,
+    .set_n_threads = cpu_set_n_threads,
+    .kv_alloc = cpu_kv_alloc,
+    .kv_free = cpu_kv_free,
+    .kv_copy_block = cpu_kv_copy_block,
+    .set_batch = cpu_set_batch,
+    .get_rows = cpu_get_rows,
+    .gather_outputs = cpu_gather_outputs,
+    .matmul = cpu_matmul,
+    .rmsnorm = cpu_rmsnorm,
+    .layernorm = cpu_layernorm,
+    .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .geglu = cpu_geglu,
+    .add = cpu_add,
+    .mul = cpu_mul,
+    .scale = cpu_scale,
+    .softcap = cpu_softcap,
+    .softmax = cpu_softmax,
+    .copy = cpu_copy,
+};
+
+qr_status qr_backend_cpu_create(const qr_backend_cpu_params *params, qr_backend **out, char *err, size_t err_len) {
+    *out = NULL;
+    int32_t n_threads = params ? params->n_threads : 0;
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int32_t)n : 1;
+    }
+    qr_backend *be = calloc(1, sizeof *be);
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!be || !cb) goto oom;
+    be->name = "cpu";
+    be->ops = &cpu_ops;
+    be->impl = cb;
+    cb->scalar = params && params->force_scalar;
+    cb->k = (!cb->scalar && qr_cpu_has_avx2()) ? &qr_cpu_kernels_avx2 : &qr_cpu_kernels_scalar;
+    cb->gelu_tab = malloc(65536 * sizeof(float));
+    if (!cb->gelu_tab) goto oom;
+    qr_cpu_gelu_table_init(cb->gelu_tab);
+    cb->pool = cpu_pool_create(n_threads);
+    if (!cb->pool) {
+        free(cb->gelu_tab);
+        free(cb);
+        free(be);
+        return qr_errf(err, err_len, QR_ERR_NOMEM, "cannot start %d threads", n_threads);
+    }
+    *out = be;
+    return QR_OK;
+oom:
+    if (cb) free(cb->gelu_tab);
+    free(cb);
+    free(be);
+    return qr_errf(err, err_len, QR_ERR_NOMEM, "cannot allocate the cpu backend");
+}
+
+const char *qr_backend_cpu_simd(const qr_backend *be) { return ((const cpu_backend *)be->impl)->k->name; }

@@ -1,0 +1,902 @@
+/* backend_cuda.cu — the CUDA backend object (host code): device memory, weight upload and repack,
+ * paged KV storage, the batch plan, and the op table. Each op checks its arguments against the host
+ * copy of the batch plan (as the CPU backend does), then launches the kernels of the op's .cu file
+ * on the backend's single stream. Ops never synchronise the host; scratch buffers are sized by
+ * weight_prepare (dequant tile, widest row) and set_batch (activations of n_tokens rows), so a
+ * decode step runs without cudaMalloc once one pass of its shape has run (needed to capture it in
+ * a CUDA graph later). Errors are sticky and reported by last_error. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_ops.h"
+
+extern "C" {
+#include "util/util.h"
+}
+
+#define WEIGHT_MAGIC 0x51435757u /* "WWCQ" */
+#define KV_MAGIC 0x5143564bu     /* "KVCQ" */
+#define CUBLAS_WS_BYTES (32u << 20)
+
+/* What qr_weight.device points to. */
+typedef struct cuda_weight {
+    uint32_t magic;
+    cuda_wview v;
+    void *mem; /* the device allocation holding the planes */
+} cuda_weight;
+
+struct qr_kv_storage {
+    uint32_t magic;
+    qr_kv_desc desc;
+    uint8_t *k, *v;            /* device: [n_layer][n_slots][k_dim], [n_layer][n_slots][v_dim] */
+    size_t k_layer, v_layer;   /* bytes of one layer */
+};
+
+typedef struct cuda_backend {
+    int device;
+    char device_name[320];
+    int n_sm;
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    void *cublas_ws;
+    /* batch plan: host copy (validation, launch parameters) and device copy */
+    int32_t n_tokens, n_seqs, max_blocks, n_outputs;
+    int32_t *h_tokens, *h_pos, *h_seq, *h_kv_slot, *h_output_rows, *h_block_table;
+    size_t cap_tok, cap_bt;
+    int32_t *pinned; /* staging of the upload */
+    size_t pinned_cap;
+    cudaEvent_t staged; /* the last upload has read `pinned` */
+    int32_t *d_plan;
+    size_t d_plan_cap;
+    const int32_t *d_tokens, *d_pos, *d_seq, *d_kv_slot, *d_output_rows, *d_block_table;
+    /* scratch */
+    void *act, *tile, *attn, *tmp;
+    size_t act_cap, tile_cap, attn_cap, tmp_cap;
+    int64_t max_k;
+    qr_cuda_tune tune;
+    qr_status error;
+    char error_msg[256];
+} cuda_backend;
+
+static inline cuda_backend *CB(qr_backend *be) { return (cuda_backend *)be->impl; }
+
+static void raise_error(cuda_backend *cb, qr_status st, const char *fmt, ...) {
+    if (cb->error != QR_OK) return;
+    cb->error = st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cb->error_msg, sizeof cb->error_msg, fmt, ap);
+    va_end(ap);
+}
+
+/* Records a failed CUDA call; true when e is cudaSuccess. */
+static bool cuda_ok(cuda_backend *cb, cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return true;
+    (void)cudaGetLastError();
+    raise_error(cb, e == cudaErrorMemoryAllocation ? QR_ERR_NOMEM : QR_ERR_INTERNAL, "%s: %s", what,
+                cudaGetErrorString(e));
+    return false;
+}
+
+static bool cublas_ok(cuda_backend *cb, cublasStatus_t s, const char *what) {
+    if (s == CUBLAS_STATUS_SUCCESS) return true;
+    raise_error(cb, QR_ERR_INTERNAL, "%s: cuBLAS status %d", what, (int)s);
+    return false;
+}
+
+/* Grows a scratch buffer to `need` bytes (waits for pending ops before freeing the old one). */
+static bool ensure_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t need, const char *what) {
+    if (need <= *cap) return true;
+    need = (need + (1u << 20) - 1) & ~(size_t)((1u << 20) - 1);
+    cudaStreamSynchronize(cb->stream);
+    if (*buf) cudaFree(*buf);
+    *buf = NULL;
+    *cap = 0;
+    if (cudaMalloc(buf, need) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *buf = NULL;
+        raise_error(cb, QR_ERR_NOMEM, "cannot allocate %zu bytes of GPU scratch for %s", need, what);
+        return false;
+    }
+    *cap = need;
+    return true;
+}
+
+static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+/* Layout of the matmul activation scratch for nr rows of k values. */
+typedef struct act_layout {
+    size_t q, d, s, g, h, total;
+} act_layout;
+
+static act_layout act_layout_of(int64_t nr, int64_t k) {
+    act_layout L;
+    size_t o = 0;
+    L.q = o, o = align256(o + (size_t)(nr * k));
+    L.d = o, o = align256(o + (size_t)(nr * (k / 32 + 1)) * 4);
+    L.s = o, o = align256(o + (size_t)(nr * (k / 32 + 1)) * 4);
+    L.g = o, o = align256(o + (size_t)(nr * (k / 16 + 1)) * 2);
+    L.h = o, o = align256(o + (size_t)(nr * k) * 2);
+    L.total = o;
+    return L;
+}
+
+/* ---- lifetime and memory ---- */
+
+static void cuda_destroy(qr_backend *be) {
+    cuda_backend *cb = CB(be);
+    cudaSetDevice(cb->device);
+    cudaStreamSynchronize(cb->stream);
+    if (cb->cublas) cublasDestroy(cb->cublas);
+    cudaFree(cb->cublas_ws);
+    cudaFree(cb->d_plan);
+    cudaFree(cb->act);
+    cudaFree(cb->tile);
+    cudaFree(cb->attn);
+    cudaFree(cb->tmp);
+    if (cb->pinned) cudaFreeHost(cb->pinned);
+    if (cb->staged) cudaEventDestroy(cb->staged);
+    if (cb->stream) cudaStreamDestroy(cb->stream);
+    free(cb->h_tokens);
+    free(cb->h_pos);
+    free(cb->h_seq);
+    free(cb->h_kv_slot);
+    free(cb->h_output_rows);
+    free(cb->h_block_table);
+    free(cb);
+    free(be);
+}
+
+static void *cuda_alloc(qr_backend *be, size_t bytes) {
+    cuda_backend *cb = CB(be);
+    cudaSetDevice(cb->device);
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 64) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free_mem(qr_backend *be, void *ptr) {
+    cuda_backend *cb = CB(be);
+    if (!ptr) return;
+    cudaSetDevice(cb->device);
+    cudaStreamSynchronize(cb->stream);
+    cudaFree(ptr);
+}
+
+static void cuda_write(qr_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_backend *cb = CB(be);
+    if (!bytes) return;
+    cuda_ok(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cb->stream), "write");
+}
+
+static void cuda_read(qr_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_backend *cb = CB(be);
+    if (!bytes) return;
+    if (cuda_ok(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cb->stream), "read"))
+        cuda_ok(cb, cudaStreamSynchronize(cb->stream), "read");
+}
+
+static void cuda_synchronize(qr_backend *be) {
+    cuda_backend *cb = CB(be);
+    cuda_ok(cb, cudaStreamSynchronize(cb->stream), "synchronize");
+}
+
+/* The prepared form of w, or NULL (with an error raised) when w was not prepared by a CUDA backend. */
+static const cuda_weight *prepared(cuda_backend *cb, const qr_weight *w, const char *op) {
+    const cuda_weight *cw = w ? (const cuda_weight *)w->device : NULL;
+    if (!cw || cw->magic != WEIGHT_MAGIC) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "%s: weight %s was not prepared by the CUDA backend", op,
+                    w && w->name ? w->name : "?");
+        return NULL;
+    }
+    return cw;
+}
+
+static void cuda_weight_release(qr_backend *be, qr_weight *w) {
+    cuda_backend *cb = CB(be);
+    cuda_weight *cw = (cuda_weight *)w->device;
+    if (cw && cw->magic == WEIGHT_MAGIC) {
+        cudaSetDevice(cb->device);
+        cudaStreamSynchronize(cb->stream);
+        cudaFree(cw->mem);
+        cw->magic = 0;
+        free(cw);
+    }
+    w->device = NULL;
+}
+
+static qr_status cuda_weight_prepare(qr_backend *be, qr_weight *w, char *err, size_t err_len) {
+    cuda_backend *cb = CB(be);
+    const char *name = w->name ? w->name : "?";
+    if (!w->host) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "weight %s has no data", name);
+    if (w->device) cuda_weight_release(be, w);
+    const cuda_plane_desc pd = qr_cuda_plane_desc(w->type);
+    if (pd.n_planes == 0)
+        return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "weight %s: type %s is not supported by the CUDA backend", name,
+                       qr_type_name(w->type));
+    const int64_t k = w->ne[0], n = w->ne[1] * w->ne[2] * w->ne[3];
+    if (k <= 0 || n <= 0 || k % pd.block || w->row_bytes != qr_type_row_size(w->type, k))
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "weight %s: bad shape %lld x %lld for %s", name, (long long)k,
+                       (long long)n, qr_type_name(w->type));
+    cudaSetDevice(cb->device);
+    const bool is_float = pd.block == 1;
+    const int64_t nb = is_float ? 0 : k / pd.block, nblocks = n * nb;
+    const size_t raw_bytes = (size_t)n * w->row_bytes;
+    size_t plane_off[3] = {0, 0, 0}, total = 0;
+    if (is_float) {
+        total = align256(raw_bytes);
+    } else {
+        for (int p = 0; p < pd.n_planes; p++) {
+            plane_off[p] = total;
+            total = align256(total + (size_t)nblocks * (size_t)pd.size[p]);
+        }
+    }
+    cuda_weight *cw = (cuda_weight *)calloc(1, sizeof *cw);
+    if (!cw) return qr_errf(err, err_len, QR_ERR_NOMEM, "weight %s: out of host memory", name);
+    void *raw = NULL;
+    cudaError_t e = cudaMalloc(&cw->mem, total);
+    if (e != cudaSuccess) goto cuda_fail;
+    if (is_float) {
+        e = cudaMemcpyAsync(cw->mem, w->host, raw_bytes, cudaMemcpyHostToDevice, cb->stream);
+        if (e != cudaSuccess) goto cuda_fail;
+    } else {
+        e = cudaMalloc(&raw, raw_bytes);
+        if (e != cudaSuccess) goto cuda_fail;
+        e = cudaMemcpyAsync(raw, w->host, raw_bytes, cudaMemcpyHostToDevice, cb->stream);
+        if (e != cudaSuccess) goto cuda_fail;
+        uint8_t *dst[3] = {NULL, NULL, NULL};
+        for (int p = 0; p < pd.n_planes; p++) dst[p] = (uint8_t *)cw->mem + plane_off[p];
+        e = qr_cuda_repack(&pd, (const uint8_t *)raw, nblocks, dst, cb->stream);
+        if (e != cudaSuccess) goto cuda_fail;
+    }
+    e = cudaStreamSynchronize(cb->stream);
+    if (e != cudaSuccess) goto cuda_fail;
+    cudaFree(raw);
+    raw = NULL;
+    cw->magic = WEIGHT_MAGIC;
+    cw->v.type = w->type;
+    cw->v.k = k;
+    cw->v.n = n;
+    cw->v.p0 = (const uint8_t *)cw->mem + plane_off[0];
+    cw->v.p1 = pd.n_planes > 1 ? (const uint8_t *)cw->mem + plane_off[1] : NULL;
+    cw->v.p2 = pd.n_planes > 2 ? (const uint8_t *)cw->mem + plane_off[2] : NULL;
+    /* float rows: 16-byte "blocks" when the row length allows aligned 16-byte loads, else 0
+     * (then matmul takes the cuBLAS path) */
+    if (is_float) {
+        const int64_t per16 = w->type == QR_TYPE_F32 ? 4 : 8;
+        cw->v.nb = k % per16 == 0 ? k / per16 : 0;
+    } else {
+        cw->v.nb = nb;
+    }
+    w->device = cw;
+    if (k > cb->max_k) cb->max_k = k;
+    /* the prefill GEMM's f16 tile for this weight */
+    if (!is_float) {
+        int64_t rows = cb->tune.gemm_tile_bytes / (k * 2);
+        if (rows < 1) rows = 1;
+        if (rows > w->ne[1]) rows = w->ne[1];
+        if (rows > 65535) rows = 65535;
+        if (!ensure_scratch(cb, &cb->tile, &cb->tile_cap, (size_t)(rows * k * 2), "the GEMM weight tile")) {
+            cb->error = QR_OK;
+            cuda_weight_release(be, w);
+            return qr_errf(err, err_len, QR_ERR_NOMEM, "weight %s: cannot allocate the GEMM tile", name);
+        }
+    }
+    return QR_OK;
+cuda_fail:
+    (void)cudaGetLastError();
+    cudaFree(raw);
+    cudaFree(cw->mem);
+    free(cw);
+    return qr_errf(err, err_len, e == cudaErrorMemoryAllocation ? QR_ERR_NOMEM : QR_ERR_INTERNAL,
+                   "weight %s (%zu bytes): %s", name, raw_bytes, cudaGetErrorString(e));
+}
+
+static qr_status cuda_last_error(qr_backend *be, char *err, size_t err_len) {
+    cuda_backend *cb = CB(be);
+    if (cb->error == QR_OK) {
+        cudaError_t e = cudaGetLastError();
+        if (e == cudaSuccess) {
+            e = cudaStreamQuery(cb->stream);
+            if (e == cudaErrorNotReady) e = cudaSuccess;
+        }
+        cuda_ok(cb, e, "asynchronous error");
+    }
+    qr_status st = cb->error;
+    if (st != QR_OK) qr_errf(err, err_len, st, "cuda backend: %s", cb->error_msg);
+    cb->error = QR_OK;
+    cb->error_msg[0] = 0;
+    return st;
+}
+
+static qr_status cuda_set_n_threads(qr_backend *be, int32_t n_threads, char *err, size_t err_len) {
+    (void)be;
+    if (n_threads < 1) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "n_threads must be >= 1 (got %d)", n_threads);
+    return QR_OK;
+}
+
+/* ---- KV storage ---- */
+
+static size_t kv_elem(qr_type t) { return t == QR_TYPE_F16 ? 2 : 4; }
+
+static void cuda_kv_free(qr_backend *be, qr_kv_storage *kv) {
+    if (!kv) return;
+    cuda_backend *cb = CB(be);
+    cudaSetDevice(cb->device);
+    cudaStreamSynchronize(cb->stream);
+    cudaFree(kv->k);
+    cudaFree(kv->v);
+    kv->magic = 0;
+    free(kv);
+}
+
+static qr_kv_storage *cuda_kv_alloc(qr_backend *be, const qr_kv_desc *d, char *err, size_t err_len) {
+    cuda_backend *cb = CB(be);
+    if (d->n_layer < 0 || d->n_blocks < 1 || d->block_size < 1 || d->k_dim < 1 || d->v_dim < 1 ||
+        (d->type != QR_TYPE_F16 && d->type != QR_TYPE_F32)) {
+        qr_errf(err, err_len, QR_ERR_INVALID_ARG,
+                "bad kv layout: n_layer %d, n_blocks %d, block_size %d, k_dim %d, v_dim %d, type %s", d->n_layer,
+                d->n_blocks, d->block_size, d->k_dim, d->v_dim, qr_type_name(d->type));
+        return NULL;
+    }
+    qr_kv_storage *kv = (qr_kv_storage *)calloc(1, sizeof *kv);
+    if (!kv) {
+        qr_errf(err, err_len, QR_ERR_NOMEM, "cannot allocate the KV cache descriptor");
+        return NULL;
+    }
+    kv->magic = KV_MAGIC;
+    kv->desc = *d;
+    const size_t slots = (size_t)d->n_blocks * (size_t)d->block_size, es = kv_elem(d->type);
+    kv->k_layer = slots * (size_t)d->k_dim * es;
+    kv->v_layer = slots * (size_t)d->v_dim * es;
+    const size_t kb = kv->k_layer * (size_t)d->n_layer, vb = kv->v_layer * (size_t)d->n_layer;
+    cudaSetDevice(cb->device);
+    cudaError_t e = cudaMalloc((void **)&kv->k, kb ? kb : 256);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&kv->v, vb ? vb : 256);
+    if (e == cudaSuccess && kb) e = cudaMemsetAsync(kv->k, 0, kb, cb->stream);
+    if (e == cudaSuccess && vb) e = cudaMemsetAsync(kv->v, 0, vb, cb->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cb->stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        qr_errf(err, err_len, QR_ERR_NOMEM, "cannot allocate the KV cache (%d layers x %d blocks x %d slots): %s",
+                d->n_layer, d->n_blocks, d->block_size, cudaGetErrorString(e));
+        cudaFree(kv->k);
+        cudaFree(kv->v);
+        free(kv);
+        return NULL;
+    }
+    return kv;
+}
+
+static bool kv_valid(cuda_backend *cb, const qr_kv_storage *kv, const char *op) {
+    if (!kv || kv->magic != KV_MAGIC) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "%s: KV storage was not allocated by the CUDA backend", op);
+        return false;
+    }
+    return true;
+}
+
+static void cuda_kv_copy_block(qr_backend *be, qr_kv_storage *kv, int32_t src, int32_t dst) {
+    cuda_backend *cb = CB(be);
+    if (!kv_valid(cb, kv, "kv_copy_block")) return;
+    const qr_kv_desc *d = &kv->desc;
+    if (src < 0 || dst < 0 || src >= d->n_blocks || dst >= d->n_blocks) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "kv_copy_block: block id out of range");
+        return;
+    }
+    if (src == dst || d->n_layer == 0) return;
+    const size_t es = kv_elem(d->type), bk = (size_t)d->block_size * (size_t)d->k_dim * es,
+                 bv = (size_t)d->block_size * (size_t)d->v_dim * es;
+    /* one 2-D copy per cache: a block-sized row in each layer */
+    if (cuda_ok(cb, cudaMemcpy2DAsync(kv->k + (size_t)dst * bk, kv->k_layer, kv->k + (size_t)src * bk, kv->k_layer, bk,
+                                      (size_t)d->n_layer, cudaMemcpyDeviceToDevice, cb->stream),
+                "kv_copy_block"))
+        cuda_ok(cb, cudaMemcpy2DAsync(kv->v + (size_t)dst * bv, kv->v_layer, kv->v + (size_t)src * bv, kv->v_layer, bv,
+                                      (size_t)d->n_layer, cudaMemcpyDeviceToDevice, cb->stream),
+                "kv_copy_block");
+}
+
+/* ---- batch plan ---- */
+
+static bool grow_i32(int32_t **arr, size_t cap, size_t need) {
+    if (need <= cap && *arr) return true;
+    int32_t *p = (int32_t *)realloc(*arr, (need ? need : 1) * sizeof(int32_t));
+    if (!p) return false;
+    *arr = p;
+    return true;
+}
+
+static qr_status cuda_set_batch(qr_backend *be, const qr_batch_plan *p, char *err, size_t err_len) {
+    cuda_backend *cb = CB(be);
+    if (p->n_tokens < 1 || p->n_seqs < 1 || p->max_blocks < 1 || p->n_outputs < 0 || p->n_outputs > p->n_tokens)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad batch plan: n_tokens %d, n_seqs %d, max_blocks %d, n_outputs %d",
+                       p->n_tokens, p->n_seqs, p->max_blocks, p->n_outputs);
+    for (int32_t r = 0; r < p->n_tokens; r++) {
+        if (p->seq[r] < 0 || p->seq[r] >= p->n_seqs || p->pos[r] < 0 || p->kv_slot[r] < 0)
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad batch plan row %d: seq %d, pos %d, kv_slot %d", r,
+                           p->seq[r], p->pos[r], p->kv_slot[r]);
+    }
+    for (int32_t o = 0; o < p->n_outputs; o++)
+        if (p->output_rows[o] < 0 || p->output_rows[o] >= p->n_tokens)
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad batch plan: output row %d out of range", p->output_rows[o]);
+    const size_t nt = (size_t)p->n_tokens, nbt = (size_t)p->n_seqs * (size_t)p->max_blocks;
+    bool ok = grow_i32(&cb->h_tokens, cb->cap_tok, nt) && grow_i32(&cb->h_pos, cb->cap_tok, nt) &&
+              grow_i32(&cb->h_seq, cb->cap_tok, nt) && grow_i32(&cb->h_kv_slot, cb->cap_tok, nt) &&
+              grow_i32(&cb->h_output_rows, cb->cap_tok, nt);
+    if (ok && nt > cb->cap_tok) cb->cap_tok = nt;
+    ok = ok && grow_i32(&cb->h_block_table, cb->cap_bt, nbt);
+    if (ok && nbt > cb->cap_bt) cb->cap_bt = nbt;
+    if (!ok) return qr_errf(err, err_len, QR_ERR_NOMEM, "cannot copy a batch plan of %d rows", p->n_tokens);
+    memcpy(cb->h_tokens, p->tokens, nt * 4);
+    memcpy(cb->h_pos, p->pos, nt * 4);
+    memcpy(cb->h_seq, p->seq, nt * 4);
+    memcpy(cb->h_kv_slot, p->kv_slot, nt * 4);
+    if (p->n_outputs) memcpy(cb->h_output_rows, p->output_rows, (size_t)p->n_outputs * 4);
+    memcpy(cb->h_block_table, p->block_table, nbt * 4);
+    cb->n_tokens = p->n_tokens;
+    cb->n_seqs = p->n_seqs;
+    cb->max_blocks = p->max_blocks;
+    cb->n_outputs = p->n_outputs;
+
+    /* upload: [tokens | pos | seq | kv_slot | output_rows | block_table] through pinned staging */
+    cudaSetDevice(cb->device);
+    const size_t n_ints = 5 * nt + nbt;
+    cudaError_t e = cudaEventSynchronize(cb->staged);
+    if (e == cudaSuccess && n_ints > cb->pinned_cap) {
+        if (cb->pinned) cudaFreeHost(cb->pinned);
+        cb->pinned = NULL;
+        cb->pinned_cap = 0;
+        e = cudaMallocHost((void **)&cb->pinned, n_ints * 4 * 2);
+        if (e == cudaSuccess) cb->pinned_cap = n_ints * 2;
+    }
+    if (e == cudaSuccess && n_ints > cb->d_plan_cap) {
+        cudaStreamSynchronize(cb->stream);
+        cudaFree(cb->d_plan);
+        cb->d_plan = NULL;
+        cb->d_plan_cap = 0;
+        e = cudaMalloc((void **)&cb->d_plan, n_ints * 4 * 2);
+        if (e == cudaSuccess) cb->d_plan_cap = n_ints * 2;
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return qr_errf(err, err_len, QR_ERR_NOMEM, "cannot allocate the batch plan on the GPU: %s", cudaGetErrorString(e));
+    }
+    int32_t *s = cb->pinned;
+    memcpy(s, p->tokens, nt * 4);
+    memcpy(s + nt, p->pos, nt * 4);
+    memcpy(s + 2 * nt, p->seq, nt * 4);
+    memcpy(s + 3 * nt, p->kv_slot, nt * 4);
+    if (p->n_outputs) memcpy(s + 4 * nt, p->output_rows, (size_t)p->n_outputs * 4);
+    memcpy(s + 5 * nt, p->block_table, nbt * 4);
+    e = cudaMemcpyAsync(cb->d_plan, s, n_ints * 4, cudaMemcpyHostToDevice, cb->stream);
+    if (e == cudaSuccess) e = cudaEventRecord(cb->staged, cb->stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return qr_errf(err, err_len, QR_ERR_INTERNAL, "batch plan upload: %s", cudaGetErrorString(e));
+    }
+    cb->d_tokens = cb->d_plan;
+    cb->d_pos = cb->d_plan + nt;
+    cb->d_seq = cb->d_plan + 2 * nt;
+    cb->d_kv_slot = cb->d_plan + 3 * nt;
+    cb->d_output_rows = cb->d_plan + 4 * nt;
+    cb->d_block_table = cb->d_plan + 5 * nt;
+    /* matmul activations for every row of the pass */
+    if (cb->max_k > 0) {
+        const act_layout L = act_layout_of(p->n_tokens, cb->max_k);
+        if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) {
+            cb->error = QR_OK;
+            return qr_errf(err, err_len, QR_ERR_NOMEM, "cannot allocate matmul activations for %d rows", p->n_tokens);
+        }
+    }
+    return QR_OK;
+}
+
+/* ---- ops ---- */
+
+static void cuda_get_rows(qr_backend *be, const qr_weight *table, float *out) {
+    cuda_backend *cb = CB(be);
+    const cuda_weight *cw = prepared(cb, table, "get_rows");
+    if (!cw) return;
+    for (int32_t r = 0; r < cb->n_tokens; r++) {
+        if (cb->h_tokens[r] < 0 || cb->h_tokens[r] >= table->ne[1]) {
+            raise_error(cb, QR_ERR_INVALID_ARG, "get_rows: token id out of range");
+            return;
+        }
+    }
+    if (cb->n_tokens > 65535) {
+        raise_error(cb, QR_ERR_UNSUPPORTED, "get_rows: more than 65535 rows");
+        return;
+    }
+    cuda_ok(cb, qr_cuda_get_rows(&cw->v, cb->d_tokens, cb->n_tokens, out, cb->stream), "get_rows");
+}
+
+static void cuda_gather_outputs(qr_backend *be, const float *src, int64_t dim, float *out) {
+    cuda_backend *cb = CB(be);
+    const char *s0 = (const char *)src, *s1 = s0 + (size_t)cb->n_tokens * (size_t)dim * 4;
+    const char *o0 = (const char *)out, *o1 = o0 + (size_t)cb->n_outputs * (size_t)dim * 4;
+    const bool overlap = o0 < s1 && s0 < o1;
+    cuda_ok(cb, qr_cuda_gather_rows(src, dim, cb->d_output_rows, cb->n_outputs, out, overlap, cb->stream),
+            "gather_outputs");
+}
+
+/* The GEMM path: y[n_rows][n] = x . w^T through cuBLAS (f16/bf16 tensor cores, f32 for F32 weights);
+ * quantized weights are dequantized to f16 one tile of rows at a time. */
+static void matmul_gemm(cuda_backend *cb, const cuda_weight *cw, const float *x, int64_t n_rows, int64_t n, float *y,
+                        void *xh) {
+    const cuda_wview *v = &cw->v;
+    const int64_t k = v->k;
+    const float one = 1.0f, zero = 0.0f;
+    if (v->type == QR_TYPE_F32) {
+        cublas_ok(cb, cublasSgemm(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)n_rows, (int)k, &one,
+                                  (const float *)v->p0, (int)k, x, (int)k, &zero, y, (int)n),
+                  "matmul (sgemm)");
+        return;
+    }
+    const bool bf16 = v->type == QR_TYPE_BF16;
+    if (!cuda_ok(cb, qr_cuda_to_half(x, n_rows * k, xh, bf16, cb->stream), "matmul (convert)")) return;
+    const cudaDataType_t dt = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    if (v->type == QR_TYPE_F16 || bf16) {
+        cublas_ok(cb, cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)n_rows, (int)k, &one, v->p0, dt,
+                                   (int)k, xh, dt, (int)k, &zero, y, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT),
+                  "matmul (gemm)");
+        return;
+    }
+    int64_t rows = (int64_t)(cb->tune.gemm_tile_bytes / (size_t)(k * 2));
+    if (rows < 1) rows = 1;
+    if (rows > 65535) rows = 65535;
+    if (rows > n) rows = n;
+    if (!ensure_scratch(cb, &cb->tile, &cb->tile_cap, (size_t)(rows * k * 2), "the GEMM weight tile")) return;
+    for (int64_t r0 = 0; r0 < n; r0 += rows) {
+        const int64_t r1 = r0 + rows < n ? r0 + rows : n;
+        if (!cuda_ok(cb, qr_cuda_dequant_f16(v, r0, r1, cb->tile, cb->stream), "matmul (dequant)")) return;
+        if (!cublas_ok(cb, cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)(r1 - r0), (int)n_rows, (int)k, &one,
+                                        cb->tile, CUDA_R_16F, (int)k, xh, CUDA_R_16F, (int)k, &zero, y + r0, CUDA_R_32F,
+                                        (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                       "matmul (gemm)"))
+            return;
+    }
+}
+
+static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y) {
+    cuda_backend *cb = CB(be);
+    const cuda_weight *cw = prepared(cb, w, "matmul");
+    if (!cw || n_rows <= 0) return;
+    const cuda_wview *v = &cw->v;
+    const int64_t k = v->k, n = w->ne[1];
+    const act_layout L = act_layout_of(n_rows, k);
+    if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return;
+    uint8_t *act = (uint8_t *)cb->act;
+    const bool mmv = n_rows <= cb->tune.mmvq_max_rows && v->nb > 0;
+    if (!mmv) {
+        matmul_gemm(cb, cw, x, n_rows, n, y, act + L.h);
+        return;
+    }
+    const int kind = qr_cuda_act_kind((qr_type)v->type);
+    int8_t *q = (int8_t *)(act + L.q);
+    float *d = (float *)(act + L.d), *s = (float *)(act + L.s);
+    int16_t *g = (int16_t *)(act + L.g);
+    const void *h = x;
+    cudaError_t e = cudaSuccess;
+    if (kind <= 1) e = qr_cuda_quantize_act(x, (int32_t)n_rows, (int32_t)k, kind, q, d, s, g, cb->stream);
+    else if (kind <= 3) e = qr_cuda_to_half(x, n_rows * k, act + L.h, kind == 3, cb->stream), h = act + L.h;
+    if (!cuda_ok(cb, e, "matmul (activations)")) return;
+    int32_t wpr = cb->tune.mmvq_wpr;
+    if (wpr != 1 && wpr != 2 && wpr != 4) wpr = n >= 4096 ? 1 : (n >= 2048 ? 2 : 4);
+    const int64_t dstride = kind == 1 ? k / 256 : k / 32, hsize = kind == 4 ? 4 : 2;
+    for (int64_t t0 = 0; t0 < n_rows; t0 += 8) {
+        const int32_t nr = (int32_t)(n_rows - t0 < 8 ? n_rows - t0 : 8);
+        cuda_xview xv;
+        xv.q = q + t0 * k;
+        xv.d = d + t0 * dstride;
+        xv.s = s + t0 * (k / 32);
+        xv.g = g + t0 * (k / 16);
+        xv.h = (const uint8_t *)h + t0 * k * hsize;
+        xv.k = (int32_t)k;
+        cuda_wview wv = *v;
+        wv.n = n;
+        if (!cuda_ok(cb, qr_cuda_matvec(&wv, &xv, nr, y + t0 * n, wpr, cb->stream), "matmul (mat-vec)")) return;
+    }
+}
+
+/* The F32 [dim] vector of a norm weight, or NULL with an error raised. */
+static const float *vec_weight(cuda_backend *cb, const qr_weight *w, int64_t dim, const char *op) {
+    const cuda_weight *cw = prepared(cb, w, op);
+    if (!cw) return NULL;
+    if (w->type != QR_TYPE_F32 || w->ne[0] != dim) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "%s: weight must be F32 [dim]", op);
+        return NULL;
+    }
+    return (const float *)cw->v.p0;
+}
+
+static void cuda_rmsnorm(qr_backend *be, const float *x, const qr_weight *w, int64_t n_rows, int64_t dim, float eps,
+                         float *y) {
+    cuda_backend *cb = CB(be);
+    const float *wp = NULL;
+    if (w && !(wp = vec_weight(cb, w, dim, "rmsnorm"))) return;
+    cuda_ok(cb, qr_cuda_rmsnorm(x, wp, n_rows, dim, eps, y, cb->stream), "rmsnorm");
+}
+
+static void cuda_layernorm(qr_backend *be, const float *x, const qr_weight *w, const qr_weight *b, int64_t n_rows,
+                           int64_t dim, float eps, float *y) {
+    cuda_backend *cb = CB(be);
+    const float *wp = NULL, *bp = NULL;
+    if (w && !(wp = vec_weight(cb, w, dim, "layernorm"))) return;
+    if (b && !(bp = vec_weight(cb, b, dim, "layernorm"))) return;
+    cuda_ok(cb, qr_cuda_layernorm(x, wp, bp, n_rows, dim, eps, y, cb->stream), "layernorm");
+}
+
+/* YaRN: the dimension where the rotation has done n_rot turns over n_ctx_orig (the CPU's formula). */
+static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+    return (float)n_dims * logf((float)n_ctx_orig / (n_rot * 2.0f * (float)M_PI)) / (2.0f * logf(base));
+}
+
+static void cuda_rope(qr_backend *be, float *x, int32_t n_head, int32_t head_dim, const qr_rope_params *p) {
+    cuda_backend *cb = CB(be);
+    if (p->n_rot < 2 || p->n_rot % 2 || p->n_rot > head_dim || head_dim > 4096 ||
+        (p->freq_factors && (p->freq_factors->type != QR_TYPE_F32 || p->freq_factors->ne[0] < p->n_rot / 2))) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "rope: bad n_rot/head_dim/freq_factors");
+        return;
+    }
+    const float *ff = NULL;
+    if (p->freq_factors) {
+        const cuda_weight *cw = prepared(cb, p->freq_factors, "rope");
+        if (!cw) return;
+        ff = (const float *)cw->v.p0;
+    }
+    cuda_rope_consts c;
+    c.mode = p->mode;
+    c.n_rot = p->n_rot;
+    c.theta_scale = powf(p->freq_base, -2.0f / (float)p->n_rot);
+    c.freq_scale = p->freq_scale;
+    c.ext_factor = p->ext_factor;
+    c.mscale = p->attn_factor == 0.0f ? 1.0f : p->attn_factor;
+    c.corr0 = c.corr1 = 0.0f;
+    if (p->ext_factor != 0.0f) {
+        const float start = floorf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_fast, p->freq_base));
+        const float end = ceilf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_slow, p->freq_base));
+        c.corr0 = fmaxf(0.0f, start);
+        c.corr1 = fminf((float)(p->n_rot - 1), end);
+        c.mscale *= 1.0f + 0.1f * logf(1.0f / p->freq_scale);
+    }
+    cuda_ok(cb, qr_cuda_rope(x, cb->n_tokens, n_head, head_dim, cb->d_pos, &c, ff, cb->stream), "rope");
+}
+
+static void cuda_kv_store(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *k, const float *v) {
+    cuda_backend *cb = CB(be);
+    if (!kv_valid(cb, kv, "kv_store")) return;
+    const qr_kv_desc *d = &kv->desc;
+    if (layer < 0 || layer >= d->n_layer) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "kv_store: layer out of range");
+        return;
+    }
+    const int64_t n_slots = (int64_t)d->n_blocks * d->block_size;
+    for (int32_t r = 0; r < cb->n_tokens; r++) {
+        if (cb->h_kv_slot[r] >= n_slots) {
+            raise_error(cb, QR_ERR_INVALID_ARG, "kv_store: slot out of range");
+            return;
+        }
+    }
+    cuda_ok(cb, qr_cuda_kv_store(k, v, cb->n_tokens, d->k_dim, d->v_dim, cb->d_kv_slot, kv->k + (size_t)layer * kv->k_layer,
+                                 kv->v + (size_t)layer * kv->v_layer, d->type == QR_TYPE_F16, cb->stream),
+            "kv_store");
+}
+
+static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *q, const qr_attn_params *p,
+                           float *out) {
+    cuda_backend *cb = CB(be);
+    if (!kv_valid(cb, kv, "attention")) return;
+    const qr_kv_desc *d = &kv->desc;
+    if (layer < 0 || layer >= d->n_layer || p->n_head < 1 || p->n_head_kv < 1 || p->n_head % p->n_head_kv ||
+        p->head_dim_k < 1 || p->head_dim_v < 1 || p->head_dim_k > QR_CUDA_MAX_HEAD_DIM ||
+        p->head_dim_v > QR_CUDA_MAX_HEAD_DIM || (int64_t)p->n_head_kv * p->head_dim_k != d->k_dim ||
+        (int64_t)p->n_head_kv * p->head_dim_v != d->v_dim) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "attention: head layout does not match the KV cache");
+        return;
+    }
+    int32_t max_span = 1;
+    for (int32_t r = 0; r < cb->n_tokens; r++) {
+        const int32_t *bt = cb->h_block_table + (int64_t)cb->h_seq[r] * cb->max_blocks;
+        const int32_t pos = cb->h_pos[r], last_blk = pos / d->block_size;
+        if (last_blk >= cb->max_blocks) {
+            raise_error(cb, QR_ERR_INVALID_ARG, "attention: position beyond the block table");
+            return;
+        }
+        const int32_t first = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
+        for (int32_t b = first / d->block_size; b <= last_blk; b++) {
+            if (bt[b] < 0 || bt[b] >= d->n_blocks) {
+                raise_error(cb, QR_ERR_INVALID_ARG, "attention: block table entry missing or out of range");
+                return;
+            }
+        }
+        if (pos - first + 1 > max_span) max_span = pos - first + 1;
+    }
+    cuda_attn_args a;
+    a.q = q;
+    a.k_cache = kv->k + (size_t)layer * kv->k_layer;
+    a.v_cache = kv->v + (size_t)layer * kv->v_layer;
+    a.f16 = d->type == QR_TYPE_F16;
+    a.pos = cb->d_pos;
+    a.seq = cb->d_seq;
+    a.block_table = cb->d_block_table;
+    a.max_blocks = cb->max_blocks;
+    a.block_size = d->block_size;
+    a.n_tok = cb->n_tokens;
+    a.n_head = p->n_head;
+    a.n_head_kv = p->n_head_kv;
+    a.dk = p->head_dim_k;
+    a.dv = p->head_dim_v;
+    a.scale = p->scale;
+    a.softcap = p->softcap;
+    a.window = p->window;
+    a.out = out;
+    a.partial = NULL;
+    /* splits: enough CTAs for two per SM, each split at least 32 keys */
+    const int dmax = a.dk > a.dv ? a.dk : a.dv, gmax = dmax <= 128 ? 8 : (dmax <= 256 ? 4 : 2);
+    const int group = p->n_head / p->n_head_kv;
+    const int64_t base = (int64_t)a.n_tok * p->n_head_kv * ((group + gmax - 1) / gmax);
+    int64_t ns = cb->tune.attn_splits;
+    if (ns <= 0) {
+        ns = (2 * cb->n_sm + base - 1) / base;
+        const int64_t by_len = (max_span + 31) / 32;
+        if (ns > by_len) ns = by_len;
+    }
+    if (ns > max_span) ns = max_span;
+    if (ns > 256) ns = 256;
+    if (ns < 1) ns = 1;
+    a.n_splits = (int32_t)ns;
+    if (ns > 1) {
+        const size_t need = (size_t)a.n_tok * (size_t)a.n_head * (size_t)ns * (size_t)(a.dv + 2) * 4;
+        if (!ensure_scratch(cb, &cb->attn, &cb->attn_cap, need, "attention splits")) return;
+        a.partial = (float *)cb->attn;
+    }
+    cuda_ok(cb, qr_cuda_attention(&a, cb->stream), "attention");
+}
+
+static void ew(qr_backend *be, cuda_ew_kind kind, const float *a, const float *b, float s, int64_t n, float *out,
+               const char *what) {
+    cuda_backend *cb = CB(be);
+    cuda_ok(cb, qr_cuda_elementwise(kind, a, b, s, n, out, cb->stream), what);
+}
+
+static void cuda_swiglu(qr_backend *be, const float *g, const float *u, int64_t n, float *out) {
+    ew(be, CUDA_EW_SWIGLU, g, u, 0.0f, n, out, "swiglu");
+}
+static void cuda_geglu(qr_backend *be, const float *g, const float *u, int64_t n, float *out) {
+    ew(be, CUDA_EW_GEGLU, g, u, 0.0f, n, out, "geglu");
+}
+static void cuda_add(qr_backend *be, const float *a, const float *b, int64_t n, float *out) {
+    ew(be, CUDA_EW_ADD, a, b, 0.0f, n, out, "add");
+}
+static void cuda_mul(qr_backend *be, const float *a, const float *b, int64_t n, float *out) {
+    ew(be, CUDA_EW_MUL, a, b, 0.0f, n, out, "mul");
+}
+static void cuda_scale(qr_backend *be, const float *x, float s, int64_t n, float *out) {
+    ew(be, CUDA_EW_SCALE, x, NULL, s, n, out, "scale");
+}
+static void cuda_softcap(qr_backend *be, const float *x, float cap, int64_t n, float *out) {
+    if (cap <= 0.0f) {
+        raise_error(CB(be), QR_ERR_INVALID_ARG, "softcap: cap must be > 0");
+        return;
+    }
+    ew(be, CUDA_EW_SOFTCAP, x, NULL, cap, n, out, "softcap");
+}
+
+static void cuda_softmax(qr_backend *be, const float *x, int64_t n_rows, int64_t dim, float *out) {
+    cuda_backend *cb = CB(be);
+    cuda_ok(cb, qr_cuda_softmax(x, n_rows, dim, out, cb->stream), "softmax");
+}
+
+static void cuda_copy(qr_backend *be, const float *src, int64_t n, float *dst) {
+    cuda_backend *cb = CB(be);
+    if (n <= 0 || src == dst) return;
+    const size_t bytes = (size_t)n * 4;
+    const char *s = (const char *)src, *d = (const char *)dst;
+    if (d < s + bytes && s < d + bytes) { /* overlapping: through scratch */
+        if (!ensure_scratch(cb, &cb->tmp, &cb->tmp_cap, bytes, "copy")) return;
+        if (cuda_ok(cb, cudaMemcpyAsync(cb->tmp, src, bytes, cudaMemcpyDeviceToDevice, cb->stream), "copy"))
+            cuda_ok(cb, cudaMemcpyAsync(dst, cb->tmp, bytes, cudaMemcpyDeviceToDevice, cb->stream), "copy");
+        return;
+    }
+    cuda_ok(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->stream), "copy");
+}
+
+static const qr_backend_ops cuda_ops = {
+    cuda_destroy,       cuda_alloc,          cuda_free_mem,   cuda_write,       cuda_read,
+    cuda_synchronize,   cuda_weight_prepare, cuda_weight_release, cuda_last_error, cuda_set_n_threads,
+    cuda_kv_alloc,      cuda_kv_free,        cuda_kv_copy_block, cuda_set_batch,  cuda_get_rows,
+    cuda_gather_outputs, cuda_matmul,        cuda_rmsnorm,    cuda_layernorm,   cuda_rope,
+    cuda_kv_store,      cuda_attention,      cuda_swiglu,     cuda_geglu,       cuda_add,
+    cuda_mul,           cuda_scale,          cuda_softcap,    cuda_softmax,     cuda_copy,
+};
+
+/* A kernel of this file: its attributes tell whether the binary has code for the device. */
+static __global__ void probe_kernel(int *p) {
+    if (p) *p = 1;
+}
+
+extern "C" int qr_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params, qr_backend **out, char *err,
+                                            size_t err_len) {
+    *out = NULL;
+    const int gpu = params ? params->gpu : 0;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        (void)cudaGetLastError();
+        if (e == cudaSuccess || e == cudaErrorNoDevice)
+            return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "no CUDA device found");
+        return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "no CUDA device found (%s)", cudaGetErrorString(e));
+    }
+    if (gpu < 0 || gpu >= n)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "GPU %d does not exist (%d CUDA device%s)", gpu, n,
+                       n == 1 ? "" : "s");
+    cudaDeviceProp prop;
+    if ((e = cudaSetDevice(gpu)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, gpu)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "cannot use GPU %d: %s", gpu, cudaGetErrorString(e));
+    }
+    cudaFuncAttributes fa;
+    if ((e = cudaFuncGetAttributes(&fa, probe_kernel)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "GPU %d (%s, sm_%d%d) is not supported by this build: %s", gpu,
+                       prop.name, prop.major, prop.minor, cudaGetErrorString(e));
+    }
+    qr_backend *be = (qr_backend *)calloc(1, sizeof *be);
+    cuda_backend *cb = (cuda_backend *)calloc(1, sizeof *cb);
+    if (!be || !cb) {
+        free(be);
+        free(cb);
+        return qr_errf(err, err_len, QR_ERR_NOMEM, "cannot allocate the cuda backend");
+    }
+    be->name = "cuda";
+    be->ops = &cuda_ops;
+    be->impl = cb;
+    cb->device = gpu;
+    cb->n_sm = prop.multiProcessorCount;
+    snprintf(cb->device_name, sizeof cb->device_name, "%s (sm_%d%d, %d SMs, %.1f GiB)", prop.name, prop.major,
+             prop.minor, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    cb->tune.mmvq_max_rows = 8;
+    cb->tune.mmvq_wpr = 0;
+    cb->tune.gemm_tile_bytes = 32 << 20;
+    cb->tune.attn_splits = 0;
+    const char *what = "stream";
+    cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
+    e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) what = "event", e = cudaEventCreateWithFlags(&cb->staged, cudaEventDisableTiming);
+    if (e == cudaSuccess) what = "cuBLAS workspace", e = cudaMalloc(&cb->cublas_ws, CUBLAS_WS_BYTES);
+    if (e == cudaSuccess) {
+        bs = cublasCreate(&cb->cublas);
+        if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetStream(cb->cublas, cb->stream);
+        if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetWorkspace(cb->cublas, cb->cublas_ws, CUBLAS_WS_BYTES);
+    }
+    if (e != cudaSuccess || bs != CUBLAS_STATUS_SUCCESS) {
+        (void)cudaGetLastError();
+        if (bs != CUBLAS_STATUS_SUCCESS) cb->cublas = NULL;
+        cuda_destroy(be);
+        if (e != cudaSuccess) return qr_errf(err, err_len, QR_ERR_INTERNAL, "cuda backend %s: %s", what, cudaGetErrorString(e));
+        return qr_errf(err, err_len, QR_ERR_INTERNAL, "cuBLAS initialisation failed (status %d)", (int)bs);
+    }
+    *out = be;
+    return QR_OK;
+}
+
+extern "C" qr_cuda_tune *qr_cuda_backend_tune(qr_backend *be) { return &CB(be)->tune; }
+extern "C" void *qr_cuda_backend_stream(qr_backend *be) { return (void *)CB(be)->stream; }
+extern "C" const char *qr_cuda_backend_device_name(qr_backend *be) { return CB(be)->device_name; }

@@ -1,0 +1,111 @@
+/* cuda_dev.cuh — device helpers shared by the kernels: loads, conversions, reductions.
+ *
+ * Numerics note: the target is built with --use_fast_math (approximate division, exp, sin, tanh and
+ * flush-to-zero). Where the CPU oracle's exact float result matters (quantizer scales, rope angles,
+ * norm scales, dequantization) the code uses the explicitly rounded intrinsics (__fdiv_rn,
+ * __fmul_rn, __fadd_rn, __fsqrt_rn) or double precision, which fast-math does not touch.
+ */
+#ifndef QR_CUDA_DEV_CUH
+#define QR_CUDA_DEV_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_ops.h"
+#include "quant/blocks.h"
+
+#define QR_CUDA_CHECK_LAUNCH() return cudaGetLastError()
+
+/* fp16 bits -> float (exact). */
+static __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+/* bf16 bits -> float (exact). */
+static __device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+/* float -> fp16 -> float (round to nearest even), the value the CPU's qr_fp32_to_fp16 stores. */
+static __device__ __forceinline__ float round_f16(float x) { return __half2float(__float2half_rn(x)); }
+
+/* 16 bytes of streamed weights: read-only path, not kept in L1 (activations are). */
+static __device__ __forceinline__ uint4 ld_stream16(const void *p) {
+#ifdef __CUDA_ARCH__
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+#else /* host builds of this header (a host-side check of the block decoders) */
+    return *(const uint4 *)p;
+#endif
+}
+/* Read-only loads through the texture/L1 path. */
+static __device__ __forceinline__ int4 ld_ro16(const void *p) { return __ldg((const int4 *)p); }
+static __device__ __forceinline__ uint32_t ld_ro32(const void *p) { return __ldg((const unsigned int *)p); }
+static __device__ __forceinline__ uint16_t ld_ro16b(const void *p) { return __ldg((const unsigned short *)p); }
+static __device__ __forceinline__ uint8_t ld_ro8(const void *p) { return __ldg((const unsigned char *)p); }
+
+/* Sum of the two int16 values packed in one 32-bit word. */
+static __device__ __forceinline__ int sum_i16x2(uint32_t v) { return (int)(int16_t)(v & 0xFFFFu) + ((int)v >> 16); }
+
+/* Signed 4 x int8 dot product plus c. */
+static __device__ __forceinline__ int dp4a(uint32_t a, int b, int c) { return __dp4a((int)a, b, c); }
+
+/* Spreads the low 4 bits of b into bit 4 of each byte (bit i -> bit 8i + 4). */
+static __device__ __forceinline__ uint32_t spread4_bit4(uint32_t b) { return ((b * 0x00204081u) & 0x01010101u) << 4; }
+
+/* Looks up 4 byte-indices (each 0..15) in a 16-entry int8 table packed into 4 words. */
+static __device__ __forceinline__ uint32_t lut16(uint32_t v, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3) {
+    const uint32_t sel = (v & 0xFu) | ((v >> 4) & 0xF0u) | ((v >> 8) & 0xF00u) | ((v >> 12) & 0xF000u);
+    const uint32_t s3 = sel & 0x7777u;
+    const uint32_t lo = __byte_perm(t0, t1, s3), hi = __byte_perm(t2, t3, s3);
+    const uint32_t mask = ((v & 0x08080808u) >> 3) * 0xFFu;
+    return (lo & ~mask) | (hi & mask);
+}
+#define QR_PK4(a, b, c, d) \
+    ((uint32_t)(uint8_t)(a) | ((uint32_t)(uint8_t)(b) << 8) | ((uint32_t)(uint8_t)(c) << 16) | ((uint32_t)(uint8_t)(d) << 24))
+
+/* E8M0 exponent -> 2^(e - 128) (half the MX scale; the MXFP4 table is doubled), as the CPU computes it. */
+static __device__ __forceinline__ float e8m0_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    return __uint_as_float(bits);
+}
+
+static __device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Block-wide double sum (blockDim.x a multiple of 32, <= 1024); every thread gets the result. */
+static __device__ __forceinline__ double block_sum_d(double v, double *sh /* [32] */) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    double t = lane < nw ? sh[lane] : 0.0;
+    return warp_sum_d(t);
+}
+static __device__ __forceinline__ float block_max(float v, float *sh /* [32] */) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float t = lane < nw ? sh[lane] : -INFINITY;
+    return warp_max(t);
+}
+
+/* tanh of a float through double precision (fast-math leaves double math alone): matches the
+ * C library's tanhf to the last bit in all but rare double-rounding cases. */
+static __device__ __forceinline__ float tanh_precise(float x) { return (float)tanh((double)x); }
+
+#endif /* QR_CUDA_DEV_CUH */

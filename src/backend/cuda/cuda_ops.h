@@ -1,0 +1,142 @@
+/* cuda_ops.h — internals of the CUDA backend shared by its .cu files: the device views of weights and
+ * activations, and the extern "C" launchers of every kernel (one .cu file per op family).
+ *
+ * Every launcher enqueues its work on `stream` and returns the launch status (cudaGetLastError()), so
+ * the backend can record the first failure without a host synchronisation. No launcher allocates.
+ */
+#ifndef QR_CUDA_OPS_H
+#define QR_CUDA_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "backend/backend.h"
+
+/* A weight as the kernels see it after weight_prepare. Quantized rows are split into "planes": the
+ * packed codes of every block (p0, a multiple of 16 bytes per block, so they load with 16-byte
+ * loads) and its scales (p1, p2). Block g of the matrix (g = row * nb + block) has its codes at
+ * p0 + g * sizes[0], and so on. F32/F16/BF16 rows are kept as they are in p0. */
+typedef struct cuda_wview {
+    int32_t type;          /* qr_type */
+    int64_t k;             /* row length (elements) */
+    int64_t n;             /* rows (ne[1] * ne[2] * ne[3]) */
+    int64_t nb;            /* blocks per row (k / block size; for float types k / 8 (F16, BF16) or k / 4 (F32)) */
+    const uint8_t *p0;     /* [n * nb][sizes[0]] codes (or the raw rows of a float type) */
+    const uint8_t *p1;     /* [n * nb][sizes[1]] scales, or NULL */
+    const uint8_t *p2;     /* [n * nb][sizes[2]] second scale plane, or NULL */
+} cuda_wview;
+
+/* Activations prepared for a mat-vec: quantized to 8 bits (q, d, s, g) for the quantized weight
+ * types, or converted (h) for the float types. nr rows of k values. */
+typedef struct cuda_xview {
+    const int8_t *q;   /* [nr][k] codes */
+    const float *d;    /* [nr][k / 32] (Q8_0 family, fp16-rounded) or [nr][k / 256] (Q8_K family) scales */
+    const float *s;    /* [nr][k / 32] fp16-rounded d * sum(q) (what Q8_1 stores), Q8_0 family only */
+    const int16_t *g;  /* [nr][k / 16] sums of each 16 codes */
+    const void *h;     /* [nr][k] f16 (F16 weights), bf16 (BF16) or f32 (F32) activations */
+    int32_t k;         /* row length */
+} cuda_xview;
+
+/* Plane layout of a type's repacked blocks. */
+typedef struct cuda_plane_desc {
+    int32_t n_planes;  /* 1..3; 0 = the type is not supported by the CUDA kernels */
+    int32_t block;     /* values per block */
+    int32_t bytes;     /* bytes per GGUF block */
+    int32_t off[3];    /* offset of each plane's bytes inside a GGUF block */
+    int32_t size[3];   /* bytes per block in each plane */
+} cuda_plane_desc;
+
+/* The plane layout of `type`; n_planes == 0 when the quantized kernels do not support it. Float
+ * types (F32, F16, BF16) report one plane holding the row as is. */
+cuda_plane_desc qr_cuda_plane_desc(qr_type type);
+/* True for the types matmul/get_rows support (the quantized ones of qr_cuda_plane_desc and F32/F16/BF16). */
+bool qr_cuda_type_supported(qr_type type);
+/* The activation format a weight type needs: 0 = Q8 per 32 values, 1 = Q8_K per 256, 2 = f16, 3 = bf16, 4 = f32. */
+int qr_cuda_act_kind(qr_type type);
+
+/* ---- dequant.cu ---- */
+/* Splits nblocks GGUF blocks at raw (device) into the planes dst[0..n_planes) of `d`. */
+cudaError_t qr_cuda_repack(const cuda_plane_desc *d, const uint8_t *raw, int64_t nblocks, uint8_t *const dst[3],
+                           cudaStream_t stream);
+/* out[r][k] (f32) = dequantized row ids[r] of w, r < n_ids (ids on the device). */
+cudaError_t qr_cuda_get_rows(const cuda_wview *w, const int32_t *ids, int32_t n_ids, float *out, cudaStream_t stream);
+/* out[r - r0][k] (f16) = dequantized row r of w for r in [r0, r1) (quantized types only). */
+cudaError_t qr_cuda_dequant_f16(const cuda_wview *w, int64_t r0, int64_t r1, void *out, cudaStream_t stream);
+
+/* ---- matmul_q.cu / matmul_f.cu ---- */
+/* Quantizes x[nr][k] (f32) into q/d/s/g (Q8_0 rule per 32 values when kind == 0, Q8_K rule per 256 when
+ * kind == 1). The output pointers are the members of a cuda_xview (cast away const by the caller). */
+cudaError_t qr_cuda_quantize_act(const float *x, int32_t nr, int32_t k, int kind, int8_t *q, float *d, float *s,
+                                 int16_t *g, cudaStream_t stream);
+/* Converts n floats to f16 (bf16 == false) or bf16, round to nearest even. */
+cudaError_t qr_cuda_to_half(const float *x, int64_t n, void *out, bool bf16, cudaStream_t stream);
+/* y[t][w->n] = row t of the prepared activations . w^T for t < nr (1..8). wpr = warps per output row (1, 2, 4). */
+cudaError_t qr_cuda_matvec(const cuda_wview *w, const cuda_xview *x, int32_t nr, float *y, int32_t wpr,
+                           cudaStream_t stream);
+
+/* ---- norm.cu ---- */
+cudaError_t qr_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t dim, float eps, float *y,
+                            cudaStream_t stream);
+cudaError_t qr_cuda_layernorm(const float *x, const float *w, const float *b, int64_t n_rows, int64_t dim, float eps,
+                              float *y, cudaStream_t stream);
+cudaError_t qr_cuda_softmax(const float *x, int64_t n_rows, int64_t dim, float *y, cudaStream_t stream);
+
+/* ---- rope.cu ---- */
+/* Host-side constants of a rope call (computed with the CPU's float formulas). */
+typedef struct cuda_rope_consts {
+    int32_t mode, n_rot;
+    float theta_scale;   /* freq_base^(-2/n_rot) */
+    float freq_scale;
+    float ext_factor;
+    float mscale;        /* attn_factor, times the YaRN magnitude factor when ext_factor != 0 */
+    float corr0, corr1;  /* YaRN ramp bounds */
+} cuda_rope_consts;
+cudaError_t qr_cuda_rope(float *x, int32_t n_tok, int32_t n_head, int32_t head_dim, const int32_t *pos,
+                         const cuda_rope_consts *c, const float *freq_factors, cudaStream_t stream);
+
+/* ---- attention.cu ---- */
+typedef struct cuda_attn_args {
+    const float *q;             /* [n_tok][n_head * dk] */
+    const void *k_cache;        /* this layer's K: [n_slots][n_head_kv * dk] of f16 or f32 */
+    const void *v_cache;        /* this layer's V: [n_slots][n_head_kv * dv] */
+    bool f16;                   /* cache element type: f16 (true) or f32 */
+    const int32_t *pos;         /* [n_tok] device */
+    const int32_t *seq;         /* [n_tok] device */
+    const int32_t *block_table; /* [n_seqs][max_blocks] device */
+    int32_t max_blocks, block_size;
+    int32_t n_tok, n_head, n_head_kv, dk, dv;
+    float scale, softcap;
+    int32_t window;
+    int32_t n_splits;           /* KV splits per row (>= 1) */
+    float *partial;             /* [n_tok][n_head][n_splits][dv + 2] scratch when n_splits > 1 */
+    float *out;                 /* [n_tok][n_head * dv] */
+} cuda_attn_args;
+/* Largest head size the attention kernel takes. */
+#define QR_CUDA_MAX_HEAD_DIM 512
+cudaError_t qr_cuda_attention(const cuda_attn_args *a, cudaStream_t stream);
+/* Writes row r of k/v ([n_tok][k_dim], [n_tok][v_dim]) into cache slot slots[r] (f16 or f32 cache). */
+cudaError_t qr_cuda_kv_store(const float *k, const float *v, int32_t n_tok, int32_t k_dim, int32_t v_dim,
+                             const int32_t *slots, void *k_cache, void *v_cache, bool f16, cudaStream_t stream);
+
+/* ---- elementwise.cu ---- */
+typedef enum cuda_ew_kind { CUDA_EW_SWIGLU, CUDA_EW_GEGLU, CUDA_EW_ADD, CUDA_EW_MUL, CUDA_EW_SCALE, CUDA_EW_SOFTCAP } cuda_ew_kind;
+/* out[i] = f(a[i], b[i], s) for i < n; any of a, b, out may alias. */
+cudaError_t qr_cuda_elementwise(cuda_ew_kind kind, const float *a, const float *b, float s, int64_t n, float *out,
+                                cudaStream_t stream);
+/* out[o][dim] = src[rows[o]][dim], o < n_out; in_place selects the sequential kernel (out overlaps src). */
+cudaError_t qr_cuda_gather_rows(const float *src, int64_t dim, const int32_t *rows, int32_t n_out, float *out,
+                                bool in_place, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QR_CUDA_OPS_H */

@@ -1,0 +1,23 @@
+/* cuda_stub.c — the CUDA backend's entry points in a build without CUDA (QUARREL_HAVE_CUDA undefined),
+ * so that callers link and fall back to the CPU at run time. In a CUDA build this file is empty and
+ * backend_cuda.cu defines the same functions. */
+#include "backend/backend.h"
+
+#ifndef QUARREL_HAVE_CUDA
+
+#include "util/util.h"
+
+qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params, qr_backend **out, char *err, size_t err_len) {
+    (void)params;
+    if (out) *out = NULL;
+    return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "built without CUDA");
+}
+
+int qr_cuda_device_count(void) { return 0; }
+
+#else
+
+/* Keeps the translation unit non-empty (ISO C). */
+typedef int qr_cuda_stub_unused;
+
+#endif

@@ -1,0 +1,113 @@
+/* elementwise.cu — swiglu, geglu, add, mul, scale, softcap (one kernel, the op a template parameter;
+ * 4 elements per thread with 16-byte accesses when every pointer is 16-byte aligned), and the row
+ * gather of gather_outputs. Aliasing between inputs and output is fine: each thread reads its
+ * elements before writing them.
+ *
+ * GELU follows ggml's f16 table exactly: the input is rounded to f16, GELU is evaluated in f32 with
+ * the CPU's expression order (tanh through double) and the result rounded to f16.
+ */
+#include "backend/cuda/cuda_dev.cuh"
+
+#define GELU_COEF_A 0.044715f
+#define SQRT_2_OVER_PI 0.79788456080286535587989211986876f
+
+static __device__ __forceinline__ float gelu_f16(float x) {
+    const float h = round_f16(x);
+    const float inner = __fmul_rn(__fmul_rn(SQRT_2_OVER_PI, h), __fadd_rn(1.0f, __fmul_rn(__fmul_rn(GELU_COEF_A, h), h)));
+    const float g = __fmul_rn(__fmul_rn(0.5f, h), __fadd_rn(1.0f, tanh_precise(inner)));
+    return round_f16(g);
+}
+
+template <int K>
+static __device__ __forceinline__ float ew_op(float a, float b, float s) {
+    switch (K) {
+    case CUDA_EW_SWIGLU: return a / (1.0f + expf(-a)) * b;
+    case CUDA_EW_GEGLU: return a <= -10.0f ? 0.0f : (a >= 10.0f ? __fmul_rn(a, b) : __fmul_rn(gelu_f16(a), b));
+    case CUDA_EW_ADD: return __fadd_rn(a, b);
+    case CUDA_EW_MUL: return __fmul_rn(a, b);
+    case CUDA_EW_SCALE: return __fmul_rn(a, s);
+    default: return __fmul_rn(s, tanh_precise(__fdiv_rn(a, s))); /* CUDA_EW_SOFTCAP */
+    }
+}
+
+template <int K, bool VEC>
+static __global__ void ew_kernel(const float *a, const float *b, float s, int64_t n, float *out) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (VEC) {
+        if (i * 4 >= n) return;
+        const float4 x = ((const float4 *)a)[i];
+        float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (b) y = ((const float4 *)b)[i];
+        ((float4 *)out)[i] = make_float4(ew_op<K>(x.x, y.x, s), ew_op<K>(x.y, y.y, s), ew_op<K>(x.z, y.z, s),
+                                         ew_op<K>(x.w, y.w, s));
+    } else {
+        if (i >= n) return;
+        out[i] = ew_op<K>(a[i], b ? b[i] : 0.0f, s);
+    }
+}
+
+template <int K>
+static cudaError_t launch_ew(const float *a, const float *b, float s, int64_t n, float *out, cudaStream_t stream) {
+    const bool vec = n % 4 == 0 && ((uintptr_t)a & 15) == 0 && ((uintptr_t)b & 15) == 0 && ((uintptr_t)out & 15) == 0;
+    const int threads = 256;
+    if (vec) ew_kernel<K, true><<<(unsigned)((n / 4 + threads - 1) / threads), threads, 0, stream>>>(a, b, s, n, out);
+    else ew_kernel<K, false><<<(unsigned)((n + threads - 1) / threads), threads, 0, stream>>>(a, b, s, n, out);
+    QR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" cudaError_t qr_cuda_elementwise(cuda_ew_kind kind, const float *a, const float *b, float s, int64_t n,
+                                           float *out, cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    switch (kind) {
+    case CUDA_EW_SWIGLU: return launch_ew<CUDA_EW_SWIGLU>(a, b, s, n, out, stream);
+    case CUDA_EW_GEGLU: return launch_ew<CUDA_EW_GEGLU>(a, b, s, n, out, stream);
+    case CUDA_EW_ADD: return launch_ew<CUDA_EW_ADD>(a, b, s, n, out, stream);
+    case CUDA_EW_MUL: return launch_ew<CUDA_EW_MUL>(a, b, s, n, out, stream);
+    case CUDA_EW_SCALE: return launch_ew<CUDA_EW_SCALE>(a, NULL, s, n, out, stream);
+    case CUDA_EW_SOFTCAP: return launch_ew<CUDA_EW_SOFTCAP>(a, NULL, s, n, out, stream);
+    }
+    return cudaErrorInvalidValue;
+}
+
+/* ---- gather_outputs ---- */
+
+/* Parallel: one CTA per output row (out does not overlap src). */
+static __global__ void gather_kernel(const float *__restrict__ src, int64_t dim, const int32_t *__restrict__ rows,
+                                     float *__restrict__ out) {
+    const float *s = src + (int64_t)rows[blockIdx.x] * dim;
+    float *o = out + (int64_t)blockIdx.x * dim;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) o[i] = s[i];
+}
+
+/* In place (out overlaps src): one CTA copies the rows in order, as the CPU's memmove loop does. */
+static __global__ void gather_seq_kernel(const float *src, int64_t dim, const int32_t *__restrict__ rows, int32_t n_out,
+                                         float *out) {
+    for (int32_t o = 0; o < n_out; o++) {
+        const float *s = src + (int64_t)rows[o] * dim;
+        float *d = out + (int64_t)o * dim;
+        float buf[8];
+        for (int64_t i0 = 0; i0 < dim; i0 += (int64_t)blockDim.x * 8) {
+            /* read a whole stretch before anyone writes it (memmove semantics inside a row) */
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int64_t i = i0 + (int64_t)j * blockDim.x + threadIdx.x;
+                buf[j] = i < dim ? s[i] : 0.0f;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int64_t i = i0 + (int64_t)j * blockDim.x + threadIdx.x;
+                if (i < dim) d[i] = buf[j];
+            }
+            __syncthreads();
+        }
+    }
+}
+
+extern "C" cudaError_t qr_cuda_gather_rows(const float *src, int64_t dim, const int32_t *rows, int32_t n_out,
+                                           float *out, bool in_place, cudaStream_t stream) {
+    if (n_out <= 0 || dim <= 0) return cudaSuccess;
+    if (in_place) gather_seq_kernel<<<1, 1024, 0, stream>>>(src, dim, rows, n_out, out);
+    else gather_kernel<<<(unsigned)n_out, 256, 0, stream>>>(src, dim, rows, out);
+    QR_CUDA_CHECK_LAUNCH();
+}

@@ -1,0 +1,78 @@
+/* blocks.c — building blocks shared by the forward passes: self-attention over the paged cache,
+ * the gated FFN and the output head. Each is a straight sequence of backend ops on qr_fwd buffers. */
+#include "model/model.h"
+
+qr_rope_params qr_layer_rope(const qr_model *m, int il) {
+    const qr_hparams *hp = &m->hp;
+    const bool swa = m->layers[il].swa;
+    /* sliding-window layers of gemma3 use their own base and no scaling (llama.cpp's *_swa values);
+     * for llama (Mistral) rope_base_swa == rope_base */
+    const bool own = swa && m->arch->rope_base_swa > 0.0f;
+    return (qr_rope_params){
+        .mode = m->arch->rope_mode,
+        .n_rot = hp->n_rot,
+        .freq_base = own ? hp->rope_base_swa : hp->rope_base,
+        .freq_scale = own ? 1.0f : hp->rope_scale,
+        .freq_factors = m->rope_freqs.host ? &m->rope_freqs : NULL,
+        .ext_factor = own ? 0.0f : hp->yarn_ext_factor,
+        .attn_factor = own ? 1.0f : hp->yarn_attn_factor,
+        .beta_fast = 32.0f,
+        .beta_slow = 1.0f,
+        .n_ctx_orig = hp->n_ctx_orig,
+    };
+}
+
+void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
+    const qr_hparams *hp = &m->hp;
+    const qr_layer *l = &m->layers[il];
+    qr_backend *be = f->be;
+    const int64_t n = f->n_tokens;
+
+    be->ops->matmul(be, &l->attn_q, f->xb, n, f->q);
+    be->ops->matmul(be, &l->attn_k, f->xb, n, f->k);
+    be->ops->matmul(be, &l->attn_v, f->xb, n, f->v);
+    if (l->attn_q_norm.host) /* per-head RMS norm: rows of head_dim */
+        be->ops->rmsnorm(be, f->q, &l->attn_q_norm, n * hp->n_head, hp->head_dim_k, hp->norm_eps, f->q);
+    if (l->attn_k_norm.host)
+        be->ops->rmsnorm(be, f->k, &l->attn_k_norm, n * hp->n_head_kv, hp->head_dim_k, hp->norm_eps, f->k);
+
+    const qr_rope_params rope = qr_layer_rope(m, il);
+    be->ops->rope(be, f->q, hp->n_head, hp->head_dim_k, &rope);
+    be->ops->rope(be, f->k, hp->n_head_kv, hp->head_dim_k, &rope);
+    if (q_scale != 1.0f) be->ops->scale(be, f->q, q_scale, n * hp->n_head * hp->head_dim_k, f->q);
+
+    be->ops->kv_store(be, f->kv, il, f->k, f->v);
+    const qr_attn_params ap = {
+        .n_head = hp->n_head,
+        .n_head_kv = hp->n_head_kv,
+        .head_dim_k = hp->head_dim_k,
+        .head_dim_v = hp->head_dim_v,
+        .scale = q_scale != 1.0f ? 1.0f : hp->attn_scale,
+        .softcap = hp->attn_softcap,
+        .window = l->swa ? hp->n_swa : 0,
+    };
+    be->ops->attention(be, f->kv, il, f->q, &ap, f->att);
+    be->ops->matmul(be, &l->attn_out, f->att, n, f->xb2);
+}
+
+void qr_block_ffn(const qr_model *m, qr_fwd *f, int il, bool gelu) {
+    const qr_layer *l = &m->layers[il];
+    qr_backend *be = f->be;
+    const int64_t n = f->n_tokens, nff = (int64_t)n * m->hp.n_ff;
+    be->ops->matmul(be, &l->ffn_gate, f->xb, n, f->ff_g);
+    be->ops->matmul(be, &l->ffn_up, f->xb, n, f->ff_u);
+    if (gelu) be->ops->geglu(be, f->ff_g, f->ff_u, nff, f->ff_g);
+    else be->ops->swiglu(be, f->ff_g, f->ff_u, nff, f->ff_g);
+    be->ops->matmul(be, &l->ffn_down, f->ff_g, n, f->xb2);
+}
+
+void qr_block_output(const qr_model *m, qr_fwd *f) {
+    const qr_hparams *hp = &m->hp;
+    qr_backend *be = f->be;
+    if (f->n_outputs == 0) return;
+    be->ops->gather_outputs(be, f->x, hp->n_embd, f->xo);
+    be->ops->rmsnorm(be, f->xo, &m->output_norm, f->n_outputs, hp->n_embd, hp->norm_eps, f->xo);
+    be->ops->matmul(be, &m->output, f->xo, f->n_outputs, f->logits);
+    if (hp->final_softcap > 0.0f)
+        be->ops->softcap(be, f->logits, hp->final_softcap, (int64_t)f->n_outputs * hp->n_vocab, f->logits);
+}

@@ -1,0 +1,267 @@
+/* context.c — qr_context: the paged KV cache, activation buffers, and qr_decode, which validates a
+ * batch, reserves cache blocks, splits it into passes of at most n_batch rows, runs the model's
+ * forward pass on the backend and collects the requested logits. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "runtime/kv_cache.h"
+#include "util/util.h"
+
+#define KV_BLOCK_SIZE 32 /* token slots per KV block */
+
+struct qr_context {
+    qr_model *model;
+    qr_backend *be;
+    int32_t n_ctx, n_batch, n_seq_max;
+    qr_kv_cache *kvc;  /* block bookkeeping */
+    qr_kv_storage *kvs;/* K/V data (backend memory) */
+    qr_fwd f;          /* activation buffers for n_batch rows (xo/logits grown on demand) */
+    int32_t dev_out_cap;  /* rows f.xo / f.logits hold */
+    /* host side */
+    float *logits;        /* [n_out][n_vocab] logits of the last batch */
+    size_t logits_cap;    /* rows logits holds */
+    int32_t *row_out;     /* [rows of the last batch] output index of each row, -1 = none */
+    int32_t row_out_cap;
+    int32_t n_rows_last;  /* rows in the last batch */
+    int32_t last_out;     /* output index of the last row with logits, -1 = none */
+    int32_t *next_pos;    /* [n_seq_max] scratch: next position per sequence */
+    int32_t *p_tok, *p_pos, *p_seq, *p_slot, *p_out; /* [n_batch] plan arrays */
+};
+
+qr_context_params qr_context_default_params(void) {
+    return (qr_context_params){.n_ctx = 0, .n_batch = 512, .n_seq_max = 1, .n_threads = 0};
+}
+
+/* Bytes of memory available to this process (MemAvailable), 0 when unknown. */
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    uint64_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", (unsigned long long *)&kb) == 1) break;
+    fclose(f);
+    return kb * 1024ull;
+}
+
+static void free_buffers(qr_context *c) {
+    qr_backend *be = c->be;
+    float *bufs[] = {c->f.x, c->f.xb, c->f.xb2, c->f.q, c->f.k, c->f.v, c->f.att, c->f.ff_g, c->f.ff_u, c->f.xo, c->f.logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->ops->free(be, bufs[i]);
+}
+
+void qr_context_free(qr_context *c) {
+    if (!c) return;
+    if (c->be) {
+        free_buffers(c);
+        if (c->kvs) c->be->ops->kv_free(c->be, c->kvs);
+    }
+    qr_kv_cache_free(c->kvc);
+    free(c->logits);
+    free(c->row_out);
+    free(c->next_pos);
+    free(c->p_tok), free(c->p_pos), free(c->p_seq), free(c->p_slot), free(c->p_out);
+    free(c);
+}
+
+qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr_context **out, char *err,
+                            size_t err_len) {
+    *out = NULL;
+    qr_context_params p = params ? *params : qr_context_default_params();
+    const qr_hparams *hp = &model->hp;
+    if (p.n_ctx < 0 || p.n_batch < 0 || p.n_seq_max < 0)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "context: n_ctx %d, n_batch %d, n_seq_max %d must be >= 0",
+                       p.n_ctx, p.n_batch, p.n_seq_max);
+    if (p.n_ctx == 0) p.n_ctx = hp->n_ctx_train;
+    if (p.n_batch == 0) p.n_batch = 512;
+    if (p.n_seq_max == 0) p.n_seq_max = 1;
+    if (p.n_seq_max > 4096) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "context: n_seq_max %d > 4096", p.n_seq_max);
+
+    /* cap the cache to what fits in memory (80% of MemAvailable) */
+    const int32_t kdim = hp->n_head_kv * hp->head_dim_k, vdim = hp->n_head_kv * hp->head_dim_v;
+    const uint64_t per_tok = (uint64_t)hp->n_layer * (uint64_t)(kdim + vdim) * 2u; /* F16 */
+    int64_t n_ctx = ((int64_t)p.n_ctx + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE * KV_BLOCK_SIZE;
+    const uint64_t avail = mem_available();
+    if (avail > 0 && (uint64_t)n_ctx * per_tok > avail / 10 * 8) {
+        const int64_t fit = (int64_t)(avail / 10 * 8 / per_tok) / KV_BLOCK_SIZE * KV_BLOCK_SIZE;
+        if (fit < KV_BLOCK_SIZE)
+            return qr_errf(err, err_len, QR_ERR_NOMEM,
+                           "context: not even %d tokens of KV cache (%llu bytes each) fit in the %.1f GiB of available "
+                           "memory", KV_BLOCK_SIZE, (unsigned long long)per_tok, (double)avail / (1 << 30));
+        qr_log(QR_LOG_WARN, "n_ctx %lld needs %.2f GiB of KV cache but only %.2f GiB of memory is available; using n_ctx %lld",
+               (long long)n_ctx, (double)n_ctx * (double)per_tok / (1 << 30), (double)avail / (1 << 30), (long long)fit);
+        n_ctx = fit;
+    }
+    if (n_ctx > INT32_MAX / 2) n_ctx = INT32_MAX / 2 / KV_BLOCK_SIZE * KV_BLOCK_SIZE;
+
+    qr_context *c = calloc(1, sizeof *c);
+    if (!c) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
+    c->model = model;
+    c->be = model->be;
+    c->n_ctx = (int32_t)n_ctx;
+    c->n_batch = p.n_batch;
+    c->n_seq_max = p.n_seq_max;
+    c->last_out = -1;
+    qr_backend *be = c->be;
+    qr_status st;
+    if (p.n_threads > 0 && (st = be->ops->set_n_threads(be, p.n_threads, err, err_len)) != QR_OK) goto fail;
+    const int32_t n_blocks = c->n_ctx / KV_BLOCK_SIZE;
+    if ((st = qr_kv_cache_create(n_blocks, KV_BLOCK_SIZE, c->n_seq_max, c->n_ctx, &c->kvc, err, err_len)) != QR_OK)
+        goto fail;
+    const qr_kv_desc kd = {.n_layer = hp->n_layer, .n_blocks = n_blocks, .block_size = KV_BLOCK_SIZE, .k_dim = kdim,
+                           .v_dim = vdim, .type = QR_TYPE_F16};
+    c->kvs = be->ops->kv_alloc(be, &kd, err, err_len);
+    if (!c->kvs) {
+        st = QR_ERR_NOMEM;
+        goto fail;
+    }
+    const size_t nb = (size_t)c->n_batch, fs = sizeof(float);
+    c->f.be = be;
+    c->f.kv = c->kvs;
+    c->f.x = be->ops->alloc(be, nb * hp->n_embd * fs);
+    c->f.xb = be->ops->alloc(be, nb * hp->n_embd * fs);
+    c->f.xb2 = be->ops->alloc(be, nb * hp->n_embd * fs);
+    c->f.q = be->ops->alloc(be, nb * hp->n_head * hp->head_dim_k * fs);
+    c->f.k = be->ops->alloc(be, nb * (size_t)kdim * fs);
+    c->f.v = be->ops->alloc(be, nb * (size_t)vdim * fs);
+    c->f.att = be->ops->alloc(be, nb * hp->n_head * hp->head_dim_v * fs);
+    c->f.ff_g = be->ops->alloc(be, nb * hp->n_ff * fs);
+    c->f.ff_u = be->ops->alloc(be, nb * hp->n_ff * fs);
+    c->next_pos = calloc((size_t)c->n_seq_max, sizeof(int32_t));
+    c->p_tok = malloc(nb * sizeof(int32_t));
+    c->p_pos = malloc(nb * sizeof(int32_t));
+    c->p_seq = malloc(nb * sizeof(int32_t));
+    c->p_slot = malloc(nb * sizeof(int32_t));
+    c->p_out = malloc(nb * sizeof(int32_t));
+    if (!c->f.x || !c->f.xb || !c->f.xb2 || !c->f.q || !c->f.k || !c->f.v || !c->f.att || !c->f.ff_g || !c->f.ff_u ||
+        !c->next_pos || !c->p_tok || !c->p_pos || !c->p_seq || !c->p_slot || !c->p_out) {
+        st = qr_errf(err, err_len, QR_ERR_NOMEM, "context: cannot allocate activation buffers for n_batch %d", c->n_batch);
+        goto fail;
+    }
+    *out = c;
+    return QR_OK;
+fail:
+    qr_context_free(c);
+    return st;
+}
+
+int32_t qr_context_n_ctx(const qr_context *c) { return c->n_ctx; }
+
+/* Grows the backend output buffers to `rows` rows. */
+static qr_status ensure_dev_out(qr_context *c, int32_t rows, char *err, size_t err_len) {
+    if (rows <= c->dev_out_cap) return QR_OK;
+    qr_backend *be = c->be;
+    const qr_hparams *hp = &c->model->hp;
+    if (c->f.xo) be->ops->free(be, c->f.xo);
+    if (c->f.logits) be->ops->free(be, c->f.logits);
+    c->f.xo = be->ops->alloc(be, (size_t)rows * hp->n_embd * sizeof(float));
+    c->f.logits = be->ops->alloc(be, (size_t)rows * hp->n_vocab * sizeof(float));
+    if (!c->f.xo || !c->f.logits) {
+        c->dev_out_cap = 0;
+        return qr_errf(err, err_len, QR_ERR_NOMEM, "cannot allocate logits for %d rows", rows);
+    }
+    c->dev_out_cap = rows;
+    return QR_OK;
+}
+
+qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len) {
+    const qr_model *m = c->model;
+    const qr_hparams *hp = &m->hp;
+    qr_backend *be = c->be;
+    qr_kv_cache *kvc = c->kvc;
+    qr_status st;
+    if (!b || b->n_tokens < 1 || !b->token)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "decode: empty batch");
+    const int32_t n = b->n_tokens;
+    /* validate: token ids, sequence ids, positions continuing each sequence in order */
+    for (int32_t s = 0; s < c->n_seq_max; s++) c->next_pos[s] = qr_kv_cache_seq_len(kvc, s);
+    int32_t n_out = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t s = b->seq_id ? b->seq_id[i] : 0;
+        if (b->token[i] < 0 || b->token[i] >= hp->n_vocab)
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "decode: row %d: token id %d is outside the vocabulary [0, %d)",
+                           i, b->token[i], hp->n_vocab);
+        if (s < 0 || s >= c->n_seq_max)
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "decode: row %d: sequence id %d is outside [0, %d)", i, s,
+                           c->n_seq_max);
+        if (b->pos && b->pos[i] != c->next_pos[s])
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG,
+                           "decode: row %d: sequence %d continues at position %d, got %d (remove positions with "
+                           "qr_kv_seq_rm first)", i, s, c->next_pos[s], b->pos[i]);
+        c->next_pos[s]++;
+        if (b->logits ? b->logits[i] != 0 : i == n - 1) n_out++;
+    }
+    /* reserve cache blocks (copy-on-write of shared blocks) */
+    for (int32_t s = 0; s < c->n_seq_max; s++) {
+        if (c->next_pos[s] == qr_kv_cache_seq_len(kvc, s)) continue;
+        qr_kv_copy cow;
+        if ((st = qr_kv_cache_reserve(kvc, s, c->next_pos[s], &cow, err, err_len)) != QR_OK) return st;
+        if (cow.src >= 0) be->ops->kv_copy_block(be, c->kvs, cow.src, cow.dst);
+    }
+    /* host outputs */
+    if ((size_t)n_out > c->logits_cap) {
+        float *nl = realloc(c->logits, (size_t)n_out * hp->n_vocab * sizeof(float));
+        if (!nl) return qr_errf(err, err_len, QR_ERR_NOMEM, "decode: cannot allocate logits for %d rows", n_out);
+        c->logits = nl;
+        c->logits_cap = (size_t)n_out;
+    }
+    if (n > c->row_out_cap) {
+        int32_t *nr = realloc(c->row_out, (size_t)n * sizeof(int32_t));
+        if (!nr) return qr_errf(err, err_len, QR_ERR_NOMEM, "decode: out of memory");
+        c->row_out = nr;
+        c->row_out_cap = n;
+    }
+    c->n_rows_last = 0;
+    c->last_out = -1;
+    /* restore the running positions for the passes */
+    for (int32_t s = 0; s < c->n_seq_max; s++) c->next_pos[s] = qr_kv_cache_seq_len(kvc, s);
+    int32_t out_done = 0;
+    for (int32_t r0 = 0; r0 < n; r0 += c->n_batch) {
+        const int32_t nt = n - r0 < c->n_batch ? n - r0 : c->n_batch;
+        int32_t no = 0;
+        for (int32_t j = 0; j < nt; j++) {
+            const int32_t i = r0 + j, s = b->seq_id ? b->seq_id[i] : 0;
+            c->p_tok[j] = b->token[i];
+            c->p_seq[j] = s;
+            c->p_pos[j] = c->next_pos[s]++;
+            c->p_slot[j] = qr_kv_cache_slot(kvc, s, c->p_pos[j]);
+            if (c->p_slot[j] < 0) return qr_errf(err, err_len, QR_ERR_INTERNAL, "decode: no cache slot for row %d", i);
+            const bool want = b->logits ? b->logits[i] != 0 : i == n - 1;
+            c->row_out[i] = want ? out_done + no : -1;
+            if (want) c->p_out[no++] = j;
+        }
+        if ((st = ensure_dev_out(c, no > 0 ? no : 1, err, err_len)) != QR_OK) return st;
+        const qr_batch_plan plan = {.n_tokens = nt, .tokens = c->p_tok, .pos = c->p_pos, .seq = c->p_seq,
+                                    .kv_slot = c->p_slot, .n_seqs = c->n_seq_max, .max_blocks = kvc->max_blocks,
+                                    .block_table = kvc->block_table, .n_outputs = no, .output_rows = c->p_out};
+        if ((st = be->ops->set_batch(be, &plan, err, err_len)) != QR_OK) return st;
+        c->f.n_tokens = nt;
+        c->f.n_outputs = no;
+        m->arch->forward(m, &c->f);
+        if ((st = be->ops->last_error(be, err, err_len)) != QR_OK) return st;
+        if (no > 0)
+            be->ops->read(be, c->logits + (size_t)out_done * hp->n_vocab, c->f.logits,
+                          (size_t)no * hp->n_vocab * sizeof(float));
+        out_done += no;
+    }
+    /* commit */
+    for (int32_t s = 0; s < c->n_seq_max; s++) qr_kv_cache_set_seq_len(kvc, s, c->next_pos[s]);
+    c->n_rows_last = n;
+    c->last_out = out_done - 1;
+    return QR_OK;
+}
+
+const float *qr_get_logits(const qr_context *c, int32_t row) {
+    if (row == -1) return c->last_out >= 0 ? c->logits + (size_t)c->last_out * c->model->hp.n_vocab : NULL;
+    if (row < 0 || row >= c->n_rows_last || c->row_out[row] < 0) return NULL;
+    return c->logits + (size_t)c->row_out[row] * c->model->hp.n_vocab;
+}
+
+int32_t qr_kv_seq_len(const qr_context *c, int32_t seq) { return qr_kv_cache_seq_len(c->kvc, seq); }
+
+bool qr_kv_seq_rm(qr_context *c, int32_t seq, int32_t p0, int32_t p1) { return qr_kv_cache_seq_rm(c->kvc, seq, p0, p1); }
+
+void qr_kv_clear(qr_context *c) { qr_kv_cache_clear(c->kvc); }

@@ -1,0 +1,28 @@
+/* gemma3.c — forward pass of Gemma 3: embeddings scaled by sqrt(n_embd), pre- and post-norms
+ * around attention and FFN, per-head q/k RMS norms, NeoX rope with a local base (10000) on the
+ * sliding-window layers and the global base on every sw_pattern-th layer, q pre-scaled by the
+ * attention scale (as llama.cpp does), GeGLU FFN. */
+#include "model/model.h"
+
+void qr_gemma3_forward(const qr_model *m, qr_fwd *f) {
+    const qr_hparams *hp = &m->hp;
+    qr_backend *be = f->be;
+    const int64_t n = f->n_tokens, nx = n * hp->n_embd;
+
+    be->ops->get_rows(be, &m->tok_embd, f->x);
+    be->ops->scale(be, f->x, hp->embd_scale, nx, f->x); /* x *= sqrt(n_embd) */
+    for (int il = 0; il < hp->n_layer; il++) {
+        const qr_layer *l = &m->layers[il];
+        /* x += post_norm(attn(pre_norm(x))) */
+        be->ops->rmsnorm(be, f->x, &l->attn_norm, n, hp->n_embd, hp->norm_eps, f->xb);
+        qr_block_attention(m, f, il, hp->attn_scale);
+        be->ops->rmsnorm(be, f->xb2, &l->attn_post_norm, n, hp->n_embd, hp->norm_eps, f->xb2);
+        be->ops->add(be, f->x, f->xb2, nx, f->x);
+        /* x += post_norm(ffn(pre_norm(x))) */
+        be->ops->rmsnorm(be, f->x, &l->ffn_norm, n, hp->n_embd, hp->norm_eps, f->xb);
+        qr_block_ffn(m, f, il, true);
+        be->ops->rmsnorm(be, f->xb2, &l->ffn_post_norm, n, hp->n_embd, hp->norm_eps, f->xb2);
+        be->ops->add(be, f->x, f->xb2, nx, f->x);
+    }
+    qr_block_output(m, f);
+}

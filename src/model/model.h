@@ -1,0 +1,178 @@
+/* model.h — internals of the engine: architecture table, hyper-parameters, weights, the forward
+ * state shared by the per-architecture forward passes (llama.c, gemma3.c) and blocks.c. */
+#ifndef QR_MODEL_H
+#define QR_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "gguf/gguf.h"
+#include "quarrel.h"
+
+/* ---- architecture table (arch.c) ---- */
+
+typedef enum qr_arch {
+    QR_ARCH_LLAMA = 0, /* llama 2/3, mistral, tinyllama, smollm2 */
+    QR_ARCH_GEMMA3 = 1,
+    QR_ARCH_COUNT
+} qr_arch;
+
+/* Tensors, named as llama.cpp's llama-arch names them ("blk.%d." prefix for per-layer ones). */
+typedef enum qr_tensor_id {
+    QR_T_TOKEN_EMBD,      /* token_embd */
+    QR_T_OUTPUT_NORM,     /* output_norm */
+    QR_T_OUTPUT,          /* output */
+    QR_T_ROPE_FREQS,      /* rope_freqs */
+    QR_T_ATTN_NORM,       /* blk.N.attn_norm */
+    QR_T_ATTN_Q,          /* blk.N.attn_q */
+    QR_T_ATTN_K,          /* blk.N.attn_k */
+    QR_T_ATTN_V,          /* blk.N.attn_v */
+    QR_T_ATTN_OUT,        /* blk.N.attn_output */
+    QR_T_ATTN_Q_NORM,     /* blk.N.attn_q_norm */
+    QR_T_ATTN_K_NORM,     /* blk.N.attn_k_norm */
+    QR_T_ATTN_POST_NORM,  /* blk.N.post_attention_norm */
+    QR_T_FFN_NORM,        /* blk.N.ffn_norm */
+    QR_T_FFN_GATE,        /* blk.N.ffn_gate */
+    QR_T_FFN_UP,          /* blk.N.ffn_up */
+    QR_T_FFN_DOWN,        /* blk.N.ffn_down */
+    QR_T_FFN_POST_NORM,   /* blk.N.post_ffw_norm */
+    QR_T_COUNT
+} qr_tensor_id;
+
+/* Base name of a tensor ("attn_q"); per-layer tensors get "blk.N." in front, and ".weight". */
+const char *qr_tensor_base_name(qr_tensor_id id);
+/* True when the tensor is per layer. */
+bool qr_tensor_per_layer(qr_tensor_id id);
+/* Writes the full name ("blk.3.attn_q.weight"; layer ignored for global tensors) into buf. */
+void qr_tensor_name(qr_tensor_id id, int layer, char *buf, size_t cap);
+
+typedef struct qr_model qr_model;
+typedef struct qr_fwd qr_fwd;
+/* A forward pass over the current batch plan (set on the backend); see qr_fwd. */
+typedef void (*qr_forward_fn)(const qr_model *m, qr_fwd *f);
+
+typedef struct qr_arch_info {
+    qr_arch arch;
+    const char *name;        /* general.architecture value */
+    qr_rope_mode rope_mode;  /* normal (llama) or neox (gemma3) */
+    bool has_qk_norm;        /* attn_q_norm / attn_k_norm required */
+    bool has_post_norms;     /* post_attention_norm / post_ffw_norm required */
+    bool gelu_ffn;           /* GeGLU (true) or SwiGLU (false) */
+    bool scale_embd;         /* multiply embeddings by sqrt(n_embd) */
+    int32_t swa_pattern;     /* default sliding-window period (gemma3: 6, every 6th layer global); 0 = none */
+    float rope_base_swa;     /* rope base of sliding-window layers (gemma3: 10000) */
+    qr_forward_fn forward;
+} qr_arch_info;
+
+/* Table row for a general.architecture name; NULL when unsupported. */
+const qr_arch_info *qr_arch_find(const char *name);
+/* Comma-separated list of supported architecture names (static). */
+const char *qr_arch_list(void);
+
+/* ---- hyper-parameters and weights ---- */
+
+typedef struct qr_hparams {
+    char arch_name[32];
+    int32_t n_vocab;      /* token_embd rows */
+    int32_t n_ctx_train;  /* {arch}.context_length */
+    int32_t n_embd;       /* {arch}.embedding_length */
+    int32_t n_layer;      /* {arch}.block_count */
+    int32_t n_head;       /* {arch}.attention.head_count */
+    int32_t n_head_kv;    /* {arch}.attention.head_count_kv (default n_head) */
+    int32_t head_dim_k;   /* {arch}.attention.key_length (default n_embd / n_head) */
+    int32_t head_dim_v;   /* {arch}.attention.value_length (default n_embd / n_head) */
+    int32_t n_ff;         /* {arch}.feed_forward_length */
+    int32_t n_rot;        /* {arch}.rope.dimension_count (default head_dim_k) */
+    float norm_eps;       /* {arch}.attention.layer_norm_rms_epsilon */
+    float rope_base;      /* {arch}.rope.freq_base (default 10000) */
+    float rope_scale;     /* 1 / {arch}.rope.scaling.factor (linear), 1 = none */
+    float yarn_ext_factor;/* 1 when rope.scaling.type = yarn, else 0 */
+    float yarn_attn_factor;/* {arch}.rope.scaling.attn_factor (default 1) */
+    int32_t n_ctx_orig;   /* {arch}.rope.scaling.original_context_length (default n_ctx_train) */
+    int32_t n_swa;        /* {arch}.attention.sliding_window (0 = none) */
+    float rope_base_swa;  /* rope base of sliding-window layers */
+    float attn_scale;     /* q.k scale */
+    float attn_softcap;   /* {arch}.attn_logit_softcapping (0 = off) */
+    float final_softcap;  /* {arch}.final_logit_softcapping (0 = off) */
+    float embd_scale;     /* multiplier of the token embeddings (1 = none) */
+} qr_hparams;
+
+typedef struct qr_layer {
+    bool swa;              /* sliding-window layer (window n_swa, rope_base_swa) */
+    qr_weight attn_norm;   /* F32 [n_embd] */
+    qr_weight attn_q;      /* [n_head * head_dim_k rows][n_embd] */
+    qr_weight attn_k;      /* [n_head_kv * head_dim_k][n_embd] */
+    qr_weight attn_v;      /* [n_head_kv * head_dim_v][n_embd] */
+    qr_weight attn_out;    /* [n_embd][n_head * head_dim_v] */
+    qr_weight attn_q_norm; /* F32 [head_dim_k] (gemma3) */
+    qr_weight attn_k_norm; /* F32 [head_dim_k] (gemma3) */
+    qr_weight attn_post_norm; /* F32 [n_embd] (gemma3) */
+    qr_weight ffn_norm;    /* F32 [n_embd] */
+    qr_weight ffn_gate;    /* [n_ff][n_embd] */
+    qr_weight ffn_up;      /* [n_ff][n_embd] */
+    qr_weight ffn_down;    /* [n_embd][n_ff] */
+    qr_weight ffn_post_norm; /* F32 [n_embd] (gemma3) */
+} qr_layer;
+
+struct qr_model {
+    char path[512];
+    qr_gguf *gguf;              /* the mapping; weights point into it */
+    const qr_arch_info *arch;
+    qr_hparams hp;
+    qr_weight tok_embd;         /* [n_vocab][n_embd] */
+    qr_weight output_norm;      /* F32 [n_embd] */
+    qr_weight output;           /* [n_vocab][n_embd]; == tok_embd's data when tied */
+    qr_weight rope_freqs;       /* F32 [n_rot / 2], host == NULL when absent */
+    qr_layer *layers;           /* [n_layer] */
+    qr_backend *be;             /* owned */
+    char *name_arena;           /* tensor names referenced by the qr_weights */
+};
+
+/* ---- forward state ---- */
+
+/* Buffers (backend memory, rows = the plan's n_tokens) and sizes of one forward pass. */
+struct qr_fwd {
+    qr_backend *be;
+    qr_kv_storage *kv;
+    int32_t n_tokens;   /* rows in the plan */
+    int32_t n_outputs;  /* rows gathered for logits */
+    float *x;           /* [n_tokens][n_embd] residual stream */
+    float *xb;          /* [n_tokens][n_embd] normed input of a sub-block */
+    float *xb2;         /* [n_tokens][n_embd] output of a sub-block */
+    float *q;           /* [n_tokens][n_head * head_dim_k] */
+    float *k;           /* [n_tokens][n_head_kv * head_dim_k] */
+    float *v;           /* [n_tokens][n_head_kv * head_dim_v] */
+    float *att;         /* [n_tokens][n_head * head_dim_v] */
+    float *ff_g;        /* [n_tokens][n_ff] */
+    float *ff_u;        /* [n_tokens][n_ff] */
+    float *xo;          /* [n_outputs][n_embd] gathered rows */
+    float *logits;      /* [n_outputs][n_vocab] */
+};
+
+/* ---- shared blocks (blocks.c) ---- */
+
+/* Rope parameters of layer il (base/scale differ between sliding-window and global layers). */
+qr_rope_params qr_layer_rope(const qr_model *m, int il);
+
+/* Self-attention of layer il on f->xb (normed input), result (after attn_output) in f->xb2.
+ * Applies q/k norms when the layer has them, rope, optional q pre-scaling (q_scale != 1, and then
+ * the attention itself uses scale 1, as llama.cpp does for gemma), stores K/V, attends. */
+void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale);
+
+/* Gated FFN of layer il on f->xb, result in f->xb2: down(act(gate(x)) * up(x)), act = SiLU or GELU. */
+void qr_block_ffn(const qr_model *m, qr_fwd *f, int il, bool gelu);
+
+/* Final norm and output projection of the gathered rows: f->logits (with final softcap). */
+void qr_block_output(const qr_model *m, qr_fwd *f);
+
+/* ---- forward passes ---- */
+void qr_llama_forward(const qr_model *m, qr_fwd *f);
+void qr_gemma3_forward(const qr_model *m, qr_fwd *f);
+
+/* The model's GGUF (for the tokenizer and templates). */
+const qr_gguf *qr_model_gguf(const qr_model *m);
+/* The model's backend. */
+qr_backend *qr_model_backend(const qr_model *m);
+
+#endif /* QR_MODEL_H */

@@ -1,0 +1,159 @@
+/* sampler.h — next-token sampling and generation stop rules.
+ *
+ * The sampler turns one row of logits ([n_vocab] floats) into a token id. Its chain runs in the order
+ * of llama.cpp's default sampler chain:
+ *
+ *     logit bias -> penalties (repeat, frequency, presence over the last `penalty_last_n` tokens)
+ *       -> top-k -> top-p -> min-p -> temperature -> draw from the softmax (own seeded PRNG)
+ *
+ * With temperature <= 0 the chain collapses to greedy: the argmax of the biased, penalised logits
+ * (ties go to the lowest token id). top-p and min-p are computed on the probabilities before
+ * temperature, as in llama.cpp. Everything is deterministic: the same seed, parameters, accepted
+ * history and logits give the same tokens on every machine.
+ *
+ * The stop checker (qr_stop) holds back generated text that could still become a stop string (also
+ * across token boundaries) or that ends in an incomplete UTF-8 sequence, and tells the caller how
+ * much text is safe to emit. It also enforces max_tokens and end-of-generation tokens.
+ */
+#ifndef QR_RUNTIME_SAMPLER_H
+#define QR_RUNTIME_SAMPLER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quarrel.h"
+
+/* seed value meaning "pick a random seed at create time" (qr_sampler_seed tells which). */
+#define QR_SAMPLER_SEED_RANDOM UINT64_MAX
+/* Most alternatives qr_sample_result can carry (OpenAI's top_logprobs limit). */
+#define QR_SAMPLER_MAX_LOGPROBS 20
+
+/* A bias added to one token's logit before anything else. -INFINITY bans the token. */
+typedef struct qr_logit_bias {
+    int32_t token; /* 0 <= token < n_vocab */
+    float bias;    /* added to the logit; finite or -INFINITY, never NaN */
+} qr_logit_bias;
+
+typedef struct qr_sampler_params {
+    float temperature;       /* >= 0; 0 = greedy (argmax). default 0.8 */
+    int32_t top_k;           /* >= 0; 0 = off. default 40 */
+    float top_p;             /* in (0, 1]; 1 = off. default 0.95 */
+    float min_p;             /* in [0, 1]; 0 = off. default 0.05 */
+    float repeat_penalty;    /* > 0; 1 = off. positive logits are divided by it, negative multiplied */
+    float frequency_penalty; /* any finite value; 0 = off. subtracted once per occurrence in the window */
+    float presence_penalty;  /* any finite value; 0 = off. subtracted once if the token is in the window */
+    int32_t penalty_last_n;  /* >= 0: window of most recent accepted tokens; 0 = penalties off. default 64 */
+    uint64_t seed;           /* PRNG seed; QR_SAMPLER_SEED_RANDOM = random */
+    const qr_logit_bias *logit_bias; /* [n_logit_bias], copied by qr_sampler_create; may be NULL */
+    int32_t n_logit_bias;
+    bool logprobs;           /* compute the chosen token's logprob (costs one pass over the vocab) */
+    int32_t n_logprobs;      /* 0..QR_SAMPLER_MAX_LOGPROBS alternatives to report (needs logprobs) */
+} qr_sampler_params;
+
+/* One (token, log-probability) pair. */
+typedef struct qr_token_logprob {
+    int32_t token;
+    float logprob; /* natural log, <= 0 */
+} qr_token_logprob;
+
+/* What qr_sampler_sample returns. */
+typedef struct qr_sample_result {
+    int32_t token;   /* the chosen token */
+    float logprob;   /* log-softmax of the chosen token under the logits passed in (before bias,
+                        penalties, truncation and temperature), as OpenAI's `logprobs` reports;
+                        0 when params.logprobs is false */
+    int32_t n_top;   /* entries in top[] (params.n_logprobs, or fewer if n_vocab is smaller; 0 when
+                        params.logprobs is false) */
+    qr_token_logprob top[QR_SAMPLER_MAX_LOGPROBS]; /* the n_top most likely tokens under the same
+                                                      distribution, most likely first (ties: lower id) */
+} qr_sample_result;
+
+typedef struct qr_sampler qr_sampler;
+
+/* Fills *p with llama.cpp's defaults (temp 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalties,
+ * penalty_last_n 64, random seed, no bias, no logprobs). */
+void qr_sampler_params_default(qr_sampler_params *p);
+
+/* Greedy parameters: temperature 0, everything else off. */
+void qr_sampler_params_greedy(qr_sampler_params *p);
+
+/* Checks every field (ranges above, no NaN, bias tokens inside [0, n_vocab)). QR_ERR_INVALID_ARG with
+ * a message naming the field otherwise. n_vocab <= 0 skips the token range check. */
+qr_status qr_sampler_params_validate(const qr_sampler_params *p, int32_t n_vocab, char *err, size_t err_len);
+
+/* Creates a sampler for logits rows of n_vocab floats. Validates p first. On success *out owns
+ * copies of everything in p; free with qr_sampler_free. */
+qr_status qr_sampler_create(const qr_sampler_params *p, int32_t n_vocab, qr_sampler **out, char *err,
+                            size_t err_len);
+void qr_sampler_free(qr_sampler *s);
+
+/* The seed actually in use (the random one when params.seed was QR_SAMPLER_SEED_RANDOM). */
+uint64_t qr_sampler_seed(const qr_sampler *s);
+
+/* Forgets the penalty history and restarts the PRNG from the seed. */
+void qr_sampler_reset(qr_sampler *s);
+
+/* Appends a token to the penalty history (use it for prompt tokens; qr_sampler_sample accepts the
+ * tokens it returns by itself). QR_ERR_INVALID_ARG when token is outside [0, n_vocab). */
+qr_status qr_sampler_accept(qr_sampler *s, int32_t token);
+
+/* Samples the next token from logits[0..n_vocab) (not modified) and accepts it into the history.
+ * Errors: QR_ERR_INVALID_ARG when a logit is NaN or no token has a finite biased logit. */
+qr_status qr_sampler_sample(qr_sampler *s, const float *logits, qr_sample_result *out, char *err,
+                            size_t err_len);
+
+/* Applies logit bias and penalties (the first two links of the chain) to logits[0..n_vocab) in place.
+ * Exposed for tests and for callers that want the adjusted distribution. */
+void qr_sampler_apply_penalties(qr_sampler *s, float *logits);
+
+/* ---------------------------------------------------------------------------------------------
+ * Stop rules: stop strings, max_tokens, end-of-generation tokens.
+ */
+typedef enum qr_finish_reason {
+    QR_FINISH_NONE = 0,   /* keep generating */
+    QR_FINISH_STOP = 1,   /* a stop string matched, or an end-of-generation token came */
+    QR_FINISH_LENGTH = 2, /* max_tokens reached */
+} qr_finish_reason;
+
+/* Name as OpenAI reports it: NULL, "stop", "length". */
+const char *qr_finish_reason_str(qr_finish_reason r);
+
+typedef struct qr_stop qr_stop;
+
+/* What one qr_stop_feed call decided. */
+typedef struct qr_stop_result {
+    const char *emit;         /* [emit_len] bytes that are now safe to send; valid until the next call */
+    size_t emit_len;
+    qr_finish_reason finish;  /* != QR_FINISH_NONE: stop generating (emit is the final text) */
+    int32_t stop_index;       /* index of the matched stop string, or -1 */
+} qr_stop_result;
+
+/* stops: n_stops non-empty NUL-terminated strings (copied). max_tokens: > 0, or 0 for no limit.
+ * QR_ERR_INVALID_ARG on an empty stop string, n_stops < 0 or max_tokens < 0. */
+qr_status qr_stop_create(const char *const *stops, int32_t n_stops, int32_t max_tokens, qr_stop **out,
+                         char *err, size_t err_len);
+void qr_stop_free(qr_stop *s);
+
+/* Feeds the text of one generated token (piece may be empty). is_eog: the token ends generation
+ * (EOS/EOT; its own text is not emitted). Text up to a matched stop string is emitted, the stop
+ * string and anything after it is dropped. When a finish comes, every held-back byte is emitted
+ * (even an incomplete UTF-8 tail). After a finish, further calls emit nothing and repeat the reason.
+ * Returns QR_ERR_NOMEM when the hold-back buffer cannot grow. */
+qr_status qr_stop_feed(qr_stop *s, const char *piece, size_t len, bool is_eog, qr_stop_result *out);
+
+/* Ends generation for an outside reason (client hung up: QR_FINISH_STOP; context full:
+ * QR_FINISH_LENGTH; NONE counts as STOP): emits everything held back. No-op after a finish. */
+void qr_stop_flush(qr_stop *s, qr_finish_reason reason, qr_stop_result *out);
+
+/* Tokens fed so far. */
+int32_t qr_stop_n_tokens(const qr_stop *s);
+
+/* Length of the longest prefix of text[0..len) that is safe to emit given the stop strings: it stops
+ * before the earliest full match, and before any suffix that is a proper prefix of a stop string, and
+ * before a trailing incomplete UTF-8 sequence. *matched is set to the index of a full match or -1.
+ * Pure function, exposed for tests. */
+size_t qr_stop_safe_prefix(const char *const *stops, int32_t n_stops, const char *text, size_t len,
+                           int32_t *matched);
+
+#endif /* QR_RUNTIME_SAMPLER_H */

@@ -1,0 +1,110 @@
+/* synth.h — deterministic random-weight GGUF models with real shapes and a working tokenizer.
+ *
+ * `quarrel synth` writes a model that llama.cpp and quarrel both load: the hyper-parameter keys,
+ * tensor names and shapes of a real architecture, random weights with a sensible scale (projection
+ * weights ~ N(0, 1/fan_in), norms ~ 1 + N(0, 0.1^2)... bounded, so logits are neither flat nor
+ * saturated) and a synthetic vocabulary (byte-level BPE, or SentencePiece-style for gemma3) of the
+ * preset's size. The same arguments and seed give a byte-identical file on every run, whatever the
+ * thread count. Quantized file types are produced as llama-quantize would produce them from the
+ * F16 model: weights are rounded to F16 first, then quantized with the per-tensor rules of
+ * quantize_model.h, so `synth --type Q4_K_M` equals `quantize (synth --type F16) Q4_K_M`.
+ *
+ * Presets are rows of a table (synth_presets.c); an architecture is a row of a second table that
+ * knows its tensor list and hyper-parameter keys. New architectures are added as rows.
+ */
+#ifndef QR_RUNTIME_SYNTH_H
+#define QR_RUNTIME_SYNTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quarrel.h"
+
+typedef enum qr_synth_vocab_kind {
+    QR_SYNTH_VOCAB_BPE = 0, /* tokenizer.ggml.model "gpt2": byte-level BPE with merges */
+    QR_SYNTH_VOCAB_SPM = 1, /* tokenizer.ggml.model "llama": pieces with scores + <0xXX> byte fallback */
+} qr_synth_vocab_kind;
+
+typedef enum qr_synth_rope_scaling {
+    QR_SYNTH_ROPE_NONE = 0,
+    QR_SYNTH_ROPE_LLAMA3 = 1, /* Llama 3.1 frequency factors, stored as rope_freqs.weight */
+} qr_synth_rope_scaling;
+
+/* One preset: the shapes of a model. */
+typedef struct qr_synth_preset {
+    const char *arch;            /* general.architecture: "llama", "gemma3" */
+    const char *name;            /* "tiny", "smollm2-135m", ... */
+    uint32_t n_layer;
+    uint32_t n_embd;             /* d_model */
+    uint32_t n_ff;               /* feed-forward width */
+    uint32_t n_head, n_head_kv;  /* attention heads, key/value heads (GQA) */
+    uint32_t head_dim;           /* per-head dimension */
+    uint32_t n_vocab;
+    uint32_t n_ctx;              /* context_length */
+    float rope_theta;            /* rope.freq_base */
+    float rms_eps;               /* attention.layer_norm_rms_epsilon */
+    bool tied_output;            /* no output.weight: the token embedding is reused */
+    qr_synth_rope_scaling rope_scaling;
+    float rope_factor;           /* LLAMA3: factor (8) */
+    float rope_low_freq_factor;  /* LLAMA3: 1 */
+    float rope_high_freq_factor; /* LLAMA3: 4 */
+    uint32_t rope_orig_ctx;      /* LLAMA3: original_max_position_embeddings (8192) */
+    uint32_t sliding_window;     /* gemma3: attention.sliding_window */
+    qr_synth_vocab_kind vocab;
+    const char *bpe_pre;         /* tokenizer.ggml.pre */
+} qr_synth_preset;
+
+/* The preset `name` of `arch`; arch may be NULL when the name is unique. NULL when not found. */
+const qr_synth_preset *qr_synth_find_preset(const char *arch, const char *name);
+/* All presets, for listings. */
+size_t qr_synth_n_presets(void);
+const qr_synth_preset *qr_synth_preset_at(size_t i);
+/* True when synth knows how to lay out tensors for `arch`. */
+bool qr_synth_arch_supported(const char *arch);
+
+/* ---- vocabulary ------------------------------------------------------------------------------ */
+
+typedef struct qr_synth_vocab {
+    uint32_t n_tokens;
+    char **tokens;        /* [n_tokens] NUL-terminated UTF-8 (GGUF display form) */
+    int32_t *token_types; /* [n_tokens] 1 normal, 2 unknown, 3 control, 6 byte */
+    float *scores;        /* [n_tokens] SPM scores, NULL for BPE */
+    uint32_t n_merges;
+    char **merges;        /* [n_merges] "left right" (BPE only) */
+    int32_t bos, eos, unk, pad; /* special ids; unk = -1 when absent */
+    const char *model;    /* "gpt2" or "llama" */
+    const char *chat_template;
+    void *storage;        /* owned string storage */
+} qr_synth_vocab;
+
+/* Builds the deterministic vocabulary of n_vocab tokens (it depends only on kind and n_vocab).
+ * QR_ERR_INVALID_ARG when n_vocab is too small to hold the specials and the byte tokens. */
+qr_status qr_synth_vocab_build(qr_synth_vocab_kind kind, uint32_t n_vocab, qr_synth_vocab *out, char *err,
+                               size_t err_len);
+void qr_synth_vocab_free(qr_synth_vocab *v);
+
+/* ---- writing a model ------------------------------------------------------------------------- */
+
+typedef struct qr_synth_options {
+    const char *arch;   /* may be NULL when the preset name is unique */
+    const char *preset; /* preset name */
+    const char *type;   /* file type name (quantize_model.h), e.g. "F16", "Q4_K_M"; NULL = F16 */
+    bool pure;          /* no mix rules: every quantizable weight gets the base type */
+    uint64_t seed;      /* weights seed */
+    int n_threads;      /* <= 0: all online CPUs (the output does not depend on it) */
+    bool progress;      /* progress bar on stderr when it is a TTY */
+} qr_synth_options;
+
+typedef struct qr_synth_stats {
+    uint64_t file_size;  /* bytes written */
+    uint64_t n_params;   /* elements over all tensors */
+    uint64_t n_tensors;
+    double seconds;
+} qr_synth_stats;
+
+/* Writes the model to `path` (via a temporary file renamed into place), streaming tensor by tensor
+ * so memory stays bounded (a few chunks of rows per thread). stats may be NULL. */
+qr_status qr_synth_write(const qr_synth_options *o, const char *path, qr_synth_stats *stats, char *err, size_t err_len);
+
+#endif /* QR_RUNTIME_SYNTH_H */

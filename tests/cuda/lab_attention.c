@@ -1,0 +1,310 @@
+/* lab_attention.c — the lab's checks of kv_store, attention over the paged cache (GQA, windows,
+ * softcap, f16 and f32 caches, odd head sizes, forced KV split counts) and kv_copy_block, against the
+ * CPU scalar oracle; timings of decode attention at mistral-7b and gemma-like shapes and of a
+ * 512-row prefill. Block tables are shuffled so that logical and physical blocks differ. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lab.h"
+
+typedef struct attn_cfg {
+    const char *name;
+    int n_head, n_head_kv, dk, dv, block_size, window;
+    float softcap;
+    qr_type kv_type;
+} attn_cfg;
+
+/* The paged cache of one configuration on both backends, holding n_seqs sequences of len[s] tokens. */
+typedef struct kvset {
+    attn_cfg c;
+    qr_kv_desc d;
+    qr_kv_storage *kc, *kg;
+    int n_seqs, max_blocks, spare; /* spare: a physical block no sequence uses */
+    int32_t *bt;                   /* [n_seqs][max_blocks] */
+    int len[8];
+} kvset;
+
+static void die_if(bool bad, const char *what, const char *err) {
+    if (!bad) return;
+    printf("FATAL: %s: %s\n", what, err);
+    exit(2);
+}
+
+/* Sets the plan of rows (seq, pos) on one or both backends. */
+static void plan_rows(lab *L, const kvset *S, int n, const int32_t *seq, const int32_t *pos, bool cpu, bool gpu) {
+    int32_t *tok = calloc((size_t)n, 4), *slot = malloc((size_t)n * 4);
+    for (int r = 0; r < n; r++) {
+        const int32_t *bt = S->bt + (size_t)seq[r] * S->max_blocks;
+        slot[r] = bt[pos[r] / S->c.block_size] * S->c.block_size + pos[r] % S->c.block_size;
+    }
+    qr_batch_plan p = {.n_tokens = n, .tokens = tok, .pos = pos, .seq = seq, .kv_slot = slot, .n_seqs = S->n_seqs,
+                       .max_blocks = S->max_blocks, .block_table = S->bt};
+    char err[256];
+    if (cpu) die_if(L->cpu->ops->set_batch(L->cpu, &p, err, sizeof err) != QR_OK, "set_batch cpu", err);
+    if (gpu) die_if(L->gpu->ops->set_batch(L->gpu, &p, err, sizeof err) != QR_OK, "set_batch gpu", err);
+    free(tok);
+    free(slot);
+}
+
+/* Allocates the caches and stores random K/V for every position of every sequence (layer 1 of 2). */
+static void kvset_init(lab *L, kvset *S, const attn_cfg *c, int n_seqs, const int *len) {
+    memset(S, 0, sizeof *S);
+    S->c = *c;
+    S->n_seqs = n_seqs;
+    int total_blocks = 0, max_len = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        S->len[s] = len[s];
+        total_blocks += (len[s] + c->block_size - 1) / c->block_size;
+        if (len[s] > max_len) max_len = len[s];
+    }
+    S->max_blocks = (max_len + c->block_size - 1) / c->block_size + 1;
+    const int n_blocks = total_blocks + 3;
+    S->d = (qr_kv_desc){.n_layer = 2, .n_blocks = n_blocks, .block_size = c->block_size,
+                        .k_dim = c->n_head_kv * c->dk, .v_dim = c->n_head_kv * c->dv, .type = c->kv_type};
+    char err[256];
+    S->kc = L->cpu->ops->kv_alloc(L->cpu, &S->d, err, sizeof err);
+    die_if(!S->kc, "kv_alloc cpu", err);
+    S->kg = L->gpu->ops->kv_alloc(L->gpu, &S->d, err, sizeof err);
+    die_if(!S->kg, "kv_alloc gpu", err);
+    int *perm = malloc(sizeof(int) * (size_t)n_blocks);
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        const int j = (int)(lab_u64(L) % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    S->bt = malloc(sizeof(int32_t) * (size_t)n_seqs * S->max_blocks);
+    int used = 0;
+    for (int s = 0; s < n_seqs; s++)
+        for (int b = 0; b < S->max_blocks; b++)
+            S->bt[s * S->max_blocks + b] = b * c->block_size < len[s] ? perm[used++] : -1;
+    S->spare = perm[used];
+    free(perm);
+    /* one pass storing every position */
+    int n = 0;
+    for (int s = 0; s < n_seqs; s++) n += len[s];
+    int32_t *seq = malloc((size_t)n * 4), *pos = malloc((size_t)n * 4);
+    for (int s = 0, r = 0; s < n_seqs; s++)
+        for (int p = 0; p < len[s]; p++, r++) seq[r] = s, pos[r] = p;
+    plan_rows(L, S, n, seq, pos, true, true);
+    const size_t kb = (size_t)n * S->d.k_dim * 4, vb = (size_t)n * S->d.v_dim * 4;
+    float *k = malloc(kb), *v = malloc(vb);
+    lab_fill(L, k, (int64_t)n * S->d.k_dim, 1.5f);
+    lab_fill(L, v, (int64_t)n * S->d.v_dim, 1.0f);
+    float *kd = lab_gpu_alloc(L, kb), *vd = lab_gpu_alloc(L, vb);
+    lab_upload(L, kd, k, kb);
+    lab_upload(L, vd, v, vb);
+    L->cpu->ops->kv_store(L->cpu, S->kc, 1, k, v);
+    L->gpu->ops->kv_store(L->gpu, S->kg, 1, kd, vd);
+    lab_check_errors(L, "kv_store");
+    lab_gpu_free(L, kd);
+    lab_gpu_free(L, vd);
+    free(k), free(v), free(seq), free(pos);
+}
+
+static void kvset_free(lab *L, kvset *S) {
+    L->cpu->ops->kv_free(L->cpu, S->kc);
+    L->gpu->ops->kv_free(L->gpu, S->kg);
+    free(S->bt);
+}
+
+typedef struct attn_run {
+    lab *L;
+    qr_kv_storage *kv;
+    const float *q;
+    qr_attn_params p;
+    float *out;
+} attn_run;
+
+static void run_attn(void *ptr) {
+    attn_run *a = ptr;
+    a->L->gpu->ops->attention(a->L->gpu, a->kv, 1, a->q, &a->p, a->out);
+}
+
+static qr_attn_params params_of(const attn_cfg *c) {
+    return (qr_attn_params){.n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim_k = c->dk, .head_dim_v = c->dv,
+                            .scale = 1.0f / sqrtf((float)c->dk), .softcap = c->softcap, .window = c->window};
+}
+
+/* Attention for the rows (seq[r], pos[r]) on both backends; with n_check < n only the rows
+ * check_rows[] are computed by the CPU (a plan of those rows) and compared. Timed when `time`. */
+static void attn_check(lab *L, kvset *S, int n, const int32_t *seq, const int32_t *pos, int n_check,
+                       const int32_t *check_rows, int splits, bool time, const char *label) {
+    const attn_cfg *c = &S->c;
+    const int qd = c->n_head * c->dk, od = c->n_head * c->dv;
+    float *q = malloc((size_t)n * qd * 4), *og = malloc((size_t)n * od * 4), *oc = malloc((size_t)n * od * 4);
+    lab_fill(L, q, (int64_t)n * qd, 1.5f);
+    float *qd_ = lab_gpu_alloc(L, (size_t)n * qd * 4), *od_ = lab_gpu_alloc(L, (size_t)n * od * 4);
+    lab_upload(L, qd_, q, (size_t)n * qd * 4);
+    lab_poison(L, od_, (size_t)n * od * 4);
+    qr_cuda_tune *tune = qr_cuda_backend_tune(L->gpu);
+    const int32_t saved = tune->attn_splits;
+    tune->attn_splits = splits;
+    plan_rows(L, S, n, seq, pos, n_check == n, true);
+    attn_run ar = {.L = L, .kv = S->kg, .q = qd_, .p = params_of(c), .out = od_};
+    run_attn(&ar);
+    lab_check_errors(L, "attention");
+    lab_download(L, og, od_, (size_t)n * od * 4);
+    float *want = oc, *got = og;
+    int nc = n;
+    if (n_check == n) {
+        L->cpu->ops->attention(L->cpu, S->kc, 1, q, &ar.p, oc);
+    } else {
+        int32_t *cs = malloc((size_t)n_check * 4), *cp = malloc((size_t)n_check * 4);
+        float *cq = malloc((size_t)n_check * qd * 4), *cg = malloc((size_t)n_check * od * 4);
+        for (int i = 0; i < n_check; i++) {
+            cs[i] = seq[check_rows[i]], cp[i] = pos[check_rows[i]];
+            memcpy(cq + (size_t)i * qd, q + (size_t)check_rows[i] * qd, (size_t)qd * 4);
+            memcpy(cg + (size_t)i * od, og + (size_t)check_rows[i] * od, (size_t)od * 4);
+        }
+        plan_rows(L, S, n_check, cs, cp, true, false);
+        L->cpu->ops->attention(L->cpu, S->kc, 1, cq, &ar.p, oc);
+        memcpy(og, cg, (size_t)n_check * od * 4);
+        nc = n_check;
+        free(cs), free(cp), free(cq), free(cg);
+    }
+    lab_check_errors(L, "attention oracle");
+    double mx, rel;
+    const bool pass = lab_compare(got, want, (int64_t)nc * od, 1e-4, &mx, &rel);
+    double us = 0, bytes = 0;
+    if (time) {
+        us = lab_time(L, run_attn, &ar, true);
+        const double es = c->kv_type == QR_TYPE_F16 ? 2 : 4;
+        for (int r = 0; r < n; r++) {
+            const int first = c->window > 0 && pos[r] - c->window + 1 > 0 ? pos[r] - c->window + 1 : 0;
+            bytes += (double)(pos[r] - first + 1) * c->n_head_kv * (c->dk + c->dv) * es;
+        }
+        bytes += (double)n * (qd + od) * 4;
+    }
+    char cfg[96];
+    snprintf(cfg, sizeof cfg, "%s %s%s", c->name, label, splits ? "" : " auto");
+    if (splits) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " splits%d", splits);
+    lab_record(L, "attention", cfg, mx, rel, 1e-4, pass, us, bytes, 0);
+    tune->attn_splits = saved;
+    lab_gpu_free(L, qd_);
+    lab_gpu_free(L, od_);
+    free(q), free(og), free(oc);
+}
+
+/* Every row of every sequence as queries (prefill-style), with forced split counts. */
+static void small_cases(lab *L) {
+    const attn_cfg cases[] = {
+        {"smollm 9/3x64 b16", 9, 3, 64, 64, 16, 0, 0.0f, QR_TYPE_F16},
+        {"gemma 4/1x256 b32 win20", 4, 1, 256, 256, 32, 20, 0.0f, QR_TYPE_F16},
+        {"odd 4/4 k20 v12 b7 cap5 f32", 4, 4, 20, 12, 7, 0, 5.0f, QR_TYPE_F32},
+        {"odd 6/2x33 b5 win9", 6, 2, 33, 33, 5, 9, 0.0f, QR_TYPE_F16},
+        {"wide 8/1x512 b16", 8, 1, 512, 512, 16, 0, 0.0f, QR_TYPE_F16},
+        {"mistral 32/8x128 b16", 32, 8, 128, 128, 16, 0, 0.0f, QR_TYPE_F16},
+        {"qwen 28/4x128 b16 cap30", 28, 4, 128, 128, 16, 0, 30.0f, QR_TYPE_F16},
+    };
+    const int len[2] = {37, 70};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        kvset S;
+        kvset_init(L, &S, &cases[ci], 2, len);
+        const int n = len[0] + len[1];
+        int32_t *seq = malloc((size_t)n * 4), *pos = malloc((size_t)n * 4);
+        for (int s = 0, r = 0; s < 2; s++)
+            for (int p = 0; p < len[s]; p++, r++) seq[r] = s, pos[r] = p;
+        const int splits[] = {0, 1, 3, 16};
+        for (int i = 0; i < 4; i++) attn_check(L, &S, n, seq, pos, n, NULL, splits[i], false, "all rows");
+        /* decode rows of both sequences, then kv_copy_block: move sequence 0's first block to the
+         * spare block, point the table at it, and the results must not change */
+        const int32_t dseq[2] = {0, 1}, dpos[2] = {len[0] - 1, len[1] - 1};
+        attn_check(L, &S, 2, dseq, dpos, 2, NULL, 0, false, "decode");
+        const int32_t b0 = S.bt[0];
+        L->cpu->ops->kv_copy_block(L->cpu, S.kc, b0, S.spare);
+        L->gpu->ops->kv_copy_block(L->gpu, S.kg, b0, S.spare);
+        lab_check_errors(L, "kv_copy_block");
+        S.bt[0] = S.spare;
+        S.spare = b0;
+        attn_check(L, &S, 2, dseq, dpos, 2, NULL, 0, false, "after kv_copy_block");
+        free(seq), free(pos);
+        kvset_free(L, &S);
+    }
+}
+
+/* Decode at long contexts (timed), and a 512-row prefill at the end of a 4096 context. */
+static void big_cases(lab *L) {
+    const attn_cfg mistral = {"mistral 32/8x128 b16", 32, 8, 128, 128, 16, 0, 0.0f, QR_TYPE_F16};
+    const attn_cfg gemma = {"gemma 8/4x256 b16 win1024 cap50", 8, 4, 256, 256, 16, 1024, 50.0f, QR_TYPE_F16};
+    const int ctxs[] = {512, 4096, 16384};
+    char label[64];
+    for (int ci = 0; ci < 3; ci++) {
+        kvset S;
+        const int len[1] = {ctxs[ci]};
+        kvset_init(L, &S, &mistral, 1, len);
+        const int32_t seq[1] = {0}, pos[1] = {ctxs[ci] - 1};
+        snprintf(label, sizeof label, "decode ctx%d", ctxs[ci]);
+        attn_check(L, &S, 1, seq, pos, 1, NULL, 0, true, label);
+        if (ci == 1) {
+            const int sp[] = {1, 8, 32, 128};
+            for (int i = 0; i < 4; i++) attn_check(L, &S, 1, seq, pos, 1, NULL, sp[i], true, label);
+            /* prefill of the last 512 positions: check rows 0, 1, 255, 511 */
+            int32_t pseq[512], ppos[512];
+            for (int r = 0; r < 512; r++) pseq[r] = 0, ppos[r] = ctxs[ci] - 512 + r;
+            const int32_t rows[4] = {0, 1, 255, 511};
+            attn_check(L, &S, 512, pseq, ppos, 4, rows, 0, true, "prefill 512 @ctx4096");
+        }
+        kvset_free(L, &S);
+    }
+    /* four sequences decoding together */
+    {
+        kvset S;
+        const int len[4] = {2048, 1000, 3000, 77};
+        kvset_init(L, &S, &mistral, 4, len);
+        const int32_t seq[4] = {0, 1, 2, 3}, pos[4] = {2047, 999, 2999, 76};
+        attn_check(L, &S, 4, seq, pos, 4, NULL, 0, true, "decode 4 seqs");
+        kvset_free(L, &S);
+    }
+    {
+        kvset S;
+        const int len[1] = {4096};
+        kvset_init(L, &S, &gemma, 1, len);
+        const int32_t seq[1] = {0}, pos[1] = {4095};
+        attn_check(L, &S, 1, seq, pos, 1, NULL, 0, true, "decode ctx4096");
+        kvset_free(L, &S);
+    }
+}
+
+typedef struct store_run {
+    lab *L;
+    qr_kv_storage *kv;
+    const float *k, *v;
+} store_run;
+
+static void run_store(void *p) {
+    store_run *s = p;
+    s->L->gpu->ops->kv_store(s->L->gpu, s->kv, 1, s->k, s->v);
+}
+
+/* kv_store checked through attention (above); here its time for 512 rows of mistral's K/V. */
+static void time_kv_store(lab *L) {
+    const attn_cfg mistral = {"mistral 32/8x128 b16", 32, 8, 128, 128, 16, 0, 0.0f, QR_TYPE_F16};
+    kvset S;
+    const int len[1] = {512};
+    kvset_init(L, &S, &mistral, 1, len);
+    int32_t seq[512], pos[512];
+    for (int r = 0; r < 512; r++) seq[r] = 0, pos[r] = r;
+    plan_rows(L, &S, 512, seq, pos, false, true);
+    const size_t b = (size_t)512 * S.d.k_dim * 4;
+    float *k = lab_gpu_alloc(L, b), *v = lab_gpu_alloc(L, b);
+    float *h = malloc(b);
+    lab_fill(L, h, 512 * S.d.k_dim, 1.0f);
+    lab_upload(L, k, h, b);
+    lab_upload(L, v, h, b);
+    store_run sr = {.L = L, .kv = S.kg, .k = k, .v = v};
+    const double us = lab_time(L, run_store, &sr, true);
+    lab_record(L, "kv_store", "mistral 512 rows f16", 0, 0, 0, true, us, (double)b * 2 * 1.5, 0);
+    lab_gpu_free(L, k);
+    lab_gpu_free(L, v);
+    free(h);
+    kvset_free(L, &S);
+}
+
+void lab_attention(lab *L) {
+    small_cases(L);
+    if (L->quick) return;
+    big_cases(L);
+    time_kv_store(L);
+}

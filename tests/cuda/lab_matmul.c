@@ -1,0 +1,272 @@
+/* lab_matmul.c — the matmul section of the lab: the decode mat-vec of every weight type at 1..8 rows
+ * and every warps-per-row variant, the prefill path (dequantize + cuBLAS), and timings at the
+ * mistral-7b and tinyllama decode shapes. Weights are random blocks (random codes, random but sane
+ * fp16 scales), activations uniform in [-1, 1). */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lab.h"
+#include "quant/blocks.h"
+#include "util/util.h"
+
+/* A random fp16 scale of magnitude 2^-7..2^-6, random sign. */
+static uint16_t rand_scale(lab *L, bool positive) {
+    const float u = 0.5f + 0.25f * (lab_frand(L) + 1.0f);
+    const float s = (positive || lab_frand(L) > 0.0f) ? u : -u;
+    return qr_fp32_to_fp16(s * 0x1p-6f);
+}
+
+void lab_gen_weight(lab *L, qr_type type, int64_t n, int64_t k, void *buf) {
+    const size_t total = (size_t)n * qr_type_row_size(type, k);
+    if (type == QR_TYPE_F32) {
+        lab_fill(L, buf, n * k, 1.0f);
+        return;
+    }
+    if (type == QR_TYPE_F16 || type == QR_TYPE_BF16) {
+        uint16_t *h = buf;
+        for (int64_t i = 0; i < n * k; i++) {
+            const float v = lab_frand(L);
+            h[i] = type == QR_TYPE_F16 ? qr_fp32_to_fp16(v) : qr_fp32_to_bf16(v);
+        }
+        return;
+    }
+    lab_fill_bytes(L, buf, total);
+    const int64_t nb = n * k / (int64_t)qr_type_table[type].block_size;
+    for (int64_t i = 0; i < nb; i++) {
+        switch (type) {
+        case QR_TYPE_Q4_0: ((qr_block_q4_0 *)buf)[i].d = rand_scale(L, false); break;
+        case QR_TYPE_Q4_1:
+            ((qr_block_q4_1 *)buf)[i].d = rand_scale(L, true);
+            ((qr_block_q4_1 *)buf)[i].m = qr_fp32_to_fp16(lab_frand(L) * 0.1f);
+            break;
+        case QR_TYPE_Q5_0: ((qr_block_q5_0 *)buf)[i].d = rand_scale(L, false); break;
+        case QR_TYPE_Q5_1:
+            ((qr_block_q5_1 *)buf)[i].d = rand_scale(L, true);
+            ((qr_block_q5_1 *)buf)[i].m = qr_fp32_to_fp16(lab_frand(L) * 0.1f);
+            break;
+        case QR_TYPE_Q8_0: ((qr_block_q8_0 *)buf)[i].d = rand_scale(L, false); break;
+        case QR_TYPE_MXFP4: ((qr_block_mxfp4 *)buf)[i].e = (uint8_t)(118 + lab_u64(L) % 8); break;
+        case QR_TYPE_IQ4_NL: ((qr_block_iq4_nl *)buf)[i].d = rand_scale(L, false); break;
+        case QR_TYPE_Q2_K:
+            ((qr_block_q2_K *)buf)[i].d = rand_scale(L, true);
+            ((qr_block_q2_K *)buf)[i].dmin = rand_scale(L, true);
+            break;
+        case QR_TYPE_Q3_K: ((qr_block_q3_K *)buf)[i].d = rand_scale(L, false); break;
+        case QR_TYPE_Q4_K:
+            ((qr_block_q4_K *)buf)[i].d = rand_scale(L, true);
+            ((qr_block_q4_K *)buf)[i].dmin = rand_scale(L, true);
+            break;
+        case QR_TYPE_Q5_K:
+            ((qr_block_q5_K *)buf)[i].d = rand_scale(L, true);
+            ((qr_block_q5_K *)buf)[i].dmin = rand_scale(L, true);
+            break;
+        case QR_TYPE_Q6_K: ((qr_block_q6_K *)buf)[i].d = rand_scale(L, false); break;
+        default: break;
+        }
+    }
+}
+
+typedef struct mm_case {
+    qr_type type;
+    int64_t n, k;        /* output rows (weight rows), row length */
+    int nr;              /* activation rows */
+    int wpr;             /* warps per row, 0 = backend's choice */
+    int max_rows;        /* mat-vec up to this many rows (0 = backend default) */
+    int64_t tile;        /* GEMM tile bytes (0 = default) */
+    bool time;
+    const char *shape;   /* label, e.g. "mistral ffn_up" */
+} mm_case;
+
+typedef struct mm_run {
+    lab *L;
+    qr_weight *w;
+    const float *x;
+    int64_t nr;
+    float *y;
+} mm_run;
+
+static void run_matmul(void *p) {
+    mm_run *r = p;
+    r->L->gpu->ops->matmul(r->L->gpu, r->w, r->x, r->nr, r->y);
+}
+
+static bool is_quant(qr_type t) { return t != QR_TYPE_F32 && t != QR_TYPE_F16 && t != QR_TYPE_BF16; }
+
+static void matmul_case(lab *L, const mm_case *c) {
+    char err[512], cfg[96];
+    const size_t row_bytes = qr_type_row_size(c->type, c->k), wbytes = (size_t)c->n * row_bytes;
+    void *wbuf = malloc(wbytes);
+    float *xh = malloc((size_t)(c->nr * c->k) * 4), *yg = malloc((size_t)(c->nr * c->n) * 4);
+    float *yc = malloc((size_t)(c->nr * c->n) * 4);
+    if (!wbuf || !xh || !yg || !yc) {
+        printf("matmul: out of host memory\n");
+        exit(2);
+    }
+    lab_gen_weight(L, c->type, c->n, c->k, wbuf);
+    lab_fill(L, xh, c->nr * c->k, 1.0f);
+    qr_weight w = {.name = "lab.weight", .type = c->type, .ne = {c->k, c->n, 1, 1}, .row_bytes = row_bytes, .host = wbuf};
+    if (L->gpu->ops->weight_prepare(L->gpu, &w, err, sizeof err) != QR_OK) {
+        printf("weight_prepare: %s\n", err);
+        exit(2);
+    }
+    qr_cuda_tune *tune = qr_cuda_backend_tune(L->gpu);
+    const qr_cuda_tune saved = *tune;
+    if (c->wpr) tune->mmvq_wpr = c->wpr;
+    if (c->max_rows) tune->mmvq_max_rows = c->max_rows;
+    if (c->tile) tune->gemm_tile_bytes = c->tile;
+    float *xd = lab_gpu_alloc(L, (size_t)(c->nr * c->k) * 4), *yd = lab_gpu_alloc(L, (size_t)(c->nr * c->n) * 4);
+    lab_upload(L, xd, xh, (size_t)(c->nr * c->k) * 4);
+    lab_poison(L, yd, (size_t)(c->nr * c->n) * 4);
+    L->gpu->ops->matmul(L->gpu, &w, xd, c->nr, yd);
+    lab_check_errors(L, "matmul");
+    lab_download(L, yg, yd, (size_t)(c->nr * c->n) * 4);
+    /* the oracle: every row when few, else the first 4 and the last 4 rows */
+    const bool gemm = c->nr > tune->mmvq_max_rows || (!is_quant(c->type) && c->k % (c->type == QR_TYPE_F32 ? 4 : 8));
+    double max_err = 0, rel_err = 0;
+    bool pass;
+    const double tol = gemm && is_quant(c->type) ? 2e-2 : 1e-4;
+    if (c->nr <= 16) {
+        L->cpu->ops->matmul(L->cpu, &w, xh, c->nr, yc);
+        pass = lab_compare(yg, yc, c->nr * c->n, tol, &max_err, &rel_err);
+    } else {
+        L->cpu->ops->matmul(L->cpu, &w, xh, 4, yc);
+        L->cpu->ops->matmul(L->cpu, &w, xh + (c->nr - 4) * c->k, 4, yc + 4 * c->n);
+        memmove(yg + 4 * c->n, yg + (c->nr - 4) * c->n, (size_t)(4 * c->n) * 4);
+        pass = lab_compare(yg, yc, 8 * c->n, tol, &max_err, &rel_err);
+    }
+    lab_check_errors(L, "matmul oracle");
+    double us = 0;
+    if (c->time) {
+        mm_run r = {.L = L, .w = &w, .x = xd, .nr = c->nr, .y = yd};
+        us = lab_time(L, run_matmul, &r, true);
+    }
+    snprintf(cfg, sizeof cfg, "%s %lldx%lld r%d%s%s", qr_type_name(c->type), (long long)c->n, (long long)c->k, c->nr,
+             gemm ? " gemm" : "", c->shape ? c->shape : "");
+    if (c->wpr) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " wpr%d", c->wpr);
+    if (c->tile) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " tile%lldM", (long long)(c->tile >> 20));
+    const double bytes = (double)wbytes + (double)(c->nr * c->k) * 4 + (double)(c->nr * c->n) * 4;
+    lab_record(L, gemm ? "matmul-gemm" : "matmul", cfg, max_err, rel_err, tol, pass, us, gemm ? 0 : bytes,
+               gemm ? 2.0 * (double)c->n * (double)c->k * (double)c->nr : 0);
+    *tune = saved;
+    lab_gpu_free(L, xd);
+    lab_gpu_free(L, yd);
+    L->gpu->ops->weight_release(L->gpu, &w);
+    free(wbuf);
+    free(xh);
+    free(yg);
+    free(yc);
+}
+
+static const qr_type all_types[] = {QR_TYPE_Q4_0, QR_TYPE_Q4_1, QR_TYPE_Q5_0, QR_TYPE_Q5_1, QR_TYPE_Q8_0,
+                                    QR_TYPE_Q2_K, QR_TYPE_Q3_K, QR_TYPE_Q4_K, QR_TYPE_Q5_K, QR_TYPE_Q6_K,
+                                    QR_TYPE_MXFP4, QR_TYPE_IQ4_NL, QR_TYPE_F16, QR_TYPE_BF16, QR_TYPE_F32};
+#define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
+
+typedef struct shape {
+    int64_t n, k;
+    const char *name;
+} shape;
+
+static const shape mistral[] = {{4096, 4096, " mistral.attn_q"}, {14336, 4096, " mistral.ffn_up"},
+                                {4096, 14336, " mistral.ffn_down"}, {32000, 4096, " mistral.output"},
+                                {1024, 4096, " mistral.attn_k"}};
+static const shape tiny[] = {{2048, 2048, " tinyllama.attn_q"}, {256, 2048, " tinyllama.attn_k"},
+                             {5632, 2048, " tinyllama.ffn_up"}, {2048, 5632, " tinyllama.ffn_down"},
+                             {32000, 2048, " tinyllama.output"}};
+
+void lab_matmul(lab *L) {
+    /* 1. correctness of every type, every row count 1..8 (one launch each), every warps-per-row */
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        for (int nr = 1; nr <= 8; nr++) {
+            mm_case c = {.type = all_types[ti], .n = 999, .k = 1024, .nr = nr};
+            matmul_case(L, &c);
+        }
+        for (int wpr = 1; wpr <= 4; wpr *= 2) {
+            mm_case c1 = {.type = all_types[ti], .n = 37, .k = 2048, .nr = 1, .wpr = wpr};
+            mm_case c3 = {.type = all_types[ti], .n = 515, .k = 3072, .nr = 3, .wpr = wpr};
+            matmul_case(L, &c1);
+            matmul_case(L, &c3);
+        }
+        /* prefill path (dequantize + cuBLAS) and the mat-vec looped over groups of 8 rows */
+        const int pre[] = {9, 16, 64};
+        for (int i = 0; i < 3; i++) {
+            mm_case c = {.type = all_types[ti], .n = 777, .k = 1024, .nr = pre[i]};
+            matmul_case(L, &c);
+        }
+        mm_case cl = {.type = all_types[ti], .n = 777, .k = 1024, .nr = 21, .max_rows = 64};
+        matmul_case(L, &cl);
+    }
+    /* float rows whose length is not a multiple of 16 bytes take cuBLAS even for one row */
+    const qr_type odd_types[] = {QR_TYPE_F32, QR_TYPE_F16, QR_TYPE_BF16};
+    for (int i = 0; i < 3; i++) {
+        mm_case c = {.type = odd_types[i], .n = 300, .k = 1001, .nr = 2};
+        matmul_case(L, &c);
+    }
+    if (L->quick) {
+        mm_case c = {.type = QR_TYPE_Q4_0, .n = 4096, .k = 4096, .nr = 1, .time = true, .shape = " mistral.attn_q"};
+        matmul_case(L, &c);
+        return;
+    }
+    /* 2. decode, one row: every type at the mistral-7b shapes */
+    for (int ti = 0; ti < N_TYPES; ti++)
+        for (int s = 0; s < 5; s++) {
+            mm_case c = {.type = all_types[ti], .n = mistral[s].n, .k = mistral[s].k, .nr = 1, .time = true,
+                         .shape = mistral[s].name};
+            matmul_case(L, &c);
+        }
+    /* the fixed cost of one matmul call (activation quantization + a launch): 8 output rows */
+    const qr_type ovh[] = {QR_TYPE_Q4_0, QR_TYPE_Q4_K, QR_TYPE_F16};
+    for (int ti = 0; ti < 3; ti++)
+        for (int s = 0; s < 2; s++) {
+            mm_case c = {.type = ovh[ti], .n = 8, .k = s ? 14336 : 4096, .nr = 1, .time = true, .shape = " overhead"};
+            matmul_case(L, &c);
+        }
+    /* 3. tinyllama shapes */
+    const qr_type main_types[] = {QR_TYPE_Q4_0, QR_TYPE_Q8_0, QR_TYPE_Q4_K, QR_TYPE_Q6_K, QR_TYPE_F16};
+    for (int ti = 0; ti < 5; ti++)
+        for (int s = 0; s < 5; s++) {
+            mm_case c = {.type = main_types[ti], .n = tiny[s].n, .k = tiny[s].k, .nr = 1, .time = true,
+                         .shape = tiny[s].name};
+            matmul_case(L, &c);
+        }
+    /* 4. batched decode: 2, 4, 8 rows */
+    for (int ti = 0; ti < 5; ti++)
+        for (int nr = 2; nr <= 8; nr *= 2) {
+            mm_case c = {.type = main_types[ti], .n = 14336, .k = 4096, .nr = nr, .time = true, .shape = " mistral.ffn_up"};
+            matmul_case(L, &c);
+        }
+    /* 5. warps per row */
+    const qr_type wt[] = {QR_TYPE_Q4_0, QR_TYPE_Q4_K, QR_TYPE_F16};
+    for (int ti = 0; ti < 3; ti++)
+        for (int s = 0; s < 5; s += 4)
+            for (int wpr = 1; wpr <= 4; wpr *= 2) {
+                mm_case c = {.type = wt[ti], .n = mistral[s].n, .k = mistral[s].k, .nr = 1, .wpr = wpr, .time = true,
+                             .shape = mistral[s].name};
+                matmul_case(L, &c);
+            }
+    /* 6. mat-vec looped over 8-row groups vs dequantize + cuBLAS, 16..64 rows */
+    for (int ti = 0; ti < 2; ti++)
+        for (int nr = 16; nr <= 64; nr *= 2)
+            for (int mv = 0; mv < 2; mv++) {
+                mm_case c = {.type = wt[ti], .n = 4096, .k = 4096, .nr = nr, .max_rows = mv ? 64 : 8, .time = true,
+                             .shape = mv ? " mistral.attn_q mmv" : " mistral.attn_q"};
+                matmul_case(L, &c);
+            }
+    /* 7. prefill GEMM: 512 rows */
+    const qr_type gt[] = {QR_TYPE_Q4_0, QR_TYPE_Q8_0, QR_TYPE_Q4_K, QR_TYPE_Q6_K, QR_TYPE_F16, QR_TYPE_BF16, QR_TYPE_F32};
+    for (int ti = 0; ti < 7; ti++)
+        for (int s = 1; s <= 2; s++) {
+            mm_case c = {.type = gt[ti], .n = mistral[s].n, .k = mistral[s].k, .nr = 512, .time = true,
+                         .shape = mistral[s].name};
+            matmul_case(L, &c);
+        }
+    const int64_t tiles[] = {8 << 20, 128 << 20};
+    for (int i = 0; i < 2; i++) {
+        mm_case c = {.type = QR_TYPE_Q4_K, .n = 14336, .k = 4096, .nr = 512, .tile = tiles[i], .time = true,
+                     .shape = " mistral.ffn_up"};
+        matmul_case(L, &c);
+    }
+}
