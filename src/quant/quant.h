@@ -26,6 +26,18 @@ typedef struct qr_quant_traits {
     qr_from_float_fn from_float; /* NULL if we cannot quantize to it */
     qr_vec_dot_fn vec_dot;       /* NULL if the type cannot be a matmul weight */
     qr_type vec_dot_type;        /* activation format vec_dot expects */
+    /* llama.cpp's x86 CPU backend moves some weight types (Q4_K on AVX2) into a "repacked" buffer,
+     * 8 rows interleaved, and multiplies them with its own GEMM (groups of 4 activation rows) and
+     * GEMV (the rows left over) kernels, whose float accumulation differs from vec_dot. These
+     * reproduce those kernels bit for bit on our plain row layout (NULL / 0: the type has no such
+     * path, use vec_dot):
+     *   vec_dot_gemv   one row, y from the vec_dot_type's from_float (ggml's quantize_row_*);
+     *   vec_dot_gemm   one row of a 4-row group, y from from_float_gemm (ggml's quantize_mat_*);
+     *   repack_rows    the path applies when the weight's row count is a multiple of this. */
+    qr_vec_dot_fn vec_dot_gemv;
+    qr_vec_dot_fn vec_dot_gemm;
+    qr_from_float_fn from_float_gemm;
+    int32_t repack_rows;
 } qr_quant_traits;
 
 /* Scalar reference traits (the oracle) for a type; NULL when the type is not supported at all. */

@@ -7,6 +7,8 @@
  *  - Q8_0 / Q8_1 / Q8_K / F16 from_float and F16 to_float: bit-identical to the reference (same scale
  *    computed in scalar, same products, same rounding rule emulated exactly).
  */
+#include <stdbool.h>
+
 #include "quant/quant_avx2_common.h"
 #include "quant/quant_internal.h"
 #include <math.h>
@@ -290,7 +292,8 @@ void qr_q8_1_from_float_avx2(const float *src, void *dst, int64_t n) {
     }
 }
 
-void qr_q8_K_from_float_avx2(const float *src, void *dst, int64_t n) {
+/* Q8_K rows as qr_q8_K_from_float (any_positive false) or qr_q8_K_from_float_x4 (true). */
+static void q8_K_rows_avx2(const float *src, void *dst, int64_t n, bool any_positive) {
     qr_block_q8_K *y = dst;
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t i = 0; i < n / QR_QK_K; i++) {
@@ -315,6 +318,13 @@ void qr_q8_K_from_float_avx2(const float *src, void *dst, int64_t n) {
                 break;
             }
         }
+        if (any_positive && max < 0.0f) { /* ggml's 4-row quantizer: +amax wins a tie */
+            for (int j = 0; j < QR_QK_K; j += 8)
+                if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + j), vmax, _CMP_EQ_OQ))) {
+                    max = amax;
+                    break;
+                }
+        }
         const float iscale = -127.f / max;
         const __m256 mul = _mm256_set1_ps(iscale);
         const __m256i cap = _mm256_set1_epi32(127);
@@ -336,3 +346,7 @@ void qr_q8_K_from_float_avx2(const float *src, void *dst, int64_t n) {
         y[i].d = 1 / iscale;
     }
 }
+
+void qr_q8_K_from_float_avx2(const float *src, void *dst, int64_t n) { q8_K_rows_avx2(src, dst, n, false); }
+
+void qr_q8_K_from_float_x4_avx2(const float *src, void *dst, int64_t n) { q8_K_rows_avx2(src, dst, n, true); }

@@ -5,6 +5,8 @@
  * their output is bit-identical to both. The dot products sum exact integer products per super-block
  * and scale once per super-block.
  */
+#include <math.h>
+#include <stdbool.h>
 #include "quant/quant_internal.h"
 
 /* ------------------------------------------------------------------------------------------------
@@ -152,6 +154,60 @@ void qr_vec_dot_q4_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
     *s = sumf;
 }
 
+/* Integer parts of one Q4_K x Q8_K super-block, per pair of 32-value sub-blocks c (0..3):
+ * isum[c] = sum over the pair of sc * q * qy, imin[c] = sum over the pair of m * (its bsums). Exact. */
+static void q4_K_pair_sums(const qr_block_q4_K *x, const qr_block_q8_K *y, int isum[4], int imin[4]) {
+    const uint8_t *q4 = x->qs;
+    const int8_t *q8 = y->qs;
+    for (int c = 0; c < 4; c++, q4 += 32, q8 += 64) {
+        uint8_t sc1, m1, sc2, m2;
+        kquant_scale_min(2 * c, x->scales, &sc1, &m1);
+        kquant_scale_min(2 * c + 1, x->scales, &sc2, &m2);
+        int s1 = 0, s2 = 0;
+        for (int l = 0; l < 32; l++) {
+            s1 += (q4[l] & 0xF) * q8[l];
+            s2 += (q4[l] >> 4) * q8[l + 32];
+        }
+        isum[c] = sc1 * s1 + sc2 * s2;
+        imin[c] = m1 * (y->bsums[4 * c] + y->bsums[4 * c + 1]) + m2 * (y->bsums[4 * c + 2] + y->bsums[4 * c + 3]);
+    }
+}
+
+/* ggml's repacked Q4_K GEMV order (ggml_gemv_q4_K_8x8_q8_K): per super-block one fused multiply-add
+ * of the whole integer sum, acc = fma(isum, dx*dy, acc), and of the min sum into a second
+ * accumulator; *s = acc - acc_min. */
+void qr_vec_dot_q4_K_q8_K_gemv(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q4_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float acc = 0.0f, acc_min = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        int isum[4], imin[4];
+        q4_K_pair_sums(&x[i], &y[i], isum, imin);
+        const float d = half_to_fp32(x[i].d) * y[i].d, dmin = half_to_fp32(x[i].dmin) * y[i].d;
+        acc = fmaf((float)(isum[0] + isum[1] + isum[2] + isum[3]), d, acc);
+        acc_min = fmaf((float)(imin[0] + imin[1] + imin[2] + imin[3]), dmin, acc_min);
+    }
+    *s = acc - acc_min;
+}
+
+/* ggml's repacked Q4_K GEMM order (ggml_gemm_q4_K_8x8_q8_K): as the GEMV, but one fused
+ * multiply-add per pair of sub-blocks (four per super-block) into each accumulator. */
+void qr_vec_dot_q4_K_q8_K_gemm(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q4_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float acc = 0.0f, acc_min = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        int isum[4], imin[4];
+        q4_K_pair_sums(&x[i], &y[i], isum, imin);
+        const float d = half_to_fp32(x[i].d) * y[i].d, dmin = half_to_fp32(x[i].dmin) * y[i].d;
+        for (int c = 0; c < 4; c++) {
+            acc = fmaf((float)isum[c], d, acc);
+            acc_min = fmaf((float)imin[c], dmin, acc_min);
+        }
+    }
+    *s = acc - acc_min;
+}
+
 /* dst = d*sc*q - dmin*m per 32-value sub-block, q with its fifth bit from qh. */
 void qr_q5_K_to_float(const void *src, float *dst, int64_t n) {
     const qr_block_q5_K *b = src;
@@ -253,9 +309,11 @@ void qr_q8_K_to_float(const void *src, float *dst, int64_t n) {
     }
 }
 
-/* Reference Q8_K quantizer: iscale = -127 / (value of largest magnitude), q = nearest_int(x*iscale)
- * capped at 127, d = 1/iscale, bsums = sums of each 16 codes. An all-zero block is all zero. */
-void qr_q8_K_from_float(const float *src, void *dst, int64_t n) {
+/* Q8_K block of x: iscale = -127 / max, q = nearest_int(x*iscale) capped at 127, d = 1/iscale,
+ * bsums = sums of each 16 codes; an all-zero block is all zero. `max` is the value of largest
+ * magnitude: the first one (any_positive false), or +amax whenever +amax occurs (any_positive true,
+ * the tie rule of ggml's x86 quantize_mat_q8_K_4x8). */
+static void q8_K_rows(const float *src, void *dst, int64_t n, bool any_positive) {
     qr_block_q8_K *y = dst;
     for (int64_t i = 0; i < n / QR_QK_K; i++) {
         const float *x = src + i * QR_QK_K;
@@ -271,6 +329,9 @@ void qr_q8_K_from_float(const float *src, void *dst, int64_t n) {
             memset(&y[i], 0, sizeof y[i]);
             continue;
         }
+        if (any_positive)
+            for (int j = 0; j < QR_QK_K; j++)
+                if (x[j] == amax) max = amax;
         const float iscale = -127.f / max;
         for (int j = 0; j < QR_QK_K; j++) {
             const int v = nearest_int(iscale * x[j]);
@@ -284,3 +345,10 @@ void qr_q8_K_from_float(const float *src, void *dst, int64_t n) {
         y[i].d = 1 / iscale;
     }
 }
+
+/* Reference Q8_K quantizer (ggml's quantize_row_q8_K): see q8_K_rows, first value of largest magnitude. */
+void qr_q8_K_from_float(const float *src, void *dst, int64_t n) { q8_K_rows(src, dst, n, false); }
+
+/* The Q8_K quantizer of ggml's x86 4-row groups (quantize_mat_q8_K_4x8), row by row: as
+ * qr_q8_K_from_float but +amax wins a tie of magnitudes. */
+void qr_q8_K_from_float_x4(const float *src, void *dst, int64_t n) { q8_K_rows(src, dst, n, true); }

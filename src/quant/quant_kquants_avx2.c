@@ -5,6 +5,8 @@
  * min / offset terms come from the Q8_K block sums. Only the float accumulation order differs from
  * the scalar reference.
  */
+#include <math.h>
+
 #include "quant/quant_avx2_common.h"
 #include "quant/quant_internal.h"
 
@@ -181,6 +183,74 @@ void qr_vec_dot_q4_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *
     *s = hsum_ps(acc) + hsum_ps128(acc_m);
 }
 
+/* Integer sums of one Q4_K x Q8_K super-block per pair c (lane c) of 32-value sub-blocks:
+ * *isum = sum of sc * q * qy, *imin = sum of m * bsum. Exact. */
+static inline void q4_K_pair_sums(const qr_block_q4_K *x, const qr_block_q8_K *y, __m128i *isum, __m128i *imin) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const __m256i mins_and_scales = _mm256_cvtepu8_epi16(k4_scales_mins(x->scales));
+    *imin = k4_min_products(mins_and_scales, y->bsums);
+    const __m128i sc128 = _mm256_castsi256_si128(mins_and_scales);
+    const __m256i scales = _mm256_set_m128i(sc128, sc128);
+    const uint8_t *q4 = x->qs;
+    const int8_t *q8 = y->qs;
+    __m256i p[4];
+    for (int j = 0; j < 4; j++, q4 += 32, q8 += 64) {
+        const __m256i bits = load256(q4);
+        const __m256i lo = _mm256_and_si256(bits, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+        const __m256i pl = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, load256(shuffle_masks.k4[2 * j])),
+                                             _mm256_maddubs_epi16(lo, load256(q8)));
+        const __m256i ph = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, load256(shuffle_masks.k4[2 * j + 1])),
+                                             _mm256_maddubs_epi16(hi, load256(q8 + 32)));
+        p[j] = _mm256_add_epi32(pl, ph);
+    }
+    /* lane c of each half <- partial sums of p[c]; then add the halves */
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    *isum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/* Sum of the 4 int32 lanes (exact). */
+static inline int hsum_epi32_128(__m128i r) {
+    r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(1, 0, 3, 2)));
+    r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(r);
+}
+
+/* ggml's repacked Q4_K GEMV order (see qr_vec_dot_q4_K_q8_K_gemv): one fma per super-block. */
+void qr_vec_dot_q4_K_q8_K_gemv_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q4_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float acc = 0.0f, acc_min = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        __m128i isum, imin;
+        q4_K_pair_sums(&x[i], &y[i], &isum, &imin);
+        const float d = f16c_to_fp32(x[i].d) * y[i].d, dmin = f16c_to_fp32(x[i].dmin) * y[i].d;
+        acc = fmaf((float)hsum_epi32_128(isum), d, acc);
+        acc_min = fmaf((float)hsum_epi32_128(imin), dmin, acc_min);
+    }
+    *s = acc - acc_min;
+}
+
+/* ggml's repacked Q4_K GEMM order (see qr_vec_dot_q4_K_q8_K_gemm): one fma per sub-block pair. */
+void qr_vec_dot_q4_K_q8_K_gemm_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q4_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float acc = 0.0f, acc_min = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        __m128i isum, imin;
+        q4_K_pair_sums(&x[i], &y[i], &isum, &imin);
+        const float d = f16c_to_fp32(x[i].d) * y[i].d, dmin = f16c_to_fp32(x[i].dmin) * y[i].d;
+        float fs[4], fm[4];
+        _mm_storeu_ps(fs, _mm_cvtepi32_ps(isum));
+        _mm_storeu_ps(fm, _mm_cvtepi32_ps(imin));
+        for (int c = 0; c < 4; c++) {
+            acc = fmaf(fs[c], d, acc);
+            acc_min = fmaf(fm[c], dmin, acc_min);
+        }
+    }
+    *s = acc - acc_min;
+}
+
 void qr_vec_dot_q5_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const qr_block_q5_K *x = vx;
     const qr_block_q8_K *y = vy;
@@ -227,9 +297,11 @@ void qr_vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *
     for (int64_t i = 0; i < n / QR_QK_K; i++) {
         const float d = y[i].d * f16c_to_fp32(x[i].d);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
-        const __m256i m32s = _mm256_set1_epi8(32);
         const uint8_t *ql = x[i].ql, *qh = x[i].qh;
         const int8_t *q8 = y[i].qs;
+        /* the -32 offset: lane l gets 32 * (sc[2l] * bsum[2l] + sc[2l+1] * bsum[2l+1]) (ggml's order) */
+        const __m256i offset = _mm256_slli_epi32(
+            _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)y[i].bsums)), 5);
         __m256i sumi = _mm256_setzero_si256();
         for (int j = 0; j < 2; j++, ql += 64, qh += 32, q8 += 128) {
             const __m256i l1 = load256(ql), l2 = load256(ql + 32), h = load256(qh);
@@ -242,11 +314,12 @@ void qr_vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *
             q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
             for (int k = 0; k < 4; k++) {
-                const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], load256(q8 + 32 * k)), _mm256_maddubs_epi16(m32s, load256(q8 + 32 * k)));
+                const __m256i p = _mm256_maddubs_epi16(q[k], load256(q8 + 32 * k)); /* codes 0..63, no overflow */
                 const __m128i sc_pair = _mm_shuffle_epi8(sc8, _mm_loadu_si128((const __m128i *)shuffle_masks.pair[4 * j + k]));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc_pair), p));
             }
         }
+        sumi = _mm256_sub_epi32(sumi, offset);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     *s = hsum_ps(acc);

@@ -350,6 +350,9 @@ qr_status qr_synth_write(const qr_synth_options *o, const char *path, qr_synth_s
         qr_gguf_stream_set_arr_str(out, "tokenizer.ggml.merges", (const char *const *)vocab.merges, vocab.n_merges);
     qr_gguf_stream_set_u32(out, "tokenizer.ggml.bos_token_id", (uint32_t)vocab.bos);
     qr_gguf_stream_set_u32(out, "tokenizer.ggml.eos_token_id", (uint32_t)vocab.eos);
+    /* Explicit, as real converters write it: with several end-of-turn texts in the vocabulary,
+     * llama.cpp's own auto-detection depends on its hash map's iteration order. */
+    qr_gguf_stream_set_u32(out, "tokenizer.ggml.eot_token_id", (uint32_t)vocab.eot);
     if (vocab.unk >= 0) qr_gguf_stream_set_u32(out, "tokenizer.ggml.unknown_token_id", (uint32_t)vocab.unk);
     qr_gguf_stream_set_u32(out, "tokenizer.ggml.padding_token_id", (uint32_t)vocab.pad);
     qr_gguf_stream_set_bool(out, "tokenizer.ggml.add_bos_token", true);

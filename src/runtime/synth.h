@@ -73,6 +73,7 @@ typedef struct qr_synth_vocab {
     uint32_t n_merges;
     char **merges;        /* [n_merges] "left right" (BPE only) */
     int32_t bos, eos, unk, pad; /* special ids; unk = -1 when absent */
+    int32_t eot;                /* end-of-turn id of the chat template (written explicitly, as converters do) */
     const char *model;    /* "gpt2" or "llama" */
     const char *chat_template;
     void *storage;        /* owned string storage */

@@ -243,6 +243,7 @@ static qr_status build_bpe(uint32_t n_vocab, qr_synth_vocab *v, arena_block **ar
     free(pieces);
     v->bos = 0;
     v->eos = 1;
+    v->eot = 3; /* <|im_end|> */
     v->unk = -1;
     v->pad = 1;
     v->model = "gpt2";
@@ -313,6 +314,7 @@ static qr_status build_spm(uint32_t n_vocab, qr_synth_vocab *v, arena_block **ar
     v->pad = 0;
     v->eos = 1;
     v->bos = 2;
+    v->eot = 5; /* <end_of_turn> */
     v->unk = 3;
     v->model = "llama";
     v->chat_template = GEMMA_TEMPLATE;

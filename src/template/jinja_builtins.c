@@ -634,7 +634,11 @@ static jx_val str_format(jx_rt *rt, int line, jx_str *fmt, const jx_args *args) 
             v = args->pos[auto_idx++];
         } else if (s[a] >= '0' && s[a] <= '9') {
             size_t k = 0;
-            for (size_t q = a; q < e; q++) k = k * 10 + (size_t)(s[q] - '0');
+            for (size_t q = a; q < e; q++) {
+                if (s[q] < '0' || s[q] > '9')
+                    jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "format: bad field name '%.*s'", (int)(e - a), s + a);
+                k = k < 100000000 ? k * 10 + (size_t)(s[q] - '0') : k; /* saturate: out of range anyway */
+            }
             if (k >= args->n) jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "format: index %zu out of range", k);
             v = args->pos[k];
         } else {
@@ -652,10 +656,15 @@ static jx_val str_format(jx_rt *rt, int line, jx_str *fmt, const jx_args *args) 
                 size_t q = ++e;
                 while (e < j && s[e] != ']') e++;
                 bool digits = e > q;
+                if (digits && e - q > 18) {
+                    bool all = true;
+                    for (size_t t = q; t < e; t++) all = all && s[t] >= '0' && s[t] <= '9';
+                    if (all) jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "format: too many decimal digits in format string");
+                }
                 int64_t k = 0;
                 for (size_t t = q; t < e; t++) {
                     if (s[t] < '0' || s[t] > '9') digits = false;
-                    else k = k * 10 + (s[t] - '0');
+                    else if (k < 100000000000000000) k = k * 10 + (s[t] - '0'); /* saturates */
                 }
                 v = jx_getitem(rt, line, v, digits ? jx_int(k) : jx_str_new(&rt->mem, s + q, e - q));
                 if (e < j) e++;
@@ -733,11 +742,10 @@ static jx_val str_format(jx_rt *rt, int line, jx_str *fmt, const jx_args *args) 
             } else {
                 const char *r = rest;
                 int64_t width = 0, prec = -1;
-                while (*r >= '0' && *r <= '9') width = width * 10 + (*r++ - '0');
+                for (; *r >= '0' && *r <= '9'; r++) width = width < 100000000 ? width * 10 + (*r - '0') : width;
                 if (*r == '.') {
                     prec = 0;
-                    r++;
-                    while (*r >= '0' && *r <= '9') prec = prec * 10 + (*r++ - '0');
+                    for (r++; *r >= '0' && *r <= '9'; r++) prec = prec < 100000000 ? prec * 10 + (*r - '0') : prec;
                 }
                 if (sv.t == JX_STR && prec >= 0 && prec < jx_str_ncp(sv.s))
                     sv = jx_str_new(&rt->mem, sv.s->data, jx_str_cp_offset(sv.s, prec));
@@ -1065,7 +1073,7 @@ jx_val jx_call_builtin(jx_rt *rt, int line, const jx_func *fn, const jx_args *ar
         if (step == 0) jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "range() arg 3 must not be zero");
         int64_t count = 0;
         if (step > 0 && a < b) count = (int64_t)(((uint64_t)b - (uint64_t)a - 1) / (uint64_t)step) + 1;
-        if (step < 0 && a > b) count = (int64_t)(((uint64_t)a - (uint64_t)b - 1) / (uint64_t)(-(step + 1) + 1)) + 1;
+        if (step < 0 && a > b) count = (int64_t)(((uint64_t)a - (uint64_t)b - 1) / ((uint64_t)0 - (uint64_t)step)) + 1;
         if (count > 100000)
             jx_fail(&rt->err, QR_ERR_INVALID_ARG, line,
                     "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");

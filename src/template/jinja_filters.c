@@ -805,7 +805,10 @@ static jx_val apply_filter_id(jx_rt *rt, int line, int id, const char *name, jx_
                     q--;
                 }
                 if (2 * r > m || (2 * r == m && (q & 1))) q++;
-                return jx_int(q * m);
+                int64_t res;
+                if (__builtin_mul_overflow(q, m, &res))
+                    jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "integer overflow (values beyond 64 bits are not supported)");
+                return jx_int(res);
             }
             return jx_float(round_float(in.f, p));
         }
@@ -903,7 +906,7 @@ static jx_val apply_filter_id(jx_rt *rt, int line, int id, const char *name, jx_
         int64_t endlen = jx_str_ncp(end.s), slen = jx_str_ncp(in.s);
         if (length < endlen) jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "expected length >= %lld, got %lld", (long long)endlen, (long long)length);
         if (leeway < 0) jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "expected leeway >= 0, got %lld", (long long)leeway);
-        if (slen <= length + leeway) return in;
+        if (slen <= length || slen - length <= leeway) return in;
         size_t cut = jx_str_cp_offset(in.s, length - endlen);
         jx_buf b;
         jx_buf_init(&b, &rt->mem, 0);

@@ -295,11 +295,12 @@ jx_val jx_percent_format(jx_rt *rt, int line, jx_str *fmt, jx_val args) {
                 jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "* wants int");
             w = pos[next].t == JX_INT ? pos[next].i : pos[next].b;
             next++;
+            if (w > 100000 || w < -100000) jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "width too big");
             if (w < 0) {
                 left = true;
                 w = -w;
             }
-            width = w > 100000 ? 100000 : (int)w;
+            width = (int)w;
             i++;
         } else {
             while (i < n && s[i] >= '0' && s[i] <= '9') {
@@ -492,9 +493,9 @@ jx_val jx_slice_apply(jx_rt *rt, int line, jx_val obj, const jx_slice *sl) {
     } else if (stop > upper) {
         stop = upper;
     }
-    int64_t count = 0;
-    if (step > 0 && start < stop) count = (stop - start + step - 1) / step;
-    if (step < 0 && start > stop) count = (start - stop + (-step) - 1) / (-step);
+    int64_t count = 0; /* bounds are clamped to [-1, len], so only the step can be extreme */
+    if (step > 0 && start < stop) count = (int64_t)((uint64_t)(stop - start - 1) / (uint64_t)step) + 1;
+    if (step < 0 && start > stop) count = (int64_t)((uint64_t)(start - stop - 1) / ((uint64_t)0 - (uint64_t)step)) + 1;
     if (obj.t == JX_LIST) {
         jx_val r = jx_list_new(&rt->mem, (size_t)count, obj.l->tuple);
         for (int64_t k = 0; k < count; k++) r.l->items[k] = obj.l->items[start + k * step];

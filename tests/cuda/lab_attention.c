@@ -166,7 +166,9 @@ static void attn_check(lab *L, kvset *S, int n, const int32_t *seq, const int32_
     }
     lab_check_errors(L, "attention oracle");
     double mx, rel;
-    const bool pass = lab_compare(got, want, (int64_t)nc * od, 1e-4, &mx, &rel);
+    /* 1e-3: the CPU rounds each softmax probability to f16 after float sums in another order, so
+     * a probability now and then lands on the neighbouring f16 value (2^-11 relative) */
+    const bool pass = lab_compare(got, want, (int64_t)nc * od, 1e-3, &mx, &rel);
     double us = 0, bytes = 0;
     if (time) {
         us = lab_time(L, run_attn, &ar, true);
@@ -180,7 +182,7 @@ static void attn_check(lab *L, kvset *S, int n, const int32_t *seq, const int32_
     char cfg[96];
     snprintf(cfg, sizeof cfg, "%s %s%s", c->name, label, splits ? "" : " auto");
     if (splits) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " splits%d", splits);
-    lab_record(L, "attention", cfg, mx, rel, 1e-4, pass, us, bytes, 0);
+    lab_record(L, "attention", cfg, mx, rel, 1e-3, pass, us, bytes, 0);
     tune->attn_splits = saved;
     lab_gpu_free(L, qd_);
     lab_gpu_free(L, od_);

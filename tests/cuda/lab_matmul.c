@@ -77,6 +77,8 @@ typedef struct mm_case {
     int max_rows;        /* mat-vec up to this many rows (0 = backend default) */
     int64_t tile;        /* GEMM tile bytes (0 = default) */
     bool time;
+    bool warm;           /* time without evicting L2 first (activations/weights L2-resident) */
+    bool no_pdl;         /* launch the mat-vec without programmatic dependent launch */
     const char *shape;   /* label, e.g. "mistral ffn_up" */
 } mm_case;
 
@@ -117,6 +119,7 @@ static void matmul_case(lab *L, const mm_case *c) {
     if (c->wpr) tune->mmvq_wpr = c->wpr;
     if (c->max_rows) tune->mmvq_max_rows = c->max_rows;
     if (c->tile) tune->gemm_tile_bytes = c->tile;
+    if (c->no_pdl) tune->pdl = 0;
     float *xd = lab_gpu_alloc(L, (size_t)(c->nr * c->k) * 4), *yd = lab_gpu_alloc(L, (size_t)(c->nr * c->n) * 4);
     lab_upload(L, xd, xh, (size_t)(c->nr * c->k) * 4);
     lab_poison(L, yd, (size_t)(c->nr * c->n) * 4);
@@ -141,12 +144,14 @@ static void matmul_case(lab *L, const mm_case *c) {
     double us = 0;
     if (c->time) {
         mm_run r = {.L = L, .w = &w, .x = xd, .nr = c->nr, .y = yd};
-        us = lab_time(L, run_matmul, &r, true);
+        us = lab_time(L, run_matmul, &r, !c->warm);
     }
     snprintf(cfg, sizeof cfg, "%s %lldx%lld r%d%s%s", qr_type_name(c->type), (long long)c->n, (long long)c->k, c->nr,
              gemm ? " gemm" : "", c->shape ? c->shape : "");
     if (c->wpr) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " wpr%d", c->wpr);
     if (c->tile) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " tile%lldM", (long long)(c->tile >> 20));
+    if (c->warm) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " warm");
+    if (c->no_pdl) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " no-pdl");
     const double bytes = (double)wbytes + (double)(c->nr * c->k) * 4 + (double)(c->nr * c->n) * 4;
     lab_record(L, gemm ? "matmul-gemm" : "matmul", cfg, max_err, rel_err, tol, pass, us, gemm ? 0 : bytes,
                gemm ? 2.0 * (double)c->n * (double)c->k * (double)c->nr : 0);
@@ -217,12 +222,24 @@ void lab_matmul(lab *L) {
                          .shape = mistral[s].name};
             matmul_case(L, &c);
         }
-    /* the fixed cost of one matmul call (activation quantization + a launch): 8 output rows */
+    /* the fixed cost of one matmul call (activation quantization + a launch): 8 output rows, cold
+     * (L2 flushed) and warm; and the effect of programmatic dependent launch */
     const qr_type ovh[] = {QR_TYPE_Q4_0, QR_TYPE_Q4_K, QR_TYPE_F16};
     for (int ti = 0; ti < 3; ti++)
-        for (int s = 0; s < 2; s++) {
-            mm_case c = {.type = ovh[ti], .n = 8, .k = s ? 14336 : 4096, .nr = 1, .time = true, .shape = " overhead"};
+        for (int s = 0; s < 2; s++)
+            for (int v = 0; v < 3; v++) {
+                mm_case c = {.type = ovh[ti], .n = 8, .k = s ? 14336 : 4096, .nr = 1, .time = true, .warm = v == 1,
+                             .no_pdl = v == 2, .shape = " overhead"};
+                matmul_case(L, &c);
+            }
+    for (int ti = 0; ti < 3; ti++)
+        for (int s = 0; s < 4; s++) {
+            mm_case c = {.type = ovh[ti], .n = mistral[s].n, .k = mistral[s].k, .nr = 1, .time = true, .no_pdl = true,
+                         .shape = mistral[s].name};
             matmul_case(L, &c);
+            mm_case w = {.type = ovh[ti], .n = mistral[s].n, .k = mistral[s].k, .nr = 1, .time = true, .warm = true,
+                         .shape = mistral[s].name};
+            if (s == 0) matmul_case(L, &w);
         }
     /* 3. tinyllama shapes */
     const qr_type main_types[] = {QR_TYPE_Q4_0, QR_TYPE_Q8_0, QR_TYPE_Q4_K, QR_TYPE_Q6_K, QR_TYPE_F16};
@@ -263,7 +280,7 @@ void lab_matmul(lab *L) {
                          .shape = mistral[s].name};
             matmul_case(L, &c);
         }
-    const int64_t tiles[] = {8 << 20, 128 << 20};
+    const int64_t tiles[] = {8 << 20, 32 << 20};
     for (int i = 0; i < 2; i++) {
         mm_case c = {.type = QR_TYPE_Q4_K, .n = 14336, .k = 4096, .nr = 512, .tile = tiles[i], .time = true,
                      .shape = " mistral.ffn_up"};

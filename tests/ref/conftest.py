@@ -34,3 +34,23 @@ def gemma3():
     if not p.exists():
         pytest.fail(f"test model missing: {p} (run scripts/setup.sh)")
     return p
+
+
+def _synth(quarrel_bin, tmp_path_factory, arch):
+    import subprocess
+    out = tmp_path_factory.mktemp(f"synth-{arch}") / f"{arch}-tiny.gguf"
+    subprocess.run([quarrel_bin, "synth", "--arch", arch, "--preset", "tiny", "--type", "F16", "--seed", "1",
+                    "-o", str(out)], check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def synth_llama(quarrel_bin, tmp_path_factory):
+    """The tiny synth llama model (byte-level BPE vocabulary, pre llama-bpe)."""
+    return _synth(quarrel_bin, tmp_path_factory, "llama")
+
+
+@pytest.fixture(scope="session")
+def synth_gemma3(quarrel_bin, tmp_path_factory):
+    """The tiny synth gemma3 model (SentencePiece-style vocabulary)."""
+    return _synth(quarrel_bin, tmp_path_factory, "gemma3")

@@ -13,7 +13,8 @@ import pytest
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "data" / "tokenizer"
 COMBOS = [("TT", True, True), ("TF", True, False), ("FT", False, True), ("FF", False, False)]
-MODELS = [("smollm2", "smollm2"), ("gemma3", "gemma3")]  # (conftest fixture, golden name)
+MODELS = [("smollm2", "smollm2"), ("gemma3", "gemma3"), ("synth_llama", "synth_llama"),
+          ("synth_gemma3", "synth_gemma3")]  # (conftest fixture, golden name)
 
 
 def load_corpus():

@@ -110,6 +110,12 @@ static void test_access_and_slicing(void **state) {
                "[20, 30] [10, 20] [30, 20, 10] [10, 30]");
     expect_ctx("{{ s[1] }} {{ s[1:3] }} {{ s[::-1] }} {{ s|length }}", ctx, "\xc3\xa9 \xc3\xa9l oll\xc3\xa9h 5");
     expect("{{ none.x }}|{{ none['x'] }}|", "||");
+    /* extreme steps and bounds must not overflow (found by the fuzzer) */
+    expect("{{ [1, 2, 3][::9223372036854775807] }} {{ 'abc'[::-9223372036854775807] }} {{ [1, 2][-9223372036854775807:] }}",
+           "[1] c [1, 2]");
+    expect("{{ 'abcdefghijkl'|truncate(9223372036854775807) }}", "abcdefghijkl");
+    expect_err("{{ '{a[99999999999999999999999]}'.format(a=[1]) }}", "too many decimal digits");
+    expect_err("{{ '%*d' % (-9223372036854775807, 5) }}", "width too big");
     expect_err("{{ missing.x }}", "'missing' is undefined");
     expect_err("{{ missing['x'] }}", "'missing' is undefined");
     expect_err("{{ missing + 1 }}", "'missing' is undefined");

@@ -40,6 +40,7 @@ typedef struct cuda_backend {
     int device;
     char device_name[320];
     int n_sm;
+    bool has_pdl; /* programmatic dependent launch (sm_90+) */
     cudaStream_t stream;
     cublasHandle_t cublas;
     void *cublas_ws;
@@ -123,6 +124,16 @@ static act_layout act_layout_of(int64_t nr, int64_t k) {
     L.h = o, o = align256(o + (size_t)(nr * k) * 2);
     L.total = o;
     return L;
+}
+
+/* Rows of the f16 weight tile of the prefill GEMM: tune.gemm_tile_bytes worth, a multiple of 256
+ * rows (skinny tiles run cuBLAS far below its peak), at most the whole matrix. */
+static int64_t gemm_tile_rows(const cuda_backend *cb, int64_t k, int64_t n) {
+    int64_t rows = (int64_t)(cb->tune.gemm_tile_bytes / (k * 2));
+    rows = rows / 256 * 256;
+    if (rows < 256) rows = 256;
+    if (rows > 65535) rows = 65280;
+    return rows < n ? rows : n;
 }
 
 /* ---- lifetime and memory ---- */
@@ -279,10 +290,7 @@ static qr_status cuda_weight_prepare(qr_backend *be, qr_weight *w, char *err, si
     if (k > cb->max_k) cb->max_k = k;
     /* the prefill GEMM's f16 tile for this weight */
     if (!is_float) {
-        int64_t rows = cb->tune.gemm_tile_bytes / (k * 2);
-        if (rows < 1) rows = 1;
-        if (rows > w->ne[1]) rows = w->ne[1];
-        if (rows > 65535) rows = 65535;
+        const int64_t rows = gemm_tile_rows(cb, k, w->ne[1]);
         if (!ensure_scratch(cb, &cb->tile, &cb->tile_cap, (size_t)(rows * k * 2), "the GEMM weight tile")) {
             cb->error = QR_OK;
             cuda_weight_release(be, w);
@@ -549,10 +557,7 @@ static void matmul_gemm(cuda_backend *cb, const cuda_weight *cw, const float *x,
                   "matmul (gemm)");
         return;
     }
-    int64_t rows = (int64_t)(cb->tune.gemm_tile_bytes / (size_t)(k * 2));
-    if (rows < 1) rows = 1;
-    if (rows > 65535) rows = 65535;
-    if (rows > n) rows = n;
+    const int64_t rows = gemm_tile_rows(cb, k, n);
     if (!ensure_scratch(cb, &cb->tile, &cb->tile_cap, (size_t)(rows * k * 2), "the GEMM weight tile")) return;
     for (int64_t r0 = 0; r0 < n; r0 += rows) {
         const int64_t r1 = r0 + rows < n ? r0 + rows : n;
@@ -602,7 +607,8 @@ static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int6
         xv.k = (int32_t)k;
         cuda_wview wv = *v;
         wv.n = n;
-        if (!cuda_ok(cb, qr_cuda_matvec(&wv, &xv, nr, y + t0 * n, wpr, cb->stream), "matmul (mat-vec)")) return;
+        const bool pdl = cb->has_pdl && cb->tune.pdl != 0;
+        if (!cuda_ok(cb, qr_cuda_matvec(&wv, &xv, nr, y + t0 * n, wpr, pdl, cb->stream), "matmul (mat-vec)")) return;
     }
 }
 
@@ -738,26 +744,25 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
     a.softcap = p->softcap;
     a.window = p->window;
     a.out = out;
-    a.partial = NULL;
-    /* splits: enough CTAs for two per SM, each split at least 32 keys */
+    /* splits: enough CTAs for about three per SM, each split at least 64 keys */
     const int dmax = a.dk > a.dv ? a.dk : a.dv, gmax = dmax <= 128 ? 8 : (dmax <= 256 ? 4 : 2);
     const int group = p->n_head / p->n_head_kv;
     const int64_t base = (int64_t)a.n_tok * p->n_head_kv * ((group + gmax - 1) / gmax);
     int64_t ns = cb->tune.attn_splits;
     if (ns <= 0) {
-        ns = (2 * cb->n_sm + base - 1) / base;
-        const int64_t by_len = (max_span + 31) / 32;
+        ns = (3 * cb->n_sm + base - 1) / base;
+        const int64_t by_len = (max_span + 63) / 64;
         if (ns > by_len) ns = by_len;
     }
     if (ns > max_span) ns = max_span;
     if (ns > 256) ns = 256;
     if (ns < 1) ns = 1;
     a.n_splits = (int32_t)ns;
-    if (ns > 1) {
-        const size_t need = (size_t)a.n_tok * (size_t)a.n_head * (size_t)ns * (size_t)(a.dv + 2) * 4;
-        if (!ensure_scratch(cb, &cb->attn, &cb->attn_cap, need, "attention splits")) return;
-        a.partial = (float *)cb->attn;
-    }
+    const size_t n_rh = (size_t)a.n_tok * (size_t)a.n_head * (size_t)ns;
+    const size_t stats_bytes = (n_rh * 2 * 4 + 255) & ~(size_t)255, part_bytes = ns > 1 ? n_rh * (size_t)a.dv * 4 : 0;
+    if (!ensure_scratch(cb, &cb->attn, &cb->attn_cap, stats_bytes + part_bytes, "attention scratch")) return;
+    a.stats = (float *)cb->attn;
+    a.partial = ns > 1 ? (float *)((uint8_t *)cb->attn + stats_bytes) : NULL;
     cuda_ok(cb, qr_cuda_attention(&a, cb->stream), "attention");
 }
 
@@ -874,7 +879,9 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
              prop.minor, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
     cb->tune.mmvq_max_rows = 8;
     cb->tune.mmvq_wpr = 0;
-    cb->tune.gemm_tile_bytes = 32 << 20;
+    cb->tune.gemm_tile_bytes = (int64_t)128 << 20;
+    cb->tune.pdl = 1;
+    cb->has_pdl = prop.major >= 9;
     cb->tune.attn_splits = 0;
     const char *what = "stream";
     cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;

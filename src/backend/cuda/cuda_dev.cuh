@@ -27,8 +27,8 @@ static __device__ __forceinline__ float round_f16(float x) { return __half2float
 /* 16 bytes of streamed weights: read-only path, not kept in L1 (activations are). */
 static __device__ __forceinline__ uint4 ld_stream16(const void *p) {
 #ifdef __CUDA_ARCH__
-    uint4 r;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+    uint4 r; /* volatile: stays before griddepcontrol.wait (matmul_q.cu issues weight loads early) */
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
         : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
         : "l"(p));
     return r;
@@ -102,6 +102,40 @@ static __device__ __forceinline__ float block_max(float v, float *sh /* [32] */)
     __syncthreads();
     float t = lane < nw ? sh[lane] : -INFINITY;
     return warp_max(t);
+}
+
+/* Programmatic dependent launch (Hopper): a kernel launched with the programmatic-serialization
+ * attribute may start while the previous kernel on the stream still runs; pdl_wait() blocks until
+ * that kernel has finished and its writes are visible, pdl_launch_dependents() lets the next kernel
+ * start early. Both are no-ops without the attribute and before sm_90. */
+static __device__ __forceinline__ void pdl_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void pdl_launch_dependents(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* The CPU backend's expf (cpu/cpu.h cpu_expf, ggml's SIMD exp polynomial), operation for operation,
+ * so that softmax weights match the oracle's before they are rounded to f16. */
+static __device__ __forceinline__ float ggml_expf(float x) {
+    const float shift = 0x1.8p23f, inv_ln2 = 0x1.715476p+0f, ln2_hi = 0x1.62e4p-1f, ln2_lo = 0x1.7f7d1cp-20f;
+    const float c0 = 0x1.ffffecp-1f, c1 = 0x1.fffdb6p-2f, c2 = 0x1.555e66p-3f, c3 = 0x1.573e2ep-5f, c4 = 0x1.0e4020p-7f;
+    const float z = fmaf(x, inv_ln2, shift);
+    const float n = __fsub_rn(z, shift);
+    const float r = fmaf(-n, ln2_lo, fmaf(-n, ln2_hi, x));
+    const uint32_t e = __float_as_uint(z) << 23;
+    const float scale = __uint_as_float(e + __float_as_uint(1.0f));
+    const float r2 = __fmul_rn(r, r);
+    const float poly = fmaf(fmaf(fmaf(c4, r, c3), r2, fmaf(c2, r, c1)), r2, __fmul_rn(c0, r));
+    if (!(fabsf(n) > 126.0f)) return fmaf(poly, scale, scale);
+    const uint32_t g = n <= 0.0f ? 0x82000000u : 0u;
+    const float s1 = __uint_as_float(g + 0x7f000000u), s2 = __uint_as_float(e - g);
+    if (fabsf(n) > 192.0f) return __fmul_rn(s1, s1);
+    return __fmul_rn(fmaf(s2, poly, s2), s1);
 }
 
 /* tanh of a float through double precision (fast-math leaves double math alone): matches the

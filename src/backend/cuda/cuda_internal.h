@@ -16,8 +16,9 @@ typedef struct qr_cuda_tune {
     int32_t mmvq_max_rows;   /* matmul runs the mat-vec kernels (in groups of 8 rows) up to this many rows,
                               * dequantize + cuBLAS above; default 8 */
     int32_t mmvq_wpr;        /* warps per output row of the mat-vec: 1, 2 or 4; 0 = chosen by the row count */
-    int64_t gemm_tile_bytes; /* f16 weight tile of the prefill GEMM (bytes), default 32 MiB */
+    int64_t gemm_tile_bytes; /* f16 weight tile of the prefill GEMM (bytes), default 128 MiB */
     int32_t attn_splits;     /* KV splits per (row, kv head) in attention; 0 = chosen by the context length */
+    int32_t pdl;             /* 1: launch the mat-vec with programmatic dependent launch (sm_90+), 0: plainly */
 } qr_cuda_tune;
 
 /* The backend's knobs (writable; read at each op). be must be a CUDA backend. */

@@ -78,8 +78,10 @@ cudaError_t qr_cuda_quantize_act(const float *x, int32_t nr, int32_t k, int kind
                                  int16_t *g, cudaStream_t stream);
 /* Converts n floats to f16 (bf16 == false) or bf16, round to nearest even. */
 cudaError_t qr_cuda_to_half(const float *x, int64_t n, void *out, bool bf16, cudaStream_t stream);
-/* y[t][w->n] = row t of the prepared activations . w^T for t < nr (1..8). wpr = warps per output row (1, 2, 4). */
-cudaError_t qr_cuda_matvec(const cuda_wview *w, const cuda_xview *x, int32_t nr, float *y, int32_t wpr,
+/* y[t][w->n] = row t of the prepared activations . w^T for t < nr (1..8). wpr = warps per output row (1, 2, 4).
+ * pdl: launch with programmatic stream serialization (sm_90+): the kernel starts streaming weights
+ * while the kernel before it (the activation conversion) finishes. */
+cudaError_t qr_cuda_matvec(const cuda_wview *w, const cuda_xview *x, int32_t nr, float *y, int32_t wpr, bool pdl,
                            cudaStream_t stream);
 
 /* ---- norm.cu ---- */
@@ -116,7 +118,8 @@ typedef struct cuda_attn_args {
     float scale, softcap;
     int32_t window;
     int32_t n_splits;           /* KV splits per row (>= 1) */
-    float *partial;             /* [n_tok][n_head][n_splits][dv + 2] scratch when n_splits > 1 */
+    float *stats;               /* [n_tok][n_head][n_splits][2] scratch: each split's score max and exp-sum */
+    float *partial;             /* [n_tok][n_head][n_splits][dv] scratch when n_splits > 1 */
     float *out;                 /* [n_tok][n_head * dv] */
 } cuda_attn_args;
 /* Largest head size the attention kernel takes. */

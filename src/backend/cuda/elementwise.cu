@@ -21,7 +21,7 @@ static __device__ __forceinline__ float gelu_f16(float x) {
 template <int K>
 static __device__ __forceinline__ float ew_op(float a, float b, float s) {
     switch (K) {
-    case CUDA_EW_SWIGLU: return a / (1.0f + expf(-a)) * b;
+    case CUDA_EW_SWIGLU: return __fmul_rn(__fdiv_rn(a, __fadd_rn(1.0f, ggml_expf(-a))), b); /* the CPU's expression */
     case CUDA_EW_GEGLU: return a <= -10.0f ? 0.0f : (a >= 10.0f ? __fmul_rn(a, b) : __fmul_rn(gelu_f16(a), b));
     case CUDA_EW_ADD: return __fadd_rn(a, b);
     case CUDA_EW_MUL: return __fmul_rn(a, b);

@@ -6,10 +6,16 @@
  * any, then dots them against the activation codes (dp4a) of every row; the partial sums are reduced
  * across the warp with shuffles and across the row's warps through shared memory.
  *
- * Activation quantization reproduces the CPU's quantizers value for value: Q8_0/Q8_1 (per 32:
- * d = amax / 127, q = roundf(x / d), d stored as fp16) and Q8_K (per 256: iscale = -127 / max,
- * q = nearest(x * iscale) capped at 127, d = 1 / iscale), so the integer dot products match the CPU's
- * exactly and only the order of the float accumulation differs.
+ * Activation quantization reproduces the CPU's quantizers value for value: Q8_0/Q8_1 as ggml's x86
+ * activation quantizer (cpu/act_quant.c: per 32 values d = amax / 127, q = round-half-even(x * (127 /
+ * amax)), d stored as fp16, s = fp16(d * sum(q))) and Q8_K as the reference quantizer (per 256:
+ * iscale = -127 / max, q = nearest(x * iscale) capped at 127, d = 1 / iscale), so the integer dot
+ * products match the CPU's exactly and only the order of the float accumulation differs.
+ *
+ * Launch overlap (Hopper): the quantizer lets its dependent start at once, and the mat-vec is
+ * launched with programmatic stream serialization: its CTAs issue their first weight loads, then
+ * wait (griddepcontrol.wait) for the quantized activations. The weight stream so overlaps the
+ * quantizer and the launch latency instead of following them.
  */
 #include "backend/cuda/quant_dev.cuh"
 
@@ -30,11 +36,12 @@ static __global__ void quantize_q8_32_kernel(const float *__restrict__ x, int64_
     const int64_t blk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (blk >= n_blocks) return;
+    pdl_launch_dependents();
     const float v = x[blk * 32 + lane];
     const float amax = warp_max(fabsf(v));
     const float d = __fdiv_rn(amax, 127.0f);
-    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-    const int qi = (int)roundf(__fmul_rn(v, id));
+    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    const int qi = __float2int_rn(__fmul_rn(v, id));
     q[blk * 32 + lane] = (int8_t)qi;
     int s16 = qi;
 #pragma unroll
@@ -52,6 +59,7 @@ static __global__ void quantize_q8_K_kernel(const float *__restrict__ x, int64_t
                                             float *__restrict__ d_out, int16_t *__restrict__ g_out) {
     const int64_t blk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
+    pdl_launch_dependents();
     if (blk >= n_blocks) return;
     const float4 *xp = (const float4 *)(x + blk * 256 + lane * 8);
     const float4 p0 = xp[0], p1 = xp[1];
@@ -120,6 +128,7 @@ extern "C" cudaError_t qr_cuda_quantize_act(const float *x, int32_t nr, int32_t 
 
 static __global__ void to_half_kernel(const float *__restrict__ x, int64_t n, uint16_t *__restrict__ out, bool bf16) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    pdl_launch_dependents();
     if (i >= n) return;
     out[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x[i])) : __half_as_ushort(__float2half_rn(x[i]));
 }
@@ -145,6 +154,7 @@ static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
     float acc[NR];
 #pragma unroll
     for (int t = 0; t < NR; t++) acc[t] = 0.0f;
+    bool waited = false;
     if (row < w.n) {
         const int nch = (int)w.nb * T::CPB;
         const int stride = 32 * wpr;
@@ -156,6 +166,10 @@ static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
                 const int c = c0 + u * stride;
                 if (c < nch) wd[u] = T::load(w, gbase + c / T::CPB, c % T::CPB);
             }
+            if (!waited) { /* the weights are in flight: now wait for the activations */
+                pdl_wait();
+                waited = true;
+            }
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int c = c0 + u * stride;
@@ -163,6 +177,7 @@ static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
             }
         }
     }
+    if (!waited) pdl_wait();
 #pragma unroll
     for (int t = 0; t < NR; t++) acc[t] = warp_sum(acc[t]);
     if (wpr == 1) {
@@ -186,39 +201,48 @@ static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
 }
 
 template <class T>
-static cudaError_t launch_matvec(const cuda_wview *w, const cuda_xview *x, int32_t nr, float *y, int32_t wpr,
+static cudaError_t launch_matvec(const cuda_wview *w, const cuda_xview *x, int32_t nr, float *y, int32_t wpr, bool pdl,
                                  cudaStream_t stream) {
     const int rpc = (MMV_THREADS / 32) / wpr;
-    const unsigned grid = (unsigned)((w->n + rpc - 1) / rpc);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)((w->n + rpc - 1) / rpc));
+    cfg.blockDim = dim3(MMV_THREADS);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    const cuda_wview wv = *w;
+    const cuda_xview xv = *x;
     switch (nr) {
 #define CASE(N) \
-    case N: matvec_kernel<T, N><<<grid, MMV_THREADS, 0, stream>>>(*w, *x, y, wpr); break;
+    case N: return cudaLaunchKernelEx(&cfg, matvec_kernel<T, N>, wv, xv, y, (int)wpr);
         CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
 #undef CASE
     default: return cudaErrorInvalidValue;
     }
-    QR_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" cudaError_t qr_cuda_matvec(const cuda_wview *w, const cuda_xview *x, int32_t nr, float *y, int32_t wpr,
-                                      cudaStream_t stream) {
+                                      bool pdl, cudaStream_t stream) {
     if (wpr != 1 && wpr != 2 && wpr != 4) return cudaErrorInvalidValue;
     switch ((qr_type)w->type) {
-    case QR_TYPE_Q4_0: return launch_matvec<TQ4_0>(w, x, nr, y, wpr, stream);
-    case QR_TYPE_Q4_1: return launch_matvec<TQ4_1>(w, x, nr, y, wpr, stream);
-    case QR_TYPE_Q5_0: return launch_matvec<TQ5_0>(w, x, nr, y, wpr, stream);
-    case QR_TYPE_Q5_1: return launch_matvec<TQ5_1>(w, x, nr, y, wpr, stream);
-    case QR_TYPE_Q8_0: return launch_matvec<TQ8_0>(w, x, nr, y, wpr, stream);
-    case QR_TYPE_MXFP4: return launch_matvec<TMXFP4>(w, x, nr, y, wpr, stream);
-    case QR_TYPE_IQ4_NL: return launch_matvec<TIQ4_NL>(w, x, nr, y, wpr, stream);
-    case QR_TYPE_Q2_K: return launch_matvec<TQ2_K>(w, x, nr, y, wpr, stream);
-    case QR_TYPE_Q3_K: return launch_matvec<TQ3_K>(w, x, nr, y, wpr, stream);
-    case QR_TYPE_Q4_K: return launch_matvec<TQ4_K>(w, x, nr, y, wpr, stream);
-    case QR_TYPE_Q5_K: return launch_matvec<TQ5_K>(w, x, nr, y, wpr, stream);
-    case QR_TYPE_Q6_K: return launch_matvec<TQ6_K>(w, x, nr, y, wpr, stream);
-    case QR_TYPE_F16: return launch_matvec<TF16>(w, x, nr, y, wpr, stream);
-    case QR_TYPE_BF16: return launch_matvec<TBF16>(w, x, nr, y, wpr, stream);
-    case QR_TYPE_F32: return launch_matvec<TF32>(w, x, nr, y, wpr, stream);
+    case QR_TYPE_Q4_0: return launch_matvec<TQ4_0>(w, x, nr, y, wpr, pdl, stream);
+    case QR_TYPE_Q4_1: return launch_matvec<TQ4_1>(w, x, nr, y, wpr, pdl, stream);
+    case QR_TYPE_Q5_0: return launch_matvec<TQ5_0>(w, x, nr, y, wpr, pdl, stream);
+    case QR_TYPE_Q5_1: return launch_matvec<TQ5_1>(w, x, nr, y, wpr, pdl, stream);
+    case QR_TYPE_Q8_0: return launch_matvec<TQ8_0>(w, x, nr, y, wpr, pdl, stream);
+    case QR_TYPE_MXFP4: return launch_matvec<TMXFP4>(w, x, nr, y, wpr, pdl, stream);
+    case QR_TYPE_IQ4_NL: return launch_matvec<TIQ4_NL>(w, x, nr, y, wpr, pdl, stream);
+    case QR_TYPE_Q2_K: return launch_matvec<TQ2_K>(w, x, nr, y, wpr, pdl, stream);
+    case QR_TYPE_Q3_K: return launch_matvec<TQ3_K>(w, x, nr, y, wpr, pdl, stream);
+    case QR_TYPE_Q4_K: return launch_matvec<TQ4_K>(w, x, nr, y, wpr, pdl, stream);
+    case QR_TYPE_Q5_K: return launch_matvec<TQ5_K>(w, x, nr, y, wpr, pdl, stream);
+    case QR_TYPE_Q6_K: return launch_matvec<TQ6_K>(w, x, nr, y, wpr, pdl, stream);
+    case QR_TYPE_F16: return launch_matvec<TF16>(w, x, nr, y, wpr, pdl, stream);
+    case QR_TYPE_BF16: return launch_matvec<TBF16>(w, x, nr, y, wpr, pdl, stream);
+    case QR_TYPE_F32: return launch_matvec<TF32>(w, x, nr, y, wpr, pdl, stream);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""CPU speed vs llama.cpp on the same GGUF, the same machine and thread count (llama-bench method).
+
+  pp N: one batch of N prompt tokens from an empty KV cache, t/s = N / time.
+  tg N: N single-token decodes from an empty cache, t/s = N / time.
+One warm-up, then r repetitions; mean +/- sd of the per-repetition t/s.
+
+Ours: `quarrel bench --json`. llama.cpp: the same measurement through llama-cpp-python's low-level
+API (llama_decode on the same token batches), n_batch = n_ubatch = N, flash attention off.
+Each engine runs in its own process; peak RSS is that process's ru_maxrss (for llama.cpp minus the
+RSS of a bare Python that has imported llama_cpp, measured the same way).
+
+usage: bench/cpu.py [-t 2] [-p 128] [-n 64] [-r 3] [--models a.gguf b.gguf ...]
+"""
+import argparse
+import json
+import os
+import pathlib
+import resource
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MODELS = pathlib.Path(os.environ.get("QUARREL_MODELS_DIR", pathlib.Path.home() / ".cache/quarrel/models"))
+DEFAULT_MODELS = [MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf", MODELS / "gemma-3-270m-q4_k_m.gguf"]
+
+LLAMA_CHILD = r"""
+import json, random, statistics, sys, time, resource
+import llama_cpp as L
+path, threads, n_p, n_g, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+if path == "-":
+    print(json.dumps({"rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})); sys.exit()
+L.llama_backend_init()
+mp = L.llama_model_default_params()
+model = L.llama_model_load_from_file(path.encode(), mp)
+cp = L.llama_context_default_params()
+n = max(n_p, n_g) + 16
+cp.n_ctx = n; cp.n_batch = max(n_p, 1); cp.n_ubatch = max(n_p, 1)
+cp.n_threads = threads; cp.n_threads_batch = threads
+ctx = L.llama_init_from_model(model, cp)
+vocab = L.llama_model_get_vocab(model)
+nv = L.llama_vocab_n_tokens(vocab)
+rng = random.Random(42)
+toks = [rng.randrange(nv) for _ in range(n)]
+mem = L.llama_get_memory(ctx)
+def decode(ts):
+    b = L.llama_batch_get_one((L.llama_token * len(ts))(*ts), len(ts))
+    if L.llama_decode(ctx, b) != 0: raise SystemExit("llama_decode failed")
+def pp():
+    L.llama_memory_clear(mem, True); t = time.perf_counter(); decode(toks[:n_p]); L.llama_synchronize(ctx)
+    return n_p / (time.perf_counter() - t)
+def tg():
+    L.llama_memory_clear(mem, True); t = time.perf_counter()
+    for i in range(n_g): decode([toks[i]])
+    L.llama_synchronize(ctx)
+    return n_g / (time.perf_counter() - t)
+if n_p: pp()
+if n_g: tg()
+P = [pp() for _ in range(reps)] if n_p else [0]
+G = [tg() for _ in range(reps)] if n_g else [0]
+sd = lambda x: statistics.stdev(x) if len(x) > 1 else 0.0
+print(json.dumps({"pp_tps": statistics.mean(P), "pp_sd": sd(P), "tg_tps": statistics.mean(G), "tg_sd": sd(G),
+                  "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def child_rss():
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+
+
+def run_ours(qbin, model, a):
+    r = subprocess.run([qbin, "bench", "-m", str(model), "-t", str(a.threads), "-p", str(a.p), "-n", str(a.n),
+                        "-r", str(a.r), "--json"], capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"quarrel bench failed: {r.stderr}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def run_llama(model, a):
+    r = subprocess.run([sys.executable, "-c", LLAMA_CHILD, str(model), str(a.threads), str(a.p), str(a.n), str(a.r)],
+                       capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"llama.cpp bench failed: {r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def peak_rss_of(cmd):
+    """Peak RSS (kB) of one child process, via GNU time's %M when available."""
+    r = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], capture_output=True, text=True)
+    try:
+        return int(r.stderr.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-p", type=int, default=128)
+    ap.add_argument("-n", type=int, default=64)
+    ap.add_argument("-r", type=int, default=3)
+    ap.add_argument("--quarrel", default=str(ROOT / "build" / "quarrel"))
+    ap.add_argument("--models", nargs="*", type=pathlib.Path, default=DEFAULT_MODELS)
+    a = ap.parse_args()
+    base = json.loads(subprocess.run([sys.executable, "-c", LLAMA_CHILD, "-", "0", "0", "0", "0"],
+                                     capture_output=True, text=True).stdout)["rss_kb"]
+    rows = []
+    for m in a.models:
+        ours = run_ours(a.quarrel, m, a)
+        ref = run_llama(m, a)
+        ours_rss = peak_rss_of([a.quarrel, "bench", "-m", str(m), "-t", str(a.threads), "-p", str(a.p), "-n", str(a.n),
+                                "-r", "1", "--json"])
+        ref_rss = ref["rss_kb"] - base
+        rows.append((m.name, ours, ref, ours_rss, ref_rss))
+    print(f"\nthreads {a.threads}, pp{a.p}, tg{a.n}, {a.r} reps (mean ± sd t/s); ratio = quarrel / llama.cpp\n")
+    print("| model | test | quarrel | llama.cpp | ratio |\n|---|---|---|---|---|")
+    for name, o, r, *_ in rows:
+        for k, label in (("pp", f"pp{a.p}"), ("tg", f"tg{a.n}")):
+            print(f"| {name} | {label} | {o[k + '_tps']:.1f} ± {o[k + '_sd']:.1f} | {r[k + '_tps']:.1f} ± {r[k + '_sd']:.1f} "
+                  f"| {o[k + '_tps'] / r[k + '_tps']:.2f} |")
+    print("\n| model | peak RSS quarrel (MiB) | peak RSS llama.cpp (MiB, minus bare Python) | ratio |\n|---|---|---|---|")
+    for name, _, _, orss, rrss in rows:
+        print(f"| {name} | {orss / 1024:.0f} | {rrss / 1024:.0f} | {orss / rrss:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
