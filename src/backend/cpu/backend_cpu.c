@@ -298,6 +298,12 @@ typedef struct mm_task {
     const qr_weight *w;
     const qr_quant_traits *tr;  /* weight traits (vec_dot) */
     qr_from_float_fn act;       /* activation row -> vec_dot_type */
+    /* llama.cpp's repacked path (see qr_quant_traits): token rows [0, n_gemm) use act_gemm and
+     * dot_gemm (its 4-row GEMM), the others act and dot (its GEMV, or plain vec_dot); n_gemm = 0
+     * when the weight has no repacked path */
+    qr_from_float_fn act_gemm;
+    qr_vec_dot_fn dot, dot_gemm;
+    int64_t n_gemm;
     const float *x;
     float *y;
     int64_t n_tok, k, n;
@@ -309,7 +315,8 @@ typedef struct mm_task {
 static void mm_convert_task(void *arg, int64_t lo, int64_t hi, int ith) {
     mm_task *t = arg;
     (void)ith;
-    for (int64_t r = lo; r < hi; r++) t->act(t->x + r * t->k, (char *)t->xq + (size_t)r * t->xq_row, t->k);
+    for (int64_t r = lo; r < hi; r++)
+        (r < t->n_gemm ? t->act_gemm : t->act)(t->x + r * t->k, (char *)t->xq + (size_t)r * t->xq_row, t->k);
 }
 
 /* Chunks c of the output: row block c % n_row_chunks times token block c / n_row_chunks. */
@@ -326,7 +333,7 @@ static void mm_dot_task(void *arg, int64_t lo, int64_t hi, int ith) {
         for (int64_t i = r0; i < r1; i++) {
             const void *wr = wbase + (size_t)i * wrow;
             for (int64_t tk = t0; tk < t1; tk++)
-                t->tr->vec_dot(t->k, t->y + tk * t->n + i, wr, t->xq + (size_t)tk * t->xq_row);
+                (tk < t->n_gemm ? t->dot_gemm : t->dot)(t->k, t->y + tk * t->n + i, wr, t->xq + (size_t)tk * t->xq_row);
         }
     }
 }
@@ -339,7 +346,16 @@ static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64
         return;
     }
     if (n_rows <= 0) return;
-    mm_task t = {.w = w, .tr = tr, .x = x, .y = y, .n_tok = n_rows, .k = w->ne[0], .n = w->ne[1]};
+    mm_task t = {.w = w, .tr = tr, .x = x, .y = y, .n_tok = n_rows, .k = w->ne[0], .n = w->ne[1], .dot = tr->vec_dot};
+    /* llama.cpp's CPU backend repacks such weights and runs whole groups of 4 rows through its GEMM,
+     * the rest through its GEMV: same split, same arithmetic */
+    if (tr->vec_dot_gemm && tr->vec_dot_gemv && tr->from_float_gemm && tr->repack_rows > 0 &&
+        w->ne[1] % tr->repack_rows == 0) {
+        t.dot = tr->vec_dot_gemv;
+        t.dot_gemm = tr->vec_dot_gemm;
+        t.act_gemm = tr->from_float_gemm;
+        t.n_gemm = n_rows - n_rows % 4;
+    }
     if (tr->vec_dot_type == QR_TYPE_F32) {
         t.xq = (const char *)x;
         t.xq_row = (size_t)t.k * sizeof(float);

@@ -142,7 +142,7 @@ static __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const cuda_at
             }
         }
     }
-    if (!OUT) {
+    if constexpr (!OUT) {
         /* merge the warps' running stats; write this split's (max, sum) per head */
         if (lane == 0) {
 #pragma unroll
@@ -164,20 +164,20 @@ static __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const cuda_at
             st[0] = M;
             st[1] = L;
         }
-        return;
-    }
+    } else {
 #pragma unroll
-    for (int g = 0; g < GMAX; g++)
+        for (int g = 0; g < GMAX; g++)
 #pragma unroll
-        for (int i = 0; i < DPL; i++) acc_s[(warp * GMAX + g) * D + lane + 32 * i] = acc[g][i];
-    __syncthreads();
-    for (int i = threadIdx.x; i < gn * a.dv; i += blockDim.x) {
-        const int g = i / a.dv, d = i % a.dv;
-        float sum = 0.0f;
+            for (int i = 0; i < DPL; i++) acc_s[(warp * GMAX + g) * D + lane + 32 * i] = acc[g][i];
+        __syncthreads();
+        for (int i = threadIdx.x; i < gn * a.dv; i += blockDim.x) {
+            const int g = i / a.dv, d = i % a.dv;
+            float sum = 0.0f;
 #pragma unroll
-        for (int w = 0; w < ATTN_WARPS; w++) sum += acc_s[(w * GMAX + g) * D + d];
-        if (ns == 1) a.out[(rh0 + g) * a.dv + d] = sum;
-        else a.partial[((rh0 + g) * ns + split) * (int64_t)a.dv + d] = sum;
+            for (int w = 0; w < ATTN_WARPS; w++) sum += acc_s[(w * GMAX + g) * D + d];
+            if (ns == 1) a.out[(rh0 + g) * a.dv + d] = sum;
+            else a.partial[((rh0 + g) * ns + split) * (int64_t)a.dv + d] = sum;
+        }
     }
 }
 
