@@ -41,7 +41,8 @@ test-asan:
 	  ctest --test-dir $(BUILD_ASAN) --output-on-failure -j $(JOBS)
 
 test-py:
-	QUARREL_BIN=$(abspath $(BUILD))/quarrel QUARREL_MODELS_DIR=$(MODELS_DIR) $(PY) -m pytest -q tests/ref tests/integration
+	QUARREL_BIN=$(abspath $(BUILD))/quarrel QUARREL_MODELS_DIR=$(MODELS_DIR) $(PY) -m pytest -q tests/ref
+	QUARREL_BIN=$(abspath $(BUILD))/quarrel $(PY) -m pytest -q tests/integration
 
 fuzz:
 	bash tests/fuzz/run.sh

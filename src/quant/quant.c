@@ -15,6 +15,9 @@
 #include "quant/quant_internal.h"
 
 #define TRAITS(t, tf, ff, vd, vdt) [t] = {.type = t, .to_float = tf, .from_float = ff, .vec_dot = vd, .vec_dot_type = vdt}
+/* a K-quant with ggml's tiled-GEMM order */
+#define KTRAITS(t, tf, ff, vd, vdt, vdtiled) \
+    [t] = {.type = t, .to_float = tf, .from_float = ff, .vec_dot = vd, .vec_dot_type = vdt, .vec_dot_tiled = vdtiled}
 
 /* Scalar reference traits; rows without a to_float are unsupported types. */
 static const qr_quant_traits ref_traits[QR_TYPE_COUNT] = {
@@ -27,14 +30,19 @@ static const qr_quant_traits ref_traits[QR_TYPE_COUNT] = {
     TRAITS(QR_TYPE_Q5_1, qr_q5_1_to_float, qr_q5_1_from_float, qr_vec_dot_q5_1_q8_1, QR_TYPE_Q8_1),
     TRAITS(QR_TYPE_Q8_0, qr_q8_0_to_float, qr_q8_0_from_float, qr_vec_dot_q8_0_q8_0, QR_TYPE_Q8_0),
     TRAITS(QR_TYPE_Q8_1, qr_q8_1_to_float, qr_q8_1_from_float, NULL, QR_TYPE_Q8_1),
-    TRAITS(QR_TYPE_Q2_K, qr_q2_K_to_float, qr_q2_K_from_float, qr_vec_dot_q2_K_q8_K, QR_TYPE_Q8_K),
-    TRAITS(QR_TYPE_Q3_K, qr_q3_K_to_float, qr_q3_K_from_float, qr_vec_dot_q3_K_q8_K, QR_TYPE_Q8_K),
+    KTRAITS(QR_TYPE_Q2_K, qr_q2_K_to_float, qr_q2_K_from_float, qr_vec_dot_q2_K_q8_K, QR_TYPE_Q8_K,
+            qr_vec_dot_q2_K_q8_K_tiled),
+    KTRAITS(QR_TYPE_Q3_K, qr_q3_K_to_float, qr_q3_K_from_float, qr_vec_dot_q3_K_q8_K, QR_TYPE_Q8_K,
+            qr_vec_dot_q3_K_q8_K_tiled),
     [QR_TYPE_Q4_K] = {.type = QR_TYPE_Q4_K, .to_float = qr_q4_K_to_float, .from_float = qr_q4_K_from_float,
                       .vec_dot = qr_vec_dot_q4_K_q8_K, .vec_dot_type = QR_TYPE_Q8_K,
                       .vec_dot_gemv = qr_vec_dot_q4_K_q8_K_gemv, .vec_dot_gemm = qr_vec_dot_q4_K_q8_K_gemm,
-                      .from_float_gemm = qr_q8_K_from_float_x4, .repack_rows = 8},
-    TRAITS(QR_TYPE_Q5_K, qr_q5_K_to_float, qr_q5_K_from_float, qr_vec_dot_q5_K_q8_K, QR_TYPE_Q8_K),
-    TRAITS(QR_TYPE_Q6_K, qr_q6_K_to_float, qr_q6_K_from_float, qr_vec_dot_q6_K_q8_K, QR_TYPE_Q8_K),
+                      .from_float_gemm = qr_q8_K_from_float_x4, .repack_rows = 8,
+                      .vec_dot_tiled = qr_vec_dot_q4_K_q8_K_tiled},
+    KTRAITS(QR_TYPE_Q5_K, qr_q5_K_to_float, qr_q5_K_from_float, qr_vec_dot_q5_K_q8_K, QR_TYPE_Q8_K,
+            qr_vec_dot_q5_K_q8_K_tiled),
+    KTRAITS(QR_TYPE_Q6_K, qr_q6_K_to_float, qr_q6_K_from_float, qr_vec_dot_q6_K_q8_K, QR_TYPE_Q8_K,
+            qr_vec_dot_q6_K_q8_K_tiled),
     TRAITS(QR_TYPE_Q8_K, qr_q8_K_to_float, qr_q8_K_from_float, NULL, QR_TYPE_Q8_K),
     TRAITS(QR_TYPE_MXFP4, qr_mxfp4_to_float, qr_mxfp4_from_float, qr_vec_dot_mxfp4_q8_0, QR_TYPE_Q8_0),
     TRAITS(QR_TYPE_IQ4_NL, qr_iq4_nl_to_float, qr_iq4_nl_from_float, qr_vec_dot_iq4_nl_q8_0, QR_TYPE_Q8_0),
@@ -48,9 +56,11 @@ typedef struct simd_override {
     qr_vec_dot_fn vec_dot;
     qr_vec_dot_fn vec_dot_gemv, vec_dot_gemm;
     qr_from_float_fn from_float_gemm;
+    qr_vec_dot_fn vec_dot_tiled;
 } simd_override;
 
 #define OV(t, tf, ff, vd) {.type = t, .to_float = tf, .from_float = ff, .vec_dot = vd}
+#define KOV(t, vd, vdtiled) {.type = t, .vec_dot = vd, .vec_dot_tiled = vdtiled}
 
 static const simd_override avx2_overrides[] = {
     OV(QR_TYPE_F32, NULL, NULL, qr_vec_dot_f32_avx2),
@@ -62,12 +72,13 @@ static const simd_override avx2_overrides[] = {
     OV(QR_TYPE_Q5_1, NULL, NULL, qr_vec_dot_q5_1_q8_1_avx2),
     OV(QR_TYPE_Q8_0, NULL, qr_q8_0_from_float_avx2, qr_vec_dot_q8_0_q8_0_avx2),
     OV(QR_TYPE_Q8_1, NULL, qr_q8_1_from_float_avx2, NULL),
-    OV(QR_TYPE_Q2_K, NULL, NULL, qr_vec_dot_q2_K_q8_K_avx2),
-    OV(QR_TYPE_Q3_K, NULL, NULL, qr_vec_dot_q3_K_q8_K_avx2),
+    KOV(QR_TYPE_Q2_K, qr_vec_dot_q2_K_q8_K_avx2, qr_vec_dot_q2_K_q8_K_tiled_avx2),
+    KOV(QR_TYPE_Q3_K, qr_vec_dot_q3_K_q8_K_avx2, qr_vec_dot_q3_K_q8_K_tiled_avx2),
     {.type = QR_TYPE_Q4_K, .vec_dot = qr_vec_dot_q4_K_q8_K_avx2, .vec_dot_gemv = qr_vec_dot_q4_K_q8_K_gemv_avx2,
-     .vec_dot_gemm = qr_vec_dot_q4_K_q8_K_gemm_avx2, .from_float_gemm = qr_q8_K_from_float_x4_avx2},
-    OV(QR_TYPE_Q5_K, NULL, NULL, qr_vec_dot_q5_K_q8_K_avx2),
-    OV(QR_TYPE_Q6_K, NULL, NULL, qr_vec_dot_q6_K_q8_K_avx2),
+     .vec_dot_gemm = qr_vec_dot_q4_K_q8_K_gemm_avx2, .from_float_gemm = qr_q8_K_from_float_x4_avx2,
+     .vec_dot_tiled = qr_vec_dot_q4_K_q8_K_tiled_avx2},
+    KOV(QR_TYPE_Q5_K, qr_vec_dot_q5_K_q8_K_avx2, qr_vec_dot_q5_K_q8_K_tiled_avx2),
+    KOV(QR_TYPE_Q6_K, qr_vec_dot_q6_K_q8_K_avx2, qr_vec_dot_q6_K_q8_K_tiled_avx2),
     OV(QR_TYPE_Q8_K, NULL, qr_q8_K_from_float_avx2, NULL),
     OV(QR_TYPE_MXFP4, NULL, NULL, qr_vec_dot_mxfp4_q8_0_avx2),
     OV(QR_TYPE_IQ4_NL, NULL, NULL, qr_vec_dot_iq4_nl_q8_0_avx2),
@@ -108,6 +119,7 @@ static void init_best(void) {
             if (o->vec_dot_gemv) t->vec_dot_gemv = o->vec_dot_gemv;
             if (o->vec_dot_gemm) t->vec_dot_gemm = o->vec_dot_gemm;
             if (o->from_float_gemm) t->from_float_gemm = o->from_float_gemm;
+            if (o->vec_dot_tiled) t->vec_dot_tiled = o->vec_dot_tiled;
         }
         best_level = "avx2";
     }

@@ -38,7 +38,14 @@ typedef struct qr_quant_traits {
     qr_vec_dot_fn vec_dot_gemm;
     qr_from_float_fn from_float_gemm;
     int32_t repack_rows;
+    /* The K-quant weights it does not repack go through its tiled GEMM (ggml-cpu tiled.cpp) when
+     * the matmul has at least QR_TILED_MIN_ROWS activation rows; vec_dot_tiled reproduces it for
+     * one row (y from the vec_dot_type's from_float). NULL: no such path. */
+    qr_vec_dot_fn vec_dot_tiled;
 } qr_quant_traits;
+
+/* Fewest activation rows for which llama.cpp's x86 CPU backend takes its tiled K-quant GEMM. */
+#define QR_TILED_MIN_ROWS 8
 
 /* Scalar reference traits (the oracle) for a type; NULL when the type is not supported at all. */
 const qr_quant_traits *qr_quant_traits_ref(qr_type type);

@@ -131,6 +131,11 @@ void qr_q8_K_to_float(const void *src, float *dst, int64_t n);
 void qr_q8_K_from_float(const float *src, void *dst, int64_t n);
 void qr_q8_K_from_float_x4(const float *src, void *dst, int64_t n);
 void qr_vec_dot_q4_K_q8_K_gemv(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_q2_K_q8_K_tiled(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_q3_K_q8_K_tiled(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_q4_K_q8_K_tiled(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_q5_K_q8_K_tiled(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_q6_K_q8_K_tiled(int64_t n, float *s, const void *x, const void *y);
 void qr_vec_dot_q4_K_q8_K_gemm(int64_t n, float *s, const void *x, const void *y);
 
 /* ---- AVX2 + FMA + F16C kernels (quant_avx2.c, quant_kquants_avx2.c) ---- */
@@ -154,6 +159,11 @@ void qr_q8_1_from_float_avx2(const float *src, void *dst, int64_t n);
 void qr_q8_K_from_float_avx2(const float *src, void *dst, int64_t n);
 void qr_q8_K_from_float_x4_avx2(const float *src, void *dst, int64_t n);
 void qr_vec_dot_q4_K_q8_K_gemv_avx2(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_q2_K_q8_K_tiled_avx2(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_q3_K_q8_K_tiled_avx2(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_q4_K_q8_K_tiled_avx2(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_q5_K_q8_K_tiled_avx2(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_q6_K_q8_K_tiled_avx2(int64_t n, float *s, const void *x, const void *y);
 void qr_vec_dot_q4_K_q8_K_gemm_avx2(int64_t n, float *s, const void *x, const void *y);
 void qr_vec_dot_q2_K_q8_K_avx2(int64_t n, float *s, const void *x, const void *y);
 void qr_vec_dot_q3_K_q8_K_avx2(int64_t n, float *s, const void *x, const void *y);

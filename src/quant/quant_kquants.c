@@ -32,31 +32,58 @@ void qr_q2_K_to_float(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* Integer sums of one Q2_K x Q8_K super-block: returns sum(sc*q*qy), *mins = sum(m*bsum). Exact. */
+static int q2_K_block_sums(const qr_block_q2_K *x, const qr_block_q8_K *y, int *mins) {
+    int summs = 0;
+    for (int j = 0; j < 16; j++) summs += y->bsums[j] * (x->scales[j] >> 4);
+    const uint8_t *q2 = x->qs;
+    const int8_t *q8 = y->qs;
+    int isum = 0, is = 0;
+    for (int h = 0; h < 2; h++, q2 += 32) {
+        for (int shift = 0; shift < 8; shift += 2) {
+            for (int half = 0; half < 2; half++, q8 += 16) {
+                int sub = 0;
+                for (int l = 0; l < 16; l++) sub += q8[l] * ((q2[16 * half + l] >> shift) & 3);
+                isum += (x->scales[is++] & 0xF) * sub;
+            }
+        }
+    }
+    *mins = summs;
+    return isum;
+}
+
 /* *s = sum over super-blocks of dy*dx*sum(sc*q*qy) - dy*dmin*sum(m*bsum). */
 void qr_vec_dot_q2_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
     const qr_block_q2_K *x = vx;
     const qr_block_q8_K *y = vy;
     float sumf = 0.0f;
     for (int64_t i = 0; i < n / QR_QK_K; i++) {
-        int summs = 0;
-        for (int j = 0; j < 16; j++) summs += y[i].bsums[j] * (x[i].scales[j] >> 4);
+        int summs;
+        const int isum = q2_K_block_sums(&x[i], &y[i], &summs);
         const float dall = y[i].d * half_to_fp32(x[i].d);
         const float dmin = y[i].d * half_to_fp32(x[i].dmin);
-        const uint8_t *q2 = x[i].qs;
-        const int8_t *q8 = y[i].qs;
-        int isum = 0, is = 0;
-        for (int h = 0; h < 2; h++, q2 += 32) {
-            for (int shift = 0; shift < 8; shift += 2) {
-                for (int half = 0; half < 2; half++, q8 += 16) {
-                    int sub = 0;
-                    for (int l = 0; l < 16; l++) sub += q8[l] * ((q2[16 * half + l] >> shift) & 3);
-                    isum += (x[i].scales[is++] & 0xF) * sub;
-                }
-            }
-        }
         sumf += dall * (float)isum - dmin * (float)summs;
     }
     *s = sumf;
+}
+
+/* One super-block step of ggml's tiled K-quant GEMM (ggml-cpu tiled.cpp, x86 AVX2 microkernel):
+ * res = dx * s1, minus dmin * s2 fused (types without mins pass 0, 0), acc = fma(res, dy, acc). */
+static inline float tiled_step(float acc, float dx, float dmin, int s1, int s2, float dy) {
+    return fmaf(fmaf(-dmin, (float)s2, dx * (float)s1), dy, acc);
+}
+
+/* ggml's tiled order for Q2_K (see tiled_step), super-blocks in order. */
+void qr_vec_dot_q2_K_q8_K_tiled(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q2_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        int s2;
+        const int s1 = q2_K_block_sums(&x[i], &y[i], &s2);
+        acc = tiled_step(acc, half_to_fp32(x[i].d), half_to_fp32(x[i].dmin), s1, s2, y[i].d);
+    }
+    *s = acc;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -85,23 +112,37 @@ void qr_q3_K_to_float(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* sum(sc*q*qy) of one Q3_K x Q8_K super-block. Exact. */
+static int q3_K_block_sum(const qr_block_q3_K *x, const qr_block_q8_K *y) {
+    int8_t sc[16];
+    q3_K_scales(x->scales, sc);
+    int isum = 0;
+    for (int g = 0; g < 16; g++) {
+        int sub = 0;
+        for (int l = 0; l < 16; l++) sub += q3_K_code(x, 16 * g + l) * y->qs[16 * g + l];
+        isum += sc[g] * sub;
+    }
+    return isum;
+}
+
 /* *s = sum over super-blocks of dx*dy*sum(sc*q*qy). */
 void qr_vec_dot_q3_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
     const qr_block_q3_K *x = vx;
     const qr_block_q8_K *y = vy;
     float sumf = 0.0f;
-    for (int64_t i = 0; i < n / QR_QK_K; i++) {
-        int8_t sc[16];
-        q3_K_scales(x[i].scales, sc);
-        int isum = 0;
-        for (int g = 0; g < 16; g++) {
-            int sub = 0;
-            for (int l = 0; l < 16; l++) sub += q3_K_code(&x[i], 16 * g + l) * y[i].qs[16 * g + l];
-            isum += sc[g] * sub;
-        }
-        sumf += (half_to_fp32(x[i].d) * y[i].d) * (float)isum;
-    }
+    for (int64_t i = 0; i < n / QR_QK_K; i++)
+        sumf += (half_to_fp32(x[i].d) * y[i].d) * (float)q3_K_block_sum(&x[i], &y[i]);
     *s = sumf;
+}
+
+/* ggml's tiled order for Q3_K (see tiled_step). */
+void qr_vec_dot_q3_K_q8_K_tiled(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q3_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++)
+        acc = tiled_step(acc, half_to_fp32(x[i].d), 0.0f, q3_K_block_sum(&x[i], &y[i]), 0, y[i].d);
+    *s = acc;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -208,6 +249,20 @@ void qr_vec_dot_q4_K_q8_K_gemm(int64_t n, float *s, const void *vx, const void *
     *s = acc - acc_min;
 }
 
+/* ggml's tiled order for Q4_K (see tiled_step; used for weights it does not repack). */
+void qr_vec_dot_q4_K_q8_K_tiled(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q4_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        int isum[4], imin[4];
+        q4_K_pair_sums(&x[i], &y[i], isum, imin);
+        acc = tiled_step(acc, half_to_fp32(x[i].d), half_to_fp32(x[i].dmin), isum[0] + isum[1] + isum[2] + isum[3],
+                         imin[0] + imin[1] + imin[2] + imin[3], y[i].d);
+    }
+    *s = acc;
+}
+
 /* dst = d*sc*q - dmin*m per 32-value sub-block, q with its fifth bit from qh. */
 void qr_q5_K_to_float(const void *src, float *dst, int64_t n) {
     const qr_block_q5_K *b = src;
@@ -227,32 +282,53 @@ void qr_q5_K_to_float(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* Integer sums of one Q5_K x Q8_K super-block: returns sum(sc*q*qy), *mins = sum(m*bsum). Exact. */
+static int q5_K_block_sums(const qr_block_q5_K *x, const qr_block_q8_K *y, int *mins) {
+    const uint8_t *ql = x->qs, *qh = x->qh;
+    const int8_t *q8 = y->qs;
+    int isum = 0, summs = 0;
+    for (int c = 0; c < 4; c++, ql += 32, q8 += 64) {
+        uint8_t sc1, m1, sc2, m2;
+        kquant_scale_min(2 * c, x->scales, &sc1, &m1);
+        kquant_scale_min(2 * c + 1, x->scales, &sc2, &m2);
+        int s1 = 0, s2 = 0;
+        for (int l = 0; l < 32; l++) {
+            s1 += ((ql[l] & 0xF) | (((qh[l] >> (2 * c)) & 1) << 4)) * q8[l];
+            s2 += ((ql[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4)) * q8[l + 32];
+        }
+        isum += sc1 * s1 + sc2 * s2;
+        summs += m1 * (y->bsums[4 * c] + y->bsums[4 * c + 1]) + m2 * (y->bsums[4 * c + 2] + y->bsums[4 * c + 3]);
+    }
+    *mins = summs;
+    return isum;
+}
+
 /* *s = sum over super-blocks of dy*dx*sum(sc*q*qy) - dy*dmin*sum(m*bsum). */
 void qr_vec_dot_q5_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
     const qr_block_q5_K *x = vx;
     const qr_block_q8_K *y = vy;
     float sumf = 0.0f;
     for (int64_t i = 0; i < n / QR_QK_K; i++) {
-        const uint8_t *ql = x[i].qs, *qh = x[i].qh;
-        const int8_t *q8 = y[i].qs;
-        int isum = 0, summs = 0;
-        for (int c = 0; c < 4; c++, ql += 32, q8 += 64) {
-            uint8_t sc1, m1, sc2, m2;
-            kquant_scale_min(2 * c, x[i].scales, &sc1, &m1);
-            kquant_scale_min(2 * c + 1, x[i].scales, &sc2, &m2);
-            int s1 = 0, s2 = 0;
-            for (int l = 0; l < 32; l++) {
-                s1 += ((ql[l] & 0xF) | (((qh[l] >> (2 * c)) & 1) << 4)) * q8[l];
-                s2 += ((ql[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4)) * q8[l + 32];
-            }
-            isum += sc1 * s1 + sc2 * s2;
-            summs += m1 * (y[i].bsums[4 * c] + y[i].bsums[4 * c + 1]) + m2 * (y[i].bsums[4 * c + 2] + y[i].bsums[4 * c + 3]);
-        }
+        int summs;
+        const int isum = q5_K_block_sums(&x[i], &y[i], &summs);
         const float d = y[i].d * half_to_fp32(x[i].d);
         const float dmin = y[i].d * half_to_fp32(x[i].dmin);
         sumf += d * (float)isum - dmin * (float)summs;
     }
     *s = sumf;
+}
+
+/* ggml's tiled order for Q5_K (see tiled_step). */
+void qr_vec_dot_q5_K_q8_K_tiled(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q5_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        int s2;
+        const int s1 = q5_K_block_sums(&x[i], &y[i], &s2);
+        acc = tiled_step(acc, half_to_fp32(x[i].d), half_to_fp32(x[i].dmin), s1, s2, y[i].d);
+    }
+    *s = acc;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -280,21 +356,35 @@ void qr_q6_K_to_float(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* sum(sc*q*qy) of one Q6_K x Q8_K super-block. Exact. */
+static int q6_K_block_sum(const qr_block_q6_K *x, const qr_block_q8_K *y) {
+    int isum = 0;
+    for (int g = 0; g < 16; g++) {
+        int sub = 0;
+        for (int l = 0; l < 16; l++) sub += q6_K_code(x, 16 * g + l) * y->qs[16 * g + l];
+        isum += x->scales[g] * sub;
+    }
+    return isum;
+}
+
 /* *s = sum over super-blocks of dx*dy*sum(sc*q*qy). */
 void qr_vec_dot_q6_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
     const qr_block_q6_K *x = vx;
     const qr_block_q8_K *y = vy;
     float sumf = 0.0f;
-    for (int64_t i = 0; i < n / QR_QK_K; i++) {
-        int isum = 0;
-        for (int g = 0; g < 16; g++) {
-            int sub = 0;
-            for (int l = 0; l < 16; l++) sub += q6_K_code(&x[i], 16 * g + l) * y[i].qs[16 * g + l];
-            isum += x[i].scales[g] * sub;
-        }
-        sumf += (half_to_fp32(x[i].d) * y[i].d) * (float)isum;
-    }
+    for (int64_t i = 0; i < n / QR_QK_K; i++)
+        sumf += (half_to_fp32(x[i].d) * y[i].d) * (float)q6_K_block_sum(&x[i], &y[i]);
     *s = sumf;
+}
+
+/* ggml's tiled order for Q6_K (see tiled_step). */
+void qr_vec_dot_q6_K_q8_K_tiled(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q6_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++)
+        acc = tiled_step(acc, half_to_fp32(x[i].d), 0.0f, q6_K_block_sum(&x[i], &y[i]), 0, y[i].d);
+    *s = acc;
 }
 
 /* ------------------------------------------------------------------------------------------------

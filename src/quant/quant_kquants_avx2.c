@@ -1,9 +1,12 @@
 /* quant_kquants_avx2.c — AVX2 + FMA + F16C dot products of the K-quants against Q8_K.
  *
  * Each super-block's integer sum (sum of scale * code * activation code) is computed exactly in
- * 8 int32 lanes with maddubs/madd, then scaled once per super-block into a float accumulator; the
- * min / offset terms come from the Q8_K block sums. Only the float accumulation order differs from
- * the scalar reference.
+ * 8 int32 lanes with maddubs/madd (one helper per type, *_sb); the min / offset terms come from the
+ * Q8_K block sums. Only the float accumulation differs between the variants, each of which follows
+ * one of llama.cpp's x86 kernels operation for operation:
+ *   qr_vec_dot_*_avx2        ggml_vec_dot_*_q8_K (8 float lanes per super-block, fma, then a sum);
+ *   qr_vec_dot_*_tiled_avx2  the tiled GEMM of ggml-cpu tiled.cpp (whole super-block sums);
+ *   qr_vec_dot_q4_K_*_gemv/gemm_avx2  the repacked Q4_K GEMV / GEMM (repack.cpp).
  */
 #include <math.h>
 
@@ -45,41 +48,73 @@ static const struct {
 
 static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
+/* Sum of the 4 int32 lanes (exact). */
+static inline int hsum_epi32_128(__m128i r) {
+    r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(1, 0, 3, 2)));
+    r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(r);
+}
+
+/* One super-block step of ggml's tiled K-quant GEMM: res = dx * s1, minus dmin * s2 fused (0, 0
+ * for types without mins), acc = fma(res, dy, acc). */
+static inline float tiled_step(float acc, float dx, float dmin, int s1, int s2, float dy) {
+    return fmaf(fmaf(-dmin, (float)s2, dx * (float)s1), dy, acc);
+}
+
 /* ------------------------------------------------------------------------------------------------
  * Q2_K
  * ---------------------------------------------------------------------------------------------- */
 
+/* One Q2_K x Q8_K super-block: 8 lanes summing to sum(sc*q*qy); *mins: 8 lanes summing to
+ * sum(m*bsum). Exact. */
+static inline __m256i q2_K_sb(const qr_block_q2_K *x, const qr_block_q8_K *y, __m256i *mins) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    const uint8_t *q2 = x->qs;
+    const int8_t *q8 = y->qs;
+    const __m128i packed = _mm_loadu_si128((const __m128i *)x->scales);
+    *mins = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4)), load256(y->bsums));
+    const __m256i all = _mm256_cvtepi8_epi16(_mm_and_si128(packed, m4));
+    const __m128i lo = _mm256_castsi256_si128(all), hi = _mm256_extracti128_si256(all, 1);
+    const __m256i scales[2] = {_mm256_set_m128i(lo, lo), _mm256_set_m128i(hi, hi)};
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < 2; j++, q2 += 32) {
+        const __m256i bits = load256(q2);
+        for (int k = 0; k < 4; k++, q8 += 32) {
+            const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
+            const __m256i p = _mm256_maddubs_epi16(q, load256(q8));
+            const __m256i sc = _mm256_shuffle_epi8(scales[j], load256(shuffle_masks.q3k[k]));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, p));
+        }
+    }
+    return sumi;
+}
+
 void qr_vec_dot_q2_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const qr_block_q2_K *x = vx;
     const qr_block_q8_K *y = vy;
-    const __m256i m3 = _mm256_set1_epi8(3);
-    const __m128i m4 = _mm_set1_epi8(0xF);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QR_QK_K; i++) {
         const float d = y[i].d * f16c_to_fp32(x[i].d);
         const float dmin = -y[i].d * f16c_to_fp32(x[i].dmin);
-        const uint8_t *q2 = x[i].qs;
-        const int8_t *q8 = y[i].qs;
-        const __m128i packed = _mm_loadu_si128((const __m128i *)x[i].scales);
-        const __m256i mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4));
-        const __m256i prod = _mm256_madd_epi16(mins, load256(y[i].bsums));
+        __m256i prod;
+        const __m256i sumi = q2_K_sb(&x[i], &y[i], &prod);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
-        const __m256i all = _mm256_cvtepi8_epi16(_mm_and_si128(packed, m4));
-        const __m128i lo = _mm256_castsi256_si128(all), hi = _mm256_extracti128_si256(all, 1);
-        const __m256i scales[2] = {_mm256_set_m128i(lo, lo), _mm256_set_m128i(hi, hi)};
-        __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 2; j++, q2 += 32) {
-            const __m256i bits = load256(q2);
-            for (int k = 0; k < 4; k++, q8 += 32) {
-                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
-                const __m256i p = _mm256_maddubs_epi16(q, load256(q8));
-                const __m256i sc = _mm256_shuffle_epi8(scales[j], load256(shuffle_masks.q3k[k]));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, p));
-            }
-        }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     *s = hsum_ps(acc);
+}
+
+void qr_vec_dot_q2_K_q8_K_tiled_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q2_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        __m256i prod;
+        const __m256i sumi = q2_K_sb(&x[i], &y[i], &prod);
+        acc = tiled_step(acc, f16c_to_fp32(x[i].d), f16c_to_fp32(x[i].dmin), hsum_epi32(sumi), hsum_epi32(prod), y[i].d);
+    }
+    *s = acc;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -98,35 +133,49 @@ static inline __m128i q3_K_scales_128(const uint8_t *packed) {
     return _mm_sub_epi8(sc, _mm_set1_epi8(32));
 }
 
+/* One Q3_K x Q8_K super-block: 8 lanes summing to sum(sc*q*qy). Exact. */
+static inline __m256i q3_K_sb(const qr_block_q3_K *x, const qr_block_q8_K *y) {
+    const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+    const uint8_t *q3 = x->qs;
+    const int8_t *q8 = y->qs;
+    const __m256i all = _mm256_cvtepi8_epi16(q3_K_scales_128(x->scales));
+    const __m128i lo = _mm256_castsi256_si128(all), hi = _mm256_extracti128_si256(all, 1);
+    const __m256i scales[2] = {_mm256_set_m128i(lo, lo), _mm256_set_m128i(hi, hi)};
+    /* a clear high bit means "minus 4" */
+    const __m256i minus4 = _mm256_xor_si256(load256(x->hmask), _mm256_set1_epi8(-1));
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < 2; j++, q3 += 32) {
+        const __m256i bits = load256(q3);
+        for (int k = 0; k < 4; k++, q8 += 32) {
+            const __m256i y8 = load256(q8);
+            const __m256i ql = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
+            const __m256i qh = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(minus4, 4 * j + k), m1), 2);
+            const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(ql, y8), _mm256_maddubs_epi16(qh, y8));
+            const __m256i sc = _mm256_shuffle_epi8(scales[j], load256(shuffle_masks.q3k[k]));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, p));
+        }
+    }
+    return sumi;
+}
+
 void qr_vec_dot_q3_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const qr_block_q3_K *x = vx;
     const qr_block_q8_K *y = vy;
-    const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QR_QK_K; i++) {
         const float d = y[i].d * f16c_to_fp32(x[i].d);
-        const uint8_t *q3 = x[i].qs;
-        const int8_t *q8 = y[i].qs;
-        const __m256i all = _mm256_cvtepi8_epi16(q3_K_scales_128(x[i].scales));
-        const __m128i lo = _mm256_castsi256_si128(all), hi = _mm256_extracti128_si256(all, 1);
-        const __m256i scales[2] = {_mm256_set_m128i(lo, lo), _mm256_set_m128i(hi, hi)};
-        /* a clear high bit means "minus 4" */
-        const __m256i minus4 = _mm256_xor_si256(load256(x[i].hmask), _mm256_set1_epi8(-1));
-        __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 2; j++, q3 += 32) {
-            const __m256i bits = load256(q3);
-            for (int k = 0; k < 4; k++, q8 += 32) {
-                const __m256i y8 = load256(q8);
-                const __m256i ql = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), m3);
-                const __m256i qh = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(minus4, 4 * j + k), m1), 2);
-                const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(ql, y8), _mm256_maddubs_epi16(qh, y8));
-                const __m256i sc = _mm256_shuffle_epi8(scales[j], load256(shuffle_masks.q3k[k]));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, p));
-            }
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(q3_K_sb(&x[i], &y[i])), acc);
     }
     *s = hsum_ps(acc);
+}
+
+void qr_vec_dot_q3_K_q8_K_tiled_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q3_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++)
+        acc = tiled_step(acc, f16c_to_fp32(x[i].d), 0.0f, hsum_epi32(q3_K_sb(&x[i], &y[i])), 0, y[i].d);
+    *s = acc;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -209,13 +258,6 @@ static inline void q4_K_pair_sums(const qr_block_q4_K *x, const qr_block_q8_K *y
     *isum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-/* Sum of the 4 int32 lanes (exact). */
-static inline int hsum_epi32_128(__m128i r) {
-    r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(1, 0, 3, 2)));
-    r = _mm_add_epi32(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(r);
-}
-
 /* ggml's repacked Q4_K GEMV order (see qr_vec_dot_q4_K_q8_K_gemv): one fma per super-block. */
 void qr_vec_dot_q4_K_q8_K_gemv_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const qr_block_q4_K *x = vx;
@@ -251,76 +293,125 @@ void qr_vec_dot_q4_K_q8_K_gemm_avx2(int64_t n, float *s, const void *vx, const v
     *s = acc - acc_min;
 }
 
+/* ggml's tiled order for Q4_K (weights it does not repack). */
+void qr_vec_dot_q4_K_q8_K_tiled_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q4_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        __m128i isum, imin;
+        q4_K_pair_sums(&x[i], &y[i], &isum, &imin);
+        acc = tiled_step(acc, f16c_to_fp32(x[i].d), f16c_to_fp32(x[i].dmin), hsum_epi32_128(isum), hsum_epi32_128(imin),
+                         y[i].d);
+    }
+    *s = acc;
+}
+
+/* One Q5_K x Q8_K super-block: 8 lanes summing to sum(sc*q*qy); *mins: 4 lanes summing to
+ * sum(m*bsum). Exact. */
+static inline __m256i q5_K_sb(const qr_block_q5_K *x, const qr_block_q8_K *y, __m128i *mins) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m1 = _mm256_set1_epi8(1);
+    const __m256i mins_and_scales = _mm256_cvtepu8_epi16(k4_scales_mins(x->scales));
+    *mins = k4_min_products(mins_and_scales, y->bsums);
+    const __m128i sc128 = _mm256_castsi256_si128(mins_and_scales);
+    const __m256i scales = _mm256_set_m128i(sc128, sc128);
+    const __m256i hbits = load256(x->qh);
+    const uint8_t *q5 = x->qs;
+    const int8_t *q8 = y->qs;
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < 4; j++, q5 += 32, q8 += 64) {
+        const __m256i bits = load256(q5);
+        const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), m1), 4);
+        const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), m1), 4);
+        const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), h0);
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), h1);
+        const __m256i pl = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, load256(shuffle_masks.k4[2 * j])),
+                                             _mm256_maddubs_epi16(lo, load256(q8)));
+        const __m256i ph = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, load256(shuffle_masks.k4[2 * j + 1])),
+                                             _mm256_maddubs_epi16(hi, load256(q8 + 32)));
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+    }
+    return sumi;
+}
+
 void qr_vec_dot_q5_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const qr_block_q5_K *x = vx;
     const qr_block_q8_K *y = vy;
-    const __m256i m4 = _mm256_set1_epi8(0xF), m1 = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
-    __m128 acc_m = _mm_setzero_ps();
+    float summs = 0.0f; /* ggml's order: the min term as one scalar fma per super-block */
     for (int64_t i = 0; i < n / QR_QK_K; i++) {
         const float d = y[i].d * f16c_to_fp32(x[i].d);
         const float dmin = -y[i].d * f16c_to_fp32(x[i].dmin);
-        const __m256i mins_and_scales = _mm256_cvtepu8_epi16(k4_scales_mins(x[i].scales));
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_products(mins_and_scales, y[i].bsums)), acc_m);
-        const __m128i sc128 = _mm256_castsi256_si128(mins_and_scales);
-        const __m256i scales = _mm256_set_m128i(sc128, sc128);
-        const __m256i hbits = load256(x[i].qh);
-        const uint8_t *q5 = x[i].qs;
-        const int8_t *q8 = y[i].qs;
-        __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++, q5 += 32, q8 += 64) {
-            const __m256i bits = load256(q5);
-            const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j), m1), 4);
-            const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * j + 1), m1), 4);
-            const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), h0);
-            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), h1);
-            const __m256i pl = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, load256(shuffle_masks.k4[2 * j])),
-                                                 _mm256_maddubs_epi16(lo, load256(q8)));
-            const __m256i ph = _mm256_madd_epi16(_mm256_shuffle_epi8(scales, load256(shuffle_masks.k4[2 * j + 1])),
-                                                 _mm256_maddubs_epi16(hi, load256(q8 + 32)));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
-        }
+        __m128i mins;
+        const __m256i sumi = q5_K_sb(&x[i], &y[i], &mins);
+        summs = fmaf((float)hsum_epi32_128(mins), dmin, summs);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    *s = hsum_ps(acc) + hsum_ps128(acc_m);
+    *s = hsum_ps(acc) + summs;
+}
+
+void qr_vec_dot_q5_K_q8_K_tiled_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q5_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        __m128i mins;
+        const __m256i sumi = q5_K_sb(&x[i], &y[i], &mins);
+        acc = tiled_step(acc, f16c_to_fp32(x[i].d), f16c_to_fp32(x[i].dmin), hsum_epi32(sumi), hsum_epi32_128(mins),
+                         y[i].d);
+    }
+    *s = acc;
 }
 
 /* ------------------------------------------------------------------------------------------------
  * Q6_K
  * ---------------------------------------------------------------------------------------------- */
 
+/* One Q6_K x Q8_K super-block: 8 lanes summing to sum(sc*(q-32)*qy), exact, in ggml's lanes: the
+ * codes taken unsigned (0..63), then lane l minus 32 * (sc[2l] * bsum[2l] + sc[2l+1] * bsum[2l+1]). */
+static inline __m256i q6_K_sb(const qr_block_q6_K *x, const qr_block_q8_K *y) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+    const __m128i sc8 = _mm_loadu_si128((const __m128i *)x->scales);
+    const uint8_t *ql = x->ql, *qh = x->qh;
+    const int8_t *q8 = y->qs;
+    const __m256i offset =
+        _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), load256(y->bsums)), 5);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < 2; j++, ql += 64, qh += 32, q8 += 128) {
+        const __m256i l1 = load256(ql), l2 = load256(ql + 32), h = load256(qh);
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+        q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
+        for (int k = 0; k < 4; k++) {
+            const __m256i p = _mm256_maddubs_epi16(q[k], load256(q8 + 32 * k)); /* codes 0..63, no overflow */
+            const __m128i sc_pair = _mm_shuffle_epi8(sc8, _mm_loadu_si128((const __m128i *)shuffle_masks.pair[4 * j + k]));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc_pair), p));
+        }
+    }
+    return _mm256_sub_epi32(sumi, offset);
+}
+
 void qr_vec_dot_q6_K_q8_K_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const qr_block_q6_K *x = vx;
     const qr_block_q8_K *y = vy;
-    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QR_QK_K; i++) {
         const float d = y[i].d * f16c_to_fp32(x[i].d);
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
-        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
-        const int8_t *q8 = y[i].qs;
-        /* the -32 offset: lane l gets 32 * (sc[2l] * bsum[2l] + sc[2l+1] * bsum[2l+1]) (ggml's order) */
-        const __m256i offset = _mm256_slli_epi32(
-            _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)y[i].bsums)), 5);
-        __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 2; j++, ql += 64, qh += 32, q8 += 128) {
-            const __m256i l1 = load256(ql), l2 = load256(ql + 32), h = load256(qh);
-            __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(l2, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
-            for (int k = 0; k < 4; k++) {
-                const __m256i p = _mm256_maddubs_epi16(q[k], load256(q8 + 32 * k)); /* codes 0..63, no overflow */
-                const __m128i sc_pair = _mm_shuffle_epi8(sc8, _mm_loadu_si128((const __m128i *)shuffle_masks.pair[4 * j + k]));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc_pair), p));
-            }
-        }
-        sumi = _mm256_sub_epi32(sumi, offset);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(q6_K_sb(&x[i], &y[i])), acc);
     }
     *s = hsum_ps(acc);
+}
+
+void qr_vec_dot_q6_K_q8_K_tiled_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q6_K *x = vx;
+    const qr_block_q8_K *y = vy;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++)
+        acc = tiled_step(acc, f16c_to_fp32(x[i].d), 0.0f, hsum_epi32(q6_K_sb(&x[i], &y[i])), 0, y[i].d);
+    *s = acc;
 }

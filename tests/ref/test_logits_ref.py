@@ -14,7 +14,6 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import models_dir
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "ref"
@@ -48,6 +47,10 @@ KNOWN_GAPS = {
 def cases(kind):
     return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[kind][n]))
             if n in KNOWN_GAPS[kind] else n for n in CASES]
+
+
+def models_dir():
+    return pathlib.Path(os.environ.get("QUARREL_MODELS_DIR", pathlib.Path.home() / ".cache/quarrel/models"))
 
 
 def sha256(path):

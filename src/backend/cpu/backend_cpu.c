@@ -355,6 +355,8 @@ static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64
         t.dot_gemm = tr->vec_dot_gemm;
         t.act_gemm = tr->from_float_gemm;
         t.n_gemm = n_rows - n_rows % 4;
+    } else if (tr->vec_dot_tiled && n_rows >= QR_TILED_MIN_ROWS) {
+        t.dot = tr->vec_dot_tiled; /* and the other K-quants through its tiled GEMM */
     }
     if (tr->vec_dot_type == QR_TYPE_F32) {
         t.xq = (const char *)x;

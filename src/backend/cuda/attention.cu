@@ -63,18 +63,24 @@ static __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const cuda_at
         if (g < gn && d < a.dk) v = round_f16(a.q[(rh0 + g) * a.dk + d]);
         q_s[i] = v;
     }
-    if (OUT && (int)threadIdx.x < gn) { /* merge the stats of every split of this head */
-        const float *st = a.stats + (rh0 + threadIdx.x) * ns * 2;
-        float M = -INFINITY, L = 0.0f;
-        for (int s2 = 0; s2 < ns; s2++) M = fmaxf(M, st[2 * s2]);
-        for (int s2 = 0; s2 < ns; s2++)
-            if (st[2 * s2 + 1] > 0.0f) L += st[2 * s2 + 1] * __expf(st[2 * s2] - M);
-        stat_s[threadIdx.x] = M;
-        stat_s[GMAX + threadIdx.x] = (float)(1.0 / (double)L);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (OUT) { /* merge the stats of every split of each head: a warp per head, lanes over the splits */
+        for (int g = warp; g < gn; g += ATTN_WARPS) {
+            const float *st = a.stats + (rh0 + g) * ns * 2;
+            float M = -INFINITY, L = 0.0f;
+            for (int s2 = lane; s2 < ns; s2 += 32) M = fmaxf(M, st[2 * s2]);
+            M = warp_max(M);
+            for (int s2 = lane; s2 < ns; s2 += 32)
+                if (st[2 * s2 + 1] > 0.0f) L += st[2 * s2 + 1] * __expf(st[2 * s2] - M);
+            L = warp_sum(L);
+            if (lane == 0) {
+                stat_s[g] = M;
+                stat_s[GMAX + g] = (float)(1.0 / (double)L);
+            }
+        }
     }
     __syncthreads();
 
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float inv_cap = a.softcap > 0.0f ? __fdiv_rn(1.0f, a.softcap) : 0.0f;
     float m[GMAX], l[GMAX], Mg[GMAX], invg[GMAX], acc[GMAX][DPL];
 #pragma unroll
@@ -188,6 +194,7 @@ static __global__ void attn_combine_kernel(const float *__restrict__ partial, in
     const float *pp = partial + rh * n_splits * (int64_t)dv;
     for (int d = threadIdx.x; d < dv; d += blockDim.x) {
         float s = 0.0f;
+#pragma unroll 8
         for (int k = 0; k < n_splits; k++) s += pp[k * (int64_t)dv + d];
         out[rh * dv + d] = s;
     }
@@ -195,7 +202,7 @@ static __global__ void attn_combine_kernel(const float *__restrict__ partial, in
 
 template <int DPL, int GMAX>
 static cudaError_t launch_attn(const cuda_attn_args *a, cudaStream_t stream) {
-    constexpr int KB = 16 / DPL > 0 ? 16 / DPL : 1;
+    constexpr int KB = 32 / DPL > 8 ? 8 : 32 / DPL; /* keys in flight per warp step */
     const int group = a->n_head / a->n_head_kv;
     const int n_gtiles = (group + GMAX - 1) / GMAX;
     const dim3 grid((unsigned)((int64_t)a->n_tok * a->n_head_kv * n_gtiles), (unsigned)a->n_splits);
