@@ -58,7 +58,7 @@ void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
 void qr_block_ffn(const qr_model *m, qr_fwd *f, int il, bool gelu) {
     const qr_layer *l = &m->layers[il];
     qr_backend *be = f->be;
-    const int64_t n = f->n_tokens, nff = (int64_t)n * m->hp.n_ff;
+    const int64_t n = f->n_rows, nff = (int64_t)n * m->hp.n_ff;
     be->ops->matmul(be, &l->ffn_gate, f->xb, n, f->ff_g);
     be->ops->matmul(be, &l->ffn_up, f->xb, n, f->ff_u);
     if (gelu) be->ops->geglu(be, f->ff_g, f->ff_u, nff, f->ff_g);
@@ -66,12 +66,28 @@ void qr_block_ffn(const qr_model *m, qr_fwd *f, int il, bool gelu) {
     be->ops->matmul(be, &l->ffn_down, f->ff_g, n, f->xb2);
 }
 
+void qr_block_keep_outputs(const qr_model *m, qr_fwd *f) {
+    if (f->n_rows == f->n_outputs) return;
+    qr_backend *be = f->be;
+    const int64_t dim = m->hp.n_embd, no = f->n_outputs;
+    be->ops->gather_outputs(be, f->x, dim, f->xb);
+    be->ops->copy(be, f->xb, no * dim, f->x);
+    be->ops->gather_outputs(be, f->xb2, dim, f->xb);
+    be->ops->copy(be, f->xb, no * dim, f->xb2);
+    f->n_rows = f->n_outputs;
+    f->outputs_kept = true;
+}
+
 void qr_block_output(const qr_model *m, qr_fwd *f) {
     const qr_hparams *hp = &m->hp;
     qr_backend *be = f->be;
     if (f->n_outputs == 0) return;
-    be->ops->gather_outputs(be, f->x, hp->n_embd, f->xo);
-    be->ops->rmsnorm(be, f->xo, &m->output_norm, f->n_outputs, hp->n_embd, hp->norm_eps, f->xo);
+    const float *src = f->x; /* already the output rows when kept */
+    if (!f->outputs_kept) {
+        be->ops->gather_outputs(be, f->x, hp->n_embd, f->xo);
+        src = f->xo;
+    }
+    be->ops->rmsnorm(be, src, &m->output_norm, f->n_outputs, hp->n_embd, hp->norm_eps, f->xo);
     be->ops->matmul(be, &m->output, f->xo, f->n_outputs, f->logits);
     if (hp->final_softcap > 0.0f)
         be->ops->softcap(be, f->logits, hp->final_softcap, (int64_t)f->n_outputs * hp->n_vocab, f->logits);

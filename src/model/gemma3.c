@@ -7,8 +7,10 @@
 void qr_gemma3_forward(const qr_model *m, qr_fwd *f) {
     const qr_hparams *hp = &m->hp;
     qr_backend *be = f->be;
-    const int64_t n = f->n_tokens, nx = n * hp->n_embd;
+    int64_t n = f->n_tokens, nx = n * hp->n_embd;
 
+    f->n_rows = f->n_tokens;
+    f->outputs_kept = false;
     be->ops->get_rows(be, &m->tok_embd, f->x);
     be->ops->scale(be, f->x, hp->embd_scale, nx, f->x); /* x *= sqrt(n_embd) */
     for (int il = 0; il < hp->n_layer; il++) {
@@ -16,6 +18,12 @@ void qr_gemma3_forward(const qr_model *m, qr_fwd *f) {
         /* x += post_norm(attn(pre_norm(x))) */
         be->ops->rmsnorm(be, f->x, &l->attn_norm, n, hp->n_embd, hp->norm_eps, f->xb);
         qr_block_attention(m, f, il, hp->attn_scale);
+        if (il == hp->n_layer - 1) { /* the rest of the last layer: output rows only */
+            qr_block_keep_outputs(m, f);
+            n = f->n_rows;
+            nx = n * hp->n_embd;
+            if (n == 0) break;
+        }
         be->ops->rmsnorm(be, f->xb2, &l->attn_post_norm, n, hp->n_embd, hp->norm_eps, f->xb2);
         be->ops->add(be, f->x, f->xb2, nx, f->x);
         /* x += post_norm(ffn(pre_norm(x))) */

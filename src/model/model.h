@@ -137,6 +137,9 @@ struct qr_fwd {
     qr_kv_storage *kv;
     int32_t n_tokens;   /* rows in the plan */
     int32_t n_outputs;  /* rows gathered for logits */
+    int32_t n_rows;     /* rows held in x / xb / xb2: n_tokens, or n_outputs once the last layer keeps
+                         * only the output rows (qr_block_keep_outputs); set by the forward pass */
+    bool outputs_kept;  /* x holds just the output rows, in output order (qr_block_keep_outputs) */
     float *x;           /* [n_tokens][n_embd] residual stream */
     float *xb;          /* [n_tokens][n_embd] normed input of a sub-block */
     float *xb2;         /* [n_tokens][n_embd] output of a sub-block */
@@ -160,8 +163,16 @@ qr_rope_params qr_layer_rope(const qr_model *m, int il);
  * the attention itself uses scale 1, as llama.cpp does for gemma), stores K/V, attends. */
 void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale);
 
-/* Gated FFN of layer il on f->xb, result in f->xb2: down(act(gate(x)) * up(x)), act = SiLU or GELU. */
+/* Gated FFN of layer il on the f->n_rows rows of f->xb, result in f->xb2: down(act(gate(x)) * up(x)),
+ * act = SiLU or GELU. */
 void qr_block_ffn(const qr_model *m, qr_fwd *f, int il, bool gelu);
+
+/* llama.cpp's last-layer pruning: after the last layer's attention, keeps only the output rows of
+ * f->x and f->xb2 (compacted to rows 0..n_outputs-1; f->xb is clobbered) and sets f->n_rows =
+ * n_outputs, so that the rest of the layer runs on the same row counts, hence through the same
+ * kernels, as llama.cpp's, and sets f->outputs_kept. No-op when every row is an output (llama.cpp
+ * then keeps every row too). */
+void qr_block_keep_outputs(const qr_model *m, qr_fwd *f);
 
 /* Final norm and output projection of the gathered rows: f->logits (with final softcap). */
 void qr_block_output(const qr_model *m, qr_fwd *f);

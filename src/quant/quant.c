@@ -15,6 +15,11 @@
 #include "quant/quant_internal.h"
 
 #define TRAITS(t, tf, ff, vd, vdt) [t] = {.type = t, .to_float = tf, .from_float = ff, .vec_dot = vd, .vec_dot_type = vdt}
+/* a 32-value format against Q8_0 that ggml repacks 8 rows at a time on AVX2 (one order for its GEMV
+ * and GEMM, same activations) */
+#define RTRAITS(t, tf, ff, vd, vdrp)                                                                       \
+    [t] = {.type = t, .to_float = tf, .from_float = ff, .vec_dot = vd, .vec_dot_type = QR_TYPE_Q8_0,       \
+           .vec_dot_gemv = vdrp, .vec_dot_gemm = vdrp, .repack_rows = 8}
 /* a K-quant with ggml's tiled-GEMM order */
 #define KTRAITS(t, tf, ff, vd, vdt, vdtiled) \
     [t] = {.type = t, .to_float = tf, .from_float = ff, .vec_dot = vd, .vec_dot_type = vdt, .vec_dot_tiled = vdtiled}
@@ -24,7 +29,7 @@ static const qr_quant_traits ref_traits[QR_TYPE_COUNT] = {
     TRAITS(QR_TYPE_F32, qr_f32_to_float, qr_f32_from_float, qr_vec_dot_f32, QR_TYPE_F32),
     TRAITS(QR_TYPE_F16, qr_f16_to_float, qr_f16_from_float, qr_vec_dot_f16, QR_TYPE_F16),
     TRAITS(QR_TYPE_BF16, qr_bf16_to_float, qr_bf16_from_float, qr_vec_dot_bf16, QR_TYPE_BF16),
-    TRAITS(QR_TYPE_Q4_0, qr_q4_0_to_float, qr_q4_0_from_float, qr_vec_dot_q4_0_q8_0, QR_TYPE_Q8_0),
+    RTRAITS(QR_TYPE_Q4_0, qr_q4_0_to_float, qr_q4_0_from_float, qr_vec_dot_q4_0_q8_0, qr_vec_dot_q4_0_q8_0_rp),
     TRAITS(QR_TYPE_Q4_1, qr_q4_1_to_float, qr_q4_1_from_float, qr_vec_dot_q4_1_q8_1, QR_TYPE_Q8_1),
     TRAITS(QR_TYPE_Q5_0, qr_q5_0_to_float, qr_q5_0_from_float, qr_vec_dot_q5_0_q8_0, QR_TYPE_Q8_0),
     TRAITS(QR_TYPE_Q5_1, qr_q5_1_to_float, qr_q5_1_from_float, qr_vec_dot_q5_1_q8_1, QR_TYPE_Q8_1),
@@ -44,8 +49,8 @@ static const qr_quant_traits ref_traits[QR_TYPE_COUNT] = {
     KTRAITS(QR_TYPE_Q6_K, qr_q6_K_to_float, qr_q6_K_from_float, qr_vec_dot_q6_K_q8_K, QR_TYPE_Q8_K,
             qr_vec_dot_q6_K_q8_K_tiled),
     TRAITS(QR_TYPE_Q8_K, qr_q8_K_to_float, qr_q8_K_from_float, NULL, QR_TYPE_Q8_K),
-    TRAITS(QR_TYPE_MXFP4, qr_mxfp4_to_float, qr_mxfp4_from_float, qr_vec_dot_mxfp4_q8_0, QR_TYPE_Q8_0),
-    TRAITS(QR_TYPE_IQ4_NL, qr_iq4_nl_to_float, qr_iq4_nl_from_float, qr_vec_dot_iq4_nl_q8_0, QR_TYPE_Q8_0),
+    RTRAITS(QR_TYPE_MXFP4, qr_mxfp4_to_float, qr_mxfp4_from_float, qr_vec_dot_mxfp4_q8_0, qr_vec_dot_mxfp4_q8_0_rp),
+    RTRAITS(QR_TYPE_IQ4_NL, qr_iq4_nl_to_float, qr_iq4_nl_from_float, qr_vec_dot_iq4_nl_q8_0, qr_vec_dot_iq4_nl_q8_0_rp),
 };
 
 /* One AVX2 override: NULL members keep the reference function. */
@@ -57,16 +62,20 @@ typedef struct simd_override {
     qr_vec_dot_fn vec_dot_gemv, vec_dot_gemm;
     qr_from_float_fn from_float_gemm;
     qr_vec_dot_fn vec_dot_tiled;
+    qr_vec_dot_fn vec_dot_sgemm;
+    int32_t sgemm_k;
 } simd_override;
 
 #define OV(t, tf, ff, vd) {.type = t, .to_float = tf, .from_float = ff, .vec_dot = vd}
 #define KOV(t, vd, vdtiled) {.type = t, .vec_dot = vd, .vec_dot_tiled = vdtiled}
 
 static const simd_override avx2_overrides[] = {
-    OV(QR_TYPE_F32, NULL, NULL, qr_vec_dot_f32_avx2),
-    OV(QR_TYPE_F16, qr_f16_to_float_avx2, qr_f16_from_float_avx2, qr_vec_dot_f16_avx2),
+    {.type = QR_TYPE_F32, .vec_dot = qr_vec_dot_f32_avx2, .vec_dot_sgemm = qr_vec_dot_f32_sgemm_avx2, .sgemm_k = 8},
+    {.type = QR_TYPE_F16, .to_float = qr_f16_to_float_avx2, .from_float = qr_f16_from_float_avx2,
+     .vec_dot = qr_vec_dot_f16_avx2, .vec_dot_sgemm = qr_vec_dot_f16_sgemm_avx2, .sgemm_k = 8},
     OV(QR_TYPE_BF16, NULL, NULL, qr_vec_dot_bf16_avx2),
-    OV(QR_TYPE_Q4_0, NULL, NULL, qr_vec_dot_q4_0_q8_0_avx2),
+    {.type = QR_TYPE_Q4_0, .vec_dot = qr_vec_dot_q4_0_q8_0_avx2, .vec_dot_gemv = qr_vec_dot_q4_0_q8_0_rp_avx2,
+     .vec_dot_gemm = qr_vec_dot_q4_0_q8_0_rp_avx2},
     OV(QR_TYPE_Q4_1, NULL, NULL, qr_vec_dot_q4_1_q8_1_avx2),
     OV(QR_TYPE_Q5_0, NULL, NULL, qr_vec_dot_q5_0_q8_0_avx2),
     OV(QR_TYPE_Q5_1, NULL, NULL, qr_vec_dot_q5_1_q8_1_avx2),
@@ -80,8 +89,11 @@ static const simd_override avx2_overrides[] = {
     KOV(QR_TYPE_Q5_K, qr_vec_dot_q5_K_q8_K_avx2, qr_vec_dot_q5_K_q8_K_tiled_avx2),
     KOV(QR_TYPE_Q6_K, qr_vec_dot_q6_K_q8_K_avx2, qr_vec_dot_q6_K_q8_K_tiled_avx2),
     OV(QR_TYPE_Q8_K, NULL, qr_q8_K_from_float_avx2, NULL),
-    OV(QR_TYPE_MXFP4, NULL, NULL, qr_vec_dot_mxfp4_q8_0_avx2),
-    OV(QR_TYPE_IQ4_NL, NULL, NULL, qr_vec_dot_iq4_nl_q8_0_avx2),
+    {.type = QR_TYPE_MXFP4, .vec_dot = qr_vec_dot_mxfp4_q8_0_avx2, .vec_dot_gemv = qr_vec_dot_mxfp4_q8_0_rp_avx2,
+     .vec_dot_gemm = qr_vec_dot_mxfp4_q8_0_rp_avx2},
+    {.type = QR_TYPE_IQ4_NL, .vec_dot = qr_vec_dot_iq4_nl_q8_0_avx2, .vec_dot_gemv = qr_vec_dot_iq4_nl_q8_0_rp_avx2,
+     .vec_dot_gemm = qr_vec_dot_iq4_nl_q8_0_rp_avx2, .vec_dot_sgemm = qr_vec_dot_iq4_nl_q8_0_sgemm_avx2,
+     .sgemm_k = 32},
 };
 
 static qr_quant_traits best_traits[QR_TYPE_COUNT];
@@ -120,6 +132,10 @@ static void init_best(void) {
             if (o->vec_dot_gemm) t->vec_dot_gemm = o->vec_dot_gemm;
             if (o->from_float_gemm) t->from_float_gemm = o->from_float_gemm;
             if (o->vec_dot_tiled) t->vec_dot_tiled = o->vec_dot_tiled;
+            if (o->vec_dot_sgemm) {
+                t->vec_dot_sgemm = o->vec_dot_sgemm;
+                t->sgemm_k = o->sgemm_k;
+            }
         }
         best_level = "avx2";
     }

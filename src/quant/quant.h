@@ -4,6 +4,14 @@
  * Weights are stored as rows of their GGUF type; before a dot product the activation row is
  * converted to the weight type's `vec_dot_type` (e.g. Q8_0 for Q4_0, Q8_K for the K-quants, F16 for
  * F16), exactly as ggml does, and vec_dot multiplies one weight row by one converted activation row.
+ *
+ * Bit-exactness with llama.cpp: the best (AVX2) vec_dot of each type does ggml's x86 vec_dot's float
+ * operations in its order. llama.cpp's CPU backend does not always use vec_dot, though: depending on
+ * the weight type, its row count and the number of activation rows of the matmul it runs repacked
+ * GEMM/GEMV kernels, a tiled K-quant GEMM or llamafile's sgemm, each with its own accumulation order.
+ * The traits carry a dot product in each of those orders (vec_dot_gemv, _gemm, _tiled, _sgemm) and
+ * the CPU backend's matmul picks, row by row, the one llama.cpp would (backend/cpu/backend_cpu.c).
+ * The orders were checked against libggml-cpu's own kernels (llama-cpp-python 0.3.36) on random data.
  */
 #ifndef QR_QUANT_H
 #define QR_QUANT_H
@@ -42,6 +50,12 @@ typedef struct qr_quant_traits {
      * the matmul has at least QR_TILED_MIN_ROWS activation rows; vec_dot_tiled reproduces it for
      * one row (y from the vec_dot_type's from_float). NULL: no such path. */
     qr_vec_dot_fn vec_dot_tiled;
+    /* The other weights go through its llamafile sgemm (tinyBLAS) when the matmul has at least 2
+     * rows and the row length is a multiple of sgemm_k, else through vec_dot; vec_dot_sgemm
+     * reproduces tinyBLAS for one row. NULL: tinyBLAS computes what vec_dot does, or does not
+     * apply (the scalar reference traits leave it NULL). */
+    qr_vec_dot_fn vec_dot_sgemm;
+    int32_t sgemm_k;
 } qr_quant_traits;
 
 /* Fewest activation rows for which llama.cpp's x86 CPU backend takes its tiled K-quant GEMM. */

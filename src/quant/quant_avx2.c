@@ -4,6 +4,8 @@
  * Accuracy against the scalar reference (checked by tests/unit/test_quant.c):
  *  - dot products: the per-block integer sums are exact and equal to the reference's; only the order
  *    of the float accumulation differs (8 lanes, FMA), so results agree to a few ulp of sum |x*y|.
+ *    That order is ggml's x86 one, operation for operation (vec_dot, and the sgemm / repacked-kernel
+ *    variants of quant.h), which is what makes our logits bit-identical to llama.cpp's.
  *  - Q8_0 / Q8_1 / Q8_K / F16 from_float and F16 to_float: bit-identical to the reference (same scale
  *    computed in scalar, same products, same rounding rule emulated exactly).
  */
@@ -17,7 +19,17 @@
  * F32 / F16 / BF16
  * ---------------------------------------------------------------------------------------------- */
 
-/* *s = dot of two float rows, 32 lanes of FMA accumulators. */
+/* ggml's reduction of its 4 x 8 accumulators (GGML_F32x8_REDUCE): a0 + a2 and a1 + a3, then their
+ * sum; then the two 128-bit halves, and two horizontal adds. */
+static inline float reduce4_ps(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    const __m256 v = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+}
+
+/* *s = dot of two f32 rows in ggml_vec_dot_f32's order: 4 x 8 lanes over the whole multiples of
+ * 32, reduced as reduce4_ps, the rest added one product at a time (in float). */
 void qr_vec_dot_f32_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const float *x = vx, *y = vy;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
@@ -28,8 +40,7 @@ void qr_vec_dot_f32_avx2(int64_t n, float *s, const void *vx, const void *vy) {
         acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), acc2);
         acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);
     }
-    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
-    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    float sum = reduce4_ps(acc0, acc1, acc2, acc3);
     for (; i < n; i++) sum += x[i] * y[i];
     *s = sum;
 }
@@ -37,7 +48,8 @@ void qr_vec_dot_f32_avx2(int64_t n, float *s, const void *vx, const void *vy) {
 /* 8 fp16 values at p -> 8 floats. */
 static inline __m256 load_f16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
-/* *s = dot of two fp16 rows, widened with F16C, accumulated in float. */
+/* *s = dot of two fp16 rows widened with F16C, in ggml_vec_dot_f16's order: as qr_vec_dot_f32_avx2,
+ * but the rest is added in double. */
 void qr_vec_dot_f16_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const uint16_t *x = vx, *y = vy;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
@@ -48,10 +60,25 @@ void qr_vec_dot_f16_avx2(int64_t n, float *s, const void *vx, const void *vy) {
         acc2 = _mm256_fmadd_ps(load_f16x8(x + i + 16), load_f16x8(y + i + 16), acc2);
         acc3 = _mm256_fmadd_ps(load_f16x8(x + i + 24), load_f16x8(y + i + 24), acc3);
     }
-    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_f16x8(x + i), load_f16x8(y + i), acc0);
-    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    double sum = reduce4_ps(acc0, acc1, acc2, acc3);
     for (; i < n; i++) sum += f16c_to_fp32(x[i]) * f16c_to_fp32(y[i]);
-    *s = sum;
+    *s = (float)sum;
+}
+
+/* One 8-lane accumulator over the row, then ggml's 8-lane horizontal sum: llama.cpp's tinyBLAS
+ * (llamafile sgemm) order for f32 / f16 weights in matmuls of 2 or more rows (n a multiple of 8). */
+void qr_vec_dot_f32_sgemm_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const float *x = vx, *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc);
+    *s = hsum_ps(acc);
+}
+
+void qr_vec_dot_f16_sgemm_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx, *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(load_f16x8(x + i), load_f16x8(y + i), acc);
+    *s = hsum_ps(acc);
 }
 
 /* dst = src rounded to fp16 (nearest even), bit-identical to qr_f16_from_float for non-NaN input. */
@@ -218,12 +245,74 @@ void qr_vec_dot_q8_0_q8_0_avx2(int64_t n, float *s, const void *vx, const void *
     DOT_SYMMETRIC_Q8_0(qr_block_q8_0, FP16_SCALE, Q8_0_DOT);
 }
 
+/* ggml's order for the table formats (IQ4_NL, MXFP4): blocks in pairs, the even ones into one
+ * accumulator and the odd ones into another, added before the horizontal sum; an odd last block
+ * in scalar, sum += isum * d (a separate multiply and add). */
+#define DOT_PAIRED_Q8_0(XTYPE, XSCALE, DOT, KVALUES)                                                       \
+    const XTYPE *x = vx;                                                                                   \
+    const qr_block_q8_0 *y = vy;                                                                           \
+    const int64_t nb = n / QR_QK8_0;                                                                       \
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                                         \
+    int64_t i = 0;                                                                                         \
+    for (; i + 1 < nb; i += 2) {                                                                           \
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(XSCALE(x + i) * fp16_table[y[i].d]), DOT(x + i, load_q8(y[i].qs)), acc0); \
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(XSCALE(x + i + 1) * fp16_table[y[i + 1].d]),                 \
+                               DOT(x + i + 1, load_q8(y[i + 1].qs)), acc1);                                \
+    }                                                                                                      \
+    float sumf = hsum_ps(_mm256_add_ps(acc0, acc1));                                                       \
+    for (; i < nb; i++) {                                                                                  \
+        int isum = 0;                                                                                      \
+        for (int j = 0; j < 16; j++)                                                                       \
+            isum += y[i].qs[j] * KVALUES[x[i].qs[j] & 0xF] + y[i].qs[j + 16] * KVALUES[x[i].qs[j] >> 4];   \
+        sumf += (float)isum * (XSCALE(x + i) * fp16_table[y[i].d]);                                        \
+    }                                                                                                      \
+    *s = sumf
+
 void qr_vec_dot_iq4_nl_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
-    DOT_SYMMETRIC_Q8_0(qr_block_iq4_nl, FP16_SCALE, IQ4_NL_DOT);
+    DOT_PAIRED_Q8_0(qr_block_iq4_nl, FP16_SCALE, IQ4_NL_DOT, qr_kvalues_iq4nl);
 }
 
 void qr_vec_dot_mxfp4_q8_0_avx2(int64_t n, float *s, const void *vx, const void *vy) {
-    DOT_SYMMETRIC_Q8_0(qr_block_mxfp4, E8M0_SCALE, MXFP4_DOT);
+    DOT_PAIRED_Q8_0(qr_block_mxfp4, E8M0_SCALE, MXFP4_DOT, qr_kvalues_mxfp4);
+}
+
+/* llama.cpp's tinyBLAS order for IQ4_NL weights it does not repack, in matmuls of 2 or more rows:
+ * a single accumulator (ggml's own vec_dot pairs the blocks, see DOT_PAIRED_Q8_0). */
+void qr_vec_dot_iq4_nl_q8_0_sgemm_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    DOT_SYMMETRIC_Q8_0(qr_block_iq4_nl, FP16_SCALE, IQ4_NL_DOT);
+}
+
+/* Exact integer dot of 32 signed codes with 32 signed activation codes (b != -128). */
+static inline int isum_i8i8(__m256i a, __m256i b) {
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+    return hsum_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+/* ggml's repacked 8-row kernels of the 32-value formats (ggml_gemv / ggml_gemm_{q4_0,iq4_nl,mxfp4}_
+ * 8x8_q8_0, the same order for both): per block one fma of the block's integer sum,
+ * acc = fma(isum, dx * dy, acc). CODES(b) gives the 32 signed codes of weight block b. */
+#define DOT_REPACKED_Q8_0(XTYPE, XSCALE, CODES)                                                            \
+    const XTYPE *x = vx;                                                                                   \
+    const qr_block_q8_0 *y = vy;                                                                           \
+    float acc = 0.0f;                                                                                      \
+    for (int64_t i = 0; i < n / QR_QK8_0; i++)                                                             \
+        acc = fmaf((float)isum_i8i8(CODES(x + i), load_q8(y[i].qs)), XSCALE(x + i) * fp16_table[y[i].d], acc); \
+    *s = acc
+
+#define Q4_0_SIGNED(b) _mm256_sub_epi8(nibbles_32((b)->qs), _mm256_set1_epi8(8))
+#define IQ4_NL_CODES(b) table4_codes(qr_kvalues_iq4nl, (b)->qs)
+#define MXFP4_CODES(b) table4_codes(qr_kvalues_mxfp4, (b)->qs)
+
+void qr_vec_dot_q4_0_q8_0_rp_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    DOT_REPACKED_Q8_0(qr_block_q4_0, FP16_SCALE, Q4_0_SIGNED);
+}
+
+void qr_vec_dot_iq4_nl_q8_0_rp_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    DOT_REPACKED_Q8_0(qr_block_iq4_nl, FP16_SCALE, IQ4_NL_CODES);
+}
+
+void qr_vec_dot_mxfp4_q8_0_rp_avx2(int64_t n, float *s, const void *vx, const void *vy) {
+    DOT_REPACKED_Q8_0(qr_block_mxfp4, E8M0_SCALE, MXFP4_CODES);
 }
 
 /* ------------------------------------------------------------------------------------------------

@@ -110,6 +110,10 @@ void qr_vec_dot_mxfp4_q8_0(int64_t n, float *s, const void *x, const void *y);
 void qr_iq4_nl_to_float(const void *src, float *dst, int64_t n);
 void qr_iq4_nl_from_float(const float *src, void *dst, int64_t n);
 void qr_vec_dot_iq4_nl_q8_0(int64_t n, float *s, const void *x, const void *y);
+/* ggml's repacked-kernel order (see quant.h, vec_dot_gemv / vec_dot_gemm) */
+void qr_vec_dot_q4_0_q8_0_rp(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_iq4_nl_q8_0_rp(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_mxfp4_q8_0_rp(int64_t n, float *s, const void *x, const void *y);
 
 /* ---- scalar kernels: K-quants (quant_kquants.c: to_float + vec_dot; quant_kquants_quantize.c) ---- */
 void qr_q2_K_to_float(const void *src, float *dst, int64_t n);
@@ -155,6 +159,12 @@ void qr_vec_dot_q8_0_q8_0_avx2(int64_t n, float *s, const void *x, const void *y
 void qr_vec_dot_mxfp4_q8_0_avx2(int64_t n, float *s, const void *x, const void *y);
 void qr_vec_dot_iq4_nl_q8_0_avx2(int64_t n, float *s, const void *x, const void *y);
 void qr_q8_0_from_float_avx2(const float *src, void *dst, int64_t n);
+void qr_vec_dot_f32_sgemm_avx2(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_f16_sgemm_avx2(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_iq4_nl_q8_0_sgemm_avx2(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_q4_0_q8_0_rp_avx2(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_iq4_nl_q8_0_rp_avx2(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_mxfp4_q8_0_rp_avx2(int64_t n, float *s, const void *x, const void *y);
 void qr_q8_1_from_float_avx2(const float *src, void *dst, int64_t n);
 void qr_q8_K_from_float_avx2(const float *src, void *dst, int64_t n);
 void qr_q8_K_from_float_x4_avx2(const float *src, void *dst, int64_t n);

@@ -3,10 +3,13 @@
  *
  * The dequantizers use the same float expressions as ggml and gguf-py ((d*sc)*q - dmin*m), so
  * their output is bit-identical to both. The dot products sum exact integer products per super-block
- * and scale once per super-block.
+ * and scale once per super-block. The *_tiled, *_gemv and *_gemm variants do the float operations of
+ * llama.cpp's tiled K-quant GEMM and repacked Q4_K kernels in their order (see quant.h), so the
+ * AVX2 versions must equal them bit for bit; and the Q8_K quantizer comes in ggml's two tie rules.
  */
 #include <math.h>
 #include <stdbool.h>
+
 #include "quant/quant_internal.h"
 
 /* ------------------------------------------------------------------------------------------------

@@ -572,3 +572,46 @@ void qr_vec_dot_iq4_nl_q8_0(int64_t n, float *s, const void *vx, const void *vy)
     }
     *s = sumf;
 }
+
+/* ------------------------------------------------------------------------------------------------
+ * ggml's repacked 8-row kernels of the 32-value formats (ggml_gemv / ggml_gemm_{q4_0,iq4_nl,mxfp4}_
+ * 8x8_q8_0 on x86, one order for both): per block one fma of the block's integer sum,
+ * acc = fma(isum, dx * dy, acc).
+ * ---------------------------------------------------------------------------------------------- */
+
+/* sum over a block of table[code] * qy, with the 4-bit codes of qs (low nibbles first). */
+static int table4_block_isum(const int8_t *table, const uint8_t *qs, const int8_t *q8) {
+    int sumi = 0;
+    for (int j = 0; j < 16; j++) sumi += table[qs[j] & 0x0F] * q8[j] + table[qs[j] >> 4] * q8[j + 16];
+    return sumi;
+}
+
+void qr_vec_dot_q4_0_q8_0_rp(int64_t n, float *s, const void *vx, const void *vy) {
+    static const int8_t minus8[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+    const qr_block_q4_0 *x = vx;
+    const qr_block_q8_0 *y = vy;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK8_0; i++)
+        acc = fmaf((float)table4_block_isum(minus8, x[i].qs, y[i].qs), half_to_fp32(x[i].d) * half_to_fp32(y[i].d), acc);
+    *s = acc;
+}
+
+void qr_vec_dot_iq4_nl_q8_0_rp(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_iq4_nl *x = vx;
+    const qr_block_q8_0 *y = vy;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK4_NL; i++)
+        acc = fmaf((float)table4_block_isum(qr_kvalues_iq4nl, x[i].qs, y[i].qs),
+                   half_to_fp32(x[i].d) * half_to_fp32(y[i].d), acc);
+    *s = acc;
+}
+
+void qr_vec_dot_mxfp4_q8_0_rp(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_mxfp4 *x = vx;
+    const qr_block_q8_0 *y = vy;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_MXFP4; i++)
+        acc = fmaf((float)table4_block_isum(qr_kvalues_mxfp4, x[i].qs, y[i].qs),
+                   e8m0_to_fp32_half(x[i].e) * half_to_fp32(y[i].d), acc);
+    *s = acc;
+}

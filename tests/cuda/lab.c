@@ -114,6 +114,7 @@ double lab_time(lab *L, lab_fn fn, void *ctx, bool flush) {
     double *t = malloc(sizeof(double) * (size_t)L->reps);
     for (int i = 0; i < L->reps; i++) {
         if (flush) cudaMemsetAsync(L->flush, i & 0xFF, L->flush_bytes, s);
+        else lab_spin_kernel(50.0, L->stream);
         cudaEventRecord((cudaEvent_t)L->ev0, s);
         fn(ctx);
         cudaEventRecord((cudaEvent_t)L->ev1, s);

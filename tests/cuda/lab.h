@@ -68,8 +68,10 @@ void lab_check_errors(lab *L, const char *what);
 /* Compares got with want (n floats): fills max_err / rel_err, pass when both <= tol and no NaN. */
 bool lab_compare(const float *got, const float *want, int64_t n, double tol, double *max_err, double *rel_err);
 
-/* Median time in microseconds of fn(ctx) over L->reps runs on the GPU stream (after 3 warm-ups);
- * when flush, L2 is overwritten before each run (outside the timed region). */
+/* Median time in microseconds of fn(ctx) over L->reps runs on the GPU stream (after 3 warm-ups).
+ * Before each run the GPU is kept busy (outside the timed region) so that the run's launches are
+ * queued when its first event fires: with flush by overwriting L2 (cold: weights come from HBM),
+ * without by a spinning kernel (warm: L2 keeps what the last run left). */
 typedef void (*lab_fn)(void *ctx);
 double lab_time(lab *L, lab_fn fn, void *ctx, bool flush);
 
@@ -86,5 +88,7 @@ void lab_attention(lab *L);
 /* ---- lab_kernels.cu ---- */
 /* Streaming-read bandwidth of `bytes` at p (16-byte loads, a sum written to out), for the roofline. */
 int lab_read_kernel(const void *p, size_t bytes, float *out, void *stream);
+/* A kernel that keeps the GPU busy for about `us` microseconds (no memory traffic). */
+int lab_spin_kernel(double us, void *stream);
 
 #endif /* QR_CUDA_LAB_H */

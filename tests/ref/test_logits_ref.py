@@ -27,21 +27,7 @@ GREEDY_MIN_MATCH = 7  # of 8 prompts
 # Cases that do not meet a target yet (issue: CPU engine). Each is a strict xfail: it is reported as
 # "xfailed", never as passed, and the run fails as soon as the gap closes, so the entry must then be
 # removed. The reason states what was measured on 2026-11-22.
-KNOWN_GAPS = {
-    "kl": {
-        "gemma3-270m-q4_k_m": "mean KL 8.1e-3: Q4_K/Q6_K dot products not yet in ggml's (repacked) order",
-    },
-    "top1": {
-        "gemma3-270m-q4_k_m": "same top-1 96.3%",
-        **{f"synth-llama-tiny-{t}": "K-quant/Q4_0 arithmetic differs from ggml's; random weights give near-ties"
-           for t in ("q2_k", "q3_k", "q4_0", "q4_k", "q5_k", "q6_k")},
-    },
-    "greedy": {
-        "gemma3-270m-q4_k_m": "4/8 identical",
-        **{f"synth-llama-tiny-{t}": "single-row decode arithmetic differs from ggml's; near-ties diverge"
-           for t in ("f16", "mxfp4", "q2_k", "q3_k", "q4_0", "q4_k", "q5_k", "q6_k")},
-    },
-}
+KNOWN_GAPS = {"kl": {}, "top1": {}, "greedy": {}}
 
 
 def cases(kind):

@@ -8,6 +8,7 @@
  *   ones (fused multiply-adds, the exp polynomial and the summation lanes included), because the
  *   CPU path reproduces ggml's rounding to match llama.cpp bit for bit where it can.
  *   matmul SIMD vs scalar quant traits: atol 1e-4 * max|y| (same integer dots, scales reordered)
+ *   matmul path selection (llama.cpp's repacked / tiled / sgemm / vec_dot kernels per row): exact
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -391,6 +392,80 @@ static void test_matmul(void **state) {
     qr_backend_free(bs);
 }
 
+/* matmul takes, row by row, the kernel llama.cpp's x86 CPU backend would: a weight type with a
+ * repacked path and a row count multiple of repack_rows runs whole groups of 4 activation rows
+ * through the GEMM order (with from_float_gemm's activations) and the rest through the GEMV order;
+ * else a K-quant with >= QR_TILED_MIN_ROWS rows the tiled order; else, with >= 2 rows and a row
+ * length multiple of sgemm_k, the sgemm order; else vec_dot. Checked bit for bit against the
+ * traits' kernels applied by hand, on the SIMD and on the scalar backend. */
+static void test_matmul_llama_cpp_paths(void **state) {
+    (void)state;
+    char err[256];
+    typedef struct {
+        qr_type type;
+        int64_t k, n, m;
+        char want; /* 'r' repacked, 't' tiled, 's' sgemm (where the traits have it), 'v' vec_dot */
+    } mm_case;
+    const mm_case cases[] = {
+        {QR_TYPE_Q4_K, 512, 16, 6, 'r'}, {QR_TYPE_Q4_K, 512, 16, 1, 'r'},  {QR_TYPE_Q4_K, 512, 12, 9, 't'},
+        {QR_TYPE_Q4_K, 512, 12, 5, 'v'}, {QR_TYPE_Q6_K, 512, 10, 8, 't'},  {QR_TYPE_Q6_K, 512, 10, 7, 'v'},
+        {QR_TYPE_Q5_K, 256, 7, 11, 't'}, {QR_TYPE_Q2_K, 256, 7, 8, 't'},   {QR_TYPE_Q3_K, 256, 7, 8, 't'},
+        {QR_TYPE_Q4_0, 256, 16, 7, 'r'}, {QR_TYPE_Q4_0, 256, 12, 7, 's'},  {QR_TYPE_MXFP4, 256, 8, 5, 'r'},
+        {QR_TYPE_IQ4_NL, 256, 12, 3, 's'}, {QR_TYPE_IQ4_NL, 256, 12, 1, 'v'}, {QR_TYPE_IQ4_NL, 256, 24, 5, 'r'},
+        {QR_TYPE_F16, 264, 5, 2, 's'},   {QR_TYPE_F16, 260, 5, 3, 'v'},    {QR_TYPE_F16, 264, 5, 1, 'v'},
+        {QR_TYPE_F32, 72, 9, 4, 's'},    {QR_TYPE_Q8_0, 256, 9, 3, 's'},   {QR_TYPE_Q4_1, 256, 9, 3, 'v'},
+    };
+    for (int scalar = 0; scalar < 2; scalar++) {
+        qr_backend *be = NULL;
+        qr_backend_cpu_params p = {.n_threads = 2, .force_scalar = scalar};
+        assert_int_equal(qr_backend_cpu_create(&p, &be, err, sizeof err), QR_OK);
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+            const mm_case *c = &cases[ci];
+            const qr_quant_traits *tr = scalar ? qr_quant_traits_ref(c->type) : qr_quant_traits_best(c->type);
+            const qr_quant_traits *vt = scalar ? qr_quant_traits_ref(tr->vec_dot_type) : qr_quant_traits_best(tr->vec_dot_type);
+            float *wf = malloc(c->k * c->n * 4), *x = malloc(c->k * c->m * 4), *y = malloc(c->n * c->m * 4);
+            fill(wf, c->k * c->n, 1.0f);
+            fill(x, c->k * c->m, 1.0f);
+            qr_weight w;
+            void *buf;
+            make_weight(&w, c->type, c->k, c->n, wf, &buf);
+            be->ops->matmul(be, &w, x, c->m, y);
+            assert_int_equal(be->ops->last_error(be, err, sizeof err), QR_OK);
+            /* the kernels by hand */
+            qr_from_float_fn act = qr_cpu_act_quantizer(tr->vec_dot_type);
+            if (!act && tr->vec_dot_type != QR_TYPE_F32) act = vt->from_float;
+            const size_t xrow = tr->vec_dot_type == QR_TYPE_F32 ? (size_t)c->k * 4 : qr_type_row_size(tr->vec_dot_type, c->k);
+            char *xq = malloc(xrow);
+            const bool repacked = tr->vec_dot_gemm && c->n % tr->repack_rows == 0;
+            const bool tiled = !repacked && tr->vec_dot_tiled && c->m >= QR_TILED_MIN_ROWS;
+            const bool sgemm = !repacked && !tiled && tr->vec_dot_sgemm && c->m >= 2 && c->k % tr->sgemm_k == 0;
+            const char path = repacked ? 'r' : tiled ? 't' : sgemm ? 's' : 'v';
+            /* the scalar traits have no sgemm order: vec_dot there */
+            assert_int_equal(path, c->want == 's' && !tr->vec_dot_sgemm ? 'v' : c->want);
+            for (int64_t t = 0; t < c->m; t++) {
+                const bool gemm_row = repacked && t < c->m - c->m % 4;
+                qr_from_float_fn a = gemm_row && tr->from_float_gemm ? tr->from_float_gemm : act;
+                if (a) a(x + t * c->k, xq, c->k);
+                else memcpy(xq, x + t * c->k, xrow);
+                qr_vec_dot_fn dot = repacked ? (gemm_row ? tr->vec_dot_gemm : tr->vec_dot_gemv)
+                                    : tiled  ? tr->vec_dot_tiled
+                                    : sgemm  ? tr->vec_dot_sgemm
+                                             : tr->vec_dot;
+                for (int64_t i = 0; i < c->n; i++) {
+                    float want;
+                    dot(c->k, &want, (const char *)buf + i * w.row_bytes, xq);
+                    if (memcmp(&want, &y[t * c->n + i], 4) != 0)
+                        fail_msg("%s %s k=%lld n=%lld m=%lld path %c: row %lld out %lld: %.9g want %.9g",
+                                 scalar ? "scalar" : "simd", qr_type_name(c->type), (long long)c->k, (long long)c->n,
+                                 (long long)c->m, path, (long long)t, (long long)i, y[t * c->n + i], want);
+                }
+            }
+            free(xq), free(buf), free(wf), free(x), free(y);
+        }
+        qr_backend_free(be);
+    }
+}
+
 /* ---- whole ops through the table, threaded vs scalar ---- */
 
 static void test_ops_threaded(void **state) {
@@ -497,6 +572,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_simd_selected),   cmocka_unit_test(test_elementwise), cmocka_unit_test(test_rmsnorm_softmax),
         cmocka_unit_test(test_rope),            cmocka_unit_test(test_attention),   cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_matmul_llama_cpp_paths),
         cmocka_unit_test(test_ops_threaded),    cmocka_unit_test(test_pool),        cmocka_unit_test(test_expf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -452,6 +452,86 @@ static void test_vec_dot(void **state) {
     free(b.yq);
 }
 
+/* The kernels that reproduce llama.cpp's other x86 matmul paths (repacked GEMV / GEMM, tiled GEMM,
+ * sgemm; see quant.h): the SIMD ones of the repacked and tiled orders equal the scalar ones bit for
+ * bit (same integer sums, same float operations in the same order); every one of them is within
+ * TOL_DOT_SCALAR of the float dot of the dequantized rows; the sgemm orders (SIMD only) within
+ * TOL_DOT_SIMD of the scalar vec_dot. The 4-row activation quantizer equals the scalar one. */
+static void test_llama_cpp_orders(void **state) {
+    (void)state;
+    const int64_t n_max = 8 * 256;
+    dot_buffers b = {malloc(n_max * 4), malloc(n_max * 4), malloc(n_max * 4), malloc(n_max * 4), malloc(n_max * 4 + 64),
+                     malloc(n_max * 4 + 64)};
+    uint8_t *yq2 = malloc(n_max * 4 + 64), *yq3 = malloc(n_max * 4 + 64);
+    assert_true(b.x && b.y && b.xd && b.yd && b.xq && b.yq && yq2 && yq3);
+    int n_kernels = 0;
+    for (size_t c = 0; c < N_CASES; c++) {
+        const qr_quant_traits *tw = qr_quant_traits_ref(cases[c].type), *best = qr_quant_traits_best(cases[c].type);
+        if (!tw->vec_dot) continue;
+        const qr_quant_traits *ta = qr_quant_traits_ref(tw->vec_dot_type);
+        /* the scalar traits carry every order but sgemm; the best ones have the same set */
+        assert_true(!tw->vec_dot_gemv == !best->vec_dot_gemv && !tw->vec_dot_gemm == !best->vec_dot_gemm);
+        assert_true(!tw->from_float_gemm == !best->from_float_gemm && tw->repack_rows == best->repack_rows);
+        assert_true(!tw->vec_dot_tiled == !best->vec_dot_tiled && !tw->vec_dot_sgemm);
+        const qr_vec_dot_fn ref_fns[3] = {tw->vec_dot_gemv, tw->vec_dot_gemm, tw->vec_dot_tiled};
+        const qr_vec_dot_fn best_fns[3] = {best->vec_dot_gemv, best->vec_dot_gemm, best->vec_dot_tiled};
+        rng_seed(4000 + c);
+        int64_t sizes[32];
+        const int ns = sizes_for(cases[c].type, sizes);
+        for (int si = 0; si < ns; si++) {
+            const int64_t n = sizes[si];
+            if (n > n_max || (best->vec_dot_sgemm && n % best->sgemm_k)) continue;
+            for (int rep = 0; rep < 8; rep++) {
+                double ref, mag;
+                prepare_dot(tw, ta, n, &b, &ref, &mag);
+                if (mag <= 0) mag = 1.0;
+                for (int f = 0; f < 3; f++) {
+                    if (!ref_fns[f]) continue;
+                    const uint8_t *y = b.yq;
+                    if (f == 1 && tw->from_float_gemm) { /* the GEMM's own activations */
+                        tw->from_float_gemm(b.y, yq2, n);
+                        best->from_float_gemm(b.y, yq3, n);
+                        assert_memory_equal(yq2, yq3, qr_type_row_size(tw->vec_dot_type, n));
+                        y = yq2;
+                    }
+                    float s_ref = NAN, s_best = NAN;
+                    ref_fns[f](n, &s_ref, b.xq, y);
+                    best_fns[f](n, &s_best, b.xq, y);
+                    assert_memory_equal(&s_ref, &s_best, sizeof(float));
+                    if (y == b.yq) assert_true(fabs((double)s_ref - ref) <= TOL_DOT_SCALAR * mag);
+                    n_kernels++;
+                }
+                if (best->vec_dot_sgemm) {
+                    float s_ref = NAN, s_best = NAN;
+                    tw->vec_dot(n, &s_ref, b.xq, b.yq);
+                    best->vec_dot_sgemm(n, &s_best, b.xq, b.yq);
+                    assert_true(fabs((double)s_best - (double)s_ref) <= TOL_DOT_SIMD * mag);
+                    n_kernels++;
+                }
+            }
+        }
+    }
+    assert_true(n_kernels > 0);
+    /* the 4-row Q8_K quantizer: +amax wins a tie of magnitudes, the row quantizer takes the first */
+    const qr_quant_traits *q4k[2] = {qr_quant_traits_ref(QR_TYPE_Q4_K), qr_quant_traits_best(QR_TYPE_Q4_K)};
+    const qr_quant_traits *q8k[2] = {qr_quant_traits_ref(QR_TYPE_Q8_K), qr_quant_traits_best(QR_TYPE_Q8_K)};
+    float xk[256];
+    for (int i = 0; i < 256; i++) xk[i] = (float)((i % 8) - 4) + 0.25f;
+    xk[3] = -127.0f;
+    xk[200] = 127.0f;
+    for (int impl = 0; impl < 2; impl++) {
+        qr_block_q8_K a, g;
+        q8k[impl]->from_float(xk, &a, 256);
+        q4k[impl]->from_float_gemm(xk, &g, 256);
+        assert_true(a.d == 1.0f && g.d == -1.0f);
+        assert_int_equal(a.qs[200], 127);
+        assert_int_equal(g.qs[200], -127);
+        assert_int_equal(g.bsums[0], -a.bsums[0]);
+    }
+    printf("test_quant: llama.cpp kernel orders: %d checks (repacked/tiled SIMD == scalar bit for bit)\n", n_kernels);
+    free(b.x), free(b.y), free(b.xd), free(b.yd), free(b.xq), free(b.yq), free(yq2), free(yq3);
+}
+
 /* The best from_float and to_float of every type produce exactly the reference's bytes / floats. */
 static void test_simd_convert_exact(void **state) {
     (void)state;
@@ -494,6 +574,7 @@ int main(void) {
         cmocka_unit_test(test_degenerate_blocks), cmocka_unit_test(test_output_fully_written),
         cmocka_unit_test(test_activation_ties),
         cmocka_unit_test(test_vec_dot),          cmocka_unit_test(test_simd_convert_exact),
+        cmocka_unit_test(test_llama_cpp_orders),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -338,6 +338,10 @@ static void mm_dot_task(void *arg, int64_t lo, int64_t hi, int ith) {
     }
 }
 
+/* y[n_rows][n] = x[n_rows][k] . w^T, with the kernels llama.cpp's x86 CPU backend would use for this
+ * weight and this number of rows (see quant.h): the repacked GEMM for whole groups of 4 rows and the
+ * GEMV for the rest when the type is repacked and w has a multiple of repack_rows rows; else the
+ * tiled order from QR_TILED_MIN_ROWS rows; else the sgemm order from 2 rows; else vec_dot. */
 static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y) {
     cpu_backend *cb = CB(be);
     const qr_quant_traits *tr = cpu_traits(cb, w->type);
@@ -349,14 +353,14 @@ static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64
     mm_task t = {.w = w, .tr = tr, .x = x, .y = y, .n_tok = n_rows, .k = w->ne[0], .n = w->ne[1], .dot = tr->vec_dot};
     /* llama.cpp's CPU backend repacks such weights and runs whole groups of 4 rows through its GEMM,
      * the rest through its GEMV: same split, same arithmetic */
-    if (tr->vec_dot_gemm && tr->vec_dot_gemv && tr->from_float_gemm && tr->repack_rows > 0 &&
-        w->ne[1] % tr->repack_rows == 0) {
+    if (tr->vec_dot_gemm && tr->vec_dot_gemv && tr->repack_rows > 0 && w->ne[1] % tr->repack_rows == 0) {
         t.dot = tr->vec_dot_gemv;
         t.dot_gemm = tr->vec_dot_gemm;
-        t.act_gemm = tr->from_float_gemm;
         t.n_gemm = n_rows - n_rows % 4;
     } else if (tr->vec_dot_tiled && n_rows >= QR_TILED_MIN_ROWS) {
-        t.dot = tr->vec_dot_tiled; /* and the other K-quants through its tiled GEMM */
+        t.dot = tr->vec_dot_tiled; /* the other K-quants go through its tiled GEMM */
+    } else if (tr->vec_dot_sgemm && n_rows >= 2 && tr->sgemm_k > 0 && t.k % tr->sgemm_k == 0) {
+        t.dot = tr->vec_dot_sgemm; /* and others through llamafile's sgemm */
     }
     if (tr->vec_dot_type == QR_TYPE_F32) {
         t.xq = (const char *)x;
@@ -369,6 +373,7 @@ static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64
             raise_error(cb, QR_ERR_UNSUPPORTED, "matmul: cannot convert activations to the vec_dot type");
             return;
         }
+        t.act_gemm = tr->from_float_gemm ? tr->from_float_gemm : t.act;
         t.xq_row = qr_type_row_size(tr->vec_dot_type, t.k);
         const size_t need = t.xq_row * (size_t)n_rows;
         if (t.xq_row == 0) {

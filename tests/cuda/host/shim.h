@@ -1,0 +1,38 @@
+/* shim.h — host stand-ins for the CUDA intrinsics quant_dev.cuh uses (check_quant.cpp). */
+#pragma once
+/* host shims for compiling cuda_dev.cuh / quant_dev.cuh with g++ */
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <math.h>
+#include <string.h>
+#include <stdint.h>
+#undef __forceinline__
+#define __forceinline__ inline
+template <class T> static inline T __ldg(const T *p) { return *p; }
+static inline int __dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; i++) c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
+    return c;
+}
+static inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+    uint8_t b[8];
+    for (int i = 0; i < 4; i++) b[i] = (uint8_t)(x >> (8 * i)), b[4 + i] = (uint8_t)(y >> (8 * i));
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++) {
+        int sel = (s >> (4 * i)) & 0xF;
+        uint8_t v = b[sel & 7];
+        if (sel & 8) v = (v & 0x80) ? 0xFF : 0;
+        r |= (uint32_t)v << (8 * i);
+    }
+    return r;
+}
+static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+static inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
+static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
+static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+template <class T> static inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
+static inline void __syncthreads(void) {}
+struct fake3 { unsigned x, y, z; };
+static fake3 threadIdx, blockDim, blockIdx;
