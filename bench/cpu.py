@@ -44,7 +44,8 @@ rng = random.Random(42)
 toks = [rng.randrange(nv) for _ in range(n)]
 mem = L.llama_get_memory(ctx)
 def decode(ts):
-    b = L.llama_batch_get_one((L.llama_token * len(ts))(*ts), len(ts))
+    arr = (L.llama_token * len(ts))(*ts)  # keep alive until llama_decode returns
+    b = L.llama_batch_get_one(arr, len(ts))
     if L.llama_decode(ctx, b) != 0: raise SystemExit("llama_decode failed")
 def pp():
     L.llama_memory_clear(mem, True); t = time.perf_counter(); decode(toks[:n_p]); L.llama_synchronize(ctx)

@@ -64,9 +64,11 @@ typedef struct simd_override {
     qr_vec_dot_fn vec_dot_tiled;
     qr_vec_dot_fn vec_dot_sgemm;
     int32_t sgemm_k;
+    qr_vec_dot_tile_fn vec_dot_tile;
 } simd_override;
 
 #define OV(t, tf, ff, vd) {.type = t, .to_float = tf, .from_float = ff, .vec_dot = vd}
+#define TOV(t, tf, ff, vd, vdtile) {.type = t, .to_float = tf, .from_float = ff, .vec_dot = vd, .vec_dot_tile = vdtile}
 #define KOV(t, vd, vdtiled) {.type = t, .vec_dot = vd, .vec_dot_tiled = vdtiled}
 
 static const simd_override avx2_overrides[] = {
@@ -75,11 +77,11 @@ static const simd_override avx2_overrides[] = {
      .vec_dot = qr_vec_dot_f16_avx2, .vec_dot_sgemm = qr_vec_dot_f16_sgemm_avx2, .sgemm_k = 8},
     OV(QR_TYPE_BF16, NULL, NULL, qr_vec_dot_bf16_avx2),
     {.type = QR_TYPE_Q4_0, .vec_dot = qr_vec_dot_q4_0_q8_0_avx2, .vec_dot_gemv = qr_vec_dot_q4_0_q8_0_rp_avx2,
-     .vec_dot_gemm = qr_vec_dot_q4_0_q8_0_rp_avx2},
-    OV(QR_TYPE_Q4_1, NULL, NULL, qr_vec_dot_q4_1_q8_1_avx2),
-    OV(QR_TYPE_Q5_0, NULL, NULL, qr_vec_dot_q5_0_q8_0_avx2),
-    OV(QR_TYPE_Q5_1, NULL, NULL, qr_vec_dot_q5_1_q8_1_avx2),
-    OV(QR_TYPE_Q8_0, NULL, qr_q8_0_from_float_avx2, qr_vec_dot_q8_0_q8_0_avx2),
+     .vec_dot_gemm = qr_vec_dot_q4_0_q8_0_rp_avx2, .vec_dot_tile = qr_vec_dot_tile_q4_0_q8_0_avx2},
+    TOV(QR_TYPE_Q4_1, NULL, NULL, qr_vec_dot_q4_1_q8_1_avx2, qr_vec_dot_tile_q4_1_q8_1_avx2),
+    TOV(QR_TYPE_Q5_0, NULL, NULL, qr_vec_dot_q5_0_q8_0_avx2, qr_vec_dot_tile_q5_0_q8_0_avx2),
+    TOV(QR_TYPE_Q5_1, NULL, NULL, qr_vec_dot_q5_1_q8_1_avx2, qr_vec_dot_tile_q5_1_q8_1_avx2),
+    TOV(QR_TYPE_Q8_0, NULL, qr_q8_0_from_float_avx2, qr_vec_dot_q8_0_q8_0_avx2, qr_vec_dot_tile_q8_0_q8_0_avx2),
     OV(QR_TYPE_Q8_1, NULL, qr_q8_1_from_float_avx2, NULL),
     KOV(QR_TYPE_Q2_K, qr_vec_dot_q2_K_q8_K_avx2, qr_vec_dot_q2_K_q8_K_tiled_avx2),
     KOV(QR_TYPE_Q3_K, qr_vec_dot_q3_K_q8_K_avx2, qr_vec_dot_q3_K_q8_K_tiled_avx2),
@@ -132,6 +134,7 @@ static void init_best(void) {
             if (o->vec_dot_gemm) t->vec_dot_gemm = o->vec_dot_gemm;
             if (o->from_float_gemm) t->from_float_gemm = o->from_float_gemm;
             if (o->vec_dot_tiled) t->vec_dot_tiled = o->vec_dot_tiled;
+            if (o->vec_dot_tile) t->vec_dot_tile = o->vec_dot_tile;
             if (o->vec_dot_sgemm) {
                 t->vec_dot_sgemm = o->vec_dot_sgemm;
                 t->sgemm_k = o->sgemm_k;

@@ -17,6 +17,7 @@
 #define QR_QUANT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "quant/types.h"
@@ -27,6 +28,11 @@ typedef void (*qr_to_float_fn)(const void *src, float *dst, int64_t n);
 typedef void (*qr_from_float_fn)(const float *src, void *dst, int64_t n);
 /* *s = dot(x, y) over n elements; x is a row of the weight type, y a row of its vec_dot_type. */
 typedef void (*qr_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
+/* A tile of vec_dots: s[c * bs + r] = dot(x row r, y row c) for r < nr, c < nc (1 <= nr, nc <=
+ * QR_TILE_MAX), x rows bx bytes apart, y rows by bytes apart; each result bit-identical to vec_dot's. */
+typedef void (*qr_vec_dot_tile_fn)(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y,
+                                   size_t by, int nr, int nc);
+#define QR_TILE_MAX 4
 
 typedef struct qr_quant_traits {
     qr_type type;
@@ -56,6 +62,9 @@ typedef struct qr_quant_traits {
      * apply (the scalar reference traits leave it NULL). */
     qr_vec_dot_fn vec_dot_sgemm;
     int32_t sgemm_k;
+    /* vec_dot for a tile of weight rows x activation rows at once (same results, faster); NULL:
+     * call vec_dot per pair. */
+    qr_vec_dot_tile_fn vec_dot_tile;
 } qr_quant_traits;
 
 /* Fewest activation rows for which llama.cpp's x86 CPU backend takes its tiled K-quant GEMM. */

@@ -148,7 +148,6 @@ static inline __m256 scale_pairs4(const void *base, size_t stride) {
 /* Lane `k` of v broadcast to all lanes. */
 static inline __m256 lane_ps(__m256 v, int k) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(k)); }
 
-static inline __m256i load_q8(const int8_t *qs) { return _mm256_loadu_si256((const __m256i *)qs); }
 
 /* (q - off) . y for unsigned codes q (0..31) and signed y, as 8 float sums of 4 products: q.y minus
  * off * (sums of y), both with maddubs (cheaper than sign-flipping the codes). */
@@ -157,27 +156,15 @@ static inline __m256 dot_offset_ps(__m256i q, __m256i y, int off) {
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 
-/* Q5_0 codes of a block as signed bytes (q - 16): a clear fifth bit sets the high nibble 0xF0. */
-static inline __m256i q5_0_codes(const qr_block_q5_0 *b) {
-    const __m256i high = _mm256_andnot_si256(bits_to_bytes_32(b->qh), _mm256_set1_epi8((char)0xF0));
-    return _mm256_or_si256(nibbles_32(b->qs), high);
-}
-
-/* Q5_1 codes of a block as unsigned bytes 0..31. */
-static inline __m256i q5_1_codes(const qr_block_q5_1 *b) {
-    const __m256i high = _mm256_and_si256(bits_to_bytes_32(b->qh), _mm256_set1_epi8(0x10));
-    return _mm256_or_si256(nibbles_32(b->qs), high);
-}
-
 /* fp16 -> fp32 for every bit pattern, and E8M0 -> 2^(e-128), filled once by qr_quant_avx2_init.
  * In the symmetric kernels below a scalar scale per block from these tables (two loads, which run on
  * the load ports) is cheaper than any conversion on the vector ports, which the integer work keeps
  * busy; this is also what ggml does. 256 KiB + 1 KiB, read-only after initialisation. */
-static float fp16_table[65536];
+float qr_avx2_fp16_table[65536];
 static float e8m0_half_table[256];
 
 void qr_quant_avx2_init(void) {
-    for (uint32_t h = 0; h < 65536; h++) fp16_table[h] = _cvtsh_ss((uint16_t)h);
+    for (uint32_t h = 0; h < 65536; h++) qr_avx2_fp16_table[h] = _cvtsh_ss((uint16_t)h);
     for (uint32_t e = 0; e < 256; e++) e8m0_half_table[e] = e8m0_to_fp32_half((uint8_t)e);
 }
 
@@ -189,12 +176,12 @@ void qr_quant_avx2_init(void) {
     const int64_t nb = n / QR_QK8_0;                                                                       \
     __m256 acc0 = _mm256_setzero_ps();                                                                     \
     for (int64_t i = 0; i < nb; i++) {                                                                     \
-        const __m256 d0 = _mm256_set1_ps(XSCALE(x + i) * fp16_table[y[i].d]);                              \
+        const __m256 d0 = _mm256_set1_ps(XSCALE(x + i) * qr_avx2_fp16_table[y[i].d]);                              \
         acc0 = _mm256_fmadd_ps(d0, DOT(x + i, load_q8(y[i].qs)), acc0);                                    \
     }                                                                                                      \
     *s = hsum_ps(acc0)
 
-#define FP16_SCALE(b) fp16_table[(b)->d]
+#define FP16_SCALE(b) qr_avx2_fp16_table[(b)->d]
 #define E8M0_SCALE(b) e8m0_half_table[(b)->e]
 
 /* An offset format (fp16 d then fp16 m first in the block) against Q8_1: `codes(x + i)` gives the
@@ -255,8 +242,8 @@ void qr_vec_dot_q8_0_q8_0_avx2(int64_t n, float *s, const void *vx, const void *
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                                         \
     int64_t i = 0;                                                                                         \
     for (; i + 1 < nb; i += 2) {                                                                           \
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(XSCALE(x + i) * fp16_table[y[i].d]), DOT(x + i, load_q8(y[i].qs)), acc0); \
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(XSCALE(x + i + 1) * fp16_table[y[i + 1].d]),                 \
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(XSCALE(x + i) * qr_avx2_fp16_table[y[i].d]), DOT(x + i, load_q8(y[i].qs)), acc0); \
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(XSCALE(x + i + 1) * qr_avx2_fp16_table[y[i + 1].d]),                 \
                                DOT(x + i + 1, load_q8(y[i + 1].qs)), acc1);                                \
     }                                                                                                      \
     float sumf = hsum_ps(_mm256_add_ps(acc0, acc1));                                                       \
@@ -264,7 +251,7 @@ void qr_vec_dot_q8_0_q8_0_avx2(int64_t n, float *s, const void *vx, const void *
         int isum = 0;                                                                                      \
         for (int j = 0; j < 16; j++)                                                                       \
             isum += y[i].qs[j] * KVALUES[x[i].qs[j] & 0xF] + y[i].qs[j + 16] * KVALUES[x[i].qs[j] >> 4];   \
-        sumf += (float)isum * (XSCALE(x + i) * fp16_table[y[i].d]);                                        \
+        sumf += (float)isum * (XSCALE(x + i) * qr_avx2_fp16_table[y[i].d]);                                        \
     }                                                                                                      \
     *s = sumf
 
@@ -296,7 +283,7 @@ static inline int isum_i8i8(__m256i a, __m256i b) {
     const qr_block_q8_0 *y = vy;                                                                           \
     float acc = 0.0f;                                                                                      \
     for (int64_t i = 0; i < n / QR_QK8_0; i++)                                                             \
-        acc = fmaf((float)isum_i8i8(CODES(x + i), load_q8(y[i].qs)), XSCALE(x + i) * fp16_table[y[i].d], acc); \
+        acc = fmaf((float)isum_i8i8(CODES(x + i), load_q8(y[i].qs)), XSCALE(x + i) * qr_avx2_fp16_table[y[i].d], acc); \
     *s = acc
 
 #define Q4_0_SIGNED(b) _mm256_sub_epi8(nibbles_32((b)->qs), _mm256_set1_epi8(8))

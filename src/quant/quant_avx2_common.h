@@ -7,6 +7,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "quant/blocks.h"
+
+/* fp16 -> fp32 of every bit pattern (quant_avx2.c, filled by qr_quant_avx2_init): a load instead of a
+ * conversion on the vector ports. */
+extern float qr_avx2_fp16_table[65536];
+
 /* fp16 bit pattern -> float with the F16C instruction (exact). */
 static inline float f16c_to_fp32(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -65,6 +71,21 @@ static inline __m256 dot_u8i8_ps(__m256i a, __m256i b) {
 /* Signed bytes a times signed bytes b (b != -128), as dot_u8i8_ps. */
 static inline __m256 dot_i8i8_ps(__m256i a, __m256i b) {
     return dot_u8i8_ps(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+
+/* The 32 signed activation codes of a Q8 block. */
+static inline __m256i load_q8(const int8_t *qs) { return _mm256_loadu_si256((const __m256i *)qs); }
+
+/* Q5_0 codes of a block as signed bytes (q - 16): a clear fifth bit sets the high nibble 0xF0. */
+static inline __m256i q5_0_codes(const qr_block_q5_0 *b) {
+    const __m256i high = _mm256_andnot_si256(bits_to_bytes_32(b->qh), _mm256_set1_epi8((char)0xF0));
+    return _mm256_or_si256(nibbles_32(b->qs), high);
+}
+
+/* Q5_1 codes of a block as unsigned bytes 0..31. */
+static inline __m256i q5_1_codes(const qr_block_q5_1 *b) {
+    const __m256i high = _mm256_and_si256(bits_to_bytes_32(b->qh), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(nibbles_32(b->qs), high);
 }
 
 #endif /* QR_QUANT_AVX2_COMMON_H */

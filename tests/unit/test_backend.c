@@ -552,6 +552,33 @@ static void test_pool(void **state) {
 
 /* cpu_expf (the exp of the SIMD softmax and SiLU) is within 2 ulp of exp over its whole range,
  * including the split-scale paths for tiny and huge results. */
+/* The AVX2 activation quantizers write the same bytes as the plain C ones (act_quant.c), ties (x * id
+ * exactly halfway between two codes), zeros and all-zero blocks included. */
+static void test_act_quant_avx2(void **state) {
+    (void)state;
+    if (!qr_cpu_has_avx2()) return;
+    const qr_type types[] = {QR_TYPE_Q8_0, QR_TYPE_Q8_1};
+    for (int ti = 0; ti < 2; ti++) {
+        qr_from_float_fn ref = qr_cpu_act_quantizer(types[ti]), fast = qr_cpu_act_quantizer_avx2(types[ti]);
+        assert_non_null(ref);
+        assert_non_null(fast);
+        for (int rep = 0; rep < 200; rep++) {
+            const int64_t n = 32 * (1 + rep % 24);
+            float x[32 * 24];
+            fill(x, n, rep % 3 == 0 ? 1e-3f : 30.0f);
+            if (rep % 5 == 0) /* ties: amax 127 makes id 1, so k + 0.5 lands exactly halfway */
+                for (int64_t i = 0; i < n; i++) x[i] = i % 32 == 0 ? 127.0f : (float)((int)(x[i] * 3.0f)) + 0.5f;
+            if (rep % 7 == 0) memset(x, 0, 32 * sizeof(float));
+            unsigned char a[34 * 24 + 64], b[34 * 24 + 64];
+            memset(a, 0xAB, sizeof a);
+            memset(b, 0xAB, sizeof b);
+            ref(x, a, n);
+            fast(x, b, n);
+            assert_memory_equal(a, b, sizeof a);
+        }
+    }
+}
+
 static void test_expf(void **state) {
     (void)state;
     double worst = 0;
@@ -573,7 +600,7 @@ int main(void) {
         cmocka_unit_test(test_simd_selected),   cmocka_unit_test(test_elementwise), cmocka_unit_test(test_rmsnorm_softmax),
         cmocka_unit_test(test_rope),            cmocka_unit_test(test_attention),   cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_llama_cpp_paths),
-        cmocka_unit_test(test_ops_threaded),    cmocka_unit_test(test_pool),        cmocka_unit_test(test_expf),
+        cmocka_unit_test(test_ops_threaded),    cmocka_unit_test(test_pool),        cmocka_unit_test(test_expf), cmocka_unit_test(test_act_quant_avx2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -452,6 +452,64 @@ static void test_vec_dot(void **state) {
     free(b.yq);
 }
 
+/* vec_dot_tile (several weight rows x activation rows per call) equals vec_dot bit for bit, for
+ * every tile shape, row lengths of 1..40 blocks and unaligned row strides. */
+static void test_vec_dot_tile(void **state) {
+    (void)state;
+    int n_checked = 0;
+    for (size_t c = 0; c < N_CASES; c++) {
+        const qr_quant_traits *best = qr_quant_traits_best(cases[c].type);
+        if (!best->vec_dot_tile) continue;
+        const qr_quant_traits *ta = qr_quant_traits_best(best->vec_dot_type);
+        const qr_quant_traits *tw = qr_quant_traits_ref(cases[c].type);
+        rng_seed(7000 + c);
+        static const int64_t blocks[] = {1, 2, 3, 5, 18, 40};
+        for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
+            const int64_t n = blocks[bi] * bsize(cases[c].type);
+            /* rows with 3 spare bytes: strides not a multiple of the block size */
+            const size_t bx = qr_type_row_size(cases[c].type, n) + 3, by = qr_type_row_size(best->vec_dot_type, n) + 5;
+            char *wx = malloc(bx * QR_TILE_MAX), *wy = malloc(by * QR_TILE_MAX);
+            float *f = malloc((size_t)n * sizeof(float));
+            assert_true(wx && wy && f);
+            for (int r = 0; r < QR_TILE_MAX; r++) {
+                fill_weights(f, n);
+                tw->from_float(f, wx + r * bx, n);
+                fill_gauss(f, n);
+                ta->from_float(f, wy + r * by, n);
+            }
+            for (int nr = 1; nr <= QR_TILE_MAX; nr++)
+                for (int nc = 1; nc <= QR_TILE_MAX; nc++) {
+                    float s[QR_TILE_MAX * 7];
+                    for (int i = 0; i < QR_TILE_MAX * 7; i++) s[i] = NAN;
+                    best->vec_dot_tile(n, s, 7, wx, bx, wy, by, nr, nc);
+                    for (int r = 0; r < nr; r++)
+                        for (int cc = 0; cc < nc; cc++) {
+                            float one = NAN;
+                            best->vec_dot(n, &one, wx + r * bx, wy + cc * by);
+                            uint32_t a, b;
+                            memcpy(&a, &one, 4);
+                            memcpy(&b, &s[cc * 7 + r], 4);
+                            if (a != b)
+                                printf("test_quant: tile FAIL %s n=%lld %dx%d r=%d c=%d %.9g vs %.9g\n",
+                                       qr_type_name(cases[c].type), (long long)n, nr, nc, r, cc, (double)one,
+                                       (double)s[cc * 7 + r]);
+                            assert_int_equal(a, b);
+                            n_checked++;
+                        }
+                    /* untouched outside the tile */
+                    for (int cc = 0; cc < QR_TILE_MAX; cc++)
+                        for (int r = 0; r < 7; r++)
+                            if (cc >= nc || r >= nr) assert_true(isnan(s[cc * 7 + r]));
+                }
+            free(wx);
+            free(wy);
+            free(f);
+        }
+    }
+    printf("test_quant: vec_dot_tile == vec_dot bit for bit on %d dots\n", n_checked);
+    if (strcmp(qr_quant_simd_level(), "scalar") != 0) assert_true(n_checked > 0);
+}
+
 /* The kernels that reproduce llama.cpp's other x86 matmul paths (repacked GEMV / GEMM, tiled GEMM,
  * sgemm; see quant.h): the SIMD ones of the repacked and tiled orders equal the scalar ones bit for
  * bit (same integer sums, same float operations in the same order); every one of them is within
@@ -574,7 +632,7 @@ int main(void) {
         cmocka_unit_test(test_degenerate_blocks), cmocka_unit_test(test_output_fully_written),
         cmocka_unit_test(test_activation_ties),
         cmocka_unit_test(test_vec_dot),          cmocka_unit_test(test_simd_convert_exact),
-        cmocka_unit_test(test_llama_cpp_orders),
+        cmocka_unit_test(test_llama_cpp_orders), cmocka_unit_test(test_vec_dot_tile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -303,6 +303,8 @@ typedef struct mm_task {
      * when the weight has no repacked path */
     qr_from_float_fn act_gemm;
     qr_vec_dot_fn dot, dot_gemm;
+    qr_vec_dot_tile_fn tile;    /* dot's tiled form (bit-identical results) when the weight type has one, else NULL */
+    int tile_r, tile_c;         /* tile shape: weight rows x token rows, each <= QR_TILE_MAX */
     int64_t n_gemm;
     const float *x;
     float *y;
@@ -330,6 +332,17 @@ static void mm_dot_task(void *arg, int64_t lo, int64_t hi, int ith) {
         const int64_t r0 = rc * t->rows_per_chunk, r1 = r0 + t->rows_per_chunk < t->n ? r0 + t->rows_per_chunk : t->n;
         const int64_t t0 = tc * t->toks_per_chunk,
                       t1 = t0 + t->toks_per_chunk < t->n_tok ? t0 + t->toks_per_chunk : t->n_tok;
+        if (t->tile) {
+            for (int64_t i = r0; i < r1; i += t->tile_r) {
+                const int nr = (int)(r1 - i < t->tile_r ? r1 - i : t->tile_r);
+                for (int64_t tk = t0; tk < t1; tk += t->tile_c) {
+                    const int nc = (int)(t1 - tk < t->tile_c ? t1 - tk : t->tile_c);
+                    t->tile(t->k, t->y + tk * t->n + i, t->n, wbase + (size_t)i * wrow, wrow,
+                            t->xq + (size_t)tk * t->xq_row, t->xq_row, nr, nc);
+                }
+            }
+            continue;
+        }
         for (int64_t i = r0; i < r1; i++) {
             const void *wr = wbase + (size_t)i * wrow;
             for (int64_t tk = t0; tk < t1; tk++)
@@ -362,12 +375,19 @@ static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64
     } else if (tr->vec_dot_sgemm && n_rows >= 2 && tr->sgemm_k > 0 && t.k % tr->sgemm_k == 0) {
         t.dot = tr->vec_dot_sgemm; /* and others through llamafile's sgemm */
     }
+    if (t.dot == tr->vec_dot && t.n_gemm == 0 && tr->vec_dot_tile && n_rows >= 2) {
+        /* several weight rows x token rows per call: same sums, fewer loads, independent FMA chains
+         * (one token row gains nothing from it: measured) */
+        t.tile = tr->vec_dot_tile;
+        t.tile_r = cb->tile_r;
+        t.tile_c = cb->tile_c;
+    }
     if (tr->vec_dot_type == QR_TYPE_F32) {
         t.xq = (const char *)x;
         t.xq_row = (size_t)t.k * sizeof(float);
     } else {
         const qr_quant_traits *vtr = cpu_traits(cb, tr->vec_dot_type);
-        t.act = qr_cpu_act_quantizer(tr->vec_dot_type);
+        t.act = (cb->k == &qr_cpu_kernels_avx2 ? qr_cpu_act_quantizer_avx2 : qr_cpu_act_quantizer)(tr->vec_dot_type);
         if (!t.act && vtr) t.act = vtr->from_float;
         if (!t.act) {
             raise_error(cb, QR_ERR_UNSUPPORTED, "matmul: cannot convert activations to the vec_dot type");
@@ -739,6 +759,15 @@ qr_status qr_backend_cpu_create(const qr_backend_cpu_params *params, qr_backend 
     be->impl = cb;
     cb->scalar = params && params->force_scalar;
     cb->k = (!cb->scalar && qr_cpu_has_avx2()) ? &qr_cpu_kernels_avx2 : &qr_cpu_kernels_scalar;
+    cb->tile_r = 3; /* measured best or near it for Q4_1 / Q5_0 rows of 576..640 (tools: tile sweep) */
+    cb->tile_c = 4;
+    const char *tile_env = getenv("QUARREL_TILE");
+    int tr = 0, tc = 0;
+    if (tile_env && sscanf(tile_env, "%dx%d", &tr, &tc) == 2 && tr >= 1 && tr <= QR_TILE_MAX && tc >= 1 &&
+        tc <= QR_TILE_MAX) {
+        cb->tile_r = tr;
+        cb->tile_c = tc;
+    }
     cb->gelu_tab = malloc(65536 * sizeof(float));
     if (!cb->gelu_tab) goto oom;
     qr_cpu_gelu_table_init(cb->gelu_tab);

@@ -127,6 +127,8 @@ bool qr_cpu_has_avx2(void);
 /* The activation converter for Q8_0 / Q8_1 (ggml's x86 SIMD quantizer numerics, act_quant.c);
  * NULL for other types (the quant traits' from_float is used). */
 qr_from_float_fn qr_cpu_act_quantizer(qr_type vec_dot_type);
+/* The same converters in AVX2 (act_quant_avx2.c; identical bytes; call only when cpuid has AVX2). */
+qr_from_float_fn qr_cpu_act_quantizer_avx2(qr_type vec_dot_type);
 
 /* ggml's tanh-approximation GELU in f32 (the value the f16 table is built from). */
 float qr_cpu_gelu_f32(float x);
@@ -155,6 +157,7 @@ typedef struct cpu_backend {
     /* matmul scratch: activations converted to the weight's vec_dot_type */
     void *wdata;
     size_t wdata_cap;
+    int tile_r, tile_c;       /* matmul tile for multi-row passes: weight rows x token rows (QUARREL_TILE=RxC) */
     /* sticky error raised by an op */
     qr_status error;
     char error_msg[256];

@@ -194,6 +194,23 @@ static inline float dot_q_k(const float *q, const void *k, qr_type t, int32_t n,
     return (float)sum;
 }
 
+/* The tinyBLAS order of dot_q_k (n % 8 == 0) for 4 keys `stride` bytes apart: out[e] bit-identical to
+ * dot_q_k(q, k + e * stride, t, n, false); four independent FMA chains share the q loads. */
+static inline void dot4_q_k(const float *q, const char *k, size_t stride, qr_type t, int32_t n, float *out) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int32_t i = 0; i < n; i += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + i);
+        a0 = _mm256_fmadd_ps(load8_kv(k, t, i), qv, a0);
+        a1 = _mm256_fmadd_ps(load8_kv(k + stride, t, i), qv, a1);
+        a2 = _mm256_fmadd_ps(load8_kv(k + 2 * stride, t, i), qv, a2);
+        a3 = _mm256_fmadd_ps(load8_kv(k + 3 * stride, t, i), qv, a3);
+    }
+    out[0] = reduce8_avx(a0);
+    out[1] = reduce8_avx(a1);
+    out[2] = reduce8_avx(a2);
+    out[3] = reduce8_avx(a3);
+}
+
 /* acc[0..n) += e * v[0..n) */
 static inline void axpy_v(float *acc, float e, const void *v, qr_type t, int32_t n) {
     const __m256 ve = _mm256_set1_ps(e);
@@ -236,12 +253,26 @@ static void attn_head_avx2(const cpu_attn_job *j) {
         int32_t run = j->block_size - off;
         if (run > n - t) run = n - t;
         const int64_t slot0 = (int64_t)j->block_table[p / j->block_size] * j->block_size + off;
-        for (int32_t u = 0; u < run; u++) {
+        int32_t u = 0;
+        if (!j->single && dk % 8 == 0) /* four keys at a time, same sums */
+            for (; u + 4 <= run; u += 4) {
+                float sc4[4];
+                dot4_q_k(q, kb + ((slot0 + u) * j->k_stride + j->k_off) * esz, (size_t)j->k_stride * esz, j->kv_type,
+                         dk, sc4);
+                for (int e = 0; e < 4; e++) {
+                    float sc = sc4[e];
+                    if (j->softcap > 0.0f) sc = tanhf(sc * (1.0f / j->softcap)) * j->softcap;
+                    sc *= j->scale;
+                    s[t + u + e] = sc;
+                    max = sc > max ? sc : max; /* fmaxf without the call (NaN scores never raise it either) */
+                }
+            }
+        for (; u < run; u++) {
             float sc = dot_q_k(q, kb + ((slot0 + u) * j->k_stride + j->k_off) * esz, j->kv_type, dk, j->single);
             if (j->softcap > 0.0f) sc = tanhf(sc * (1.0f / j->softcap)) * j->softcap;
             sc *= j->scale;
             s[t + u] = sc;
-            max = fmaxf(max, sc);
+            max = sc > max ? sc : max;
         }
         t += run;
     }
