@@ -65,6 +65,7 @@ typedef struct simd_override {
     qr_vec_dot_fn vec_dot_sgemm;
     int32_t sgemm_k;
     qr_vec_dot_tile_fn vec_dot_tile;
+    qr_vec_dot_tile_fn vec_dot_gemm_tile, vec_dot_gemv_tile;
 } simd_override;
 
 #define OV(t, tf, ff, vd) {.type = t, .to_float = tf, .from_float = ff, .vec_dot = vd}
@@ -87,6 +88,7 @@ static const simd_override avx2_overrides[] = {
     KOV(QR_TYPE_Q3_K, qr_vec_dot_q3_K_q8_K_avx2, qr_vec_dot_q3_K_q8_K_tiled_avx2),
     {.type = QR_TYPE_Q4_K, .vec_dot = qr_vec_dot_q4_K_q8_K_avx2, .vec_dot_gemv = qr_vec_dot_q4_K_q8_K_gemv_avx2,
      .vec_dot_gemm = qr_vec_dot_q4_K_q8_K_gemm_avx2, .from_float_gemm = qr_q8_K_from_float_x4_avx2,
+     .vec_dot_gemm_tile = qr_vec_dot_tile_q4_K_q8_K_gemm_avx2, .vec_dot_gemv_tile = qr_vec_dot_tile_q4_K_q8_K_gemv_avx2,
      .vec_dot_tiled = qr_vec_dot_q4_K_q8_K_tiled_avx2},
     KOV(QR_TYPE_Q5_K, qr_vec_dot_q5_K_q8_K_avx2, qr_vec_dot_q5_K_q8_K_tiled_avx2),
     KOV(QR_TYPE_Q6_K, qr_vec_dot_q6_K_q8_K_avx2, qr_vec_dot_q6_K_q8_K_tiled_avx2),
@@ -135,6 +137,8 @@ static void init_best(void) {
             if (o->from_float_gemm) t->from_float_gemm = o->from_float_gemm;
             if (o->vec_dot_tiled) t->vec_dot_tiled = o->vec_dot_tiled;
             if (o->vec_dot_tile) t->vec_dot_tile = o->vec_dot_tile;
+            if (o->vec_dot_gemm_tile) t->vec_dot_gemm_tile = o->vec_dot_gemm_tile;
+            if (o->vec_dot_gemv_tile) t->vec_dot_gemv_tile = o->vec_dot_gemv_tile;
             if (o->vec_dot_sgemm) {
                 t->vec_dot_sgemm = o->vec_dot_sgemm;
                 t->sgemm_k = o->sgemm_k;

@@ -65,6 +65,8 @@ typedef struct qr_quant_traits {
     /* vec_dot for a tile of weight rows x activation rows at once (same results, faster); NULL:
      * call vec_dot per pair. */
     qr_vec_dot_tile_fn vec_dot_tile;
+    /* the same for vec_dot_gemm / vec_dot_gemv (NULL: per pair) */
+    qr_vec_dot_tile_fn vec_dot_gemm_tile, vec_dot_gemv_tile;
 } qr_quant_traits;
 
 /* Fewest activation rows for which llama.cpp's x86 CPU backend takes its tiled K-quant GEMM. */

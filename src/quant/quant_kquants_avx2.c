@@ -293,6 +293,84 @@ void qr_vec_dot_q4_K_q8_K_gemm_avx2(int64_t n, float *s, const void *vx, const v
     *s = acc - acc_min;
 }
 
+/* Tiles of the repacked Q4_K GEMM / GEMV orders (qr_vec_dot_tile_fn): nr rows x nc activation rows,
+ * each dot with exactly the integer sums of q4_K_pair_sums and the float steps of the _gemm / _gemv
+ * kernels above (bit-identical), the weight unpacking done once per row and block for all nc. */
+static inline __attribute__((always_inline)) void tile_q4_K(int64_t n, float *s, int64_t bs, const char *vx, size_t bx,
+                                                            const char *vy, size_t by, const int NR, const int NC,
+                                                            const int gemm) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    float acc[4][4], acc_min[4][4];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = acc_min[r][c] = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        for (int r = 0; r < NR; r++) {
+            const qr_block_q4_K *x = (const qr_block_q4_K *)(vx + (size_t)r * bx) + i;
+            const __m256i mins_and_scales = _mm256_cvtepu8_epi16(k4_scales_mins(x->scales));
+            const __m128i sc128 = _mm256_castsi256_si128(mins_and_scales);
+            const __m256i scales = _mm256_set_m128i(sc128, sc128);
+            __m256i lo[4], hi[4], sl[4], sh[4];
+            for (int j = 0; j < 4; j++) {
+                const __m256i bits = load256(x->qs + 32 * j);
+                lo[j] = _mm256_and_si256(bits, m4);
+                hi[j] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                sl[j] = _mm256_shuffle_epi8(scales, load256(shuffle_masks.k4[2 * j]));
+                sh[j] = _mm256_shuffle_epi8(scales, load256(shuffle_masks.k4[2 * j + 1]));
+            }
+            const float xd = f16c_to_fp32(x->d), xdmin = f16c_to_fp32(x->dmin);
+            for (int c = 0; c < NC; c++) {
+                const qr_block_q8_K *y = (const qr_block_q8_K *)(vy + (size_t)c * by) + i;
+                const __m128i imin = k4_min_products(mins_and_scales, y->bsums);
+                __m256i p[4];
+                for (int j = 0; j < 4; j++) {
+                    const __m256i pl = _mm256_madd_epi16(sl[j], _mm256_maddubs_epi16(lo[j], load256(y->qs + 64 * j)));
+                    const __m256i ph = _mm256_madd_epi16(sh[j], _mm256_maddubs_epi16(hi[j], load256(y->qs + 64 * j + 32)));
+                    p[j] = _mm256_add_epi32(pl, ph);
+                }
+                const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+                const __m128i isum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+                const float d = xd * y->d, dmin = xdmin * y->d;
+                if (gemm) {
+                    float fs[4], fm[4];
+                    _mm_storeu_ps(fs, _mm_cvtepi32_ps(isum));
+                    _mm_storeu_ps(fm, _mm_cvtepi32_ps(imin));
+                    for (int k = 0; k < 4; k++) {
+                        acc[r][c] = fmaf(fs[k], d, acc[r][c]);
+                        acc_min[r][c] = fmaf(fm[k], dmin, acc_min[r][c]);
+                    }
+                } else {
+                    acc[r][c] = fmaf((float)hsum_epi32_128(isum), d, acc[r][c]);
+                    acc_min[r][c] = fmaf((float)hsum_epi32_128(imin), dmin, acc_min[r][c]);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) s[(int64_t)c * bs + r] = acc[r][c] - acc_min[r][c];
+}
+
+#define KTILE_CASE(G, R, C) \
+    case (R) * 8 + (C): tile_q4_K(n, s, bs, vx, bx, vy, by, R, C, G); return;
+#define KTILE_ROW(G, R) KTILE_CASE(G, R, 1) KTILE_CASE(G, R, 2) KTILE_CASE(G, R, 3) KTILE_CASE(G, R, 4)
+
+void qr_vec_dot_tile_q4_K_q8_K_gemm_avx2(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y,
+                                         size_t by, int nr, int nc) {
+    const char *vx = x, *vy = y;
+    switch (nr * 8 + nc) {
+        KTILE_ROW(1, 1) KTILE_ROW(1, 2) KTILE_ROW(1, 3) KTILE_ROW(1, 4)
+    default: return;
+    }
+}
+
+void qr_vec_dot_tile_q4_K_q8_K_gemv_avx2(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y,
+                                         size_t by, int nr, int nc) {
+    const char *vx = x, *vy = y;
+    switch (nr * 8 + nc) {
+        KTILE_ROW(0, 1) KTILE_ROW(0, 2) KTILE_ROW(0, 3) KTILE_ROW(0, 4)
+    default: return;
+    }
+}
+
 /* ggml's tiled order for Q4_K (weights it does not repack). */
 void qr_vec_dot_q4_K_q8_K_tiled_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     const qr_block_q4_K *x = vx;

@@ -459,7 +459,10 @@ static void test_vec_dot_tile(void **state) {
     int n_checked = 0;
     for (size_t c = 0; c < N_CASES; c++) {
         const qr_quant_traits *best = qr_quant_traits_best(cases[c].type);
-        if (!best->vec_dot_tile) continue;
+      const qr_vec_dot_tile_fn tiles[3] = {best->vec_dot_tile, best->vec_dot_gemm_tile, best->vec_dot_gemv_tile};
+      const qr_vec_dot_fn singles[3] = {best->vec_dot, best->vec_dot_gemm, best->vec_dot_gemv};
+      for (int kind = 0; kind < 3; kind++) {
+        if (!tiles[kind]) continue;
         const qr_quant_traits *ta = qr_quant_traits_best(best->vec_dot_type);
         const qr_quant_traits *tw = qr_quant_traits_ref(cases[c].type);
         rng_seed(7000 + c);
@@ -481,11 +484,11 @@ static void test_vec_dot_tile(void **state) {
                 for (int nc = 1; nc <= QR_TILE_MAX; nc++) {
                     float s[QR_TILE_MAX * 7];
                     for (int i = 0; i < QR_TILE_MAX * 7; i++) s[i] = NAN;
-                    best->vec_dot_tile(n, s, 7, wx, bx, wy, by, nr, nc);
+                    tiles[kind](n, s, 7, wx, bx, wy, by, nr, nc);
                     for (int r = 0; r < nr; r++)
                         for (int cc = 0; cc < nc; cc++) {
                             float one = NAN;
-                            best->vec_dot(n, &one, wx + r * bx, wy + cc * by);
+                            singles[kind](n, &one, wx + r * bx, wy + cc * by);
                             uint32_t a, b;
                             memcpy(&a, &one, 4);
                             memcpy(&b, &s[cc * 7 + r], 4);
@@ -505,6 +508,7 @@ static void test_vec_dot_tile(void **state) {
             free(wy);
             free(f);
         }
+      }
     }
     printf("test_quant: vec_dot_tile == vec_dot bit for bit on %d dots\n", n_checked);
     if (strcmp(qr_quant_simd_level(), "scalar") != 0) assert_true(n_checked > 0);

@@ -304,6 +304,7 @@ typedef struct mm_task {
     qr_from_float_fn act_gemm;
     qr_vec_dot_fn dot, dot_gemm;
     qr_vec_dot_tile_fn tile;    /* dot's tiled form (bit-identical results) when the weight type has one, else NULL */
+    qr_vec_dot_tile_fn tile_gemm, tile_gemv; /* the same for dot_gemm (rows < n_gemm) and dot (the rest) */
     int tile_r, tile_c;         /* tile shape: weight rows x token rows, each <= QR_TILE_MAX */
     int64_t n_gemm;
     const float *x;
@@ -332,6 +333,20 @@ static void mm_dot_task(void *arg, int64_t lo, int64_t hi, int ith) {
         const int64_t r0 = rc * t->rows_per_chunk, r1 = r0 + t->rows_per_chunk < t->n ? r0 + t->rows_per_chunk : t->n;
         const int64_t t0 = tc * t->toks_per_chunk,
                       t1 = t0 + t->toks_per_chunk < t->n_tok ? t0 + t->toks_per_chunk : t->n_tok;
+        if (t->tile_gemm) { /* repacked path: token rows below n_gemm through the GEMM order */
+            const int64_t tm = t1 < t->n_gemm ? t1 : (t0 > t->n_gemm ? t0 : t->n_gemm);
+            for (int64_t i = r0; i < r1; i += t->tile_r) {
+                const int nr = (int)(r1 - i < t->tile_r ? r1 - i : t->tile_r);
+                for (int64_t tk = t0; tk < t1;) {
+                    const int64_t end = tk < tm ? tm : t1;
+                    const int nc = (int)(end - tk < t->tile_c ? end - tk : t->tile_c);
+                    (tk < tm ? t->tile_gemm : t->tile_gemv)(t->k, t->y + tk * t->n + i, t->n, wbase + (size_t)i * wrow,
+                                                           wrow, t->xq + (size_t)tk * t->xq_row, t->xq_row, nr, nc);
+                    tk += nc;
+                }
+            }
+            continue;
+        }
         if (t->tile) {
             for (int64_t i = r0; i < r1; i += t->tile_r) {
                 const int nr = (int)(r1 - i < t->tile_r ? r1 - i : t->tile_r);
@@ -374,6 +389,13 @@ static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64
         t.dot = tr->vec_dot_tiled; /* the other K-quants go through its tiled GEMM */
     } else if (tr->vec_dot_sgemm && n_rows >= 2 && tr->sgemm_k > 0 && t.k % tr->sgemm_k == 0) {
         t.dot = tr->vec_dot_sgemm; /* and others through llamafile's sgemm */
+    }
+    if (t.n_gemm > 0 && tr->vec_dot_gemm_tile && tr->vec_dot_gemv_tile && t.dot == tr->vec_dot_gemv &&
+        t.dot_gemm == tr->vec_dot_gemm) {
+        t.tile_gemm = tr->vec_dot_gemm_tile;
+        t.tile_gemv = tr->vec_dot_gemv_tile;
+        t.tile_r = cb->tile_r;
+        t.tile_c = cb->tile_c;
     }
     if (t.dot == tr->vec_dot && t.n_gemm == 0 && tr->vec_dot_tile && n_rows >= 2) {
         /* several weight rows x token rows per call: same sums, fewer loads, independent FMA chains

@@ -296,6 +296,40 @@ static void attn_head_avx2(const cpu_attn_job *j) {
                                                                _MM_FROUND_TO_NEAREST_INT)));
     for (; t < n; t++) s[t] = qr_fp16_to_fp32(qr_fp32_to_fp16(s[t] * inv));
     for (int l = 0; l < lanes; l++) memset(acc[l], 0, sizeof(float) * (size_t)dv);
+    if (!j->single && dv % 8 == 0) {
+        /* the same sums with the 8 lane accumulators of 8 dims held in registers: positions in aligned
+         * groups of 8 (lane = position % 8), 64 positions per batch; positions outside [first, last]
+         * add 0 * 0 */
+        static const _Alignas(32) float zero_kv[QR_CPU_MAX_HEAD_DIM] = {0};
+        for (int32_t P0 = j->first & ~7; P0 <= j->last; P0 += 64) {
+            const void *vp[64];
+            float pr[64];
+            for (int32_t e = 0; e < 64; e++) {
+                const int32_t P = P0 + e;
+                if (P < j->first || P > j->last) {
+                    vp[e] = zero_kv;
+                    pr[e] = 0.0f;
+                    continue;
+                }
+                const int64_t slot = (int64_t)j->block_table[P / j->block_size] * j->block_size + P % j->block_size;
+                vp[e] = vb + (slot * j->v_stride + j->v_off) * esz;
+                pr[e] = s[P - j->first];
+            }
+            const qr_type vt = j->kv_type;
+            const int32_t ng = (j->last - P0) / 8 + 1 < 8 ? (j->last - P0) / 8 + 1 : 8;
+            for (int32_t c = 0; c < dv; c += 8) {
+                __m256 a[8];
+                for (int l = 0; l < 8; l++) a[l] = _mm256_load_ps(acc[l] + c);
+                for (int32_t g = 0; g < ng; g++)
+                    for (int l = 0; l < 8; l++) {
+                        const int e = g * 8 + l;
+                        /* zero_kv is f32 zeros: as f16 it reads zeros too */
+                        a[l] = _mm256_fmadd_ps(_mm256_set1_ps(pr[e]), load8_kv(vp[e], vt, c), a[l]);
+                    }
+                for (int l = 0; l < 8; l++) _mm256_store_ps(acc[l] + c, a[l]);
+            }
+        }
+    } else
     for (t = 0; t < n;) {
         const int32_t p = j->first + t, off = p % j->block_size;
         int32_t run = j->block_size - off;
