@@ -66,6 +66,7 @@ typedef struct simd_override {
     int32_t sgemm_k;
     qr_vec_dot_tile_fn vec_dot_tile;
     qr_vec_dot_tile_fn vec_dot_gemm_tile, vec_dot_gemv_tile;
+    qr_vec_dot_tile_fn vec_dot_tiled_tile;
 } simd_override;
 
 #define OV(t, tf, ff, vd) {.type = t, .to_float = tf, .from_float = ff, .vec_dot = vd}
@@ -91,7 +92,8 @@ static const simd_override avx2_overrides[] = {
      .vec_dot_gemm_tile = qr_vec_dot_tile_q4_K_q8_K_gemm_avx2, .vec_dot_gemv_tile = qr_vec_dot_tile_q4_K_q8_K_gemv_avx2,
      .vec_dot_tiled = qr_vec_dot_q4_K_q8_K_tiled_avx2},
     KOV(QR_TYPE_Q5_K, qr_vec_dot_q5_K_q8_K_avx2, qr_vec_dot_q5_K_q8_K_tiled_avx2),
-    KOV(QR_TYPE_Q6_K, qr_vec_dot_q6_K_q8_K_avx2, qr_vec_dot_q6_K_q8_K_tiled_avx2),
+    {.type = QR_TYPE_Q6_K, .vec_dot = qr_vec_dot_q6_K_q8_K_avx2, .vec_dot_tiled = qr_vec_dot_q6_K_q8_K_tiled_avx2,
+     .vec_dot_tiled_tile = qr_vec_dot_tile_q6_K_q8_K_tiled_avx2},
     OV(QR_TYPE_Q8_K, NULL, qr_q8_K_from_float_avx2, NULL),
     {.type = QR_TYPE_MXFP4, .vec_dot = qr_vec_dot_mxfp4_q8_0_avx2, .vec_dot_gemv = qr_vec_dot_mxfp4_q8_0_rp_avx2,
      .vec_dot_gemm = qr_vec_dot_mxfp4_q8_0_rp_avx2},
@@ -139,6 +141,7 @@ static void init_best(void) {
             if (o->vec_dot_tile) t->vec_dot_tile = o->vec_dot_tile;
             if (o->vec_dot_gemm_tile) t->vec_dot_gemm_tile = o->vec_dot_gemm_tile;
             if (o->vec_dot_gemv_tile) t->vec_dot_gemv_tile = o->vec_dot_gemv_tile;
+            if (o->vec_dot_tiled_tile) t->vec_dot_tiled_tile = o->vec_dot_tiled_tile;
             if (o->vec_dot_sgemm) {
                 t->vec_dot_sgemm = o->vec_dot_sgemm;
                 t->sgemm_k = o->sgemm_k;

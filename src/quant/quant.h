@@ -67,6 +67,8 @@ typedef struct qr_quant_traits {
     qr_vec_dot_tile_fn vec_dot_tile;
     /* the same for vec_dot_gemm / vec_dot_gemv (NULL: per pair) */
     qr_vec_dot_tile_fn vec_dot_gemm_tile, vec_dot_gemv_tile;
+    /* and for vec_dot_tiled */
+    qr_vec_dot_tile_fn vec_dot_tiled_tile;
 } qr_quant_traits;
 
 /* Fewest activation rows for which llama.cpp's x86 CPU backend takes its tiled K-quant GEMM. */

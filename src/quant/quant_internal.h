@@ -152,6 +152,7 @@ void qr_vec_dot_tile_q8_0_q8_0_avx2(int64_t n, float *s, int64_t bs, const void 
 void qr_vec_dot_tile_q4_1_q8_1_avx2(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 void qr_vec_dot_tile_q4_K_q8_K_gemm_avx2(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 void qr_vec_dot_tile_q4_K_q8_K_gemv_avx2(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
+void qr_vec_dot_tile_q6_K_q8_K_tiled_avx2(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 void qr_vec_dot_tile_q5_1_q8_1_avx2(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 void qr_vec_dot_f32_avx2(int64_t n, float *s, const void *x, const void *y);
 void qr_vec_dot_f16_avx2(int64_t n, float *s, const void *x, const void *y);

@@ -493,3 +493,61 @@ void qr_vec_dot_q6_K_q8_K_tiled_avx2(int64_t n, float *s, const void *vx, const 
         acc = tiled_step(acc, f16c_to_fp32(x[i].d), 0.0f, hsum_epi32(q6_K_sb(&x[i], &y[i])), 0, y[i].d);
     *s = acc;
 }
+
+/* Tiles of the tiled-GEMM Q6_K order (qr_vec_dot_tile_fn): each dot bit-identical to
+ * qr_vec_dot_q6_K_q8_K_tiled_avx2 (same exact integer sums, same tiled_step), the codes and scales of
+ * a weight block unpacked once for all nc activation rows. */
+static inline __attribute__((always_inline)) void tile_q6_K(int64_t n, float *s, int64_t bs, const char *vx, size_t bx,
+                                                            const char *vy, size_t by, const int NR, const int NC) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+    float acc[4][4];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        for (int r = 0; r < NR; r++) {
+            const qr_block_q6_K *x = (const qr_block_q6_K *)(vx + (size_t)r * bx) + i;
+            const __m128i sc8 = _mm_loadu_si128((const __m128i *)x->scales);
+            const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+            __m256i q[8], sc[8];
+            for (int j = 0; j < 2; j++) {
+                const uint8_t *ql = x->ql + 64 * j, *qh = x->qh + 32 * j;
+                const __m256i l1 = load256(ql), l2 = load256(ql + 32), h = load256(qh);
+                q[4 * j + 0] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+                q[4 * j + 1] = _mm256_or_si256(_mm256_and_si256(l2, m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
+                q[4 * j + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+                q[4 * j + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l2, 4), m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
+                for (int k = 0; k < 4; k++)
+                    sc[4 * j + k] = _mm256_cvtepi8_epi16(
+                        _mm_shuffle_epi8(sc8, _mm_loadu_si128((const __m128i *)shuffle_masks.pair[4 * j + k])));
+            }
+            const float dx = f16c_to_fp32(x->d);
+            for (int c = 0; c < NC; c++) {
+                const qr_block_q8_K *y = (const qr_block_q8_K *)(vy + (size_t)c * by) + i;
+                const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(y->bsums)), 5);
+                __m256i sumi = _mm256_setzero_si256();
+                for (int e = 0; e < 8; e++)
+                    sumi = _mm256_add_epi32(
+                        sumi, _mm256_madd_epi16(sc[e], _mm256_maddubs_epi16(q[e], load256(y->qs + 32 * e))));
+                acc[r][c] = tiled_step(acc[r][c], dx, 0.0f, hsum_epi32(_mm256_sub_epi32(sumi, offset)), 0, y->d);
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) s[(int64_t)c * bs + r] = acc[r][c];
+}
+
+#define Q6TILE_CASE(R, C) \
+    case (R) * 8 + (C): tile_q6_K(n, s, bs, vx, bx, vy, by, R, C); return;
+#define Q6TILE_ROW(R) Q6TILE_CASE(R, 1) Q6TILE_CASE(R, 2) Q6TILE_CASE(R, 3) Q6TILE_CASE(R, 4)
+
+void qr_vec_dot_tile_q6_K_q8_K_tiled_avx2(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y,
+                                          size_t by, int nr, int nc) {
+    const char *vx = x, *vy = y;
+    switch (nr * 8 + nc) {
+        Q6TILE_ROW(1) Q6TILE_ROW(2) Q6TILE_ROW(3) Q6TILE_ROW(4)
+    default: return;
+    }
+}

@@ -308,7 +308,7 @@ static void test_output_fully_written(void **state) {
         rng_seed(4000 + c);
         const int64_t n = bsize(cases[c].type) == 1 ? 999 : 8 * (int64_t)bsize(cases[c].type);
         const size_t bytes = qr_type_row_size(cases[c].type, n);
-        for (int kind = 0; kind < 3; kind++) {
+        for (int kind = 0; kind < 4; kind++) {
             for (int64_t i = 0; i < n; i++) x[i] = kind == 0 ? 0.0f : kind == 1 ? 0.25f : rng_gauss();
             for (int impl = 0; impl < 2; impl++) {
                 const qr_quant_traits *t = impl ? qr_quant_traits_best(cases[c].type) : qr_quant_traits_ref(cases[c].type);
@@ -459,9 +459,10 @@ static void test_vec_dot_tile(void **state) {
     int n_checked = 0;
     for (size_t c = 0; c < N_CASES; c++) {
         const qr_quant_traits *best = qr_quant_traits_best(cases[c].type);
-      const qr_vec_dot_tile_fn tiles[3] = {best->vec_dot_tile, best->vec_dot_gemm_tile, best->vec_dot_gemv_tile};
-      const qr_vec_dot_fn singles[3] = {best->vec_dot, best->vec_dot_gemm, best->vec_dot_gemv};
-      for (int kind = 0; kind < 3; kind++) {
+      const qr_vec_dot_tile_fn tiles[4] = {best->vec_dot_tile, best->vec_dot_gemm_tile, best->vec_dot_gemv_tile,
+                                              best->vec_dot_tiled_tile};
+      const qr_vec_dot_fn singles[4] = {best->vec_dot, best->vec_dot_gemm, best->vec_dot_gemv, best->vec_dot_tiled};
+      for (int kind = 0; kind < 4; kind++) {
         if (!tiles[kind]) continue;
         const qr_quant_traits *ta = qr_quant_traits_best(best->vec_dot_type);
         const qr_quant_traits *tw = qr_quant_traits_ref(cases[c].type);

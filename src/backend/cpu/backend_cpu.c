@@ -397,6 +397,11 @@ static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64
         t.tile_r = cb->tile_r;
         t.tile_c = cb->tile_c;
     }
+    if (t.dot == tr->vec_dot_tiled && t.n_gemm == 0 && tr->vec_dot_tiled_tile) {
+        t.tile = tr->vec_dot_tiled_tile;
+        t.tile_r = cb->tile_r;
+        t.tile_c = cb->tile_c;
+    }
     if (t.dot == tr->vec_dot && t.n_gemm == 0 && tr->vec_dot_tile && n_rows >= 2) {
         /* several weight rows x token rows per call: same sums, fewer loads, independent FMA chains
          * (one token row gains nothing from it: measured) */
