@@ -71,7 +71,8 @@ static int npy_write_row(void *ud, size_t row, const float *logits) {
 
 static void usage_logits(FILE *f) {
     fprintf(f, "usage: quarrel logits -m MODEL (-p TEXT | -f FILE | --tokens IDS.json) -o OUT.npy [-t N] [--no-bos]\n"
-               "Writes teacher-forced float32 logits [n_tokens, n_vocab] as .npy (row i: logits after token i).\n");
+               "Writes teacher-forced float32 logits [n_tokens, n_vocab] as .npy (row i: logits after token i).\n"
+               APP_ENGINE_HELP);
 }
 
 /* Shared input handling of logits/perplexity: text or ids -> token ids. */
@@ -90,7 +91,8 @@ static int input_ids(app_engine *e, const char *prompt, const char *file, const 
 int cmd_logits(int argc, char **argv) {
     static const struct option longopts[] = {{"model", 1, 0, 'm'}, {"prompt", 1, 0, 'p'}, {"file", 1, 0, 'f'},
                                              {"tokens", 1, 0, 'T'}, {"output", 1, 0, 'o'}, {"threads", 1, 0, 't'},
-                                             {"no-bos", 0, 0, 'B'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+                                             {"no-bos", 0, 0, 'B'}, {"help", 0, 0, 'h'}, APP_ENGINE_LONGOPTS,
+                                             {0, 0, 0, 0}};
     app_engine_opts eo = {0};
     const char *prompt = NULL, *file = NULL, *tokens = NULL, *out = NULL;
     bool add_bos = true;
@@ -106,7 +108,13 @@ int cmd_logits(int argc, char **argv) {
         case 't': if ((rc = app_parse_int("-t", optarg, 1, 1024, &eo.n_threads))) return rc; break;
         case 'B': add_bos = false; break;
         case 'h': usage_logits(stdout); return 0;
-        default: usage_logits(stderr); return 2;
+        default:
+            if ((rc = app_engine_opt(c, optarg, &eo)) >= 0) {
+                if (rc) return rc;
+                break;
+            }
+            usage_logits(stderr);
+            return 2;
         }
     }
     if (!eo.model || !out || (!prompt + !file + !tokens) != 2 || optind < argc) {
@@ -180,13 +188,13 @@ static int ppl_row(void *ud, size_t row, const float *logits) {
 }
 
 static void usage_ppl(FILE *f) {
-    fprintf(f, "usage: quarrel perplexity -m MODEL -f TEXT [--ctx N (default 512)] [-t N] [--chunks K]\n");
+    fprintf(f, "usage: quarrel perplexity -m MODEL -f TEXT [--ctx N (default 512)] [-t N] [--chunks K]\n" APP_ENGINE_HELP);
 }
 
 int cmd_perplexity(int argc, char **argv) {
     static const struct option longopts[] = {{"model", 1, 0, 'm'}, {"file", 1, 0, 'f'}, {"ctx", 1, 0, 'c'},
                                              {"threads", 1, 0, 't'}, {"chunks", 1, 0, 'k'}, {"help", 0, 0, 'h'},
-                                             {0, 0, 0, 0}};
+                                             APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
     app_engine_opts eo = {0};
     const char *file = NULL;
     int32_t n_ctx = 512, max_chunks = -1;
@@ -200,7 +208,13 @@ int cmd_perplexity(int argc, char **argv) {
         case 't': if ((rc = app_parse_int("-t", optarg, 1, 1024, &eo.n_threads))) return rc; break;
         case 'k': if ((rc = app_parse_int("--chunks", optarg, 1, 1 << 30, &max_chunks))) return rc; break;
         case 'h': usage_ppl(stdout); return 0;
-        default: usage_ppl(stderr); return 2;
+        default:
+            if ((rc = app_engine_opt(c, optarg, &eo)) >= 0) {
+                if (rc) return rc;
+                break;
+            }
+            usage_ppl(stderr);
+            return 2;
         }
     }
     if (!eo.model || !file || optind < argc) {

@@ -120,6 +120,40 @@ static void print_timing(const app_engine *e, const gen_stats *s) {
             s->decode_s > 0 ? s->n_gen / s->decode_s : 0.0);
 }
 
+/* The MoE / SSM counters of the context (qr_context_arch_stats) in Prometheus text form, on stderr;
+ * nothing for models without experts or SSM layers. */
+static void print_arch_stats(const app_engine *e) {
+    const qr_arch_stats *a = qr_context_arch_stats(e->ctx);
+    if (a->moe_layer_calls) {
+        fprintf(stderr, "quarrel_moe_layer_latency_seconds_sum %.6f\nquarrel_moe_layer_latency_seconds_count %llu\n",
+                a->moe_layer_seconds, (unsigned long long)a->moe_layer_calls);
+        fprintf(stderr, "quarrel_moe_routing_latency_seconds_sum %.6f\nquarrel_moe_routing_latency_seconds_count %llu\n",
+                a->moe_routing_seconds, (unsigned long long)a->moe_layer_calls);
+        uint64_t total = 0, used = 0;
+        for (int32_t l = 0; l < a->n_layer && a->expert_selection; l++) {
+            uint64_t lt = 0;
+            for (int32_t x = 0; x < a->n_expert; x++) lt += a->expert_selection[(int64_t)l * a->n_expert + x];
+            if (!lt) continue; /* not an MoE layer */
+            for (int32_t x = 0; x < a->n_expert; x++) {
+                const uint64_t c = a->expert_selection[(int64_t)l * a->n_expert + x];
+                fprintf(stderr, "quarrel_moe_expert_selection{layer=\"%d\",expert=\"%d\"} %llu\n", l, x,
+                        (unsigned long long)c);
+                used += c > 0;
+                total++;
+            }
+        }
+        fprintf(stderr, "quarrel_moe_expert_utilization %.4f\n", total ? (double)used / (double)total : 0.0);
+    }
+    if (a->ssm_calls) {
+        fprintf(stderr, "quarrel_ssm_scan_latency_seconds_sum %.6f\nquarrel_ssm_scan_latency_seconds_count %llu\n",
+                a->ssm_scan_seconds, (unsigned long long)a->ssm_calls);
+        fprintf(stderr, "quarrel_ssm_conv_latency_seconds_sum %.6f\nquarrel_ssm_conv_latency_seconds_count %llu\n",
+                a->ssm_conv_seconds, (unsigned long long)a->ssm_calls);
+        fprintf(stderr, "quarrel_ssm_state_bytes %llu\nquarrel_ssm_divergence_total %llu\n",
+                (unsigned long long)a->ssm_state_bytes, (unsigned long long)a->ssm_divergence_total);
+    }
+}
+
 static void usage_run(FILE *f) {
     fprintf(f, "usage: quarrel run -m MODEL (-p PROMPT | -f FILE | --tokens IDS.json) [options]\n"
                "  -m, --model MODEL    GGUF path or Ollama name (smollm2:135m)\n"
@@ -134,7 +168,9 @@ static void usage_run(FILE *f) {
                "  --stop TEXT          stop string (repeatable, up to 16)\n"
                "  --ignore-eos         do not stop at end-of-generation tokens\n"
                "  --ids-only           print the generated token ids as a JSON array\n"
-               "  -q, --quiet          no timing line\n" APP_SAMPLER_HELP);
+               "  -q, --quiet          no timing line\n"
+               "  --stats              print the MoE / SSM counters (Prometheus text) on stderr\n" APP_ENGINE_HELP
+               APP_SAMPLER_HELP);
 }
 
 int cmd_run(int argc, char **argv) {
@@ -142,13 +178,13 @@ int cmd_run(int argc, char **argv) {
         {"model", 1, 0, 'm'}, {"prompt", 1, 0, 'p'}, {"file", 1, 0, 'f'}, {"tokens", 1, 0, 't' + 256},
         {"chat", 0, 0, 'C'}, {"system", 1, 0, 'S'}, {"n-predict", 1, 0, 'n'}, {"threads", 1, 0, 't'},
         {"ctx", 1, 0, 'c'}, {"stop", 1, 0, 's' + 256}, {"ignore-eos", 0, 0, 'i' + 256},
-        {"ids-only", 0, 0, 'I' + 256}, {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, APP_SAMPLER_LONGOPTS, {0, 0, 0, 0}};
+        {"ids-only", 0, 0, 'I' + 256}, {"quiet", 0, 0, 'q'}, {"stats", 0, 0, 'Z' + 256}, {"help", 0, 0, 'h'}, APP_SAMPLER_LONGOPTS, APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
     app_engine_opts eo = {0};
     gen_opts go = {.n_predict = 128};
     qr_sampler_params sp;
     qr_sampler_params_default(&sp);
     const char *prompt = NULL, *file = NULL, *tokens = NULL, *system = NULL;
-    bool chat = false;
+    bool chat = false, arch_stats = false;
     int c, rc;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:p:f:n:t:c:qh", longopts, NULL)) != -1) {
@@ -172,9 +208,10 @@ int cmd_run(int argc, char **argv) {
         case 'i' + 256: go.ignore_eos = true; break;
         case 'I' + 256: go.ids_only = true; break;
         case 'q': go.quiet = true; break;
+        case 'Z' + 256: arch_stats = true; break;
         case 'h': usage_run(stdout); return 0;
         default:
-            if ((rc = app_sampler_opt(c, optarg, &sp)) >= 0) {
+            if ((rc = app_engine_opt(c, optarg, &eo)) >= 0 || (rc = app_sampler_opt(c, optarg, &sp)) >= 0) {
                 if (rc) return rc;
                 break;
             }
@@ -234,6 +271,7 @@ int cmd_run(int argc, char **argv) {
     if (!rc) rc = generate(&e, ids, n_ids, smp, &go, stdout, &st, NULL, NULL);
     if (!rc && !go.ids_only) fputc('\n', stdout);
     if (!rc && !go.quiet) print_timing(&e, &st);
+    if (!rc && arch_stats) print_arch_stats(&e);
     qr_sampler_free(smp);
     free(ids);
     free(rendered);
@@ -245,13 +283,13 @@ int cmd_run(int argc, char **argv) {
 static void usage_chat(FILE *f) {
     fprintf(f, "usage: quarrel chat -m MODEL [--system TEXT] [-n N] [-t N] [-c N] [sampler options]\n"
                "Type a message and press Enter; /exit or end of input quits, /reset clears the history.\n"
-               APP_SAMPLER_HELP);
+               APP_ENGINE_HELP APP_SAMPLER_HELP);
 }
 
 int cmd_chat(int argc, char **argv) {
     static const struct option longopts[] = {{"model", 1, 0, 'm'}, {"system", 1, 0, 'S'}, {"n-predict", 1, 0, 'n'},
                                              {"threads", 1, 0, 't'}, {"ctx", 1, 0, 'c'}, {"help", 0, 0, 'h'},
-                                             APP_SAMPLER_LONGOPTS, {0, 0, 0, 0}};
+                                             APP_SAMPLER_LONGOPTS, APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
     app_engine_opts eo = {0};
     gen_opts go = {.n_predict = 512, .quiet = true};
     qr_sampler_params sp;
@@ -268,7 +306,7 @@ int cmd_chat(int argc, char **argv) {
         case 'c': if ((rc = app_parse_int("--ctx", optarg, 16, 1 << 24, &eo.n_ctx))) return rc; break;
         case 'h': usage_chat(stdout); return 0;
         default:
-            if ((rc = app_sampler_opt(c, optarg, &sp)) >= 0) {
+            if ((rc = app_engine_opt(c, optarg, &eo)) >= 0 || (rc = app_sampler_opt(c, optarg, &sp)) >= 0) {
                 if (rc) return rc;
                 break;
             }

@@ -16,13 +16,14 @@ static void usage(FILE *f) {
             "       quarrel synth --list\n\n"
             "Writes a model with real shapes, random weights and a synthetic tokenizer that quarrel and\n"
             "llama.cpp both load. The same arguments give a byte-identical file.\n\n"
-            "  --arch ARCH     architecture (llama, gemma3); optional when the preset name is unique\n"
+            "  --arch ARCH     architecture (llama, gemma3, bert, nomic-bert); optional when the preset name is unique\n"
             "  --preset NAME   shapes to use (see --list)\n"
             "  -o, --output F  output file\n"
             "  --type T        file type, as llama-quantize names them (default F16):\n"
             "                  %s\n"
             "  --pure          no mix rules: every quantizable weight gets the base type\n"
             "  --seed S        weights seed (default 0)\n"
+            "  --pooling P     write {arch}.pooling_type: mean, cls or last (an embedding model)\n"
             "  -t, --threads N worker threads (default: all CPUs; the output does not depend on it)\n"
             "  --list          print the presets and exit\n"
             "  -h, --help\n\n"
@@ -67,7 +68,8 @@ int cmd_synth(int argc, char **argv) {
         } else if (!strcmp(a, "--pure")) {
             o.pure = true;
         } else if (!strcmp(a, "--arch") || !strcmp(a, "--preset") || !strcmp(a, "-o") || !strcmp(a, "--output") ||
-                   !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "-t") || !strcmp(a, "--threads")) {
+                   !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
+                   !strcmp(a, "--pooling")) {
             if (!val) {
                 fprintf(stderr, "quarrel synth: %s needs a value\n", a);
                 return 2;
@@ -77,6 +79,13 @@ int cmd_synth(int argc, char **argv) {
             else if (!strcmp(a, "--preset")) o.preset = val;
             else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = val;
             else if (!strcmp(a, "--type")) o.type = val;
+            else if (!strcmp(a, "--pooling")) {
+                o.pooling_type = !strcmp(val, "mean") ? 1 : !strcmp(val, "cls") ? 2 : !strcmp(val, "last") ? 3 : -1;
+                if (o.pooling_type < 0) {
+                    fprintf(stderr, "quarrel synth: --pooling needs mean, cls or last, got '%s'\n", val);
+                    return 2;
+                }
+            }
             else if (!strcmp(a, "--seed")) {
                 if (!parse_u64(val, &o.seed)) {
                     fprintf(stderr, "quarrel synth: --seed needs a non-negative integer, got '%s'\n", val);

@@ -14,5 +14,10 @@ int cmd_quantize(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_template(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_keys(int argc, char **argv);
+int cmd_embed(int argc, char **argv);
+int cmd_push(int argc, char **argv);
+int cmd_search(int argc, char **argv);
 
 #endif

@@ -24,10 +24,14 @@ int app_engine_open(app_engine *e, const app_engine_opts *o) {
     }
     qr_model_params mp = qr_model_default_params();
     mp.n_threads = o->n_threads;
+    mp.backend = o->backend;
+    mp.gpu = o->gpu;
     if (qr_model_load(e->path, &mp, &e->model, err, sizeof err) != QR_OK) {
         fprintf(stderr, "quarrel: %s\n", err);
         return 1;
     }
+    const char *note = qr_model_backend_note(e->model);
+    if (note[0]) fprintf(stderr, "quarrel: %s, using the CPU\n", note);
     if (qr_tokenizer_create(qr_model_gguf(e->model), &e->tok, err, sizeof err) != QR_OK) {
         fprintf(stderr, "quarrel: %s: tokenizer: %s\n", e->path, err);
         app_engine_close(e);
@@ -232,6 +236,22 @@ int app_parse_u64(const char *opt, const char *s, uint64_t *out) {
     }
     *out = v;
     return 0;
+}
+
+int app_engine_opt(int id, const char *arg, app_engine_opts *o) {
+    switch (id) {
+    case 1100:
+        if (!strcmp(arg, "auto")) o->backend = QR_BACKEND_AUTO;
+        else if (!strcmp(arg, "cpu")) o->backend = QR_BACKEND_CPU;
+        else if (!strcmp(arg, "cuda")) o->backend = QR_BACKEND_CUDA;
+        else {
+            fprintf(stderr, "quarrel: --backend: bad value '%s' (expected cpu, cuda or auto)\n", arg);
+            return 2;
+        }
+        return 0;
+    case 1101: return app_parse_int("--gpu", arg, 0, 1023, &o->gpu);
+    default: return -1;
+    }
 }
 
 int app_sampler_opt(int id, const char *arg, qr_sampler_params *p) {

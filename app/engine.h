@@ -27,8 +27,12 @@ typedef struct app_engine_opts {
     int32_t n_ctx;     /* 0: min(training context, 4096) */
     int32_t n_batch;   /* 0: 512 */
     int32_t n_seq_max; /* 0: 1 */
+    qr_backend_kind backend; /* --backend: auto (0, default), cpu, cuda */
+    int32_t gpu;       /* --gpu: CUDA device index (default 0) */
 } app_engine_opts;
 
+/* Opens the model, tokenizer and context. When an auto backend falls back to the CPU although this
+ * build has CUDA, prints one line to stderr ("quarrel: no CUDA device found, using the CPU"). */
 int app_engine_open(app_engine *e, const app_engine_opts *o);
 void app_engine_close(app_engine *e);
 
@@ -65,5 +69,13 @@ int app_sampler_opt(int id, const char *arg, qr_sampler_params *p);
     "  --repeat-last-n N    penalty window (default 64)\n"                                              \
     "  --presence-penalty X, --frequency-penalty X\n"                                                   \
     "  --seed S             sampler seed (default random)\n"
+
+/* Backend options shared by run, chat, logits, perplexity and bench: long option ids 1100..1101.
+ * app_engine_opt handles one (returns 0, or 2 on a bad value, or -1 when the id is not one of them). */
+#define APP_ENGINE_LONGOPTS {"backend", 1, 0, 1100}, {"gpu", 1, 0, 1101}
+int app_engine_opt(int id, const char *arg, app_engine_opts *o);
+#define APP_ENGINE_HELP                                                                                  \
+    "  --backend B          cpu, cuda or auto (default auto: CUDA when a GPU is usable, else the CPU)\n" \
+    "  --gpu N              CUDA device index (default 0)\n"
 
 #endif /* QR_APP_ENGINE_H */

@@ -22,7 +22,12 @@ static const command commands[] = {
     {"quantize", cmd_quantize, "convert a GGUF model to another type (llama-quantize's mixes)"},
     {"tokenize", cmd_tokenize, "text -> token ids with a model's tokenizer (as llama.cpp tokenizes)"},
     {"detokenize", cmd_detokenize, "token ids -> text"},
+    {"serve", cmd_serve, "HTTP/WebSocket server: Ollama + OpenAI APIs, continuous batching"},
+    {"keys", cmd_keys, "create, list, rotate and revoke the server's API keys"},
     {"template", cmd_template, "render a chat template (as transformers' apply_chat_template does)"},
+    {"embed", cmd_embed, "embeddings of texts (bert, nomic-bert, pooled decoders) as .npy or JSON lines"},
+    {"push", cmd_push, "embed a JSON-lines file and stream it to a Longbow (Arrow Flight) dataset"},
+    {"search", cmd_search, "embed a query and search a Longbow dataset for its nearest neighbours"},
 };
 
 static void print_help(FILE *f) {

@@ -54,15 +54,25 @@ typedef int32_t qr_token;
 typedef struct qr_model qr_model;
 typedef struct qr_context qr_context;
 
+/* Where a model's ops run. */
+typedef enum qr_backend_kind {
+    QR_BACKEND_AUTO = 0, /* CUDA when this build has it and the GPU can hold the model, else the CPU
+                          * (qr_model_backend_note says why) */
+    QR_BACKEND_CPU = 1,
+    QR_BACKEND_CUDA = 2, /* CUDA or an error (no device, model too large, unsupported weight type) */
+} qr_backend_kind;
+
 typedef struct qr_model_params {
     int32_t n_threads; /* CPU threads for the model's backend; <= 0 = all online CPUs */
     bool force_scalar; /* CPU: use the scalar reference kernels only (testing) */
+    qr_backend_kind backend; /* default QR_BACKEND_AUTO */
+    int32_t gpu;       /* CUDA device index (0 = the first GPU) */
 } qr_model_params;
 
-/* Defaults: all CPUs, SIMD kernels. */
+/* Defaults: backend auto on GPU 0, all CPUs, SIMD kernels. */
 qr_model_params qr_model_default_params(void);
 
-/* Loads a GGUF model (llama, gemma3 architectures). params may be NULL (defaults). On success
+/* Loads a GGUF model (llama, gemma3, bert, nomic-bert architectures). params may be NULL (defaults). On success
  * *out is owned by the caller (qr_model_free). Failures name the file and the problem: unknown
  * architecture, a missing metadata key, a missing tensor or one of the wrong shape or type. */
 qr_status qr_model_load(const char *path, const qr_model_params *params, qr_model **out, char *err,
@@ -75,6 +85,12 @@ int32_t qr_model_n_ctx_train(const qr_model *model); /* {arch}.context_length */
 int32_t qr_model_n_embd(const qr_model *model);      /* {arch}.embedding_length */
 int32_t qr_model_n_layer(const qr_model *model);     /* {arch}.block_count */
 const char *qr_model_arch(const qr_model *model);    /* general.architecture, e.g. "llama" */
+/* The backend the model runs on: "cpu" or "cuda". */
+const char *qr_model_backend_name(const qr_model *model);
+/* Why a QR_BACKEND_AUTO load runs on the CPU although this build has CUDA, e.g. "no CUDA device
+ * found" or "the model needs 14.2 GiB of GPU memory, 7.9 GiB are free"; "" when it runs where
+ * asked (and in builds without CUDA). For one log line by the caller; the library prints nothing. */
+const char *qr_model_backend_note(const qr_model *model);
 /* One-line description ("llama: 30 layers, 576 embd, 9/3 heads, 49152 vocab, Q4_1"), into buf. */
 void qr_model_desc(const qr_model *model, char *buf, size_t buf_len);
 
@@ -123,6 +139,66 @@ int32_t qr_kv_seq_len(const qr_context *ctx, int32_t seq);
 bool qr_kv_seq_rm(qr_context *ctx, int32_t seq, int32_t p0, int32_t p1);
 /* Empties every sequence. */
 void qr_kv_clear(qr_context *ctx);
+
+/* ---------------------------------------------------------------------------------------------
+ * Embeddings.
+ *
+ * qr_embed runs texts through a model and pools each text's final hidden states into one vector.
+ * Encoders (bert, nomic-bert) and decoders (llama, gemma3: the hidden states after the output norm,
+ * as llama.cpp's embeddings) are supported. Many texts go through one forward pass: each text is a
+ * sequence of its own, and as many as fit in the context's n_batch rows and n_seq_max sequences
+ * (and its KV cache) are packed together. The first call makes the model's tokenizer (kept with
+ * the model): qr_embed calls on contexts of one model must not run at the same time.
+ */
+typedef enum qr_pooling {
+    QR_POOLING_MODEL = -1, /* the model's {arch}.pooling_type; when absent or none: mean for
+                            * encoders, last for decoders */
+    QR_POOLING_NONE = 0,   /* per-token embeddings: not a qr_embed result (QR_ERR_INVALID_ARG) */
+    QR_POOLING_MEAN = 1,   /* mean over the text's tokens (special tokens included, as llama.cpp) */
+    QR_POOLING_CLS = 2,    /* the first token's state */
+    QR_POOLING_LAST = 3,   /* the last token's state */
+} qr_pooling;              /* llama.cpp's pooling_type numbering */
+
+typedef struct qr_embed_params {
+    qr_pooling pooling; /* QR_POOLING_MODEL = from <arch>.pooling_type */
+    bool normalize;     /* L2-normalize each embedding (default true) */
+    bool truncate;      /* true (default): a text longer than min(n_ctx_train, n_batch) tokens is cut to
+                         * that length (keeping a trailing [SEP]/EOS the tokenizer adds) with a warning
+                         * through the library log (stderr, level WARN); false: QR_ERR_INVALID_ARG */
+} qr_embed_params;
+
+/* Defaults: pooling from the model, normalize, truncate. */
+qr_embed_params qr_embed_default_params(void);
+
+/* Length of one embedding (n_embd). */
+int32_t qr_model_n_embd_out(const qr_model *m);
+
+/* Embeds n_texts >= 1 NUL-terminated UTF-8 texts (tokenized with the model's special tokens, e.g.
+ * [CLS] ... [SEP] or BOS ...) into out[n_texts][qr_model_n_embd_out]. p may be NULL (defaults). The
+ * context's KV cache is used as scratch: it is empty afterwards. Errors: QR_ERR_INVALID_ARG (no texts,
+ * a text with no tokens, a text too long without truncate, pooling none), or a backend error. */
+qr_status qr_embed(qr_context *ctx, const char *const *texts, int32_t n_texts, const qr_embed_params *p, float *out,
+                   char *err, size_t err_len);
+
+/* Counters of the MoE and Mamba2 (SSM) blocks of a context, accumulated over its qr_decode calls
+ * (the server's /metrics and `quarrel run --stats` print them). Times are wall-clock seconds of
+ * the blocks as issued (on CUDA, without a device sync: launch time). All zero for other models. */
+typedef struct qr_arch_stats {
+    uint64_t moe_layer_calls;        /* MoE FFN blocks run (layers x passes) */
+    double moe_layer_seconds;        /* quarrel_moe_layer_latency_seconds (sum) */
+    double moe_routing_seconds;      /* quarrel_moe_routing_latency_seconds (sum) */
+    int32_t n_layer, n_expert;       /* shape of expert_selection */
+    const uint64_t *expert_selection;/* [n_layer][n_expert] tokens routed to each expert
+                                      * (quarrel_moe_expert_selection{layer,expert}); NULL without experts */
+    uint64_t ssm_calls;              /* Mamba2 mixer blocks run */
+    double ssm_scan_seconds;         /* quarrel_ssm_scan_latency_seconds (sum) */
+    double ssm_conv_seconds;         /* quarrel_ssm_conv_latency_seconds (sum) */
+    uint64_t ssm_state_bytes;        /* quarrel_ssm_state_bytes: recurrent state held */
+    uint64_t ssm_divergence_total;   /* quarrel_ssm_divergence_total: passes failed on a NaN/Inf state */
+} qr_arch_stats;
+
+/* The context's MoE / SSM counters (valid until the context is freed); never NULL. */
+const qr_arch_stats *qr_context_arch_stats(const qr_context *ctx);
 
 #ifdef __cplusplus
 }

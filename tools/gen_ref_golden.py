@@ -42,6 +42,19 @@ CASES = {
 }
 for t in SYNTH_TYPES:
     CASES[f"synth-llama-tiny-{t.lower()}"] = ("synth", ("llama", "tiny", t))
+# MoE and hybrid families (issue 9): tiny synth models, 256 teacher-forced tokens each.
+HYBRID_CASES = {
+    "synth-mixtral-tiny-q4_k": ("llama", "mixtral-tiny", "Q4_K"),
+    "synth-gpt-oss-tiny-mxfp4_moe": ("gpt-oss", "tiny", "MXFP4_MOE"),
+    "synth-granite-tiny-q8_0": ("granite", "tiny", "Q8_0"),
+    "synth-granitehybrid-tiny-q8_0": ("granitehybrid", "tiny", "Q8_0"),
+    "synth-nemotron_h-tiny-q8_0": ("nemotron_h", "tiny", "Q8_0"),
+    "synth-nemotron_h_moe-tiny-q8_0": ("nemotron_h_moe", "tiny", "Q8_0"),
+    "synth-nemotron-tiny-q8_0": ("nemotron", "tiny", "Q8_0"),
+}
+N_TOKENS_HYBRID = 256
+for name, spec in HYBRID_CASES.items():
+    CASES[name] = ("synth", spec)
 
 
 def sha256(path):
@@ -71,19 +84,19 @@ def log_softmax(x):
     return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
 
 
-def run_case(name, path, llama_cpp):
+def run_case(name, path, llama_cpp, n_tokens=N_TOKENS):
     # Greedy generation runs exactly N_GEN tokens, through end-of-generation tokens (as llama.cpp's
     # --ignore-eos), so that every prompt compares 128 tokens.
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=2048, n_batch=512, n_ubatch=512, logits_all=True,
                           n_threads=os.cpu_count(), verbose=False, seed=0)
     text = (DATA / "teacher_text.txt").read_text()
     tokens = llm.tokenize(text.encode(), add_bos=True, special=False)
-    if len(tokens) < N_TOKENS:
-        sys.exit(f"{name}: teacher text gives only {len(tokens)} tokens, need {N_TOKENS}")
-    tokens = tokens[:N_TOKENS]
+    if len(tokens) < n_tokens:
+        sys.exit(f"{name}: teacher text gives only {len(tokens)} tokens, need {n_tokens}")
+    tokens = tokens[:n_tokens]
     llm.reset()
     llm.eval(tokens)
-    logits = np.array(llm.scores[:N_TOKENS], dtype=np.float32)
+    logits = np.array(llm.scores[:n_tokens], dtype=np.float32)
     lp = log_softmax(logits)
     idx = np.argsort(-lp, axis=-1, kind="stable")[:, :TOPK]
     top_lp = np.take_along_axis(lp, idx, axis=-1)
@@ -106,7 +119,7 @@ def run_case(name, path, llama_cpp):
                 break
         gens.append({"prompt": prompt, "prompt_tokens": [int(t) for t in ptoks], "tokens": out})
     del llm
-    return {"n_tokens": N_TOKENS, "topk": TOPK, "generations": gens,
+    return {"n_tokens": n_tokens, "topk": TOPK, "generations": gens,
             "min_topk_mass": float(mass.min()), "mean_topk_mass": float(mass.mean())}
 
 
@@ -134,7 +147,7 @@ def main():
             entry = {"kind": "synth", "arch": spec[0], "preset": spec[1], "type": spec[2], "seed": 1}
         entry["sha256"] = sha256(path)
         print(f"[golden] {name}: {path}", flush=True)
-        entry.update(run_case(name, path, llama_cpp))
+        entry.update(run_case(name, path, llama_cpp, N_TOKENS_HYBRID if name in HYBRID_CASES else N_TOKENS))
         cases[name] = entry
         manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
 

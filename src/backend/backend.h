@@ -112,7 +112,47 @@ typedef struct qr_attn_params {
     float scale;       /* logits = scale * softcap(q.k) (llama.cpp's order: cap first, then kq_scale) */
     float softcap;     /* > 0: softcap(x) = softcap * tanh(x / softcap); 0 = off (identity) */
     int32_t window;    /* > 0: row at position p sees positions (p - window, p]; 0 = all of [0, p] */
+    bool non_causal;   /* true: a row sees every position its sequence has in the current pass (encoders:
+                        * BERT); false (zero value): causal, positions <= pos[r] */
+    const qr_weight *sinks; /* F32 [n_head] attention sinks (gpt-oss): head h's softmax also counts exp(sinks[h])
+                             * in its denominator (a virtual key with no value); NULL (zero value) = none */
 } qr_attn_params;
+
+/* ---- MoE and Mamba2 (SSM) op parameters ---- */
+
+/* How router logits become expert weights (llama.cpp's expert gating functions). */
+typedef enum qr_moe_gating {
+    QR_MOE_SOFTMAX = 0,        /* probs = softmax(logits); top-k of probs; weights = the selected probs */
+    QR_MOE_SIGMOID = 1,        /* probs = sigmoid(logits); top-k of probs (+ selection bias); weights = probs */
+    QR_MOE_SOFTMAX_WEIGHT = 2, /* top-k of the logits; weights = softmax over the k selected logits (gpt-oss) */
+} qr_moe_gating;
+
+typedef struct qr_moe_route_params {
+    int32_t n_expert;          /* experts, >= 1 */
+    int32_t n_used;            /* experts per token (top-k), 1..n_expert */
+    qr_moe_gating gating;
+    bool norm;                 /* divide the k weights by their sum (clamped to >= 2^-14, as llama.cpp) */
+    float scale;               /* then multiply them by scale (1 = none) */
+    const qr_weight *sel_bias; /* F32 [n_expert] added to probs for the selection only (nemotron-h), or NULL */
+} qr_moe_route_params;
+
+/* Activation of a gated (or plain) FFN: h = act(g, u). */
+typedef enum qr_glu_kind {
+    QR_GLU_SWIGLU = 0,     /* silu(g) * u */
+    QR_GLU_SWIGLU_OAI = 1, /* gpt-oss: g' = min(g, 7), u' = clamp(u, -7, 7), g' * sigmoid(1.702 g') * (u' + 1) */
+    QR_GLU_RELU2 = 2,      /* relu(g)^2, no u (nemotron, nemotron-h) */
+} qr_glu_kind;
+
+/* Shapes of a Mamba2 mixer (llama.cpp's ssm_* hyper-parameters). */
+typedef struct qr_ssm_params {
+    int32_t d_conv;   /* conv kernel width (4) */
+    int32_t d_inner;  /* n_head * head_dim */
+    int32_t d_state;  /* state size per head channel (N) */
+    int32_t n_head;   /* SSM heads (ssm.time_step_rank) */
+    int32_t head_dim; /* d_inner / n_head */
+    int32_t n_group;  /* groups sharing B and C; n_head % n_group == 0 */
+    int32_t conv_dim; /* channels through the conv: d_inner + 2 * n_group * d_state (x | B | C) */
+} qr_ssm_params;
 
 typedef struct qr_backend_ops {
     /* ---- lifetime and memory ---- */
@@ -186,6 +226,69 @@ typedef struct qr_backend_ops {
     void (*softmax)(qr_backend *be, const float *x, int64_t n_rows, int64_t dim, float *out);
     /* dst[0..n) = src[0..n) (floats). */
     void (*copy)(qr_backend *be, const float *src, int64_t n, float *dst);
+    /* x[r][i] += table row of r, for r < n_rows and i < table->ne[0] (dequantized from any type with a
+     * to_float): row >= 0 adds that one row to every r (a bias: an F32 [dim] vector with row 0; token type
+     * 0), row == -1 adds row pos[r] of the batch plan (learned position embeddings). out may equal x. */
+    void (*add_row)(qr_backend *be, const float *x, const qr_weight *table, int64_t row, int64_t n_rows, float *out);
+
+    /* ---- optional (NULL when a backend does not have them) ---- */
+    /* Runs fn(arg), a sequence of the ops above on the current batch plan, as one replayable unit
+     * (CUDA: a graph) cached under (owner, key): the first call runs it plainly (a warm-up that sizes
+     * every scratch buffer), the second records and launches it, later calls replay the record.
+     * The ops must depend on the plan only through its device-side arrays: same buffers, same row
+     * counts, same n_seqs / max_blocks for one key (the caller puts them in the key). Returns QR_OK
+     * when fn's work was issued (replayed, or run plainly when recording is unavailable). */
+    qr_status (*run_graph)(qr_backend *be, const void *owner, uint64_t key, void (*fn)(void *arg), void *arg,
+                           char *err, size_t err_len);
+    /* Forgets the records of `owner` (call before freeing the buffers they use). */
+    void (*graph_release)(qr_backend *be, const void *owner);
+
+    /* ---- MoE (cpu/ops_moe.c, cuda/moe.cu) ---- */
+    /* Routing: logits[n_rows][n_expert] -> ids[n_rows][n_used] (int32, backend memory; expert ids in the
+     * order of decreasing score) and weights[n_rows][n_used], per p (see qr_moe_gating). */
+    void (*moe_route)(qr_backend *be, const float *logits, int64_t n_rows, const qr_moe_route_params *p, int32_t *ids,
+                      float *weights);
+    /* Indexed matmul (ggml's mul_mat_id): y[r][j][n_out] = W[e] . x_r (+ bias[e]), e = ids[r][j], for
+     * r < n_rows, j < n_used; w: [n_expert][n_out][n_in] (ne = {n_in, n_out, n_expert}); bias: F32
+     * [n_expert][n_out] or NULL; x_r = x[r] ([n_rows][n_in]) or, with x_per_slot, x[r][j]
+     * ([n_rows][n_used][n_in]). Tokens routed to the same expert are computed together. */
+    void (*matmul_id)(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x, bool x_per_slot,
+                      const int32_t *ids, int64_t n_rows, int32_t n_used, float *y);
+    /* The fused expert up-projection: h[r][j][n_ff] = act(G[e] x[r] + gb[e], U[e] x[r] + ub[e]), e = ids[r][j];
+     * gate may be NULL for QR_GLU_RELU2 (then act applies to U[e] x[r]); biases may be NULL. */
+    void (*moe_gate_up)(qr_backend *be, const qr_weight *gate, const qr_weight *gate_b, const qr_weight *up,
+                        const qr_weight *up_b, const float *x, const int32_t *ids, int64_t n_rows, int32_t n_used,
+                        qr_glu_kind act, float *h);
+    /* out[r][i] = sum_j w[r][j] * y[r][j][i] (j in order), r < n_rows, i < dim. out may not alias y. */
+    void (*moe_combine)(qr_backend *be, const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim,
+                        float *out);
+    /* out[i] = act(g[i], u[i]) (u unused, may be NULL, for QR_GLU_RELU2), i < n. out may alias g. */
+    void (*glu)(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out);
+
+    /* ---- Mamba2 (cpu/ops_ssm.c, cuda/ssm.cu). Row r of the plan uses state slot seq[r]; rows are
+     * applied in row order, so one sequence's rows may interleave with others'. ---- */
+    /* Causal depthwise conv1d with rolling state: for channel c < conv_dim, window = the d_conv - 1
+     * previous inputs (from conv_state[seq] and earlier rows) and x[r][c]; out[r][c] = silu(sum_k
+     * window[k] * w[c][k] + b[c]). x: [n_tok][x_stride] (channels at x[r][0..conv_dim)); conv_state:
+     * [n_slots][d_conv - 1][conv_dim], updated to the last d_conv - 1 inputs; w: F32 [conv_dim][d_conv];
+     * b: F32 [conv_dim] or NULL. */
+    void (*ssm_conv)(qr_backend *be, const float *x, int64_t x_stride, float *conv_state, const qr_weight *w,
+                     const qr_weight *b, const qr_ssm_params *p, float *out);
+    /* Selective scan (Mamba2, scalar A per head): for head h (group g = h / (n_head / n_group)),
+     * dt' = softplus(dt[r][h] + dt_bias[h]), dA = exp(dt' * A[h]),
+     * S[h][i][n] = S[h][i][n] * dA + B[r][g][n] * x[r][h][i] * dt',  y[r][h][i] = sum_n S[h][i][n] C[r][g][n]
+     *              + D[h] * x[r][h][i].
+     * xbc: [n_tok][conv_dim] = x (d_inner) | B (n_group * d_state) | C (n_group * d_state); dt: [n_tok][dt_stride]
+     * (n_head values from dt[r][0]); state: [n_slots][n_head][head_dim][d_state], updated; y: [n_tok][d_inner].
+     * A, D, dt_bias: F32 [n_head]. A state that becomes NaN/Inf raises an error ("ssm state diverged"). */
+    void (*ssm_scan)(qr_backend *be, float *state, const float *xbc, const float *dt, int64_t dt_stride,
+                     const qr_weight *dt_bias, const qr_weight *A, const qr_weight *D, const qr_ssm_params *p,
+                     float *y);
+    /* Gated grouped RMSNorm: t = y * silu(z); out[r][g] = t[r][g] / sqrt(mean(t[r][g]^2) + eps) * w[g] over groups
+     * of d_inner / n_group; y, out: [n_rows][d_inner]; z: [n_rows][z_stride]; w: F32 [d_inner] or NULL (then
+     * out = t, no norm). out may alias y. */
+    void (*ssm_gate_norm)(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
+                          int64_t n_rows, const qr_ssm_params *p, float eps, float *out);
 } qr_backend_ops;
 
 struct qr_backend {
@@ -226,5 +329,9 @@ qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params, qr_backen
 
 /* Number of CUDA devices usable by this build: 0 when built without CUDA or when none is present. */
 int qr_cuda_device_count(void);
+
+/* Free and total memory of CUDA device `gpu` in bytes (cudaMemGetInfo); false when unavailable
+ * (no CUDA build, no such device). */
+bool qr_cuda_mem_info(int gpu, size_t *free_bytes, size_t *total_bytes);
 
 #endif /* QR_BACKEND_H */

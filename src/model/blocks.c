@@ -1,5 +1,6 @@
 /* blocks.c — building blocks shared by the forward passes: self-attention over the paged cache,
  * the gated FFN and the output head. Each is a straight sequence of backend ops on qr_fwd buffers. */
+#include "model/hybrid.h"
 #include "model/model.h"
 
 qr_rope_params qr_layer_rope(const qr_model *m, int il) {
@@ -56,6 +57,10 @@ void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
 }
 
 void qr_block_ffn(const qr_model *m, qr_fwd *f, int il, bool gelu) {
+    if (m->ext && m->ext->layers[il].gate_inp.host) { /* a layer with experts (Mixtral): the MoE FFN (moe.c) */
+        qr_block_moe(m, f, il);
+        return;
+    }
     const qr_layer *l = &m->layers[il];
     qr_backend *be = f->be;
     const int64_t n = f->n_rows, nff = (int64_t)n * m->hp.n_ff;
@@ -88,6 +93,7 @@ void qr_block_output(const qr_model *m, qr_fwd *f) {
         src = f->xo;
     }
     be->ops->rmsnorm(be, src, &m->output_norm, f->n_outputs, hp->n_embd, hp->norm_eps, f->xo);
+    if (f->embd) return; /* embeddings: the normed hidden states are the result */
     be->ops->matmul(be, &m->output, f->xo, f->n_outputs, f->logits);
     if (hp->final_softcap > 0.0f)
         be->ops->softcap(be, f->logits, hp->final_softcap, (int64_t)f->n_outputs * hp->n_vocab, f->logits);

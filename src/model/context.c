@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/hybrid.h"
 #include "model/model.h"
 #include "runtime/kv_cache.h"
 #include "util/util.h"
@@ -51,11 +52,14 @@ static void free_buffers(qr_context *c) {
     float *bufs[] = {c->f.x, c->f.xb, c->f.xb2, c->f.q, c->f.k, c->f.v, c->f.att, c->f.ff_g, c->f.ff_u, c->f.xo, c->f.logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->ops->free(be, bufs[i]);
+    qr_fwd_x_free(be, c->f.ext); /* MoE / SSM scratch and state (moe.c) */
+    c->f.ext = NULL;
 }
 
 void qr_context_free(qr_context *c) {
     if (!c) return;
     if (c->be) {
+        if (c->be->ops->graph_release) c->be->ops->graph_release(c->be, c);
         free_buffers(c);
         if (c->kvs) c->be->ops->kv_free(c->be, c->kvs);
     }
@@ -84,7 +88,9 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     const int32_t kdim = hp->n_head_kv * hp->head_dim_k, vdim = hp->n_head_kv * hp->head_dim_v;
     const uint64_t per_tok = (uint64_t)hp->n_layer * (uint64_t)(kdim + vdim) * 2u; /* F16 */
     int64_t n_ctx = ((int64_t)p.n_ctx + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE * KV_BLOCK_SIZE;
-    const uint64_t avail = mem_available();
+    uint64_t avail = mem_available();
+    size_t gpu_free = 0, gpu_total = 0; /* the cache lives in GPU memory on the CUDA backend */
+    if (!strcmp(model->be->name, "cuda")) avail = qr_cuda_mem_info(model->gpu, &gpu_free, &gpu_total) ? gpu_free : 0;
     if (avail > 0 && (uint64_t)n_ctx * per_tok > avail / 10 * 8) {
         const int64_t fit = (int64_t)(avail / 10 * 8 / per_tok) / KV_BLOCK_SIZE * KV_BLOCK_SIZE;
         if (fit < KV_BLOCK_SIZE)
@@ -141,6 +147,7 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
         st = qr_errf(err, err_len, QR_ERR_NOMEM, "context: cannot allocate activation buffers for n_batch %d", c->n_batch);
         goto fail;
     }
+    if ((st = qr_fwd_x_create(model, be, c->n_batch, c->n_seq_max, &c->f.ext, err, err_len)) != QR_OK) goto fail;
     *out = c;
     return QR_OK;
 fail:
@@ -154,6 +161,7 @@ int32_t qr_context_n_ctx(const qr_context *c) { return c->n_ctx; }
 static qr_status ensure_dev_out(qr_context *c, int32_t rows, char *err, size_t err_len) {
     if (rows <= c->dev_out_cap) return QR_OK;
     qr_backend *be = c->be;
+    if (be->ops->graph_release) be->ops->graph_release(be, c); /* recorded passes use the old buffers */
     const qr_hparams *hp = &c->model->hp;
     if (c->f.xo) be->ops->free(be, c->f.xo);
     if (c->f.logits) be->ops->free(be, c->f.logits);
@@ -165,6 +173,20 @@ static qr_status ensure_dev_out(qr_context *c, int32_t rows, char *err, size_t e
     }
     c->dev_out_cap = rows;
     return QR_OK;
+}
+
+/* Passes of at most this many rows run as backend graphs (run_graph) when the backend has them. */
+#define GRAPH_MAX_ROWS 8
+
+typedef struct graph_pass {
+    const qr_model *m;
+    qr_fwd *f;
+} graph_pass;
+
+/* run_graph's callback: one forward pass. */
+static void run_forward(void *arg) {
+    graph_pass *gp = arg;
+    gp->m->arch->forward(gp->m, gp->f);
 }
 
 qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len) {
@@ -240,8 +262,25 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
         if ((st = be->ops->set_batch(be, &plan, err, err_len)) != QR_OK) return st;
         c->f.n_tokens = nt;
         c->f.n_outputs = no;
-        m->arch->forward(m, &c->f);
-        if ((st = be->ops->last_error(be, err, err_len)) != QR_OK) return st;
+        if (be->ops->run_graph && nt <= GRAPH_MAX_ROWS && !m->arch->encoder && !c->f.ext) {
+            /* decode-sized passes replay a recorded graph per (rows, outputs, block-table shape) */
+            const uint64_t key = (uint64_t)nt | (uint64_t)no << 8 | (uint64_t)(uint32_t)kvc->max_blocks << 16 |
+                                 (uint64_t)(uint32_t)c->n_seq_max << 40;
+            graph_pass gp = {.m = m, .f = &c->f};
+            if ((st = be->ops->run_graph(be, c, key, run_forward, &gp, err, err_len)) != QR_OK) return st;
+        } else {
+            m->arch->forward(m, &c->f);
+        }
+        if ((st = be->ops->last_error(be, err, err_len)) != QR_OK) {
+            if (c->f.ext && c->f.ext->ssm) { /* recurrent states may have advanced: the sequences start over */
+                if (strstr(err ? err : "", "diverged")) c->f.ext->stats.ssm_divergence_total++;
+                for (int32_t j = 0; j < nt; j++) {
+                    qr_ssm_state_reset(c->f.ext->ssm, c->p_seq[j]);
+                    qr_kv_cache_seq_rm(kvc, c->p_seq[j], 0, -1);
+                }
+            }
+            return st;
+        }
         if (no > 0)
             be->ops->read(be, c->logits + (size_t)out_done * hp->n_vocab, c->f.logits,
                           (size_t)no * hp->n_vocab * sizeof(float));
@@ -262,6 +301,85 @@ const float *qr_get_logits(const qr_context *c, int32_t row) {
 
 int32_t qr_kv_seq_len(const qr_context *c, int32_t seq) { return qr_kv_cache_seq_len(c->kvc, seq); }
 
-bool qr_kv_seq_rm(qr_context *c, int32_t seq, int32_t p0, int32_t p1) { return qr_kv_cache_seq_rm(c->kvc, seq, p0, p1); }
+bool qr_kv_seq_rm(qr_context *c, int32_t seq, int32_t p0, int32_t p1) {
+    if (c->f.ext && c->f.ext->ssm) { /* a recurrent state can only be kept whole or reset (to position 0) */
+        const int32_t len = seq >= 0 ? qr_kv_cache_seq_len(c->kvc, seq) : 0;
+        if (p0 > 0 && (seq < 0 || p0 < len)) return false;
+        if (p0 <= 0 && !qr_kv_cache_seq_rm(c->kvc, seq, p0, p1)) return false;
+        if (p0 <= 0) qr_ssm_state_reset(c->f.ext->ssm, seq);
+        return true;
+    }
+    return qr_kv_cache_seq_rm(c->kvc, seq, p0, p1);
+}
 
-void qr_kv_clear(qr_context *c) { qr_kv_cache_clear(c->kvc); }
+void qr_kv_clear(qr_context *c) {
+    qr_kv_cache_clear(c->kvc);
+    if (c->f.ext) qr_ssm_state_reset(c->f.ext->ssm, -1);
+}
+
+const qr_arch_stats *qr_context_arch_stats(const qr_context *c) {
+    static const qr_arch_stats none = {0};
+    return c->f.ext ? &c->f.ext->stats : &none;
+}
+
+qr_kv_cache *qr_context_kv_cache(qr_context *c) { return c->kvc; }
+
+qr_model *qr_context_model(const qr_context *c) { return c->model; }
+int32_t qr_context_n_batch(const qr_context *c) { return c->n_batch; }
+int32_t qr_context_n_seq_max(const qr_context *c) { return c->n_seq_max; }
+
+qr_status qr_context_embd_pass(qr_context *c, const int32_t *tok, const int32_t *seq, int32_t n, float *hidden,
+                               char *err, size_t err_len) {
+    const qr_model *m = c->model;
+    const qr_hparams *hp = &m->hp;
+    qr_backend *be = c->be;
+    qr_kv_cache *kvc = c->kvc;
+    qr_status st = QR_OK;
+    if (n < 1 || n > c->n_batch)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "embeddings pass: %d rows (1..%d allowed)", n, c->n_batch);
+    qr_kv_cache_clear(kvc);
+    for (int32_t s = 0; s < c->n_seq_max; s++) c->next_pos[s] = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (seq[i] < 0 || seq[i] >= c->n_seq_max)
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "embeddings pass: sequence id %d is outside [0, %d)", seq[i],
+                           c->n_seq_max);
+        if (tok[i] < 0 || tok[i] >= hp->n_vocab)
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "embeddings pass: token id %d is outside the vocabulary",
+                           tok[i]);
+        c->next_pos[seq[i]]++;
+    }
+    for (int32_t s = 0; s < c->n_seq_max; s++) {
+        if (!c->next_pos[s]) continue;
+        qr_kv_copy cow;
+        if ((st = qr_kv_cache_reserve(kvc, s, c->next_pos[s], &cow, err, err_len)) != QR_OK) goto done;
+        c->next_pos[s] = 0;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        c->p_tok[i] = tok[i];
+        c->p_seq[i] = seq[i];
+        c->p_pos[i] = c->next_pos[seq[i]]++;
+        c->p_slot[i] = qr_kv_cache_slot(kvc, seq[i], c->p_pos[i]);
+        c->p_out[i] = i;
+        if (c->p_slot[i] < 0) {
+            st = qr_errf(err, err_len, QR_ERR_INTERNAL, "embeddings pass: no cache slot for row %d", i);
+            goto done;
+        }
+    }
+    if ((st = ensure_dev_out(c, n, err, err_len)) != QR_OK) goto done;
+    const qr_batch_plan plan = {.n_tokens = n, .tokens = c->p_tok, .pos = c->p_pos, .seq = c->p_seq,
+                                .kv_slot = c->p_slot, .n_seqs = c->n_seq_max, .max_blocks = kvc->max_blocks,
+                                .block_table = kvc->block_table, .n_outputs = n, .output_rows = c->p_out};
+    if ((st = be->ops->set_batch(be, &plan, err, err_len)) != QR_OK) goto done;
+    c->f.n_tokens = n;
+    c->f.n_outputs = n;
+    c->f.embd = true;
+    m->arch->forward(m, &c->f);
+    c->f.embd = false;
+    if ((st = be->ops->last_error(be, err, err_len)) != QR_OK) goto done;
+    be->ops->read(be, hidden, c->f.xo, (size_t)n * hp->n_embd * sizeof(float));
+done:
+    qr_kv_cache_clear(kvc);
+    c->n_rows_last = 0;
+    c->last_out = -1;
+    return st;
+}

@@ -15,6 +15,15 @@
 typedef enum qr_arch {
     QR_ARCH_LLAMA = 0, /* llama 2/3, mistral, tinyllama, smollm2 */
     QR_ARCH_GEMMA3 = 1,
+    QR_ARCH_BERT = 2,       /* BERT encoders (all-MiniLM, bge): learned positions, biases, post-norms */
+    QR_ARCH_NOMIC_BERT = 3, /* nomic-embed-text: fused qkv, NeoX rope, SwiGLU, no biases */
+    /* MoE and hybrid families (hybrid.h): llama with ffn_*_exps tensors is Mixtral */
+    QR_ARCH_GRANITE = 4,        /* granite 3.x: llama + embedding/residual/attention/logit multipliers */
+    QR_ARCH_GRANITE_HYBRID = 5, /* granite 4.0-H: Mamba2 + attention layers, MoE + shared expert */
+    QR_ARCH_NEMOTRON_H = 6,     /* Mamba2 / attention / relu^2-FFN blocks */
+    QR_ARCH_NEMOTRON_H_MOE = 7, /* nemotron-3-nano: nemotron_h with sigmoid-routed MoE blocks */
+    QR_ARCH_GPT_OSS = 8,        /* gpt-oss: MXFP4 experts, attention sinks, alternating sliding window */
+    QR_ARCH_NEMOTRON = 9,       /* Nemotron-Mini: LayerNorm with biases, partial NeoX rope, relu^2 FFN */
     QR_ARCH_COUNT
 } qr_arch;
 
@@ -37,12 +46,19 @@ typedef enum qr_tensor_id {
     QR_T_FFN_UP,          /* blk.N.ffn_up */
     QR_T_FFN_DOWN,        /* blk.N.ffn_down */
     QR_T_FFN_POST_NORM,   /* blk.N.post_ffw_norm */
+    /* encoders (bert.c) */
+    QR_T_ATTN_QKV,        /* blk.N.attn_qkv (nomic-bert: fused q, k, v rows) */
+    QR_T_ATTN_OUT_NORM,   /* blk.N.attn_output_norm */
+    QR_T_LAYER_OUT_NORM,  /* blk.N.layer_output_norm */
+    QR_T_TOKEN_TYPES,     /* token_types (global) */
+    QR_T_POS_EMBD,        /* position_embd (global) */
+    QR_T_TOKEN_EMBD_NORM, /* token_embd_norm (global) */
     QR_T_COUNT
 } qr_tensor_id;
 
 /* Base name of a tensor ("attn_q"); per-layer tensors get "blk.N." in front, and ".weight". */
 const char *qr_tensor_base_name(qr_tensor_id id);
-/* True when the tensor is per layer. */
+/* True when the tensor is per layer (the encoder globals QR_T_TOKEN_TYPES.. are not). */
 bool qr_tensor_per_layer(qr_tensor_id id);
 /* Writes the full name ("blk.3.attn_q.weight"; layer ignored for global tensors) into buf. */
 void qr_tensor_name(qr_tensor_id id, int layer, char *buf, size_t cap);
@@ -62,6 +78,10 @@ typedef struct qr_arch_info {
     bool scale_embd;         /* multiply embeddings by sqrt(n_embd) */
     int32_t swa_pattern;     /* default sliding-window period (gemma3: 6, every 6th layer global); 0 = none */
     float rope_base_swa;     /* rope base of sliding-window layers (gemma3: 10000) */
+    bool encoder;            /* BERT family: LayerNorm with biases, non-causal attention, no output head */
+    bool extended;           /* MoE / hybrid family: hybrid_load.c loads the weights (llama: when it has experts) */
+    bool per_layer_max;      /* per-layer integer arrays (head_count_kv, feed_forward_length) may differ by
+                              * layer (0 = no attention / FFN there): the common loader keeps the maximum */
     qr_forward_fn forward;
 } qr_arch_info;
 
@@ -96,6 +116,8 @@ typedef struct qr_hparams {
     float attn_softcap;   /* {arch}.attn_logit_softcapping (0 = off) */
     float final_softcap;  /* {arch}.final_logit_softcapping (0 = off) */
     float embd_scale;     /* multiplier of the token embeddings (1 = none) */
+    int32_t pooling_type; /* {arch}.pooling_type (llama.cpp numbering: 0 none, 1 mean, 2 cls, 3 last); -1 absent */
+    bool causal;          /* {arch}.attention.causal (encoders: false) */
 } qr_hparams;
 
 typedef struct qr_layer {
@@ -113,6 +135,16 @@ typedef struct qr_layer {
     qr_weight ffn_up;      /* [n_ff][n_embd] */
     qr_weight ffn_down;    /* [n_embd][n_ff] */
     qr_weight ffn_post_norm; /* F32 [n_embd] (gemma3) */
+    /* encoders (bert.c); biases F32, host NULL when absent. nomic-bert's fused attn_qkv is bound as
+     * three row views: attn_q, attn_k, attn_v above */
+    qr_weight attn_q_b, attn_k_b, attn_v_b; /* [n_embd] */
+    qr_weight attn_out_b;      /* [n_embd] */
+    qr_weight attn_out_norm;   /* LayerNorm after attention: F32 [n_embd] */
+    qr_weight attn_out_norm_b; /* [n_embd] */
+    qr_weight ffn_up_b;        /* [n_ff] */
+    qr_weight ffn_down_b;      /* [n_embd] */
+    qr_weight layer_out_norm;  /* LayerNorm after the FFN: F32 [n_embd] */
+    qr_weight layer_out_norm_b;/* [n_embd] */
 } qr_layer;
 
 struct qr_model {
@@ -124,9 +156,16 @@ struct qr_model {
     qr_weight output_norm;      /* F32 [n_embd] */
     qr_weight output;           /* [n_vocab][n_embd]; == tok_embd's data when tied */
     qr_weight rope_freqs;       /* F32 [n_rot / 2], host == NULL when absent */
+    qr_weight type_embd;        /* encoders: [n_token_types][n_embd] (row 0 is added), host NULL when absent */
+    qr_weight pos_embd;         /* bert: [n_ctx_train][n_embd] learned positions */
+    qr_weight tok_norm, tok_norm_b; /* encoders: LayerNorm of the input embeddings, F32 [n_embd] */
+    struct qr_tokenizer *embed_tok; /* the tokenizer qr_embed made (lazily, owned), or NULL */
     qr_layer *layers;           /* [n_layer] */
     qr_backend *be;             /* owned */
+    char backend_note[192];     /* why an auto load runs on the CPU ("" otherwise); qr_model_backend_note */
+    int32_t gpu;                /* CUDA device index asked for (used when be is "cuda") */
     char *name_arena;           /* tensor names referenced by the qr_weights */
+    struct qr_model_x *ext;     /* MoE / SSM hyper-parameters and weights (hybrid.h), NULL for the others */
 };
 
 /* ---- forward state ---- */
@@ -140,6 +179,8 @@ struct qr_fwd {
     int32_t n_rows;     /* rows held in x / xb / xb2: n_tokens, or n_outputs once the last layer keeps
                          * only the output rows (qr_block_keep_outputs); set by the forward pass */
     bool outputs_kept;  /* x holds just the output rows, in output order (qr_block_keep_outputs) */
+    bool embd;          /* embeddings pass: qr_block_output stops after the final norm, leaving the
+                         * [n_outputs][n_embd] normed hidden states in xo (no logits) */
     float *x;           /* [n_tokens][n_embd] residual stream */
     float *xb;          /* [n_tokens][n_embd] normed input of a sub-block */
     float *xb2;         /* [n_tokens][n_embd] output of a sub-block */
@@ -150,6 +191,7 @@ struct qr_fwd {
     float *ff_g;        /* [n_tokens][n_ff] */
     float *ff_u;        /* [n_tokens][n_ff] */
     float *xo;          /* [n_outputs][n_embd] gathered rows */
+    struct qr_fwd_x *ext; /* MoE / SSM scratch and recurrent state (hybrid.h), NULL for the others */
     float *logits;      /* [n_outputs][n_vocab] */
 };
 
@@ -174,12 +216,35 @@ void qr_block_ffn(const qr_model *m, qr_fwd *f, int il, bool gelu);
  * then keeps every row too). */
 void qr_block_keep_outputs(const qr_model *m, qr_fwd *f);
 
-/* Final norm and output projection of the gathered rows: f->logits (with final softcap). */
+/* Final norm and output projection of the gathered rows: f->logits (with final softcap); with
+ * f->embd, only the final norm (into f->xo). */
 void qr_block_output(const qr_model *m, qr_fwd *f);
 
 /* ---- forward passes ---- */
 void qr_llama_forward(const qr_model *m, qr_fwd *f);
 void qr_gemma3_forward(const qr_model *m, qr_fwd *f);
+/* BERT and nomic-bert (bert.c): always an embeddings pass; the final hidden states of all rows are
+ * left in f->xo ([n_tokens][n_embd]); the plan must have n_outputs == n_tokens. */
+void qr_bert_forward(const qr_model *m, qr_fwd *f);
+/* MoE and hybrid families (hybrid.h) */
+void qr_granite_forward(const qr_model *m, qr_fwd *f);
+void qr_granite_hybrid_forward(const qr_model *m, qr_fwd *f);
+void qr_nemotron_h_forward(const qr_model *m, qr_fwd *f);
+void qr_gpt_oss_forward(const qr_model *m, qr_fwd *f);
+void qr_nemotron_forward(const qr_model *m, qr_fwd *f);
+
+/* ---- embeddings (context.c, used by embed.c) ---- */
+
+/* One embeddings pass over whole sequences: empties the KV cache, runs rows r < n (token tok[r] of
+ * sequence seq[r] in [0, n_seq_max), positions counting from 0 in row order per sequence; n <= the
+ * context's n_batch) and copies the final hidden state of every row (decoders: after the output
+ * norm) into hidden[n][n_embd] (host). The cache is empty again afterwards. */
+qr_status qr_context_embd_pass(qr_context *ctx, const int32_t *tok, const int32_t *seq, int32_t n, float *hidden,
+                               char *err, size_t err_len);
+/* The context's model, rows per pass and sequence count. */
+qr_model *qr_context_model(const qr_context *ctx);
+int32_t qr_context_n_batch(const qr_context *ctx);
+int32_t qr_context_n_seq_max(const qr_context *ctx);
 
 /* The model's GGUF (for the tokenizer and templates). */
 const qr_gguf *qr_model_gguf(const qr_model *m);

@@ -31,6 +31,20 @@ typedef struct qr_kv_cache {
     int32_t *refcount;    /* [n_blocks] tables holding each block (0 = free) */
     int32_t *free_list;   /* [n_blocks] stack of free block ids */
     int32_t n_free;       /* entries in free_list */
+    /* prefix cache (off until qr_kv_cache_prefix_enable; all NULL/0 while off) */
+    bool prefix_on;
+    uint64_t *blk_hash;   /* [n_blocks] chain hash of a cached full block (its tokens + its parent's hash) */
+    uint64_t *blk_parent; /* [n_blocks] chain hash of the previous block (0 for the first block) */
+    int32_t *blk_tokens;  /* [n_blocks][block_size] tokens of a cached block (exact match check) */
+    uint8_t *blk_cached;  /* [n_blocks] 1 = registered in the prefix hash table */
+    int32_t *hash_head;   /* [hash_cap] first cached block of each bucket, -1 = empty */
+    int32_t *hash_next;   /* [n_blocks] next block of the same bucket */
+    int32_t hash_cap;     /* buckets, a power of two */
+    int32_t *lru_prev, *lru_next; /* [n_blocks] doubly linked list of cached blocks with refcount 0 */
+    int32_t lru_head, lru_tail;   /* oldest / newest evictable block, -1 = none */
+    int32_t n_lru;        /* evictable cached blocks (refcount 0, not on free_list) */
+    int32_t n_cached;     /* cached blocks (in use or evictable) */
+    uint64_t n_evicted;   /* cached blocks evicted to satisfy allocations, since create */
 } qr_kv_cache;
 
 /* A copy-on-write request: copy every layer of block src into block dst. */
@@ -77,5 +91,36 @@ qr_status qr_kv_cache_seq_share(qr_kv_cache *kv, int32_t src, int32_t dst, int32
 
 /* Blocks on the free list. */
 int32_t qr_kv_cache_n_free(const qr_kv_cache *kv);
+
+/* ---------------------------------------------------------------------------------------------
+ * Prefix cache. Full blocks of a sequence can be registered under a chain hash of their tokens
+ * (hash of the block's block_size tokens and the previous block's hash), so a later sequence whose
+ * prompt starts with the same tokens takes those blocks into its table (refcount + 1) instead of
+ * computing them again. A registered block whose refcount drops to 0 is not freed: it waits on an
+ * LRU list and is evicted (oldest first) only when an allocation finds the free list empty. A
+ * cached block is immutable: writing into one (after a suffix removal) copies it first.
+ * While the prefix cache is on, "available" blocks = free list + LRU list.
+ */
+
+/* Turns the prefix cache on (allocates its tables; idempotent). QR_ERR_NOMEM on failure. */
+qr_status qr_kv_cache_prefix_enable(qr_kv_cache *kv, char *err, size_t err_len);
+
+/* For an empty sequence seq: takes the longest run of cached blocks that matches tokens[0..n) block
+ * by block, leaving at least one token of the prompt uncovered (so the caller still computes the
+ * logits of the last prompt token). Sets the sequence length to the positions covered and returns
+ * it (a multiple of block_size; 0 when nothing matched, the cache is off, or seq is not empty). */
+int32_t qr_kv_cache_prefix_attach(qr_kv_cache *kv, int32_t seq, const int32_t *tokens, int32_t n);
+
+/* Registers the full blocks of seq that hold tokens[0..n) (n is capped to the sequence length).
+ * Blocks already registered, and blocks whose content is already cached in another block, are
+ * skipped. Returns the number of newly registered blocks. */
+int32_t qr_kv_cache_prefix_commit(qr_kv_cache *kv, int32_t seq, const int32_t *tokens, int32_t n);
+
+/* Blocks that an allocation can take now: free list + evictable cached blocks. */
+int32_t qr_kv_cache_n_available(const qr_kv_cache *kv);
+
+/* The bookkeeping of a context's KV cache (implemented in model/context.c). The caller may use the
+ * prefix-cache functions on it between qr_decode calls, from the thread that decodes. */
+qr_kv_cache *qr_context_kv_cache(qr_context *ctx);
 
 #endif /* QR_RUNTIME_KV_CACHE_H */

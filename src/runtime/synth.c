@@ -12,34 +12,16 @@
 #include "gguf/gguf.h"
 #include "runtime/gguf_stream.h"
 #include "runtime/quantize_model.h"
+#include "runtime/synth_internal.h"
 #include "util/util.h"
 
 /* Floats generated per chunk of rows (bounded memory). */
 #define CHUNK_FLOATS (8u << 20)
 #define QUANTIZATION_VERSION 2
 
-typedef enum init_kind {
-    INIT_NORMAL,     /* scale * z, z ~ approximately N(0, 1), bounded to |z| < 3.47 */
-    INIT_NORM,       /* center + scale * z (RMSNorm gains) */
-    INIT_ROPE_LLAMA3 /* Llama 3.1 rope frequency factors */
-} init_kind;
-
-typedef struct synth_tensor {
-    char name[64];
-    uint32_t n_dims;
-    int64_t ne[QR_GGUF_MAX_DIMS]; /* unused dims = 1 */
-    init_kind init;
-    float scale;                  /* standard deviation of the random part */
-    float center;                 /* INIT_NORM: mean gain */
-    qr_type type;                 /* chosen by the quantization plan */
-} synth_tensor;
+/* init_kind, synth_tensor, tensor_list: runtime/synth_internal.h (shared with synth_hybrid.c) */
 
 /* ---- architectures --------------------------------------------------------------------------- */
-
-typedef struct tensor_list {
-    synth_tensor *t;
-    size_t n, cap;
-} tensor_list;
 
 static bool add_tensor(tensor_list *l, init_kind init, float scale, uint32_t n_dims, int64_t ne0, int64_t ne1,
                        const char *fmt, int layer) {
@@ -64,12 +46,24 @@ static bool add_tensor(tensor_list *l, init_kind init, float scale, uint32_t n_d
     return true;
 }
 
+bool qr_synth_add(tensor_list *l, init_kind init, float scale, float center, uint32_t n_dims, int64_t ne0, int64_t ne1,
+                  int64_t ne2, const char *name) {
+    if (!add_tensor(l, init, scale, n_dims > 2 ? 2 : n_dims, ne0, ne1, "t", 0)) return false;
+    synth_tensor *t = &l->t[l->n - 1];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = n_dims;
+    t->ne[2] = n_dims > 2 ? ne2 : 1;
+    t->center = center;
+    return true;
+}
+
 static float inv_sqrt(uint32_t n) { return (float)(1.0 / sqrt((double)n)); }
 
 #define NORM_SCALE 0.1f
 
 /* llama: token_embd, [rope_freqs], per layer attn_norm q k v output ffn_norm gate up down, output_norm, output */
 static bool llama_tensors(const qr_synth_preset *p, tensor_list *l) {
+    if (p->n_expert > 0) return qr_synth_hybrid_tensors(p, l); /* Mixtral: synth_hybrid.c */
     int64_t d = p->n_embd, q = (int64_t)p->n_head * p->head_dim, kv = (int64_t)p->n_head_kv * p->head_dim, ff = p->n_ff;
     bool ok = add_tensor(l, INIT_NORMAL, p->tied_output ? inv_sqrt(p->n_embd) : 1.0f, 2, d, p->n_vocab,
                          "token_embd.weight", 0);
@@ -120,7 +114,60 @@ static bool gemma3_tensors(const qr_synth_preset *p, tensor_list *l) {
     return ok;
 }
 
+/* bert / nomic-bert: token_embd, token_types (2 rows), [position_embd], token_embd_norm (+bias), per layer
+ * q k v (bert, with biases) or fused qkv (nomic-bert), attn_output (+bias), attn_output_norm (+bias),
+ * ffn up/down (bert, with biases) or gate/up/down (nomic-bert), layer_output_norm (+bias). */
+#define BIAS_SCALE 0.1f
+static bool bert_tensors(const qr_synth_preset *p, tensor_list *l) {
+    const bool nomic = !strcmp(p->arch, "nomic-bert");
+    const int64_t d = p->n_embd, ff = p->n_ff;
+    bool ok = add_tensor(l, INIT_NORMAL, 1.0f, 2, d, p->n_vocab, "token_embd.weight", 0);
+    ok &= add_tensor(l, INIT_NORMAL, 0.5f, 2, d, 2, "token_types.weight", 0);
+    if (!nomic) ok &= add_tensor(l, INIT_NORMAL, 0.5f, 2, d, p->n_ctx, "position_embd.weight", 0);
+    ok &= add_tensor(l, INIT_NORM, NORM_SCALE, 1, d, 1, "token_embd_norm.weight", 0);
+    ok &= add_tensor(l, INIT_NORMAL, BIAS_SCALE, 1, d, 1, "token_embd_norm.bias", 0);
+    for (int i = 0; i < (int)p->n_layer; i++) {
+        if (nomic) {
+            ok &= add_tensor(l, INIT_NORMAL, inv_sqrt(p->n_embd), 2, d, 3 * d, "blk.%d.attn_qkv.weight", i);
+        } else {
+            static const char *const qkv[3] = {"blk.%d.attn_q.weight", "blk.%d.attn_k.weight", "blk.%d.attn_v.weight"};
+            static const char *const qkv_b[3] = {"blk.%d.attn_q.bias", "blk.%d.attn_k.bias", "blk.%d.attn_v.bias"};
+            for (int j = 0; j < 3; j++) {
+                ok &= add_tensor(l, INIT_NORMAL, inv_sqrt(p->n_embd), 2, d, d, qkv[j], i);
+                ok &= add_tensor(l, INIT_NORMAL, BIAS_SCALE, 1, d, 1, qkv_b[j], i);
+            }
+        }
+        ok &= add_tensor(l, INIT_NORMAL, inv_sqrt(p->n_embd), 2, d, d, "blk.%d.attn_output.weight", i);
+        if (!nomic) ok &= add_tensor(l, INIT_NORMAL, BIAS_SCALE, 1, d, 1, "blk.%d.attn_output.bias", i);
+        ok &= add_tensor(l, INIT_NORM, NORM_SCALE, 1, d, 1, "blk.%d.attn_output_norm.weight", i);
+        ok &= add_tensor(l, INIT_NORMAL, BIAS_SCALE, 1, d, 1, "blk.%d.attn_output_norm.bias", i);
+        if (nomic) ok &= add_tensor(l, INIT_NORMAL, inv_sqrt(p->n_embd), 2, d, ff, "blk.%d.ffn_gate.weight", i);
+        ok &= add_tensor(l, INIT_NORMAL, inv_sqrt(p->n_embd), 2, d, ff, "blk.%d.ffn_up.weight", i);
+        if (!nomic) ok &= add_tensor(l, INIT_NORMAL, BIAS_SCALE, 1, ff, 1, "blk.%d.ffn_up.bias", i);
+        ok &= add_tensor(l, INIT_NORMAL, inv_sqrt(p->n_ff), 2, ff, d, "blk.%d.ffn_down.weight", i);
+        if (!nomic) ok &= add_tensor(l, INIT_NORMAL, BIAS_SCALE, 1, d, 1, "blk.%d.ffn_down.bias", i);
+        ok &= add_tensor(l, INIT_NORM, NORM_SCALE, 1, d, 1, "blk.%d.layer_output_norm.weight", i);
+        ok &= add_tensor(l, INIT_NORMAL, BIAS_SCALE, 1, d, 1, "blk.%d.layer_output_norm.bias", i);
+    }
+    return ok;
+}
+
 static void key(char *buf, size_t n, const char *arch, const char *suffix) { snprintf(buf, n, "%s.%s", arch, suffix); }
+
+static void bert_hparams(const qr_synth_preset *p, qr_gguf_stream *s) {
+    char k[128];
+    const char *a = p->arch;
+    key(k, sizeof k, a, "context_length"), qr_gguf_stream_set_u32(s, k, p->n_ctx);
+    key(k, sizeof k, a, "embedding_length"), qr_gguf_stream_set_u32(s, k, p->n_embd);
+    key(k, sizeof k, a, "block_count"), qr_gguf_stream_set_u32(s, k, p->n_layer);
+    key(k, sizeof k, a, "feed_forward_length"), qr_gguf_stream_set_u32(s, k, p->n_ff);
+    key(k, sizeof k, a, "attention.head_count"), qr_gguf_stream_set_u32(s, k, p->n_head);
+    key(k, sizeof k, a, "attention.head_count_kv"), qr_gguf_stream_set_u32(s, k, p->n_head_kv);
+    key(k, sizeof k, a, "attention.layer_norm_epsilon"), qr_gguf_stream_set_f32(s, k, p->rms_eps);
+    key(k, sizeof k, a, "attention.causal"), qr_gguf_stream_set_bool(s, k, false);
+    if (!strcmp(a, "nomic-bert")) key(k, sizeof k, a, "rope.freq_base"), qr_gguf_stream_set_f32(s, k, p->rope_theta);
+    qr_gguf_stream_set_u32(s, "tokenizer.ggml.token_type_count", 2);
+}
 
 static void llama_hparams(const qr_synth_preset *p, qr_gguf_stream *s) {
     char k[128];
@@ -139,6 +186,7 @@ static void llama_hparams(const qr_synth_preset *p, qr_gguf_stream *s) {
         key(k, sizeof k, a, "attention.key_length"), qr_gguf_stream_set_u32(s, k, p->head_dim);
         key(k, sizeof k, a, "attention.value_length"), qr_gguf_stream_set_u32(s, k, p->head_dim);
     }
+    if (p->n_expert > 0) qr_synth_hybrid_hparams(p, s); /* Mixtral: expert keys (synth_hybrid.c) */
 }
 
 static void gemma3_hparams(const qr_synth_preset *p, qr_gguf_stream *s) {
@@ -166,6 +214,15 @@ typedef struct synth_arch {
 static const synth_arch archs[] = {
     {"llama", llama_tensors, llama_hparams},
     {"gemma3", gemma3_tensors, gemma3_hparams},
+    {"bert", bert_tensors, bert_hparams},
+    {"nomic-bert", bert_tensors, bert_hparams},
+    /* MoE and hybrid rows: synth_hybrid.c */
+    {"granite", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
+    {"granitehybrid", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
+    {"nemotron_h", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
+    {"nemotron_h_moe", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
+    {"gpt-oss", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
+    {"nemotron", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
 };
 
 static const synth_arch *find_arch(const char *name) {
@@ -271,7 +328,7 @@ qr_status qr_synth_write(const qr_synth_options *o, const char *path, qr_synth_s
     if (!o || !o->preset) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "synth: no preset given");
     if (!path || !path[0]) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "synth: no output path given");
     if (o->arch && !qr_synth_arch_supported(o->arch))
-        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "synth: unknown architecture '%s' (known: llama, gemma3)", o->arch);
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "synth: unknown architecture '%s' (known: llama, gemma3, bert, nomic-bert)", o->arch);
     const qr_synth_preset *p = qr_synth_find_preset(o->arch, o->preset);
     if (!p && !o->arch) {
         for (size_t i = 0; i < qr_synth_n_presets(); i++)
@@ -310,7 +367,7 @@ qr_status qr_synth_write(const qr_synth_options *o, const char *path, qr_synth_s
     if (!names) goto nomem;
     for (size_t i = 0; i < tl.n; i++) names[i] = tl.t[i].name;
     qr_quant_model_info mi = {.n_layer = (int32_t)p->n_layer, .n_head = (int32_t)p->n_head,
-                              .n_head_kv = (int32_t)p->n_head_kv, .n_expert = 0};
+                              .n_head_kv = (int32_t)p->n_head_kv, .n_expert = (int32_t)p->n_expert};
     snprintf(mi.arch, sizeof mi.arch, "%s", p->arch);
     qr_quant_plan plan;
     qr_quant_plan_init(&plan, ft, o->pure, &mi, names, tl.n);
@@ -341,6 +398,11 @@ qr_status qr_synth_write(const qr_synth_options *o, const char *path, qr_synth_s
     qr_gguf_stream_set_str(out, "quarrel.synth.preset", p->name);
     qr_gguf_stream_set_u64(out, "quarrel.synth.seed", o->seed);
     arch->hparams(p, out);
+    if (o->pooling_type > 0 || arch->tensors == bert_tensors) { /* embedding models */
+        char pk[96];
+        key(pk, sizeof pk, p->arch, "pooling_type");
+        qr_gguf_stream_set_u32(out, pk, (uint32_t)(o->pooling_type > 0 ? o->pooling_type : 1));
+    }
     qr_gguf_stream_set_str(out, "tokenizer.ggml.model", vocab.model);
     qr_gguf_stream_set_str(out, "tokenizer.ggml.pre", p->bpe_pre ? p->bpe_pre : "default");
     qr_gguf_stream_set_arr_str(out, "tokenizer.ggml.tokens", (const char *const *)vocab.tokens, vocab.n_tokens);

@@ -53,6 +53,16 @@ typedef struct qr_synth_preset {
     uint32_t sliding_window;     /* gemma3: attention.sliding_window */
     qr_synth_vocab_kind vocab;
     const char *bpe_pre;         /* tokenizer.ggml.pre */
+    /* MoE and hybrid families (synth_hybrid.c); zero for the others */
+    uint32_t n_expert, n_expert_used; /* expert_count, expert_used_count */
+    uint32_t n_ff_exp, n_ff_shexp;    /* expert / shared-expert feed-forward widths (0 = none) */
+    const char *layers;          /* per-layer kinds: 'M' Mamba2, 'A' attention, 'F' dense FFN, 'E' MoE FFN
+                                  * (nemotron_h); granitehybrid: 'M' / 'A', each followed by the FFN */
+    uint32_t ssm_d_conv, ssm_d_inner, ssm_d_state, ssm_n_head, ssm_n_group; /* Mamba2 */
+    float embedding_scale, residual_scale, logit_scale, attention_scale; /* granite multipliers (0 = absent) */
+    bool no_rope;                /* granite: rope.scaling.finetuned = false (NoPE) */
+    float yarn_factor;           /* gpt-oss: rope.scaling.factor with type yarn (0 = none) */
+    uint32_t yarn_orig_ctx;      /* gpt-oss: rope.scaling.original_context_length */
 } qr_synth_preset;
 
 /* The preset `name` of `arch`; arch may be NULL when the name is unique. NULL when not found. */
@@ -95,6 +105,8 @@ typedef struct qr_synth_options {
     uint64_t seed;      /* weights seed */
     int n_threads;      /* <= 0: all online CPUs (the output does not depend on it) */
     bool progress;      /* progress bar on stderr when it is a TTY */
+    int32_t pooling_type; /* > 0: write {arch}.pooling_type (1 mean, 2 cls, 3 last: embedding models);
+                           * 0: only encoders (bert, nomic-bert) write one, mean */
 } qr_synth_options;
 
 typedef struct qr_synth_stats {

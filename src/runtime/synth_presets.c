@@ -30,7 +30,72 @@ static const qr_synth_preset presets[] = {
     {.arch = "gemma3", .name = "tiny", .n_layer = 2, .n_embd = 128, .n_ff = 512, .n_head = 4, .n_head_kv = 1,
      .head_dim = 64, .n_vocab = 1000, .n_ctx = 2048, .rope_theta = 1000000.0f, .rms_eps = 1e-6f,
      .tied_output = true, .sliding_window = 64, .vocab = SPM, .bpe_pre = "default"},
-    /* more architectures (granite, mixtral, gpt-oss, nemotron_h, bert, ...) are added here as rows,
+    /* encoders for embeddings: bert (learned positions, biases; MiniLM-like widths) and nomic-bert
+     * (fused qkv, NeoX rope base 1000, SwiGLU); byte-level BPE vocabulary (llama.cpp does not tie
+     * the tokenizer to the architecture), rms_eps is the LayerNorm epsilon */
+    {.arch = "bert", .name = "tiny", .n_layer = 2, .n_embd = 128, .n_ff = 512, .n_head = 4, .n_head_kv = 4,
+     .head_dim = 32, .n_vocab = 1000, .n_ctx = 512, .rope_theta = 10000.0f, .rms_eps = 1e-12f, .vocab = BPE,
+     .bpe_pre = "llama-bpe"},
+    {.arch = "nomic-bert", .name = "tiny", .n_layer = 2, .n_embd = 128, .n_ff = 384, .n_head = 4, .n_head_kv = 4,
+     .head_dim = 32, .n_vocab = 1000, .n_ctx = 2048, .rope_theta = 1000.0f, .rms_eps = 1e-12f, .vocab = BPE,
+     .bpe_pre = "llama-bpe"},
+    /* ---- MoE and hybrid families (synth_hybrid.c). tiny: reference tests; the others: the real models'
+     * shapes (docs/models.md) for speed runs. ---- */
+    /* Mixtral = llama + experts: 4 experts, top-2 */
+    {.arch = "llama", .name = "mixtral-tiny", .n_layer = 2, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 2048, .rope_theta = 1000000.0f, .rms_eps = 1e-5f, .vocab = BPE,
+     .bpe_pre = "llama-bpe", .n_expert = 4, .n_expert_used = 2, .n_ff_exp = 512},
+    {.arch = "llama", .name = "mixtral-8x7b", .n_layer = 32, .n_embd = 4096, .n_ff = 14336, .n_head = 32,
+     .n_head_kv = 8, .head_dim = 128, .n_vocab = 32000, .n_ctx = 32768, .rope_theta = 1000000.0f, .rms_eps = 1e-5f,
+     .vocab = BPE, .bpe_pre = "llama-bpe", .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 14336},
+    /* gpt-oss: biases, sinks, sliding window 32 on even layers, 4 experts top-2 with the clamped SwiGLU */
+    {.arch = "gpt-oss", .name = "tiny", .n_layer = 2, .n_embd = 256, .n_ff = 256, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 4096, .rope_theta = 150000.0f, .rms_eps = 1e-5f, .sliding_window = 32,
+     .vocab = BPE, .bpe_pre = "llama-bpe", .n_expert = 4, .n_expert_used = 2, .n_ff_exp = 256},
+    {.arch = "gpt-oss", .name = "gpt-oss-20b", .n_layer = 24, .n_embd = 2880, .n_ff = 2880, .n_head = 64,
+     .n_head_kv = 8, .head_dim = 64, .n_vocab = 201088, .n_ctx = 131072, .rope_theta = 150000.0f, .rms_eps = 1e-5f,
+     .sliding_window = 128, .vocab = BPE, .bpe_pre = "llama-bpe", .n_expert = 32, .n_expert_used = 4,
+     .n_ff_exp = 2880, .yarn_factor = 32.0f, .yarn_orig_ctx = 4096},
+    /* granite 3.x: llama + multipliers */
+    {.arch = "granite", .name = "tiny", .n_layer = 2, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 4096, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .vocab = BPE,
+     .bpe_pre = "llama-bpe", .embedding_scale = 12.0f, .residual_scale = 0.22f, .logit_scale = 0.5f,
+     .attention_scale = 0.015625f},
+    /* granitehybrid (Granite 4.0-H): Mamba2 + NoPE attention, MoE + shared expert after every mixer */
+    {.arch = "granitehybrid", .name = "tiny", .n_layer = 4, .n_embd = 256, .n_ff = 256, .n_head = 4, .n_head_kv = 1,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 4096, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .vocab = BPE,
+     .bpe_pre = "llama-bpe", .n_expert = 4, .n_expert_used = 2, .n_ff_exp = 256, .n_ff_shexp = 256,
+     .layers = "MMAM", .ssm_d_conv = 4, .ssm_d_inner = 512, .ssm_d_state = 32, .ssm_n_head = 8, .ssm_n_group = 2,
+     .embedding_scale = 12.0f, .residual_scale = 0.22f, .logit_scale = 0.5f, .attention_scale = 0.015625f,
+     .no_rope = true},
+    /* llama.cpp sizes granitehybrid's experts by feed_forward_length (512 here), the shared expert by
+     * expert_shared_feed_forward_length */
+    {.arch = "granitehybrid", .name = "granite-4.0-h-tiny", .n_layer = 40, .n_embd = 1536, .n_ff = 512, .n_head = 12,
+     .n_head_kv = 4, .head_dim = 128, .n_vocab = 100352, .n_ctx = 131072, .rope_theta = 10000.0f, .rms_eps = 1e-5f,
+     .vocab = BPE, .bpe_pre = "llama-bpe", .n_expert = 64, .n_expert_used = 6, .n_ff_exp = 512, .n_ff_shexp = 1024,
+     .layers = "MMMMMAMMMMMMMMMAMMMMMMMMMAMMMMMMMMMAMMMM", .ssm_d_conv = 4, .ssm_d_inner = 3072, .ssm_d_state = 128,
+     .ssm_n_head = 48, .ssm_n_group = 1, .embedding_scale = 12.0f, .residual_scale = 0.22f, .logit_scale = 6.0f,
+     .attention_scale = 0.0078125f, .no_rope = true},
+    /* nemotron (Nemotron-Mini): LayerNorm with biases, rope on half of each head, relu^2 FFN; rms_eps is the
+     * LayerNorm epsilon */
+    {.arch = "nemotron", .name = "tiny", .n_layer = 2, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 4096, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .vocab = BPE,
+     .bpe_pre = "llama-bpe"},
+    /* nemotron_h: Mamba2 / relu^2 FFN / attention (no rope) blocks */
+    {.arch = "nemotron_h", .name = "tiny", .n_layer = 4, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 4096, .rms_eps = 1e-5f, .vocab = BPE, .bpe_pre = "llama-bpe",
+     .layers = "MFAF", .ssm_d_conv = 4, .ssm_d_inner = 512, .ssm_d_state = 32, .ssm_n_head = 8, .ssm_n_group = 2},
+    /* nemotron_h_moe (Nemotron-3-Nano): sigmoid-routed MoE blocks with a selection bias and a shared expert */
+    {.arch = "nemotron_h_moe", .name = "tiny", .n_layer = 4, .n_embd = 256, .n_ff = 256, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 4096, .rms_eps = 1e-5f, .vocab = BPE, .bpe_pre = "llama-bpe",
+     .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_ff_shexp = 256, .layers = "MEAE", .ssm_d_conv = 4,
+     .ssm_d_inner = 512, .ssm_d_state = 32, .ssm_n_head = 8, .ssm_n_group = 2},
+    {.arch = "nemotron_h_moe", .name = "nemotron-3-nano-30b-a3b", .n_layer = 52, .n_embd = 2688, .n_ff = 1856,
+     .n_head = 32, .n_head_kv = 2, .head_dim = 128, .n_vocab = 131072, .n_ctx = 262144, .rms_eps = 1e-5f,
+     .vocab = BPE, .bpe_pre = "llama-bpe", .n_expert = 128, .n_expert_used = 6, .n_ff_exp = 1856, .n_ff_shexp = 3712,
+     .layers = "MEMEMAEMEMEMAEMEMEMAEMEMEMAEMEMEMAEMEMEMEMAEMEMEMEME", .ssm_d_conv = 4, .ssm_d_inner = 4096,
+     .ssm_d_state = 128, .ssm_n_head = 64, .ssm_n_group = 8},
+    /* more architectures are added here as rows,
      * together with a row in synth.c's architecture table */
 };
 

@@ -264,6 +264,9 @@ int main(int argc, char **argv) {
     printf("GPU: %s; CPU oracle: %s, %ld threads\n", qr_cuda_backend_device_name(L.gpu), qr_backend_cpu_simd(L.cpu),
            sysconf(_SC_NPROCESSORS_ONLN));
     L.stream = qr_cuda_backend_stream(L.gpu);
+    /* the lab writes inputs with its own copies: no reuse of the previous matmul's activations, and
+     * every timed matmul includes its activation conversion */
+    qr_cuda_backend_tune(L.gpu)->act_reuse = 0;
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
@@ -275,6 +278,7 @@ int main(int argc, char **argv) {
     if (lab_section(&L, "matmul")) lab_matmul(&L);
     if (lab_section(&L, "ops")) lab_ops(&L);
     if (lab_section(&L, "attention")) lab_attention(&L);
+    lab_moe_ssm(&L); /* its sections: moe, ssm, sinks */
     summary(&L);
     lab_gpu_free(&L, L.flush);
     qr_backend_free(L.gpu);

@@ -84,6 +84,9 @@ bool lab_section(lab *L, const char *name);
 void lab_matmul(lab *L);
 void lab_ops(lab *L);
 void lab_attention(lab *L);
+/* MoE routing / expert matmuls / GLUs, the Mamba2 conv, scan and gated norm, attention sinks
+ * (lab_moe_ssm.c; sections "moe", "ssm", "sinks"). */
+void lab_moe_ssm(lab *L);
 
 /* ---- lab_kernels.cu ---- */
 /* Streaming-read bandwidth of `bytes` at p (16-byte loads, a sum written to out), for the roofline. */

@@ -189,6 +189,17 @@ static void attn_check(lab *L, kvset *S, int n, const int32_t *seq, const int32_
     free(q), free(og), free(oc);
 }
 
+/* attn_check with the two-pass kernel forced (tune.attn_kernel = 1): the flash-decoding kernel
+ * (attention_decode.cu) handles decode rows by default; this times and checks the old one. */
+static void attn_check_old(lab *L, kvset *S, int n, const int32_t *seq, const int32_t *pos, int splits, bool time,
+                           const char *label) {
+    qr_cuda_tune *tune = qr_cuda_backend_tune(L->gpu);
+    const int32_t saved = tune->attn_kernel;
+    tune->attn_kernel = 1;
+    attn_check(L, S, n, seq, pos, n, NULL, splits, time, label);
+    tune->attn_kernel = saved;
+}
+
 /* Every row of every sequence as queries (prefill-style), with forced split counts. */
 static void small_cases(lab *L) {
     const attn_cfg cases[] = {
@@ -214,6 +225,7 @@ static void small_cases(lab *L) {
          * spare block, point the table at it, and the results must not change */
         const int32_t dseq[2] = {0, 1}, dpos[2] = {len[0] - 1, len[1] - 1};
         attn_check(L, &S, 2, dseq, dpos, 2, NULL, 0, false, "decode");
+        attn_check_old(L, &S, 2, dseq, dpos, 0, false, "decode two-pass");
         const int32_t b0 = S.bt[0];
         L->cpu->ops->kv_copy_block(L->cpu, S.kc, b0, S.spare);
         L->gpu->ops->kv_copy_block(L->gpu, S.kg, b0, S.spare);
@@ -239,6 +251,9 @@ static void big_cases(lab *L) {
         const int32_t seq[1] = {0}, pos[1] = {ctxs[ci] - 1};
         snprintf(label, sizeof label, "decode ctx%d", ctxs[ci]);
         attn_check(L, &S, 1, seq, pos, 1, NULL, 0, true, label);
+        snprintf(label, sizeof label, "decode ctx%d two-pass", ctxs[ci]);
+        attn_check_old(L, &S, 1, seq, pos, 0, true, label);
+        snprintf(label, sizeof label, "decode ctx%d", ctxs[ci]);
         if (ci == 1) {
             const int sp[] = {1, 8, 32, 128};
             for (int i = 0; i < 4; i++) attn_check(L, &S, 1, seq, pos, 1, NULL, sp[i], true, label);
@@ -247,6 +262,11 @@ static void big_cases(lab *L) {
             for (int r = 0; r < 512; r++) pseq[r] = 0, ppos[r] = ctxs[ci] - 512 + r;
             const int32_t rows[4] = {0, 1, 255, 511};
             attn_check(L, &S, 512, pseq, ppos, 4, rows, 0, true, "prefill 512 @ctx4096");
+            qr_cuda_tune *tune = qr_cuda_backend_tune(L->gpu);
+            const int32_t saved = tune->attn_kernel;
+            tune->attn_kernel = 1;
+            attn_check(L, &S, 512, pseq, ppos, 4, rows, 0, true, "prefill 512 @ctx4096 two-pass");
+            tune->attn_kernel = saved;
         }
         kvset_free(L, &S);
     }
@@ -257,6 +277,7 @@ static void big_cases(lab *L) {
         kvset_init(L, &S, &mistral, 4, len);
         const int32_t seq[4] = {0, 1, 2, 3}, pos[4] = {2047, 999, 2999, 76};
         attn_check(L, &S, 4, seq, pos, 4, NULL, 0, true, "decode 4 seqs");
+        attn_check_old(L, &S, 4, seq, pos, 0, true, "decode 4 seqs two-pass");
         kvset_free(L, &S);
     }
     {

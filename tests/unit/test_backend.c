@@ -199,6 +199,7 @@ typedef struct attn_case {
     int n_head, n_head_kv, dk, dv, block_size, window;
     float softcap;
     qr_type kv_type;
+    bool non_causal; /* every row sees its whole sequence (BERT) */
 } attn_case;
 
 static void run_attention_case(const attn_case *c) {
@@ -246,7 +247,8 @@ static void run_attention_case(const attn_case *c) {
     bs->ops->kv_store(bs, ks, 1, k, v);
     bv->ops->kv_store(bv, kv2, 1, k, v);
     qr_attn_params ap = {.n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim_k = c->dk, .head_dim_v = c->dv,
-                         .scale = 1.0f / sqrtf((float)c->dk), .softcap = c->softcap, .window = c->window};
+                         .scale = 1.0f / sqrtf((float)c->dk), .softcap = c->softcap, .window = c->window,
+                         .non_causal = c->non_causal};
     bs->ops->attention(bs, ks, 1, q, &ap, o1);
     bv->ops->attention(bv, kv2, 1, q, &ap, o2);
     assert_int_equal(bs->ops->last_error(bs, err, sizeof err), QR_OK);
@@ -260,10 +262,11 @@ static void run_attention_case(const attn_case *c) {
     for (r = 0; r < n_tok; r++) {
         const int base = seq[r] == 0 ? 0 : len[0];
         const int first = c->window > 0 && pos[r] - c->window + 1 > 0 ? pos[r] - c->window + 1 : 0;
+        const int last = c->non_causal ? len[seq[r]] - 1 : pos[r];
         for (int h = 0; h < c->n_head; h++) {
             const int kvh = h / group;
             double mx = -1e300;
-            for (int p = first; p <= pos[r]; p++) {
+            for (int p = first; p <= last; p++) {
                 double dot = 0;
                 for (int i = 0; i < c->dk; i++)
                     dot += (double)qr_fp16_to_fp32(qr_fp32_to_fp16(q[(size_t)r * qd + h * c->dk + i])) *
@@ -275,13 +278,13 @@ static void run_attention_case(const attn_case *c) {
                 if (s > mx) mx = s;
             }
             double sum = 0;
-            for (int p = first; p <= pos[r]; p++) sum += (sc[p] = exp(sc[p] - mx));
+            for (int p = first; p <= last; p++) sum += (sc[p] = exp(sc[p] - mx));
             /* probabilities rounded to f16 as the kernels do; a probability next to an f16 rounding
              * boundary may round the other way here (5e-4 relative), hence the tolerance */
-            for (int p = first; p <= pos[r]; p++) sc[p] = qr_fp16_to_fp32(qr_fp32_to_fp16((float)(sc[p] / sum)));
+            for (int p = first; p <= last; p++) sc[p] = qr_fp16_to_fp32(qr_fp32_to_fp16((float)(sc[p] / sum)));
             for (int i = 0; i < c->dv; i++) {
                 double acc = 0;
-                for (int p = first; p <= pos[r]; p++) acc += sc[p] * RND(v[(size_t)(base + p) * d.v_dim + kvh * c->dv + i]);
+                for (int p = first; p <= last; p++) acc += sc[p] * RND(v[(size_t)(base + p) * d.v_dim + kvh * c->dv + i]);
                 const double want = acc, got = o1[(size_t)r * od + h * c->dv + i];
                 if (fabs(got - want) > 2e-4 + 1e-3 * fabs(want))
                     fail_msg("attention vs dense: row %d head %d dim %d: %g vs %g", r, h, i, got, want);
@@ -290,7 +293,7 @@ static void run_attention_case(const attn_case *c) {
     }
     /* one-row passes (decode) sum in ggml's vec_dot_f16 order: same bits on both paths, and the
      * same values as the batch within rounding */
-    for (r = 0; r < n_tok; r += 13) {
+    for (r = 0; r < n_tok && !c->non_causal; r += 13) { /* (non-causal: a one-row pass sees only itself) */
         qr_batch_plan one = plan;
         one.n_tokens = 1, one.tokens = tok + r, one.pos = pos + r, one.seq = seq + r, one.kv_slot = slot + r;
         float o3[4096], o4[4096];
@@ -318,8 +321,72 @@ static void test_attention(void **state) {
         {.n_head = 4, .n_head_kv = 4, .dk = 20, .dv = 12, .block_size = 7, .softcap = 5.0f, .kv_type = QR_TYPE_F32},
         {.n_head = 6, .n_head_kv = 2, .dk = 33, .dv = 33, .block_size = 5, .window = 9, .kv_type = QR_TYPE_F16},
         {.n_head = 2, .n_head_kv = 1, .dk = 8, .dv = 8, .block_size = 128, .kv_type = QR_TYPE_F16},
+        /* encoders (BERT): every row attends to its whole sequence */
+        {.n_head = 12, .n_head_kv = 12, .dk = 32, .dv = 32, .block_size = 32, .kv_type = QR_TYPE_F16, .non_causal = true},
+        {.n_head = 4, .n_head_kv = 2, .dk = 20, .dv = 12, .block_size = 7, .kv_type = QR_TYPE_F32, .non_causal = true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_attention_case(&cases[i]);
+}
+
+/* ---- add_row: biases, token-type rows and position embeddings ---- */
+
+static void make_weight(qr_weight *w, qr_type type, int64_t k, int64_t n, float *src, void **buf);
+
+static void test_add_row(void **state) {
+    (void)state;
+    char err[256];
+    qr_backend *bs = NULL, *bv = NULL;
+    qr_backend_cpu_params ps = {.n_threads = 1, .force_scalar = true}, pv = {.n_threads = 3};
+    assert_int_equal(qr_backend_cpu_create(&ps, &bs, err, sizeof err), QR_OK);
+    assert_int_equal(qr_backend_cpu_create(&pv, &bv, err, sizeof err), QR_OK);
+    enum { DIM = 1000, ROWS = 7, NT = 300 };
+    float *tab = malloc(sizeof(float) * DIM * ROWS), *x = malloc(sizeof(float) * DIM * NT);
+    float *o1 = malloc(sizeof(float) * DIM * NT), *o2 = malloc(sizeof(float) * DIM * NT);
+    fill(tab, DIM * ROWS, 2.0f);
+    fill(x, DIM * NT, 3.0f);
+    int32_t tok[NT], pos[NT], seq[NT], slot[NT], bt[1] = {0};
+    for (int r = 0; r < NT; r++) tok[r] = 0, pos[r] = (r * 5) % ROWS, seq[r] = 0, slot[r] = r;
+    qr_batch_plan plan = {.n_tokens = NT, .tokens = tok, .pos = pos, .seq = seq, .kv_slot = slot, .n_seqs = 1,
+                          .max_blocks = 1, .block_table = bt};
+    assert_int_equal(bs->ops->set_batch(bs, &plan, err, sizeof err), QR_OK);
+    assert_int_equal(bv->ops->set_batch(bv, &plan, err, sizeof err), QR_OK);
+    const qr_type types[] = {QR_TYPE_F32, QR_TYPE_F16};
+    for (int ti = 0; ti < 2; ti++) {
+        qr_weight w;
+        void *buf;
+        make_weight(&w, types[ti], DIM, ROWS, tab, &buf);
+        for (int64_t row = -1; row < ROWS; row += 3) {
+            bs->ops->add_row(bs, x, &w, row, NT, o1);
+            bv->ops->add_row(bv, x, &w, row, NT, o2);
+            assert_int_equal(bs->ops->last_error(bs, err, sizeof err), QR_OK);
+            assert_int_equal(bv->ops->last_error(bv, err, sizeof err), QR_OK);
+            check_close("add_row simd vs scalar", o2, o1, (int64_t)DIM * NT, 0, 0);
+            for (int r = 0; r < NT; r++)
+                for (int i = 0; i < DIM; i++) {
+                    float t = tab[(row >= 0 ? row : pos[r]) * DIM + i];
+                    if (types[ti] == QR_TYPE_F16) t = qr_fp16_to_fp32(qr_fp32_to_fp16(t));
+                    if (o1[(size_t)r * DIM + i] != x[(size_t)r * DIM + i] + t)
+                        fail_msg("add_row type %d row %lld: r %d i %d", ti, (long long)row, r, i);
+                }
+        }
+        /* in place, and the range checks */
+        memcpy(o1, x, sizeof(float) * DIM * NT);
+        bv->ops->add_row(bv, o1, &w, 2, NT, o1);
+        assert_true(o1[5] == x[5] + (types[ti] == QR_TYPE_F16 ? qr_fp16_to_fp32(qr_fp32_to_fp16(tab[2 * DIM + 5])) : tab[2 * DIM + 5]));
+        bv->ops->add_row(bv, x, &w, ROWS, NT, o2);
+        assert_int_equal(bv->ops->last_error(bv, err, sizeof err), QR_ERR_INVALID_ARG);
+        free(buf);
+    }
+    /* a position beyond the table is refused */
+    qr_weight w;
+    void *buf;
+    make_weight(&w, QR_TYPE_F32, DIM, 3, tab, &buf);
+    bv->ops->add_row(bv, x, &w, -1, NT, o2);
+    assert_int_equal(bv->ops->last_error(bv, err, sizeof err), QR_ERR_INVALID_ARG);
+    free(buf);
+    free(tab), free(x), free(o1), free(o2);
+    qr_backend_free(bs);
+    qr_backend_free(bv);
 }
 
 /* ---- matmul ---- */
@@ -599,7 +666,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_simd_selected),   cmocka_unit_test(test_elementwise), cmocka_unit_test(test_rmsnorm_softmax),
         cmocka_unit_test(test_rope),            cmocka_unit_test(test_attention),   cmocka_unit_test(test_matmul),
-        cmocka_unit_test(test_matmul_llama_cpp_paths),
+        cmocka_unit_test(test_matmul_llama_cpp_paths), cmocka_unit_test(test_add_row),
         cmocka_unit_test(test_ops_threaded),    cmocka_unit_test(test_pool),        cmocka_unit_test(test_expf), cmocka_unit_test(test_act_quant_avx2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

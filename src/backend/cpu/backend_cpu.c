@@ -41,6 +41,8 @@ bool qr_cpu_has_avx2(void) {
 #endif
 }
 
+void qr_cpu_raise(qr_backend *be, qr_status st, const char *msg) { raise_error(CB(be), st, msg); }
+
 /* ---- lifetime and memory ---- */
 
 static void cpu_destroy(qr_backend *be) {
@@ -55,6 +57,7 @@ static void cpu_destroy(qr_backend *be) {
     free(cb->block_table);
     free(cb->wdata);
     free(cb->scores);
+    free(cb->seq_last);
     free(cb);
     free(be);
 }
@@ -587,7 +590,7 @@ static void attn_task_fn(void *arg, int64_t lo, int64_t hi, int ith) {
     float *scores = cb->scores + (size_t)ith * cb->scores_cap;
     for (int64_t jb = lo; jb < hi; jb++) {
         const int32_t r = (int32_t)(jb / p->n_head), h = (int32_t)(jb % p->n_head), kvh = h / group;
-        const int32_t pos = cb->pos[r];
+        const int32_t pos = cb->pos[r], last = p->non_causal ? cb->seq_last[cb->seq[r]] : pos;
         cpu_attn_job job = {
             .q = t->q + ((int64_t)r * p->n_head + h) * p->head_dim_k,
             .k_base = t->kv->k[t->layer],
@@ -600,12 +603,14 @@ static void attn_task_fn(void *arg, int64_t lo, int64_t hi, int ith) {
             .block_table = cb->block_table + (int64_t)cb->seq[r] * cb->max_blocks,
             .block_size = d->block_size,
             .first = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0,
-            .last = pos,
+            .last = last,
             .head_dim_k = p->head_dim_k,
             .head_dim_v = p->head_dim_v,
             .scale = p->scale,
             .softcap = p->softcap,
             .single = cb->n_tokens == 1,
+            .has_sink = p->sinks != NULL,
+            .sink = p->sinks ? ((const float *)p->sinks->host)[h] : 0.0f,
             .scores = scores,
             .out = t->out + ((int64_t)r * p->n_head + h) * p->head_dim_v,
         };
@@ -624,9 +629,23 @@ static void cpu_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, cons
         raise_error(cb, QR_ERR_INVALID_ARG, "attention: head layout does not match the KV cache");
         return;
     }
+    if (p->non_causal) { /* each sequence's last position in this pass */
+        if ((size_t)cb->n_seqs > cb->seq_last_cap) {
+            int32_t *nl = realloc(cb->seq_last, (size_t)cb->n_seqs * sizeof(int32_t));
+            if (!nl) {
+                raise_error(cb, QR_ERR_NOMEM, "attention: out of memory");
+                return;
+            }
+            cb->seq_last = nl;
+            cb->seq_last_cap = (size_t)cb->n_seqs;
+        }
+        for (int32_t s = 0; s < cb->n_seqs; s++) cb->seq_last[s] = -1;
+        for (int32_t r = 0; r < cb->n_tokens; r++)
+            if (cb->pos[r] > cb->seq_last[cb->seq[r]]) cb->seq_last[cb->seq[r]] = cb->pos[r];
+    }
     for (int32_t r = 0; r < cb->n_tokens; r++) {
         const int32_t *bt = cb->block_table + (int64_t)cb->seq[r] * cb->max_blocks;
-        const int32_t last_blk = cb->pos[r] / d->block_size;
+        const int32_t last_blk = (p->non_causal ? cb->seq_last[cb->seq[r]] : cb->pos[r]) / d->block_size;
         if (last_blk >= cb->max_blocks) {
             raise_error(cb, QR_ERR_INVALID_ARG, "attention: position beyond the block table");
             return;
@@ -644,9 +663,11 @@ static void cpu_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, cons
     const int nth = cpu_pool_n_threads(cb->pool);
     /* per-thread score scratch: as many keys as the longest row sees */
     size_t max_keys = 1;
-    for (int32_t r = 0; r < cb->n_tokens; r++)
-        if ((size_t)cb->pos[r] + 1 > max_keys) max_keys = (size_t)cb->pos[r] + 1;
-    if (p->window > 0 && max_keys > (size_t)p->window) max_keys = (size_t)p->window;
+    for (int32_t r = 0; r < cb->n_tokens; r++) {
+        const int32_t last = p->non_causal ? cb->seq_last[cb->seq[r]] : cb->pos[r];
+        if ((size_t)last + 1 > max_keys) max_keys = (size_t)last + 1;
+    }
+    if (p->window > 0 && !p->non_causal && max_keys > (size_t)p->window) max_keys = (size_t)p->window;
     if (max_keys > cb->scores_cap || !cb->scores || nth > cb->scores_nth) {
         size_t cap = max_keys < 1024 ? 1024 : max_keys;
         float *ns = realloc(cb->scores, cap * (size_t)nth * sizeof(float));
@@ -726,6 +747,58 @@ static void cpu_softcap(qr_backend *be, const float *x, float cap, int64_t n, fl
 }
 static void cpu_copy(qr_backend *be, const float *src, int64_t n, float *dst) { ew_run(be, EW_COPY, src, NULL, 0, n, dst); }
 
+typedef struct add_row_task {
+    cpu_backend *cb;
+    const float *x;
+    const qr_weight *table;
+    const qr_quant_traits *tr; /* to_float of a non-F32 table */
+    int64_t row;               /* >= 0: this row for all; -1: row pos[r] */
+    float *out;
+} add_row_task;
+
+static void add_row_task_fn(void *arg, int64_t lo, int64_t hi, int ith) {
+    add_row_task *t = arg;
+    const int64_t dim = t->table->ne[0];
+    float *tmp = NULL;
+    (void)ith;
+    if (t->table->type != QR_TYPE_F32 && !(tmp = malloc((size_t)dim * sizeof(float)))) {
+        raise_error(t->cb, QR_ERR_NOMEM, "add_row: out of memory");
+        return;
+    }
+    for (int64_t r = lo; r < hi; r++) {
+        const int64_t src = t->row >= 0 ? t->row : t->cb->pos[r];
+        const void *trow = (const char *)t->table->host + (size_t)src * t->table->row_bytes;
+        const float *b = trow;
+        if (tmp) {
+            t->tr->to_float(trow, tmp, dim);
+            b = tmp;
+        }
+        t->cb->k->add(t->x + r * dim, b, dim, t->out + r * dim);
+    }
+    free(tmp);
+}
+
+static void cpu_add_row(qr_backend *be, const float *x, const qr_weight *table, int64_t row, int64_t n_rows, float *out) {
+    cpu_backend *cb = CB(be);
+    const qr_quant_traits *tr = cpu_traits(cb, table->type);
+    if (table->type != QR_TYPE_F32 && (!tr || !tr->to_float)) {
+        raise_error(cb, QR_ERR_UNSUPPORTED, "add_row: the table's type cannot be dequantized");
+        return;
+    }
+    if (row < -1 || row >= table->ne[1] || (row == -1 && n_rows > cb->n_tokens)) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "add_row: row out of range");
+        return;
+    }
+    if (row == -1)
+        for (int64_t r = 0; r < n_rows; r++)
+            if (cb->pos[r] >= table->ne[1]) {
+                raise_error(cb, QR_ERR_INVALID_ARG, "add_row: position beyond the table (text longer than the model's context)");
+                return;
+            }
+    add_row_task t = {.cb = cb, .x = x, .table = table, .tr = tr, .row = row, .out = out};
+    run_items(cb, add_row_task_fn, &t, n_rows, table->ne[0]);
+}
+
 static void softmax_task(void *arg, int64_t lo, int64_t hi, int ith) {
     rows_task *t = arg;
     (void)ith;
@@ -769,6 +842,15 @@ static const qr_backend_ops cpu_ops = {
     .softcap = cpu_softcap,
     .softmax = cpu_softmax,
     .copy = cpu_copy,
+    .add_row = cpu_add_row,
+    .moe_route = qr_cpu_moe_route,
+    .matmul_id = qr_cpu_matmul_id,
+    .moe_gate_up = qr_cpu_moe_gate_up,
+    .moe_combine = qr_cpu_moe_combine,
+    .glu = qr_cpu_glu,
+    .ssm_conv = qr_cpu_ssm_conv,
+    .ssm_scan = qr_cpu_ssm_scan,
+    .ssm_gate_norm = qr_cpu_ssm_gate_norm,
 };
 
 qr_status qr_backend_cpu_create(const qr_backend_cpu_params *params, qr_backend **out, char *err, size_t err_len) {

@@ -88,6 +88,8 @@ typedef struct cpu_attn_job {
     int32_t head_dim_k, head_dim_v;
     float scale, softcap;
     bool single;                 /* the pass has one row: ggml's vec_dot_f16 order, else tinyBLAS's */
+    bool has_sink;               /* the softmax also counts exp(sink) in its denominator (gpt-oss sinks) */
+    float sink;
     float *scores;               /* scratch, [last - first + 1] floats */
     float *out;                  /* [head_dim_v] */
 } cpu_attn_job;
@@ -154,6 +156,9 @@ typedef struct cpu_backend {
     float *scores;
     size_t scores_cap;
     int scores_nth;           /* threads the scratch was sized for */
+    /* non-causal attention: the last position of each sequence in the pass, [seq_last_cap] */
+    int32_t *seq_last;
+    size_t seq_last_cap;
     /* matmul scratch: activations converted to the weight's vec_dot_type */
     void *wdata;
     size_t wdata_cap;
@@ -168,5 +173,26 @@ struct qr_kv_storage {
     void **k; /* [n_layer] -> [n_blocks * block_size][k_dim] of desc.type */
     void **v; /* [n_layer] -> [n_blocks * block_size][v_dim] */
 };
+
+/* ---- MoE and Mamba2 ops (ops_moe.c, ops_ssm.c): the op table entries of the same names in
+ * backend.h; they read the batch plan and raise errors through the cpu_backend above. ---- */
+void qr_cpu_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const qr_moe_route_params *p, int32_t *ids,
+                      float *weights);
+void qr_cpu_matmul_id(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x, bool x_per_slot,
+                      const int32_t *ids, int64_t n_rows, int32_t n_used, float *y);
+void qr_cpu_moe_gate_up(qr_backend *be, const qr_weight *gate, const qr_weight *gate_b, const qr_weight *up,
+                        const qr_weight *up_b, const float *x, const int32_t *ids, int64_t n_rows, int32_t n_used,
+                        qr_glu_kind act, float *h);
+void qr_cpu_moe_combine(qr_backend *be, const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim,
+                        float *out);
+void qr_cpu_glu(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out);
+void qr_cpu_ssm_conv(qr_backend *be, const float *x, int64_t x_stride, float *conv_state, const qr_weight *w,
+                     const qr_weight *b, const qr_ssm_params *p, float *out);
+void qr_cpu_ssm_scan(qr_backend *be, float *state, const float *xbc, const float *dt, int64_t dt_stride,
+                     const qr_weight *dt_bias, const qr_weight *A, const qr_weight *D, const qr_ssm_params *p, float *y);
+void qr_cpu_ssm_gate_norm(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
+                          int64_t n_rows, const qr_ssm_params *p, float eps, float *out);
+/* Records the first op error of the CPU backend (reported by last_error). */
+void qr_cpu_raise(qr_backend *be, qr_status st, const char *msg);
 
 #endif /* QR_BACKEND_CPU_H */

@@ -276,6 +276,7 @@ static void attn_head_avx2(const cpu_attn_job *j) {
         }
         t += run;
     }
+    if (j->has_sink) max = fmaxf(max, j->sink);
     /* pass 2: exp, and the sum as ggml forms it: float sums of aligned groups of 8 positions
      * (positions outside [first, last] count as 0), added in double */
     const __m256 bm = _mm256_set1_ps(max);
@@ -288,6 +289,7 @@ static void attn_head_avx2(const cpu_attn_job *j) {
         for (int k = 0; k < 8; k++) l[k] = c + k >= j->first && c + k <= j->last ? s[c + k - j->first] : 0.0f;
         sum += (double)reduce8_avx(_mm256_loadu_ps(l));
     }
+    if (j->has_sink) sum += (double)expf(j->sink - max); /* ggml: the sink joins the sum after the keys */
     /* pass 3: probabilities rounded to f16; the key at position p accumulates into lane p % lanes */
     const float inv = (float)(1.0 / sum);
     const __m256 vinv = _mm256_set1_ps(inv);

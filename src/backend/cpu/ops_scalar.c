@@ -176,6 +176,7 @@ static void attn_head_scalar(const cpu_attn_job *j) {
         s[t] = sc;
         max = fmaxf(max, sc);
     }
+    if (j->has_sink) max = fmaxf(max, j->sink);
     for (int32_t t = 0; t < n; t++) s[t] = cpu_expf(s[t] - max);
     /* the sum as ggml forms it: float sums of aligned groups of 8 positions, added in double */
     double sum = 0.0;
@@ -184,6 +185,7 @@ static void attn_head_scalar(const cpu_attn_job *j) {
         for (int k = 0; k < 8; k++) l[k] = c + k >= j->first && c + k <= j->last ? s[c + k - j->first] : 0.0f;
         sum += (double)reduce8(l);
     }
+    if (j->has_sink) sum += (double)expf(j->sink - max); /* ggml: the sink joins the sum after the keys */
     const float inv = (float)(1.0 / sum);
     for (int32_t l = 0; l < lanes; l++) memset(acc[l], 0, sizeof(float) * (size_t)dv);
     for (int32_t t = 0; t < n; t++) {

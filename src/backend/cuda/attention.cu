@@ -73,6 +73,11 @@ static __global__ void __launch_bounds__(ATTN_THREADS) attn_kernel(const cuda_at
             for (int s2 = lane; s2 < ns; s2 += 32)
                 if (st[2 * s2 + 1] > 0.0f) L += st[2 * s2 + 1] * __expf(st[2 * s2] - M);
             L = warp_sum(L);
+            if (a.sinks) { /* the sink is one more score with no value (ggml: in the max and the sum) */
+                const float sk = a.sinks[h0 + g], M2 = fmaxf(M, sk);
+                L = (L > 0.0f ? L * __expf(M - M2) : 0.0f) + __expf(sk - M2);
+                M = M2;
+            }
             if (lane == 0) {
                 stat_s[g] = M;
                 stat_s[GMAX + g] = (float)(1.0 / (double)L);

@@ -36,6 +36,15 @@ struct qr_kv_storage {
     size_t k_layer, v_layer;   /* bytes of one layer */
 };
 
+/* One recorded pass: warmed up once, then captured and replayed while the scratch stays put. */
+typedef struct cuda_graph_rec {
+    const void *owner;
+    uint64_t key;
+    int runs;             /* plain runs so far (1 = warmed up, capture next) */
+    uint64_t gen;         /* cb->scratch_gen when captured */
+    cudaGraphExec_t exec; /* NULL until captured */
+} cuda_graph_rec;
+
 typedef struct cuda_backend {
     int device;
     char device_name[320];
@@ -61,6 +70,25 @@ typedef struct cuda_backend {
     qr_cuda_tune tune;
     qr_status error;
     char error_msg[256];
+    /* decode graphs (run_graph) */
+    cuda_graph_rec *graphs; /* [MAX_GRAPHS], n_graphs used */
+    int n_graphs;
+    bool graph_mode;      /* inside run_graph: launch shapes fixed per key (attention splits) */
+    bool capturing;       /* the stream is being captured: no allocation or synchronisation allowed */
+    bool graphs_off;      /* QUARREL_CUDA_GRAPH=0, or a capture failed once (graph_note says why) */
+    uint64_t scratch_gen; /* bumped whenever a scratch buffer or the device plan moves */
+    int64_t n_captured, n_replayed;
+    char graph_note[256];
+    /* reuse of the mat-vec's quantized activations by the next matmul on the same input (q/k/v,
+     * gate/up): valid while no other op ran in between (op_epoch counts every cuda_ok/cublas_ok) */
+    uint64_t op_epoch;
+    bool act_valid;
+    const float *act_x;
+    int64_t act_rows, act_k;
+    int act_kind;
+    uint64_t act_epoch, act_gen;
+    unsigned int *attn_cnt; /* flash-decoding's per-tile split counters (zero between launches) */
+    size_t attn_cnt_cap;    /* counters allocated */
 } cuda_backend;
 
 static inline cuda_backend *CB(qr_backend *be) { return (cuda_backend *)be->impl; }
@@ -76,6 +104,7 @@ static void raise_error(cuda_backend *cb, qr_status st, const char *fmt, ...) {
 
 /* Records a failed CUDA call; true when e is cudaSuccess. */
 static bool cuda_ok(cuda_backend *cb, cudaError_t e, const char *what) {
+    cb->op_epoch++; /* every op checks its launches here: a new epoch means device memory may have changed */
     if (e == cudaSuccess) return true;
     (void)cudaGetLastError();
     raise_error(cb, e == cudaErrorMemoryAllocation ? QR_ERR_NOMEM : QR_ERR_INTERNAL, "%s: %s", what,
@@ -84,6 +113,7 @@ static bool cuda_ok(cuda_backend *cb, cudaError_t e, const char *what) {
 }
 
 static bool cublas_ok(cuda_backend *cb, cublasStatus_t s, const char *what) {
+    cb->op_epoch++;
     if (s == CUBLAS_STATUS_SUCCESS) return true;
     raise_error(cb, QR_ERR_INTERNAL, "%s: cuBLAS status %d", what, (int)s);
     return false;
@@ -92,6 +122,11 @@ static bool cublas_ok(cuda_backend *cb, cublasStatus_t s, const char *what) {
 /* Grows a scratch buffer to `need` bytes (waits for pending ops before freeing the old one). */
 static bool ensure_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t need, const char *what) {
     if (need <= *cap) return true;
+    if (cb->capturing) {
+        raise_error(cb, QR_ERR_INTERNAL, "%s scratch must grow during graph capture", what);
+        return false;
+    }
+    cb->scratch_gen++;
     need = (need + (1u << 20) - 1) & ~(size_t)((1u << 20) - 1);
     cudaStreamSynchronize(cb->stream);
     if (*buf) cudaFree(*buf);
@@ -142,12 +177,16 @@ static void cuda_destroy(qr_backend *be) {
     cuda_backend *cb = CB(be);
     cudaSetDevice(cb->device);
     cudaStreamSynchronize(cb->stream);
+    for (int i = 0; i < cb->n_graphs; i++)
+        if (cb->graphs[i].exec) cudaGraphExecDestroy(cb->graphs[i].exec);
+    free(cb->graphs);
     if (cb->cublas) cublasDestroy(cb->cublas);
     cudaFree(cb->cublas_ws);
     cudaFree(cb->d_plan);
     cudaFree(cb->act);
     cudaFree(cb->tile);
     cudaFree(cb->attn);
+    cudaFree(cb->attn_cnt);
     cudaFree(cb->tmp);
     if (cb->pinned) cudaFreeHost(cb->pinned);
     if (cb->staged) cudaEventDestroy(cb->staged);
@@ -467,6 +506,7 @@ static qr_status cuda_set_batch(qr_backend *be, const qr_batch_plan *p, char *er
     if (e == cudaSuccess && n_ints > cb->d_plan_cap) {
         cudaStreamSynchronize(cb->stream);
         cudaFree(cb->d_plan);
+        cb->scratch_gen++;
         cb->d_plan = NULL;
         cb->d_plan_cap = 0;
         e = cudaMalloc((void **)&cb->d_plan, n_ints * 4 * 2);
@@ -581,6 +621,7 @@ static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int6
     uint8_t *act = (uint8_t *)cb->act;
     const bool mmv = n_rows <= cb->tune.mmvq_max_rows && v->nb > 0;
     if (!mmv) {
+        cb->act_valid = false;
         matmul_gemm(cb, cw, x, n_rows, n, y, act + L.h);
         return;
     }
@@ -588,11 +629,19 @@ static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int6
     int8_t *q = (int8_t *)(act + L.q);
     float *d = (float *)(act + L.d), *s = (float *)(act + L.s);
     int16_t *g = (int16_t *)(act + L.g);
-    const void *h = x;
-    cudaError_t e = cudaSuccess;
-    if (kind <= 1) e = qr_cuda_quantize_act(x, (int32_t)n_rows, (int32_t)k, kind, q, d, s, g, cb->stream);
-    else if (kind <= 3) e = qr_cuda_to_half(x, n_rows * k, act + L.h, kind == 3, cb->stream), h = act + L.h;
-    if (!cuda_ok(cb, e, "matmul (activations)")) return;
+    const void *h = kind == 2 || kind == 3 ? (const void *)(act + L.h) : (const void *)x;
+    /* the previous op was a matmul that converted this same input the same way: its activations
+     * are still in the scratch (q, k and v projections; gate and up) */
+    const bool reuse = cb->tune.act_reuse && cb->act_valid && cb->act_x == x && cb->act_rows == n_rows &&
+                       cb->act_k == k && cb->act_kind == kind && cb->act_epoch == cb->op_epoch &&
+                       cb->act_gen == cb->scratch_gen && kind <= 3;
+    cb->act_valid = false;
+    if (!reuse) {
+        cudaError_t e = cudaSuccess;
+        if (kind <= 1) e = qr_cuda_quantize_act(x, (int32_t)n_rows, (int32_t)k, kind, q, d, s, g, cb->stream);
+        else if (kind <= 3) e = qr_cuda_to_half(x, n_rows * k, act + L.h, kind == 3, cb->stream);
+        if (!cuda_ok(cb, e, "matmul (activations)")) return;
+    }
     int32_t wpr = cb->tune.mmvq_wpr;
     if (wpr != 1 && wpr != 2 && wpr != 4) wpr = n >= 4096 ? 1 : (n >= 2048 ? 2 : 4);
     const int64_t dstride = kind == 1 ? k / 256 : k / 32, hsize = kind == 4 ? 4 : 2;
@@ -609,6 +658,17 @@ static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int6
         wv.n = n;
         const bool pdl = cb->has_pdl && cb->tune.pdl != 0;
         if (!cuda_ok(cb, qr_cuda_matvec(&wv, &xv, nr, y + t0 * n, wpr, pdl, cb->stream), "matmul (mat-vec)")) return;
+    }
+    const char *x0 = (const char *)x, *x1 = x0 + (size_t)(n_rows * k) * 4;
+    const char *y0 = (const char *)y, *y1 = y0 + (size_t)(n_rows * n) * 4;
+    if (kind <= 3 && !(y0 < x1 && x0 < y1)) { /* y did not overwrite x: the activations stay valid */
+        cb->act_valid = true;
+        cb->act_x = x;
+        cb->act_rows = n_rows;
+        cb->act_k = k;
+        cb->act_kind = kind;
+        cb->act_epoch = cb->op_epoch;
+        cb->act_gen = cb->scratch_gen;
     }
 }
 
@@ -709,17 +769,40 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
         return;
     }
     int32_t max_span = 1;
+    int32_t *last = NULL; /* non-causal: [n_tokens] the last position of each row's sequence in the pass */
+    if (p->non_causal) {
+        last = (int32_t *)malloc((size_t)cb->n_tokens * 4);
+        if (!last) {
+            raise_error(cb, QR_ERR_NOMEM, "attention: out of memory");
+            return;
+        }
+        int32_t n_seq = 0;
+        for (int32_t r = 0; r < cb->n_tokens; r++)
+            if (cb->h_seq[r] + 1 > n_seq) n_seq = cb->h_seq[r] + 1;
+        int32_t *seq_end = (int32_t *)calloc((size_t)n_seq, 4);
+        if (!seq_end) {
+            free(last);
+            raise_error(cb, QR_ERR_NOMEM, "attention: out of memory");
+            return;
+        }
+        for (int32_t r = 0; r < cb->n_tokens; r++)
+            if (cb->h_pos[r] > seq_end[cb->h_seq[r]]) seq_end[cb->h_seq[r]] = cb->h_pos[r];
+        for (int32_t r = 0; r < cb->n_tokens; r++) last[r] = seq_end[cb->h_seq[r]];
+        free(seq_end);
+    }
     for (int32_t r = 0; r < cb->n_tokens; r++) {
         const int32_t *bt = cb->h_block_table + (int64_t)cb->h_seq[r] * cb->max_blocks;
-        const int32_t pos = cb->h_pos[r], last_blk = pos / d->block_size;
+        const int32_t pos = last ? last[r] : cb->h_pos[r], last_blk = pos / d->block_size;
         if (last_blk >= cb->max_blocks) {
             raise_error(cb, QR_ERR_INVALID_ARG, "attention: position beyond the block table");
+            free(last);
             return;
         }
         const int32_t first = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
         for (int32_t b = first / d->block_size; b <= last_blk; b++) {
             if (bt[b] < 0 || bt[b] >= d->n_blocks) {
                 raise_error(cb, QR_ERR_INVALID_ARG, "attention: block table entry missing or out of range");
+                free(last);
                 return;
             }
         }
@@ -731,6 +814,15 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
     a.v_cache = kv->v + (size_t)layer * kv->v_layer;
     a.f16 = d->type == QR_TYPE_F16;
     a.pos = cb->d_pos;
+    if (last) { /* the kernel reads a row's key range [first, pos[r]]: pass the sequence ends */
+        const size_t bytes = (size_t)cb->n_tokens * 4;
+        const bool ok = ensure_scratch(cb, &cb->tmp, &cb->tmp_cap, bytes, "non-causal attention") &&
+                        cuda_ok(cb, cudaMemcpyAsync(cb->tmp, last, bytes, cudaMemcpyHostToDevice, cb->stream), "attention");
+        cudaStreamSynchronize(cb->stream); /* `last` is pageable host memory freed below */
+        free(last);
+        if (!ok) return;
+        a.pos = (const int32_t *)cb->tmp;
+    }
     a.seq = cb->d_seq;
     a.block_table = cb->d_block_table;
     a.max_blocks = cb->max_blocks;
@@ -744,6 +836,16 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
     a.softcap = p->softcap;
     a.window = p->window;
     a.out = out;
+    a.sinks = NULL;
+    if (p->sinks) {
+        const cuda_weight *sw = prepared(cb, p->sinks, "attention sinks");
+        if (!sw) return;
+        if (sw->v.type != QR_TYPE_F32 || p->sinks->ne[0] < p->n_head) {
+            raise_error(cb, QR_ERR_INVALID_ARG, "attention: sinks must be F32 [n_head]");
+            return;
+        }
+        a.sinks = (const float *)sw->v.p0;
+    }
     /* splits: about four CTAs per SM (the key loop is latency-bound; measured on H100, decode at
      * 4096 keys: 1 split 2242 us, 8: 302, 32: 94, 128: 72), each split at least 32 keys */
     const int dmax = a.dk > a.dv ? a.dk : a.dv, gmax = dmax <= 128 ? 8 : (dmax <= 256 ? 4 : 2);
@@ -753,17 +855,54 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
     if (ns <= 0) {
         ns = (4 * cb->n_sm + base - 1) / base;
         const int64_t by_len = (max_span + 31) / 32;
-        if (ns > by_len) ns = by_len;
+        if (ns > by_len && !cb->graph_mode) ns = by_len;
     }
-    if (ns > max_span) ns = max_span;
+    /* a graph replays one split count at every length: empty splits are harmless (max -inf, sum 0) */
+    if (ns > max_span && !cb->graph_mode) ns = max_span;
     if (ns > 256) ns = 256;
     if (ns < 1) ns = 1;
     a.n_splits = (int32_t)ns;
     const size_t n_rh = (size_t)a.n_tok * (size_t)a.n_head * (size_t)ns;
     const size_t stats_bytes = (n_rh * 2 * 4 + 255) & ~(size_t)255, part_bytes = ns > 1 ? n_rh * (size_t)a.dv * 4 : 0;
-    if (!ensure_scratch(cb, &cb->attn, &cb->attn_cap, stats_bytes + part_bytes, "attention scratch")) return;
+    /* the flash-decoding kernel (attention_decode.cu) for decode passes, and for longer passes while
+     * its score rows stay small (prefill of a short context; measured to be the faster kernel there
+     * too is still to do on the device). Its scratch holds a score per (row, head, key): in a graph
+     * every key the block table can address (a size fixed per batch shape), else the longest span. */
+    const int64_t score_stride = cb->graph_mode ? (int64_t)cb->max_blocks * d->block_size : (int64_t)max_span;
+    const size_t score_need = (size_t)a.n_tok * (size_t)a.n_head * (size_t)score_stride * 4;
+    const bool decode = cb->tune.attn_kernel != 1 && qr_cuda_attn_decode_supported(&a) &&
+                        (a.n_tok <= cb->tune.attn_decode_max_rows ||
+                         (cb->tune.attn_kernel == 0 && score_need <= ((size_t)512 << 20)));
+    const size_t score_bytes = decode ? score_need : 0;
+    const size_t part_bytes_al = (part_bytes + 255) & ~(size_t)255;
+    if (!ensure_scratch(cb, &cb->attn, &cb->attn_cap, stats_bytes + part_bytes_al + score_bytes, "attention scratch"))
+        return;
     a.stats = (float *)cb->attn;
     a.partial = ns > 1 ? (float *)((uint8_t *)cb->attn + stats_bytes) : NULL;
+    if (decode && score_stride <= INT32_MAX) {
+        float *scores = (float *)((uint8_t *)cb->attn + stats_bytes + part_bytes_al);
+        const size_t tiles = (size_t)qr_cuda_attn_decode_tiles(&a);
+        if (tiles > cb->attn_cnt_cap) { /* zeroed once; every launch leaves them zero */
+            if (cb->capturing) {
+                raise_error(cb, QR_ERR_INTERNAL, "attention counters must grow during graph capture");
+                return;
+            }
+            const size_t cap = (tiles + 1023) & ~(size_t)1023;
+            cudaStreamSynchronize(cb->stream);
+            cudaFree(cb->attn_cnt);
+            cb->attn_cnt = NULL;
+            cb->attn_cnt_cap = 0;
+            cb->scratch_gen++;
+            if (!cuda_ok(cb, cudaMalloc((void **)&cb->attn_cnt, cap * sizeof(unsigned int)), "attention counters") ||
+                !cuda_ok(cb, cudaMemsetAsync(cb->attn_cnt, 0, cap * sizeof(unsigned int), cb->stream),
+                         "attention counters"))
+                return;
+            cb->attn_cnt_cap = cap;
+        }
+        cuda_ok(cb, qr_cuda_attention_decode(&a, scores, (int32_t)score_stride, cb->attn_cnt, cb->stream),
+                "attention (decode)");
+        return;
+    }
     cuda_ok(cb, qr_cuda_attention(&a, cb->stream), "attention");
 }
 
@@ -815,18 +954,309 @@ static void cuda_copy(qr_backend *be, const float *src, int64_t n, float *dst) {
     cuda_ok(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->stream), "copy");
 }
 
-static const qr_backend_ops cuda_ops = {
-    cuda_destroy,       cuda_alloc,          cuda_free_mem,   cuda_write,       cuda_read,
-    cuda_synchronize,   cuda_weight_prepare, cuda_weight_release, cuda_last_error, cuda_set_n_threads,
-    cuda_kv_alloc,      cuda_kv_free,        cuda_kv_copy_block, cuda_set_batch,  cuda_get_rows,
-    cuda_gather_outputs, cuda_matmul,        cuda_rmsnorm,    cuda_layernorm,   cuda_rope,
-    cuda_kv_store,      cuda_attention,      cuda_swiglu,     cuda_geglu,       cuda_add,
-    cuda_mul,           cuda_scale,          cuda_softcap,    cuda_softmax,     cuda_copy,
-};
+static void cuda_add_row(qr_backend *be, const float *x, const qr_weight *table, int64_t row, int64_t n_rows,
+                         float *out) {
+    cuda_backend *cb = CB(be);
+    const cuda_weight *cw = prepared(cb, table, "add_row");
+    if (!cw) return;
+    if (cw->v.type != QR_TYPE_F32 && cw->v.type != QR_TYPE_F16) {
+        raise_error(cb, QR_ERR_UNSUPPORTED, "add_row: table %s must be F32 or F16", table->name ? table->name : "?");
+        return;
+    }
+    if (row < -1 || row >= table->ne[1] || (row == -1 && n_rows > cb->n_tokens)) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "add_row: row out of range");
+        return;
+    }
+    if (row == -1)
+        for (int64_t r = 0; r < n_rows; r++)
+            if (cb->h_pos[r] >= table->ne[1]) {
+                raise_error(cb, QR_ERR_INVALID_ARG, "add_row: position beyond the table");
+                return;
+            }
+    cuda_ok(cb, qr_cuda_add_row(x, &cw->v, row, cb->d_pos, n_rows, out, cb->stream), "add_row");
+}
+
+/* ---- MoE and Mamba2 (issue 9): kernels in moe.cu and ssm.cu ---- */
+
+/* Device pointer of a prepared F32 vector / matrix (NULL for w == NULL; raises on a bad weight). */
+static const float *f32_of(cuda_backend *cb, const qr_weight *w, const char *op, bool *ok) {
+    if (!w) return NULL;
+    const cuda_weight *cw = prepared(cb, w, op);
+    if (!cw || cw->v.type != QR_TYPE_F32) {
+        if (cw) raise_error(cb, QR_ERR_INVALID_ARG, "%s: %s must be F32", op, w->name ? w->name : "?");
+        *ok = false;
+        return NULL;
+    }
+    return (const float *)cw->v.p0;
+}
+
+static void cuda_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const qr_moe_route_params *p,
+                           int32_t *ids, float *weights) {
+    cuda_backend *cb = CB(be);
+    bool ok = true;
+    const float *sb = f32_of(cb, p->sel_bias, "moe_route", &ok);
+    if (ok) cuda_ok(cb, qr_cuda_moe_route(logits, n_rows, p, sb, ids, weights, cb->stream), "moe_route");
+}
+
+static void cuda_matmul_id(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x, bool x_per_slot,
+                           const int32_t *ids, int64_t n_rows, int32_t n_used, float *y) {
+    cuda_backend *cb = CB(be);
+    const cuda_weight *cw = prepared(cb, w, "matmul_id");
+    bool ok = cw != NULL;
+    const float *b = f32_of(cb, bias, "matmul_id", &ok);
+    if (ok) cuda_ok(cb, qr_cuda_matmul_id(&cw->v, w->ne[1], b, x, x_per_slot, ids, n_rows, n_used, y, cb->stream),
+                    "matmul_id");
+}
+
+static void cuda_glu(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out) {
+    cuda_backend *cb = CB(be);
+    cuda_ok(cb, qr_cuda_glu(g, u, n, (int)act, out, cb->stream), "glu");
+}
+
+static void cuda_moe_gate_up(qr_backend *be, const qr_weight *gate, const qr_weight *gate_b, const qr_weight *up,
+                             const qr_weight *up_b, const float *x, const int32_t *ids, int64_t n_rows, int32_t n_used,
+                             qr_glu_kind act, float *h) {
+    cuda_backend *cb = CB(be);
+    const size_t bytes = (size_t)n_rows * (size_t)n_used * (size_t)up->ne[1] * sizeof(float);
+    if (!gate) { /* relu^2 experts: h = act(up x) */
+        cuda_matmul_id(be, up, up_b, x, false, ids, n_rows, n_used, h);
+        cuda_glu(be, h, NULL, (int64_t)(bytes / sizeof(float)), act, h);
+        return;
+    }
+    if (!ensure_scratch(cb, &cb->tmp, &cb->tmp_cap, bytes, "moe_gate_up")) return;
+    cuda_matmul_id(be, gate, gate_b, x, false, ids, n_rows, n_used, h);
+    cuda_matmul_id(be, up, up_b, x, false, ids, n_rows, n_used, (float *)cb->tmp);
+    cuda_glu(be, h, (const float *)cb->tmp, (int64_t)(bytes / sizeof(float)), act, h);
+}
+
+static void cuda_moe_combine(qr_backend *be, const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim,
+                             float *out) {
+    cuda_backend *cb = CB(be);
+    cuda_ok(cb, qr_cuda_moe_combine(y, w, n_rows, n_used, dim, out, cb->stream), "moe_combine");
+}
+
+static void cuda_ssm_conv(qr_backend *be, const float *x, int64_t x_stride, float *conv_state, const qr_weight *w,
+                          const qr_weight *b, const qr_ssm_params *p, float *out) {
+    cuda_backend *cb = CB(be);
+    bool ok = w != NULL;
+    const float *wd = f32_of(cb, w, "ssm_conv", &ok), *bd = f32_of(cb, b, "ssm_conv", &ok);
+    if (ok && (w->ne[0] != p->d_conv || w->ne[1] != p->conv_dim)) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "ssm_conv: weight shape does not match");
+        ok = false;
+    }
+    if (ok) cuda_ok(cb, qr_cuda_ssm_conv(x, x_stride, conv_state, wd, bd, cb->d_seq, cb->n_tokens, p, out, cb->stream),
+                    "ssm_conv");
+}
+
+static void cuda_ssm_scan(qr_backend *be, float *state, const float *xbc, const float *dt, int64_t dt_stride,
+                          const qr_weight *dt_bias, const qr_weight *A, const qr_weight *D, const qr_ssm_params *p,
+                          float *y) {
+    cuda_backend *cb = CB(be);
+    bool ok = A != NULL;
+    const float *bd = f32_of(cb, dt_bias, "ssm_scan", &ok), *ad = f32_of(cb, A, "ssm_scan", &ok),
+                *dd = f32_of(cb, D, "ssm_scan", &ok);
+    if (ok) cuda_ok(cb, qr_cuda_ssm_scan(state, xbc, dt, dt_stride, bd, ad, dd, cb->d_seq, cb->n_tokens, p, y, cb->stream),
+                    "ssm_scan");
+}
+
+static void cuda_ssm_gate_norm(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
+                               int64_t n_rows, const qr_ssm_params *p, float eps, float *out) {
+    cuda_backend *cb = CB(be);
+    bool ok = true;
+    const float *wd = f32_of(cb, w, "ssm_gate_norm", &ok);
+    if (ok) cuda_ok(cb, qr_cuda_ssm_gate_norm(y, z, z_stride, wd, n_rows, p, eps, out, cb->stream), "ssm_gate_norm");
+}
+
+/* ---- decode graphs: run_graph / graph_release ---- */
+
+#define MAX_GRAPHS 32
+
+static void graph_drop(cuda_graph_rec *g) {
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    memset(g, 0, sizeof *g);
+}
+
+static void cuda_graph_release(qr_backend *be, const void *owner) {
+    cuda_backend *cb = CB(be);
+    int j = 0;
+    for (int i = 0; i < cb->n_graphs; i++) {
+        if (cb->graphs[i].owner == owner) graph_drop(&cb->graphs[i]);
+        else cb->graphs[j++] = cb->graphs[i];
+    }
+    cb->n_graphs = j;
+}
+
+/* Abandons a failed capture: graphs stay off from now on (graph_note says why); the errors the
+ * capture raised are cleared, since the caller reruns the pass without a graph. */
+static void capture_failed(cuda_backend *cb, const char *stage, cudaError_t e) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(cb->stream, &cs) == cudaSuccess && cs != cudaStreamCaptureStatusNone) {
+        cudaGraph_t g = NULL;
+        cudaStreamEndCapture(cb->stream, &g);
+        if (g) cudaGraphDestroy(g);
+    }
+    (void)cudaGetLastError();
+    cb->capturing = false;
+    char note[sizeof cb->graph_note + sizeof cb->error_msg + 96];
+    snprintf(note, sizeof note, "CUDA graph %s failed (%s%s%s); running ops one by one", stage,
+             e != cudaSuccess ? cudaGetErrorString(e) : "", e != cudaSuccess && cb->error != QR_OK ? "; " : "",
+             cb->error != QR_OK ? cb->error_msg : "");
+    memcpy(cb->graph_note, note, sizeof cb->graph_note - 1);
+    cb->graph_note[sizeof cb->graph_note - 1] = 0;
+    cb->error = QR_OK;
+    cb->error_msg[0] = 0;
+    cb->graphs_off = true;
+}
+
+static qr_status cuda_run_graph(qr_backend *be, const void *owner, uint64_t key, void (*fn)(void *), void *arg,
+                                char *err, size_t err_len) {
+    cuda_backend *cb = CB(be);
+    if (cb->graphs_off || cb->error != QR_OK) {
+        fn(arg);
+        return QR_OK;
+    }
+    cuda_graph_rec *g = NULL;
+    for (int i = 0; i < cb->n_graphs && !g; i++)
+        if (cb->graphs[i].owner == owner && cb->graphs[i].key == key) g = &cb->graphs[i];
+    if (!g) {
+        if (!cb->graphs) cb->graphs = (cuda_graph_rec *)calloc(MAX_GRAPHS, sizeof(cuda_graph_rec));
+        if (!cb->graphs) {
+            fn(arg);
+            return QR_OK;
+        }
+        if (cb->n_graphs == MAX_GRAPHS) { /* evict the oldest */
+            graph_drop(&cb->graphs[0]);
+            memmove(cb->graphs, cb->graphs + 1, (MAX_GRAPHS - 1) * sizeof(cuda_graph_rec));
+            cb->n_graphs--;
+        }
+        g = &cb->graphs[cb->n_graphs++];
+        memset(g, 0, sizeof *g);
+        g->owner = owner;
+        g->key = key;
+    }
+    cudaSetDevice(cb->device);
+    cb->graph_mode = true;
+    if (g->exec && g->gen != cb->scratch_gen) { /* a buffer it uses moved: warm up and capture again */
+        cudaGraphExecDestroy(g->exec);
+        g->exec = NULL;
+        g->runs = 0;
+    }
+    cudaError_t e = cudaSuccess;
+    if (!g->exec && g->runs == 0) { /* warm-up: sizes every scratch buffer for this shape */
+        fn(arg);
+        g->runs = 1;
+        cb->graph_mode = false;
+        return QR_OK;
+    }
+    if (!g->exec) { /* capture */
+        const uint64_t gen = cb->scratch_gen;
+        cudaGraph_t graph = NULL;
+        e = cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal);
+        if (e == cudaSuccess) {
+            cb->capturing = true;
+            fn(arg);
+            cb->capturing = false;
+            e = cudaStreamEndCapture(cb->stream, &graph);
+        }
+        if (e != cudaSuccess || cb->error != QR_OK || gen != cb->scratch_gen || !graph) {
+            if (graph) cudaGraphDestroy(graph);
+            capture_failed(cb, "capture", e);
+            fn(arg);
+            cb->graph_mode = false;
+            return QR_OK;
+        }
+        e = cudaGraphInstantiate(&g->exec, graph, 0);
+        cudaGraphDestroy(graph);
+        if (e != cudaSuccess) {
+            g->exec = NULL;
+            capture_failed(cb, "instantiation", e);
+            fn(arg);
+            cb->graph_mode = false;
+            return QR_OK;
+        }
+        g->gen = gen;
+        cb->n_captured++;
+    } else {
+        cb->n_replayed++;
+    }
+    cb->graph_mode = false;
+    e = cudaGraphLaunch(g->exec, cb->stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return qr_errf(err, err_len, QR_ERR_INTERNAL, "cuda backend: graph launch: %s", cudaGetErrorString(e));
+    }
+    return QR_OK;
+}
+
+/* The op table, filled by name: ops added to qr_backend_ops later stay NULL (not implemented on CUDA)
+ * until this backend gets them. */
+static qr_backend_ops make_cuda_ops(void) {
+    qr_backend_ops o;
+    memset(&o, 0, sizeof o);
+    o.destroy = cuda_destroy;
+    o.alloc = cuda_alloc;
+    o.free = cuda_free_mem;
+    o.write = cuda_write;
+    o.read = cuda_read;
+    o.synchronize = cuda_synchronize;
+    o.weight_prepare = cuda_weight_prepare;
+    o.weight_release = cuda_weight_release;
+    o.last_error = cuda_last_error;
+    o.set_n_threads = cuda_set_n_threads;
+    o.kv_alloc = cuda_kv_alloc;
+    o.kv_free = cuda_kv_free;
+    o.kv_copy_block = cuda_kv_copy_block;
+    o.set_batch = cuda_set_batch;
+    o.get_rows = cuda_get_rows;
+    o.gather_outputs = cuda_gather_outputs;
+    o.matmul = cuda_matmul;
+    o.rmsnorm = cuda_rmsnorm;
+    o.layernorm = cuda_layernorm;
+    o.rope = cuda_rope;
+    o.kv_store = cuda_kv_store;
+    o.attention = cuda_attention;
+    o.swiglu = cuda_swiglu;
+    o.geglu = cuda_geglu;
+    o.add = cuda_add;
+    o.mul = cuda_mul;
+    o.scale = cuda_scale;
+    o.softcap = cuda_softcap;
+    o.softmax = cuda_softmax;
+    o.copy = cuda_copy;
+    o.add_row = cuda_add_row;
+    o.run_graph = cuda_run_graph;
+    o.graph_release = cuda_graph_release;
+    o.moe_route = cuda_moe_route;
+    o.matmul_id = cuda_matmul_id;
+    o.moe_gate_up = cuda_moe_gate_up;
+    o.moe_combine = cuda_moe_combine;
+    o.glu = cuda_glu;
+    o.ssm_conv = cuda_ssm_conv;
+    o.ssm_scan = cuda_ssm_scan;
+    o.ssm_gate_norm = cuda_ssm_gate_norm;
+    return o;
+}
+
+static const qr_backend_ops cuda_ops = make_cuda_ops();
 
 /* A kernel of this file: its attributes tell whether the binary has code for the device. */
 static __global__ void probe_kernel(int *p) {
     if (p) *p = 1;
+}
+
+extern "C" bool qr_cuda_mem_info(int gpu, size_t *free_bytes, size_t *total_bytes) {
+    int cur = 0;
+    size_t f = 0, t = 0;
+    cudaError_t e = cudaGetDevice(&cur);
+    if (e == cudaSuccess) e = cudaSetDevice(gpu);
+    if (e == cudaSuccess) {
+        e = cudaMemGetInfo(&f, &t);
+        cudaSetDevice(cur);
+    }
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    if (free_bytes) *free_bytes = e == cudaSuccess ? f : 0;
+    if (total_bytes) *total_bytes = e == cudaSuccess ? t : 0;
+    return e == cudaSuccess;
 }
 
 extern "C" int qr_cuda_device_count(void) {
@@ -846,7 +1276,10 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
         (void)cudaGetLastError();
-        if (e == cudaSuccess || e == cudaErrorNoDevice)
+        /* no NVIDIA driver at all reads as "insufficient driver": say it plainly */
+        FILE *drv = fopen("/proc/driver/nvidia/version", "r");
+        if (drv) fclose(drv);
+        if (e == cudaSuccess || e == cudaErrorNoDevice || (e == cudaErrorInsufficientDriver && !drv))
             return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "no CUDA device found");
         return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "no CUDA device found (%s)", cudaGetErrorString(e));
     }
@@ -884,6 +1317,19 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
     cb->tune.pdl = 1;
     cb->has_pdl = prop.major >= 9;
     cb->tune.attn_splits = 0;
+    cb->tune.act_reuse = 1;
+    const char *renv = getenv("QUARREL_CUDA_ACT_REUSE");
+    if (renv && strcmp(renv, "0") == 0) cb->tune.act_reuse = 0;
+    cb->tune.attn_kernel = 0;
+    cb->tune.attn_decode_max_rows = 8;
+    const char *aenv = getenv("QUARREL_CUDA_ATTN");
+    if (aenv && strcmp(aenv, "old") == 0) cb->tune.attn_kernel = 1;
+    if (aenv && strcmp(aenv, "decode") == 0) cb->tune.attn_kernel = 2;
+    const char *genv = getenv("QUARREL_CUDA_GRAPH");
+    if (genv && strcmp(genv, "0") == 0) {
+        cb->graphs_off = true;
+        snprintf(cb->graph_note, sizeof cb->graph_note, "CUDA graphs disabled by QUARREL_CUDA_GRAPH=0");
+    }
     const char *what = "stream";
     cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
     e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking);
@@ -908,3 +1354,9 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
 extern "C" qr_cuda_tune *qr_cuda_backend_tune(qr_backend *be) { return &CB(be)->tune; }
 extern "C" void *qr_cuda_backend_stream(qr_backend *be) { return (void *)CB(be)->stream; }
 extern "C" const char *qr_cuda_backend_device_name(qr_backend *be) { return CB(be)->device_name; }
+extern "C" void qr_cuda_backend_graph_stats(qr_backend *be, int64_t *captured, int64_t *replayed, const char **note) {
+    cuda_backend *cb = CB(be);
+    if (captured) *captured = cb->n_captured;
+    if (replayed) *replayed = cb->n_replayed;
+    if (note) *note = cb->graph_note;
+}

@@ -19,6 +19,14 @@ typedef struct qr_cuda_tune {
     int64_t gemm_tile_bytes; /* f16 weight tile of the prefill GEMM (bytes), default 128 MiB */
     int32_t attn_splits;     /* KV splits per (row, kv head) in attention; 0 = chosen by the context length */
     int32_t pdl;             /* 1: launch the mat-vec with programmatic dependent launch (sm_90+), 0: plainly */
+    int32_t attn_kernel;     /* 0: flash-decoding (attention_decode.cu) where it applies, for passes of <=
+                              * attn_decode_max_rows rows and for longer ones while their scores take <= 512 MiB;
+                              * 1: the two-pass kernel only (also QUARREL_CUDA_ATTN=old); 2: flash-decoding for
+                              * passes of <= attn_decode_max_rows rows only (QUARREL_CUDA_ATTN=decode) */
+    int32_t attn_decode_max_rows; /* default 8 */
+    int32_t act_reuse;       /* 1: a mat-vec reuses the quantized activations of the matmul just before it on the
+                              * same input (q/k/v, gate/up); 0: always convert (the lab, which writes inputs
+                              * behind the backend's back; also QUARREL_CUDA_ACT_REUSE=0) */
 } qr_cuda_tune;
 
 /* The backend's knobs (writable; read at each op). be must be a CUDA backend. */
@@ -27,6 +35,8 @@ qr_cuda_tune *qr_cuda_backend_tune(qr_backend *be);
 void *qr_cuda_backend_stream(qr_backend *be);
 /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)". */
 const char *qr_cuda_backend_device_name(qr_backend *be);
+/* Decode graphs so far: passes captured, replays, and why graphs are off ("" when they are on). */
+void qr_cuda_backend_graph_stats(qr_backend *be, int64_t *captured, int64_t *replayed, const char **note);
 
 #ifdef __cplusplus
 }

@@ -121,10 +121,21 @@ typedef struct cuda_attn_args {
     float *stats;               /* [n_tok][n_head][n_splits][2] scratch: each split's score max and exp-sum */
     float *partial;             /* [n_tok][n_head][n_splits][dv] scratch when n_splits > 1 */
     float *out;                 /* [n_tok][n_head * dv] */
+    const float *sinks;         /* [n_head] device attention sinks (gpt-oss): exp(sink) joins each head's
+                                 * softmax denominator; NULL = none */
 } cuda_attn_args;
 /* Largest head size the attention kernel takes. */
 #define QR_CUDA_MAX_HEAD_DIM 512
 cudaError_t qr_cuda_attention(const cuda_attn_args *a, cudaStream_t stream);
+/* attention_decode.cu: the same op for a few rows over a long cache (flash-decoding: K and V read
+ * once, wide loads). Covers f16 caches with dk == dv in {64, 128, 256} (qr_cuda_attn_decode_supported).
+ * scores: [n_tok][n_head][score_stride] floats of scratch, score_stride >= every row's key span. */
+bool qr_cuda_attn_decode_supported(const cuda_attn_args *a);
+/* counters: [qr_cuda_attn_decode_tiles(a)] zeroed once (each launch leaves them zero again): the
+ * last split of a tile combines the partial outputs when n_splits > 1. */
+cudaError_t qr_cuda_attention_decode(const cuda_attn_args *a, float *scores, int32_t score_stride,
+                                     unsigned int *counters, cudaStream_t stream);
+int64_t qr_cuda_attn_decode_tiles(const cuda_attn_args *a);
 /* Writes row r of k/v ([n_tok][k_dim], [n_tok][v_dim]) into cache slot slots[r] (f16 or f32 cache). */
 cudaError_t qr_cuda_kv_store(const float *k, const float *v, int32_t n_tok, int32_t k_dim, int32_t v_dim,
                              const int32_t *slots, void *k_cache, void *v_cache, bool f16, cudaStream_t stream);
@@ -137,6 +148,36 @@ cudaError_t qr_cuda_elementwise(cuda_ew_kind kind, const float *a, const float *
 /* out[o][dim] = src[rows[o]][dim], o < n_out; in_place selects the sequential kernel (out overlaps src). */
 cudaError_t qr_cuda_gather_rows(const float *src, int64_t dim, const int32_t *rows, int32_t n_out, float *out,
                                 bool in_place, cudaStream_t stream);
+
+/* ---- embed_ops.cu ---- */
+/* out[r][i] = x[r][i] + t[row >= 0 ? row : pos[r]][i] for r < n_rows (<= 65535), i < t->k; F32/F16
+ * tables only (cudaErrorInvalidValue otherwise). out may equal x. */
+cudaError_t qr_cuda_add_row(const float *x, const cuda_wview *t, int64_t row, const int32_t *pos, int64_t n_rows,
+                            float *out, cudaStream_t stream);
+
+/* ---- moe.cu (issue 9) ---- */
+/* ids[n_rows][n_used], weights[n_rows][n_used] from logits[n_rows][n_expert] per p (sel_bias: device F32
+ * [n_expert] or NULL; p->sel_bias is ignored). n_expert <= 512. */
+cudaError_t qr_cuda_moe_route(const float *logits, int64_t n_rows, const qr_moe_route_params *p, const float *sel_bias,
+                              int32_t *ids, float *weights, cudaStream_t stream);
+/* y[s][n_out] = W[ids[s]] . x_s (+ bias[ids[s]]) for slots s < n_rows * n_used (<= 65535); w: the prepared
+ * [n_expert * n_out][k] rows; x_s = x[s] (x_per_slot) or x[s / n_used]. */
+cudaError_t qr_cuda_matmul_id(const cuda_wview *w, int64_t n_out, const float *bias, const float *x, bool x_per_slot,
+                              const int32_t *ids, int64_t n_rows, int32_t n_used, float *y, cudaStream_t stream);
+/* out[i] = act(g[i], u[i]) (qr_glu_kind; u unused for QR_GLU_RELU2). out may alias g. */
+cudaError_t qr_cuda_glu(const float *g, const float *u, int64_t n, int act, float *out, cudaStream_t stream);
+/* out[r][i] = sum_j w[r][j] y[r][j][i]. */
+cudaError_t qr_cuda_moe_combine(const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim, float *out,
+                                cudaStream_t stream);
+
+/* ---- ssm.cu (issue 9); seq: the plan's device seq array ---- */
+cudaError_t qr_cuda_ssm_conv(const float *x, int64_t x_stride, float *conv_state, const float *w, const float *b,
+                             const int32_t *seq, int32_t n_tok, const qr_ssm_params *p, float *out, cudaStream_t stream);
+cudaError_t qr_cuda_ssm_scan(float *state, const float *xbc, const float *dt, int64_t dt_stride, const float *dt_bias,
+                             const float *A, const float *D, const int32_t *seq, int32_t n_tok, const qr_ssm_params *p,
+                             float *y, cudaStream_t stream);
+cudaError_t qr_cuda_ssm_gate_norm(const float *y, const float *z, int64_t z_stride, const float *w, int64_t n_rows,
+                                  const qr_ssm_params *p, float eps, float *out, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,13 @@ qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params, qr_backen
 
 int qr_cuda_device_count(void) { return 0; }
 
+bool qr_cuda_mem_info(int gpu, size_t *free_bytes, size_t *total_bytes) {
+    (void)gpu;
+    if (free_bytes) *free_bytes = 0;
+    if (total_bytes) *total_bytes = 0;
+    return false;
+}
+
 #else
 
 /* Keeps the translation unit non-empty (ISO C). */

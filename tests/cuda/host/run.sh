@@ -21,12 +21,17 @@ a = s.index('template <bool F16>\nstatic __device__ __forceinline__ float kv_loa
 b = s.index('template <int DPL, int GMAX>\nstatic cudaError_t launch_attn')
 k = s[a:b].replace('extern __shared__ float smem[];', 'float *smem = smem_buf;').replace('static __global__ void', 'static void')
 open(t + '/attn_kernel.inc', 'w').write(k)
+s = open('src/backend/cuda/attention_decode.cu').read()
+a = s.index('#define DEC_THREADS')
+b = s.index('template <int D, int G>\nstatic cudaError_t launch_dec')
+open(t + '/attn_decode_kernel.inc', 'w').write(s[a:b].replace('static __global__ void', 'static void'))
 PY
 objs=$(ls $BUILD/CMakeFiles/qr_quant.dir/src/quant/*.o $BUILD/CMakeFiles/qr_util.dir/src/util/*.o)
 cpu=$(ls $BUILD/CMakeFiles/qr_backend_cpu.dir/src/backend/cpu/*.o)
 flags="-std=c++20 -O1 -D__device__= -D__global__= -I$T -Itests/cuda/host -I$CUDA/include -Iinclude -Isrc"
 g++ $flags -include shim.h tests/cuda/host/check_quant.cpp $objs -lm -lpthread -o "$T/check_quant" 2>&1 | grep -v warning || true
 g++ $flags tests/cuda/host/check_attention.cpp $cpu $objs -lm -lpthread -o "$T/check_attention" 2>&1 | grep -v warning || true
+g++ $flags tests/cuda/host/check_attention_decode.cpp $cpu $objs -lm -lpthread -o "$T/check_attention_decode" 2>&1 | grep -v warning || true
 "$T/check_quant"
 rc=0
 for a in "9 3 64 64 16 0 0 1 1" "9 3 64 64 16 0 0 1 3" "4 4 20 12 7 0 5 0 4" "6 2 33 33 5 9 0 1 3" \
@@ -34,4 +39,13 @@ for a in "9 3 64 64 16 0 0 1 1" "9 3 64 64 16 0 0 1 3" "4 4 20 12 7 0 5 0 4" "6 
     "$T/check_attention" $a || rc=1
 done
 LEN=9 "$T/check_attention" 32 8 128 128 16 0 0 1 40 || rc=1
+# flash-decoding (attention_decode.cu): n_head n_head_kv d block_size window softcap splits rows
+for a in "32 8 128 16 0 0 3 1" "32 8 128 16 0 0 1 2" "9 3 64 16 0 0 5 1" "32 4 64 32 0 0 4 3" \
+         "8 4 256 16 100 50 3 1" "4 1 256 32 0 0 2 1" "28 4 128 7 0 30 6 1" "40 8 128 16 0 0 2 1"; do
+    "$T/check_attention_decode" $a || rc=1
+done
+LEN=5 "$T/check_attention_decode" 32 8 128 16 0 0 9 1 || rc=1   # more splits than keys: empty splits
+LEN=60 "$T/check_attention_decode" 9 3 64 16 0 0 1 40 || rc=1   # a prefill-like pass (40 rows)
+LEN=50 "$T/check_attention_decode" 32 8 128 16 20 0 2 30 || rc=1
+SINKS=1 LEN=70 "$T/check_attention_decode" 64 8 64 16 32 0 3 2 || rc=1   # gpt-oss: sinks, window
 exit $rc

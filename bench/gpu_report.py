@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""bench/gpu_report.py — the ratio table of bench/gpu.sh from its results.jsonl (stdout: markdown).
+
+Rows: one per (file, test) with quarrel's and llama.cpp's t/s, the ratio quarrel / llama.cpp, the
+issue-5 target, and for decode the share of the bandwidth roofline: t/s x file bytes / measured
+device-to-device copy bandwidth (a decode step reads every weight once).
+
+    python3 bench/gpu_report.py /tmp/gpu_bench/results.jsonl
+"""
+import json
+import sys
+
+# issue 5 acceptance: (file prefix, test) -> minimum ratio
+TARGETS = {
+    ("mistral-7b-Q4_K_M", "tg"): 1.3, ("mistral-7b-Q4_0", "tg"): 1.3, ("mistral-7b-Q8_0", "tg"): 1.1,
+    ("mistral-7b-F16", "tg"): 1.0, ("tinyllama-1.1b-Q4_K_M", "tg"): 1.3,
+}
+
+
+def target(stem, test, depth):
+    if test == "pp":
+        return 1.0
+    if depth > 0:
+        return 1.0
+    return TARGETS.get((stem, test))
+
+
+def main(path):
+    bw = None
+    quarrel, llama, sizes, ab = {}, {}, {}, []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                print(f"skipping a bad line: {e}", file=sys.stderr)
+                continue
+            if r["kind"] == "bandwidth":
+                bw = float(r["gbps"])
+            elif r["kind"] == "quarrel" and r["label"].startswith("ab-"):
+                res = r["result"]
+                ab.append((r["file"], r["label"][3:], res.get("pp_tps", 0), res.get("tg_tps", 0)))
+            elif r["kind"] == "quarrel":
+                res, fn = r["result"], r["file"]
+                sizes[fn] = r["bytes"]
+                d = int(res.get("n_depth", 0))
+                if res.get("n_prompt", 0) and res.get("pp_tps", 0) > 0:
+                    quarrel[(fn, "pp", res["n_prompt"], d)] = (res["pp_tps"], res["pp_sd"])
+                if res.get("n_gen", 0) and res.get("tg_tps", 0) > 0:
+                    quarrel[(fn, "tg", res["n_gen"], d)] = (res["tg_tps"], res["tg_sd"])
+            elif r["kind"] == "llama":
+                fn = r["file"]
+                sizes[fn] = r["bytes"]
+                test, n = ("pp", r["n_prompt"]) if r["n_gen"] == 0 else ("tg", r["n_gen"])
+                llama[(fn, test, n, int(r.get("n_depth", 0)))] = (r["avg_ts"], r["stddev_ts"])
+    keys = sorted(set(quarrel) | set(llama), key=lambda k: (k[0], k[3], k[1], k[2]))
+    print("# quarrel vs llama.cpp on the GPU (bench/gpu.sh)\n")
+    print(f"Copy bandwidth (device to device, read + write): {bw if bw else '?'} GB/s. "
+          "Roofline % = t/s x file bytes / copy bandwidth (decode only).\n")
+    print("| file | GiB | test | quarrel t/s | llama.cpp t/s | ratio | target | ok | quarrel % roof | llama % roof |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    n_ok = n_bad = 0
+    for k in keys:
+        fn, test, n, d = k
+        stem = fn[:-5] if fn.endswith(".gguf") else fn
+        q, l = quarrel.get(k), llama.get(k)
+        label = f"{test}{n}" + (f" @ d{d}" if d else "")
+        ratio = q[0] / l[0] if q and l and l[0] > 0 else None
+        tgt = target(stem, test, d)
+        ok = ""
+        if ratio is not None and tgt is not None:
+            ok = "yes" if ratio >= tgt else "NO"
+            n_ok += ratio >= tgt
+            n_bad += ratio < tgt
+        roof = lambda v: (f"{100 * v[0] * sizes[fn] / (bw * 1e9):.0f}%" if v and bw and test == "tg" else "-")
+        fmt = lambda v: f"{v[0]:.2f} ± {v[1]:.2f}" if v else "-"
+        print(f"| {stem} | {sizes.get(fn, 0) / 2**30:.2f} | {label} | {fmt(q)} | {fmt(l)} | "
+              f"{f'{ratio:.2f}x' if ratio is not None else '-'} | {f'>= {tgt}x' if tgt else '-'} | {ok} | "
+              f"{roof(q)} | {roof(l)} |")
+    print(f"\nTargets met: {n_ok}, missed: {n_bad} (rows with both numbers and a target).")
+    if ab:
+        print("\n## quarrel with one CUDA knob off (--ab; one repetition each)\n")
+        print("| file | variant | pp512 t/s | tg128 t/s | tg vs default |")
+        print("|---|---|---|---|---|")
+        for fn, variant, pp, tg in ab:
+            base = quarrel.get((fn, "tg", 128, 0))
+            rel = f"{tg / base[0]:.2f}x" if base and base[0] > 0 and tg else "-"
+            print(f"| {fn[:-5] if fn.endswith('.gguf') else fn} | {variant} | {pp:.1f} | {tg:.1f} | {rel} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/gpu_bench/results.jsonl")

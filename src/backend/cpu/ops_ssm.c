@@ -1,0 +1,200 @@
+/* ops_ssm.c — the CPU backend's Mamba2 ops: the causal depthwise conv1d with its rolling per-sequence
+ * state, the selective state-space scan (recurrent form, ggml's order of operations: softplus of
+ * dt, dA = exp(dt * A), S = S * dA + B * (x * dt), y = S . C, then + D * x) and the gated grouped
+ * RMSNorm. Rows are applied in row order per sequence slot (the plan's seq[r]); the work is split
+ * over channels (conv) and heads (scan), which are independent. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+
+static inline cpu_backend *CB(qr_backend *be) { return (cpu_backend *)be->impl; }
+
+static inline float silu_f(float x) { return x / (1.0f + cpu_expf(-x)); }
+
+/* ggml_compute_softplus_f32: logf(1 + e^x) in float (not log1pf), the identity above 20. */
+static inline float softplus_f(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+
+static bool check_params(qr_backend *be, const qr_ssm_params *p, const char *what) {
+    if (p->d_conv < 2 || p->d_conv > 16 || p->n_head < 1 || p->head_dim < 1 || p->n_group < 1 || p->d_state < 1 ||
+        p->n_head % p->n_group || p->d_inner != p->n_head * p->head_dim ||
+        p->conv_dim != p->d_inner + 2 * p->n_group * p->d_state) {
+        qr_cpu_raise(be, QR_ERR_INVALID_ARG, what);
+        return false;
+    }
+    return true;
+}
+
+/* ---- conv1d ---- */
+
+typedef struct conv_task {
+    cpu_backend *cb;
+    const float *x;
+    int64_t x_stride;
+    float *state;
+    const float *w, *b;
+    const qr_ssm_params *p;
+    float *out;
+} conv_task;
+
+/* Channels [lo, hi): every row in order. */
+static void conv_fn(void *arg, int64_t lo, int64_t hi, int ith) {
+    conv_task *t = arg;
+    const qr_ssm_params *p = t->p;
+    const int32_t K = p->d_conv, C = p->conv_dim;
+    const int64_t slot_sz = (int64_t)(K - 1) * C;
+    (void)ith;
+    for (int64_t c = lo; c < hi; c++) {
+        const float *w = t->w + c * K;
+        for (int32_t r = 0; r < t->cb->n_tokens; r++) {
+            float *st = t->state + (int64_t)t->cb->seq[r] * slot_sz + c; /* column c, stride C */
+            const float xin = t->x[(int64_t)r * t->x_stride + c];
+            float sum = 0.0f;
+            for (int32_t k = 0; k < K - 1; k++) sum += st[(int64_t)k * C] * w[k]; /* ggml: sequential, unfused */
+            sum += xin * w[K - 1];
+            for (int32_t k = 0; k < K - 2; k++) st[(int64_t)k * C] = st[(int64_t)(k + 1) * C];
+            st[(int64_t)(K - 2) * C] = xin;
+            if (t->b) sum += t->b[c];
+            t->out[(int64_t)r * C + c] = silu_f(sum);
+        }
+    }
+}
+
+void qr_cpu_ssm_conv(qr_backend *be, const float *x, int64_t x_stride, float *conv_state, const qr_weight *w,
+                     const qr_weight *b, const qr_ssm_params *p, float *out) {
+    cpu_backend *cb = CB(be);
+    if (!check_params(be, p, "ssm_conv: bad shapes")) return;
+    if (!w || w->type != QR_TYPE_F32 || w->ne[0] != p->d_conv || w->ne[1] != p->conv_dim ||
+        (b && (b->type != QR_TYPE_F32 || b->ne[0] != p->conv_dim)) || x_stride < p->conv_dim) {
+        qr_cpu_raise(be, QR_ERR_INVALID_ARG, "ssm_conv: weight must be F32 [conv_dim][d_conv], bias F32 [conv_dim]");
+        return;
+    }
+    conv_task t = {.cb = cb, .x = x, .x_stride = x_stride, .state = conv_state, .w = w->host,
+                   .b = b ? b->host : NULL, .p = p, .out = out};
+    const int nth = cpu_pool_n_threads(cb->pool);
+    if (nth == 1 || (int64_t)p->conv_dim * cb->n_tokens < 16384) conv_fn(&t, 0, p->conv_dim, 0);
+    else cpu_pool_for(cb->pool, p->conv_dim, 64, conv_fn, &t);
+}
+
+/* ---- scan ---- */
+
+/* ggml's reduction of 4 x 8 AVX lanes (GGML_F32_VEC_REDUCE): lane l holds the elements i % 32 == l. */
+static inline float reduce32(const float *l) {
+    float x[8];
+    for (int k = 0; k < 8; k++) x[k] = (l[k] + l[16 + k]) + (l[8 + k] + l[24 + k]);
+    const float t0 = x[0] + x[4], t1 = x[1] + x[5], t2 = x[2] + x[6], t3 = x[3] + x[7];
+    return (t0 + t1) + (t2 + t3);
+}
+
+typedef struct scan_task {
+    cpu_backend *cb;
+    float *state;
+    const float *xbc, *dt;
+    int64_t dt_stride;
+    const float *dt_bias, *A, *D;
+    const qr_ssm_params *p;
+    float *y;
+    atomic_int diverged;
+} scan_task;
+
+/* Heads [lo, hi): every row in order. */
+static void scan_fn(void *arg, int64_t lo, int64_t hi, int ith) {
+    scan_task *t = arg;
+    const qr_ssm_params *p = t->p;
+    const int32_t N = p->d_state, P = p->head_dim, heads_per_group = p->n_head / p->n_group;
+    const int64_t slot_sz = (int64_t)p->n_head * P * N;
+    (void)ith;
+    for (int64_t h = lo; h < hi; h++) {
+        const int32_t g = (int32_t)(h / heads_per_group);
+        const float A = t->A[h], D = t->D ? t->D[h] : 0.0f, bias = t->dt_bias ? t->dt_bias[h] : 0.0f;
+        bool bad = false;
+        for (int32_t r = 0; r < t->cb->n_tokens; r++) {
+            float *S = t->state + (int64_t)t->cb->seq[r] * slot_sz + h * P * N;
+            const float *row = t->xbc + (int64_t)r * p->conv_dim;
+            const float *x = row + h * P, *B = row + p->d_inner + (int64_t)g * N,
+                        *Cm = row + p->d_inner + (int64_t)p->n_group * N + (int64_t)g * N;
+            const float dt = softplus_f(t->dt[(int64_t)r * t->dt_stride + h] + bias);
+            const float dA = expf(dt * A);
+            float *y = t->y + (int64_t)r * p->d_inner + h * P;
+            const int32_t np = N & ~31; /* ggml: 4 x 8 FMA lanes over whole groups of 32, then the rest */
+            for (int32_t i = 0; i < P; i++) {
+                const float xdt = x[i] * dt;
+                float *s = S + (int64_t)i * N;
+                float lane[32] = {0};
+                for (int32_t n0 = 0; n0 < np; n0 += 32)
+                    for (int32_t l = 0; l < 32; l++) {
+                        const float v = s[n0 + l] * dA + B[n0 + l] * xdt;
+                        s[n0 + l] = v;
+                        lane[l] = fmaf(v, Cm[n0 + l], lane[l]);
+                    }
+                float sum = np > 0 ? reduce32(lane) : 0.0f;
+                for (int32_t n = np; n < N; n++) {
+                    const float v = s[n] * dA + B[n] * xdt;
+                    s[n] = v;
+                    sum = fmaf(v, Cm[n], sum);
+                }
+                y[i] = sum + x[i] * D; /* ggml: mul, then add */
+            }
+        }
+        /* divergence check on the final states this head touched */
+        for (int32_t r = 0; r < t->cb->n_tokens && !bad; r++) {
+            const float *S = t->state + (int64_t)t->cb->seq[r] * slot_sz + h * P * N;
+            for (int64_t i = 0; i < (int64_t)P * N; i++)
+                if (!isfinite(S[i])) {
+                    bad = true;
+                    break;
+                }
+        }
+        if (bad) atomic_store(&t->diverged, 1);
+    }
+}
+
+void qr_cpu_ssm_scan(qr_backend *be, float *state, const float *xbc, const float *dt, int64_t dt_stride,
+                     const qr_weight *dt_bias, const qr_weight *A, const qr_weight *D, const qr_ssm_params *p, float *y) {
+    cpu_backend *cb = CB(be);
+    if (!check_params(be, p, "ssm_scan: bad shapes")) return;
+    const qr_weight *vs[] = {dt_bias, A, D};
+    for (int i = 0; i < 3; i++)
+        if ((i == 1 && !vs[i]) || (vs[i] && (vs[i]->type != QR_TYPE_F32 || vs[i]->ne[0] * vs[i]->ne[1] != p->n_head))) {
+            qr_cpu_raise(be, QR_ERR_INVALID_ARG, "ssm_scan: A, D and dt_bias must be F32 [n_head]");
+            return;
+        }
+    scan_task t = {.cb = cb, .state = state, .xbc = xbc, .dt = dt, .dt_stride = dt_stride,
+                   .dt_bias = dt_bias ? dt_bias->host : NULL, .A = A->host, .D = D ? D->host : NULL, .p = p, .y = y};
+    atomic_init(&t.diverged, 0);
+    const int nth = cpu_pool_n_threads(cb->pool);
+    if (nth == 1 || (int64_t)p->d_inner * p->d_state * cb->n_tokens < 16384) scan_fn(&t, 0, p->n_head, 0);
+    else cpu_pool_for(cb->pool, p->n_head, 1, scan_fn, &t);
+    if (atomic_load(&t.diverged)) qr_cpu_raise(be, QR_ERR_INTERNAL, "ssm state diverged (NaN/Inf in the scan state)");
+}
+
+/* ---- gated grouped RMSNorm ---- */
+
+void qr_cpu_ssm_gate_norm(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
+                          int64_t n_rows, const qr_ssm_params *p, float eps, float *out) {
+    cpu_backend *cb = CB(be);
+    if (!check_params(be, p, "ssm_gate_norm: bad shapes")) return;
+    if (w && (w->type != QR_TYPE_F32 || w->ne[0] * w->ne[1] != p->d_inner)) {
+        qr_cpu_raise(be, QR_ERR_INVALID_ARG, "ssm_gate_norm: weight must be F32 [d_inner]");
+        return;
+    }
+    const int64_t di = p->d_inner, gs = di / p->n_group;
+    const float *wf = w ? w->host : NULL;
+    float *t = malloc((size_t)di * sizeof(float));
+    if (!t) {
+        qr_cpu_raise(be, QR_ERR_NOMEM, "ssm_gate_norm: out of memory");
+        return;
+    }
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *yr = y + r * di, *zr = z + r * z_stride;
+        for (int64_t i = 0; i < di; i++) t[i] = silu_f(zr[i]) * yr[i];
+        float *o = out + r * di;
+        if (!wf) {
+            memcpy(o, t, (size_t)di * sizeof(float));
+            continue;
+        }
+        for (int32_t g = 0; g < p->n_group; g++) cb->k->rmsnorm_row(t + g * gs, wf + g * gs, gs, eps, o + g * gs);
+    }
+    free(t);
+}

@@ -1,0 +1,295 @@
+/* attention_decode.cu — attention for a few query rows over a long paged cache (decode), split-K
+ * ("flash-decoding"): f16 cache, dk == dv in {64, 128, 256}.
+ *
+ * Same contract and numerics as attention.cu (the CPU oracle's non flash-attention path: q rounded
+ * to f16, score = scale * softcap(q . k), probabilities normalised by the row's final max and sum
+ * and rounded to f16, then times V), but each K and V row is read once and the loads are wide:
+ *   scores kernel: CTA per (row, kv head, tile of <= G query heads, KV split); a lane owns one key,
+ *                  loads its whole K row with 16-byte loads (8 in flight) and dots it with the
+ *                  group's q (shared memory, broadcast); writes the scores to a scratch row and the
+ *                  split's running (max, exp-sum) per head;
+ *   values kernel: same grid; merges the splits' stats (final max M, 1 / sum), turns each stored
+ *                  score into p = f16(exp(s - M) / L) (the CPU's exp polynomial), and accumulates
+ *                  p * V with a warp reading whole V rows (lane: D / 32 dims), 8 rows in flight;
+ *   combine:       with n_splits > 1, the last CTA of each (row, kv head, head tile) to finish its
+ *                  values (an atomic counter per tile, reset by that CTA for the next launch or graph
+ *                  replay) sums the splits' partial outputs: no third kernel.
+ * The old kernel recomputed q . k in its second pass and loaded K/V a few elements per lane.
+ */
+#include "backend/cuda/cuda_dev.cuh"
+
+#include <stdint.h>
+
+#define DEC_THREADS 128
+#define DEC_WARPS 4
+
+/* The CPU's order: softcap on the raw dot, then the scale (as attention.cu). */
+static __device__ __forceinline__ float dec_score(float dot, const cuda_attn_args &a, float inv_cap) {
+    float s = dot;
+    if (a.softcap > 0.0f) s = __fmul_rn(tanh_precise(__fmul_rn(s, inv_cap)), a.softcap);
+    return __fmul_rn(s, a.scale);
+}
+
+/* Where a CTA works: its row, kv head, query heads [h0, h0 + gn), keys [p_begin, p_end). */
+struct dec_geom {
+    int r, kvh, h0, gn, first, p_begin, p_end;
+    const int32_t *bt;
+    int64_t rh0; /* r * n_head + h0 */
+};
+
+template <int G>
+static __device__ __forceinline__ dec_geom dec_geometry(const cuda_attn_args &a, int n_gtiles) {
+    dec_geom g;
+    int bx = blockIdx.x;
+    const int gt = bx % n_gtiles;
+    bx /= n_gtiles;
+    g.kvh = bx % a.n_head_kv;
+    g.r = bx / a.n_head_kv;
+    const int group = a.n_head / a.n_head_kv;
+    g.h0 = g.kvh * group + gt * G;
+    g.gn = min(G, group - gt * G);
+    const int pos = a.pos[g.r];
+    g.first = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+    const int span = pos - g.first + 1, split = blockIdx.y, ns = a.n_splits;
+    g.p_begin = g.first + (int)((int64_t)span * split / ns);
+    g.p_end = g.first + (int)((int64_t)span * (split + 1) / ns);
+    g.bt = a.block_table + (int64_t)a.seq[g.r] * a.max_blocks;
+    g.rh0 = (int64_t)g.r * a.n_head + g.h0;
+    return g;
+}
+
+static __device__ __forceinline__ int64_t dec_slot(const dec_geom &g, const cuda_attn_args &a, int p) {
+    return (int64_t)g.bt[p / a.block_size] * a.block_size + p % a.block_size;
+}
+
+/* Pass 1: scores[(r * n_head + h) * sstride + (p - first)] for every key of the split, and the
+ * split's (max, exp-sum) per head in a.stats. */
+template <int D, int G>
+static __global__ void __launch_bounds__(DEC_THREADS)
+    attn_dec_scores(const cuda_attn_args a, int n_gtiles, float *__restrict__ scores, int32_t sstride) {
+    constexpr int NC = D / 8; /* 16-byte chunks of a K row */
+    constexpr int CB = NC < 8 ? NC : 8; /* chunks in flight */
+    __shared__ __align__(16) float q_s[G * D];
+    __shared__ float st_s[2][DEC_WARPS][G];
+    const dec_geom g = dec_geometry<G>(a, n_gtiles);
+    for (int i = threadIdx.x; i < G * D; i += DEC_THREADS) {
+        const int gi = i / D, d = i % D;
+        q_s[i] = gi < g.gn ? round_f16(a.q[(g.rh0 + gi) * a.dk + d]) : 0.0f;
+    }
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const float inv_cap = a.softcap > 0.0f ? __fdiv_rn(1.0f, a.softcap) : 0.0f;
+    float m[G], l[G];
+#pragma unroll
+    for (int gi = 0; gi < G; gi++) m[gi] = -INFINITY, l[gi] = 0.0f;
+    const int64_t kstride = (int64_t)a.n_head_kv * D; /* halves */
+    const __half *kc = (const __half *)a.k_cache + (int64_t)g.kvh * D;
+    for (int p0 = g.p_begin + warp * 32; p0 < g.p_end; p0 += DEC_WARPS * 32) {
+        const int p = p0 + lane;
+        const bool valid = p < g.p_end;
+        const uint4 *krow = (const uint4 *)(kc + (valid ? dec_slot(g, a, p) : 0) * kstride);
+        float dot[G];
+#pragma unroll
+        for (int gi = 0; gi < G; gi++) dot[gi] = 0.0f;
+#pragma unroll
+        for (int c0 = 0; c0 < NC; c0 += CB) {
+            uint4 kv[CB];
+#pragma unroll
+            for (int c = 0; c < CB; c++) kv[c] = valid ? __ldg(krow + c0 + c) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int c = 0; c < CB; c++) {
+                const __half2 *h2 = (const __half2 *)&kv[c];
+                float kf[8];
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const float2 f = __half22float2(h2[j]);
+                    kf[2 * j] = f.x, kf[2 * j + 1] = f.y;
+                }
+#pragma unroll
+                for (int gi = 0; gi < G; gi++) {
+                    const float *qq = q_s + gi * D + (c0 + c) * 8;
+#pragma unroll
+                    for (int e = 0; e < 8; e++) dot[gi] = fmaf(qq[e], kf[e], dot[gi]);
+                }
+            }
+        }
+#pragma unroll
+        for (int gi = 0; gi < G; gi++) {
+            if (gi >= g.gn) break;
+            const float s = valid ? dec_score(dot[gi], a, inv_cap) : -INFINITY;
+            if (valid) scores[(g.rh0 + gi) * sstride + (p - g.first)] = s;
+            const float mn = fmaxf(m[gi], warp_max(s));
+            const float e = valid ? __expf(s - mn) : 0.0f;
+            l[gi] = l[gi] * __expf(m[gi] - mn) + warp_sum(e);
+            m[gi] = mn;
+        }
+    }
+    /* merge the warps' stats; write this split's (max, sum) per head */
+    if (lane == 0) {
+#pragma unroll
+        for (int gi = 0; gi < G; gi++) st_s[0][warp][gi] = m[gi], st_s[1][warp][gi] = l[gi];
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < g.gn) {
+        const int gi = threadIdx.x;
+        float M = -INFINITY, L = 0.0f;
+        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, st_s[0][w][gi]);
+        for (int w = 0; w < DEC_WARPS; w++)
+            if (st_s[1][w][gi] > 0.0f) L += st_s[1][w][gi] * __expf(st_s[0][w][gi] - M);
+        float *st = a.stats + ((g.rh0 + gi) * a.n_splits + blockIdx.y) * 2;
+        st[0] = M;
+        st[1] = L;
+    }
+}
+
+/* DPL halves of a V row starting at element d0 (DPL = 2, 4 or 8: one 4/8/16-byte load). */
+template <int DPL>
+static __device__ __forceinline__ void load_v(const __half *row, int d0, float (&v)[DPL]) {
+    if constexpr (DPL == 2) {
+        const float2 f = __half22float2(__ldg((const __half2 *)(row + d0)));
+        v[0] = f.x, v[1] = f.y;
+    } else if constexpr (DPL == 4) {
+        const uint2 u = __ldg((const uint2 *)(row + d0));
+        const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
+        v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+    } else {
+        const uint4 u = __ldg((const uint4 *)(row + d0));
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 f = __half22float2(*(const __half2 *)&w[j]);
+            v[2 * j] = f.x, v[2 * j + 1] = f.y;
+        }
+    }
+}
+
+/* Pass 2: out (n_splits == 1) or this split's partial output = sum over its keys of p * v. */
+template <int D, int G>
+static __global__ void __launch_bounds__(DEC_THREADS)
+    attn_dec_values(const cuda_attn_args a, int n_gtiles, const float *__restrict__ scores, int32_t sstride,
+                    unsigned int *__restrict__ counters) {
+    constexpr int DPL = D / 32; /* dims per lane */
+    constexpr int VB = 8;       /* V rows in flight */
+    __shared__ float mi_s[2][G];
+    __shared__ float p_s[DEC_WARPS][G][32];
+    __shared__ int32_t slot_s[DEC_WARPS][32];
+    __shared__ float acc_s[DEC_WARPS][G][D];
+    __shared__ int last_s;
+    const dec_geom g = dec_geometry<G>(a, n_gtiles);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ns = a.n_splits;
+    for (int gi = warp; gi < g.gn; gi += DEC_WARPS) { /* merge the stats of every split: lanes over splits */
+        const float *st = a.stats + (g.rh0 + gi) * ns * 2;
+        float M = -INFINITY, L = 0.0f;
+        for (int s2 = lane; s2 < ns; s2 += 32) M = fmaxf(M, st[2 * s2]);
+        M = warp_max(M);
+        for (int s2 = lane; s2 < ns; s2 += 32)
+            if (st[2 * s2 + 1] > 0.0f) L += st[2 * s2 + 1] * __expf(st[2 * s2] - M);
+        L = warp_sum(L);
+        if (a.sinks) { /* the sink is one more score with no value (as attention.cu) */
+            const float sk = a.sinks[g.h0 + gi], M2 = fmaxf(M, sk);
+            L = (L > 0.0f ? L * __expf(M - M2) : 0.0f) + __expf(sk - M2);
+            M = M2;
+        }
+        if (lane == 0) mi_s[0][gi] = M, mi_s[1][gi] = (float)(1.0 / (double)L);
+    }
+    __syncthreads();
+    float acc[G][DPL];
+#pragma unroll
+    for (int gi = 0; gi < G; gi++)
+#pragma unroll
+        for (int i = 0; i < DPL; i++) acc[gi][i] = 0.0f;
+    const int64_t vstride = (int64_t)a.n_head_kv * D;
+    const __half *vc = (const __half *)a.v_cache + (int64_t)g.kvh * D;
+    for (int p0 = g.p_begin + warp * 32; p0 < g.p_end; p0 += DEC_WARPS * 32) {
+        const int p = p0 + lane, nk = min(32, g.p_end - p0);
+        const bool valid = p < g.p_end;
+        slot_s[warp][lane] = valid ? (int32_t)dec_slot(g, a, p) : 0;
+#pragma unroll
+        for (int gi = 0; gi < G; gi++) {
+            float pr = 0.0f;
+            if (gi < g.gn && valid)
+                pr = round_f16(__fmul_rn(ggml_expf(scores[(g.rh0 + gi) * sstride + (p - g.first)] - mi_s[0][gi]),
+                                         mi_s[1][gi]));
+            p_s[warp][gi][lane] = pr;
+        }
+        __syncwarp();
+        for (int j0 = 0; j0 < nk; j0 += VB) {
+            float v[VB][DPL];
+#pragma unroll
+            for (int jj = 0; jj < VB; jj++) {
+                if (j0 + jj < nk) load_v<DPL>(vc + (int64_t)slot_s[warp][j0 + jj] * vstride, lane * DPL, v[jj]);
+                else
+#pragma unroll
+                    for (int i = 0; i < DPL; i++) v[jj][i] = 0.0f;
+            }
+#pragma unroll
+            for (int jj = 0; jj < VB; jj++) {
+#pragma unroll
+                for (int gi = 0; gi < G; gi++) {
+                    const float pv = j0 + jj < nk ? p_s[warp][gi][j0 + jj] : 0.0f;
+#pragma unroll
+                    for (int i = 0; i < DPL; i++) acc[gi][i] = fmaf(pv, v[jj][i], acc[gi][i]);
+                }
+            }
+        }
+        __syncwarp();
+    }
+#pragma unroll
+    for (int gi = 0; gi < G; gi++)
+#pragma unroll
+        for (int i = 0; i < DPL; i++) acc_s[warp][gi][lane * DPL + i] = acc[gi][i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < g.gn * D; i += DEC_THREADS) {
+        const int gi = i / D, d = i % D;
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) sum += acc_s[w][gi][d];
+        if (ns == 1) a.out[(g.rh0 + gi) * D + d] = sum;
+        else a.partial[((g.rh0 + gi) * ns + blockIdx.y) * (int64_t)D + d] = sum;
+    }
+    if (ns == 1) return;
+    /* the last split of this tile to finish sums the partial outputs (in split order, as a separate
+     * combine kernel would) */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last_s = atomicAdd(&counters[blockIdx.x], 1u) == (unsigned)(ns - 1);
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+    for (int i = threadIdx.x; i < g.gn * D; i += DEC_THREADS) {
+        const int gi = i / D, d = i % D;
+        const float *pp = a.partial + (g.rh0 + gi) * ns * (int64_t)D + d;
+        float sum = 0.0f;
+        for (int k = 0; k < ns; k++) sum += __ldcg(pp + k * (int64_t)D);
+        a.out[(g.rh0 + gi) * D + d] = sum;
+    }
+    if (threadIdx.x == 0) counters[blockIdx.x] = 0u;
+}
+
+template <int D, int G>
+static cudaError_t launch_dec(const cuda_attn_args *a, float *scores, int32_t sstride, unsigned int *counters,
+                              cudaStream_t stream) {
+    const int group = a->n_head / a->n_head_kv, n_gtiles = (group + G - 1) / G;
+    const dim3 grid((unsigned)((int64_t)a->n_tok * a->n_head_kv * n_gtiles), (unsigned)a->n_splits);
+    attn_dec_scores<D, G><<<grid, DEC_THREADS, 0, stream>>>(*a, n_gtiles, scores, sstride);
+    attn_dec_values<D, G><<<grid, DEC_THREADS, 0, stream>>>(*a, n_gtiles, scores, sstride, counters);
+    QR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" int64_t qr_cuda_attn_decode_tiles(const cuda_attn_args *a) {
+    const int G = a->dk == 256 ? 4 : 8, group = a->n_head / a->n_head_kv;
+    return (int64_t)a->n_tok * a->n_head_kv * ((group + G - 1) / G);
+}
+
+extern "C" bool qr_cuda_attn_decode_supported(const cuda_attn_args *a) {
+    return a->f16 && a->dk == a->dv && (a->dk == 64 || a->dk == 128 || a->dk == 256);
+}
+
+extern "C" cudaError_t qr_cuda_attention_decode(const cuda_attn_args *a, float *scores, int32_t score_stride,
+                                                unsigned int *counters, cudaStream_t stream) {
+    if (a->n_tok <= 0) return cudaSuccess;
+    if (!qr_cuda_attn_decode_supported(a)) return cudaErrorInvalidValue;
+    if (a->dk == 64) return launch_dec<64, 8>(a, scores, score_stride, counters, stream);
+    if (a->dk == 128) return launch_dec<128, 8>(a, scores, score_stride, counters, stream);
+    return launch_dec<256, 4>(a, scores, score_stride, counters, stream);
+}

@@ -1,0 +1,29 @@
+/* mamba2.c — the Mamba2 mixer block (llama.cpp's build_mamba2_layer): in-projection into z | xBC | dt,
+ * causal depthwise conv1d with its rolling per-sequence state (+ bias, SiLU), the selective scan with
+ * groups and the D skip, the gated grouped RMSNorm y * silu(z), and the out-projection. */
+#include "model/hybrid.h"
+#include "util/util.h"
+
+void qr_block_mamba2(const qr_model *m, qr_fwd *f, int il) {
+    const qr_hparams_x *h = &m->ext->hp;
+    const qr_ssm_params *p = &h->ssm;
+    const qr_layer_x *lx = &m->ext->layers[il];
+    struct qr_fwd_x *x = f->ext;
+    qr_backend *be = f->be;
+    const int64_t n = f->n_tokens;
+    const int64_t d_in_proj = 2 * (int64_t)p->d_inner + 2 * (int64_t)p->n_group * p->d_state + p->n_head;
+    be->ops->matmul(be, &lx->ssm_in, f->xb, n, x->zxbcdt); /* [n][z | xBC | dt] */
+    const double t0 = qr_time_s();
+    be->ops->ssm_conv(be, x->zxbcdt + p->d_inner, d_in_proj, qr_ssm_state_conv(x->ssm, il), &lx->ssm_conv1d,
+                      lx->ssm_conv1d_b.host ? &lx->ssm_conv1d_b : NULL, p, x->xbc);
+    const double t1 = qr_time_s();
+    be->ops->ssm_scan(be, qr_ssm_state_scan(x->ssm, il), x->xbc, x->zxbcdt + p->d_inner + p->conv_dim, d_in_proj,
+                      &lx->ssm_dt_b, &lx->ssm_a, &lx->ssm_d, p, x->y);
+    const double t2 = qr_time_s();
+    be->ops->ssm_gate_norm(be, x->y, x->zxbcdt, d_in_proj, lx->ssm_norm.host ? &lx->ssm_norm : NULL, n, p,
+                           m->hp.norm_eps, x->y);
+    be->ops->matmul(be, &lx->ssm_out, x->y, n, f->xb2);
+    x->stats.ssm_calls++;
+    x->stats.ssm_conv_seconds += t1 - t0;
+    x->stats.ssm_scan_seconds += t2 - t1;
+}

@@ -1,0 +1,29 @@
+/* nemotron_h.c — forward pass of nemotron_h and nemotron_h_moe (Nemotron-H, Nemotron-3-Nano): every
+ * block is one of a Mamba2 mixer, an attention layer (no rope) or an FFN (relu^2 up/down, or an MoE
+ * with sigmoid routing, a selection bias and a relu^2 shared expert), chosen per layer from the
+ * per-layer head_count_kv / feed_forward_length, each as x += block(rmsnorm(x)). */
+#include "model/hybrid.h"
+
+void qr_nemotron_h_forward(const qr_model *m, qr_fwd *f) {
+    const qr_hparams *hp = &m->hp;
+    qr_backend *be = f->be;
+    int64_t n = f->n_tokens;
+    f->n_rows = f->n_tokens;
+    f->outputs_kept = false;
+    be->ops->get_rows(be, &m->tok_embd, f->x);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const qr_layer_x *lx = &m->ext->layers[il];
+        be->ops->rmsnorm(be, f->x, &m->layers[il].attn_norm, n, hp->n_embd, hp->norm_eps, f->xb);
+        if (lx->kind == QR_LAYER_SSM) qr_block_mamba2(m, f, il);
+        else if (lx->kind == QR_LAYER_ATTN) qr_block_attention_x(m, f, il, false, hp->attn_scale);
+        else if (lx->gate_inp.host) qr_block_moe(m, f, il);
+        else qr_block_ffn_relu2(m, f, il);
+        if (il == hp->n_layer - 1) {
+            qr_block_keep_outputs(m, f);
+            n = f->n_rows;
+            if (n == 0) break;
+        }
+        be->ops->add(be, f->x, f->xb2, n * hp->n_embd, f->x);
+    }
+    qr_block_output(m, f);
+}

@@ -1,0 +1,648 @@
+/* scheduler.c — continuous batching: request queue, admission, chunked prefill, preemption by
+ * recompute, sampling and streaming callbacks (see scheduler.h). */
+#include "runtime/scheduler.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/kv_cache.h"
+#include "util/util.h"
+
+typedef struct sreq {
+    uint64_t id;
+    struct sreq *next;       /* queue / running list link */
+    qr_sched_priority prio;
+    int32_t *tokens;         /* [cap] prompt then generated ids */
+    int32_t n_tokens, cap;
+    int32_t n_prompt;
+    int32_t n_computed;      /* positions in the KV cache (tokens[0..n_computed)) */
+    int32_t seq;             /* sequence slot, -1 while waiting */
+    uint64_t admit_order;    /* larger = admitted later (preemption victim order) */
+    bool prompt_committed;   /* prompt blocks registered in the prefix cache */
+    bool attached;           /* prefix-cache lookup done for the current admission */
+    bool cancel_seen;        /* thread copy of cancel taken at the step snapshot */
+    bool ignore_eos;
+    bool cancel;             /* guarded by the scheduler's lock */
+    double deadline;
+    qr_sampler *smp;
+    qr_stop *stop;
+    qr_detok_stream *ds;
+    qr_sched_callback cb;
+    void *user;
+    qr_sched_timing timing;
+} sreq;
+
+typedef struct sjob {
+    qr_status (*fn)(void *arg, qr_context *ctx);
+    void *arg;
+    qr_status result;
+    bool done;
+    struct sjob *next;
+} sjob;
+
+struct qr_scheduler {
+    qr_model *model;
+    qr_context *ctx;
+    const qr_tokenizer *tok;
+    qr_kv_cache *kv;
+    qr_sched_params p;
+    int32_t n_vocab, max_seq_len;
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;       /* wakes the scheduler thread */
+    pthread_cond_t idle_cv;  /* signalled when work finishes (drain, jobs) */
+    bool stopping, draining;
+    uint64_t next_id, admit_counter;
+    sreq *waiting[2];        /* per priority, FIFO (head) */
+    int32_t n_waiting;
+    sreq *running;           /* admitted requests (owned by the thread; list guarded by mu) */
+    int32_t n_running;
+    uint8_t *seq_busy;       /* [n_seq] */
+    sjob *jobs;
+    qr_sched_stats stats;
+    /* step scratch (thread only) */
+    int32_t *b_tok, *b_pos, *b_seq;
+    int8_t *b_logits;
+    sreq **b_req;            /* [step_tokens] request of each row that wants logits */
+    int32_t b_cap;
+};
+
+void qr_sched_params_default(qr_sched_params *p) {
+    memset(p, 0, sizeof *p);
+    p->n_seq = 4;
+    p->max_queue = 64;
+    p->step_tokens = 512;
+    p->prefill_chunk = 256;
+    p->default_timeout_s = 300.0;
+}
+
+static void req_free(sreq *r) {
+    if (!r) return;
+    qr_sampler_free(r->smp);
+    qr_stop_free(r->stop);
+    qr_detok_stream_free(r->ds);
+    free(r->tokens);
+    free(r);
+}
+
+/* Sends DONE and frees the request (the caller has released its sequence). */
+static void finish(qr_scheduler *s, sreq *r, qr_sched_end end, qr_finish_reason reason, const char *error) {
+    qr_stop_result sr = {0};
+    qr_stop_flush(r->stop, reason == QR_FINISH_NONE ? QR_FINISH_STOP : reason, &sr);
+    r->timing.t_end = qr_time_s();
+    qr_sched_event ev = {.type = QR_SCHED_EV_DONE, .id = r->id, .token = -1, .text = sr.emit ? sr.emit : "",
+                         .text_len = sr.emit_len, .finish = reason == QR_FINISH_NONE ? QR_FINISH_STOP : reason,
+                         .end = end, .error = error, .timing = r->timing};
+    pthread_mutex_lock(&s->mu);
+    if (end == QR_SCHED_END_CANCELLED) s->stats.cancelled++;
+    pthread_mutex_unlock(&s->mu);
+    r->cb(r->user, &ev);
+    req_free(r);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_broadcast(&s->idle_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void update_kv_stats(qr_scheduler *s);
+
+/* Releases r's sequence slot and its KV blocks (thread only, r is on the running list); the
+ * counters reflect it before the request's DONE event is sent. */
+static void release_seq(qr_scheduler *s, sreq *r) {
+    if (r->seq < 0) return;
+    /* keep what was computed for later prompts with the same start */
+    if (!s->p.no_prefix_cache && r->n_computed > 0)
+        qr_kv_cache_prefix_commit(s->kv, r->seq, r->tokens, r->n_computed);
+    qr_kv_seq_rm(s->ctx, r->seq, 0, -1);
+    pthread_mutex_lock(&s->mu);
+    s->seq_busy[r->seq] = 0;
+    sreq **pp = &s->running;
+    while (*pp && *pp != r) pp = &(*pp)->next;
+    if (*pp) *pp = r->next, s->n_running--;
+    pthread_mutex_unlock(&s->mu);
+    r->seq = -1;
+    r->next = NULL;
+    update_kv_stats(s);
+}
+
+qr_status qr_sched_submit(qr_scheduler *s, const qr_sched_request *q, uint64_t *id, char *err, size_t err_len) {
+    *id = 0;
+    if (!q->cb || !q->prompt || q->n_prompt < 1 || q->max_tokens < 1 || q->n_stops < 0)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "request: empty prompt, max_tokens < 1 or no callback");
+    if (q->n_prompt > qr_sched_max_prompt(s))
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG,
+                       "the prompt is %d tokens but the context holds at most %d per request", q->n_prompt,
+                       qr_sched_max_prompt(s));
+    for (int32_t i = 0; i < q->n_prompt; i++)
+        if (q->prompt[i] < 0 || q->prompt[i] >= s->n_vocab)
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "prompt token %d (%d) is outside the vocabulary [0, %d)",
+                           i, q->prompt[i], s->n_vocab);
+    qr_status st;
+    sreq *r = calloc(1, sizeof *r);
+    if (!r) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
+    r->cap = q->n_prompt + (q->max_tokens < 1024 ? q->max_tokens : 1024) + 1;
+    r->tokens = malloc(sizeof(int32_t) * (size_t)r->cap);
+    r->ds = qr_detok_stream_create(s->tok, false);
+    if (!r->tokens || !r->ds) {
+        st = qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if ((st = qr_sampler_create(&q->sampler, s->n_vocab, &r->smp, err, err_len)) != QR_OK) goto fail;
+    if ((st = qr_stop_create(q->stops, q->n_stops, q->max_tokens, &r->stop, err, err_len)) != QR_OK) goto fail;
+    memcpy(r->tokens, q->prompt, sizeof(int32_t) * (size_t)q->n_prompt);
+    r->n_tokens = r->n_prompt = q->n_prompt;
+    for (int32_t i = 0; i < q->n_prompt; i++) qr_sampler_accept(r->smp, q->prompt[i]);
+    r->seq = -1;
+    r->prio = q->priority == QR_SCHED_BATCH ? QR_SCHED_BATCH : QR_SCHED_INTERACTIVE;
+    r->ignore_eos = q->ignore_eos;
+    r->cb = q->cb;
+    r->user = q->user;
+    r->timing.n_prompt = q->n_prompt;
+    r->timing.t_submit = qr_time_s();
+    r->deadline = r->timing.t_submit + (q->timeout_s > 0 ? q->timeout_s : s->p.default_timeout_s);
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping || s->draining) {
+        pthread_mutex_unlock(&s->mu);
+        st = qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "the server is shutting down");
+        goto fail;
+    }
+    if (s->n_waiting >= s->p.max_queue) {
+        pthread_mutex_unlock(&s->mu);
+        st = qr_errf(err, err_len, QR_ERR_NOMEM, "queue full: %d requests are waiting", s->p.max_queue);
+        goto fail;
+    }
+    r->id = ++s->next_id;
+    sreq **pp = &s->waiting[r->prio];
+    while (*pp) pp = &(*pp)->next;
+    *pp = r;
+    s->n_waiting++;
+    *id = r->id;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return QR_OK;
+fail:
+    req_free(r);
+    return st;
+}
+
+void qr_sched_cancel(qr_scheduler *s, uint64_t id) {
+    pthread_mutex_lock(&s->mu);
+    for (int p = 0; p < 2; p++)
+        for (sreq *r = s->waiting[p]; r; r = r->next)
+            if (r->id == id) r->cancel = true;
+    for (sreq *r = s->running; r; r = r->next)
+        if (r->id == id) r->cancel = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void qr_sched_cancel_all(qr_scheduler *s) {
+    pthread_mutex_lock(&s->mu);
+    for (int p = 0; p < 2; p++)
+        for (sreq *r = s->waiting[p]; r; r = r->next) r->cancel = true;
+    for (sreq *r = s->running; r; r = r->next) r->cancel = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Appends a token to r->tokens (grows the array). */
+static bool push_token(sreq *r, int32_t t) {
+    if (r->n_tokens == r->cap) {
+        const int32_t nc = r->cap * 2;
+        int32_t *nt = realloc(r->tokens, sizeof(int32_t) * (size_t)nc);
+        if (!nt) return false;
+        r->tokens = nt;
+        r->cap = nc;
+    }
+    r->tokens[r->n_tokens++] = t;
+    return true;
+}
+
+/* Removes cancelled and timed-out requests from the waiting queues (under mu) into *out. */
+static void collect_dead_waiting(qr_scheduler *s, double now, sreq **out) {
+    for (int p = 0; p < 2; p++)
+        for (sreq **pp = &s->waiting[p]; *pp;) {
+            sreq *r = *pp;
+            if (r->cancel || now > r->deadline || s->stopping) {
+                r->cancel_seen = r->cancel;
+                *pp = r->next;
+                s->n_waiting--;
+                r->next = *out;
+                *out = r;
+            } else {
+                pp = &r->next;
+            }
+        }
+}
+
+/* Blocks needed to hold n positions. */
+static int32_t blocks_for(const qr_kv_cache *kv, int32_t n) { return (n + kv->block_size - 1) / kv->block_size; }
+
+/* Admits waiting requests into free slots, interactive first (under mu). A request is admitted only
+ * when its whole prompt fits in the blocks available now, or when nothing runs (so that an
+ * oversized request still starts and fails with a clear error instead of waiting forever). */
+static void admit(qr_scheduler *s) {
+    int32_t avail = qr_kv_cache_n_available(s->kv) - s->n_running; /* one growth block per running seq */
+    for (int p = 0; p < 2; p++)
+        while (s->waiting[p] && s->n_running < s->p.n_seq) {
+            sreq *r = s->waiting[p];
+            const int32_t need = blocks_for(s->kv, r->n_tokens + 1);
+            if (s->n_running > 0 && need > avail) return;
+            avail -= need;
+            int32_t seq = 0;
+            while (s->seq_busy[seq]) seq++;
+            s->waiting[p] = r->next;
+            s->n_waiting--;
+            s->seq_busy[seq] = 1;
+            r->seq = seq;
+            r->attached = false;
+            r->admit_order = ++s->admit_counter;
+            r->next = s->running;
+            s->running = r;
+            s->n_running++;
+        }
+}
+
+/* Puts a running request back at the front of its queue; its KV blocks are freed and its tokens
+ * (prompt + generated) are computed again when it is admitted next. */
+static void preempt(qr_scheduler *s, sreq *r) {
+    release_seq(s, r);
+    r->n_computed = 0;
+    r->attached = false;
+    pthread_mutex_lock(&s->mu);
+    r->next = s->waiting[r->prio];
+    s->waiting[r->prio] = r;
+    s->n_waiting++;
+    s->stats.preemptions++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Blocks the kv cache must hand out to append k rows to r's sequence (with copy-on-write). */
+static int32_t blocks_to_grow(const qr_scheduler *s, const sreq *r, int32_t k) {
+    const qr_kv_cache *kv = s->kv;
+    const int32_t have = kv->seq_blocks[r->seq];
+    int32_t need = blocks_for(kv, r->n_computed + k) - have;
+    if (need < 0) need = 0;
+    const int32_t wblk = r->n_computed / kv->block_size;
+    if (wblk < have) {
+        const int32_t b = kv->block_table[(int64_t)r->seq * kv->max_blocks + wblk];
+        if (kv->refcount[b] > 1 || (kv->prefix_on && kv->blk_cached[b])) need++;
+    }
+    return need;
+}
+
+static int cmp_admit(const void *a, const void *b) {
+    const sreq *x = *(const sreq *const *)a, *y = *(const sreq *const *)b;
+    return x->admit_order < y->admit_order ? -1 : x->admit_order > y->admit_order;
+}
+
+/* Samples the next token of r from the logits of batch row `row`, streams it, and ends r when a
+ * stop rule fires. Returns true when r ended (it is freed). */
+static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row) {
+    char err[512];
+    const float *logits = qr_get_logits(s->ctx, row);
+    qr_sample_result res;
+    if (!logits || qr_sampler_sample(r->smp, logits, &res, err, sizeof err) != QR_OK) {
+        release_seq(s, r);
+        finish(s, r, QR_SCHED_END_ERROR, QR_FINISH_STOP, logits ? err : "no logits for the sequence");
+        return true;
+    }
+    if (!push_token(r, res.token)) {
+        release_seq(s, r);
+        finish(s, r, QR_SCHED_END_ERROR, QR_FINISH_STOP, "out of memory");
+        return true;
+    }
+    r->timing.n_gen++;
+    if (r->timing.t_first == 0) r->timing.t_first = qr_time_s();
+    const bool eog = !r->ignore_eos && qr_token_is_eog(s->tok, res.token);
+    const char *piece = "";
+    size_t piece_len = 0;
+    if (!eog && qr_detok_stream_push(r->ds, res.token, &piece, &piece_len) != QR_OK) piece = "", piece_len = 0;
+    qr_stop_result sr;
+    if (qr_stop_feed(r->stop, piece, piece_len, eog, &sr) != QR_OK) {
+        release_seq(s, r);
+        finish(s, r, QR_SCHED_END_ERROR, QR_FINISH_STOP, "out of memory");
+        return true;
+    }
+    qr_sched_event ev = {.type = QR_SCHED_EV_TOKEN, .id = r->id, .token = res.token, .text = sr.emit ? sr.emit : "",
+                         .text_len = sr.emit_len, .sample = &res, .timing = r->timing};
+    r->cb(r->user, &ev);
+    qr_finish_reason fin = sr.finish;
+    if (fin == QR_FINISH_NONE && r->n_tokens >= s->max_seq_len) fin = QR_FINISH_LENGTH; /* context full */
+    if (fin != QR_FINISH_NONE) {
+        release_seq(s, r);
+        finish(s, r, QR_SCHED_END_FINISHED, fin, NULL);
+        return true;
+    }
+    return false;
+}
+
+/* One iteration over the running requests act[0..n) (sorted by admission). */
+static void step(qr_scheduler *s, sreq **act, int32_t n) {
+    int32_t *take = calloc((size_t)(n ? n : 1), sizeof(int32_t));
+    if (!take) return;
+    char err[512];
+    for (;;) {
+        /* plan: decode rows first, then prompt chunks, oldest first */
+        int32_t budget = s->p.step_tokens, grow = 0, n_live = 0;
+        for (int32_t i = 0; i < n; i++) {
+            take[i] = 0;
+            if (!act[i]) continue;
+            n_live++;
+            if (act[i]->n_tokens - act[i]->n_computed == 1) take[i] = 1, budget--;
+        }
+        if (n_live == 0) break;
+        for (int32_t i = 0; i < n; i++) {
+            if (!act[i] || take[i] || budget <= 0) continue;
+            int32_t k = act[i]->n_tokens - act[i]->n_computed;
+            if (k > s->p.prefill_chunk) k = s->p.prefill_chunk;
+            if (k > budget) k = budget;
+            take[i] = k;
+            budget -= k;
+        }
+        for (int32_t i = 0; i < n; i++)
+            if (act[i] && take[i]) grow += blocks_to_grow(s, act[i], take[i]);
+        if (grow > qr_kv_cache_n_available(s->kv)) {
+            /* preempt the most recently admitted request; the last one left ends instead */
+            int32_t v = -1;
+            for (int32_t i = n - 1; i >= 0 && v < 0; i--)
+                if (act[i]) v = i;
+            if (n_live > 1) {
+                preempt(s, act[v]);
+            } else {
+                sreq *r = act[v];
+                const bool gen = r->n_tokens > r->n_prompt;
+                release_seq(s, r);
+                if (gen) finish(s, r, QR_SCHED_END_FINISHED, QR_FINISH_LENGTH, NULL);
+                else finish(s, r, QR_SCHED_END_ERROR, QR_FINISH_STOP, "the prompt does not fit in the KV cache");
+            }
+            act[v] = NULL;
+            continue;
+        }
+        /* build the batch */
+        int32_t rows = 0;
+        for (int32_t i = 0; i < n; i++) {
+            sreq *r = act[i];
+            if (!r || !take[i]) continue;
+            for (int32_t j = 0; j < take[i]; j++, rows++) {
+                s->b_tok[rows] = r->tokens[r->n_computed + j];
+                s->b_pos[rows] = r->n_computed + j;
+                s->b_seq[rows] = r->seq;
+                const bool last = j == take[i] - 1 && r->n_computed + take[i] == r->n_tokens;
+                s->b_logits[rows] = last;
+                s->b_req[rows] = last ? r : NULL;
+            }
+        }
+        if (rows == 0) break;
+        qr_batch b = {.n_tokens = rows, .token = s->b_tok, .pos = s->b_pos, .seq_id = s->b_seq, .logits = s->b_logits};
+        const qr_status st = qr_decode(s->ctx, &b, err, sizeof err);
+        uint64_t n_prompt_rows = 0, n_sampled = 0;
+        for (int32_t i = 0; i < n; i++) {
+            sreq *r = act[i];
+            if (!r || !take[i]) continue;
+            if (st != QR_OK) {
+                release_seq(s, r);
+                finish(s, r, QR_SCHED_END_ERROR, QR_FINISH_STOP, err);
+                act[i] = NULL;
+                continue;
+            }
+            if (r->n_computed < r->n_prompt) n_prompt_rows += (uint64_t)take[i];
+            r->n_computed += take[i];
+            if (!r->prompt_committed && r->n_computed >= r->n_prompt && !s->p.no_prefix_cache) {
+                qr_kv_cache_prefix_commit(s->kv, r->seq, r->tokens, r->n_prompt);
+                r->prompt_committed = true;
+            }
+        }
+        if (st == QR_OK)
+            for (int32_t row = 0; row < rows; row++) {
+                sreq *r = s->b_req[row];
+                if (!r) continue;
+                n_sampled++;
+                if (sample_and_stream(s, r, row))
+                    for (int32_t i = 0; i < n; i++)
+                        if (act[i] == r) act[i] = NULL;
+            }
+        pthread_mutex_lock(&s->mu);
+        s->stats.steps++;
+        s->stats.tokens_prompt += n_prompt_rows;
+        s->stats.tokens_generated += n_sampled;
+        pthread_mutex_unlock(&s->mu);
+        break;
+    }
+    free(take);
+}
+
+static void update_kv_stats(qr_scheduler *s) {
+    const qr_kv_cache *kv = s->kv;
+    pthread_mutex_lock(&s->mu);
+    s->stats.kv_blocks_total = kv->n_blocks;
+    s->stats.kv_blocks_free = qr_kv_cache_n_available(kv);
+    s->stats.kv_blocks_used = kv->n_blocks - kv->n_free - (kv->prefix_on ? kv->n_lru : 0);
+    s->stats.kv_blocks_cached = kv->prefix_on ? kv->n_cached : 0;
+    s->stats.kv_block_size = kv->block_size;
+    s->stats.queue_depth = s->n_waiting;
+    s->stats.running = s->n_running;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *thread_main(void *arg) {
+    qr_scheduler *s = arg;
+    sreq **act = malloc(sizeof(sreq *) * (size_t)s->p.n_seq);
+    for (;;) {
+        sreq *dead = NULL;
+        pthread_mutex_lock(&s->mu);
+        while (!s->stopping && !s->n_running && !s->n_waiting && !s->jobs) pthread_cond_wait(&s->cv, &s->mu);
+        const double now = qr_time_s();
+        const bool stopping = s->stopping;
+        collect_dead_waiting(s, now, &dead);
+        sjob *jobs = s->jobs;
+        s->jobs = NULL;
+        if (!stopping) admit(s);
+        int32_t n = 0;
+        for (sreq *r = s->running; r && n < s->p.n_seq; r = r->next) {
+            r->cancel_seen = r->cancel;
+            act[n++] = r;
+        }
+        pthread_mutex_unlock(&s->mu);
+        while (dead) {
+            sreq *r = dead;
+            dead = r->next;
+            finish(s, r, stopping ? QR_SCHED_END_SHUTDOWN : r->cancel_seen ? QR_SCHED_END_CANCELLED : QR_SCHED_END_TIMEOUT,
+                   QR_FINISH_STOP, NULL);
+        }
+        for (sjob *j = jobs; j;) {
+            sjob *next = j->next;
+            const qr_status res = stopping ? QR_ERR_UNSUPPORTED : j->fn(j->arg, s->ctx);
+            pthread_mutex_lock(&s->mu);
+            j->result = res;
+            j->done = true;
+            pthread_cond_broadcast(&s->idle_cv);
+            pthread_mutex_unlock(&s->mu);
+            j = next;
+        }
+        qsort(act, (size_t)n, sizeof *act, cmp_admit);
+        for (int32_t i = 0; i < n; i++) {
+            sreq *r = act[i];
+            qr_sched_end end = QR_SCHED_END_FINISHED;
+            if (stopping) end = QR_SCHED_END_SHUTDOWN;
+            else if (r->cancel_seen) end = QR_SCHED_END_CANCELLED;
+            else if (now > r->deadline) end = QR_SCHED_END_TIMEOUT;
+            if (end != QR_SCHED_END_FINISHED) {
+                release_seq(s, r);
+                finish(s, r, end, QR_FINISH_STOP, NULL);
+                act[i] = NULL;
+                continue;
+            }
+            if (!r->attached) {
+                r->attached = true;
+                if (r->timing.t_admit == 0) r->timing.t_admit = now;
+                int32_t got = 0;
+                if (!s->p.no_prefix_cache) got = qr_kv_cache_prefix_attach(s->kv, r->seq, r->tokens, r->n_tokens);
+                r->n_computed = got;
+                if (got > 0 && r->n_tokens == r->n_prompt) {
+                    if (r->timing.n_cached == 0) r->timing.n_cached = got;
+                    pthread_mutex_lock(&s->mu);
+                    s->stats.prefix_hits++;
+                    s->stats.prefix_tokens_reused += (uint64_t)got;
+                    pthread_mutex_unlock(&s->mu);
+                }
+            }
+        }
+        if (stopping) {
+            update_kv_stats(s);
+            break;
+        }
+        step(s, act, n);
+        update_kv_stats(s);
+    }
+    free(act);
+    return NULL;
+}
+
+qr_status qr_sched_create(qr_model *model, qr_context *ctx, const qr_tokenizer *tok, const qr_sched_params *params,
+                          qr_scheduler **out, char *err, size_t err_len) {
+    *out = NULL;
+    qr_sched_params p;
+    qr_sched_params_default(&p);
+    if (params) {
+        if (params->n_seq > 0) p.n_seq = params->n_seq;
+        if (params->max_queue > 0) p.max_queue = params->max_queue;
+        if (params->step_tokens > 0) p.step_tokens = params->step_tokens;
+        if (params->prefill_chunk > 0) p.prefill_chunk = params->prefill_chunk;
+        if (params->default_timeout_s > 0) p.default_timeout_s = params->default_timeout_s;
+        p.no_prefix_cache = params->no_prefix_cache;
+    }
+    if (p.n_seq > 4096 || p.step_tokens < p.n_seq)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "scheduler: n_seq %d must be <= 4096 and <= step_tokens %d",
+                       p.n_seq, p.step_tokens);
+    qr_scheduler *s = calloc(1, sizeof *s);
+    if (!s) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
+    s->model = model;
+    s->ctx = ctx;
+    s->tok = tok;
+    s->kv = qr_context_kv_cache(ctx);
+    s->p = p;
+    s->n_vocab = qr_model_n_vocab(model);
+    s->max_seq_len = s->kv->max_blocks * s->kv->block_size;
+    if (s->max_seq_len > qr_context_n_ctx(ctx)) s->max_seq_len = qr_context_n_ctx(ctx);
+    if (s->kv->n_seq_max < p.n_seq) {
+        const int32_t have = s->kv->n_seq_max;
+        free(s);
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "scheduler: n_seq %d exceeds the context's n_seq_max %d",
+                       p.n_seq, have);
+    }
+    qr_status st;
+    if (!p.no_prefix_cache && (st = qr_kv_cache_prefix_enable(s->kv, err, err_len)) != QR_OK) {
+        free(s);
+        return st;
+    }
+    s->b_cap = p.step_tokens + p.n_seq;
+    s->b_tok = malloc(sizeof(int32_t) * (size_t)s->b_cap);
+    s->b_pos = malloc(sizeof(int32_t) * (size_t)s->b_cap);
+    s->b_seq = malloc(sizeof(int32_t) * (size_t)s->b_cap);
+    s->b_logits = malloc((size_t)s->b_cap);
+    s->b_req = malloc(sizeof(sreq *) * (size_t)s->b_cap);
+    s->seq_busy = calloc((size_t)p.n_seq, 1);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->idle_cv, NULL);
+    s->stats.n_seq = p.n_seq;
+    s->stats.alive = true;
+    if (!s->b_tok || !s->b_pos || !s->b_seq || !s->b_logits || !s->b_req || !s->seq_busy) {
+        qr_sched_free(s);
+        return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
+    }
+    update_kv_stats(s);
+    if (pthread_create(&s->thread, NULL, thread_main, s) != 0) {
+        qr_sched_free(s);
+        return qr_errf(err, err_len, QR_ERR_INTERNAL, "scheduler: cannot start its thread");
+    }
+    s->thread_started = true;
+    *out = s;
+    return QR_OK;
+}
+
+void qr_sched_free(qr_scheduler *s) {
+    if (!s) return;
+    if (s->thread_started) {
+        pthread_mutex_lock(&s->mu);
+        s->stopping = true;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+    }
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->idle_cv);
+    free(s->b_tok);
+    free(s->b_pos);
+    free(s->b_seq);
+    free(s->b_logits);
+    free(s->b_req);
+    free(s->seq_busy);
+    free(s);
+}
+
+qr_status qr_sched_run_job(qr_scheduler *s, qr_status (*fn)(void *arg, qr_context *ctx), void *arg) {
+    sjob j = {.fn = fn, .arg = arg};
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        return QR_ERR_UNSUPPORTED;
+    }
+    sjob **pp = &s->jobs;
+    while (*pp) pp = &(*pp)->next;
+    *pp = &j;
+    pthread_cond_signal(&s->cv);
+    while (!j.done) pthread_cond_wait(&s->idle_cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    return j.result;
+}
+
+int32_t qr_sched_drain(qr_scheduler *s, double timeout_s) {
+    const double end = qr_time_s() + timeout_s;
+    pthread_mutex_lock(&s->mu);
+    s->draining = true;
+    while (s->n_running + s->n_waiting > 0 && qr_time_s() < end) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&s->idle_cv, &s->mu, &ts);
+    }
+    const int32_t left = s->n_running + s->n_waiting;
+    pthread_mutex_unlock(&s->mu);
+    return left;
+}
+
+void qr_sched_get_stats(qr_scheduler *s, qr_sched_stats *out) {
+    pthread_mutex_lock(&s->mu);
+    *out = s->stats;
+    out->queue_depth = s->n_waiting;
+    out->running = s->n_running;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int32_t qr_sched_max_prompt(const qr_scheduler *s) { return s->max_seq_len - 1; }

@@ -1,0 +1,46 @@
+/* synth_internal.h — what the architecture rows of `quarrel synth` share between synth.c (the
+ * writer, llama / gemma3 / bert rows) and synth_hybrid.c (the MoE and hybrid rows): the tensor list
+ * and how each tensor is initialised. */
+#ifndef QR_RUNTIME_SYNTH_INTERNAL_H
+#define QR_RUNTIME_SYNTH_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gguf/gguf.h"
+#include "quant/types.h"
+#include "runtime/gguf_stream.h"
+#include "runtime/synth.h"
+
+typedef enum init_kind {
+    INIT_NORMAL,     /* scale * z, z ~ approximately N(0, 1), bounded to |z| < 3.47 */
+    INIT_NORM,       /* center + scale * z (RMSNorm gains; also any value around a center) */
+    INIT_ROPE_LLAMA3 /* Llama 3.1 rope frequency factors */
+} init_kind;
+
+typedef struct synth_tensor {
+    char name[64];
+    uint32_t n_dims;
+    int64_t ne[QR_GGUF_MAX_DIMS]; /* unused dims = 1 */
+    init_kind init;
+    float scale;                  /* standard deviation of the random part */
+    float center;                 /* INIT_NORM: mean gain */
+    qr_type type;                 /* chosen by the quantization plan */
+} synth_tensor;
+
+typedef struct tensor_list {
+    synth_tensor *t;
+    size_t n, cap;
+} tensor_list;
+
+/* Appends a tensor named `name` of n_dims (1..3) dims {ne0, ne1, ne2} (unused = 1), initialised as
+ * center + scale * z (INIT_NORM) or scale * z (INIT_NORMAL). False when out of memory. */
+bool qr_synth_add(tensor_list *l, init_kind init, float scale, float center, uint32_t n_dims, int64_t ne0, int64_t ne1,
+                  int64_t ne2, const char *name);
+
+/* The MoE / hybrid rows (synth_hybrid.c): tensors and hyper-parameter keys of granite,
+ * granitehybrid, nemotron_h, nemotron_h_moe, gpt-oss and llama with experts (Mixtral). */
+bool qr_synth_hybrid_tensors(const qr_synth_preset *p, tensor_list *l);
+void qr_synth_hybrid_hparams(const qr_synth_preset *p, qr_gguf_stream *s);
+
+#endif /* QR_RUNTIME_SYNTH_INTERNAL_H */

@@ -1,0 +1,209 @@
+/* api_openai.c — /v1/chat/completions and /v1/completions: JSON or SSE (`data:` frames ending with
+ * `data: [DONE]`), usage, logprobs, stop, seed, n = 1. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/api_common.h"
+#include "util/util.h"
+
+/* Growable text buffer. */
+typedef struct tbuf {
+    char *p;
+    size_t len, cap;
+} tbuf;
+
+static void tb_add(tbuf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t nc = (b->cap ? b->cap * 2 : 256) + n;
+        char *np = realloc(b->p, nc);
+        if (!np) return;
+        b->p = np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+/* Chat logprobs entry: {token, logprob, bytes, top_logprobs:[...]} */
+static json_t *chat_lp(const srv_model *m, const srv_ev *e) {
+    char piece[256];
+    srv_token_piece(m, e->token, piece, sizeof piece);
+    json_t *bytes = json_array(), *top = json_array();
+    for (const unsigned char *p = (const unsigned char *)piece; *p; p++) json_array_append_new(bytes, json_integer(*p));
+    for (int32_t k = 0; k < e->n_top; k++) {
+        char tp[256];
+        srv_token_piece(m, e->top[k].token, tp, sizeof tp);
+        json_t *tb = json_array();
+        for (const unsigned char *p = (const unsigned char *)tp; *p; p++) json_array_append_new(tb, json_integer(*p));
+        json_t *t = json_pack("{s:s%, s:f, s:o}", "token", tp, strlen(tp), "logprob", (double)e->top[k].logprob, "bytes", tb);
+        if (t) json_array_append_new(top, t);
+        else json_decref(tb);
+    }
+    json_t *r = json_pack("{s:s%, s:f, s:o, s:o}", "token", piece, strlen(piece), "logprob", (double)e->logprob, "bytes",
+                          bytes, "top_logprobs", top);
+    return r ? r : json_pack("{s:s, s:f, s:[], s:[]}", "token", "", "logprob", (double)e->logprob, "bytes",
+                             "top_logprobs");
+}
+
+/* Legacy completions logprobs: parallel arrays. */
+typedef struct comp_lp {
+    json_t *tokens, *token_logprobs, *top, *offsets;
+    size_t offset;
+} comp_lp;
+
+static void comp_lp_add(comp_lp *c, const srv_model *m, const srv_ev *e) {
+    char piece[256];
+    srv_token_piece(m, e->token, piece, sizeof piece);
+    json_t *t = json_stringn(piece, strlen(piece));
+    json_array_append_new(c->tokens, t ? t : json_string(""));
+    json_array_append_new(c->token_logprobs, json_real(e->logprob));
+    json_t *top = json_object();
+    for (int32_t k = 0; k < e->n_top; k++) {
+        char tp[256];
+        srv_token_piece(m, e->top[k].token, tp, sizeof tp);
+        if (json_object_get(top, tp) == NULL) json_object_set_new(top, tp, json_real(e->top[k].logprob));
+    }
+    json_array_append_new(c->top, top);
+    json_array_append_new(c->offsets, json_integer((json_int_t)c->offset));
+    c->offset += e->len;
+}
+
+static json_t *comp_lp_json(comp_lp *c) {
+    return json_pack("{s:O, s:O, s:O, s:O}", "tokens", c->tokens, "token_logprobs", c->token_logprobs, "top_logprobs",
+                     c->top, "text_offset", c->offsets);
+}
+
+static void comp_lp_free(comp_lp *c) {
+    json_decref(c->tokens);
+    json_decref(c->token_logprobs);
+    json_decref(c->top);
+    json_decref(c->offsets);
+}
+
+static json_t *usage_json(int32_t np, int32_t ng) {
+    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", np, "completion_tokens", ng, "total_tokens", np + ng);
+}
+
+/* One OpenAI request, chat or completion. */
+static int openai(srv_conn *rc, bool chat) {
+    srv_job j;
+    if (srv_job_begin(rc, chat ? SRV_API_OPENAI_CHAT : SRV_API_OPENAI_COMPLETION, &j) < 0) return rc->status;
+    const srv_model *m = j.m;
+    const bool stream = j.req.stream, want_lp = j.req.sp.logprobs;
+    char id[96];
+    snprintf(id, sizeof id, "%s-%s", chat ? "chatcmpl" : "cmpl", rc->rid);
+    const json_int_t created = (json_int_t)srv_wall_now();
+    const char *object = chat ? (stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    tbuf text = {0};
+    json_t *lp_content = json_array();
+    comp_lp clp = {json_array(), json_array(), json_array(), json_array(), 0};
+    bool gone = false, first = true;
+    double ttft = -1;
+    if (stream && srv_stream_begin(rc, "text/event-stream") < 0) gone = true;
+    srv_ev *done = NULL;
+    for (srv_ev *e; !done && (e = srv_gen_next(&j.g));) {
+        if (e->type == QR_SCHED_EV_DONE) {
+            done = e;
+            break;
+        }
+        if (ttft < 0) ttft = qr_time_s() - j.t_arrival;
+        if (!stream) {
+            tb_add(&text, e->text, e->len);
+            if (want_lp) {
+                if (chat) json_array_append_new(lp_content, chat_lp(m, e));
+                else comp_lp_add(&clp, m, e);
+            }
+        } else if (!gone && (e->len > 0 || want_lp)) {
+            json_t *choice;
+            if (chat) {
+                json_t *delta = json_pack("{s:s%}", "content", e->text, e->len);
+                if (first && delta) json_object_set_new(delta, "role", json_string("assistant"));
+                choice = json_pack("{s:i, s:o, s:n}", "index", 0, "delta", delta ? delta : json_object(), "finish_reason");
+                if (choice) json_object_set_new(choice, "logprobs", want_lp ? json_pack("{s:[o]}", "content", chat_lp(m, e)) : json_null());
+            } else {
+                choice = json_pack("{s:s%, s:i, s:n}", "text", e->text, e->len, "index", 0, "finish_reason");
+                if (choice) {
+                    if (want_lp) {
+                        comp_lp one = {json_array(), json_array(), json_array(), json_array(), clp.offset};
+                        comp_lp_add(&one, m, e);
+                        clp.offset = one.offset;
+                        json_object_set_new(choice, "logprobs", comp_lp_json(&one));
+                        comp_lp_free(&one);
+                    } else {
+                        json_object_set_new(choice, "logprobs", json_null());
+                    }
+                }
+            }
+            first = false;
+            json_t *chunk = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o]}", "id", id, "object", object, "created", created,
+                                      "model", m->name, "system_fingerprint", "quarrel-" QUARREL_VERSION_STRING,
+                                      "choices", choice);
+            if (srv_stream_sse_json(rc, chunk) < 0) {
+                gone = true; /* the client went away: cancel, its KV blocks free before the next step */
+                srv_gen_cancel(&j.g);
+            }
+        }
+        srv_ev_free(e);
+    }
+    int http = 200;
+    const char *ecode = done ? srv_done_error_code(done, &http) : "INFERENCE_ERROR";
+    const int32_t np = done ? done->timing.n_prompt : 0, ng = done ? done->timing.n_gen : 0;
+    if (done && done->len) tb_add(&text, done->text, done->len);
+    srv_account_tokens(rc, np, ng, ttft);
+    if (gone) {
+        rc->status = 499; /* client closed the request */
+    } else if (ecode && !(stream && rc->headers_sent)) {
+        srv_send_error(rc, http, ecode, http == 503 ? 2 : 0, "%s",
+                       done && done->error ? done->error : ecode);
+    } else if (stream) {
+        if (ecode) {
+            rc->err_code = ecode;
+            srv_stream_sse_json(rc, json_pack("{s:{s:s, s:s}}", "error", "code", ecode, "message",
+                                              done && done->error ? done->error : "generation ended early"));
+        } else {
+            json_t *choice = chat ? json_pack("{s:i, s:{s:s%}, s:n, s:s}", "index", 0, "delta", "content",
+                                              done->text, done->len, "logprobs", "finish_reason", srv_finish_str(done))
+                                  : json_pack("{s:s%, s:i, s:n, s:s}", "text", done->text, done->len, "index", 0,
+                                              "logprobs", "finish_reason", srv_finish_str(done));
+            json_t *chunk = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o]}", "id", id, "object", object, "created",
+                                      created, "model", m->name, "system_fingerprint",
+                                      "quarrel-" QUARREL_VERSION_STRING, "choices", choice);
+            if (j.req.include_usage && chunk) json_object_set_new(chunk, "usage", json_null());
+            srv_stream_sse_json(rc, chunk);
+            if (j.req.include_usage)
+                srv_stream_sse_json(rc, json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o}", "id", id, "object", object,
+                                                  "created", created, "model", m->name, "system_fingerprint",
+                                                  "quarrel-" QUARREL_VERSION_STRING, "choices", "usage",
+                                                  usage_json(np, ng)));
+        }
+        srv_stream_write(rc, "data: [DONE]\n\n", 14);
+        srv_stream_end(rc);
+    } else {
+        json_t *choice;
+        const char *t = text.p ? text.p : "";
+        if (chat) {
+            choice = json_pack("{s:i, s:{s:s, s:s%}, s:s}", "index", 0, "message", "role", "assistant", "content", t,
+                               text.len, "finish_reason", srv_finish_str(done));
+            if (choice)
+                json_object_set_new(choice, "logprobs", want_lp ? json_pack("{s:O}", "content", lp_content) : json_null());
+        } else {
+            choice = json_pack("{s:s%, s:i, s:s}", "text", t, text.len, "index", 0, "finish_reason", srv_finish_str(done));
+            if (choice) json_object_set_new(choice, "logprobs", want_lp ? comp_lp_json(&clp) : json_null());
+        }
+        srv_send_json(rc, 200, json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", id, "object", object,
+                                         "created", created, "model", m->name, "system_fingerprint",
+                                         "quarrel-" QUARREL_VERSION_STRING, "choices", choice, "usage",
+                                         usage_json(np, ng)));
+    }
+    srv_ev_free(done);
+    free(text.p);
+    json_decref(lp_content);
+    comp_lp_free(&clp);
+    srv_job_end(rc, &j, rc->s);
+    return rc->status;
+}
+
+int srv_h_openai_chat(srv_conn *rc) { return openai(rc, true); }
+int srv_h_openai_completions(srv_conn *rc) { return openai(rc, false); }

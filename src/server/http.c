@@ -1,0 +1,143 @@
+/* http.c — response helpers over CivetWeb: whole responses, JSON errors, chunked streams (SSE and
+ * NDJSON), common headers (X-Request-Id, CORS). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/server_internal.h"
+#include "util/util.h"
+
+double srv_wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void srv_iso_time(double epoch_s, char *out, size_t cap) {
+    const time_t sec = (time_t)epoch_s;
+    struct tm tm;
+    gmtime_r(&sec, &tm);
+    char base[32];
+    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+    long ns = (long)((epoch_s - (double)sec) * 1e9);
+    if (ns < 0) ns = 0;
+    if (ns > 999999999) ns = 999999999;
+    snprintf(out, cap, "%s.%09ldZ", base, ns);
+}
+
+static const char *reason(int status) {
+    switch (status) {
+    case 200: return "OK";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
+    case 426: return "Upgrade Required";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Status";
+    }
+}
+
+/* Status line + common headers (no blank line). */
+static int head(srv_conn *rc, int status, const char *ctype) {
+    rc->status = status;
+    rc->headers_sent = true;
+    int n = mg_printf(rc->c, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nX-Request-Id: %s\r\nCache-Control: no-store\r\n",
+                      status, reason(status), ctype, rc->rid);
+    if (n > 0 && rc->cors_origin[0])
+        n = mg_printf(rc->c, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\nAccess-Control-Expose-Headers: "
+                             "X-Request-Id, Retry-After\r\n", rc->cors_origin);
+    return n > 0 ? 0 : -1;
+}
+
+int srv_send(srv_conn *rc, int status, const char *ctype, const char *body, size_t len, const char *extra) {
+    if (rc->headers_sent) return -1;
+    if (head(rc, status, ctype) < 0) return -1;
+    if (mg_printf(rc->c, "%sContent-Length: %zu\r\n\r\n", extra ? extra : "", len) <= 0) return -1;
+    if (len && mg_write(rc->c, body, len) <= 0) return -1;
+    return 0;
+}
+
+int srv_send_json(srv_conn *rc, int status, json_t *j) {
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (!s) return srv_send(rc, 500, "application/json", "{\"error\":{\"code\":\"INFERENCE_ERROR\",\"message\":\"out of memory\"}}", 62, NULL);
+    int r = srv_send(rc, status, "application/json", s, strlen(s), NULL);
+    free(s);
+    return r;
+}
+
+int srv_send_error(srv_conn *rc, int status, const char *code, int retry_after_s, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    rc->err_code = code;
+    json_t *j = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
+    if (!j) j = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", "(message not UTF-8)");
+    char extra[64] = "";
+    if (retry_after_s > 0) snprintf(extra, sizeof extra, "Retry-After: %d\r\n", retry_after_s);
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (rc->headers_sent) { /* mid-stream: the caller reports in-band */
+        free(s);
+        return -1;
+    }
+    int r = s ? srv_send(rc, status, "application/json", s, strlen(s), extra) : -1;
+    free(s);
+    return r;
+}
+
+int srv_stream_begin(srv_conn *rc, const char *ctype) {
+    if (rc->headers_sent) return -1;
+    if (head(rc, 200, ctype) < 0) return -1;
+    return mg_printf(rc->c, "Transfer-Encoding: chunked\r\nX-Accel-Buffering: no\r\n\r\n") > 0 ? 0 : -1;
+}
+
+int srv_stream_write(srv_conn *rc, const char *data, size_t len) {
+    if (len == 0) return 0;
+    return mg_send_chunk(rc->c, data, (unsigned)len) > 0 ? 0 : -1;
+}
+
+int srv_stream_sse_json(srv_conn *rc, json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s) return -1;
+    size_t n = strlen(s);
+    char *buf = malloc(n + 9);
+    if (!buf) {
+        free(s);
+        return -1;
+    }
+    memcpy(buf, "data: ", 6);
+    memcpy(buf + 6, s, n);
+    memcpy(buf + 6 + n, "\n\n", 2);
+    int r = srv_stream_write(rc, buf, n + 8);
+    free(buf);
+    free(s);
+    return r;
+}
+
+int srv_stream_ndjson(srv_conn *rc, json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s) return -1;
+    size_t n = strlen(s);
+    s[n] = '\n'; /* the NUL becomes the line end (not sent as a C string) */
+    int r = srv_stream_write(rc, s, n + 1);
+    free(s);
+    return r;
+}
+
+void srv_stream_end(srv_conn *rc) { mg_send_chunk(rc->c, "", 0); }

@@ -1,0 +1,98 @@
+/* registry.h — the models a server has loaded: one model + tokenizer + context + scheduler each,
+ * looked up by name, loaded on demand within a memory budget (hot swap), unloaded after their
+ * keep_alive when idle (as Ollama does). */
+#ifndef QR_SERVER_REGISTRY_H
+#define QR_SERVER_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quarrel.h"
+#include "runtime/scheduler.h"
+#include "template/template.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct srv_model {
+    char name[256];        /* the name it is listed and addressed by */
+    char source[1024];     /* what it was loaded from (path or Ollama name) */
+    char path[4096];       /* resolved GGUF path */
+    qr_model *model;
+    qr_tokenizer *tok;
+    qr_context *ctx;       /* owned by the scheduler thread */
+    qr_scheduler *sched;
+    qr_context *embed_ctx; /* embeddings scratch context, made on first use (scheduler thread only) */
+    qr_chat_template *tmpl;/* NULL when the model has no chat template */
+    char *tmpl_src;        /* the template text (for /api/show) or NULL */
+    char bos[128], eos[128];
+    bool can_generate;     /* causal model */
+    char quant[24];        /* predominant weight type, e.g. "Q4_1" */
+    uint64_t n_params;
+    uint64_t file_bytes, kv_bytes;
+    double load_seconds;
+    double loaded_at, last_used;   /* qr_time_s clock */
+    double keep_alive_s;   /* idle seconds before unloading; < 0 = never */
+    double expires_at;     /* wall clock (epoch seconds) of the planned unload, 0 = never */
+    int32_t refs;          /* in-flight requests (guarded by the registry lock) */
+    bool pinned;           /* loaded at start (-m): never unloaded by keep_alive or the budget */
+    bool unloading;
+} srv_model;
+
+typedef struct srv_registry srv_registry;
+
+typedef struct srv_registry_opts {
+    int32_t parallel, ctx, n_threads, max_queue, prefill_chunk;
+    bool no_prefix_cache;
+    qr_backend_kind backend;
+    int32_t gpu;
+    double request_timeout_s;
+    uint64_t mem_budget;   /* bytes; 0 = 80% of MemTotal */
+    double keep_alive_s;   /* default for models loaded on demand */
+    bool allow_load;
+    const char *model_dir;
+} srv_registry_opts;
+
+/* NULL on OOM. */
+srv_registry *srv_registry_create(const srv_registry_opts *o);
+/* Unloads everything (schedulers end their requests with SHUTDOWN). */
+void srv_registry_free(srv_registry *r);
+
+/* Loads a model now and pins it (keep_alive forever). Errors name the model. */
+qr_status srv_registry_load(srv_registry *r, const char *source, char *err, size_t err_len);
+
+/* Finds (or, when allowed, loads) a model by name, path or Ollama name and takes a reference.
+ * name "" means the first loaded model; may_load = false never loads. On failure *http_status is 404 (MODEL_NOT_FOUND) or 503
+ * (does not fit the memory budget), with a message. */
+srv_model *srv_registry_acquire(srv_registry *r, const char *name, bool may_load, int *http_status, char *err,
+                                size_t err_len);
+/* Drops the reference; keep_alive_s (when has_keep_alive) replaces the keep-alive of a model
+ * loaded on demand (0 = unload as soon as idle); models loaded at start stay. */
+void srv_registry_release(srv_registry *r, srv_model *m, bool has_keep_alive, double keep_alive_s);
+
+/* Unloads models whose keep-alive passed and that are idle. Called periodically. */
+void srv_registry_tick(srv_registry *r);
+
+/* Calls fn for each loaded model (under the registry lock: fn must not call the registry). */
+void srv_registry_foreach(srv_registry *r, void (*fn)(void *arg, srv_model *m), void *arg);
+
+/* Number of loaded models; true when every scheduler thread is alive. */
+int32_t srv_registry_count(srv_registry *r, bool *all_alive);
+
+/* Drains every scheduler (stop accepting, wait up to timeout_s). Returns requests left. */
+int32_t srv_registry_drain(srv_registry *r, double timeout_s);
+
+/* Cancels every in-flight request of every model. */
+void srv_registry_cancel_all(srv_registry *r);
+
+/* Unloads a model by name now if it is idle (refs == 0). Returns 0, or -1 when not found/busy. */
+int srv_registry_unload(srv_registry *r, const char *name);
+
+/* Tokenizes text with the model's tokenizer; *ids malloc'd. 0 or -1. */
+int srv_tokenize(const srv_model *m, const char *text, size_t len, bool add_special, bool parse_special,
+                 int32_t **ids, size_t *n);
+
+/* Renders messages (JSON array) with the model's chat template (add_generation_prompt); *out
+ * malloc'd. 0 or -1 with a message (no template, template error). */
+int srv_render_chat(const srv_model *m, const void *messages_json, char **out, char *err, size_t err_len);
+
+#endif

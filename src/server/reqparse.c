@@ -1,0 +1,372 @@
+/* reqparse.c — JSON request bodies -> srv_gen_req (see reqparse.h). */
+#include "server/reqparse.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/util.h"
+
+bool srv_utf8_valid(const char *s, size_t len) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = p[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int n;
+        unsigned cp;
+        if (c >= 0xc2 && c <= 0xdf) n = 1, cp = c & 0x1f;
+        else if (c >= 0xe0 && c <= 0xef) n = 2, cp = c & 0x0f;
+        else if (c >= 0xf0 && c <= 0xf4) n = 3, cp = c & 0x07;
+        else return false;
+        for (int k = 1; k <= n; k++) {
+            if (i + (size_t)k >= len || (p[i + k] & 0xc0) != 0x80) return false;
+            cp = (cp << 6) | (p[i + k] & 0x3f);
+        }
+        if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += (size_t)n + 1;
+    }
+    return true;
+}
+
+int srv_json_parse(const char *body, size_t len, int max_depth, json_t **root, char *err, size_t err_len) {
+    *root = NULL;
+    /* nesting depth outside strings, before jansson sees it (its own limit is 2048) */
+    int depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        const char c = body[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c == '{' || c == '[') {
+            if (++depth > max_depth) {
+                qr_errf(err, err_len, QR_ERR_INVALID_ARG, "JSON nesting deeper than %d levels", max_depth);
+                return -1;
+            }
+        } else if (c == '}' || c == ']') {
+            depth--;
+        }
+    }
+    json_error_t je;
+    json_t *r = json_loadb(body, len, 0, &je);
+    if (!r) {
+        qr_errf(err, err_len, QR_ERR_INVALID_ARG, "malformed JSON at line %d, column %d: %s", je.line, je.column,
+                je.text);
+        return -1;
+    }
+    if (!json_is_object(r)) {
+        json_decref(r);
+        qr_errf(err, err_len, QR_ERR_INVALID_ARG, "the request body must be a JSON object");
+        return -1;
+    }
+    *root = r;
+    return 0;
+}
+
+void srv_gen_req_free(srv_gen_req *r) {
+    json_decref(r->root);
+    free(r->bias);
+    memset(r, 0, sizeof *r);
+}
+
+#define FAIL(...)                                                      \
+    do {                                                               \
+        qr_errf(err, err_len, QR_ERR_INVALID_ARG, __VA_ARGS__);        \
+        return -1;                                                     \
+    } while (0)
+
+/* Number field (int or real). Returns 1 when present, 0 absent, -1 wrong type / range. */
+static int get_num(json_t *o, const char *key, double lo, double hi, double *out, char *err, size_t err_len) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) FAIL("'%s' must be a number", key);
+    const double d = json_number_value(v);
+    if (!isfinite(d) || d < lo || d > hi) FAIL("'%s' must be in [%g, %g]", key, lo, hi);
+    *out = d;
+    return 1;
+}
+
+static int get_int(json_t *o, const char *key, double lo, double hi, int64_t *out, char *err, size_t err_len) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    double d;
+    if (json_is_integer(v)) d = (double)json_integer_value(v);
+    else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v))) d = json_real_value(v);
+    else FAIL("'%s' must be an integer", key);
+    if (d < lo || d > hi) FAIL("'%s' must be in [%.0f, %.0f]", key, lo, hi);
+    *out = (int64_t)d;
+    return 1;
+}
+
+static int get_bool(json_t *o, const char *key, bool *out, char *err, size_t err_len) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) FAIL("'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return 1;
+}
+
+static int get_str(json_t *o, const char *key, const char **out, char *err, size_t err_len) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v)) FAIL("'%s' must be a string", key);
+    *out = json_string_value(v);
+    return 1;
+}
+
+/* stop: a string or an array of strings. */
+static int get_stops(json_t *o, const char *key, srv_gen_req *r, char *err, size_t err_len) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (json_is_string(v)) {
+        if (json_string_length(v) == 0) return 0;
+        r->stops[0] = json_string_value(v);
+        r->n_stops = 1;
+        return 1;
+    }
+    if (!json_is_array(v)) FAIL("'%s' must be a string or an array of strings", key);
+    if (json_array_size(v) > SRV_MAX_STOPS) FAIL("'%s' has more than %d entries", key, SRV_MAX_STOPS);
+    r->n_stops = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        if (!json_is_string(e)) FAIL("'%s[%zu]' must be a string", key, i);
+        if (json_string_length(e) > 0) r->stops[r->n_stops++] = json_string_value(e);
+    }
+    return 1;
+}
+
+/* Sampler knobs shared by every API (o = the body, or Ollama's options object). */
+static int sampler_fields(json_t *o, srv_gen_req *r, bool openai, char *err, size_t err_len) {
+    double d;
+    int64_t i;
+    int rc;
+    if ((rc = get_num(o, "temperature", 0, openai ? 2 : 100, &d, err, err_len)) < 0) return -1;
+    if (rc) r->sp.temperature = (float)d;
+    if ((rc = get_num(o, "top_p", 0, 1, &d, err, err_len)) < 0) return -1;
+    if (rc) r->sp.top_p = d <= 0 ? 1e-6f : (float)d;
+    if ((rc = get_int(o, "top_k", 0, 1e9, &i, err, err_len)) < 0) return -1;
+    if (rc) r->sp.top_k = (int32_t)i;
+    if ((rc = get_num(o, "min_p", 0, 1, &d, err, err_len)) < 0) return -1;
+    if (rc) r->sp.min_p = (float)d;
+    if ((rc = get_num(o, "repeat_penalty", 1e-3, 100, &d, err, err_len)) < 0) return -1;
+    if (rc) r->sp.repeat_penalty = (float)d;
+    if ((rc = get_int(o, "repeat_last_n", -1, 1 << 20, &i, err, err_len)) < 0) return -1;
+    if (rc) r->sp.penalty_last_n = i < 0 ? 1 << 20 : (int32_t)i;
+    if ((rc = get_num(o, "presence_penalty", -2, 2, &d, err, err_len)) < 0) return -1;
+    if (rc) r->sp.presence_penalty = (float)d;
+    if ((rc = get_num(o, "frequency_penalty", -2, 2, &d, err, err_len)) < 0) return -1;
+    if (rc) r->sp.frequency_penalty = (float)d;
+    if ((rc = get_int(o, "seed", -9.2e18, 9.2e18, &i, err, err_len)) < 0) return -1;
+    if (rc) r->sp.seed = (uint64_t)i;
+    if (get_stops(o, "stop", r, err, err_len) < 0) return -1;
+    return 0;
+}
+
+int srv_parse_duration(const json_t *v, double *seconds) {
+    if (json_is_number(v)) {
+        *seconds = json_number_value(v);
+        return isfinite(*seconds) ? 0 : -1;
+    }
+    if (!json_is_string(v)) return -1;
+    const char *s = json_string_value(v);
+    char *end;
+    double total = 0;
+    bool neg = false;
+    if (*s == '-') neg = true, s++;
+    if (!*s) return -1;
+    while (*s) {
+        double x = strtod(s, &end);
+        if (end == s || !isfinite(x)) return -1;
+        s = end;
+        double unit = 1;
+        if (!strncmp(s, "ms", 2)) unit = 1e-3, s += 2;
+        else if (*s == 'h') unit = 3600, s++;
+        else if (*s == 'm') unit = 60, s++;
+        else if (*s == 's') unit = 1, s++;
+        else if (*s) return -1;
+        total += x * unit;
+    }
+    *seconds = neg ? -total : total;
+    return 0;
+}
+
+static int check_messages(json_t *m, char *err, size_t err_len) {
+    if (!json_is_array(m)) FAIL("'messages' must be an array");
+    if (json_array_size(m) == 0) FAIL("'messages' must not be empty");
+    size_t i;
+    json_t *e;
+    json_array_foreach(m, i, e) {
+        if (!json_is_object(e)) FAIL("'messages[%zu]' must be an object", i);
+        json_t *role = json_object_get(e, "role"), *content = json_object_get(e, "content");
+        if (!json_is_string(role)) FAIL("'messages[%zu].role' must be a string", i);
+        if (content && !json_is_null(content) && !json_is_string(content)) {
+            /* OpenAI content parts: [{type: text, text: ...}] */
+            if (!json_is_array(content)) FAIL("'messages[%zu].content' must be a string or an array of parts", i);
+            size_t k;
+            json_t *part;
+            json_array_foreach(content, k, part) {
+                json_t *t = json_object_get(part, "type"), *tx = json_object_get(part, "text");
+                if (!json_is_object(part) || !json_is_string(t) || strcmp(json_string_value(t), "text") ||
+                    !json_is_string(tx))
+                    FAIL("'messages[%zu].content[%zu]' must be a text part {type: \"text\", text: ...}", i, k);
+            }
+        }
+    }
+    return 0;
+}
+
+int srv_gen_req_from_json(json_t *root, srv_api api, srv_gen_req *r, char *err, size_t err_len) {
+    memset(r, 0, sizeof *r);
+    r->root = json_incref(root);
+    r->model = "";
+    r->max_tokens = -1;
+    const bool openai = api == SRV_API_OPENAI_CHAT || api == SRV_API_OPENAI_COMPLETION;
+    qr_sampler_params_default(&r->sp);
+    if (openai) { /* OpenAI semantics: plain softmax sampling at temperature 1 */
+        r->sp.temperature = 1.0f;
+        r->sp.top_k = 0;
+        r->sp.top_p = 1.0f;
+        r->sp.min_p = 0.0f;
+    }
+    r->stream = api == SRV_API_OLLAMA_GENERATE || api == SRV_API_OLLAMA_CHAT || api == SRV_API_NATIVE;
+    if (get_str(root, "model", &r->model, err, err_len) < 0) return -1;
+    if (get_bool(root, "stream", &r->stream, err, err_len) < 0) return -1;
+    if (get_bool(root, "ignore_eos", &r->ignore_eos, err, err_len) < 0) return -1;
+    const char *prio = NULL;
+    if (get_str(root, "priority", &prio, err, err_len) < 0) return -1;
+    if (prio && strcmp(prio, "interactive") && strcmp(prio, "batch"))
+        FAIL("'priority' must be \"interactive\" or \"batch\"");
+    r->priority = prio && !strcmp(prio, "batch");
+    json_t *ka = json_object_get(root, "keep_alive");
+    if (ka && !json_is_null(ka)) {
+        if (srv_parse_duration(ka, &r->keep_alive_s) < 0)
+            FAIL("'keep_alive' must be a number of seconds or a duration such as \"5m\"");
+        r->has_keep_alive = true;
+    }
+    int64_t n;
+    int rc;
+    /* what to generate from */
+    json_t *msgs = json_object_get(root, "messages");
+    json_t *prompt = json_object_get(root, "prompt");
+    switch (api) {
+    case SRV_API_OLLAMA_CHAT:
+    case SRV_API_OPENAI_CHAT:
+        if (!msgs) FAIL("'messages' is required");
+        if (check_messages(msgs, err, err_len) < 0) return -1;
+        r->messages = msgs;
+        break;
+    case SRV_API_OLLAMA_GENERATE:
+        if (get_str(root, "prompt", &r->prompt, err, err_len) < 0) return -1;
+        if (!r->prompt) r->prompt = "";
+        if (get_str(root, "system", &r->system, err, err_len) < 0) return -1;
+        if (get_bool(root, "raw", &r->raw, err, err_len) < 0) return -1;
+        break;
+    case SRV_API_OPENAI_COMPLETION:
+        if (!prompt) FAIL("'prompt' is required");
+        if (json_is_string(prompt)) {
+            r->prompt = json_string_value(prompt);
+        } else if (json_is_array(prompt) && json_array_size(prompt) == 1 && json_is_string(json_array_get(prompt, 0))) {
+            r->prompt = json_string_value(json_array_get(prompt, 0));
+        } else if (json_is_array(prompt) && json_array_size(prompt) > 0) {
+            size_t i;
+            json_t *e;
+            json_array_foreach(prompt, i, e) if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+                                                json_integer_value(e) > INT32_MAX)
+                FAIL("'prompt' must be a string, an array of one string, or an array of token ids");
+            r->prompt_ids = prompt;
+        } else {
+            FAIL("'prompt' must be a string, an array of one string, or an array of token ids");
+        }
+        break;
+    case SRV_API_NATIVE:
+        if (msgs && !json_is_null(msgs)) {
+            if (check_messages(msgs, err, err_len) < 0) return -1;
+            r->messages = msgs;
+        } else {
+            if (get_str(root, "prompt", &r->prompt, err, err_len) < 0) return -1;
+            if (!r->prompt) FAIL("'prompt' or 'messages' is required");
+        }
+        break;
+    }
+    /* sampler + lengths */
+    if (api == SRV_API_OLLAMA_GENERATE || api == SRV_API_OLLAMA_CHAT) {
+        json_t *opt = json_object_get(root, "options");
+        if (opt && !json_is_null(opt)) {
+            if (!json_is_object(opt)) FAIL("'options' must be an object");
+            if (sampler_fields(opt, r, false, err, err_len) < 0) return -1;
+            if ((rc = get_int(opt, "num_predict", -2, 1 << 24, &n, err, err_len)) < 0) return -1;
+            if (rc) r->max_tokens = n <= 0 ? -1 : (int32_t)n;
+        }
+    } else {
+        if (sampler_fields(root, r, openai, err, err_len) < 0) return -1;
+        if ((rc = get_int(root, "max_tokens", 1, 1 << 24, &n, err, err_len)) < 0) return -1;
+        if (rc) r->max_tokens = (int32_t)n;
+        if ((rc = get_int(root, "max_completion_tokens", 1, 1 << 24, &n, err, err_len)) < 0) return -1;
+        if (rc) r->max_tokens = (int32_t)n;
+    }
+    if (openai) {
+        if ((rc = get_int(root, "n", 1, 1, &n, err, err_len)) < 0) FAIL("only 'n' = 1 is supported");
+        json_t *so = json_object_get(root, "stream_options");
+        if (so && !json_is_null(so)) {
+            if (!json_is_object(so)) FAIL("'stream_options' must be an object");
+            if (get_bool(so, "include_usage", &r->include_usage, err, err_len) < 0) return -1;
+        }
+        /* logprobs: chat = boolean + top_logprobs; completions = integer count of alternatives */
+        json_t *lp = json_object_get(root, "logprobs");
+        if (api == SRV_API_OPENAI_CHAT) {
+            bool want = false;
+            if (get_bool(root, "logprobs", &want, err, err_len) < 0) return -1;
+            r->sp.logprobs = want;
+            if ((rc = get_int(root, "top_logprobs", 0, QR_SAMPLER_MAX_LOGPROBS, &n, err, err_len)) < 0) return -1;
+            if (rc) {
+                if (!want && n > 0) FAIL("'top_logprobs' needs 'logprobs': true");
+                r->sp.n_logprobs = (int32_t)n;
+            }
+        } else if (lp && !json_is_null(lp)) {
+            if ((rc = get_int(root, "logprobs", 0, 5, &n, err, err_len)) < 0) return -1;
+            r->sp.logprobs = true;
+            r->sp.n_logprobs = (int32_t)n;
+        }
+        json_t *lb = json_object_get(root, "logit_bias");
+        if (lb && !json_is_null(lb)) {
+            if (!json_is_object(lb)) FAIL("'logit_bias' must be an object of token id -> bias");
+            if (json_object_size(lb) > 1024) FAIL("'logit_bias' has more than 1024 entries");
+            r->bias = calloc(json_object_size(lb) + 1, sizeof *r->bias);
+            if (!r->bias) FAIL("out of memory");
+            const char *k;
+            json_t *v;
+            json_object_foreach(lb, k, v) {
+                char *end;
+                long id = strtol(k, &end, 10);
+                if (!*k || *end || id < 0 || id > INT32_MAX) FAIL("'logit_bias' key '%.32s' is not a token id", k);
+                if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
+                    FAIL("'logit_bias' values must be numbers in [-100, 100]");
+                r->bias[r->n_bias].token = (int32_t)id;
+                r->bias[r->n_bias].bias = (float)json_number_value(v);
+                r->n_bias++;
+            }
+            r->sp.logit_bias = r->bias;
+            r->sp.n_logit_bias = r->n_bias;
+        }
+    }
+    return 0;
+}
+
+int srv_gen_req_parse(const char *body, size_t len, srv_api api, int max_depth, srv_gen_req *out, char *err,
+                      size_t err_len) {
+    memset(out, 0, sizeof *out);
+    json_t *root;
+    if (srv_json_parse(body, len, max_depth, &root, err, err_len) < 0) return -1;
+    int rc = srv_gen_req_from_json(root, api, out, err, err_len);
+    json_decref(root);
+    return rc;
+}

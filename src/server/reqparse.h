@@ -1,0 +1,67 @@
+/* reqparse.h — request bodies -> validated generation requests. No I/O and no model: the fuzz
+ * target (tests/fuzz/fuzz_server_request.c) drives these functions directly.
+ *
+ * Every failure is a client error: INVALID_REQUEST with a message naming the field. */
+#ifndef QR_SERVER_REQPARSE_H
+#define QR_SERVER_REQPARSE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/sampler.h"
+
+#define SRV_MAX_STOPS 16
+
+/* Which API a body belongs to (decides field names and defaults). */
+typedef enum srv_api {
+    SRV_API_OLLAMA_GENERATE = 0,
+    SRV_API_OLLAMA_CHAT = 1,
+    SRV_API_OPENAI_CHAT = 2,
+    SRV_API_OPENAI_COMPLETION = 3,
+    SRV_API_NATIVE = 4, /* /ws inference payloads and /api/stream: prompt or messages */
+} srv_api;
+
+typedef struct srv_gen_req {
+    json_t *root;           /* the parsed body (owned) */
+    const char *model;      /* into root; "" when absent */
+    const char *prompt;     /* into root or NULL (completion style) */
+    json_t *prompt_ids;     /* OpenAI completions: array of token ids (borrowed from root) or NULL */
+    json_t *messages;       /* chat style: array of {role, content} (borrowed) or NULL */
+    const char *system;     /* Ollama generate: system message, or NULL */
+    bool raw;               /* Ollama generate: no chat template */
+    bool stream;
+    qr_sampler_params sp;   /* temperature, top_k, ... seed, logit bias, logprobs */
+    int32_t max_tokens;     /* -1 = until the context is full */
+    const char *stops[SRV_MAX_STOPS];
+    int32_t n_stops;
+    bool include_usage;     /* OpenAI stream_options.include_usage */
+    bool has_keep_alive;
+    double keep_alive_s;    /* Ollama keep_alive: seconds (< 0 = forever, 0 = unload after) */
+    int32_t priority;       /* 0 interactive, 1 batch */
+    bool ignore_eos;
+    qr_logit_bias *bias;    /* owned, [n_bias] */
+    int32_t n_bias;
+} srv_gen_req;
+
+/* Parses a JSON body whose nesting is at most max_depth (arrays + objects) into *root. Returns 0, or
+ * -1 with a message in err (malformed JSON, too deep, not an object). */
+int srv_json_parse(const char *body, size_t len, int max_depth, json_t **root, char *err, size_t err_len);
+
+/* Fills *out from body for `api` (out is zeroed first; release with srv_gen_req_free even on error).
+ * Returns 0 or -1 with a message. */
+int srv_gen_req_parse(const char *body, size_t len, srv_api api, int max_depth, srv_gen_req *out, char *err,
+                      size_t err_len);
+/* Same from an already parsed object (takes a reference of root). */
+int srv_gen_req_from_json(json_t *root, srv_api api, srv_gen_req *out, char *err, size_t err_len);
+void srv_gen_req_free(srv_gen_req *r);
+
+/* Parses an Ollama keep_alive value: a number of seconds, or a duration string ("5m", "1h30m",
+ * "10s", "-1"). Returns 0 or -1. */
+int srv_parse_duration(const json_t *v, double *seconds);
+
+/* Checks that s[0..len) is valid UTF-8 (no overlongs, no surrogates). */
+bool srv_utf8_valid(const char *s, size_t len);
+
+#endif

@@ -1,0 +1,170 @@
+/* server_internal.h — what the server's files share: the server object, the per-request context
+ * and the response helpers (http.c), the generation glue (gen.c), the route handlers. */
+#ifndef QR_SERVER_INTERNAL_H
+#define QR_SERVER_INTERNAL_H
+
+#include <civetweb.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/keys.h"
+#include "server/metrics.h"
+#include "server/ratelimit.h"
+#include "server/registry.h"
+#include "server/reqparse.h"
+#include "server/server.h"
+
+struct qr_server {
+    qr_server_config cfg;
+    char host[256], cors[2048], key_db[4096], model_dir[4096];
+    struct mg_context *mg;
+    srv_registry *reg;
+    srv_metrics *metrics;
+    srv_keys *keys;          /* NULL = auth off */
+    srv_ratelimit *rl;
+    int32_t port;
+    atomic_bool draining;
+    atomic_int inflight;     /* HTTP requests inside the handler (drain waits for them) */
+    atomic_uint_fast64_t next_rid;
+    pthread_t janitor;
+    bool janitor_started;
+    atomic_bool stop_janitor;
+    /* (cfg.max_tokens caps every request's generation length; 0 = no cap) */
+    double started_at;
+};
+
+/* One HTTP request being handled. */
+typedef struct srv_conn {
+    struct mg_connection *c;
+    qr_server *s;
+    const struct mg_request_info *ri;
+    char rid[72];            /* request id (X-Request-Id, echoed) */
+    const char *endpoint;    /* route label for metrics */
+    char model[256];         /* model label for metrics ("" when none) */
+    int status;              /* status sent */
+    const char *err_code;    /* error code sent, or NULL */
+    double t0;
+    char *body;              /* request body (NUL-terminated), NULL when none */
+    size_t body_len;
+    char key_id[40];         /* authenticated key id, "" when auth is off */
+    bool headers_sent;
+    char cors_origin[512];   /* Access-Control-Allow-Origin to send, "" = none */
+    int32_t n_prompt, n_gen; /* tokens, for metrics and rate limits */
+} srv_conn;
+
+/* ---- http.c: responses ---- */
+/* Sends a whole response. extra: additional "Name: value\r\n" lines or NULL. Returns 0 or -1. */
+int srv_send(srv_conn *rc, int status, const char *ctype, const char *body, size_t len, const char *extra);
+/* Sends a JSON body (steals j). */
+int srv_send_json(srv_conn *rc, int status, json_t *j);
+/* Sends {"error":{"code":code,"message":...}}; 429/503 carry Retry-After: retry_after_s (> 0). */
+int srv_send_error(srv_conn *rc, int status, const char *code, int retry_after_s, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* Starts a chunked streaming response. */
+int srv_stream_begin(srv_conn *rc, const char *ctype);
+/* Writes one chunk; -1 when the client is gone. */
+int srv_stream_write(srv_conn *rc, const char *data, size_t len);
+/* Writes a JSON value as an SSE frame ("data: ...\n\n"), or as one NDJSON line; steals j. */
+int srv_stream_sse_json(srv_conn *rc, json_t *j);
+int srv_stream_ndjson(srv_conn *rc, json_t *j);
+void srv_stream_end(srv_conn *rc);
+/* ISO 8601 UTC time with nanoseconds, as Ollama writes it. */
+void srv_iso_time(double epoch_s, char *out, size_t cap);
+double srv_wall_now(void);
+
+/* ---- gen.c: one generation through a model's scheduler ---- */
+typedef struct srv_ev {
+    int type;                /* QR_SCHED_EV_TOKEN / DONE */
+    int32_t token;
+    char *text;
+    size_t len;
+    float logprob;
+    int32_t n_top;
+    qr_token_logprob top[QR_SAMPLER_MAX_LOGPROBS];
+    qr_finish_reason finish;
+    qr_sched_end end;
+    char *error;
+    qr_sched_timing timing;
+    struct srv_ev *next;
+} srv_ev;
+
+typedef struct srv_gen {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    srv_ev *head, *tail;
+    int32_t n_pending;
+    bool done_queued;        /* DONE arrived */
+    bool cancelled;
+    uint64_t id;
+    srv_model *m;
+    int32_t *prompt;         /* [n_prompt] */
+    int32_t n_prompt;
+    double t_start;          /* qr_time_s at srv_gen_start */
+    srv_ev *done_ev;         /* preallocated DONE event (the scheduler's callback cannot fail on it) */
+} srv_gen;
+
+/* Builds the prompt ids of req for model m (chat template / plain / ids). 0, or -1 with an HTTP
+ * status (400) and message. */
+int srv_build_prompt(const srv_model *m, const srv_gen_req *req, srv_api api, int32_t **ids, int32_t *n,
+                     char *err, size_t err_len);
+/* Submits; on failure fills *http_status (400 / 503 / 500), *code and err. */
+int srv_gen_start(srv_gen *g, srv_model *m, int32_t *prompt, int32_t n_prompt, const srv_gen_req *req,
+                  double timeout_s, int *http_status, const char **code, char *err, size_t err_len);
+/* Next event (blocks); NULL after DONE was returned. Free with srv_ev_free. */
+srv_ev *srv_gen_next(srv_gen *g);
+void srv_ev_free(srv_ev *e);
+void srv_gen_cancel(srv_gen *g);
+/* Cancels if still running, waits for DONE, frees everything (not g itself). */
+void srv_gen_close(srv_gen *g);
+
+/* ---- per-route handlers (return the HTTP status sent) ---- */
+int srv_h_ollama_generate(srv_conn *rc);
+int srv_h_ollama_chat(srv_conn *rc);
+int srv_h_ollama_tags(srv_conn *rc);
+int srv_h_ollama_show(srv_conn *rc);
+int srv_h_ollama_ps(srv_conn *rc);
+int srv_h_ollama_version(srv_conn *rc);
+int srv_h_ollama_embed(srv_conn *rc);
+int srv_h_ollama_embeddings(srv_conn *rc);
+int srv_h_openai_chat(srv_conn *rc);
+int srv_h_openai_completions(srv_conn *rc);
+int srv_h_openai_models(srv_conn *rc);
+int srv_h_openai_embeddings(srv_conn *rc);
+int srv_h_models(srv_conn *rc);
+int srv_h_model_info(srv_conn *rc, const char *name);
+int srv_h_stream(srv_conn *rc);
+int srv_h_tokenize(srv_conn *rc);
+int srv_h_detokenize(srv_conn *rc);
+int srv_h_healthz(srv_conn *rc);
+int srv_h_readyz(srv_conn *rc);
+int srv_h_version(srv_conn *rc);
+int srv_h_metrics(srv_conn *rc);
+int srv_h_openapi(srv_conn *rc);
+
+/* Model info object shared by /api/models, /api/tags, /api/show, /api/ps. */
+json_t *srv_model_details(const srv_model *m);
+
+/* Acquires the model named in a request; sends the error itself and returns NULL on failure. */
+srv_model *srv_acquire_model(srv_conn *rc, const char *name, bool may_load);
+
+/* Records the outcome of a generation for metrics / rate limits. */
+void srv_account_tokens(srv_conn *rc, int32_t n_prompt, int32_t n_gen, double ttft_s);
+
+/* ---- ws.c ---- */
+void srv_ws_register(qr_server *s);
+
+/* ---- server.c: middleware used by ws.c ---- */
+/* Authenticates a request's headers (key store) and applies the request rate limit; on failure
+ * fills status/code/message/retry. 0 ok. */
+int srv_check_auth(qr_server *s, const struct mg_connection *c, char *key_id, size_t key_cap, int *status,
+                   const char **code, char *msg, size_t msg_cap, int *retry_after);
+
+/* The embedded OpenAPI document. */
+extern const char qr_openapi_yaml[];
+extern const size_t qr_openapi_yaml_len;
+
+#endif

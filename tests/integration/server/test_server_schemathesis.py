@@ -1,0 +1,35 @@
+"""Acceptance 2: schemathesis against /openapi.yaml finds no server errors (5xx) and no schema
+violations (status codes, content types, response bodies, SSE frames). CI runs a short pass: the
+fuzzing phase only, $QUARREL_SCHEMATHESIS_EXAMPLES (default 5) cases per operation. The full run
+(every phase, 200 cases per operation) is
+
+    QUARREL_SCHEMATHESIS_EXAMPLES=200 QUARREL_SCHEMATHESIS_PHASES=examples,coverage,fuzzing,stateful \
+      .venv/bin/python -m pytest -q tests/integration/server/test_server_schemathesis.py
+
+(docs/api.md records its result)."""
+import os
+import pathlib
+import subprocess
+import sys
+
+from conftest import MODEL_NAME
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def test_schemathesis(make_server, smollm, tmp_path):
+    n = int(os.environ.get("QUARREL_SCHEMATHESIS_EXAMPLES", "5"))
+    phases = os.environ.get("QUARREL_SCHEMATHESIS_PHASES", "fuzzing")
+    s = make_server([smollm], ["--max-tokens", "4", "--no-load", "--max-queue", "1024", "--rate-rpm", "0"])
+    st = pathlib.Path(sys.executable).with_name("schemathesis")
+    env = dict(os.environ, SCHEMATHESIS_HOOKS="st_hooks", QUARREL_ST_MODEL=MODEL_NAME,
+               PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [str(st), "run", s.url + "/openapi.yaml", "-u", s.url, "-n", str(n), "--seed", "1",
+           "-c", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+           "--request-timeout", "120", "--phases", phases, "--report", "junit", "--report-junit-path", str(tmp_path / "st.xml")]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=3000)
+    tail = r.stdout[-6000:]
+    print(tail[-2500:])  # the summary (shown with pytest -s)
+    assert r.returncode == 0, tail
+    assert "22/22" in r.stdout and "Tested: 22" in r.stdout, tail
+    assert s.proc.poll() is None  # still up

@@ -1,0 +1,191 @@
+"""`quarrel push` and `quarrel search` (MiniLM, all-MiniLM-L6-v2) against longbow_server.py, with
+pyarrow.flight as the referee:
+  * a push of 10,000 texts arrives complete: every id, each vector bit-exact against `quarrel embed -o`
+    of the same file, the text and the metadata;
+  * `quarrel search` finds the right nearest neighbour for 20 queries;
+  * the server killed mid-push and restarted, then `push --resume`: every id exactly once;
+  * a schema mismatch gives a clear error; bad input gives a clear error and a nonzero exit.
+The model is $QUARREL_MODELS_DIR/all-MiniLM-L6-v2.f16.gguf (scripts/setup.sh); a missing one fails.
+"""
+import json
+import os
+import pathlib
+import subprocess
+import time
+
+import numpy as np
+import pyarrow.flight as fl
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+MODELS = pathlib.Path(os.environ.get("QUARREL_MODELS_DIR", pathlib.Path.home() / ".cache/quarrel/models"))
+COLORS = ["red", "green", "blue", "amber", "violet", "silver", "black", "white", "orange", "teal"]
+THINGS = ["kettle", "bicycle", "lantern", "violin", "tractor", "umbrella", "compass", "telescope", "piano", "canoe",
+          "rocket", "garden", "castle", "bridge", "harbor", "forest", "desert", "glacier", "volcano", "library"]
+
+
+@pytest.fixture(scope="session")
+def quarrel_bin():
+    path = os.environ.get("QUARREL_BIN") or str(ROOT / "build" / "quarrel")
+    if not os.path.exists(path):
+        pytest.fail(f"quarrel binary not found at {path}: run `make build` first")
+    return path
+
+
+@pytest.fixture(scope="session")
+def minilm(quarrel_bin, tmp_path_factory):
+    """MiniLM quantized to Q8_0 by `quarrel quantize` (3x faster than F16 on CPU: the 10,000-row push
+    stays within seconds on 2 cores; tests/ref/test_embed.py checks the F16 model's accuracy)."""
+    p = MODELS / "all-MiniLM-L6-v2.f16.gguf"
+    if not p.exists():
+        pytest.fail(f"MiniLM model missing: {p} (run scripts/setup.sh)")
+    q = tmp_path_factory.mktemp("minilm") / "all-MiniLM-L6-v2.q8_0.gguf"
+    subprocess.run([quarrel_bin, "quantize", str(p), str(q), "Q8_0"], check=True, capture_output=True)
+    return q
+
+
+def text_of(i):
+    """A short unique text per row (few tokens, to keep 10,000 rows quick on 2 cores)."""
+    return f"{COLORS[i % 10]} {THINGS[(i // 10) % 20]} {i}"
+
+
+def write_texts(path, ids, with_meta=True):
+    with open(path, "w") as f:
+        for i in ids:
+            row = {"id": int(i), "text": text_of(int(i))}
+            if with_meta:
+                row["metadata"] = {"n": int(i), "even": int(i) % 2 == 0}
+            f.write(json.dumps(row) + "\n")
+
+
+def quarrel(bin_, *args, timeout=300, check=True):
+    p = subprocess.run([bin_, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        pytest.fail(f"quarrel {' '.join(map(str, args))} failed ({p.returncode}): {p.stderr}")
+    return p
+
+
+def scan(srv, dataset):
+    ticket = fl.Ticket(json.dumps({"dataset": dataset, "filters": []}).encode())
+    return fl.connect(f"grpc://{srv.data}").do_get(ticket).read_all()
+
+
+def stats(srv):
+    c = fl.connect(f"grpc://{srv.data}")
+    return [json.loads(r.body.to_pybytes()) for r in c.do_action(fl.Action("stats", b""))][0]
+
+
+N = 10_000
+
+
+@pytest.fixture(scope="module")
+def pushed(quarrel_bin, minilm, tmp_path_factory):
+    """One server with the 10,000 rows pushed (shared by the read-back and search tests)."""
+    import conftest
+    srv = conftest.LongbowServer([])
+    tmp = tmp_path_factory.mktemp("push")
+    ids = np.arange(1000, 1000 + N)
+    write_texts(tmp / "texts.jsonl", ids)
+    p = quarrel(quarrel_bin, "push", "-m", minilm, "--flight", f"grpc://{srv.data}", "--meta", f"grpc://{srv.meta}",
+                "--dataset", "docs", "-f", tmp / "texts.jsonl", "--batch", 256, "--metric", "cosine")
+    yield srv, tmp, ids, p.stderr
+    srv.stop()
+
+
+def test_push_10k_complete_and_bit_exact(quarrel_bin, minilm, pushed):
+    srv, tmp, ids, log = pushed
+    assert f"push: {N} rows" in log and "rows/s" in log and "dim 384" in log
+    t = scan(srv, "docs").sort_by("id")
+    assert t.num_rows == N
+    assert np.array_equal(t["id"].to_numpy(), ids)
+    assert t.schema.metadata[b"longbow.metric"] == b"cosine"
+    got = t["vector"].combine_chunks().flatten().to_numpy().reshape(N, 384)
+    # `quarrel embed -o` of a random subset (a text's vector does not depend on the texts that share its
+    # forward pass: test_embed.py::test_minilm_batching_invariant), bit for bit
+    pick = np.sort(np.random.default_rng(1).choice(N, 400, replace=False))
+    write_texts(tmp / "subset.jsonl", ids[pick])
+    quarrel(quarrel_bin, "embed", "-m", minilm, "-f", tmp / "subset.jsonl", "-o", tmp / "ref.npy", "--batch", 100)
+    want = np.load(tmp / "ref.npy")
+    assert np.array_equal(got[pick].view(np.uint32), want.view(np.uint32))  # bit-exact float32
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    texts = t["text"].to_pylist()
+    metas = t["metadata"].to_pylist()
+    for k in (0, 1, 4567, N - 1):
+        assert texts[k] == text_of(int(ids[k]))
+        assert json.loads(metas[k]) == {"n": int(ids[k]), "even": int(ids[k]) % 2 == 0}
+
+
+def test_search_nearest_neighbour(quarrel_bin, minilm, pushed):
+    srv, tmp, ids, _ = pushed
+    rng = np.random.default_rng(5)
+    for i in rng.choice(ids, 20, replace=False):
+        p = quarrel(quarrel_bin, "search", "--flight", f"grpc://{srv.data}", "--dataset", "docs", "-m", minilm,
+                    "-p", text_of(int(i)), "-k", 5)
+        lines = p.stdout.strip().splitlines()
+        assert len(lines) == 5, p.stdout
+        hid, score, text = lines[0].split("\t")
+        assert int(hid) == i and text == text_of(int(i)), lines
+        assert float(score) > 0.99  # cosine distance ~0 -> score 1/(1+d) ~ 1
+        assert all(float(a.split("\t")[1]) >= float(b.split("\t")[1]) for a, b in zip(lines, lines[1:]))
+
+
+def test_kill_mid_push_then_resume(quarrel_bin, minilm, longbow, tmp_path):
+    srv = longbow("--data-dir", str(tmp_path / "data"), "--ingest-delay-ms", "5")
+    n = 2000
+    ids = np.arange(n)
+    write_texts(tmp_path / "texts.jsonl", ids)
+    args = ["push", "-m", minilm, "--flight", f"grpc://{srv.data}", "--dataset", "kill", "-f", tmp_path / "texts.jsonl",
+            "--batch", 50]
+    proc = subprocess.Popen([quarrel_bin, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while stats(srv).get("kill", {}).get("rows_stored", 0) < 300:
+        assert time.time() < deadline and proc.poll() is None, "the push ended before the kill"
+        time.sleep(0.02)
+    srv.kill()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "--resume" in err, err
+    srv.restart()
+    stored = stats(srv)["kill"]["rows_stored"]
+    assert 0 < stored < n
+    p = quarrel(quarrel_bin, *args, "--resume")
+    assert "already stored" in p.stderr
+    skipped = int(p.stderr.split("--resume: ")[1].split(" of ")[0])
+    assert skipped > 0
+    got = scan(srv, "kill")["id"].to_numpy()
+    assert len(got) == n and np.array_equal(np.sort(got), ids)  # every id exactly once
+    # a plain re-run is idempotent too (upsert by id)
+    quarrel(quarrel_bin, *args)
+    got = scan(srv, "kill")["id"].to_numpy()
+    assert len(got) == n and len(np.unique(got)) == n
+
+
+def test_schema_mismatch_clear_error(quarrel_bin, minilm, longbow, tmp_path):
+    srv = longbow()
+    # a dataset whose vectors have another dimension
+    import pyarrow as pa
+    schema = pa.schema([("id", pa.int64()), ("vector", pa.list_(pa.float32(), 8))])
+    c = fl.connect(f"grpc://{srv.data}")
+    w, _ = c.do_put(fl.FlightDescriptor.for_path("mm"), schema)
+    w.write_table(pa.table({"id": pa.array([1], pa.int64()),
+                            "vector": pa.FixedSizeListArray.from_arrays(pa.array([0.0] * 8, pa.float32()), 8)},
+                           schema=schema))
+    w.close()
+    write_texts(tmp_path / "t.jsonl", range(3))
+    p = quarrel(quarrel_bin, "push", "-m", minilm, "--flight", f"grpc://{srv.data}", "--dataset", "mm", "-f",
+                tmp_path / "t.jsonl", check=False)
+    assert p.returncode == 1
+    assert "INVALID_ARGUMENT" in p.stderr and "schema" in p.stderr.lower(), p.stderr
+
+
+@pytest.mark.parametrize("content,msg", [(None, "cannot open"), ("", "holds no texts"),
+                                         ('{"text": "a"}\n{oops\n', "malformed JSON")])
+def test_push_bad_input(quarrel_bin, minilm, longbow, tmp_path, content, msg):
+    srv = longbow()
+    f = tmp_path / "in.jsonl"
+    if content is not None:
+        f.write_text(content)
+    p = quarrel(quarrel_bin, "push", "-m", minilm, "--flight", f"grpc://{srv.data}", "--dataset", "bad", "-f", f,
+                check=False)
+    assert p.returncode == 1 and msg in p.stderr, p.stderr
+    p = quarrel(quarrel_bin, "push", "-m", minilm, "--flight", "http://x", "--dataset", "bad", "-f", f, check=False)
+    assert p.returncode == 2 and "Flight address" in p.stderr

@@ -1,0 +1,166 @@
+"""Embeddings: `quarrel embed` against golden files of the reference implementations
+(tools/gen_embed_golden.py):
+  * all-MiniLM-L6-v2 (bert) vs sentence-transformers over tests/data/embed/sentences.jsonl: cosine >= 0.999
+    for every sentence;
+  * synth nomic-bert, bert and llama (pooling mean/cls/last, normalize on/off) vs llama-cpp-python's
+    embeddings: cosine >= 0.999 per text (raw vectors: also the norms within 1%);
+  * bad input: a clear error and a nonzero exit, no crash.
+The MiniLM GGUF comes from $QUARREL_MODELS_DIR/all-MiniLM-L6-v2.f16.gguf (scripts/setup.sh converts it
+with tools/convert_bert.py); a missing model fails the test.
+"""
+import json
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, models_dir
+
+DATA = ROOT / "tests" / "data" / "embed"
+COS_MIN = 0.999
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    p = models_dir() / "all-MiniLM-L6-v2.f16.gguf"
+    if not p.exists():
+        pytest.fail(f"MiniLM model missing: {p} (run scripts/setup.sh)")
+    return p
+
+
+def embed(quarrel_bin, model, jsonl, tmp_path, *args):
+    out = tmp_path / "out.npy"
+    r = subprocess.run([quarrel_bin, "embed", "-m", str(model), "-f", str(jsonl), "-o", str(out), "-t", "2", *args],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return np.load(out)
+
+
+def cosines(a, b):
+    a = a.astype(np.float64)
+    b = b.astype(np.float64)
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def test_minilm_matches_sentence_transformers(quarrel_bin, minilm, tmp_path):
+    want = np.load(DATA / "minilm_st.npy").astype(np.float32)
+    n = sum(1 for line in open(DATA / "sentences.jsonl") if line.strip())
+    assert want.shape == (n, 384) and n >= 200
+    got = embed(quarrel_bin, minilm, DATA / "sentences.jsonl", tmp_path)
+    assert got.shape == want.shape and got.dtype == np.float32
+    cos = cosines(got, want)
+    worst = int(np.argmin(cos))
+    assert cos.min() >= COS_MIN, f"sentence {worst}: cosine {cos[worst]:.6f}"
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+
+
+def test_minilm_batching_invariant(quarrel_bin, minilm, tmp_path):
+    """One text per pass vs many texts per pass: the same vectors (non-causal attention stays within
+    each text)."""
+    f = tmp_path / "head.jsonl"
+    f.write_text("".join(open(DATA / "sentences.jsonl").readlines()[:40]))
+    a = embed(quarrel_bin, minilm, f, tmp_path, "--batch", "7")
+    b = embed(quarrel_bin, minilm, f, tmp_path, "--batch", "256")
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+SYNTH = {
+    "nomic-bert": ["--arch", "nomic-bert", "--preset", "tiny"],
+    "bert": ["--arch", "bert", "--preset", "tiny"],
+    "llama": ["--arch", "llama", "--preset", "tiny", "--pooling", "mean"],
+}
+
+
+@pytest.fixture(scope="module")
+def synth_models(quarrel_bin, tmp_path_factory):
+    d = tmp_path_factory.mktemp("synth-embed")
+    out = {}
+    for name, args in SYNTH.items():
+        p = d / f"{name}-tiny.gguf"
+        subprocess.run([quarrel_bin, "synth", *args, "--type", "F16", "--seed", "1", "-o", str(p)], check=True,
+                       capture_output=True)
+        out[name] = p
+    return out
+
+
+GOLDEN_KEYS = sorted(np.load(DATA / "synth_llamacpp.npz").files) if (DATA / "synth_llamacpp.npz").exists() else []
+
+
+def test_synth_golden_complete():
+    assert len(GOLDEN_KEYS) >= 14, "tests/data/embed/synth_llamacpp.npz is missing or incomplete"
+
+
+@pytest.mark.parametrize("key", GOLDEN_KEYS)
+def test_synth_matches_llama_cpp(quarrel_bin, synth_models, tmp_path, key):
+    name, pooling, norm = key.split(".")
+    want = np.load(DATA / "synth_llamacpp.npz")[key]
+    got = embed(quarrel_bin, synth_models[name], DATA / "synth_texts.jsonl", tmp_path, "--pooling", pooling,
+                "--normalize" if norm == "norm" else "--no-normalize")
+    assert got.shape == want.shape
+    cos = cosines(got, want)
+    assert cos.min() >= COS_MIN, f"{key}: text {int(np.argmin(cos))}: cosine {cos.min():.6f}"
+    ng, nw = np.linalg.norm(got, axis=1), np.linalg.norm(want, axis=1)
+    np.testing.assert_allclose(ng, nw, rtol=0.01)
+
+
+def test_model_pooling_default(quarrel_bin, synth_models, tmp_path):
+    """--pooling model (the default) reads <arch>.pooling_type: the llama synth model says mean."""
+    a = embed(quarrel_bin, synth_models["llama"], DATA / "synth_texts.jsonl", tmp_path)
+    b = embed(quarrel_bin, synth_models["llama"], DATA / "synth_texts.jsonl", tmp_path, "--pooling", "mean")
+    c = embed(quarrel_bin, synth_models["llama"], DATA / "synth_texts.jsonl", tmp_path, "--pooling", "last")
+    assert np.array_equal(a, b) and not np.allclose(a, c)
+
+
+def run_embed(quarrel_bin, *args):
+    return subprocess.run([quarrel_bin, "embed", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_jsonl_output_and_ids(quarrel_bin, synth_models, tmp_path):
+    f = tmp_path / "in.jsonl"
+    f.write_text('{"text": "alpha", "id": 7}\n\n"beta"\n{"text": "gamma", "metadata": {"k": 1}}\n')
+    r = run_embed(quarrel_bin, "-m", str(synth_models["bert"]), "-f", str(f), "--jsonl")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [row["id"] for row in rows] == [7, 3, 4]  # explicit id, else the 1-based line number
+    v = np.array([row["embedding"] for row in rows], dtype=np.float32)
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    got = embed(quarrel_bin, synth_models["bert"], f, tmp_path)
+    assert np.array_equal(got, v)  # %.9g round-trips float32
+
+
+def test_truncation(quarrel_bin, synth_models, tmp_path):
+    f = tmp_path / "long.jsonl"
+    f.write_text(json.dumps({"text": "word " * 2000}) + "\n")
+    r = run_embed(quarrel_bin, "-m", str(synth_models["bert"]), "-f", str(f), "--no-truncate", "-o", str(tmp_path / "x.npy"))
+    assert r.returncode == 1 and "truncation off" in r.stderr
+    r = run_embed(quarrel_bin, "-m", str(synth_models["bert"]), "-f", str(f), "-o", str(tmp_path / "x.npy"))
+    assert r.returncode == 0 and "truncated" in r.stderr
+
+
+@pytest.mark.parametrize("content,msg", [
+    (None, "cannot open"),
+    ("", "holds no texts"),
+    ("\n\n", "holds no texts"),
+    ('{"text": "ok"}\n{"text": \n', "malformed JSON"),
+    ('{"txt": "x"}\n', "\"text\""),
+    ('{"text": "x", "id": -3}\n', "\"id\""),
+    ("[1, 2]\n", "expected a JSON object"),
+])
+def test_bad_input(quarrel_bin, synth_models, tmp_path, content, msg):
+    f = tmp_path / "bad.jsonl"
+    if content is not None:
+        f.write_text(content)
+    r = run_embed(quarrel_bin, "-m", str(synth_models["bert"]), "-f", str(f))
+    assert r.returncode == 1, r.stderr
+    assert msg in r.stderr
+    assert "Traceback" not in r.stderr and "Sanitizer" not in r.stderr
+
+
+def test_bad_usage(quarrel_bin, synth_models, tmp_path):
+    assert run_embed(quarrel_bin, "-m", str(synth_models["bert"])).returncode == 2
+    assert run_embed(quarrel_bin, "-m", str(synth_models["bert"]), "-p", "x", "--pooling", "max").returncode == 2
+    r = run_embed(quarrel_bin, "-m", str(tmp_path / "missing.gguf"), "-p", "x")
+    assert r.returncode == 1 and r.stderr
+    r = run_embed(quarrel_bin, "-m", str(synth_models["bert"]), "-p", "x", "--pooling", "none")
+    assert r.returncode == 1 and "one vector per text" in r.stderr

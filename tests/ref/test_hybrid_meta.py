@@ -1,0 +1,91 @@
+"""MoE / hybrid models (issue 9): bad metadata gives a clear error, and `quarrel run --stats` reports
+the MoE / SSM counters.
+
+Bad files are made from tiny synth models (F16, so every tensor copies as a plain array) with one
+metadata key removed or changed, through the gguf package's reader and writer."""
+import subprocess
+
+import numpy as np
+import pytest
+
+import gguf  # noqa: E402  (gguf 0.19, tools/requirements.txt)
+
+
+def synth(quarrel_bin, tmp_path, arch, preset, typ="F16"):
+    out = tmp_path / f"{arch}-{preset}-{typ}.gguf"
+    subprocess.run([quarrel_bin, "synth", "--arch", arch, "--preset", preset, "--type", typ, "--seed", "1", "-o",
+                    str(out)], check=True, capture_output=True)
+    return out
+
+
+def rewrite(src, dst, drop=(), change=None):
+    """Copies src to dst without the keys in `drop` and with the scalar values in `change`."""
+    change = change or {}
+    r = gguf.GGUFReader(str(src))
+    arch = r.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(str(dst), arch)
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture" or name in drop:
+            continue
+        vtype = f.types[0]
+        val = change.get(name, f.contents())
+        if vtype == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(name, val, vtype, sub_type=f.types[-1])
+        else:
+            w.add_key_value(name, val, vtype)
+    for t in r.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
+
+
+def load_error(quarrel_bin, path, tmp_path):
+    ids = tmp_path / "ids.json"
+    ids.write_text("[1, 2, 3]")
+    r = subprocess.run([quarrel_bin, "logits", "-m", str(path), "--tokens", str(ids), "-o", str(tmp_path / "o.npy"),
+                        "--backend", "cpu"], capture_output=True, text=True)
+    return r
+
+
+def test_rewrite_roundtrip_loads(quarrel_bin, tmp_path):
+    """The rewriting itself keeps a good file good (so the failures below come from the edits)."""
+    src = synth(quarrel_bin, tmp_path, "granitehybrid", "tiny")
+    r = load_error(quarrel_bin, rewrite(src, tmp_path / "same.gguf"), tmp_path)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("arch,preset,drop,change,expect", [
+    ("granitehybrid", "tiny", ["granitehybrid.ssm.state_size"], None, "missing metadata key granitehybrid.ssm.state_size"),
+    ("nemotron_h", "tiny", ["nemotron_h.ssm.conv_kernel"], None, "missing metadata key nemotron_h.ssm.conv_kernel"),
+    ("nemotron_h", "tiny", [], {"nemotron_h.ssm.group_count": 3}, "ssm.group_count 3"),
+    ("llama", "mixtral-tiny", [], {"llama.expert_count": 0}, "expert_count is 0 or missing"),
+    ("llama", "mixtral-tiny", [], {"llama.expert_used_count": 8}, "top-k > experts"),
+    ("gpt-oss", "tiny", ["gpt-oss.expert_count"], None, "expert_count"),
+    ("gpt-oss", "tiny", ["gpt-oss.expert_used_count"], None, "missing metadata key gpt-oss.expert_used_count"),
+])
+def test_bad_metadata_is_a_clear_error(quarrel_bin, tmp_path, arch, preset, drop, change, expect):
+    src = synth(quarrel_bin, tmp_path, arch, preset)
+    bad = rewrite(src, tmp_path / "bad.gguf", drop=drop, change=change)
+    r = load_error(quarrel_bin, bad, tmp_path)
+    assert r.returncode != 0
+    assert expect in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "Segmentation" not in r.stderr
+
+
+def test_run_stats_reports_moe_and_ssm(quarrel_bin, tmp_path):
+    model = synth(quarrel_bin, tmp_path, "granitehybrid", "tiny", "Q8_0")
+    r = subprocess.run([quarrel_bin, "run", "-m", str(model), "-p", "hello world", "-n", "8", "--temp", "0",
+                        "--stats", "--backend", "cpu"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    err = r.stderr
+    for name in ["quarrel_moe_layer_latency_seconds", "quarrel_moe_routing_latency_seconds",
+                 "quarrel_moe_expert_selection{layer=\"0\",expert=\"0\"}", "quarrel_moe_expert_utilization",
+                 "quarrel_ssm_scan_latency_seconds", "quarrel_ssm_conv_latency_seconds", "quarrel_ssm_state_bytes",
+                 "quarrel_ssm_divergence_total 0"]:
+        assert name in err, f"{name} missing from --stats:\n{err}"
+    # every token of every MoE layer picks n_used = 2 experts: the counts of layer 0 sum to 2 x tokens run
+    sel = [int(l.rsplit(" ", 1)[1]) for l in err.splitlines() if l.startswith('quarrel_moe_expert_selection{layer="0"')]
+    assert len(sel) == 4 and sum(sel) > 0 and sum(sel) % 2 == 0
