@@ -156,7 +156,8 @@ async def one_ws(url, model, rng, hang_after, st):
     t0 = time.time()
     first = None
     n = 0
-    async with websockets.connect(url.replace("http", "ws") + "/ws", max_size=None) as ws:
+    async with websockets.connect(url.replace("http", "ws") + "/ws", max_size=None, open_timeout=120,
+                                  ping_interval=None) as ws:
         await ws.send(json.dumps({"type": "inference", "payload": {
             "model": model, "prompt": rng.choice(PROMPTS), "max_tokens": rng.randint(32, 128), "temperature": 0.7}}))
         while True:

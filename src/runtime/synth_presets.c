@@ -61,10 +61,11 @@ static const qr_synth_preset presets[] = {
      .head_dim = 64, .n_vocab = 2000, .n_ctx = 4096, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .vocab = BPE,
      .bpe_pre = "llama-bpe", .embedding_scale = 12.0f, .residual_scale = 0.22f, .logit_scale = 0.5f,
      .attention_scale = 0.015625f},
-    /* granitehybrid (Granite 4.0-H): Mamba2 + NoPE attention, MoE + shared expert after every mixer */
+    /* granitehybrid (Granite 4.0-H): Mamba2 + NoPE attention, MoE + shared expert after every mixer (expert and
+     * shared widths differ, as in the real model, so that a mix-up of the two shows) */
     {.arch = "granitehybrid", .name = "tiny", .n_layer = 4, .n_embd = 256, .n_ff = 256, .n_head = 4, .n_head_kv = 1,
      .head_dim = 64, .n_vocab = 2000, .n_ctx = 4096, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .vocab = BPE,
-     .bpe_pre = "llama-bpe", .n_expert = 4, .n_expert_used = 2, .n_ff_exp = 256, .n_ff_shexp = 256,
+     .bpe_pre = "llama-bpe", .n_expert = 4, .n_expert_used = 2, .n_ff_exp = 256, .n_ff_shexp = 384,
      .layers = "MMAM", .ssm_d_conv = 4, .ssm_d_inner = 512, .ssm_d_state = 32, .ssm_n_head = 8, .ssm_n_group = 2,
      .embedding_scale = 12.0f, .residual_scale = 0.22f, .logit_scale = 0.5f, .attention_scale = 0.015625f,
      .no_rope = true},
@@ -88,7 +89,7 @@ static const qr_synth_preset presets[] = {
     /* nemotron_h_moe (Nemotron-3-Nano): sigmoid-routed MoE blocks with a selection bias and a shared expert */
     {.arch = "nemotron_h_moe", .name = "tiny", .n_layer = 4, .n_embd = 256, .n_ff = 256, .n_head = 4, .n_head_kv = 2,
      .head_dim = 64, .n_vocab = 2000, .n_ctx = 4096, .rms_eps = 1e-5f, .vocab = BPE, .bpe_pre = "llama-bpe",
-     .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_ff_shexp = 256, .layers = "MEAE", .ssm_d_conv = 4,
+     .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 256, .n_ff_shexp = 384, .layers = "MEAE", .ssm_d_conv = 4,
      .ssm_d_inner = 512, .ssm_d_state = 32, .ssm_n_head = 8, .ssm_n_group = 2},
     {.arch = "nemotron_h_moe", .name = "nemotron-3-nano-30b-a3b", .n_layer = 52, .n_embd = 2688, .n_ff = 1856,
      .n_head = 32, .n_head_kv = 2, .head_dim = 128, .n_vocab = 131072, .n_ctx = 262144, .rms_eps = 1e-5f,

@@ -155,6 +155,10 @@ static qr_kv_storage *cpu_kv_alloc(qr_backend *be, const qr_kv_desc *d, char *er
         kv->v[l] = calloc(slots * (size_t)d->v_dim, es);
         kv->desc.n_layer = l + 1;
         if (!kv->k[l] || !kv->v[l]) goto oom;
+        /* fault the pages in now: the cache is a reservation, so the process's RSS should show it from
+         * the start rather than grow as blocks are first used (the server's prefix cache fills them all) */
+        memset(kv->k[l], 0, slots * (size_t)d->k_dim * es);
+        memset(kv->v[l], 0, slots * (size_t)d->v_dim * es);
     }
     return kv;
 oom:
