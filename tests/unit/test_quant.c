@@ -470,8 +470,9 @@ static void test_vec_dot_tile(void **state) {
         static const int64_t blocks[] = {1, 2, 3, 5, 18, 40};
         for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
             const int64_t n = blocks[bi] * bsize(cases[c].type);
-            /* rows with 3 spare bytes: strides not a multiple of the block size */
-            const size_t bx = qr_type_row_size(cases[c].type, n) + 3, by = qr_type_row_size(best->vec_dot_type, n) + 5;
+            /* spare bytes between rows: strides not a multiple of the block size (but keeping the
+             * blocks' 2- and 4-byte field alignment, as GGUF rows do) */
+            const size_t bx = qr_type_row_size(cases[c].type, n) + 4, by = qr_type_row_size(best->vec_dot_type, n) + 8;
             char *wx = malloc(bx * QR_TILE_MAX), *wy = malloc(by * QR_TILE_MAX);
             float *f = malloc((size_t)n * sizeof(float));
             assert_true(wx && wy && f);
