@@ -81,8 +81,12 @@ N = 10_000
 @pytest.fixture(scope="module")
 def pushed(quarrel_bin, minilm, tmp_path_factory):
     """One server with the 10,000 rows pushed (shared by the read-back and search tests)."""
-    import conftest
-    srv = conftest.LongbowServer([])
+    # load this folder's conftest by path: `import conftest` may resolve to tests/integration/server's
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("integration_conftest", pathlib.Path(__file__).with_name("conftest.py"))
+    lb_conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lb_conftest)
+    srv = lb_conftest.LongbowServer([])
     tmp = tmp_path_factory.mktemp("push")
     ids = np.arange(1000, 1000 + N)
     write_texts(tmp / "texts.jsonl", ids)
