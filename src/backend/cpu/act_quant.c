@@ -25,23 +25,26 @@ static float quantize_block(const float *x, int8_t *qs, int *sum) {
     return d;
 }
 
-static void act_q8_0(const float *x, void *dst, int64_t n) {
+void qr_cpu_act_rows_q8_0(const float *x, void *dst, int64_t n, qr_cpu_act_block_fn block) {
     qr_block_q8_0 *y = dst;
     for (int64_t b = 0; b < n / 32; b++) {
         int sum;
-        y[b].d = qr_fp32_to_fp16(quantize_block(x + b * 32, y[b].qs, &sum));
+        y[b].d = qr_fp32_to_fp16(block(x + b * 32, y[b].qs, &sum));
     }
 }
 
-static void act_q8_1(const float *x, void *dst, int64_t n) {
+void qr_cpu_act_rows_q8_1(const float *x, void *dst, int64_t n, qr_cpu_act_block_fn block) {
     qr_block_q8_1 *y = dst;
     for (int64_t b = 0; b < n / 32; b++) {
         int sum;
-        const float d = quantize_block(x + b * 32, y[b].qs, &sum);
+        const float d = block(x + b * 32, y[b].qs, &sum);
         y[b].d = qr_fp32_to_fp16(d);
         y[b].s = qr_fp32_to_fp16(d * (float)sum);
     }
 }
+
+static void act_q8_0(const float *x, void *dst, int64_t n) { qr_cpu_act_rows_q8_0(x, dst, n, quantize_block); }
+static void act_q8_1(const float *x, void *dst, int64_t n) { qr_cpu_act_rows_q8_1(x, dst, n, quantize_block); }
 
 qr_from_float_fn qr_cpu_act_quantizer(qr_type vec_dot_type) {
     switch (vec_dot_type) {

@@ -6,10 +6,9 @@
 
 #include "backend/cpu/cpu.h"
 #include "quant/blocks.h"
-#include "util/util.h"
 
 /* One block of 32: codes into qs, returns d; *sum = sum of codes. */
-static inline float quantize_block_avx2(const float *x, int8_t *qs, int *sum) {
+static float quantize_block_avx2(const float *x, int8_t *qs, int *sum) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 v[4];
     __m256 m = _mm256_setzero_ps();
@@ -41,23 +40,8 @@ static inline float quantize_block_avx2(const float *x, int8_t *qs, int *sum) {
     return d;
 }
 
-static void act_q8_0_avx2(const float *x, void *dst, int64_t n) {
-    qr_block_q8_0 *y = dst;
-    for (int64_t b = 0; b < n / 32; b++) {
-        int sum;
-        y[b].d = qr_fp32_to_fp16(quantize_block_avx2(x + b * 32, y[b].qs, &sum));
-    }
-}
-
-static void act_q8_1_avx2(const float *x, void *dst, int64_t n) {
-    qr_block_q8_1 *y = dst;
-    for (int64_t b = 0; b < n / 32; b++) {
-        int sum;
-        const float d = quantize_block_avx2(x + b * 32, y[b].qs, &sum);
-        y[b].d = qr_fp32_to_fp16(d);
-        y[b].s = qr_fp32_to_fp16(d * (float)sum);
-    }
-}
+static void act_q8_0_avx2(const float *x, void *dst, int64_t n) { qr_cpu_act_rows_q8_0(x, dst, n, quantize_block_avx2); }
+static void act_q8_1_avx2(const float *x, void *dst, int64_t n) { qr_cpu_act_rows_q8_1(x, dst, n, quantize_block_avx2); }
 
 qr_from_float_fn qr_cpu_act_quantizer_avx2(qr_type vec_dot_type) {
     switch (vec_dot_type) {

@@ -129,6 +129,11 @@ bool qr_cpu_has_avx2(void);
 /* The activation converter for Q8_0 / Q8_1 (ggml's x86 SIMD quantizer numerics, act_quant.c);
  * NULL for other types (the quant traits' from_float is used). */
 qr_from_float_fn qr_cpu_act_quantizer(qr_type vec_dot_type);
+/* One block of 32 activations -> codes in qs; returns the scale d, *sum = sum of the codes. */
+typedef float (*qr_cpu_act_block_fn)(const float *x, int8_t *qs, int *sum);
+/* Rows of n activations -> Q8_0 / Q8_1 blocks with a block quantizer (the scalar or the AVX2 one). */
+void qr_cpu_act_rows_q8_0(const float *x, void *dst, int64_t n, qr_cpu_act_block_fn block);
+void qr_cpu_act_rows_q8_1(const float *x, void *dst, int64_t n, qr_cpu_act_block_fn block);
 /* The same converters in AVX2 (act_quant_avx2.c; identical bytes; call only when cpuid has AVX2). */
 qr_from_float_fn qr_cpu_act_quantizer_avx2(qr_type vec_dot_type);
 
