@@ -84,6 +84,24 @@ static bool origin_allowed(const qr_server *s, const char *origin) {
     return false;
 }
 
+/* Browsers cannot set headers on a WebSocket: the web UI offers the subprotocols "quarrel" and
+ * "quarrel.key.KEY". Copies KEY out of a Sec-WebSocket-Protocol list; false when there is none. */
+static bool ws_protocol_key(const char *list, char *out, size_t cap) {
+    static const char prefix[] = "quarrel.key.";
+    const size_t np = sizeof prefix - 1;
+    for (const char *p = list; p && *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        size_t n = strcspn(p, ", ");
+        if (n > np && !strncmp(p, prefix, np) && n - np < cap) {
+            memcpy(out, p + np, n - np);
+            out[n - np] = 0;
+            return true;
+        }
+        p += n;
+    }
+    return false;
+}
+
 int srv_check_auth(qr_server *s, const struct mg_connection *c, char *key_id, size_t key_cap, int *status,
                    const char **code, char *msg, size_t msg_cap, int *retry_after) {
     key_id[0] = 0;
@@ -96,6 +114,9 @@ int srv_check_auth(qr_server *s, const struct mg_connection *c, char *key_id, si
         const char *presented = NULL;
         if (auth && !strncasecmp(auth, "Bearer ", 7)) presented = auth + 7;
         else if (xkey) presented = xkey;
+        char proto_key[128];
+        if (!presented && ws_protocol_key(mg_get_header(c, "Sec-WebSocket-Protocol"), proto_key, sizeof proto_key))
+            presented = proto_key;
         srv_key_info ki;
         if (!presented) {
             *status = 401, *code = "UNAUTHORIZED";
@@ -312,6 +333,12 @@ static int handle(struct mg_connection *c, void *cbdata) {
     if (!strcmp(path, "/ws")) { /* a WebSocket upgrade never reaches this handler */
         rc.endpoint = "/ws";
         srv_send_error(&rc, 426, "INVALID_REQUEST", 0, "/ws is a WebSocket endpoint: send an Upgrade: websocket request");
+        goto done;
+    }
+    if (!path_known && srv_static_known(path)) { /* the web UI: public, GET only */
+        rc.endpoint = "/ui";
+        if (strcmp(method, "GET")) srv_send_error(&rc, 405, "INVALID_REQUEST", 0, "method %s is not allowed on %s", method, path);
+        else srv_h_static(&rc);
         goto done;
     }
     if (!path_known) {

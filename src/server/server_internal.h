@@ -154,6 +154,12 @@ srv_model *srv_acquire_model(srv_conn *rc, const char *name, bool may_load);
 /* Records the outcome of a generation for metrics / rate limits. */
 void srv_account_tokens(srv_conn *rc, int32_t n_prompt, int32_t n_gen, double ttft_s);
 
+/* ---- static.c: the embedded web UI ---- */
+/* True when path names a UI asset ("/", "/app.js", ...). */
+bool srv_static_known(const char *path);
+/* Sends the asset named by the request path, with the UI's Content-Security-Policy. */
+int srv_h_static(srv_conn *rc);
+
 /* ---- ws.c ---- */
 void srv_ws_register(qr_server *s);
 

@@ -316,4 +316,11 @@ static void ws_closed(const struct mg_connection *c, void *cbdata) {
     mg_set_user_connection_data(c, NULL);
 }
 
-void srv_ws_register(qr_server *s) { mg_set_websocket_handler(s->mg, "/ws", ws_connect, ws_ready, ws_data, ws_closed, s); }
+/* The subprotocol "quarrel" is accepted (and echoed) so that a browser can offer it together with
+ * "quarrel.key.KEY", its only way to present an API key (see srv_check_auth). */
+static const char *ws_protocol_names[] = {"quarrel"};
+static struct mg_websocket_subprotocols ws_protocols = {1, ws_protocol_names};
+
+void srv_ws_register(qr_server *s) {
+    mg_set_websocket_handler_with_subprotocols(s->mg, "/ws", &ws_protocols, ws_connect, ws_ready, ws_data, ws_closed, s);
+}
