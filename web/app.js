@@ -2,7 +2,7 @@
  * CSP that forbids inline script, so everything lives here and is wired with addEventListener.
  *
  * Pieces: storage (localStorage: settings, conversations, presets, theme; sessionStorage: API key),
- * rendering (marked + highlight.js, then DOMPurify and our own allowlist sanitizer), the
+ * rendering (marked + highlight.js, then our own allowlist sanitizer and DOMPurify), the
  * connection state machine (disconnected -> connecting -> connected -> generating) over /ws with a
  * heartbeat and exponential backoff, falling back to SSE (/api/stream) when WebSocket fails. */
 "use strict";
@@ -98,7 +98,8 @@
     }
   }
 
-  /* Our allowlist sanitizer (always applied, after DOMPurify when that is present). Parses html in an
+  /* Our allowlist sanitizer (always applied; DOMPurify, when present, then checks its output, so that
+   * it never parses hostile markup itself: its DOMParser trips CSP reports). Parses html in an
    * inert <template> (no script runs, no image loads) and returns a DocumentFragment that keeps only
    * ALLOWED_TAGS with their ALLOWED_ATTRS; other elements are unwrapped (their text stays), and
    * DROPPED_TAGS vanish with their contents. Images become their alt text. */
@@ -138,6 +139,16 @@
   const havePurify = () => typeof window.DOMPurify === "function" || (typeof window.DOMPurify === "object" &&
                                                                       typeof window.DOMPurify.sanitize === "function");
 
+  const escapeHtml = (t) => String(t).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
+    .replace(/"/g, "&quot;").replace(/'/g, "&#39;");
+  /* Raw HTML inside model output is shown as the text it is, never parsed as markup. */
+  let markedReady = false;
+  function setupMarked() {
+    if (markedReady || !haveMarked()) return;
+    window.marked.use({ renderer: { html: (raw) => escapeHtml(typeof raw === "object" && raw ? raw.text : raw) } });
+    markedReady = true;
+  }
+
   function highlightCode(code, lang) {
     if (!haveHljs()) return null;
     try {
@@ -149,7 +160,7 @@
   }
 
   /* Renders model output into el: markdown -> HTML (marked, with highlight.js when `highlight`),
-   * sanitized by DOMPurify (if present) and then by sanitize(). Without marked the text is shown as
+   * sanitized by sanitize() and then DOMPurify (if present). Without marked the text is shown as
    * plain text. Never assigns unsanitized HTML to a live element. */
   function renderMarkdown(el, text, highlight) {
     if (!haveMarked()) {
@@ -159,21 +170,24 @@
     }
     let html;
     try {
-      html = window.marked.parse(text, { gfm: true, breaks: false, headerIds: false, mangle: false,
+      setupMarked();
+      html = window.marked.parse(text, { gfm: true, breaks: false, headerIds: false, mangle: false, langPrefix: "hljs language-",
                                          highlight: highlight ? highlightCode : null });
     } catch (e) {
       el.classList.add("plain");
       el.textContent = text;
       return;
     }
-    if (havePurify()) {
+    let frag = sanitize(html);
+    if (havePurify()) { // a second, independent opinion over what ours kept
       try {
-        html = window.DOMPurify.sanitize(html, { USE_PROFILES: { html: true } });
+        const box = document.createElement("div");
+        box.append(frag);
+        frag = sanitize(window.DOMPurify.sanitize(box.innerHTML, { USE_PROFILES: { html: true } }));
       } catch (e) {
-        /* a broken DOMPurify build: sanitize() below still applies */
+        frag = sanitize(html); // a broken DOMPurify build: ours alone
       }
     }
-    const frag = sanitize(html);
     el.replaceChildren(frag);
   }
 
