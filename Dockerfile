@@ -15,7 +15,8 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake make pkg-config \
       libpcre2-dev libutf8proc-dev libjansson-dev libcivetweb-dev libsqlite3-dev libssl-dev \
-      libgrpc-dev libprotobuf-c-dev protobuf-c-compiler python3 man-db \
+      libgrpc-dev libprotobuf-c-dev protobuf-c-compiler python3 \
+      libjs-marked libjs-highlight.js node-dompurify \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

@@ -238,3 +238,43 @@ def test_dashboard_metric_names_are_known():
     for title, expr in dashboard_exprs():
         for name in metric_names(expr):
             assert name in declared or name in MOE_SSM_METRICS, (title, name)
+
+
+# Build dependencies the images must install: the -dev packages, compilers and embedded web libraries of
+# scripts/setup.sh, less those only tests and fuzzing use (the images build with -DQUARREL_TESTS=OFF).
+TEST_ONLY = {"libcmocka-dev", "libclang-rt-14-dev"}
+
+
+def setup_packages():
+    text = (ROOT / "scripts" / "setup.sh").read_text()
+    body = re.search(r"^APT_PKGS=\((.*?)\)", text, re.S | re.M).group(1)
+    return {w for ln in body.splitlines() for w in ln.split("#")[0].split()}
+
+
+@pytest.mark.parametrize("path", DOCKERFILES)
+def test_dockerfile_build_deps_follow_setup_sh(path):
+    need = {p for p in setup_packages() if re.search(r"-dev$|compiler$|^libjs-|^node-", p)} - TEST_ONLY
+    assert {"libcivetweb-dev", "libgrpc-dev", "libjs-marked"} <= need
+    build_run = [a for i, a in parse_dockerfile(path) if i == "RUN" and "apt-get install" in a][0]
+    missing = need - set(build_run.split())
+    assert not missing, f"{path} build stage lacks {sorted(missing)} (listed in scripts/setup.sh)"
+
+
+def test_runtime_package_pipeline(quarrel_bin):
+    """The build stage's ldd | dpkg -S pipeline, run here on our binary (this machine is Debian 12, the
+    CPU image's base): it names the runtime library packages, and apt can install them all."""
+    text = (ROOT / "Dockerfile.cpu").read_text().replace("\\\n", " ")
+    m = re.search(r"(ldd /opt/quarrel/bin/quarrel .*?) > /opt/quarrel/share/quarrel-runtime-packages.txt", text)
+    assert m, "pipeline not found in Dockerfile.cpu"
+    cmd = m.group(1).replace("/opt/quarrel/bin/quarrel", quarrel_bin)
+    r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    pkgs = r.stdout.split()
+    assert {"libcivetweb1", "libjansson4", "libsqlite3-0", "libssl3", "libpcre2-8-0"} <= set(pkgs), pkgs
+    assert "libc6" not in pkgs and not any(p.endswith("-dev") for p in pkgs), pkgs
+    assert pkgs == sorted(set(pkgs))
+    if not list(pathlib.Path("/var/lib/apt/lists").glob("*_Packages*")):
+        pytest.skip("no apt package lists on this machine (apt-get update not run): install check skipped")
+    r = subprocess.run(["apt-get", "-s", "install", "--no-install-recommends", *pkgs, "curl", "ca-certificates"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
