@@ -23,11 +23,19 @@ API_MD = ROOT / "docs" / "api.md"
 METHODS = ("get", "post", "put", "delete", "patch")
 
 
+# Sections whose tables list routes outside the API contract: the Web UI's static files (/, /app.js,
+# /vendor/*) are served by the binary but are not API operations, so /openapi.yaml leaves them out.
+NON_API_SECTIONS = {"Web UI"}
+
+
 def doc_routes():
     """(METHOD, path) pairs from the first cell of the route tables (| `GET /a`, `POST /b` | ... |)."""
     out = set()
+    section = ""
     for line in API_MD.read_text().splitlines():
-        if not line.startswith("| `"):
+        if line.startswith("## "):
+            section = line[3:].strip()
+        if not line.startswith("| `") or section in NON_API_SECTIONS:
             continue
         first = line.split("|")[1]
         for m in re.finditer(r"`(GET|POST|PUT|DELETE|PATCH) (/[^`\s]*)`", first):
