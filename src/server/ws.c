@@ -133,6 +133,12 @@ static void *writer_main(void *arg) {
     snprintf(lab, sizeof lab, "model=\"%s\",endpoint=\"/ws\",code=\"%d\"", esc, gone ? 499 : ecode ? http : 200);
     srv_metrics_add(w->s->metrics, "quarrel_requests_total", lab, 1);
     srv_metrics_observe(w->s->metrics, "quarrel_request_duration_seconds", "endpoint=\"/ws\"", qr_time_s() - j->t_arrival);
+    /* Not busy before the final message goes out: a client may send its next inference as soon as it
+     * reads it (on_inference then joins this thread before reusing the job). From here on "stop" no
+     * longer touches the job. */
+    pthread_mutex_lock(&w->mu);
+    w->busy = false;
+    pthread_mutex_unlock(&w->mu);
     if (!gone) {
         if (ecode) {
             ws_error(w, ecode, "%s", done && done->error ? done->error : "generation ended early");
@@ -145,9 +151,6 @@ static void *writer_main(void *arg) {
     }
     free(text);
     srv_ev_free(done);
-    pthread_mutex_lock(&w->mu); /* from here on "stop" no longer touches the job */
-    w->busy = false;
-    pthread_mutex_unlock(&w->mu);
     srv_job_end(NULL, j, w->s);
     return NULL;
 }

@@ -160,3 +160,16 @@ def test_api_key_prompt(browser, quarrel_bin, smollm, tmp_path):
         browser.execute_script("sessionStorage.clear(); localStorage.clear();")
         browser.get("about:blank")
         s.stop()
+
+
+def test_without_marked_messages_are_plain_text(page, tmp_path):
+    """A build without libjs-marked embeds a stub: the UI shows messages as plain text."""
+    page.open()
+    page.js("window.marked = undefined")
+    page.el("#import-json").send_keys(write_json(tmp_path / "plain.json", {"title": "plain", "messages": [
+        {"role": "assistant", "content": "**bold** <b>tag</b> [x](javascript:alert(1))"}]}))
+    page.wait(lambda: page.els("#messages .msg.assistant .content.plain"))
+    c = page.el("#messages .msg.assistant .content")
+    assert c.text == "**bold** <b>tag</b> [x](javascript:alert(1))"
+    assert page.js("return arguments[0].children.length", c) == 0
+    page.d.refresh()
