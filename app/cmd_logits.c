@@ -28,15 +28,16 @@ static int write_npy_header(FILE *f, int64_t rows, int64_t cols) {
     return ferror(f) ? -1 : 0;
 }
 
-/* Runs ids[0..n) through sequence 0 from an empty cache, calling sink(row, logits) for every row. */
-static int forward_all(app_engine *e, const int32_t *ids, size_t n,
+/* Runs ids[0..n) through sequence 0 from an empty cache, `step` (1..LOGITS_CHUNK) tokens per decode
+ * call, calling sink(row, logits) for every row. */
+static int forward_all(app_engine *e, const int32_t *ids, size_t n, int32_t step,
                        int (*sink)(void *ud, size_t row, const float *logits), void *ud) {
     char err[1024];
     int8_t want[LOGITS_CHUNK];
     memset(want, 1, sizeof want);
     qr_kv_clear(e->ctx);
-    for (size_t at = 0; at < n; at += LOGITS_CHUNK) {
-        int32_t m = (int32_t)(n - at < LOGITS_CHUNK ? n - at : LOGITS_CHUNK);
+    for (size_t at = 0; at < n; at += (size_t)step) {
+        int32_t m = (int32_t)(n - at < (size_t)step ? n - at : (size_t)step);
         qr_batch b = {.n_tokens = m, .token = ids + at, .logits = want};
         if (qr_decode(e->ctx, &b, err, sizeof err) != QR_OK) {
             fprintf(stderr, "quarrel: decode: %s\n", err);
@@ -71,7 +72,9 @@ static int npy_write_row(void *ud, size_t row, const float *logits) {
 
 static void usage_logits(FILE *f) {
     fprintf(f, "usage: quarrel logits -m MODEL (-p TEXT | -f FILE | --tokens IDS.json) -o OUT.npy [-t N] [--no-bos]\n"
+               "                     [--ubatch N]\n"
                "Writes teacher-forced float32 logits [n_tokens, n_vocab] as .npy (row i: logits after token i).\n"
+               "--ubatch N: tokens per forward pass (1..64, default 64; 1 = the decode path, token by token).\n"
                APP_ENGINE_HELP);
 }
 
@@ -91,10 +94,11 @@ static int input_ids(app_engine *e, const char *prompt, const char *file, const 
 int cmd_logits(int argc, char **argv) {
     static const struct option longopts[] = {{"model", 1, 0, 'm'}, {"prompt", 1, 0, 'p'}, {"file", 1, 0, 'f'},
                                              {"tokens", 1, 0, 'T'}, {"output", 1, 0, 'o'}, {"threads", 1, 0, 't'},
-                                             {"no-bos", 0, 0, 'B'}, {"help", 0, 0, 'h'}, APP_ENGINE_LONGOPTS,
-                                             {0, 0, 0, 0}};
+                                             {"no-bos", 0, 0, 'B'}, {"ubatch", 1, 0, 'U'}, {"help", 0, 0, 'h'},
+                                             APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
     app_engine_opts eo = {0};
     const char *prompt = NULL, *file = NULL, *tokens = NULL, *out = NULL;
+    int32_t ubatch = LOGITS_CHUNK;
     bool add_bos = true;
     int c, rc;
     optind = 1;
@@ -107,6 +111,7 @@ int cmd_logits(int argc, char **argv) {
         case 'o': out = optarg; break;
         case 't': if ((rc = app_parse_int("-t", optarg, 1, 1024, &eo.n_threads))) return rc; break;
         case 'B': add_bos = false; break;
+        case 'U': if ((rc = app_parse_int("--ubatch", optarg, 1, LOGITS_CHUNK, &ubatch))) return rc; break;
         case 'h': usage_logits(stdout); return 0;
         default:
             if ((rc = app_engine_opt(c, optarg, &eo)) >= 0) {
@@ -150,7 +155,7 @@ int cmd_logits(int argc, char **argv) {
         goto done;
     }
     npy_sink s = {f, qr_model_n_vocab(e.model)};
-    rc = write_npy_header(f, (int64_t)n, s.n_vocab) ? 1 : forward_all(&e, ids, n, npy_write_row, &s);
+    rc = write_npy_header(f, (int64_t)n, s.n_vocab) ? 1 : forward_all(&e, ids, n, ubatch, npy_write_row, &s);
     if (fclose(f) != 0 && !rc) {
         fprintf(stderr, "quarrel: %s: %s\n", out, strerror(errno));
         rc = 1;
@@ -243,7 +248,7 @@ int cmd_perplexity(int argc, char **argv) {
         int32_t saved = chunk[0];
         if (ti->add_bos && ti->special.bos >= 0) chunk[0] = ti->special.bos;
         s.chunk = chunk;
-        rc = forward_all(&e, chunk, (size_t)n_ctx, ppl_row, &s);
+        rc = forward_all(&e, chunk, (size_t)n_ctx, LOGITS_CHUNK, ppl_row, &s);
         chunk[0] = saved;
         fprintf(stderr, "[%lld]%.4f ", (long long)k + 1, exp(s.nll / (double)s.count));
     }

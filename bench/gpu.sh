@@ -19,7 +19,7 @@
 #     --models "mistral-7b tinyllama-1.1b"   --types "Q4_K_M Q4_0 Q8_0 F16"
 #     --tests "pp tg depth"                  --depth 16384   --reps 3
 #     --no-llama (skip llama.cpp)            --no-quarrel    --keep-llama-build (copy llama-bench to $OUT)
-#     --ab   also run quarrel on each file with each CUDA knob turned off (graphs, flash-decoding,
+#     --ab   also run quarrel on each file with each CUDA knob turned off (graphs, flash-decoding, fusions,
 #            activation reuse; pp512 + tg128, one repetition each) to see what each one brings
 # Environment: OUT (default /tmp/gpu_bench), BUNDLE (build-gpu/bundle), LLAMA_TAR
 # (build-gpu/llama-src.tar.xz), LLAMA_BIN (a prebuilt llama-bench: skips the build), MODEL_DIR
@@ -285,6 +285,7 @@ if [ $AB = 1 ] && [ $RUN_QUARREL = 1 ]; then
         QUARREL_CUDA_ATTN=old run_quarrel "$f" ab-old-attention -p 512 -n 128 -r 1
         QUARREL_CUDA_ATTN=decode run_quarrel "$f" ab-decode-attention-only -p 512 -n 128 -r 1
         QUARREL_CUDA_ACT_REUSE=0 run_quarrel "$f" ab-no-act-reuse -p 512 -n 128 -r 1
+        QUARREL_CUDA_FUSE=0 run_quarrel "$f" ab-no-fuse -p 512 -n 128 -r 1
     done
 fi
 

@@ -6,6 +6,8 @@ type; smollm2-135m in the four bench types, more with --models) it runs, with th
   - `quarrel logits --tokens P.json --backend cpu` and `--backend cuda` on 8 prompts of 64 random
     token ids: mean KL divergence KL(cpu || gpu) over all positions, share of positions with the same
     top-1 token (targets: mean KLD <= 1e-3, top-1 >= 99.5 %);
+  - the same on the GPU token by token (`quarrel logits --ubatch 1`: the decode path, its fused ops
+    and graphs) against the CPU's logits: the "decode" columns, same targets;
   - `quarrel run --tokens P.json -n 128 --temp 0 --ignore-eos --ids-only` on both backends: greedy
     generations identical on >= 7 of 8 prompts;
 then the leak check (bundle/quarrel_cuda_leak: free GPU memory around model/context cycles and
@@ -119,19 +121,22 @@ def main():
             allfile = os.path.join(out, f"prompt_{arch}_{preset}_all.json")
             json.dump(sum((json.load(open(p)) for p in pfiles), []), open(allfile, "w"))
             res = {}
-            for be in ("cpu", args.gpu_backend):
-                npy = os.path.join(out, f"logits_{name}_{len(res)}.npy")
-                rc, so, se = run([qr, "logits", "-m", path, "--tokens", allfile, "-o", npy, "--backend", be])
+            for key, be, extra in (("cpu", "cpu", []), ("cuda", args.gpu_backend, []),
+                                   ("decode", args.gpu_backend, ["--ubatch", "1"])):
+                npy = os.path.join(out, f"logits_{name}_{key}.npy")
+                rc, so, se = run([qr, "logits", "-m", path, "--tokens", allfile, "-o", npy, "--backend", be] + extra)
                 if rc != 0:
-                    problems.append(f"{name}: logits --backend {be} failed: {se.strip()[-300:]}")
+                    problems.append(f"{name}: logits --backend {be} {' '.join(extra)} failed: {se.strip()[-300:]}")
                     log(problems[-1])
                     failed = True
                     break
-                res["cpu" if not res else "cuda"] = np.load(npy)
+                res[key] = np.load(npy)
                 os.unlink(npy)
+            dec = (None, None, None)
             if not failed:
                 k, t1, ma = compare_logits(res["cpu"], res["cuda"])
                 klds.append(k), top1s.append(t1), maxabs.append(ma)
+                dec = compare_logits(res["cpu"], res["decode"])
             # greedy generations, prompt by prompt (fewer for the tiny presets: many types, small value)
             n_gen_prompts = 0 if args.no_gen else (min(2, len(pfiles)) if preset == "tiny" else len(pfiles))
             for pfile in pfiles[:n_gen_prompts]:
@@ -152,15 +157,18 @@ def main():
                     n_gen += 1
                     same_gen += gens["cpu"] == gens["cuda"]
             if failed or not klds:
-                rows.append((name, None, None, None, None, None))
+                rows.append((name, None, None, None, None, None, None, None))
                 continue
             r = {"model": name, "mean_kld": float(np.mean(klds)), "top1": float(np.mean(top1s)),
-                 "max_abs": float(np.max(maxabs)), "same_gen": same_gen, "n_gen": n_gen}
+                 "max_abs": float(np.max(maxabs)), "decode_kld": dec[0], "decode_top1": dec[1],
+                 "same_gen": same_gen, "n_gen": n_gen}
             jl.write(json.dumps(r) + "\n")
             jl.flush()
-            rows.append((name, r["mean_kld"], r["top1"], r["max_abs"], same_gen, n_gen))
-            ok = r["mean_kld"] <= 1e-3 and r["top1"] >= 0.995 and (n_gen == 0 or same_gen >= 7 * n_gen / 8)
+            rows.append((name, r["mean_kld"], r["top1"], r["max_abs"], dec[0], dec[1], same_gen, n_gen))
+            ok = (r["mean_kld"] <= 1e-3 and r["top1"] >= 0.995 and dec[0] <= 1e-3 and dec[1] >= 0.995 and
+                  (n_gen == 0 or same_gen >= 7 * n_gen / 8))
             log(f"{name}: mean KLD {r['mean_kld']:.2e}, top-1 {100 * r['top1']:.2f}%, max|d| {r['max_abs']:.3g}, "
+                f"decode KLD {dec[0]:.2e} top-1 {100 * dec[1]:.2f}%, "
                 f"greedy same {same_gen}/{n_gen} {'ok' if ok else 'MISSED'}")
             if not ok:
                 problems.append(f"{name}: target missed")
@@ -169,13 +177,15 @@ def main():
              f"{args.prompts} prompts of {args.prompt_len} random ids (logits: back to back); greedy {args.gen} "
              "tokens per prompt (2 prompts for the tiny presets). Targets: mean "
              "KLD <= 1e-3, top-1 >= 99.5 %, greedy identical on >= 7 of 8.", "",
-             "| model | mean KLD | top-1 | max abs diff | greedy same | ok |", "|---|---|---|---|---|---|"]
-    for name, k, t1, ma, sg, ng in rows:
+             "| model | mean KLD | top-1 | max abs diff | decode KLD | decode top-1 | greedy same | ok |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, k, t1, ma, dk, dt1, sg, ng in rows:
         if k is None:
-            lines.append(f"| {name} | failed | | | | NO |")
+            lines.append(f"| {name} | failed | | | | | | NO |")
             continue
-        ok = k <= 1e-3 and t1 >= 0.995 and (ng == 0 or sg >= 7 * ng / 8)
-        lines.append(f"| {name} | {k:.2e} | {100 * t1:.2f}% | {ma:.3g} | {sg}/{ng} | {'yes' if ok else 'NO'} |")
+        ok = k <= 1e-3 and t1 >= 0.995 and dk <= 1e-3 and dt1 >= 0.995 and (ng == 0 or sg >= 7 * ng / 8)
+        lines.append(f"| {name} | {k:.2e} | {100 * t1:.2f}% | {ma:.3g} | {dk:.2e} | {100 * dt1:.2f}% | {sg}/{ng} | "
+                     f"{'yes' if ok else 'NO'} |")
 
     for tool, extra in (("quarrel_cuda_leak", ["--calls", str(args.calls)]),):
         if tool == "quarrel_cuda_leak" and args.no_leak:

@@ -243,6 +243,21 @@ typedef struct qr_backend_ops {
     /* Forgets the records of `owner` (call before freeing the buffers they use). */
     void (*graph_release)(qr_backend *be, const void *owner);
 
+    /* ---- optional fusions (NULL: the model composes the plain ops; model/blocks.c qr_fused_*) ---- */
+    /* x += b (b may be NULL: none), then y = rmsnorm(x) * w, as add + rmsnorm. next: the weight y is
+     * multiplied with next (a hint, may be NULL: the backend may prepare y's activations for it). */
+    void (*add_rmsnorm)(qr_backend *be, float *x, const float *b, const qr_weight *w, int64_t n_rows, int64_t dim,
+                        float eps, float *y, const qr_weight *next);
+    /* y[i] = x . w[i]^T for i < n_w (1..3), as n_w matmul calls on the same x. */
+    void (*matmul_multi)(qr_backend *be, int32_t n_w, const qr_weight *const *w, const float *x, int64_t n_rows,
+                         float *const *y);
+    /* out = swiglu(x . gate^T, x . up^T) as matmul, matmul, swiglu; scratch [n_rows][n] may be written. */
+    void (*matmul_swiglu)(qr_backend *be, const qr_weight *gate, const qr_weight *up, const float *x, int64_t n_rows,
+                          float *out, float *scratch);
+    /* rope(q, n_head), rope(k, n_head_kv), kv_store(kv, layer, k, v) (head_dim: of q and k). */
+    void (*rope_kv_store)(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
+                          int32_t head_dim, const qr_rope_params *p, qr_kv_storage *kv, int32_t layer);
+
     /* ---- MoE (cpu/ops_moe.c, cuda/moe.cu) ---- */
     /* Routing: logits[n_rows][n_expert] -> ids[n_rows][n_used] (int32, backend memory; expert ids in the
      * order of decreasing score) and weights[n_rows][n_used], per p (see qr_moe_gating). */

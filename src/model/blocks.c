@@ -23,26 +23,55 @@ qr_rope_params qr_layer_rope(const qr_model *m, int il) {
     };
 }
 
+/* ---- fused ops: the backend's when it has them, else the plain ops they stand for ---- */
+
+void qr_fused_add_rmsnorm(qr_backend *be, float *x, const float *b, const qr_weight *w, int64_t n_rows, int64_t dim,
+                          float eps, float *y, const qr_weight *next) {
+    if (be->ops->add_rmsnorm) {
+        be->ops->add_rmsnorm(be, x, b, w, n_rows, dim, eps, y, next);
+        return;
+    }
+    if (b) be->ops->add(be, x, b, n_rows * dim, x);
+    be->ops->rmsnorm(be, x, w, n_rows, dim, eps, y);
+}
+
+static void fused_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *const *w, const float *x, int64_t n_rows,
+                               float *const *y) {
+    if (be->ops->matmul_multi) {
+        be->ops->matmul_multi(be, n_w, w, x, n_rows, y);
+        return;
+    }
+    for (int32_t i = 0; i < n_w; i++) be->ops->matmul(be, w[i], x, n_rows, y[i]);
+}
+
+static void fused_rope_kv_store(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
+                                int32_t head_dim, const qr_rope_params *rope, qr_kv_storage *kv, int32_t layer) {
+    if (be->ops->rope_kv_store) {
+        be->ops->rope_kv_store(be, q, k, v, n_head, n_head_kv, head_dim, rope, kv, layer);
+        return;
+    }
+    be->ops->rope(be, q, n_head, head_dim, rope);
+    be->ops->rope(be, k, n_head_kv, head_dim, rope);
+    be->ops->kv_store(be, kv, layer, k, v);
+}
+
 void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
     const qr_hparams *hp = &m->hp;
     const qr_layer *l = &m->layers[il];
     qr_backend *be = f->be;
     const int64_t n = f->n_tokens;
 
-    be->ops->matmul(be, &l->attn_q, f->xb, n, f->q);
-    be->ops->matmul(be, &l->attn_k, f->xb, n, f->k);
-    be->ops->matmul(be, &l->attn_v, f->xb, n, f->v);
+    const qr_weight *qkv[3] = {&l->attn_q, &l->attn_k, &l->attn_v};
+    float *const qkv_out[3] = {f->q, f->k, f->v};
+    fused_matmul_multi(be, 3, qkv, f->xb, n, qkv_out);
     if (l->attn_q_norm.host) /* per-head RMS norm: rows of head_dim */
         be->ops->rmsnorm(be, f->q, &l->attn_q_norm, n * hp->n_head, hp->head_dim_k, hp->norm_eps, f->q);
     if (l->attn_k_norm.host)
         be->ops->rmsnorm(be, f->k, &l->attn_k_norm, n * hp->n_head_kv, hp->head_dim_k, hp->norm_eps, f->k);
 
     const qr_rope_params rope = qr_layer_rope(m, il);
-    be->ops->rope(be, f->q, hp->n_head, hp->head_dim_k, &rope);
-    be->ops->rope(be, f->k, hp->n_head_kv, hp->head_dim_k, &rope);
+    fused_rope_kv_store(be, f->q, f->k, f->v, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, f->kv, il);
     if (q_scale != 1.0f) be->ops->scale(be, f->q, q_scale, n * hp->n_head * hp->head_dim_k, f->q);
-
-    be->ops->kv_store(be, f->kv, il, f->k, f->v);
     const qr_attn_params ap = {
         .n_head = hp->n_head,
         .n_head_kv = hp->n_head_kv,
@@ -64,10 +93,14 @@ void qr_block_ffn(const qr_model *m, qr_fwd *f, int il, bool gelu) {
     const qr_layer *l = &m->layers[il];
     qr_backend *be = f->be;
     const int64_t n = f->n_rows, nff = (int64_t)n * m->hp.n_ff;
-    be->ops->matmul(be, &l->ffn_gate, f->xb, n, f->ff_g);
-    be->ops->matmul(be, &l->ffn_up, f->xb, n, f->ff_u);
-    if (gelu) be->ops->geglu(be, f->ff_g, f->ff_u, nff, f->ff_g);
-    else be->ops->swiglu(be, f->ff_g, f->ff_u, nff, f->ff_g);
+    if (!gelu && be->ops->matmul_swiglu) {
+        be->ops->matmul_swiglu(be, &l->ffn_gate, &l->ffn_up, f->xb, n, f->ff_g, f->ff_u);
+    } else {
+        be->ops->matmul(be, &l->ffn_gate, f->xb, n, f->ff_g);
+        be->ops->matmul(be, &l->ffn_up, f->xb, n, f->ff_u);
+        if (gelu) be->ops->geglu(be, f->ff_g, f->ff_u, nff, f->ff_g);
+        else be->ops->swiglu(be, f->ff_g, f->ff_u, nff, f->ff_g);
+    }
     be->ops->matmul(be, &l->ffn_down, f->ff_g, n, f->xb2);
 }
 

@@ -10,10 +10,13 @@ void qr_llama_forward(const qr_model *m, qr_fwd *f) {
     f->n_rows = f->n_tokens;
     f->outputs_kept = false;
     be->ops->get_rows(be, &m->tok_embd, f->x); /* x = token embeddings */
+    bool pending = false; /* the previous layer's FFN output (xb2) is still to be added to x */
     for (int il = 0; il < hp->n_layer; il++) {
         const qr_layer *l = &m->layers[il];
-        /* x += attn(rmsnorm(x)) */
-        be->ops->rmsnorm(be, f->x, &l->attn_norm, n, hp->n_embd, hp->norm_eps, f->xb);
+        /* x += attn(rmsnorm(x)), the previous residual add fused into the norm */
+        qr_fused_add_rmsnorm(be, f->x, pending ? f->xb2 : NULL, &l->attn_norm, n, hp->n_embd, hp->norm_eps, f->xb,
+                             &l->attn_q);
+        pending = false;
         qr_block_attention(m, f, il, 1.0f);
         if (il == hp->n_layer - 1) { /* the rest of the last layer: output rows only */
             qr_block_keep_outputs(m, f);
@@ -21,11 +24,11 @@ void qr_llama_forward(const qr_model *m, qr_fwd *f) {
             nx = n * hp->n_embd;
             if (n == 0) break;
         }
-        be->ops->add(be, f->x, f->xb2, nx, f->x);
         /* x += ffn(rmsnorm(x)) */
-        be->ops->rmsnorm(be, f->x, &l->ffn_norm, n, hp->n_embd, hp->norm_eps, f->xb);
+        qr_fused_add_rmsnorm(be, f->x, f->xb2, &l->ffn_norm, n, hp->n_embd, hp->norm_eps, f->xb, &l->ffn_gate);
         qr_block_ffn(m, f, il, false);
-        be->ops->add(be, f->x, f->xb2, nx, f->x);
+        pending = true;
     }
+    if (pending) be->ops->add(be, f->x, f->xb2, nx, f->x);
     qr_block_output(m, f); /* logits = output(rmsnorm(x)) of the requested rows */
 }

@@ -588,7 +588,11 @@ static void matmul_gemm(cuda_backend *cb, const cuda_weight *cw, const float *x,
         return;
     }
     const bool bf16 = v->type == QR_TYPE_BF16;
-    if (!cuda_ok(cb, qr_cuda_to_half(x, n_rows * k, xh, bf16, cb->stream), "matmul (convert)")) return;
+    const int kind = qr_cuda_act_kind((qr_type)v->type);
+    /* quantized weights: the activations as the CPU's Q8 rounding leaves them (kind 0/1), in f16 */
+    const cudaError_t ce = kind <= 1 && cb->tune.gemm_q8_act ? qr_cuda_act_q8_as_f16(x, n_rows * k, kind, xh, cb->stream)
+                                                              : qr_cuda_to_half(x, n_rows * k, xh, bf16, cb->stream);
+    if (!cuda_ok(cb, ce, "matmul (convert)")) return;
     const cudaDataType_t dt = bf16 ? CUDA_R_16BF : CUDA_R_16F;
     if (v->type == QR_TYPE_F16 || bf16) {
         cublas_ok(cb, cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)n_rows, (int)k, &one, v->p0, dt,
@@ -610,66 +614,178 @@ static void matmul_gemm(cuda_backend *cb, const cuda_weight *cw, const float *x,
     }
 }
 
+/* The mat-vec activations of one matmul input in the act scratch (act_layout_of). */
+typedef struct act_ptrs {
+    int kind; /* qr_cuda_act_kind */
+    int64_t k;
+    int8_t *q;
+    float *d, *s;
+    int16_t *g;
+    const void *h;
+} act_ptrs;
+
+/* Points a at the act scratch for n_rows x k activations of `kind` (growing it). */
+static bool act_scratch(cuda_backend *cb, int kind, const float *x, int64_t n_rows, int64_t k, act_ptrs *a) {
+    const act_layout L = act_layout_of(n_rows, k);
+    if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return false;
+    uint8_t *act = (uint8_t *)cb->act;
+    a->kind = kind;
+    a->k = k;
+    a->q = (int8_t *)(act + L.q);
+    a->d = (float *)(act + L.d);
+    a->s = (float *)(act + L.s);
+    a->g = (int16_t *)(act + L.g);
+    a->h = kind == 2 || kind == 3 ? (const void *)(act + L.h) : (const void *)x;
+    return true;
+}
+
+/* Quantizes / converts x[n_rows][k] for a mat-vec over `type`, unless the previous op left exactly
+ * these activations in the scratch (q, k, v projections; gate and up; a fused norm). */
+static bool act_prepare(cuda_backend *cb, qr_type type, const float *x, int64_t n_rows, int64_t k, act_ptrs *a) {
+    const int kind = qr_cuda_act_kind(type);
+    if (!act_scratch(cb, kind, x, n_rows, k, a)) return false;
+    const bool reuse = cb->tune.act_reuse && cb->act_valid && cb->act_x == x && cb->act_rows == n_rows &&
+                       cb->act_k == k && cb->act_kind == kind && cb->act_epoch == cb->op_epoch &&
+                       cb->act_gen == cb->scratch_gen && kind <= 3;
+    cb->act_valid = false;
+    if (reuse) return true;
+    cudaError_t e = cudaSuccess;
+    if (kind <= 1) e = qr_cuda_quantize_act(x, (int32_t)n_rows, (int32_t)k, kind, a->q, a->d, a->s, a->g, cb->stream);
+    else if (kind <= 3) e = qr_cuda_to_half(x, n_rows * k, (void *)a->h, kind == 3, cb->stream);
+    return cuda_ok(cb, e, "matmul (activations)");
+}
+
+/* The view of activation rows t0.. of a. */
+static cuda_xview act_view(const act_ptrs *a, int64_t t0) {
+    const int64_t k = a->k, dstride = a->kind == 1 ? k / 256 : k / 32, hsize = a->kind == 4 ? 4 : 2;
+    cuda_xview xv;
+    xv.q = a->q + t0 * k;
+    xv.d = a->d + t0 * dstride;
+    xv.s = a->s + t0 * (k / 32);
+    xv.g = a->g + t0 * (k / 16);
+    xv.h = (const uint8_t *)a->h + t0 * k * hsize;
+    xv.k = (int32_t)k;
+    return xv;
+}
+
+/* Records that the scratch holds x's activations of kind (valid for the next op only). */
+static void act_mark(cuda_backend *cb, const float *x, int64_t n_rows, int64_t k, int kind) {
+    if (kind > 3) return;
+    cb->act_valid = true;
+    cb->act_x = x;
+    cb->act_rows = n_rows;
+    cb->act_k = k;
+    cb->act_kind = kind;
+    cb->act_epoch = cb->op_epoch;
+    cb->act_gen = cb->scratch_gen;
+}
+
+static bool overlaps(const float *a, int64_t na, const float *b, int64_t nb) {
+    return a < b + nb && b < a + na;
+}
+
+/* Warps per output row of a mat-vec with n rows (the tune knob, else by size). */
+static int32_t mmv_wpr(const cuda_backend *cb, int64_t n) {
+    const int32_t wpr = cb->tune.mmvq_wpr;
+    if (wpr == 1 || wpr == 2 || wpr == 4) return wpr;
+    return n >= 4096 ? 1 : (n >= 2048 ? 2 : 4);
+}
+
+static bool use_pdl(const cuda_backend *cb) { return cb->has_pdl && cb->tune.pdl != 0; }
+
 static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y) {
     cuda_backend *cb = CB(be);
     const cuda_weight *cw = prepared(cb, w, "matmul");
     if (!cw || n_rows <= 0) return;
     const cuda_wview *v = &cw->v;
     const int64_t k = v->k, n = w->ne[1];
-    const act_layout L = act_layout_of(n_rows, k);
-    if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return;
-    uint8_t *act = (uint8_t *)cb->act;
     const bool mmv = n_rows <= cb->tune.mmvq_max_rows && v->nb > 0;
     if (!mmv) {
+        const act_layout L = act_layout_of(n_rows, k);
+        if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return;
         cb->act_valid = false;
-        matmul_gemm(cb, cw, x, n_rows, n, y, act + L.h);
+        matmul_gemm(cb, cw, x, n_rows, n, y, (uint8_t *)cb->act + L.h);
         return;
     }
-    const int kind = qr_cuda_act_kind((qr_type)v->type);
-    int8_t *q = (int8_t *)(act + L.q);
-    float *d = (float *)(act + L.d), *s = (float *)(act + L.s);
-    int16_t *g = (int16_t *)(act + L.g);
-    const void *h = kind == 2 || kind == 3 ? (const void *)(act + L.h) : (const void *)x;
-    /* the previous op was a matmul that converted this same input the same way: its activations
-     * are still in the scratch (q, k and v projections; gate and up) */
-    const bool reuse = cb->tune.act_reuse && cb->act_valid && cb->act_x == x && cb->act_rows == n_rows &&
-                       cb->act_k == k && cb->act_kind == kind && cb->act_epoch == cb->op_epoch &&
-                       cb->act_gen == cb->scratch_gen && kind <= 3;
-    cb->act_valid = false;
-    if (!reuse) {
-        cudaError_t e = cudaSuccess;
-        if (kind <= 1) e = qr_cuda_quantize_act(x, (int32_t)n_rows, (int32_t)k, kind, q, d, s, g, cb->stream);
-        else if (kind <= 3) e = qr_cuda_to_half(x, n_rows * k, act + L.h, kind == 3, cb->stream);
-        if (!cuda_ok(cb, e, "matmul (activations)")) return;
-    }
-    int32_t wpr = cb->tune.mmvq_wpr;
-    if (wpr != 1 && wpr != 2 && wpr != 4) wpr = n >= 4096 ? 1 : (n >= 2048 ? 2 : 4);
-    const int64_t dstride = kind == 1 ? k / 256 : k / 32, hsize = kind == 4 ? 4 : 2;
+    act_ptrs a;
+    if (!act_prepare(cb, (qr_type)v->type, x, n_rows, k, &a)) return;
+    const int32_t wpr = mmv_wpr(cb, n);
     for (int64_t t0 = 0; t0 < n_rows; t0 += 8) {
         const int32_t nr = (int32_t)(n_rows - t0 < 8 ? n_rows - t0 : 8);
-        cuda_xview xv;
-        xv.q = q + t0 * k;
-        xv.d = d + t0 * dstride;
-        xv.s = s + t0 * (k / 32);
-        xv.g = g + t0 * (k / 16);
-        xv.h = (const uint8_t *)h + t0 * k * hsize;
-        xv.k = (int32_t)k;
+        const cuda_xview xv = act_view(&a, t0);
         cuda_wview wv = *v;
         wv.n = n;
-        const bool pdl = cb->has_pdl && cb->tune.pdl != 0;
-        if (!cuda_ok(cb, qr_cuda_matvec(&wv, &xv, nr, y + t0 * n, wpr, pdl, cb->stream), "matmul (mat-vec)")) return;
+        if (!cuda_ok(cb, qr_cuda_matvec(&wv, &xv, nr, y + t0 * n, wpr, use_pdl(cb), cb->stream), "matmul (mat-vec)"))
+            return;
     }
-    const char *x0 = (const char *)x, *x1 = x0 + (size_t)(n_rows * k) * 4;
-    const char *y0 = (const char *)y, *y1 = y0 + (size_t)(n_rows * n) * 4;
-    if (kind <= 3 && !(y0 < x1 && x0 < y1)) { /* y did not overwrite x: the activations stay valid */
-        cb->act_valid = true;
-        cb->act_x = x;
-        cb->act_rows = n_rows;
-        cb->act_k = k;
-        cb->act_kind = kind;
-        cb->act_epoch = cb->op_epoch;
-        cb->act_gen = cb->scratch_gen;
+    if (!overlaps(x, n_rows * k, y, n_rows * n)) act_mark(cb, x, n_rows, k, a.kind); /* y did not overwrite x */
+}
+
+/* Fused q/k/v (or any same-input) mat-vecs: consecutive weights of one type share one launch. */
+static void cuda_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *const *w, const float *x, int64_t n_rows,
+                              float *const *y) {
+    cuda_backend *cb = CB(be);
+    if (n_w < 1 || n_w > QR_CUDA_MULTI_MAX) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "matmul_multi: 1..%d weights", QR_CUDA_MULTI_MAX);
+        return;
     }
+    const cuda_weight *cw[QR_CUDA_MULTI_MAX];
+    for (int32_t i = 0; i < n_w; i++)
+        if (!(cw[i] = prepared(cb, w[i], "matmul_multi"))) return;
+    bool fuse = cb->tune.fuse && qr_cuda_multi_supported((int32_t)n_rows, 0) && n_rows <= cb->tune.mmvq_max_rows;
+    for (int32_t i = 0; i < n_w && fuse; i++)
+        fuse = cw[i]->v.nb > 0 && cw[i]->v.k == cw[0]->v.k && !overlaps(x, n_rows * cw[0]->v.k, y[i], n_rows * w[i]->ne[1]);
+    if (!fuse) {
+        for (int32_t i = 0; i < n_w; i++) cuda_matmul(be, w[i], x, n_rows, y[i]);
+        return;
+    }
+    const int64_t k = cw[0]->v.k;
+    for (int32_t i0 = 0; i0 < n_w;) { /* groups of consecutive weights of one type */
+        int32_t i1 = i0 + 1;
+        while (i1 < n_w && cw[i1]->v.type == cw[i0]->v.type) i1++;
+        act_ptrs a;
+        if (!act_prepare(cb, (qr_type)cw[i0]->v.type, x, n_rows, k, &a)) return;
+        cuda_wview wv[QR_CUDA_MULTI_MAX];
+        int64_t n_max = 0;
+        for (int32_t i = i0; i < i1; i++) {
+            wv[i - i0] = cw[i]->v;
+            wv[i - i0].n = w[i]->ne[1];
+            if (wv[i - i0].n > n_max) n_max = wv[i - i0].n;
+        }
+        const cuda_xview xv = act_view(&a, 0);
+        if (!cuda_ok(cb, qr_cuda_matvec_multi(wv, i1 - i0, &xv, (int32_t)n_rows, y + i0, mmv_wpr(cb, n_max), 0,
+                                              use_pdl(cb), cb->stream),
+                     "matmul_multi (mat-vec)"))
+            return;
+        act_mark(cb, x, n_rows, k, a.kind);
+        i0 = i1;
+    }
+}
+
+/* out = swiglu(gate . x, up . x): one launch when both weights have one type (decode sizes). */
+static void cuda_matmul_swiglu(qr_backend *be, const qr_weight *gate, const qr_weight *up, const float *x,
+                               int64_t n_rows, float *out, float *scratch) {
+    cuda_backend *cb = CB(be);
+    const cuda_weight *cg = prepared(cb, gate, "matmul_swiglu"), *cu = cg ? prepared(cb, up, "matmul_swiglu") : NULL;
+    if (!cu || n_rows <= 0) return;
+    const int64_t k = cg->v.k, n = gate->ne[1];
+    const bool fuse = cb->tune.fuse && qr_cuda_multi_supported((int32_t)n_rows, 1) && n_rows <= cb->tune.mmvq_max_rows &&
+                      cg->v.nb > 0 && cg->v.type == cu->v.type && cu->v.k == k && up->ne[1] == n &&
+                      !overlaps(x, n_rows * k, out, n_rows * n);
+    if (!fuse) {
+        cuda_matmul(be, gate, x, n_rows, out);
+        cuda_matmul(be, up, x, n_rows, scratch);
+        cuda_ok(cb, qr_cuda_elementwise(CUDA_EW_SWIGLU, out, scratch, 0.0f, n_rows * n, out, cb->stream), "swiglu");
+        return;
+    }
+    act_ptrs a;
+    if (!act_prepare(cb, (qr_type)cg->v.type, x, n_rows, k, &a)) return;
+    cuda_wview wv[2] = {cg->v, cu->v};
+    wv[0].n = wv[1].n = n;
+    float *ys[2] = {out, NULL};
+    const cuda_xview xv = act_view(&a, 0);
+    cuda_ok(cb, qr_cuda_matvec_multi(wv, 2, &xv, (int32_t)n_rows, ys, n >= 4096 ? 1 : 2, 1, use_pdl(cb), cb->stream),
+            "matmul_swiglu (mat-vec)");
 }
 
 /* The F32 [dim] vector of a norm weight, or NULL with an error raised. */
@@ -691,6 +807,37 @@ static void cuda_rmsnorm(qr_backend *be, const float *x, const qr_weight *w, int
     cuda_ok(cb, qr_cuda_rmsnorm(x, wp, n_rows, dim, eps, y, cb->stream), "rmsnorm");
 }
 
+/* x += b; y = rmsnorm(x) * w; when the next mat-vec's activations are Q8 (next's type) and the rows
+ * are decode-sized, the same kernel quantizes y into the act scratch for it. */
+static void cuda_add_rmsnorm(qr_backend *be, float *x, const float *b, const qr_weight *w, int64_t n_rows, int64_t dim,
+                             float eps, float *y, const qr_weight *next) {
+    cuda_backend *cb = CB(be);
+    const float *wp = NULL;
+    if (w && !(wp = vec_weight(cb, w, dim, "add_rmsnorm"))) return;
+    int kind = -1;
+    act_ptrs a = {};
+    if (!cb->tune.fuse) {
+        if (b) cuda_ok(cb, qr_cuda_elementwise(CUDA_EW_ADD, x, b, 0.0f, n_rows * dim, x, cb->stream), "add");
+        cuda_ok(cb, qr_cuda_rmsnorm(x, wp, n_rows, dim, eps, y, cb->stream), "rmsnorm");
+        return;
+    }
+    if (next && next->device && cb->tune.act_reuse && n_rows <= cb->tune.mmvq_max_rows) {
+        const cuda_weight *cn = prepared(cb, next, "add_rmsnorm");
+        if (!cn) return;
+        const int nk = qr_cuda_act_kind((qr_type)cn->v.type);
+        if (cn->v.nb > 0 && cn->v.k == dim && nk <= 1 && dim % (nk == 0 ? 32 : 256) == 0 &&
+            !overlaps(x, n_rows * dim, y, n_rows * dim)) {
+            if (!act_scratch(cb, nk, y, n_rows, dim, &a)) return;
+            kind = nk;
+        }
+    }
+    if (!cuda_ok(cb, qr_cuda_add_rmsnorm(x, b, wp, n_rows, dim, eps, y, kind, a.q, a.d, a.s, a.g, cb->stream),
+                 "add_rmsnorm"))
+        return;
+    cb->act_valid = false;
+    if (kind >= 0) act_mark(cb, y, n_rows, dim, kind);
+}
+
 static void cuda_layernorm(qr_backend *be, const float *x, const qr_weight *w, const qr_weight *b, int64_t n_rows,
                            int64_t dim, float eps, float *y) {
     cuda_backend *cb = CB(be);
@@ -705,55 +852,94 @@ static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) 
     return (float)n_dims * logf((float)n_ctx_orig / (n_rot * 2.0f * (float)M_PI)) / (2.0f * logf(base));
 }
 
-static void cuda_rope(qr_backend *be, float *x, int32_t n_head, int32_t head_dim, const qr_rope_params *p) {
-    cuda_backend *cb = CB(be);
+/* The kernel constants and device frequency factors of a rope call; false with an error raised. */
+static bool rope_setup(cuda_backend *cb, int32_t head_dim, const qr_rope_params *p, cuda_rope_consts *c,
+                       const float **ff) {
     if (p->n_rot < 2 || p->n_rot % 2 || p->n_rot > head_dim || head_dim > 4096 ||
         (p->freq_factors && (p->freq_factors->type != QR_TYPE_F32 || p->freq_factors->ne[0] < p->n_rot / 2))) {
         raise_error(cb, QR_ERR_INVALID_ARG, "rope: bad n_rot/head_dim/freq_factors");
-        return;
+        return false;
     }
-    const float *ff = NULL;
+    *ff = NULL;
     if (p->freq_factors) {
         const cuda_weight *cw = prepared(cb, p->freq_factors, "rope");
-        if (!cw) return;
-        ff = (const float *)cw->v.p0;
+        if (!cw) return false;
+        *ff = (const float *)cw->v.p0;
     }
-    cuda_rope_consts c;
-    c.mode = p->mode;
-    c.n_rot = p->n_rot;
-    c.theta_scale = powf(p->freq_base, -2.0f / (float)p->n_rot);
-    c.freq_scale = p->freq_scale;
-    c.ext_factor = p->ext_factor;
-    c.mscale = p->attn_factor == 0.0f ? 1.0f : p->attn_factor;
-    c.corr0 = c.corr1 = 0.0f;
+    c->mode = p->mode;
+    c->n_rot = p->n_rot;
+    c->theta_scale = powf(p->freq_base, -2.0f / (float)p->n_rot);
+    c->freq_scale = p->freq_scale;
+    c->ext_factor = p->ext_factor;
+    c->mscale = p->attn_factor == 0.0f ? 1.0f : p->attn_factor;
+    c->corr0 = c->corr1 = 0.0f;
     if (p->ext_factor != 0.0f) {
         const float start = floorf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_fast, p->freq_base));
         const float end = ceilf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_slow, p->freq_base));
-        c.corr0 = fmaxf(0.0f, start);
-        c.corr1 = fminf((float)(p->n_rot - 1), end);
-        c.mscale *= 1.0f + 0.1f * logf(1.0f / p->freq_scale);
+        c->corr0 = fmaxf(0.0f, start);
+        c->corr1 = fminf((float)(p->n_rot - 1), end);
+        c->mscale *= 1.0f + 0.1f * logf(1.0f / p->freq_scale);
     }
+    return true;
+}
+
+static void cuda_rope(qr_backend *be, float *x, int32_t n_head, int32_t head_dim, const qr_rope_params *p) {
+    cuda_backend *cb = CB(be);
+    cuda_rope_consts c;
+    const float *ff;
+    if (!rope_setup(cb, head_dim, p, &c, &ff)) return;
     cuda_ok(cb, qr_cuda_rope(x, cb->n_tokens, n_head, head_dim, cb->d_pos, &c, ff, cb->stream), "rope");
 }
 
-static void cuda_kv_store(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *k, const float *v) {
-    cuda_backend *cb = CB(be);
-    if (!kv_valid(cb, kv, "kv_store")) return;
+/* kv_store's checks: the layer and every slot of the plan; false with an error raised. */
+static bool kv_store_ok(cuda_backend *cb, qr_kv_storage *kv, int32_t layer, const char *op) {
+    if (!kv_valid(cb, kv, op)) return false;
     const qr_kv_desc *d = &kv->desc;
     if (layer < 0 || layer >= d->n_layer) {
-        raise_error(cb, QR_ERR_INVALID_ARG, "kv_store: layer out of range");
-        return;
+        raise_error(cb, QR_ERR_INVALID_ARG, "%s: layer out of range", op);
+        return false;
     }
     const int64_t n_slots = (int64_t)d->n_blocks * d->block_size;
     for (int32_t r = 0; r < cb->n_tokens; r++) {
         if (cb->h_kv_slot[r] >= n_slots) {
-            raise_error(cb, QR_ERR_INVALID_ARG, "kv_store: slot out of range");
-            return;
+            raise_error(cb, QR_ERR_INVALID_ARG, "%s: slot out of range", op);
+            return false;
         }
     }
+    return true;
+}
+
+static void cuda_kv_store(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *k, const float *v) {
+    cuda_backend *cb = CB(be);
+    if (!kv_store_ok(cb, kv, layer, "kv_store")) return;
+    const qr_kv_desc *d = &kv->desc;
     cuda_ok(cb, qr_cuda_kv_store(k, v, cb->n_tokens, d->k_dim, d->v_dim, cb->d_kv_slot, kv->k + (size_t)layer * kv->k_layer,
                                  kv->v + (size_t)layer * kv->v_layer, d->type == QR_TYPE_F16, cb->stream),
             "kv_store");
+}
+
+static void cuda_rope_kv_store(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
+                               int32_t head_dim, const qr_rope_params *p, qr_kv_storage *kv, int32_t layer) {
+    cuda_backend *cb = CB(be);
+    cuda_rope_consts c;
+    const float *ff;
+    if (!cb->tune.fuse) {
+        cuda_rope(be, q, n_head, head_dim, p);
+        cuda_rope(be, k, n_head_kv, head_dim, p);
+        cuda_kv_store(be, kv, layer, k, v);
+        return;
+    }
+    if (!rope_setup(cb, head_dim, p, &c, &ff) || !kv_store_ok(cb, kv, layer, "rope_kv_store")) return;
+    const qr_kv_desc *d = &kv->desc;
+    if ((int64_t)n_head_kv * head_dim != d->k_dim) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "rope_kv_store: k heads do not match the KV cache");
+        return;
+    }
+    cuda_ok(cb,
+            qr_cuda_rope_kv_store(q, k, v, cb->n_tokens, n_head, n_head_kv, head_dim, d->v_dim, cb->d_pos,
+                                  cb->d_kv_slot, &c, ff, kv->k + (size_t)layer * kv->k_layer,
+                                  kv->v + (size_t)layer * kv->v_layer, d->type == QR_TYPE_F16, cb->stream),
+            "rope_kv_store");
 }
 
 static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *q, const qr_attn_params *p,
@@ -1226,6 +1412,10 @@ static qr_backend_ops make_cuda_ops(void) {
     o.add_row = cuda_add_row;
     o.run_graph = cuda_run_graph;
     o.graph_release = cuda_graph_release;
+    o.add_rmsnorm = cuda_add_rmsnorm;
+    o.matmul_multi = cuda_matmul_multi;
+    o.matmul_swiglu = cuda_matmul_swiglu;
+    o.rope_kv_store = cuda_rope_kv_store;
     o.moe_route = cuda_moe_route;
     o.matmul_id = cuda_matmul_id;
     o.moe_gate_up = cuda_moe_gate_up;
@@ -1320,6 +1510,12 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
     cb->tune.act_reuse = 1;
     const char *renv = getenv("QUARREL_CUDA_ACT_REUSE");
     if (renv && strcmp(renv, "0") == 0) cb->tune.act_reuse = 0;
+    cb->tune.fuse = 1;
+    cb->tune.gemm_q8_act = 1;
+    const char *qenv = getenv("QUARREL_CUDA_GEMM_Q8");
+    if (qenv && strcmp(qenv, "0") == 0) cb->tune.gemm_q8_act = 0;
+    const char *fenv = getenv("QUARREL_CUDA_FUSE");
+    if (fenv && strcmp(fenv, "0") == 0) cb->tune.fuse = 0;
     cb->tune.attn_kernel = 0;
     cb->tune.attn_decode_max_rows = 8;
     const char *aenv = getenv("QUARREL_CUDA_ATTN");

@@ -27,6 +27,11 @@ typedef struct qr_cuda_tune {
     int32_t act_reuse;       /* 1: a mat-vec reuses the quantized activations of the matmul just before it on the
                               * same input (q/k/v, gate/up); 0: always convert (the lab, which writes inputs
                               * behind the backend's back; also QUARREL_CUDA_ACT_REUSE=0) */
+    int32_t fuse;            /* 1: the optional fused ops (add_rmsnorm + activation quantization, q/k/v in one
+                              * mat-vec launch, gate/up + swiglu, rope + K/V store) run fused; 0: each runs as
+                              * the plain ops it stands for (A/B: QUARREL_CUDA_FUSE=0) */
+    int32_t gemm_q8_act;     /* 1: the prefill GEMM over quantized weights takes the activations rounded as the
+                              * CPU's Q8 quantizer rounds them (then f16); 0: plain f16 (QUARREL_CUDA_GEMM_Q8=0) */
 } qr_cuda_tune;
 
 /* The backend's knobs (writable; read at each op). be must be a CUDA backend. */

@@ -76,6 +76,10 @@ cudaError_t qr_cuda_dequant_f16(const cuda_wview *w, int64_t r0, int64_t r1, voi
  * kind == 1). The output pointers are the members of a cuda_xview (cast away const by the caller). */
 cudaError_t qr_cuda_quantize_act(const float *x, int32_t nr, int32_t k, int kind, int8_t *q, float *d, float *s,
                                  int16_t *g, cudaStream_t stream);
+/* n floats (a multiple of the block) quantized as the CPU quantizes activations (kind 0: Q8_0 rule per 32,
+ * 1: Q8_K per 256), then written as f16 (code x scale): the prefill GEMM's activations for quantized
+ * weights, so that it sees the values the CPU's integer dot products see. */
+cudaError_t qr_cuda_act_q8_as_f16(const float *x, int64_t n, int kind, void *out, cudaStream_t stream);
 /* Converts n floats to f16 (bf16 == false) or bf16, round to nearest even. */
 cudaError_t qr_cuda_to_half(const float *x, int64_t n, void *out, bool bf16, cudaStream_t stream);
 /* y[t][w->n] = row t of the prepared activations . w^T for t < nr (1..8). wpr = warps per output row (1, 2, 4).
@@ -84,9 +88,23 @@ cudaError_t qr_cuda_to_half(const float *x, int64_t n, void *out, bool bf16, cud
 cudaError_t qr_cuda_matvec(const cuda_wview *w, const cuda_xview *x, int32_t nr, float *y, int32_t wpr, bool pdl,
                            cudaStream_t stream);
 
+/* Most matrices of one fused mat-vec launch. */
+#define QR_CUDA_MULTI_MAX 3
+/* One launch for n_mat (1..3) matrices of the same type and k against the same prepared activations:
+ * y[m][t][w[m].n] as qr_cuda_matvec would write them. glu != 0 (n_mat == 2, equal shapes, wpr 1 or 2):
+ * y[0][t][n] = swiglu(gate . x, up . x) with w[0] = gate, w[1] = up, as the swiglu op computes it.
+ * Only for qr_cuda_multi_supported(nr, glu) (1..4 rows; glu 0 or 1). */
+bool qr_cuda_multi_supported(int32_t nr, int glu);
+cudaError_t qr_cuda_matvec_multi(const cuda_wview *w, int32_t n_mat, const cuda_xview *x, int32_t nr, float *const *y,
+                                 int32_t wpr, int glu, bool pdl, cudaStream_t stream);
+
 /* ---- norm.cu ---- */
 cudaError_t qr_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t dim, float eps, float *y,
                             cudaStream_t stream);
+/* x[r] += b[r] (when b), then y = rmsnorm(x) * w as qr_cuda_rmsnorm; with qkind 0/1 (qr_cuda_act_kind)
+ * also quantizes y into q/d/s/g as qr_cuda_quantize_act would (dim a multiple of the block). */
+cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, const float *w, int64_t n_rows, int64_t dim, float eps,
+                                float *y, int qkind, int8_t *q, float *d, float *s, int16_t *g, cudaStream_t stream);
 cudaError_t qr_cuda_layernorm(const float *x, const float *w, const float *b, int64_t n_rows, int64_t dim, float eps,
                               float *y, cudaStream_t stream);
 cudaError_t qr_cuda_softmax(const float *x, int64_t n_rows, int64_t dim, float *y, cudaStream_t stream);
@@ -103,6 +121,13 @@ typedef struct cuda_rope_consts {
 } cuda_rope_consts;
 cudaError_t qr_cuda_rope(float *x, int32_t n_tok, int32_t n_head, int32_t head_dim, const int32_t *pos,
                          const cuda_rope_consts *c, const float *freq_factors, cudaStream_t stream);
+
+/* rope of q [n_tok][n_head * head_dim] and k [n_tok][n_head_kv * head_dim] in place (as two qr_cuda_rope
+ * calls), then row r of k and v ([n_tok][v_dim]) stored in cache slot slots[r] (as qr_cuda_kv_store). */
+cudaError_t qr_cuda_rope_kv_store(float *q, float *k, const float *v, int32_t n_tok, int32_t n_head, int32_t n_head_kv,
+                                  int32_t head_dim, int32_t v_dim, const int32_t *pos, const int32_t *slots,
+                                  const cuda_rope_consts *c, const float *freq_factors, void *k_cache, void *v_cache,
+                                  bool f16, cudaStream_t stream);
 
 /* ---- attention.cu ---- */
 typedef struct cuda_attn_args {

@@ -17,6 +17,8 @@
  * wait (griddepcontrol.wait) for the quantized activations. The weight stream so overlaps the
  * quantizer and the launch latency instead of following them.
  */
+#include "backend/cuda/act_quant.cuh"
+#include "backend/cuda/ew_dev.cuh"
 #include "backend/cuda/quant_dev.cuh"
 
 #define MMV_THREADS 128
@@ -27,89 +29,25 @@ template <class T, int NR> struct mmv_unroll {
     static constexpr int U = (T::CPB > 1 || NR > 4) ? 2 : 4;
 };
 
-/* ---- activation quantizers ---- */
+/* ---- activation quantizers (the block rules live in act_quant.cuh) ---- */
 
 /* One warp per 32 values. */
 static __global__ void quantize_q8_32_kernel(const float *__restrict__ x, int64_t n_blocks, int8_t *__restrict__ q,
                                              float *__restrict__ d_out, float *__restrict__ s_out,
                                              int16_t *__restrict__ g_out) {
     const int64_t blk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
     if (blk >= n_blocks) return;
     pdl_launch_dependents();
-    const float v = x[blk * 32 + lane];
-    const float amax = warp_max(fabsf(v));
-    const float d = __fdiv_rn(amax, 127.0f);
-    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    const int qi = __float2int_rn(__fmul_rn(v, id));
-    q[blk * 32 + lane] = (int8_t)qi;
-    int s16 = qi;
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) s16 += __shfl_xor_sync(0xffffffffu, s16, o);
-    const int s32 = s16 + __shfl_xor_sync(0xffffffffu, s16, 16);
-    if ((lane & 15) == 0) g_out[blk * 2 + (lane >> 4)] = (int16_t)s16;
-    if (lane == 0) {
-        d_out[blk] = round_f16(d);
-        s_out[blk] = round_f16(__fmul_rn((float)s32, d));
-    }
+    act_quant_block32(x, blk, threadIdx.x & 31, q, d_out, s_out, g_out);
 }
 
-/* One warp per 256 values; lane l holds values 8l .. 8l + 7. */
+/* One warp per 256 values. */
 static __global__ void quantize_q8_K_kernel(const float *__restrict__ x, int64_t n_blocks, int8_t *__restrict__ q,
                                             float *__restrict__ d_out, int16_t *__restrict__ g_out) {
     const int64_t blk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
     pdl_launch_dependents();
     if (blk >= n_blocks) return;
-    const float4 *xp = (const float4 *)(x + blk * 256 + lane * 8);
-    const float4 p0 = xp[0], p1 = xp[1];
-    const float v[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
-    /* the value of largest magnitude, the first one on ties (as the CPU's strict > scan) */
-    float amax = 0.0f, mx = 0.0f;
-    int idx = 1 << 30;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const float ax = fabsf(v[j]);
-        if (ax > amax) {
-            amax = ax;
-            mx = v[j];
-            idx = lane * 8 + j;
-        }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float oa = __shfl_xor_sync(0xffffffffu, amax, o), om = __shfl_xor_sync(0xffffffffu, mx, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (oa > amax || (oa == amax && oi < idx)) {
-            amax = oa;
-            mx = om;
-            idx = oi;
-        }
-    }
-    int qs[8];
-    float d = 0.0f;
-    if (amax == 0.0f) {
-#pragma unroll
-        for (int j = 0; j < 8; j++) qs[j] = 0;
-    } else {
-        const float iscale = __fdiv_rn(-127.0f, mx);
-#pragma unroll
-        for (int j = 0; j < 8; j++) qs[j] = min(__float2int_rn(__fmul_rn(iscale, v[j])), 127);
-        d = __fdiv_rn(1.0f, iscale);
-    }
-    uint32_t w0 = 0, w1 = 0;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        w0 |= (uint32_t)(uint8_t)qs[j] << (8 * j);
-        w1 |= (uint32_t)(uint8_t)qs[j + 4] << (8 * j);
-    }
-    *(uint2 *)(q + blk * 256 + lane * 8) = make_uint2(w0, w1);
-    int s = 0;
-#pragma unroll
-    for (int j = 0; j < 8; j++) s += qs[j];
-    s += __shfl_xor_sync(0xffffffffu, s, 1);
-    if ((lane & 1) == 0) g_out[blk * 16 + (lane >> 1)] = (int16_t)s;
-    if (lane == 0) d_out[blk] = d;
+    act_quant_block256(x, blk, threadIdx.x & 31, q, d_out, g_out);
 }
 
 extern "C" cudaError_t qr_cuda_quantize_act(const float *x, int32_t nr, int32_t k, int kind, int8_t *q, float *d,
@@ -121,6 +59,26 @@ extern "C" cudaError_t qr_cuda_quantize_act(const float *x, int32_t nr, int32_t 
     const unsigned grid = (unsigned)((n_blocks * 32 + threads - 1) / threads);
     if (kind == 0) quantize_q8_32_kernel<<<grid, threads, 0, stream>>>(x, n_blocks, q, d, s, g);
     else quantize_q8_K_kernel<<<grid, threads, 0, stream>>>(x, n_blocks, q, d, g);
+    QR_CUDA_CHECK_LAUNCH();
+}
+
+/* ---- the prefill GEMM's activations: quantized as the CPU does, then as f16 ---- */
+
+template <int KIND>
+static __global__ void q8_as_f16_kernel(const float *__restrict__ x, int64_t n_blocks, __half *__restrict__ out) {
+    const int64_t blk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (blk >= n_blocks) return;
+    act_q8_as_f16<KIND>(x, blk, threadIdx.x & 31, out);
+}
+
+extern "C" cudaError_t qr_cuda_act_q8_as_f16(const float *x, int64_t n, int kind, void *out, cudaStream_t stream) {
+    const int bs = kind == 0 ? 32 : 256;
+    if (n <= 0) return cudaSuccess;
+    if ((kind != 0 && kind != 1) || n % bs) return cudaErrorInvalidValue;
+    const int64_t n_blocks = n / bs;
+    const unsigned grid = (unsigned)((n_blocks * 32 + 255) / 256);
+    if (kind == 0) q8_as_f16_kernel<0><<<grid, 256, 0, stream>>>(x, n_blocks, (__half *)out);
+    else q8_as_f16_kernel<1><<<grid, 256, 0, stream>>>(x, n_blocks, (__half *)out);
     QR_CUDA_CHECK_LAUNCH();
 }
 
@@ -141,17 +99,13 @@ extern "C" cudaError_t qr_cuda_to_half(const float *x, int64_t n, void *out, boo
 
 /* ---- the mat-vec ---- */
 
-/* 64 registers (8 CTAs per SM) for 1-2 rows; 128 (4 CTAs) above, where the per-row activation
- * loads the compiler hoists would otherwise spill. */
+/* The partial dot products of one output row: this warp's share (part of wpr) of the row's chunks,
+ * acc[t] for activation row t. Issues its first weight loads, then waits for the kernel before it
+ * (programmatic dependent launch); every thread of the CTA must call it (the wait is per thread). */
 template <class T, int NR>
-static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
-    matvec_kernel(const cuda_wview w, const cuda_xview x, float *__restrict__ y, int wpr) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int rpc = (MMV_THREADS / 32) / wpr;
-    const int64_t row = (int64_t)blockIdx.x * rpc + warp / wpr;
-    const int part = warp % wpr;
+static __device__ __forceinline__ void matvec_row_part(const cuda_wview &w, const cuda_xview &x, int64_t row, int part,
+                                                       int wpr, int lane, float *acc) {
     constexpr int U = mmv_unroll<T, NR>::U;
-    float acc[NR];
 #pragma unroll
     for (int t = 0; t < NR; t++) acc[t] = 0.0f;
     bool waited = false;
@@ -180,6 +134,19 @@ static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
     if (!waited) pdl_wait();
 #pragma unroll
     for (int t = 0; t < NR; t++) acc[t] = warp_sum(acc[t]);
+}
+
+/* 64 registers (8 CTAs per SM) for 1-2 rows; 128 (4 CTAs) above, where the per-row activation
+ * loads the compiler hoists would otherwise spill. */
+template <class T, int NR>
+static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
+    matvec_kernel(const cuda_wview w, const cuda_xview x, float *__restrict__ y, int wpr) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int rpc = (MMV_THREADS / 32) / wpr;
+    const int64_t row = (int64_t)blockIdx.x * rpc + warp / wpr;
+    const int part = warp % wpr;
+    float acc[NR];
+    matvec_row_part<T, NR>(w, x, row, part, wpr, lane, acc);
     if (wpr == 1) {
         if (lane == 0 && row < w.n) {
 #pragma unroll
@@ -197,6 +164,72 @@ static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
         float s = 0.0f;
         for (int p = 0; p < wpr; p++) s += red[warp + p][lane];
         y[(int64_t)lane * w.n + row] = s;
+    }
+}
+
+/* Several matrices of one type against the same activations in one launch (the q/k/v projections):
+ * CTAs [cta_end[m-1], cta_end[m]) compute matrix m into y[m], as matvec_kernel would. With glu set
+ * (two matrices of the same shape, the FFN gate and up) every CTA computes the same rows of both,
+ * and writes swiglu(gate row, up row) to y[0] instead. */
+typedef struct mv_multi_args {
+    cuda_wview w[QR_CUDA_MULTI_MAX];
+    float *y[QR_CUDA_MULTI_MAX];
+    int32_t cta_end[QR_CUDA_MULTI_MAX];
+} mv_multi_args;
+
+template <class T, int NR, int GLU>
+static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
+    matvec_multi_kernel(const mv_multi_args a, const cuda_xview x, int wpr) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int part = warp % wpr, sub = warp / wpr;
+    const int rpc = (MMV_THREADS / 32) / wpr;
+    float acc[NR];
+    if (GLU == 0) {
+        const int b = (int)blockIdx.x;
+        const int m = b < a.cta_end[0] ? 0 : (b < a.cta_end[1] ? 1 : 2);
+        const int b0 = m == 0 ? 0 : a.cta_end[m - 1];
+        const cuda_wview &w = a.w[m];
+        float *y = a.y[m];
+        const int64_t row = (int64_t)(b - b0) * rpc + sub;
+        matvec_row_part<T, NR>(w, x, row, part, wpr, lane, acc);
+        if (wpr == 1) {
+            if (lane == 0 && row < w.n) {
+#pragma unroll
+                for (int t = 0; t < NR; t++) y[(int64_t)t * w.n + row] = acc[t];
+            }
+            return;
+        }
+        __shared__ float red[MMV_THREADS / 32][NR];
+        if (lane == 0) {
+#pragma unroll
+            for (int t = 0; t < NR; t++) red[warp][t] = acc[t];
+        }
+        __syncthreads();
+        if (part == 0 && lane < NR && row < w.n) {
+            float s = 0.0f;
+            for (int p = 0; p < wpr; p++) s += red[warp + p][lane];
+            y[(int64_t)lane * w.n + row] = s;
+        }
+        return;
+    }
+    /* GLU: sub-groups alternate gate (even) and up (odd) of rows blockIdx.x * rpc / 2 + sub / 2 */
+    const int m = sub & 1;
+    const cuda_wview &w = a.w[m];
+    const int64_t row = (int64_t)blockIdx.x * (rpc / 2) + (sub >> 1);
+    matvec_row_part<T, NR>(w, x, row, part, wpr, lane, acc);
+    __shared__ float red[MMV_THREADS / 32][NR];
+    if (lane == 0) {
+#pragma unroll
+        for (int t = 0; t < NR; t++) red[warp][t] = acc[t];
+    }
+    __syncthreads();
+    if (m == 0 && part == 0 && lane < NR && row < w.n) {
+        float g = 0.0f, u = 0.0f;
+        for (int p = 0; p < wpr; p++) {
+            g += red[warp + p][lane];
+            u += red[warp + wpr + p][lane];
+        }
+        a.y[0][(int64_t)lane * w.n + row] = ew_op<CUDA_EW_SWIGLU>(g, u, 0.0f);
     }
 }
 
@@ -246,3 +279,57 @@ extern "C" cudaError_t qr_cuda_matvec(const cuda_wview *w, const cuda_xview *x, 
     default: return cudaErrorInvalidValue;
     }
 }
+
+template <class T>
+static cudaError_t launch_matvec_multi(const cuda_wview *w, int32_t n_mat, const cuda_xview *x, int32_t nr,
+                                       float *const *y, int32_t wpr, int glu, bool pdl, cudaStream_t stream) {
+    const int rpc = (MMV_THREADS / 32) / wpr;
+    mv_multi_args a = {};
+    int32_t ctas = 0;
+    for (int m = 0; m < n_mat; m++) {
+        a.w[m] = w[m];
+        a.y[m] = y[m];
+        ctas += glu ? (int32_t)((w[m].n + rpc / 2 - 1) / (rpc / 2)) * (m == 0) : (int32_t)((w[m].n + rpc - 1) / rpc);
+        a.cta_end[m] = ctas;
+    }
+    for (int m = n_mat; m < QR_CUDA_MULTI_MAX; m++) a.cta_end[m] = ctas;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)ctas);
+    cfg.blockDim = dim3(MMV_THREADS);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    const cuda_xview xv = *x;
+    switch (nr * 4 + glu) { /* instantiated for the decode sizes only: qr_cuda_multi_supported */
+#define CASE(N) \
+    case N * 4 + 0: return cudaLaunchKernelEx(&cfg, matvec_multi_kernel<T, N, 0>, a, xv, (int)wpr); \
+    case N * 4 + 1: return cudaLaunchKernelEx(&cfg, matvec_multi_kernel<T, N, 1>, a, xv, (int)wpr);
+        CASE(1) CASE(2) CASE(3) CASE(4)
+#undef CASE
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" cudaError_t qr_cuda_matvec_multi(const cuda_wview *w, int32_t n_mat, const cuda_xview *x, int32_t nr,
+                                            float *const *y, int32_t wpr, int glu, bool pdl, cudaStream_t stream) {
+    if (!qr_cuda_multi_supported(nr, glu) || n_mat < 1 || n_mat > QR_CUDA_MULTI_MAX) return cudaErrorInvalidValue;
+    if (glu && (n_mat != 2 || w[0].n != w[1].n || (wpr != 1 && wpr != 2))) return cudaErrorInvalidValue;
+    if (wpr != 1 && wpr != 2 && wpr != 4) return cudaErrorInvalidValue;
+    for (int m = 1; m < n_mat; m++)
+        if (w[m].type != w[0].type || w[m].k != w[0].k) return cudaErrorInvalidValue;
+    switch ((qr_type)w[0].type) {
+#define TY(E, T) \
+    case E: return launch_matvec_multi<T>(w, n_mat, x, nr, y, wpr, glu, pdl, stream);
+    TY(QR_TYPE_Q4_0, TQ4_0) TY(QR_TYPE_Q4_1, TQ4_1) TY(QR_TYPE_Q5_0, TQ5_0) TY(QR_TYPE_Q5_1, TQ5_1)
+    TY(QR_TYPE_Q8_0, TQ8_0) TY(QR_TYPE_MXFP4, TMXFP4) TY(QR_TYPE_IQ4_NL, TIQ4_NL) TY(QR_TYPE_Q2_K, TQ2_K)
+    TY(QR_TYPE_Q3_K, TQ3_K) TY(QR_TYPE_Q4_K, TQ4_K) TY(QR_TYPE_Q5_K, TQ5_K) TY(QR_TYPE_Q6_K, TQ6_K)
+    TY(QR_TYPE_F16, TF16) TY(QR_TYPE_BF16, TBF16) TY(QR_TYPE_F32, TF32)
+#undef TY
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" bool qr_cuda_multi_supported(int32_t nr, int glu) { return nr >= 1 && nr <= 4 && (glu == 0 || glu == 1); }

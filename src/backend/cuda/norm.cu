@@ -1,7 +1,7 @@
 /* norm.cu — row-wise rmsnorm, layernorm and softmax: one CTA per row, sums in double as the CPU's
  * scalar path does, the final scale with IEEE-rounded division and square root. In place is fine:
  * every thread reads only the elements it later writes, and all reductions finish first. */
-#include "backend/cuda/cuda_dev.cuh"
+#include "backend/cuda/act_quant.cuh"
 
 /* Each thread loads NORM_U elements (strided by the block size) before using any, so a row of a
  * decode step (one CTA) has its loads in flight together instead of one latency per element. */
@@ -14,10 +14,15 @@ static int norm_threads(int64_t dim) {
     return t < 64 ? 64 : (t > 1024 ? 1024 : (int)t);
 }
 
-/* y = x / sqrt(mean(x^2) + eps) (* w). */
-static __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ w, int64_t dim, float eps, float *y) {
+/* y = x / sqrt(mean(x^2) + eps) (* w). ADD: x += b first (x is written back: the residual stream).
+ * QK >= 0: also quantizes y for the next mat-vec (QK 0: Q8_0 rule per 32, 1: Q8_K per 256; the
+ * dim must be a multiple of the block) into the activation scratch q/d/s/g, so the matmul after it
+ * finds its activations ready. */
+template <bool ADD, int QK>
+static __global__ void rmsnorm_kernel(float *x, const float *__restrict__ b, const float *__restrict__ w, int64_t dim,
+                                      float eps, float *y, int8_t *q, float *qd, float *qs, int16_t *qg) {
     __shared__ double sh[32];
-    const float *xr = x + (int64_t)blockIdx.x * dim;
+    float *xr = x + (int64_t)blockIdx.x * dim;
     float *yr = y + (int64_t)blockIdx.x * dim;
     const int64_t step = (int64_t)blockDim.x * NORM_U;
     double sum = 0.0;
@@ -27,6 +32,10 @@ static __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ 
         for (int u = 0; u < NORM_U; u++) {
             const int64_t i = i0 + (int64_t)u * blockDim.x;
             v[u] = i < dim ? xr[i] : 0.0f;
+            if (ADD && i < dim) {
+                v[u] = __fadd_rn(v[u], b[(int64_t)blockIdx.x * dim + i]);
+                xr[i] = v[u];
+            }
         }
 #pragma unroll
         for (int u = 0; u < NORM_U; u++) sum += (double)__fmul_rn(v[u], v[u]);
@@ -48,6 +57,14 @@ static __global__ void rmsnorm_kernel(const float *x, const float *__restrict__ 
             const float t = __fmul_rn(v[u], scale);
             if (i < dim) yr[i] = w ? __fmul_rn(t, g[u]) : t;
         }
+    }
+    if (QK < 0) return;
+    __syncthreads(); /* the row of y is written: quantize it, one warp per block */
+    const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int64_t bs = QK == 0 ? 32 : 256, nb = dim / bs, b0 = (int64_t)blockIdx.x * nb;
+    for (int64_t j = threadIdx.x >> 5; j < nb; j += nw) {
+        if (QK == 0) act_quant_block32(y, b0 + j, lane, q, qd, qs, qg);
+        else act_quant_block256(y, b0 + j, lane, q, qd, qg);
     }
 }
 
@@ -153,7 +170,29 @@ static __global__ void softmax_kernel(const float *x, int64_t dim, float *y) {
 extern "C" cudaError_t qr_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t dim, float eps,
                                        float *y, cudaStream_t stream) {
     if (n_rows <= 0 || dim <= 0) return cudaSuccess;
-    rmsnorm_kernel<<<(unsigned)n_rows, norm_threads(dim), 0, stream>>>(x, w, dim, eps, y);
+    rmsnorm_kernel<false, -1><<<(unsigned)n_rows, norm_threads(dim), 0, stream>>>((float *)x, NULL, w, dim, eps, y, NULL,
+                                                                               NULL, NULL, NULL);
+    QR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, const float *w, int64_t n_rows, int64_t dim,
+                                           float eps, float *y, int qkind, int8_t *q, float *d, float *s, int16_t *g,
+                                           cudaStream_t stream) {
+    if (n_rows <= 0 || dim <= 0) return cudaSuccess;
+    if (qkind > 1 || (qkind >= 0 && dim % (qkind == 0 ? 32 : 256))) return cudaErrorInvalidValue;
+    const unsigned grid = (unsigned)n_rows;
+    const int th = norm_threads(dim);
+#define L(A, K) rmsnorm_kernel<A, K><<<grid, th, 0, stream>>>(x, b, w, dim, eps, y, q, d, s, g)
+    if (b) {
+        if (qkind == 0) L(true, 0);
+        else if (qkind == 1) L(true, 1);
+        else L(true, -1);
+    } else {
+        if (qkind == 0) L(false, 0);
+        else if (qkind == 1) L(false, 1);
+        else L(false, -1);
+    }
+#undef L
     QR_CUDA_CHECK_LAUNCH();
 }
 

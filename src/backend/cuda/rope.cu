@@ -1,5 +1,6 @@
 /* rope.cu — rotary embedding in place on x[n_tok][n_head][head_dim], normal (adjacent pairs) and NeoX
- * (halves) modes, with frequency factors and YaRN. One CTA per token row: the first n_rot / 2 threads
+ * (halves) modes, with frequency factors and YaRN, and the fused decode op rope(q) + rope(k) + K/V cache
+ * store. One CTA per token row: the first n_rot / 2 threads
  * build the row's cos/sin table in shared memory with the CPU's float formula (theta iterated by
  * repeated multiplication, cos/sin through double so fast-math does not approximate them), then all
  * threads rotate the pairs of every head with separately rounded multiplies and adds. */
@@ -12,13 +13,11 @@ static __device__ __forceinline__ float yarn_ramp_dev(float low, float high, int
     return 1.0f - fminf(1.0f, fmaxf(0.0f, y));
 }
 
-static __global__ void rope_kernel(float *x, int32_t n_head, int32_t head_dim, const int32_t *__restrict__ pos,
-                                   const cuda_rope_consts c, const float *__restrict__ ff) {
-    extern __shared__ float cs[]; /* [n_rot] cos, sin pairs */
-    const int r = blockIdx.x;
+/* Fills cs[2i], cs[2i + 1] = cos, sin of pair i's angle at position p (threads of the CTA split the pairs). */
+static __device__ __forceinline__ void rope_table(float *cs, int32_t p, const cuda_rope_consts &c, const float *ff) {
     const int half = c.n_rot / 2;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float theta = (float)pos[r];
+        float theta = (float)p;
         for (int j = 0; j < i; j++) theta = __fmul_rn(theta, c.theta_scale);
         const float f = ff ? ff[i] : 1.0f;
         const float theta_extrap = __fdiv_rn(theta, f);
@@ -32,18 +31,102 @@ static __global__ void rope_kernel(float *x, int32_t n_head, int32_t head_dim, c
         cs[2 * i + 1] = __fmul_rn((float)sin((double)th), c.mscale);
     }
     __syncthreads();
+}
+
+/* Rotates pair p (of n_head * n_rot / 2) of the row xr in place; returns the two rotated values and
+ * their indices in the row. */
+static __device__ __forceinline__ void rope_pair(float *xr, int p, int32_t head_dim, const float *cs,
+                                                 const cuda_rope_consts &c, int64_t *ia, int64_t *ib, float *ya,
+                                                 float *yb) {
+    const int half = c.n_rot / 2;
+    const int h = p / half, i = p % half;
+    const int a = c.mode == QR_ROPE_NEOX ? i : 2 * i;
+    const int b = c.mode == QR_ROPE_NEOX ? i + half : 2 * i + 1;
+    *ia = (int64_t)h * head_dim + a;
+    *ib = (int64_t)h * head_dim + b;
+    const float co = cs[2 * i], si = cs[2 * i + 1];
+    const float x0 = xr[*ia], x1 = xr[*ib];
+    *ya = __fsub_rn(__fmul_rn(x0, co), __fmul_rn(x1, si));
+    *yb = __fadd_rn(__fmul_rn(x0, si), __fmul_rn(x1, co));
+    xr[*ia] = *ya;
+    xr[*ib] = *yb;
+}
+
+static __global__ void rope_kernel(float *x, int32_t n_head, int32_t head_dim, const int32_t *__restrict__ pos,
+                                   const cuda_rope_consts c, const float *__restrict__ ff) {
+    extern __shared__ float cs[]; /* [n_rot] cos, sin pairs */
+    const int r = blockIdx.x;
+    rope_table(cs, pos[r], c, ff);
     float *xr = x + (int64_t)r * n_head * head_dim;
-    const int n_pairs = n_head * half;
+    const int n_pairs = n_head * (c.n_rot / 2);
     for (int p = threadIdx.x; p < n_pairs; p += blockDim.x) {
-        const int h = p / half, i = p % half;
-        float *xh = xr + (int64_t)h * head_dim;
-        const int a = c.mode == QR_ROPE_NEOX ? i : 2 * i;
-        const int b = c.mode == QR_ROPE_NEOX ? i + half : 2 * i + 1;
-        const float co = cs[2 * i], si = cs[2 * i + 1];
-        const float x0 = xh[a], x1 = xh[b];
-        xh[a] = __fsub_rn(__fmul_rn(x0, co), __fmul_rn(x1, si));
-        xh[b] = __fadd_rn(__fmul_rn(x0, si), __fmul_rn(x1, co));
+        int64_t ia, ib;
+        float ya, yb;
+        rope_pair(xr, p, head_dim, cs, c, &ia, &ib, &ya, &yb);
     }
+}
+
+/* rope of q [n_tok][n_head][hd] and k [n_tok][n_head_kv][hd] in place, then row r of k and v written
+ * to cache slot slots[r] (as qr_cuda_kv_store), one CTA per token row. */
+template <bool F16>
+static __global__ void rope_kv_store_kernel(float *q, float *k, const float *__restrict__ v, int32_t n_head,
+                                            int32_t n_head_kv, int32_t head_dim, int32_t v_dim,
+                                            const int32_t *__restrict__ pos, const int32_t *__restrict__ slots,
+                                            const cuda_rope_consts c, const float *__restrict__ ff, void *k_cache,
+                                            void *v_cache) {
+    extern __shared__ float cs[];
+    const int r = blockIdx.x;
+    rope_table(cs, pos[r], c, ff);
+    const int half = c.n_rot / 2;
+    float *qr = q + (int64_t)r * n_head * head_dim;
+    for (int p = threadIdx.x; p < n_head * half; p += blockDim.x) {
+        int64_t ia, ib;
+        float ya, yb;
+        rope_pair(qr, p, head_dim, cs, c, &ia, &ib, &ya, &yb);
+    }
+    const int64_t k_dim = (int64_t)n_head_kv * head_dim, s = slots[r];
+    float *kr = k + (int64_t)r * k_dim;
+    const float *vr = v + (int64_t)r * v_dim;
+    /* k: the rotated pairs, then (n_rot < head_dim) the untouched tail of each head */
+    for (int p = threadIdx.x; p < n_head_kv * half; p += blockDim.x) {
+        int64_t ia, ib;
+        float ya, yb;
+        rope_pair(kr, p, head_dim, cs, c, &ia, &ib, &ya, &yb);
+        if (F16) {
+            ((__half *)k_cache)[s * k_dim + ia] = __float2half_rn(ya);
+            ((__half *)k_cache)[s * k_dim + ib] = __float2half_rn(yb);
+        } else {
+            ((float *)k_cache)[s * k_dim + ia] = ya;
+            ((float *)k_cache)[s * k_dim + ib] = yb;
+        }
+    }
+    if (c.n_rot < head_dim) {
+        const int rest = head_dim - c.n_rot;
+        for (int i = threadIdx.x; i < n_head_kv * rest; i += blockDim.x) {
+            const int64_t e = (int64_t)(i / rest) * head_dim + c.n_rot + i % rest;
+            if (F16) ((__half *)k_cache)[s * k_dim + e] = __float2half_rn(kr[e]);
+            else ((float *)k_cache)[s * k_dim + e] = kr[e];
+        }
+    }
+    for (int i = threadIdx.x; i < v_dim; i += blockDim.x) {
+        if (F16) ((__half *)v_cache)[s * v_dim + i] = __float2half_rn(vr[i]);
+        else ((float *)v_cache)[s * v_dim + i] = vr[i];
+    }
+}
+
+extern "C" cudaError_t qr_cuda_rope_kv_store(float *q, float *k, const float *v, int32_t n_tok, int32_t n_head,
+                                            int32_t n_head_kv, int32_t head_dim, int32_t v_dim, const int32_t *pos,
+                                            const int32_t *slots, const cuda_rope_consts *c, const float *freq_factors,
+                                            void *k_cache, void *v_cache, bool f16, cudaStream_t stream) {
+    if (n_tok <= 0) return cudaSuccess;
+    const size_t sm = (size_t)c->n_rot * sizeof(float);
+    if (f16)
+        rope_kv_store_kernel<true><<<(unsigned)n_tok, ROPE_THREADS, sm, stream>>>(
+            q, k, v, n_head, n_head_kv, head_dim, v_dim, pos, slots, *c, freq_factors, k_cache, v_cache);
+    else
+        rope_kv_store_kernel<false><<<(unsigned)n_tok, ROPE_THREADS, sm, stream>>>(
+            q, k, v, n_head, n_head_kv, head_dim, v_dim, pos, slots, *c, freq_factors, k_cache, v_cache);
+    QR_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" cudaError_t qr_cuda_rope(float *x, int32_t n_tok, int32_t n_head, int32_t head_dim, const int32_t *pos,

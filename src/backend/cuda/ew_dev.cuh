@@ -1,0 +1,34 @@
+/* ew_dev.cuh — the elementwise functions as device helpers (elementwise.cu's kernels and the fused
+ * gate/up mat-vec of matmul_q.cu share them, so both give the CPU's values bit for bit).
+ *
+ * GELU follows ggml's f16 table exactly: the input is rounded to f16, GELU is evaluated in f32 with
+ * the CPU's expression order (tanh through double) and the result rounded to f16.
+ */
+#ifndef QR_CUDA_EW_DEV_CUH
+#define QR_CUDA_EW_DEV_CUH
+
+#include "backend/cuda/cuda_dev.cuh"
+
+#define GELU_COEF_A 0.044715f
+#define SQRT_2_OVER_PI 0.79788456080286535587989211986876f
+
+static __device__ __forceinline__ float gelu_f16(float x) {
+    const float h = round_f16(x);
+    const float inner = __fmul_rn(__fmul_rn(SQRT_2_OVER_PI, h), __fadd_rn(1.0f, __fmul_rn(__fmul_rn(GELU_COEF_A, h), h)));
+    const float g = __fmul_rn(__fmul_rn(0.5f, h), __fadd_rn(1.0f, tanh_precise(inner)));
+    return round_f16(g);
+}
+
+template <int K>
+static __device__ __forceinline__ float ew_op(float a, float b, float s) {
+    switch (K) {
+    case CUDA_EW_SWIGLU: return __fmul_rn(__fdiv_rn(a, __fadd_rn(1.0f, ggml_expf(-a))), b); /* the CPU's expression */
+    case CUDA_EW_GEGLU: return a <= -10.0f ? 0.0f : (a >= 10.0f ? __fmul_rn(a, b) : __fmul_rn(gelu_f16(a), b));
+    case CUDA_EW_ADD: return __fadd_rn(a, b);
+    case CUDA_EW_MUL: return __fmul_rn(a, b);
+    case CUDA_EW_SCALE: return __fmul_rn(a, s);
+    default: return __fmul_rn(s, tanh_precise(__fdiv_rn(a, s))); /* CUDA_EW_SOFTCAP */
+    }
+}
+
+#endif /* QR_CUDA_EW_DEV_CUH */
