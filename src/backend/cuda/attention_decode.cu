@@ -71,6 +71,7 @@ static __global__ void __launch_bounds__(DEC_THREADS)
     constexpr int CB = NC < 8 ? NC : 8; /* chunks in flight */
     __shared__ __align__(16) float q_s[G * D];
     __shared__ float st_s[2][DEC_WARPS][G];
+    pdl_enter();
     const dec_geom g = dec_geometry<G>(a, n_gtiles);
     for (int i = threadIdx.x; i < G * D; i += DEC_THREADS) {
         const int gi = i / D, d = i % D;
@@ -175,6 +176,7 @@ static __global__ void __launch_bounds__(DEC_THREADS)
     __shared__ int32_t slot_s[DEC_WARPS][32];
     __shared__ float acc_s[DEC_WARPS][G][D];
     __shared__ int last_s;
+    pdl_enter();
     const dec_geom g = dec_geometry<G>(a, n_gtiles);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ns = a.n_splits;
     for (int gi = warp; gi < g.gn; gi += DEC_WARPS) { /* merge the stats of every split: lanes over splits */
@@ -268,12 +270,14 @@ static __global__ void __launch_bounds__(DEC_THREADS)
 
 template <int D, int G>
 static cudaError_t launch_dec(const cuda_attn_args *a, float *scores, int32_t sstride, unsigned int *counters,
-                              cudaStream_t stream) {
+                              bool pdl, cudaStream_t stream) {
     const int group = a->n_head / a->n_head_kv, n_gtiles = (group + G - 1) / G;
     const dim3 grid((unsigned)((int64_t)a->n_tok * a->n_head_kv * n_gtiles), (unsigned)a->n_splits);
-    attn_dec_scores<D, G><<<grid, DEC_THREADS, 0, stream>>>(*a, n_gtiles, scores, sstride);
-    attn_dec_values<D, G><<<grid, DEC_THREADS, 0, stream>>>(*a, n_gtiles, scores, sstride, counters);
-    QR_CUDA_CHECK_LAUNCH();
+    const cudaError_t e = launch_k(attn_dec_scores<D, G>, grid, dim3(DEC_THREADS), 0, stream, pdl, *a, n_gtiles, scores,
+                                   sstride);
+    if (e != cudaSuccess) return e;
+    return launch_k(attn_dec_values<D, G>, grid, dim3(DEC_THREADS), 0, stream, pdl, *a, n_gtiles,
+                    (const float *)scores, sstride, counters);
 }
 
 extern "C" int64_t qr_cuda_attn_decode_tiles(const cuda_attn_args *a) {
@@ -286,10 +290,10 @@ extern "C" bool qr_cuda_attn_decode_supported(const cuda_attn_args *a) {
 }
 
 extern "C" cudaError_t qr_cuda_attention_decode(const cuda_attn_args *a, float *scores, int32_t score_stride,
-                                                unsigned int *counters, cudaStream_t stream) {
+                                                unsigned int *counters, bool pdl, cudaStream_t stream) {
     if (a->n_tok <= 0) return cudaSuccess;
     if (!qr_cuda_attn_decode_supported(a)) return cudaErrorInvalidValue;
-    if (a->dk == 64) return launch_dec<64, 8>(a, scores, score_stride, counters, stream);
-    if (a->dk == 128) return launch_dec<128, 8>(a, scores, score_stride, counters, stream);
-    return launch_dec<256, 4>(a, scores, score_stride, counters, stream);
+    if (a->dk == 64) return launch_dec<64, 8>(a, scores, score_stride, counters, pdl, stream);
+    if (a->dk == 128) return launch_dec<128, 8>(a, scores, score_stride, counters, pdl, stream);
+    return launch_dec<256, 4>(a, scores, score_stride, counters, pdl, stream);
 }

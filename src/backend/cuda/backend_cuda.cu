@@ -624,6 +624,9 @@ typedef struct act_ptrs {
     const void *h;
 } act_ptrs;
 
+/* Programmatic dependent launch for the decode-path kernels (sm_90+, tune.pdl). */
+static bool use_pdl(const cuda_backend *cb) { return cb->has_pdl && cb->tune.pdl != 0; }
+
 /* Points a at the act scratch for n_rows x k activations of `kind` (growing it). */
 static bool act_scratch(cuda_backend *cb, int kind, const float *x, int64_t n_rows, int64_t k, act_ptrs *a) {
     const act_layout L = act_layout_of(n_rows, k);
@@ -650,7 +653,8 @@ static bool act_prepare(cuda_backend *cb, qr_type type, const float *x, int64_t 
     cb->act_valid = false;
     if (reuse) return true;
     cudaError_t e = cudaSuccess;
-    if (kind <= 1) e = qr_cuda_quantize_act(x, (int32_t)n_rows, (int32_t)k, kind, a->q, a->d, a->s, a->g, cb->stream);
+    if (kind <= 1) e = qr_cuda_quantize_act(x, (int32_t)n_rows, (int32_t)k, kind, a->q, a->d, a->s, a->g, use_pdl(cb),
+                                                cb->stream);
     else if (kind <= 3) e = qr_cuda_to_half(x, n_rows * k, (void *)a->h, kind == 3, cb->stream);
     return cuda_ok(cb, e, "matmul (activations)");
 }
@@ -691,7 +695,6 @@ static int32_t mmv_wpr(const cuda_backend *cb, int64_t n) {
     return n >= 4096 ? 1 : (n >= 2048 ? 2 : 4);
 }
 
-static bool use_pdl(const cuda_backend *cb) { return cb->has_pdl && cb->tune.pdl != 0; }
 
 static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y) {
     cuda_backend *cb = CB(be);
@@ -831,7 +834,7 @@ static void cuda_add_rmsnorm(qr_backend *be, float *x, const float *b, const qr_
             kind = nk;
         }
     }
-    if (!cuda_ok(cb, qr_cuda_add_rmsnorm(x, b, wp, n_rows, dim, eps, y, kind, a.q, a.d, a.s, a.g, cb->stream),
+    if (!cuda_ok(cb, qr_cuda_add_rmsnorm(x, b, wp, n_rows, dim, eps, y, kind, a.q, a.d, a.s, a.g, use_pdl(cb), cb->stream),
                  "add_rmsnorm"))
         return;
     cb->act_valid = false;
@@ -938,7 +941,8 @@ static void cuda_rope_kv_store(qr_backend *be, float *q, float *k, const float *
     cuda_ok(cb,
             qr_cuda_rope_kv_store(q, k, v, cb->n_tokens, n_head, n_head_kv, head_dim, d->v_dim, cb->d_pos,
                                   cb->d_kv_slot, &c, ff, kv->k + (size_t)layer * kv->k_layer,
-                                  kv->v + (size_t)layer * kv->v_layer, d->type == QR_TYPE_F16, cb->stream),
+                                  kv->v + (size_t)layer * kv->v_layer, d->type == QR_TYPE_F16, use_pdl(cb),
+                                  cb->stream),
             "rope_kv_store");
 }
 
@@ -1042,6 +1046,9 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
         ns = (4 * cb->n_sm + base - 1) / base;
         const int64_t by_len = (max_span + 31) / 32;
         if (ns > by_len && !cb->graph_mode) ns = by_len;
+        /* a graph serves every length the block table can address: at least 64 keys per split there */
+        const int64_t by_cap = ((int64_t)cb->max_blocks * d->block_size + 63) / 64;
+        if (ns > by_cap && cb->graph_mode) ns = by_cap;
     }
     /* a graph replays one split count at every length: empty splits are harmless (max -inf, sum 0) */
     if (ns > max_span && !cb->graph_mode) ns = max_span;
@@ -1085,7 +1092,7 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
                 return;
             cb->attn_cnt_cap = cap;
         }
-        cuda_ok(cb, qr_cuda_attention_decode(&a, scores, (int32_t)score_stride, cb->attn_cnt, cb->stream),
+        cuda_ok(cb, qr_cuda_attention_decode(&a, scores, (int32_t)score_stride, cb->attn_cnt, use_pdl(cb), cb->stream),
                 "attention (decode)");
         return;
     }

@@ -119,6 +119,34 @@ static __device__ __forceinline__ void pdl_launch_dependents(void) {
 #endif
 }
 
+/* Top of every kernel on the decode path: waits for the kernel before it (when launched with PDL),
+ * then lets the next one start launching. Every thread calls it before touching global memory, so
+ * the chain of waits orders each kernel after all earlier ones. */
+static __device__ __forceinline__ void pdl_enter(void) {
+    pdl_wait();
+    pdl_launch_dependents();
+}
+
+#ifdef __CUDACC__
+/* Launches kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization
+ * when pdl (sm_90+: the kernel may start during the previous one's tail; it must pdl_wait first). */
+template <typename... KArgs, typename... Args>
+static cudaError_t launch_k(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                            Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+#endif
+
 /* The CPU backend's expf (cpu/cpu.h cpu_expf, ggml's SIMD exp polynomial), operation for operation,
  * so that softmax weights match the oracle's before they are rounded to f16. */
 static __device__ __forceinline__ float ggml_expf(float x) {

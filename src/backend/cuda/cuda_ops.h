@@ -75,7 +75,7 @@ cudaError_t qr_cuda_dequant_f16(const cuda_wview *w, int64_t r0, int64_t r1, voi
 /* Quantizes x[nr][k] (f32) into q/d/s/g (Q8_0 rule per 32 values when kind == 0, Q8_K rule per 256 when
  * kind == 1). The output pointers are the members of a cuda_xview (cast away const by the caller). */
 cudaError_t qr_cuda_quantize_act(const float *x, int32_t nr, int32_t k, int kind, int8_t *q, float *d, float *s,
-                                 int16_t *g, cudaStream_t stream);
+                                 int16_t *g, bool pdl, cudaStream_t stream);
 /* n floats (a multiple of the block) quantized as the CPU quantizes activations (kind 0: Q8_0 rule per 32,
  * 1: Q8_K per 256), then written as f16 (code x scale): the prefill GEMM's activations for quantized
  * weights, so that it sees the values the CPU's integer dot products see. */
@@ -104,7 +104,8 @@ cudaError_t qr_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int6
 /* x[r] += b[r] (when b), then y = rmsnorm(x) * w as qr_cuda_rmsnorm; with qkind 0/1 (qr_cuda_act_kind)
  * also quantizes y into q/d/s/g as qr_cuda_quantize_act would (dim a multiple of the block). */
 cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, const float *w, int64_t n_rows, int64_t dim, float eps,
-                                float *y, int qkind, int8_t *q, float *d, float *s, int16_t *g, cudaStream_t stream);
+                                float *y, int qkind, int8_t *q, float *d, float *s, int16_t *g, bool pdl,
+                                cudaStream_t stream);
 cudaError_t qr_cuda_layernorm(const float *x, const float *w, const float *b, int64_t n_rows, int64_t dim, float eps,
                               float *y, cudaStream_t stream);
 cudaError_t qr_cuda_softmax(const float *x, int64_t n_rows, int64_t dim, float *y, cudaStream_t stream);
@@ -127,7 +128,7 @@ cudaError_t qr_cuda_rope(float *x, int32_t n_tok, int32_t n_head, int32_t head_d
 cudaError_t qr_cuda_rope_kv_store(float *q, float *k, const float *v, int32_t n_tok, int32_t n_head, int32_t n_head_kv,
                                   int32_t head_dim, int32_t v_dim, const int32_t *pos, const int32_t *slots,
                                   const cuda_rope_consts *c, const float *freq_factors, void *k_cache, void *v_cache,
-                                  bool f16, cudaStream_t stream);
+                                  bool f16, bool pdl, cudaStream_t stream);
 
 /* ---- attention.cu ---- */
 typedef struct cuda_attn_args {
@@ -159,7 +160,7 @@ bool qr_cuda_attn_decode_supported(const cuda_attn_args *a);
 /* counters: [qr_cuda_attn_decode_tiles(a)] zeroed once (each launch leaves them zero again): the
  * last split of a tile combines the partial outputs when n_splits > 1. */
 cudaError_t qr_cuda_attention_decode(const cuda_attn_args *a, float *scores, int32_t score_stride,
-                                     unsigned int *counters, cudaStream_t stream);
+                                     unsigned int *counters, bool pdl, cudaStream_t stream);
 int64_t qr_cuda_attn_decode_tiles(const cuda_attn_args *a);
 /* Writes row r of k/v ([n_tok][k_dim], [n_tok][v_dim]) into cache slot slots[r] (f16 or f32 cache). */
 cudaError_t qr_cuda_kv_store(const float *k, const float *v, int32_t n_tok, int32_t k_dim, int32_t v_dim,

@@ -35,31 +35,30 @@ template <class T, int NR> struct mmv_unroll {
 static __global__ void quantize_q8_32_kernel(const float *__restrict__ x, int64_t n_blocks, int8_t *__restrict__ q,
                                              float *__restrict__ d_out, float *__restrict__ s_out,
                                              int16_t *__restrict__ g_out) {
+    pdl_enter();
     const int64_t blk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (blk >= n_blocks) return;
-    pdl_launch_dependents();
     act_quant_block32(x, blk, threadIdx.x & 31, q, d_out, s_out, g_out);
 }
 
 /* One warp per 256 values. */
 static __global__ void quantize_q8_K_kernel(const float *__restrict__ x, int64_t n_blocks, int8_t *__restrict__ q,
                                             float *__restrict__ d_out, int16_t *__restrict__ g_out) {
+    pdl_enter();
     const int64_t blk = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    pdl_launch_dependents();
     if (blk >= n_blocks) return;
     act_quant_block256(x, blk, threadIdx.x & 31, q, d_out, g_out);
 }
 
 extern "C" cudaError_t qr_cuda_quantize_act(const float *x, int32_t nr, int32_t k, int kind, int8_t *q, float *d,
-                                            float *s, int16_t *g, cudaStream_t stream) {
+                                            float *s, int16_t *g, bool pdl, cudaStream_t stream) {
     const int bs = kind == 0 ? 32 : 256;
     const int64_t n_blocks = (int64_t)nr * (k / bs);
     if (n_blocks <= 0) return cudaSuccess;
     const int threads = 256;
     const unsigned grid = (unsigned)((n_blocks * 32 + threads - 1) / threads);
-    if (kind == 0) quantize_q8_32_kernel<<<grid, threads, 0, stream>>>(x, n_blocks, q, d, s, g);
-    else quantize_q8_K_kernel<<<grid, threads, 0, stream>>>(x, n_blocks, q, d, g);
-    QR_CUDA_CHECK_LAUNCH();
+    if (kind == 0) return launch_k(quantize_q8_32_kernel, dim3(grid), dim3(threads), 0, stream, pdl, x, n_blocks, q, d, s, g);
+    return launch_k(quantize_q8_K_kernel, dim3(grid), dim3(threads), 0, stream, pdl, x, n_blocks, q, d, g);
 }
 
 /* ---- the prefill GEMM's activations: quantized as the CPU does, then as f16 ---- */
@@ -106,6 +105,7 @@ template <class T, int NR>
 static __device__ __forceinline__ void matvec_row_part(const cuda_wview &w, const cuda_xview &x, int64_t row, int part,
                                                        int wpr, int lane, float *acc) {
     constexpr int U = mmv_unroll<T, NR>::U;
+    pdl_launch_dependents(); /* the next kernel waits for this whole grid anyway: let it launch */
 #pragma unroll
     for (int t = 0; t < NR; t++) acc[t] = 0.0f;
     bool waited = false;

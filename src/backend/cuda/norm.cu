@@ -21,6 +21,7 @@ static int norm_threads(int64_t dim) {
 template <bool ADD, int QK>
 static __global__ void rmsnorm_kernel(float *x, const float *__restrict__ b, const float *__restrict__ w, int64_t dim,
                                       float eps, float *y, int8_t *q, float *qd, float *qs, int16_t *qg) {
+    pdl_enter();
     __shared__ double sh[32];
     float *xr = x + (int64_t)blockIdx.x * dim;
     float *yr = y + (int64_t)blockIdx.x * dim;
@@ -177,12 +178,12 @@ extern "C" cudaError_t qr_cuda_rmsnorm(const float *x, const float *w, int64_t n
 
 extern "C" cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, const float *w, int64_t n_rows, int64_t dim,
                                            float eps, float *y, int qkind, int8_t *q, float *d, float *s, int16_t *g,
-                                           cudaStream_t stream) {
+                                           bool pdl, cudaStream_t stream) {
     if (n_rows <= 0 || dim <= 0) return cudaSuccess;
     if (qkind > 1 || (qkind >= 0 && dim % (qkind == 0 ? 32 : 256))) return cudaErrorInvalidValue;
     const unsigned grid = (unsigned)n_rows;
     const int th = norm_threads(dim);
-#define L(A, K) rmsnorm_kernel<A, K><<<grid, th, 0, stream>>>(x, b, w, dim, eps, y, q, d, s, g)
+#define L(A, K) return launch_k(rmsnorm_kernel<A, K>, dim3(grid), dim3(th), 0, stream, pdl, x, b, w, dim, eps, y, q, d, s, g)
     if (b) {
         if (qkind == 0) L(true, 0);
         else if (qkind == 1) L(true, 1);
@@ -193,7 +194,6 @@ extern "C" cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, const float
         else L(false, -1);
     }
 #undef L
-    QR_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" cudaError_t qr_cuda_layernorm(const float *x, const float *w, const float *b, int64_t n_rows, int64_t dim,

@@ -75,6 +75,7 @@ static __global__ void rope_kv_store_kernel(float *q, float *k, const float *__r
                                             const cuda_rope_consts c, const float *__restrict__ ff, void *k_cache,
                                             void *v_cache) {
     extern __shared__ float cs[];
+    pdl_enter();
     const int r = blockIdx.x;
     rope_table(cs, pos[r], c, ff);
     const int half = c.n_rot / 2;
@@ -117,16 +118,12 @@ static __global__ void rope_kv_store_kernel(float *q, float *k, const float *__r
 extern "C" cudaError_t qr_cuda_rope_kv_store(float *q, float *k, const float *v, int32_t n_tok, int32_t n_head,
                                             int32_t n_head_kv, int32_t head_dim, int32_t v_dim, const int32_t *pos,
                                             const int32_t *slots, const cuda_rope_consts *c, const float *freq_factors,
-                                            void *k_cache, void *v_cache, bool f16, cudaStream_t stream) {
+                                            void *k_cache, void *v_cache, bool f16, bool pdl, cudaStream_t stream) {
     if (n_tok <= 0) return cudaSuccess;
     const size_t sm = (size_t)c->n_rot * sizeof(float);
-    if (f16)
-        rope_kv_store_kernel<true><<<(unsigned)n_tok, ROPE_THREADS, sm, stream>>>(
-            q, k, v, n_head, n_head_kv, head_dim, v_dim, pos, slots, *c, freq_factors, k_cache, v_cache);
-    else
-        rope_kv_store_kernel<false><<<(unsigned)n_tok, ROPE_THREADS, sm, stream>>>(
-            q, k, v, n_head, n_head_kv, head_dim, v_dim, pos, slots, *c, freq_factors, k_cache, v_cache);
-    QR_CUDA_CHECK_LAUNCH();
+    return launch_k(f16 ? rope_kv_store_kernel<true> : rope_kv_store_kernel<false>, dim3((unsigned)n_tok),
+                    dim3(ROPE_THREADS), sm, stream, pdl, q, k, v, n_head, n_head_kv, head_dim, v_dim, pos, slots, *c,
+                    freq_factors, k_cache, v_cache);
 }
 
 extern "C" cudaError_t qr_cuda_rope(float *x, int32_t n_tok, int32_t n_head, int32_t head_dim, const int32_t *pos,
