@@ -11,6 +11,7 @@
  *   values kernel: same grid; merges the splits' stats (final max M, 1 / sum), turns each stored
  *                  score into p = f16(exp(s - M) / L) (the CPU's exp polynomial), and accumulates
  *                  p * V with a warp reading whole V rows (lane: D / 32 dims), 8 rows in flight;
+ *   fused:         with one split (short contexts), one kernel runs both passes;
  *   combine:       with n_splits > 1, the last CTA of each (row, kv head, head tile) to finish its
  *                  values (an atomic counter per tile, reset by that CTA for the next launch or graph
  *                  replay) sums the splits' partial outputs: no third kernel.
@@ -65,13 +66,11 @@ static __device__ __forceinline__ int64_t dec_slot(const dec_geom &g, const cuda
 /* Pass 1: scores[(r * n_head + h) * sstride + (p - first)] for every key of the split, and the
  * split's (max, exp-sum) per head in a.stats. */
 template <int D, int G>
-static __global__ void __launch_bounds__(DEC_THREADS)
-    attn_dec_scores(const cuda_attn_args a, int n_gtiles, float *__restrict__ scores, int32_t sstride) {
+static __device__ __forceinline__ void dec_scores(const cuda_attn_args &a, int n_gtiles, float *scores, int32_t sstride) {
     constexpr int NC = D / 8; /* 16-byte chunks of a K row */
     constexpr int CB = NC < 8 ? NC : 8; /* chunks in flight */
     __shared__ __align__(16) float q_s[G * D];
     __shared__ float st_s[2][DEC_WARPS][G];
-    pdl_enter();
     const dec_geom g = dec_geometry<G>(a, n_gtiles);
     for (int i = threadIdx.x; i < G * D; i += DEC_THREADS) {
         const int gi = i / D, d = i % D;
@@ -166,9 +165,8 @@ static __device__ __forceinline__ void load_v(const __half *row, int d0, float (
 
 /* Pass 2: out (n_splits == 1) or this split's partial output = sum over its keys of p * v. */
 template <int D, int G>
-static __global__ void __launch_bounds__(DEC_THREADS)
-    attn_dec_values(const cuda_attn_args a, int n_gtiles, const float *__restrict__ scores, int32_t sstride,
-                    unsigned int *__restrict__ counters) {
+static __device__ __forceinline__ void dec_values(const cuda_attn_args &a, int n_gtiles, const float *scores,
+                                                  int32_t sstride, unsigned int *counters) {
     constexpr int DPL = D / 32; /* dims per lane */
     constexpr int VB = 8;       /* V rows in flight */
     __shared__ float mi_s[2][G];
@@ -176,16 +174,17 @@ static __global__ void __launch_bounds__(DEC_THREADS)
     __shared__ int32_t slot_s[DEC_WARPS][32];
     __shared__ float acc_s[DEC_WARPS][G][D];
     __shared__ int last_s;
-    pdl_enter();
     const dec_geom g = dec_geometry<G>(a, n_gtiles);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ns = a.n_splits;
     for (int gi = warp; gi < g.gn; gi += DEC_WARPS) { /* merge the stats of every split: lanes over splits */
         const float *st = a.stats + (g.rh0 + gi) * ns * 2;
         float M = -INFINITY, L = 0.0f;
-        for (int s2 = lane; s2 < ns; s2 += 32) M = fmaxf(M, st[2 * s2]);
+        for (int s2 = lane; s2 < ns; s2 += 32) M = fmaxf(M, __ldcg(st + 2 * s2));
         M = warp_max(M);
-        for (int s2 = lane; s2 < ns; s2 += 32)
-            if (st[2 * s2 + 1] > 0.0f) L += st[2 * s2 + 1] * __expf(st[2 * s2] - M);
+        for (int s2 = lane; s2 < ns; s2 += 32) {
+            const float l2 = __ldcg(st + 2 * s2 + 1);
+            if (l2 > 0.0f) L += l2 * __expf(__ldcg(st + 2 * s2) - M);
+        }
         L = warp_sum(L);
         if (a.sinks) { /* the sink is one more score with no value (as attention.cu) */
             const float sk = a.sinks[g.h0 + gi], M2 = fmaxf(M, sk);
@@ -210,7 +209,7 @@ static __global__ void __launch_bounds__(DEC_THREADS)
         for (int gi = 0; gi < G; gi++) {
             float pr = 0.0f;
             if (gi < g.gn && valid)
-                pr = round_f16(__fmul_rn(ggml_expf(scores[(g.rh0 + gi) * sstride + (p - g.first)] - mi_s[0][gi]),
+                pr = round_f16(__fmul_rn(ggml_expf(__ldcg(scores + (g.rh0 + gi) * sstride + (p - g.first)) - mi_s[0][gi]),
                                          mi_s[1][gi]));
             p_s[warp][gi][lane] = pr;
         }
@@ -269,10 +268,38 @@ static __global__ void __launch_bounds__(DEC_THREADS)
 }
 
 template <int D, int G>
+static __global__ void __launch_bounds__(DEC_THREADS)
+    attn_dec_scores(const cuda_attn_args a, int n_gtiles, float *scores, int32_t sstride) {
+    pdl_enter();
+    dec_scores<D, G>(a, n_gtiles, scores, sstride);
+}
+
+template <int D, int G>
+static __global__ void __launch_bounds__(DEC_THREADS)
+    attn_dec_values(const cuda_attn_args a, int n_gtiles, const float *scores, int32_t sstride, unsigned int *counters) {
+    pdl_enter();
+    dec_values<D, G>(a, n_gtiles, scores, sstride, counters);
+}
+
+/* One split (short contexts): both passes in one CTA, the scores and stats it wrote read back after a
+ * barrier (coherent loads), so one launch instead of two. */
+template <int D, int G>
+static __global__ void __launch_bounds__(DEC_THREADS)
+    attn_dec_fused(const cuda_attn_args a, int n_gtiles, float *scores, int32_t sstride, unsigned int *counters) {
+    pdl_enter();
+    dec_scores<D, G>(a, n_gtiles, scores, sstride);
+    __syncthreads();
+    dec_values<D, G>(a, n_gtiles, scores, sstride, counters);
+}
+
+template <int D, int G>
 static cudaError_t launch_dec(const cuda_attn_args *a, float *scores, int32_t sstride, unsigned int *counters,
                               bool pdl, cudaStream_t stream) {
     const int group = a->n_head / a->n_head_kv, n_gtiles = (group + G - 1) / G;
     const dim3 grid((unsigned)((int64_t)a->n_tok * a->n_head_kv * n_gtiles), (unsigned)a->n_splits);
+    if (a->n_splits == 1)
+        return launch_k(attn_dec_fused<D, G>, grid, dim3(DEC_THREADS), 0, stream, pdl, *a, n_gtiles, scores, sstride,
+                        counters);
     const cudaError_t e = launch_k(attn_dec_scores<D, G>, grid, dim3(DEC_THREADS), 0, stream, pdl, *a, n_gtiles, scores,
                                    sstride);
     if (e != cudaSuccess) return e;

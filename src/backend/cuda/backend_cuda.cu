@@ -1046,8 +1046,10 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
         ns = (4 * cb->n_sm + base - 1) / base;
         const int64_t by_len = (max_span + 31) / 32;
         if (ns > by_len && !cb->graph_mode) ns = by_len;
-        /* a graph serves every length the block table can address: at least 64 keys per split there */
-        const int64_t by_cap = ((int64_t)cb->max_blocks * d->block_size + 63) / 64;
+        if (max_span <= 256 && !cb->graph_mode) ns = 1; /* one CTA per tile: the fused kernel */
+        /* a graph serves every length the block table can address: one split (the fused single-kernel
+         * flash-decoding) while that is <= 1024 keys, else at least 64 keys per split */
+        const int64_t cap = (int64_t)cb->max_blocks * d->block_size, by_cap = cap <= 1024 ? 1 : (cap + 63) / 64;
         if (ns > by_cap && cb->graph_mode) ns = by_cap;
     }
     /* a graph replays one split count at every length: empty splits are harmless (max -inf, sum 0) */
