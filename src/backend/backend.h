@@ -116,6 +116,8 @@ typedef struct qr_attn_params {
                         * BERT); false (zero value): causal, positions <= pos[r] */
     const qr_weight *sinks; /* F32 [n_head] attention sinks (gpt-oss): head h's softmax also counts exp(sinks[h])
                              * in its denominator (a virtual key with no value); NULL (zero value) = none */
+    const qr_weight *next;  /* hint: the weight that multiplies the output next (the attention output
+                             * projection), so the backend may prepare its activations; NULL = none */
 } qr_attn_params;
 
 /* ---- MoE and Mamba2 (SSM) op parameters ---- */

@@ -80,6 +80,7 @@ void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
         .scale = q_scale != 1.0f ? 1.0f : hp->attn_scale,
         .softcap = hp->attn_softcap,
         .window = l->swa ? hp->n_swa : 0,
+        .next = &l->attn_out,
     };
     be->ops->attention(be, f->kv, il, f->q, &ap, f->att);
     be->ops->matmul(be, &l->attn_out, f->att, n, f->xb2);

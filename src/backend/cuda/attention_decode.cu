@@ -17,7 +17,7 @@
  *                  replay) sums the splits' partial outputs: no third kernel.
  * The old kernel recomputed q . k in its second pass and loaded K/V a few elements per lane.
  */
-#include "backend/cuda/cuda_dev.cuh"
+#include "backend/cuda/act_quant.cuh"
 
 #include <stdint.h>
 
@@ -290,6 +290,17 @@ static __global__ void __launch_bounds__(DEC_THREADS)
     dec_scores<D, G>(a, n_gtiles, scores, sstride);
     __syncthreads();
     dec_values<D, G>(a, n_gtiles, scores, sstride, counters);
+    if (a.q8_kind < 0) return;
+    /* the tile's output (gn heads x D, contiguous, block-aligned: checked by the host) quantized for
+     * the output projection, one warp per block */
+    __syncthreads();
+    const dec_geom g = dec_geometry<G>(a, n_gtiles);
+    const int bs = a.q8_kind == 0 ? 32 : 256, lane = threadIdx.x & 31;
+    const int64_t b0 = g.rh0 * D / bs, nb = (int64_t)g.gn * D / bs;
+    for (int64_t j = threadIdx.x >> 5; j < nb; j += DEC_WARPS) {
+        if (a.q8_kind == 0) act_quant_block32(a.out, b0 + j, lane, a.q8, a.q8d, a.q8s, a.q8g);
+        else act_quant_block256(a.out, b0 + j, lane, a.q8, a.q8d, a.q8g);
+    }
 }
 
 template <int D, int G>

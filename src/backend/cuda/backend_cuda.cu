@@ -1027,6 +1027,10 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
     a.window = p->window;
     a.out = out;
     a.sinks = NULL;
+    a.q8_kind = -1;
+    a.q8 = NULL;
+    a.q8d = a.q8s = NULL;
+    a.q8g = NULL;
     if (p->sinks) {
         const cuda_weight *sw = prepared(cb, p->sinks, "attention sinks");
         if (!sw) return;
@@ -1094,8 +1098,27 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
                 return;
             cb->attn_cnt_cap = cap;
         }
-        cuda_ok(cb, qr_cuda_attention_decode(&a, scores, (int32_t)score_stride, cb->attn_cnt, use_pdl(cb), cb->stream),
-                "attention (decode)");
+        /* one split: the fused kernel can also quantize its output for the output projection (p->next) */
+        const int gq = group < gmax ? group : gmax;
+        const int64_t width = (int64_t)a.n_head * a.dv;
+        act_ptrs q8 = {};
+        if (ns == 1 && p->next && p->next->device && cb->tune.fuse && cb->tune.act_reuse &&
+            a.n_tok <= cb->tune.mmvq_max_rows && group % gq == 0) {
+            const cuda_weight *cn = prepared(cb, p->next, "attention");
+            if (!cn) return;
+            const int nk = qr_cuda_act_kind((qr_type)cn->v.type), bs = nk == 0 ? 32 : 256;
+            if (nk <= 1 && cn->v.nb > 0 && cn->v.k == width && ((int64_t)gq * a.dv) % bs == 0 &&
+                ((int64_t)group * a.dv) % bs == 0 && act_scratch(cb, nk, out, a.n_tok, width, &q8)) {
+                a.q8_kind = nk;
+                a.q8 = q8.q, a.q8d = q8.d, a.q8s = q8.s, a.q8g = q8.g;
+            }
+        }
+        if (!cuda_ok(cb, qr_cuda_attention_decode(&a, scores, (int32_t)score_stride, cb->attn_cnt, use_pdl(cb),
+                                                  cb->stream),
+                     "attention (decode)"))
+            return;
+        cb->act_valid = false;
+        if (a.q8_kind >= 0) act_mark(cb, out, a.n_tok, width, a.q8_kind);
         return;
     }
     cuda_ok(cb, qr_cuda_attention(&a, cb->stream), "attention");

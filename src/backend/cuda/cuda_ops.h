@@ -149,6 +149,11 @@ typedef struct cuda_attn_args {
     float *out;                 /* [n_tok][n_head * dv] */
     const float *sinks;         /* [n_head] device attention sinks (gpt-oss): exp(sink) joins each head's
                                  * softmax denominator; NULL = none */
+    int32_t q8_kind;            /* flash-decoding with one split: also quantize out for the next mat-vec
+                                 * (0: Q8_0 rule per 32, 1: Q8_K per 256, as qr_cuda_quantize_act); -1 = no */
+    int8_t *q8;                 /* [n_tok][n_head * dv] codes, with q8d / q8s / q8g: the act scratch */
+    float *q8d, *q8s;
+    int16_t *q8g;
 } cuda_attn_args;
 /* Largest head size the attention kernel takes. */
 #define QR_CUDA_MAX_HEAD_DIM 512
