@@ -301,31 +301,37 @@ static void test_prefix_cache_hit(void **state) {
  * recomputed later, and both still produce the reference tokens. */
 static void test_preemption(void **state) {
     (void)state;
-    qr_context *ctx;
-    qr_scheduler *s = make_sched(128, 2, 16, 256, &ctx);
-    int32_t p1[40], p2[40];
-    make_prompt(p1, 40, 21);
-    make_prompt(p2, 40, 22);
-    result a, b;
-    result_init(&a);
-    result_init(&b);
-    submit(s, p1, 40, 40, &a);
-    submit(s, p2, 40, 40, &b);
-    result_wait(&a);
-    result_wait(&b);
-    int32_t ref[MAX_GEN];
-    reference(p1, 40, 40, ref);
-    assert_int_equal(a.n, 40);
-    assert_memory_equal(a.tokens, ref, sizeof(int32_t) * 40);
-    reference(p2, 40, 40, ref);
-    assert_int_equal(b.n, 40);
-    assert_memory_equal(b.tokens, ref, sizeof(int32_t) * 40);
-    qr_sched_stats st;
-    qr_sched_get_stats(s, &st);
-    assert_true(st.preemptions >= 1);
-    assert_int_equal(st.kv_blocks_used, 0);
-    qr_sched_free(s);
-    qr_context_free(ctx);
+    /* Preemption needs both requests in flight at once; on a loaded machine the first can finish
+     * before the second is admitted, so the scenario runs up to 5 times (tokens checked every time). */
+    uint64_t preemptions = 0;
+    for (int attempt = 0; attempt < 5 && preemptions == 0; attempt++) {
+        qr_context *ctx;
+        qr_scheduler *s = make_sched(128, 2, 16, 256, &ctx);
+        int32_t p1[40], p2[40];
+        make_prompt(p1, 40, 21);
+        make_prompt(p2, 40, 22);
+        result a, b;
+        result_init(&a);
+        result_init(&b);
+        submit(s, p1, 40, 40, &a);
+        submit(s, p2, 40, 40, &b);
+        result_wait(&a);
+        result_wait(&b);
+        int32_t ref[MAX_GEN];
+        reference(p1, 40, 40, ref);
+        assert_int_equal(a.n, 40);
+        assert_memory_equal(a.tokens, ref, sizeof(int32_t) * 40);
+        reference(p2, 40, 40, ref);
+        assert_int_equal(b.n, 40);
+        assert_memory_equal(b.tokens, ref, sizeof(int32_t) * 40);
+        qr_sched_stats st;
+        qr_sched_get_stats(s, &st);
+        preemptions = st.preemptions;
+        assert_int_equal(st.kv_blocks_used, 0);
+        qr_sched_free(s);
+        qr_context_free(ctx);
+    }
+    assert_true(preemptions >= 1);
 }
 
 int main(void) {

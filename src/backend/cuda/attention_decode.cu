@@ -95,7 +95,7 @@ static __device__ __forceinline__ void dec_scores(const cuda_attn_args &a, int n
         for (int c0 = 0; c0 < NC; c0 += CB) {
             uint4 kv[CB];
 #pragma unroll
-            for (int c = 0; c < CB; c++) kv[c] = valid ? __ldg(krow + c0 + c) : make_uint4(0, 0, 0, 0);
+            for (int c = 0; c < CB; c++) kv[c] = valid ? krow[c0 + c] : make_uint4(0, 0, 0, 0); /* coherent: the new key was just stored */
 #pragma unroll
             for (int c = 0; c < CB; c++) {
                 const __half2 *h2 = (const __half2 *)&kv[c];
@@ -146,14 +146,14 @@ static __device__ __forceinline__ void dec_scores(const cuda_attn_args &a, int n
 template <int DPL>
 static __device__ __forceinline__ void load_v(const __half *row, int d0, float (&v)[DPL]) {
     if constexpr (DPL == 2) {
-        const float2 f = __half22float2(__ldg((const __half2 *)(row + d0)));
+        const float2 f = __half22float2(*(const __half2 *)(row + d0));
         v[0] = f.x, v[1] = f.y;
     } else if constexpr (DPL == 4) {
-        const uint2 u = __ldg((const uint2 *)(row + d0));
+        const uint2 u = *(const uint2 *)(row + d0);
         const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
         v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
     } else {
-        const uint4 u = __ldg((const uint4 *)(row + d0));
+        const uint4 u = *(const uint4 *)(row + d0); /* coherent loads (PDL: see quant_dev.cuh) */
         const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
         for (int j = 0; j < 4; j++) {

@@ -1546,6 +1546,8 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
     cb->tune.gemm_q8_act = 1;
     const char *qenv = getenv("QUARREL_CUDA_GEMM_Q8");
     if (qenv && strcmp(qenv, "0") == 0) cb->tune.gemm_q8_act = 0;
+    const char *penv = getenv("QUARREL_CUDA_PDL");
+    if (penv && strcmp(penv, "0") == 0) cb->tune.pdl = 0;
     const char *fenv = getenv("QUARREL_CUDA_FUSE");
     if (fenv && strcmp(fenv, "0") == 0) cb->tune.fuse = 0;
     cb->tune.attn_kernel = 0;

@@ -19,24 +19,30 @@
 
 #define M4 0x0F0F0F0Fu
 
+/* Activation loads are plain (coherent) loads, never the read-only path (ld.global.nc): the
+ * activations are written by the kernel just before, which under programmatic dependent launch is
+ * still running when this kernel starts, and the compiler may move read-only loads above the
+ * griddepcontrol.wait (measured: F32 decode, whose mat-vec reads the previous kernel's output
+ * directly, went wrong that way). */
+
 /* Sum of codes v .. v + 31 of activation row t (two 16-sums). */
 static __device__ __forceinline__ int act_sum32(const cuda_xview &x, int t, int v) {
-    return sum_i16x2(ld_ro32(x.g + (int64_t)t * (x.k / 16) + v / 16));
+    return sum_i16x2(*(const uint32_t *)(x.g + (int64_t)t * (x.k / 16) + v / 16));
 }
 static __device__ __forceinline__ int act_sum16(const cuda_xview &x, int t, int v) {
-    return (int)(int16_t)ld_ro16b(x.g + (int64_t)t * (x.k / 16) + v / 16);
+    return (int)x.g[(int64_t)t * (x.k / 16) + v / 16];
 }
 static __device__ __forceinline__ int4 act_q16(const cuda_xview &x, int t, int v) {
-    return ld_ro16(x.q + (int64_t)t * x.k + v);
+    return *(const int4 *)(x.q + (int64_t)t * x.k + v);
 }
 static __device__ __forceinline__ float act_d32(const cuda_xview &x, int t, int b) {
-    return __ldg(x.d + (int64_t)t * (x.k / 32) + b);
+    return x.d[(int64_t)t * (x.k / 32) + b];
 }
 static __device__ __forceinline__ float act_s32(const cuda_xview &x, int t, int b) {
-    return __ldg(x.s + (int64_t)t * (x.k / 32) + b);
+    return x.s[(int64_t)t * (x.k / 32) + b];
 }
 static __device__ __forceinline__ float act_d256(const cuda_xview &x, int t, int b) {
-    return __ldg(x.d + (int64_t)t * (x.k / 256) + b);
+    return x.d[(int64_t)t * (x.k / 256) + b];
 }
 /* dot of 4 code words with 16 activation codes */
 static __device__ __forceinline__ int dot16(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, int4 a) {
@@ -522,7 +528,7 @@ template <int KIND> struct TFloat { /* KIND: 0 = F16, 1 = BF16, 2 = F32 */
     template <int NR> static __device__ __forceinline__ void dot(const W &c, const cuda_xview &x, int b, int, float *acc) {
 #pragma unroll
         for (int t = 0; t < NR; t++) {
-            const uint4 a = __ldg((const uint4 *)((const uint8_t *)x.h + ((int64_t)t * x.k + (int64_t)b * BS) * (KIND == 2 ? 4 : 2)));
+            const uint4 a = *(const uint4 *)((const uint8_t *)x.h + ((int64_t)t * x.k + (int64_t)b * BS) * (KIND == 2 ? 4 : 2));
             float s = acc[t];
             if (KIND == 2) {
                 s = fmaf(__uint_as_float(c.q.x), __uint_as_float(a.x), s);
