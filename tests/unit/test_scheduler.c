@@ -297,41 +297,77 @@ static void test_prefix_cache_hit(void **state) {
     qr_context_free(ctx);
 }
 
-/* A KV cache of 4 blocks (128 tokens) and two requests that each need 3 blocks: one is preempted,
- * recomputed later, and both still produce the reference tokens. */
+/* Holds the scheduler thread (a job that waits for a gate) so that requests submitted meanwhile are
+ * admitted in the same step. */
+typedef struct gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool entered, open;
+    qr_scheduler *s;
+} gate;
+
+static qr_status gate_job(void *arg, qr_context *ctx) {
+    (void)ctx;
+    gate *g = arg;
+    pthread_mutex_lock(&g->mu);
+    g->entered = true;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+    return QR_OK;
+}
+
+static void *gate_thread(void *arg) {
+    gate *g = arg;
+    qr_sched_run_job(g->s, gate_job, g);
+    return NULL;
+}
+
+/* A KV cache of 4 blocks (128 tokens) and two requests that each need 3 blocks, submitted while the
+ * scheduler thread is held so both start together: one is preempted, recomputed later, and both still
+ * produce the reference tokens. */
 static void test_preemption(void **state) {
     (void)state;
-    /* Preemption needs both requests in flight at once; on a loaded machine the first can finish
-     * before the second is admitted, so the scenario runs up to 5 times (tokens checked every time). */
-    uint64_t preemptions = 0;
-    for (int attempt = 0; attempt < 5 && preemptions == 0; attempt++) {
-        qr_context *ctx;
-        qr_scheduler *s = make_sched(128, 2, 16, 256, &ctx);
-        int32_t p1[40], p2[40];
-        make_prompt(p1, 40, 21);
-        make_prompt(p2, 40, 22);
-        result a, b;
-        result_init(&a);
-        result_init(&b);
-        submit(s, p1, 40, 40, &a);
-        submit(s, p2, 40, 40, &b);
-        result_wait(&a);
-        result_wait(&b);
-        int32_t ref[MAX_GEN];
-        reference(p1, 40, 40, ref);
-        assert_int_equal(a.n, 40);
-        assert_memory_equal(a.tokens, ref, sizeof(int32_t) * 40);
-        reference(p2, 40, 40, ref);
-        assert_int_equal(b.n, 40);
-        assert_memory_equal(b.tokens, ref, sizeof(int32_t) * 40);
-        qr_sched_stats st;
-        qr_sched_get_stats(s, &st);
-        preemptions = st.preemptions;
-        assert_int_equal(st.kv_blocks_used, 0);
-        qr_sched_free(s);
-        qr_context_free(ctx);
-    }
-    assert_true(preemptions >= 1);
+    qr_context *ctx;
+    qr_scheduler *s = make_sched(128, 2, 16, 256, &ctx);
+    gate g = {.entered = false, .open = false, .s = s};
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, gate_thread, &g), 0);
+    pthread_mutex_lock(&g.mu);
+    while (!g.entered) pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+    int32_t p1[40], p2[40];
+    make_prompt(p1, 40, 21);
+    make_prompt(p2, 40, 22);
+    result a, b;
+    result_init(&a);
+    result_init(&b);
+    submit(s, p1, 40, 40, &a);
+    submit(s, p2, 40, 40, &b);
+    pthread_mutex_lock(&g.mu);
+    g.open = true;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    pthread_join(th, NULL);
+    result_wait(&a);
+    result_wait(&b);
+    int32_t ref[MAX_GEN];
+    reference(p1, 40, 40, ref);
+    assert_int_equal(a.n, 40);
+    assert_memory_equal(a.tokens, ref, sizeof(int32_t) * 40);
+    reference(p2, 40, 40, ref);
+    assert_int_equal(b.n, 40);
+    assert_memory_equal(b.tokens, ref, sizeof(int32_t) * 40);
+    qr_sched_stats st;
+    qr_sched_get_stats(s, &st);
+    assert_true(st.preemptions >= 1);
+    assert_int_equal(st.kv_blocks_used, 0);
+    qr_sched_free(s);
+    qr_context_free(ctx);
+    pthread_mutex_destroy(&g.mu);
+    pthread_cond_destroy(&g.cv);
 }
 
 int main(void) {
