@@ -136,6 +136,31 @@ static __device__ __forceinline__ void matvec_row_part(const cuda_wview &w, cons
     for (int t = 0; t < NR; t++) acc[t] = warp_sum(acc[t]);
 }
 
+/* Writes row `row` of y ([NR][n]) from the row's wpr warps' partial sums (reduced through shared
+ * memory when wpr > 1; every thread of the CTA calls it). */
+template <int NR>
+static __device__ __forceinline__ void matvec_store(const float *acc, float *y, int64_t n, int64_t row, int warp,
+                                                    int lane, int part, int wpr) {
+    if (wpr == 1) {
+        if (lane == 0 && row < n) {
+#pragma unroll
+            for (int t = 0; t < NR; t++) y[(int64_t)t * n + row] = acc[t];
+        }
+        return;
+    }
+    __shared__ float red[MMV_THREADS / 32][NR];
+    if (lane == 0) {
+#pragma unroll
+        for (int t = 0; t < NR; t++) red[warp][t] = acc[t];
+    }
+    __syncthreads();
+    if (part == 0 && lane < NR && row < n) {
+        float s = 0.0f;
+        for (int p = 0; p < wpr; p++) s += red[warp + p][lane];
+        y[(int64_t)lane * n + row] = s;
+    }
+}
+
 /* 64 registers (8 CTAs per SM) for 1-2 rows; 128 (4 CTAs) above, where the per-row activation
  * loads the compiler hoists would otherwise spill. */
 template <class T, int NR>
@@ -147,24 +172,7 @@ static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
     const int part = warp % wpr;
     float acc[NR];
     matvec_row_part<T, NR>(w, x, row, part, wpr, lane, acc);
-    if (wpr == 1) {
-        if (lane == 0 && row < w.n) {
-#pragma unroll
-            for (int t = 0; t < NR; t++) y[(int64_t)t * w.n + row] = acc[t];
-        }
-        return;
-    }
-    __shared__ float red[MMV_THREADS / 32][NR];
-    if (lane == 0) {
-#pragma unroll
-        for (int t = 0; t < NR; t++) red[warp][t] = acc[t];
-    }
-    __syncthreads();
-    if (part == 0 && lane < NR && row < w.n) {
-        float s = 0.0f;
-        for (int p = 0; p < wpr; p++) s += red[warp + p][lane];
-        y[(int64_t)lane * w.n + row] = s;
-    }
+    matvec_store<NR>(acc, y, w.n, row, warp, lane, part, wpr);
 }
 
 /* Several matrices of one type against the same activations in one launch (the q/k/v projections):
@@ -192,24 +200,7 @@ static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
         float *y = a.y[m];
         const int64_t row = (int64_t)(b - b0) * rpc + sub;
         matvec_row_part<T, NR>(w, x, row, part, wpr, lane, acc);
-        if (wpr == 1) {
-            if (lane == 0 && row < w.n) {
-#pragma unroll
-                for (int t = 0; t < NR; t++) y[(int64_t)t * w.n + row] = acc[t];
-            }
-            return;
-        }
-        __shared__ float red[MMV_THREADS / 32][NR];
-        if (lane == 0) {
-#pragma unroll
-            for (int t = 0; t < NR; t++) red[warp][t] = acc[t];
-        }
-        __syncthreads();
-        if (part == 0 && lane < NR && row < w.n) {
-            float s = 0.0f;
-            for (int p = 0; p < wpr; p++) s += red[warp + p][lane];
-            y[(int64_t)lane * w.n + row] = s;
-        }
+        matvec_store<NR>(acc, y, w.n, row, warp, lane, part, wpr);
         return;
     }
     /* GLU: sub-groups alternate gate (even) and up (odd) of rows blockIdx.x * rpc / 2 + sub / 2 */
@@ -237,20 +228,12 @@ template <class T>
 static cudaError_t launch_matvec(const cuda_wview *w, const cuda_xview *x, int32_t nr, float *y, int32_t wpr, bool pdl,
                                  cudaStream_t stream) {
     const int rpc = (MMV_THREADS / 32) / wpr;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)((w->n + rpc - 1) / rpc));
-    cfg.blockDim = dim3(MMV_THREADS);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
+    const dim3 grid((unsigned)((w->n + rpc - 1) / rpc)), block(MMV_THREADS);
     const cuda_wview wv = *w;
     const cuda_xview xv = *x;
     switch (nr) {
 #define CASE(N) \
-    case N: return cudaLaunchKernelEx(&cfg, matvec_kernel<T, N>, wv, xv, y, (int)wpr);
+    case N: return launch_k(matvec_kernel<T, N>, grid, block, 0, stream, pdl, wv, xv, y, (int)wpr);
         CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
 #undef CASE
     default: return cudaErrorInvalidValue;
@@ -293,20 +276,12 @@ static cudaError_t launch_matvec_multi(const cuda_wview *w, int32_t n_mat, const
         a.cta_end[m] = ctas;
     }
     for (int m = n_mat; m < QR_CUDA_MULTI_MAX; m++) a.cta_end[m] = ctas;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)ctas);
-    cfg.blockDim = dim3(MMV_THREADS);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
+    const dim3 grid((unsigned)ctas), block(MMV_THREADS);
     const cuda_xview xv = *x;
     switch (nr * 4 + glu) { /* instantiated for the decode sizes only: qr_cuda_multi_supported */
 #define CASE(N) \
-    case N * 4 + 0: return cudaLaunchKernelEx(&cfg, matvec_multi_kernel<T, N, 0>, a, xv, (int)wpr); \
-    case N * 4 + 1: return cudaLaunchKernelEx(&cfg, matvec_multi_kernel<T, N, 1>, a, xv, (int)wpr);
+    case N * 4 + 0: return launch_k(matvec_multi_kernel<T, N, 0>, grid, block, 0, stream, pdl, a, xv, (int)wpr); \
+    case N * 4 + 1: return launch_k(matvec_multi_kernel<T, N, 1>, grid, block, 0, stream, pdl, a, xv, (int)wpr);
         CASE(1) CASE(2) CASE(3) CASE(4)
 #undef CASE
     default: return cudaErrorInvalidValue;
