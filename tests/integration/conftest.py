@@ -20,6 +20,15 @@ SERVER = ROOT / "tests" / "integration" / "longbow_server.py"
 
 
 @pytest.fixture(scope="session")
+def quarrel_bin():
+    """The quarrel binary under test (every integration test directory uses this one fixture)."""
+    path = os.environ.get("QUARREL_BIN") or str(ROOT / "build" / "quarrel")
+    if not os.path.exists(path):
+        pytest.fail(f"quarrel binary not found at {path}: run `make build` (or set QUARREL_BIN)")
+    return path
+
+
+@pytest.fixture(scope="session")
 def flight_tool():
     path = os.environ.get("FLIGHT_TOOL") or str(ROOT / "build" / "flight-tool")
     if not os.path.exists(path):

@@ -25,14 +25,6 @@ THINGS = ["kettle", "bicycle", "lantern", "violin", "tractor", "umbrella", "comp
 
 
 @pytest.fixture(scope="session")
-def quarrel_bin():
-    path = os.environ.get("QUARREL_BIN") or str(ROOT / "build" / "quarrel")
-    if not os.path.exists(path):
-        pytest.fail(f"quarrel binary not found at {path}: run `make build` first")
-    return path
-
-
-@pytest.fixture(scope="session")
 def minilm(quarrel_bin, tmp_path_factory):
     """MiniLM quantized to Q8_0 by `quarrel quantize` (3x faster than F16 on CPU: the 10,000-row push
     stays within seconds on 2 cores; tests/ref/test_embed.py checks the F16 model's accuracy)."""

@@ -1,19 +1,10 @@
 """Fixtures of the operations tests (Docker/compose files, Prometheus, API docs, install + pkg-config,
 man page). Helpers live in ops_helpers.py."""
-import os
 import pathlib
 
 import pytest
 
-from ops_helpers import ROOT, srv
-
-
-@pytest.fixture(scope="session")
-def quarrel_bin():
-    path = os.environ.get("QUARREL_BIN") or str(ROOT / "build" / "quarrel")
-    if not os.path.exists(path):
-        pytest.fail(f"quarrel binary not found at {path}: run `make build` (or set QUARREL_BIN)")
-    return path
+from ops_helpers import srv
 
 
 @pytest.fixture(scope="session")

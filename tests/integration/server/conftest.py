@@ -25,14 +25,6 @@ def models_dir():
     return pathlib.Path(os.environ.get("QUARREL_MODELS_DIR", str(pathlib.Path.home() / ".cache/quarrel/models")))
 
 
-@pytest.fixture(scope="session")
-def quarrel_bin():
-    path = os.environ.get("QUARREL_BIN") or str(ROOT / "build" / "quarrel")
-    if not os.path.exists(path):
-        pytest.fail(f"quarrel binary not found at {path}: run `make build` (or set QUARREL_BIN)")
-    return path
-
-
 def _model(name):
     path = models_dir() / name
     if not path.exists():

@@ -89,14 +89,6 @@ class Server:
 
 
 @pytest.fixture(scope="session")
-def quarrel_bin():
-    path = os.environ.get("QUARREL_BIN") or str(ROOT / "build" / "quarrel")
-    if not os.path.exists(path):
-        pytest.fail(f"quarrel binary not found at {path}: run `make build` (or set QUARREL_BIN)")
-    return path
-
-
-@pytest.fixture(scope="session")
 def smollm():
     d = pathlib.Path(os.environ.get("QUARREL_MODELS_DIR", str(pathlib.Path.home() / ".cache/quarrel/models")))
     path = d / SMOLLM
