@@ -19,29 +19,28 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SERVER = ROOT / "tests" / "integration" / "longbow_server.py"
 
 
+def build_file(env, name):
+    """$env, else build/name; fails the test with a hint when it does not exist."""
+    path = os.environ.get(env) or str(ROOT / "build" / name)
+    if not os.path.exists(path):
+        pytest.fail(f"{name} not found at {path}: run `make build` (or set {env})")
+    return path
+
+
 @pytest.fixture(scope="session")
 def quarrel_bin():
     """The quarrel binary under test (every integration test directory uses this one fixture)."""
-    path = os.environ.get("QUARREL_BIN") or str(ROOT / "build" / "quarrel")
-    if not os.path.exists(path):
-        pytest.fail(f"quarrel binary not found at {path}: run `make build` (or set QUARREL_BIN)")
-    return path
+    return build_file("QUARREL_BIN", "quarrel")
 
 
 @pytest.fixture(scope="session")
 def flight_tool():
-    path = os.environ.get("FLIGHT_TOOL") or str(ROOT / "build" / "flight-tool")
-    if not os.path.exists(path):
-        pytest.fail(f"flight-tool not found at {path}: run `make build` (or set FLIGHT_TOOL)")
-    return path
+    return build_file("FLIGHT_TOOL", "flight-tool")
 
 
 @pytest.fixture(scope="session")
 def quarrel_lib():
-    path = os.environ.get("QUARREL_LIB") or str(ROOT / "build" / "libquarrel.so")
-    if not os.path.exists(path):
-        pytest.fail(f"libquarrel.so not found at {path}: run `make build` (or set QUARREL_LIB)")
-    return path
+    return build_file("QUARREL_LIB", "libquarrel.so")
 
 
 class LongbowServer:

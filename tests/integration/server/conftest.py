@@ -14,6 +14,7 @@ import time
 
 import pytest
 import requests
+from serve_util import wait_healthy
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 SMOLLM = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -66,17 +67,7 @@ class Server:
             self.wait_ready()
 
     def wait_ready(self, timeout=60):
-        end = time.time() + timeout
-        while time.time() < end:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"quarrel serve exited with {self.proc.returncode}:\n{self.logs()}")
-            try:
-                if requests.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"quarrel serve did not start:\n{self.logs()}")
+        wait_healthy(self.proc, self.url, self.logs, timeout)
 
     def logs(self):
         with open(self.log.name, encoding="utf-8", errors="replace") as f:

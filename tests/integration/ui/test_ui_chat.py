@@ -55,16 +55,21 @@ def test_stream_incremental_ws(page):
     assert page.console_errors() == []
 
 
-def test_stop_cancels_on_server(page, server):
-    label = {"model": MODEL_NAME}
-    before = server.metric("quarrel_cancellations_total", **label)
-    page.open()
+def stop_long_generation(page):
+    """Starts a long generation, waits for its first tokens, presses Stop and waits until idle."""
     page.set_settings(max_tokens=2000)
     page.js(OBSERVE)
     page.send(LONG_PROMPT)
     wait_tokens(page, 3)
     page.el("#stop").click()
     page.wait_state("connected", timeout=20)
+
+
+def test_stop_cancels_on_server(page, server):
+    label = {"model": MODEL_NAME}
+    before = server.metric("quarrel_cancellations_total", **label)
+    page.open()
+    stop_long_generation(page)
     assert "cancelled" in page.el("#messages .msg.assistant .meta").text
     n_tokens = len(page.assistant_texts()[-1])
     page.wait(lambda: server.metric("quarrel_cancellations_total", **label) >= before + 1, 10,
@@ -266,12 +271,7 @@ def test_stream_and_stop_over_sse(page, server):
     page.wait_state("connected", timeout=60)
     assert len(page.js("return window.__updates")) >= 3
     before = server.metric("quarrel_cancellations_total", **label)
-    page.set_settings(max_tokens=2000)
-    page.js(OBSERVE)
-    page.send(LONG_PROMPT)
-    wait_tokens(page, 3)
-    page.el("#stop").click()
-    page.wait_state("connected", timeout=20)
+    stop_long_generation(page)
     assert "cancelled" in page.els("#messages .msg.assistant .meta")[-1].text
     page.wait(lambda: server.metric("quarrel_cancellations_total", **label) >= before + 1, 10,
               "/metrics shows no cancellation after an SSE stop")

@@ -16,6 +16,7 @@ import time
 
 import pytest
 import requests
+from serve_util import wait_healthy
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -48,17 +49,7 @@ class Server:
         cmd = [self.binary, "serve", "--host", "127.0.0.1", "--port", str(self.port), "-t", "2", "-m", self.model,
                "--parallel", "2", *self.args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
-        end = time.time() + timeout
-        while time.time() < end:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"quarrel serve exited with {self.proc.returncode}:\n{self.logs()}")
-            try:
-                if requests.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"quarrel serve did not start:\n{self.logs()}")
+        wait_healthy(self.proc, self.url, self.logs, timeout)
 
     def kill(self):
         """SIGKILL: the server vanishes without closing its sockets cleanly."""
