@@ -268,6 +268,7 @@ int cmd_run(int argc, char **argv) {
         rc = 2;
     }
     gen_stats st = {0};
+    if (!rc && arch_stats) qr_context_set_arch_stats(e.ctx, true); /* expert counts on the GPU too */
     if (!rc) rc = generate(&e, ids, n_ids, smp, &go, stdout, &st, NULL, NULL);
     if (!rc && !go.ids_only) fputc('\n', stdout);
     if (!rc && !go.quiet) print_timing(&e, &st);

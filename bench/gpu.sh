@@ -16,6 +16,11 @@
 # Run on the device from the repository root, carrying build-gpu/bundle and build-gpu/llama-src.tar.xz:
 #   bench/gpu.sh                                   # everything (may not fit one 10-minute call)
 #   bench/gpu.sh --models tinyllama-1.1b           # a subset; options:
+#     issue 9's MoE / hybrid presets work too (the arch is looked up from the preset name):
+#     --models "granite-4.0-h-tiny gpt-oss-20b nemotron-3-nano-30b-a3b mixtral-8x7b" --types Q4_K_M
+#     a model may name its own type: --models "granite-4.0-h-tiny:Q4_K_M mixtral-8x7b:Q4_0"
+#     --drop-models  bench each file right after writing it (quarrel, then llama.cpp) and delete it
+#                    (the four MoE files take ~60 GB together: more than the device's disk)
 #     --models "mistral-7b tinyllama-1.1b"   --types "Q4_K_M Q4_0 Q8_0 F16"
 #     --tests "pp tg depth"                  --depth 16384   --reps 3
 #     --no-llama (skip llama.cpp)            --no-quarrel    --keep-llama-build (copy llama-bench to $OUT)
@@ -44,6 +49,7 @@ RUN_LLAMA=1
 RUN_QUARREL=1
 KEEP_LLAMA=0
 AB=0
+DROP=0
 while [ $# -gt 0 ]; do
     case $1 in
     --models) MODELS=$2; shift ;;
@@ -55,6 +61,7 @@ while [ $# -gt 0 ]; do
     --no-quarrel) RUN_QUARREL=0 ;;
     --keep-llama-build) KEEP_LLAMA=1 ;;
     --ab) AB=1 ;;
+    --drop-models) DROP=1 ;;
     -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
     esac
@@ -198,6 +205,27 @@ wait_llama() { # waits for the background build once; sets LB or RUN_LLAMA=0
 
 # ---- 4. models ----
 model_file() { echo "$MODEL_DIR/$1-$2.gguf"; }
+preset_arch() { # the synth architecture of a preset name
+    case $1 in
+    granite-4.0-h-tiny) echo granitehybrid ;;
+    gpt-oss-20b) echo gpt-oss ;;
+    nemotron-3-nano-30b-a3b) echo nemotron_h_moe ;;
+    *) echo llama ;; # mistral-7b, tinyllama-1.1b, mixtral-8x7b (llama + experts), ...
+    esac
+}
+# bytes a decode step reads: every tensor, the expert tensors (*_exps) scaled by used / total experts
+active_bytes() { # $1 file -> a results line {"kind": "active", ...}
+    "$QR" inspect --json --full "$1" 2> /dev/null | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+kv = {m['key']: m.get('value') for m in d['metadata']}
+arch = kv.get('general.architecture', '')
+ne, nu = kv.get(arch + '.expert_count') or 0, kv.get(arch + '.expert_used_count') or 0
+tot = sum(t['bytes'] for t in d['tensors'])
+act = sum(t['bytes'] * (nu / ne if ne and '_exps' in t['name'] else 1) for t in d['tensors'])
+print(json.dumps({'kind': 'active', 'file': '$(basename "$1")', 'tensor_bytes': tot, 'active_bytes': int(act)}))
+" >> "$RESULTS" || err "cannot compute the active bytes of $1"
+}
 make_model() { # $1 preset, $2 type
     local f
     f=$(model_file "$1" "$2")
@@ -206,7 +234,8 @@ make_model() { # $1 preset, $2 type
         return 0
     fi
     local t0=$(date +%s)
-    if "$QR" synth --arch llama --preset "$1" --type "$2" -t "$(nproc)" -o "$f.tmp" > "$OUT/synth_$1_$2.log" 2>&1; then
+    if "$QR" synth --arch "$(preset_arch "$1")" --preset "$1" --type "$2" -t "$(nproc)" -o "$f.tmp" \
+        > "$OUT/synth_$1_$2.log" 2>&1; then
         mv "$f.tmp" "$f"
         log "synth $1 $2: $(($(date +%s) - t0)) s, $(du -h "$f" | cut -f1)"
     else
@@ -252,11 +281,22 @@ for r in rows:
     fi
 }
 
+P=0 N=0
+has_test pp && P=512
+has_test tg && N=128
+bench_file() { # $1 file, $2 who
+    if [ $P != 0 ] || [ $N != 0 ]; then run_$2 "$1" std -p $P -n $N -r "$REPS"; fi
+    if has_test depth; then run_$2 "$1" depth -p 0 -n 128 -d "$DEPTH" -r "$REPS"; fi
+}
 # synth every file first (CPU-bound, overlaps the llama-bench build), then wait for the build so
 # that the timed runs do not share the CPU with the compiler, then quarrel, then llama.cpp
+# (--drop-models: file by file, each deleted after its runs)
 FILES=()
-for preset in $MODELS; do
-    for type in $TYPES; do
+for spec in $MODELS; do
+    preset=${spec%%:*}
+    types=$TYPES
+    [ "$spec" != "$preset" ] && types=${spec#*:} # preset:TYPE overrides --types for that preset
+    for type in $types; do
         f=$(model_file "$preset" "$type")
         if [ $QR_OK = 1 ]; then
             make_model "$preset" "$type" || continue
@@ -264,20 +304,23 @@ for preset in $MODELS; do
             err "no quarrel to write $f"
             continue
         fi
+        [ $QR_OK = 1 ] && active_bytes "$f"
+        if [ $DROP = 1 ]; then
+            wait_llama # the timed runs must not share the CPU with the llama.cpp build
+            [ $RUN_QUARREL = 1 ] && bench_file "$f" quarrel
+            [ $RUN_LLAMA = 1 ] && bench_file "$f" llama
+            rm -f "$f"
+            log "deleted $f"
+            continue
+        fi
         FILES+=("$f")
     done
 done
 wait_llama
-P=0 N=0
-has_test pp && P=512
-has_test tg && N=128
 for who in quarrel llama; do
     [ $who = quarrel ] && [ $RUN_QUARREL = 0 ] && continue
     [ $who = llama ] && [ $RUN_LLAMA = 0 ] && continue
-    for f in "${FILES[@]}"; do
-        if [ $P != 0 ] || [ $N != 0 ]; then run_$who "$f" std -p $P -n $N -r "$REPS"; fi
-        if has_test depth; then run_$who "$f" depth -p 0 -n 128 -d "$DEPTH" -r "$REPS"; fi
-    done
+    for f in "${FILES[@]}"; do bench_file "$f" $who; done
 done
 if [ $AB = 1 ] && [ $RUN_QUARREL = 1 ]; then
     for f in "${FILES[@]}"; do

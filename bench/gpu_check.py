@@ -92,14 +92,14 @@ def main():
     rng = np.random.default_rng(1234)
     for spec in args.models.split(","):
         arch, preset = spec.split(":") if ":" in spec else ("llama", spec)
-        types = args.types.split(",") if args.types else (ALL_TYPES if preset == "tiny" else BENCH_TYPES)
+        types = args.types.split(",") if args.types else (ALL_TYPES if preset.endswith("tiny") else BENCH_TYPES)
         for typ in types:
             name = f"{arch}-{preset}-{typ}"
             path = os.path.join(model_dir, name + ".gguf")
             if not os.path.exists(path):
                 t = time.time()
                 cmd = [qr, "synth", "--arch", arch, "--preset", preset, "--type", typ, "-o", path]
-                if preset == "tiny":
+                if preset.endswith("tiny"):
                     cmd.append("--pure")
                 rc, so, se = run(cmd)
                 if rc != 0:
@@ -113,7 +113,7 @@ def main():
             for i in range(args.prompts):
                 pfile = os.path.join(out, f"prompt_{arch}_{preset}_{i}.json")
                 if not os.path.exists(pfile):
-                    vocab = {"tiny": 1000 if arch == "gemma3" else 2000}.get(preset, 32000)
+                    vocab = (1000 if arch == "gemma3" else 2000) if preset.endswith("tiny") else 32000
                     json.dump(rng.integers(4, vocab, size=args.prompt_len).tolist(), open(pfile, "w"))
                 pfiles.append(pfile)
             # logits: the prompts back to back in one teacher-forced pass per backend (one process
@@ -138,7 +138,7 @@ def main():
                 klds.append(k), top1s.append(t1), maxabs.append(ma)
                 dec = compare_logits(res["cpu"], res["decode"])
             # greedy generations, prompt by prompt (fewer for the tiny presets: many types, small value)
-            n_gen_prompts = 0 if args.no_gen else (min(2, len(pfiles)) if preset == "tiny" else len(pfiles))
+            n_gen_prompts = 0 if args.no_gen else (min(2, len(pfiles)) if preset.endswith("tiny") else len(pfiles))
             for pfile in pfiles[:n_gen_prompts]:
                 if failed:
                     break

@@ -4,6 +4,8 @@
 # Runs `quarrel run -n N_STEPS` on the CUDA backend under ncu (graphs off, so every kernel is its own
 # launch), skips the prompt's kernels, and prints the kernels of the last decode steps grouped by name:
 # calls per step, total and mean microseconds, share of the step. Writes $OUT/profile_*.csv.
+# PROMPT=N (e.g. 512): profile the prefill instead: a prompt of N tokens and one generated token; every
+# kernel counts (the one decode step is noise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=$1
@@ -14,11 +16,17 @@ mkdir -p "$OUT"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || ls /usr/local/cuda/bin/ncu)
 name=$(basename "$MODEL" .gguf)
 csv=$OUT/profile_$name.csv
-echo '[1, 2, 3, 4]' > "$OUT/profile_prompt.json"
+PROMPT=${PROMPT:-0}
+if [ "$PROMPT" -gt 0 ]; then
+    python3 -c "import json; print(json.dumps([1 + (i * 7919) % 997 for i in range($PROMPT)]))" > "$OUT/profile_prompt.json"
+    STEPS=1
+else
+    echo '[1, 2, 3, 4]' > "$OUT/profile_prompt.json"
+fi
 QUARREL_CUDA_GRAPH=0 "$NCU" --metrics gpu__time_duration.sum --csv --clock-control none --target-processes all \
     "$BUNDLE/quarrel" run -m "$MODEL" --tokens "$OUT/profile_prompt.json" -n "$STEPS" --temp 0 --ignore-eos --ids-only -q \
     --backend cuda > "$csv" 2> "$OUT/profile_$name.err" || { tail -5 "$OUT/profile_$name.err"; exit 1; }
-python3 - "$csv" "$STEPS" <<'PY'
+python3 - "$csv" "$STEPS" "$PROMPT" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 hdr = rows[0]; rows = rows[1:]
@@ -28,13 +36,16 @@ ks = []
 for r in rows:
     if r[ni] != "gpu__time_duration.sum": continue
     v = float(r[vi].replace(",", ""))
-    v = v / 1000.0 if r[ui] == "nsecond" else (v * 1000.0 if r[ui] == "msecond" else v)
+    u = r[ui]
+    v = v / 1000.0 if u in ("nsecond", "ns") else (v * 1000.0 if u in ("msecond", "ms") else v)
     ks.append((int(r[ids]), r[ki].split("(")[0][:70], v))
 ks.sort()
 # the last half of the launches: decode steps only
 steps = int(sys.argv[2])
 tail = ks[len(ks) // 2:]
 n_steps = max(1, steps // 2)
+if int(sys.argv[3]) > 0:  # prefill: every kernel, one pass
+    tail, n_steps = ks, 1
 agg = collections.defaultdict(lambda: [0, 0.0])
 for _, k, v in tail:
     agg[k][0] += 1; agg[k][1] += v

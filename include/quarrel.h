@@ -200,6 +200,13 @@ typedef struct qr_arch_stats {
 /* The context's MoE / SSM counters (valid until the context is freed); never NULL. */
 const qr_arch_stats *qr_context_arch_stats(const qr_context *ctx);
 
+/* Turns the expert-selection counts (qr_arch_stats.expert_selection) on or off for non-CPU
+ * backends, where each MoE layer of each pass then reads its routing back from the device (a small
+ * read that waits for the device), and every pass runs the forward function on the host (no
+ * recorded decode graph), so that all the counters advance. The CPU backend always counts. Off by
+ * default; a no-op for models without experts or SSM layers. */
+void qr_context_set_arch_stats(qr_context *ctx, bool on);
+
 #ifdef __cplusplus
 }
 #endif

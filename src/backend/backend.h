@@ -246,10 +246,11 @@ typedef struct qr_backend_ops {
     void (*graph_release)(qr_backend *be, const void *owner);
 
     /* ---- optional fusions (NULL: the model composes the plain ops; model/blocks.c qr_fused_*) ---- */
-    /* x += b (b may be NULL: none), then y = rmsnorm(x) * w, as add + rmsnorm. next: the weight y is
-     * multiplied with next (a hint, may be NULL: the backend may prepare y's activations for it). */
-    void (*add_rmsnorm)(qr_backend *be, float *x, const float *b, const qr_weight *w, int64_t n_rows, int64_t dim,
-                        float eps, float *y, const qr_weight *next);
+    /* x += b_scale * b (b may be NULL: none; b_scale != 1: as scale then add), then y = rmsnorm(x) * w,
+     * as [scale +] add + rmsnorm. next: the weight y is multiplied with next (a hint, may be NULL: the
+     * backend may prepare y's activations for it). */
+    void (*add_rmsnorm)(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
+                        int64_t dim, float eps, float *y, const qr_weight *next);
     /* y[i] = x . w[i]^T for i < n_w (1..3), as n_w matmul calls on the same x. */
     void (*matmul_multi)(qr_backend *be, int32_t n_w, const qr_weight *const *w, const float *x, int64_t n_rows,
                          float *const *y);
@@ -276,9 +277,10 @@ typedef struct qr_backend_ops {
     void (*moe_gate_up)(qr_backend *be, const qr_weight *gate, const qr_weight *gate_b, const qr_weight *up,
                         const qr_weight *up_b, const float *x, const int32_t *ids, int64_t n_rows, int32_t n_used,
                         qr_glu_kind act, float *h);
-    /* out[r][i] = sum_j w[r][j] * y[r][j][i] (j in order), r < n_rows, i < dim. out may not alias y. */
+    /* out[r][i] = sum_j w[r][j] * y[r][j][i] (j in order) [+ add[r][i] after the sum, when add is not NULL:
+     * the shared expert], r < n_rows, i < dim. out may not alias y; it may be add. */
     void (*moe_combine)(qr_backend *be, const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim,
-                        float *out);
+                        const float *add, float *out);
     /* out[i] = act(g[i], u[i]) (u unused, may be NULL, for QR_GLU_RELU2), i < n. out may alias g. */
     void (*glu)(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out);
 

@@ -25,11 +25,15 @@ qr_rope_params qr_layer_rope(const qr_model *m, int il) {
 
 /* ---- fused ops: the backend's when it has them, else the plain ops they stand for ---- */
 
-void qr_fused_add_rmsnorm(qr_backend *be, float *x, const float *b, const qr_weight *w, int64_t n_rows, int64_t dim,
-                          float eps, float *y, const qr_weight *next) {
+void qr_fused_add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
+                          int64_t dim, float eps, float *y, const qr_weight *next) {
     if (be->ops->add_rmsnorm) {
-        be->ops->add_rmsnorm(be, x, b, w, n_rows, dim, eps, y, next);
+        be->ops->add_rmsnorm(be, x, b, b_scale, w, n_rows, dim, eps, y, next);
         return;
+    }
+    if (b && b_scale != 1.0f) { /* y is free until the norm writes it */
+        be->ops->scale(be, b, b_scale, n_rows * dim, y);
+        b = y;
     }
     if (b) be->ops->add(be, x, b, n_rows * dim, x);
     be->ops->rmsnorm(be, x, w, n_rows, dim, eps, y);

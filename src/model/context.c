@@ -262,7 +262,9 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
         if ((st = be->ops->set_batch(be, &plan, err, err_len)) != QR_OK) return st;
         c->f.n_tokens = nt;
         c->f.n_outputs = no;
-        if (be->ops->run_graph && nt <= GRAPH_MAX_ROWS && !m->arch->encoder && !c->f.ext) {
+        /* MoE / SSM models too, unless their stats are on (the expert counts read the routing back, and
+         * the block counters advance only when the forward pass runs on the host) */
+        if (be->ops->run_graph && nt <= GRAPH_MAX_ROWS && !m->arch->encoder && !(c->f.ext && c->f.ext->stats_enabled)) {
             /* decode-sized passes replay a recorded graph per (rows, outputs, block-table shape) */
             const uint64_t key = (uint64_t)nt | (uint64_t)no << 8 | (uint64_t)(uint32_t)kvc->max_blocks << 16 |
                                  (uint64_t)(uint32_t)c->n_seq_max << 40;
@@ -320,6 +322,10 @@ void qr_kv_clear(qr_context *c) {
 const qr_arch_stats *qr_context_arch_stats(const qr_context *c) {
     static const qr_arch_stats none = {0};
     return c->f.ext ? &c->f.ext->stats : &none;
+}
+
+void qr_context_set_arch_stats(qr_context *c, bool on) {
+    if (c->f.ext) c->f.ext->stats_enabled = on;
 }
 
 qr_kv_cache *qr_context_kv_cache(qr_context *c) { return c->kvc; }

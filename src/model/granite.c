@@ -5,31 +5,34 @@
  * logits /= logit_scale; rope only when rope.scaling.finetuned (default true). */
 #include "model/hybrid.h"
 
-/* x += residual_scale * ffn(rmsnorm(x)) for layer il (MoE or dense SwiGLU). */
-static void granite_ffn(const qr_model *m, qr_fwd *f, int il, int64_t n) {
-    const qr_hparams *hp = &m->hp;
-    const qr_hparams_x *h = &m->ext->hp;
-    qr_backend *be = f->be;
-    const int64_t nx = n * hp->n_embd;
-    be->ops->rmsnorm(be, f->x, &m->layers[il].ffn_norm, n, hp->n_embd, hp->norm_eps, f->xb);
-    if (m->ext->layers[il].gate_inp.host) qr_block_moe(m, f, il);
-    else qr_block_ffn(m, f, il, false);
-    if (h->f_residual_scale != 0.0f) be->ops->scale(be, f->xb2, h->f_residual_scale, nx, f->xb2);
-    be->ops->add(be, f->x, f->xb2, nx, f->x);
+/* The first weight that multiplies a layer's normed input (the fused norm's hint). */
+static const qr_weight *mixer_in(const qr_model *m, int il) {
+    return m->ext->layers[il].kind == QR_LAYER_SSM ? &m->ext->layers[il].ssm_in : &m->layers[il].attn_q;
+}
+static const qr_weight *ffn_in(const qr_model *m, int il) {
+    const qr_layer_x *lx = &m->ext->layers[il];
+    if (!lx->gate_inp.host) return &m->layers[il].ffn_gate;
+    return lx->up_shexp.host ? (lx->gate_shexp.host ? &lx->gate_shexp : &lx->up_shexp) : &lx->gate_inp;
 }
 
+/* Each sub-block's output (xb2) is scaled by residual_scale and added to x inside the next norm
+ * (scale, add, rmsnorm and the next matmul's activation quantization in one op where the backend
+ * fuses them), as llama.cpp's x + residual_scale * block(x) with the same roundings. */
 static void granite_forward(const qr_model *m, qr_fwd *f) {
     const qr_hparams *hp = &m->hp;
     const qr_hparams_x *h = &m->ext->hp;
     qr_backend *be = f->be;
     int64_t n = f->n_tokens;
+    const float rs = h->f_residual_scale != 0.0f ? h->f_residual_scale : 1.0f;
     f->n_rows = f->n_tokens;
     f->outputs_kept = false;
     be->ops->get_rows(be, &m->tok_embd, f->x);
     if (h->f_embedding_scale != 0.0f) be->ops->scale(be, f->x, h->f_embedding_scale, n * hp->n_embd, f->x);
+    bool pending = false; /* the previous FFN's output (xb2) is still to be added to x */
     for (int il = 0; il < hp->n_layer; il++) {
         const qr_layer *l = &m->layers[il];
-        be->ops->rmsnorm(be, f->x, &l->attn_norm, n, hp->n_embd, hp->norm_eps, f->xb);
+        qr_fused_add_rmsnorm(be, f->x, pending ? f->xb2 : NULL, rs, &l->attn_norm, n, hp->n_embd, hp->norm_eps, f->xb,
+                             mixer_in(m, il));
         if (m->ext->layers[il].kind == QR_LAYER_SSM) qr_block_mamba2(m, f, il);
         else qr_block_attention_x(m, f, il, h->use_rope, hp->attn_scale);
         if (il == hp->n_layer - 1) {
@@ -37,9 +40,14 @@ static void granite_forward(const qr_model *m, qr_fwd *f) {
             n = f->n_rows;
             if (n == 0) break;
         }
-        if (h->f_residual_scale != 0.0f) be->ops->scale(be, f->xb2, h->f_residual_scale, n * hp->n_embd, f->xb2);
+        qr_fused_add_rmsnorm(be, f->x, f->xb2, rs, &l->ffn_norm, n, hp->n_embd, hp->norm_eps, f->xb, ffn_in(m, il));
+        if (m->ext->layers[il].gate_inp.host) qr_block_moe(m, f, il);
+        else qr_block_ffn(m, f, il, false);
+        pending = true;
+    }
+    if (pending && n > 0) {
+        if (rs != 1.0f) be->ops->scale(be, f->xb2, rs, n * hp->n_embd, f->xb2);
         be->ops->add(be, f->x, f->xb2, n * hp->n_embd, f->x);
-        granite_ffn(m, f, il, n);
     }
     qr_block_output(m, f);
     if (h->f_logit_scale != 0.0f && !f->embd && f->n_outputs > 0)

@@ -14,7 +14,7 @@ void qr_llama_forward(const qr_model *m, qr_fwd *f) {
     for (int il = 0; il < hp->n_layer; il++) {
         const qr_layer *l = &m->layers[il];
         /* x += attn(rmsnorm(x)), the previous residual add fused into the norm */
-        qr_fused_add_rmsnorm(be, f->x, pending ? f->xb2 : NULL, &l->attn_norm, n, hp->n_embd, hp->norm_eps, f->xb,
+        qr_fused_add_rmsnorm(be, f->x, pending ? f->xb2 : NULL, 1.0f, &l->attn_norm, n, hp->n_embd, hp->norm_eps, f->xb,
                              &l->attn_q);
         pending = false;
         qr_block_attention(m, f, il, 1.0f);
@@ -25,7 +25,7 @@ void qr_llama_forward(const qr_model *m, qr_fwd *f) {
             if (n == 0) break;
         }
         /* x += ffn(rmsnorm(x)) */
-        qr_fused_add_rmsnorm(be, f->x, f->xb2, &l->ffn_norm, n, hp->n_embd, hp->norm_eps, f->xb, &l->ffn_gate);
+        qr_fused_add_rmsnorm(be, f->x, f->xb2, 1.0f, &l->ffn_norm, n, hp->n_embd, hp->norm_eps, f->xb, &l->ffn_gate);
         qr_block_ffn(m, f, il, false);
         pending = true;
     }

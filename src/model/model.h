@@ -204,10 +204,10 @@ qr_rope_params qr_layer_rope(const qr_model *m, int il);
  * Applies q/k norms when the layer has them, rope, optional q pre-scaling (q_scale != 1, and then
  * the attention itself uses scale 1, as llama.cpp does for gemma), stores K/V, attends. */
 void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale);
-/* x += b (b NULL: nothing to add), y = rmsnorm(x) * w: the backend's fused add_rmsnorm when it has one
- * (next: the weight that multiplies y, a hint), else add + rmsnorm. */
-void qr_fused_add_rmsnorm(qr_backend *be, float *x, const float *b, const qr_weight *w, int64_t n_rows, int64_t dim,
-                          float eps, float *y, const qr_weight *next);
+/* x += b_scale * b (b NULL: nothing to add), y = rmsnorm(x) * w: the backend's fused add_rmsnorm when it
+ * has one (next: the weight that multiplies y, a hint), else [scale into y +] add + rmsnorm. */
+void qr_fused_add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
+                          int64_t dim, float eps, float *y, const qr_weight *next);
 
 /* Gated FFN of layer il on the f->n_rows rows of f->xb, result in f->xb2: down(act(gate(x)) * up(x)),
  * act = SiLU or GELU. */

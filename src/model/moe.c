@@ -33,7 +33,26 @@ void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
     const int64_t n = f->n_rows, E = m->hp.n_embd;
     const int32_t k = h->n_expert_used;
     const double t0 = qr_time_s();
+    /* shared expert first, into xb2 (it reads the normed input while the backend may still hold its
+     * prepared activations: the norm's `next` hint); the routed experts' sum is added to it last,
+     * shared + routed in the order llama.cpp adds them (routed + shared: the same bits) */
+    if (lx->up_shexp.host) {
+        const int64_t S = h->n_ff_shexp;
+        float *g = x->sh, *u = x->sh + (int64_t)x->n_batch * S;
+        if (lx->gate_shexp.host && h->expert_act == QR_GLU_SWIGLU && be->ops->matmul_swiglu) {
+            be->ops->matmul_swiglu(be, &lx->gate_shexp, &lx->up_shexp, f->xb, n, g, u);
+        } else if (lx->gate_shexp.host) {
+            be->ops->matmul(be, &lx->up_shexp, f->xb, n, u);
+            be->ops->matmul(be, &lx->gate_shexp, f->xb, n, g);
+            be->ops->glu(be, g, u, n * S, h->expert_act, g);
+        } else {
+            be->ops->matmul(be, &lx->up_shexp, f->xb, n, u);
+            be->ops->glu(be, u, NULL, n * S, QR_GLU_RELU2, g);
+        }
+        be->ops->matmul(be, &lx->down_shexp, g, n, f->xb2);
+    }
     /* router */
+    const double tr = qr_time_s();
     be->ops->matmul(be, &lx->gate_inp, f->xb, n, x->router);
     if (lx->gate_inp_b.host) be->ops->add_row(be, x->router, &lx->gate_inp_b, 0, n, x->router);
     const qr_moe_route_params rp = {.n_expert = h->n_expert, .n_used = k, .gating = h->gating, .norm = h->norm_w,
@@ -41,29 +60,15 @@ void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
     be->ops->moe_route(be, x->router, n, &rp, x->ids, x->weights);
     const double t1 = qr_time_s();
     count_selection(m, f, il, n);
-    /* experts: fused gate+up+act, then down, then the weighted sum */
+    /* experts: fused gate+up+act, then down, then the weighted sum (+ the shared expert's output) */
     be->ops->moe_gate_up(be, lx->gate_exps.host ? &lx->gate_exps : NULL, lx->gate_exps_b.host ? &lx->gate_exps_b : NULL,
                          &lx->up_exps, lx->up_exps_b.host ? &lx->up_exps_b : NULL, f->xb, x->ids, n, k, h->expert_act,
                          x->eh);
     be->ops->matmul_id(be, &lx->down_exps, lx->down_exps_b.host ? &lx->down_exps_b : NULL, x->eh, true, x->ids, n, k,
                        x->eo);
-    be->ops->moe_combine(be, x->eo, x->weights, n, k, E, f->xb2);
-    /* shared expert */
-    if (lx->up_shexp.host) {
-        const int64_t S = h->n_ff_shexp;
-        float *g = x->sh, *u = x->sh + (int64_t)x->n_batch * S;
-        be->ops->matmul(be, &lx->up_shexp, f->xb, n, u);
-        if (lx->gate_shexp.host) {
-            be->ops->matmul(be, &lx->gate_shexp, f->xb, n, g);
-            be->ops->glu(be, g, u, n * S, h->expert_act, g);
-        } else {
-            be->ops->glu(be, u, NULL, n * S, QR_GLU_RELU2, g);
-        }
-        be->ops->matmul(be, &lx->down_shexp, g, n, x->eo);
-        be->ops->add(be, f->xb2, x->eo, n * E, f->xb2);
-    }
+    be->ops->moe_combine(be, x->eo, x->weights, n, k, E, lx->up_shexp.host ? f->xb2 : NULL, f->xb2);
     x->stats.moe_layer_calls++;
-    x->stats.moe_routing_seconds += t1 - t0;
+    x->stats.moe_routing_seconds += t1 - tr;
     x->stats.moe_layer_seconds += qr_time_s() - t0;
 }
 

@@ -155,10 +155,13 @@ static qr_status embed_fn(void *arg, qr_context *ctx) {
         cp.n_seq_max = 8;
         qr_status st = qr_context_create(m->model, &cp, &m->embed_ctx, ej->err, sizeof ej->err);
         if (st != QR_OK) return st;
+        if (m->arch) qr_context_set_arch_stats(m->embed_ctx, true);
     }
     qr_embed_params p = qr_embed_default_params();
     p.normalize = ej->normalize;
-    return qr_embed(m->embed_ctx, ej->texts, ej->n, &p, ej->out, ej->err, sizeof ej->err);
+    const qr_status st = qr_embed(m->embed_ctx, ej->texts, ej->n, &p, ej->out, ej->err, sizeof ej->err);
+    srv_model_sync_arch(m);
+    return st;
 }
 
 typedef enum embed_api { EMBED_OLLAMA, EMBED_OLLAMA_LEGACY, EMBED_OPENAI } embed_api;

@@ -175,7 +175,27 @@ typedef struct sched_sum {
     qr_server *s;
     int32_t queue, running, used, freeb, cached, n;
     double hits, reused, preempt, cancelled;
+    srv_arch_snapshot **arch; /* [n_arch] MoE / SSM metrics of the models that have them */
+    int n_arch, cap_arch;
+    bool oom;
 } sched_sum;
+
+/* Keeps a copy of model m's MoE / SSM metrics in ss->arch. */
+static void snapshot_arch(sched_sum *ss, srv_model *m, const char *label) {
+    if (!m->arch) return;
+    if (ss->n_arch == ss->cap_arch) {
+        const int nc = ss->cap_arch ? ss->cap_arch * 2 : 4;
+        srv_arch_snapshot **na = realloc(ss->arch, sizeof *na * (size_t)nc);
+        if (!na) {
+            ss->oom = true;
+            return;
+        }
+        ss->arch = na;
+        ss->cap_arch = nc;
+    }
+    if (!(ss->arch[ss->n_arch] = srv_arch_metrics_snapshot(m->arch, label))) ss->oom = true;
+    else ss->n_arch++;
+}
 
 static void sum_model(void *arg, srv_model *m) {
     sched_sum *ss = arg;
@@ -203,14 +223,32 @@ static void sum_model(void *arg, srv_model *m) {
     srv_metrics_set(ss->s->metrics, "quarrel_prefix_cache_tokens_total", lab, (double)st.prefix_tokens_reused);
     srv_metrics_set(ss->s->metrics, "quarrel_preemptions_total", lab, (double)st.preemptions);
     srv_metrics_set(ss->s->metrics, "quarrel_cancellations_total", lab, (double)st.cancelled);
+    snapshot_arch(ss, m, esc);
+}
+
+char *srv_render_metrics(qr_server *s, size_t *len) {
+    sched_sum ss = {.s = s};
+    srv_registry_foreach(s->reg, sum_model, &ss);
+    srv_metrics_set(s->metrics, "quarrel_models_loaded", "", ss.n);
+    char *txt = NULL;
+    FILE *f = ss.oom ? NULL : open_memstream(&txt, len);
+    if (f) {
+        srv_metrics_write(s->metrics, f);
+        srv_arch_metrics_render(f, ss.arch, ss.n_arch);
+        const int bad = ferror(f);
+        if (fclose(f) != 0 || bad) {
+            free(txt);
+            txt = NULL;
+        }
+    }
+    for (int i = 0; i < ss.n_arch; i++) srv_arch_snapshot_free(ss.arch[i]);
+    free(ss.arch);
+    return txt;
 }
 
 int srv_h_metrics(srv_conn *rc) {
-    sched_sum ss = {.s = rc->s};
-    srv_registry_foreach(rc->s->reg, sum_model, &ss);
-    srv_metrics_set(rc->s->metrics, "quarrel_models_loaded", "", ss.n);
     size_t len;
-    char *txt = srv_metrics_render(rc->s->metrics, &len);
+    char *txt = srv_render_metrics(rc->s, &len);
     if (!txt) return srv_send_error(rc, 500, "INFERENCE_ERROR", 0, "out of memory");
     srv_send(rc, 200, "text/plain; version=0.0.4; charset=utf-8", txt, len, NULL);
     free(txt);

@@ -66,8 +66,10 @@ int srv_build_prompt(const srv_model *m, const srv_gen_req *req, srv_api api, in
     return 0;
 }
 
+/* Runs on the model's scheduler thread, after the step that made the event. */
 static void on_event(void *user, const qr_sched_event *ev) {
     srv_gen *g = user;
+    srv_model_sync_arch(g->m); /* the step's MoE / SSM counters, before the client can see its tokens */
     const bool done = ev->type == QR_SCHED_EV_DONE;
     srv_ev *e = done ? g->done_ev : calloc(1, sizeof *e); /* DONE never fails: preallocated */
     char *text = malloc(ev->text_len + 1);

@@ -2,7 +2,6 @@
 #include "server/metrics.h"
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,71 +126,58 @@ void srv_metrics_observe(srv_metrics *m, const char *name, const char *labels, d
     pthread_mutex_unlock(&m->mu);
 }
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) return;
-        if (b->p && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t nc = (b->cap ? b->cap * 2 : 4096) + (size_t)n;
-        char *np = realloc(b->p, nc);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = nc;
-    }
+void srv_metrics_write_family(FILE *f, const char *name, srv_metric_type type, const char *help) {
+    static const char *tn[] = {"counter", "gauge", "histogram", "untyped"};
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, tn[type]);
 }
 
-char *srv_metrics_render(srv_metrics *m, size_t *len) {
-    sbuf b = {0};
+void srv_metrics_write_value(FILE *f, const char *name, const char *labels, double v) {
+    if (labels[0]) fprintf(f, "%s{%s} %.17g\n", name, labels, v);
+    else fprintf(f, "%s %.17g\n", name, v);
+}
+
+void srv_metrics_write_histogram(FILE *f, const char *name, const char *labels, const double *bounds, int n_bounds,
+                                 const unsigned long long *counts, double sum, unsigned long long count) {
+    const char *sep = labels[0] ? "," : "";
+    unsigned long long cum = 0;
+    for (int k = 0; k < n_bounds; k++) {
+        cum += counts[k];
+        fprintf(f, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, bounds[k], cum);
+    }
+    fprintf(f, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep, count);
+    if (labels[0]) fprintf(f, "%s_sum{%s} %.17g\n%s_count{%s} %llu\n", name, labels, sum, name, labels, count);
+    else fprintf(f, "%s_sum %.17g\n%s_count %llu\n", name, sum, name, count);
+}
+
+void srv_metrics_write(srv_metrics *m, FILE *f) {
     pthread_mutex_lock(&m->mu);
-    for (int f = 0; f < m->n_fams && !b.oom; f++) {
-        const family *fa = &m->fams[f];
-        static const char *tn[] = {"counter", "gauge", "histogram"};
-        sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", fa->name, fa->help, fa->name, tn[fa->type]);
+    for (int fi = 0; fi < m->n_fams; fi++) {
+        const family *fa = &m->fams[fi];
+        srv_metrics_write_family(f, fa->name, fa->type, fa->help);
         for (int i = 0; i < m->n_ser; i++) {
             const series *s = &m->ser[i];
-            if (s->fam != f) continue;
-            const char *sep = s->labels[0] ? "," : "";
-            if (fa->type != SRV_HISTOGRAM) {
-                if (s->labels[0]) sb_printf(&b, "%s{%s} %.17g\n", fa->name, s->labels, s->value);
-                else sb_printf(&b, "%s %.17g\n", fa->name, s->value);
-                continue;
-            }
-            unsigned long long cum = 0;
-            for (int k = 0; k < fa->n_bounds; k++) {
-                cum += s->counts[k];
-                sb_printf(&b, "%s_bucket{%s%sle=\"%g\"} %llu\n", fa->name, s->labels, sep, fa->bounds[k], cum);
-            }
-            sb_printf(&b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", fa->name, s->labels, sep, s->count);
-            if (s->labels[0]) {
-                sb_printf(&b, "%s_sum{%s} %.17g\n%s_count{%s} %llu\n", fa->name, s->labels, s->sum, fa->name, s->labels,
-                          s->count);
-            } else {
-                sb_printf(&b, "%s_sum %.17g\n%s_count %llu\n", fa->name, s->sum, fa->name, s->count);
-            }
+            if (s->fam != fi) continue;
+            if (fa->type == SRV_HISTOGRAM)
+                srv_metrics_write_histogram(f, fa->name, s->labels, fa->bounds, fa->n_bounds, s->counts, s->sum,
+                                            s->count);
+            else
+                srv_metrics_write_value(f, fa->name, s->labels, s->value);
         }
     }
     pthread_mutex_unlock(&m->mu);
-    if (b.oom || !b.p) {
-        free(b.p);
+}
+
+char *srv_metrics_render(srv_metrics *m, size_t *len) {
+    char *buf = NULL;
+    FILE *f = open_memstream(&buf, len);
+    if (!f) return NULL;
+    srv_metrics_write(m, f);
+    const int bad = ferror(f);
+    if (fclose(f) != 0 || bad || !buf) {
+        free(buf);
         return NULL;
     }
-    *len = b.len;
-    return b.p;
+    return buf;
 }
 
 void srv_metrics_escape(const char *v, char *out, size_t cap) {

@@ -4,10 +4,11 @@
 #define QR_SERVER_METRICS_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 typedef struct srv_metrics srv_metrics;
 
-typedef enum srv_metric_type { SRV_COUNTER = 0, SRV_GAUGE = 1, SRV_HISTOGRAM = 2 } srv_metric_type;
+typedef enum srv_metric_type { SRV_COUNTER = 0, SRV_GAUGE = 1, SRV_HISTOGRAM = 2, SRV_UNTYPED = 3 } srv_metric_type;
 
 /* NULL on OOM. */
 srv_metrics *srv_metrics_create(void);
@@ -28,8 +29,19 @@ void srv_metrics_observe(srv_metrics *m, const char *name, const char *labels, d
 /* Current value of a counter/gauge (0 when absent). */
 double srv_metrics_get(srv_metrics *m, const char *name, const char *labels);
 
+/* Writes the exposition text of every declared family to f. */
+void srv_metrics_write(srv_metrics *m, FILE *f);
 /* The exposition text; malloc'd, NUL-terminated, *len bytes. NULL on OOM. */
 char *srv_metrics_render(srv_metrics *m, size_t *len);
+
+/* Writers of the text format, for families kept outside a registry (arch_metrics.c). labels: as
+ * for srv_metrics_add. A family's HELP and TYPE lines: */
+void srv_metrics_write_family(FILE *f, const char *name, srv_metric_type type, const char *help);
+/* One counter / gauge / untyped sample: */
+void srv_metrics_write_value(FILE *f, const char *name, const char *labels, double v);
+/* One histogram series: counts[n_bounds + 1] per bucket (not cumulative, last = +Inf), sum, count. */
+void srv_metrics_write_histogram(FILE *f, const char *name, const char *labels, const double *bounds, int n_bounds,
+                                 const unsigned long long *counts, double sum, unsigned long long count);
 
 /* Escapes a label value (backslash, quote, newline) into out (cap bytes, always NUL-terminated). */
 void srv_metrics_escape(const char *v, char *out, size_t cap);

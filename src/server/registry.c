@@ -54,6 +54,7 @@ srv_registry *srv_registry_create(const srv_registry_opts *o) {
 static void model_free(srv_model *m) {
     if (!m) return;
     qr_sched_free(m->sched);
+    srv_arch_metrics_free(m->arch); /* after the scheduler thread, the only one that syncs it */
     qr_context_free(m->embed_ctx);
     qr_context_free(m->ctx);
     qr_chat_template_free(m->tmpl);
@@ -160,6 +161,7 @@ static qr_status load_model(const srv_registry *r, const char *source, srv_model
         cp.n_seq_max = parallel;
         cp.n_threads = r->o.n_threads;
         if ((st = qr_context_create(m->model, &cp, &m->ctx, err, err_len)) != QR_OK) goto fail;
+        if ((st = srv_arch_metrics_create(m->ctx, &m->arch, err, err_len)) != QR_OK) goto fail;
         const int64_t kdim = (int64_t)hp->n_head_kv * hp->head_dim_k, vdim = (int64_t)hp->n_head_kv * hp->head_dim_v;
         m->kv_bytes = (uint64_t)qr_context_n_ctx(m->ctx) * (uint64_t)hp->n_layer * (uint64_t)(kdim + vdim) * 2u;
         qr_sched_params sp;
@@ -191,6 +193,12 @@ static qr_status load_model(const srv_registry *r, const char *source, srv_model
 fail:
     model_free(m);
     return st;
+}
+
+void srv_model_sync_arch(srv_model *m) {
+    if (!m->arch) return;
+    const qr_context *const ctx[] = {m->ctx, m->embed_ctx};
+    srv_arch_metrics_sync(m->arch, ctx, 2);
 }
 
 static srv_model *find_locked(srv_registry *r, const char *name) {

@@ -10,6 +10,7 @@
 
 #include "quarrel.h"
 #include "runtime/scheduler.h"
+#include "server/arch_metrics.h"
 #include "template/template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -22,6 +23,7 @@ typedef struct srv_model {
     qr_context *ctx;       /* owned by the scheduler thread */
     qr_scheduler *sched;
     qr_context *embed_ctx; /* embeddings scratch context, made on first use (scheduler thread only) */
+    srv_arch_metrics *arch;/* MoE / SSM metrics of ctx + embed_ctx; NULL for other models */
     qr_chat_template *tmpl;/* NULL when the model has no chat template */
     char *tmpl_src;        /* the template text (for /api/show) or NULL */
     char bos[128], eos[128];
@@ -83,6 +85,10 @@ int32_t srv_registry_drain(srv_registry *r, double timeout_s);
 
 /* Cancels every in-flight request of every model. */
 void srv_registry_cancel_all(srv_registry *r);
+
+/* The model's scheduler thread only (its callbacks and jobs): folds what the MoE / SSM counters of
+ * m->ctx and m->embed_ctx gained into m->arch, for /metrics. A no-op for other models. */
+void srv_model_sync_arch(srv_model *m);
 
 /* Unloads a model by name now if it is idle (refs == 0). Returns 0, or -1 when not found/busy. */
 int srv_registry_unload(srv_registry *r, const char *name);

@@ -143,6 +143,9 @@ int srv_h_healthz(srv_conn *rc);
 int srv_h_readyz(srv_conn *rc);
 int srv_h_version(srv_conn *rc);
 int srv_h_metrics(srv_conn *rc);
+/* The /metrics text (the registry, refreshed from the models' schedulers, then the models' MoE /
+ * SSM metrics); malloc'd, *len bytes; NULL on OOM. */
+char *srv_render_metrics(qr_server *s, size_t *len);
 int srv_h_openapi(srv_conn *rc);
 
 /* Model info object shared by /api/models, /api/tags, /api/show, /api/ps. */

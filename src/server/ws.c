@@ -229,7 +229,7 @@ static void on_message(ws_state *w, const char *data, size_t len) {
         ws_send(w, "status", json_pack("{s:b, s:o, s:s}", "busy", busy, "models", models, "version", qr_version()));
     } else if (!strcmp(t, "metrics")) {
         size_t n;
-        char *txt = srv_metrics_render(w->s->metrics, &n);
+        char *txt = srv_render_metrics(w->s, &n);
         json_t *models = json_array();
         srv_registry_foreach(w->s->reg, status_model, models);
         json_t *p = json_pack("{s:o, s:s%}", "models", models, "prometheus", txt ? txt : "", txt ? n : 0);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_internal.h"
 #include "lab.h"
 
 typedef struct fbuf {
@@ -174,9 +175,11 @@ static void check_experts(lab *L) {
         char err[256];
         if (L->gpu->ops->weight_prepare(L->gpu, &b, err, sizeof err) != QR_OK) exit(2);
         const double tol = c->type == QR_TYPE_F16 ? 5e-3 : 2e-2;
-        const int64_t rows_list[] = {1, 64};
-        for (int ri = 0; ri < 2; ri++) {
+        /* the expert mat-vec (1, 5) and the grouped GEMM (64: padded strided-batched, then one GEMM per expert) */
+        const int64_t rows_list[] = {1, 5, 64, 64};
+        for (int ri = 0; ri < 4; ri++) {
             const int64_t rows = rows_list[ri];
+            qr_cuda_backend_tune(L->gpu)->moe_grouped = ri != 3;
             fbuf x = fb_new(L, rows * c->k, 1.0f), y = fb_new(L, rows * c->used * c->n, 0.0f);
             int32_t *ids = ids_new(L, rows, c->used, (int32_t)c->ne);
             int32_t *idd = (int32_t *)lab_gpu_alloc(L, sizeof(int32_t) * (size_t)(rows * c->used));
@@ -191,8 +194,8 @@ static void check_experts(lab *L) {
                 run_mm(&cc);
                 run_mm(&gc);
                 char cfg[72];
-                snprintf(cfg, sizeof cfg, "%s %lldx%lld E%lld k%d rows %lld", c->name, (long long)c->n, (long long)c->k,
-                         (long long)c->ne, c->used, (long long)rows);
+                snprintf(cfg, sizeof cfg, "%s %lldx%lld E%lld k%d rows %lld%s", c->name, (long long)c->n,
+                         (long long)c->k, (long long)c->ne, c->used, (long long)rows, ri == 3 ? " loop" : "");
                 const double wbytes = (double)(gu ? 2 : 1) * (double)up.row_bytes * (double)c->n *
                                       (double)(rows * c->used < c->ne ? rows * c->used : c->ne);
                 /* gate_up multiplies two such errors (and gpt-oss's clamp has a kink at 7): twice the margin */
@@ -207,6 +210,7 @@ static void check_experts(lab *L) {
         L->gpu->ops->weight_release(L->gpu, &b);
         free(bh);
     }
+    qr_cuda_backend_tune(L->gpu)->moe_grouped = 1;
     /* relu^2 experts (no gate), combine, glu */
     {
         qr_weight up = gen_weight(L, QR_TYPE_Q8_0, 512, 256, 8, "up_exps");
@@ -226,9 +230,15 @@ static void check_experts(lab *L) {
         const int64_t rows = 33, dim = 2880;
         const int32_t k = 4;
         fbuf y = fb_new(L, rows * k * dim, 1.0f), w = fb_new(L, rows * k, 1.0f), o = fb_new(L, rows * dim, 0.0f);
-        L->cpu->ops->moe_combine(L->cpu, y.h, w.h, rows, k, dim, o.h);
-        L->gpu->ops->moe_combine(L->gpu, y.d, w.d, rows, k, dim, o.d);
+        L->cpu->ops->moe_combine(L->cpu, y.h, w.h, rows, k, dim, NULL, o.h);
+        L->gpu->ops->moe_combine(L->gpu, y.d, w.d, rows, k, dim, NULL, o.d);
         compare(L, "moe_combine", "rows 33 k4 dim 2880", o.h, o.d, rows * dim, 1e-5, NULL, NULL, 0);
+        /* with the shared expert's output added in place (out == add) */
+        fbuf a = fb_new(L, rows * dim, 1.0f);
+        L->cpu->ops->moe_combine(L->cpu, y.h, w.h, rows, k, dim, a.h, a.h);
+        L->gpu->ops->moe_combine(L->gpu, y.d, w.d, rows, k, dim, a.d, a.d);
+        compare(L, "moe_combine", "rows 33 k4 dim 2880 + add in place", a.h, a.d, rows * dim, 1e-5, NULL, NULL, 0);
+        fb_free(L, &a);
         fb_free(L, &y), fb_free(L, &w), fb_free(L, &o);
     }
     for (int a = 0; a < 3; a++) {
@@ -270,12 +280,17 @@ static qr_weight vec_w(lab *L, int64_t n, int64_t n1, float center, float spread
 }
 
 static void check_ssm(lab *L) {
-    typedef struct { const char *name; int32_t nh, hp, ng, ns; int32_t rows, n_seq, step; } cfg_t;
+    /* sorted: each pass's rows grouped by sequence (the parallel conv); else random interleaving (sequential) */
+    typedef struct { const char *name; int32_t nh, hp, ng, ns; int32_t rows, n_seq, step; bool sorted; } cfg_t;
     const cfg_t cfgs[] = {
-        {"tiny", 8, 64, 2, 32, 40, 3, 7},
-        {"granite-4.0-h-tiny decode", 48, 64, 1, 128, 1, 1, 1},
-        {"nemotron-3-nano decode", 64, 64, 8, 128, 4, 4, 4},
-        {"nemotron-3-nano prefill 256", 64, 64, 8, 128, 256, 1, 256},
+        {"tiny", 8, 64, 2, 32, 40, 3, 7, false},
+        {"tiny runs", 8, 64, 2, 32, 48, 3, 16, true},
+        {"N16 (general scan)", 4, 32, 2, 16, 20, 2, 10, true},
+        {"N96 (general scan)", 4, 32, 1, 96, 9, 2, 3, false},
+        {"granite-4.0-h-tiny decode", 48, 64, 1, 128, 1, 1, 1, false},
+        {"nemotron-3-nano decode", 64, 64, 8, 128, 4, 4, 4, false},
+        {"nemotron-3-nano prefill 256", 64, 64, 8, 128, 256, 1, 256, false},
+        {"granite-4.0-h-tiny prefill 512", 48, 64, 1, 128, 512, 1, 512, false},
     };
     for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
         const cfg_t *c = &cfgs[ci];
@@ -293,6 +308,11 @@ static void check_ssm(lab *L) {
         qr_weight D = vec_w(L, c->nh, 1, 1.0f, 0.2f, "D"), nw = vec_w(L, di, 1, 1.0f, 0.1f, "ssm_norm");
         int32_t *seq = malloc(sizeof(int32_t) * (size_t)c->rows);
         for (int32_t i = 0; i < c->rows; i++) seq[i] = (int32_t)(lab_u64(L) % (uint64_t)c->n_seq);
+        if (c->sorted) /* rows of each pass grouped by sequence, sequences in order */
+            for (int32_t r0 = 0; r0 < c->rows; r0 += c->step) {
+                const int32_t n = c->rows - r0 < c->step ? c->rows - r0 : c->step;
+                for (int32_t i = 0; i < n; i++) seq[r0 + i] = (int32_t)((int64_t)i * c->n_seq / n);
+            }
         ssm_ctx cc = {.be = L->cpu, .stride = stride, .cw = &cw, .cb = &cb, .dtb = &dtb, .A = &A, .D = &D, .nw = &nw,
                       .p = &p};
         ssm_ctx gc = cc;

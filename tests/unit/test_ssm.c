@@ -198,7 +198,7 @@ static void test_gate_up_combine_glu(void **state) {
     float y[6 * 2 * 32], wt[12], out[6 * 32];
     fill(y, R * KU * E, 1.0f);
     fill(wt, R * KU, 1.0f);
-    be->ops->moe_combine(be, y, wt, R, KU, E, out);
+    be->ops->moe_combine(be, y, wt, R, KU, E, NULL, out);
     for (int64_t r = 0; r < R; r++)
         for (int64_t i = 0; i < E; i++) {
             const float want = y[(r * KU) * E + i] * wt[r * KU] + y[(r * KU + 1) * E + i] * wt[r * KU + 1];

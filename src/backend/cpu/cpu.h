@@ -189,7 +189,7 @@ void qr_cpu_moe_gate_up(qr_backend *be, const qr_weight *gate, const qr_weight *
                         const qr_weight *up_b, const float *x, const int32_t *ids, int64_t n_rows, int32_t n_used,
                         qr_glu_kind act, float *h);
 void qr_cpu_moe_combine(qr_backend *be, const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim,
-                        float *out);
+                        const float *add, float *out);
 void qr_cpu_glu(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out);
 void qr_cpu_ssm_conv(qr_backend *be, const float *x, int64_t x_stride, float *conv_state, const qr_weight *w,
                      const qr_weight *b, const qr_ssm_params *p, float *out);

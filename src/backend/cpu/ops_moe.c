@@ -370,13 +370,15 @@ done:
 }
 
 void qr_cpu_moe_combine(qr_backend *be, const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim,
-                        float *out) {
+                        const float *add, float *out) {
     (void)be;
     for (int64_t r = 0; r < n_rows; r++) {
         float *o = out + r * dim;
-        const float *yr = y + r * n_used * dim, *wr = w + r * n_used;
-        for (int64_t i = 0; i < dim; i++) o[i] = yr[i] * wr[0];
-        for (int32_t j = 1; j < n_used; j++)
-            for (int64_t i = 0; i < dim; i++) o[i] += yr[(int64_t)j * dim + i] * wr[j];
+        const float *yr = y + r * n_used * dim, *wr = w + r * n_used, *ar = add ? add + r * dim : NULL;
+        for (int64_t i = 0; i < dim; i++) {
+            float acc = yr[i] * wr[0];
+            for (int32_t j = 1; j < n_used; j++) acc += yr[(int64_t)j * dim + i] * wr[j];
+            o[i] = ar ? acc + ar[i] : acc;
+        }
     }
 }

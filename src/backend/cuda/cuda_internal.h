@@ -32,6 +32,13 @@ typedef struct qr_cuda_tune {
                               * the plain ops it stands for (A/B: QUARREL_CUDA_FUSE=0) */
     int32_t gemm_q8_act;     /* 1: the prefill GEMM over quantized weights takes the activations rounded as the
                               * CPU's Q8 quantizer rounds them (then f16); 0: plain f16 (QUARREL_CUDA_GEMM_Q8=0) */
+    int32_t moe_kernel;      /* expert matmuls: 0 = the expert mat-vec for decode sizes and the grouped GEMM above;
+                              * 1 = the per-slot f32 kernel only (QUARREL_CUDA_MOE=old); 2 = no grouped GEMM
+                              * (QUARREL_CUDA_MOE=nogemm) */
+    int32_t moe_grouped;     /* 1: the grouped GEMM pads each expert's rows to the largest count and runs each
+                              * chunk of experts as one strided-batched GEMM; 0: one cublasGemmEx per expert
+                              * (QUARREL_CUDA_MOE=loop) */
+    int64_t moe_tile_bytes;  /* f16 experts dequantized per chunk of the grouped GEMM, default 512 MiB */
 } qr_cuda_tune;
 
 /* The backend's knobs (writable; read at each op). be must be a CUDA backend. */

@@ -101,9 +101,10 @@ cudaError_t qr_cuda_matvec_multi(const cuda_wview *w, int32_t n_mat, const cuda_
 /* ---- norm.cu ---- */
 cudaError_t qr_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t dim, float eps, float *y,
                             cudaStream_t stream);
-/* x[r] += b[r] (when b), then y = rmsnorm(x) * w as qr_cuda_rmsnorm; with qkind 0/1 (qr_cuda_act_kind)
- * also quantizes y into q/d/s/g as qr_cuda_quantize_act would (dim a multiple of the block). */
-cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, const float *w, int64_t n_rows, int64_t dim, float eps,
+/* x[r] += b_scale * b[r] (when b; the product rounded first, as scale then add; b_scale 1: plain add), then
+ * y = rmsnorm(x) * w as qr_cuda_rmsnorm; with qkind 0/1 (qr_cuda_act_kind) also quantizes y into q/d/s/g
+ * as qr_cuda_quantize_act would (dim a multiple of the block). */
+cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, float b_scale, const float *w, int64_t n_rows, int64_t dim, float eps,
                                 float *y, int qkind, int8_t *q, float *d, float *s, int16_t *g, bool pdl,
                                 cudaStream_t stream);
 cudaError_t qr_cuda_layernorm(const float *x, const float *w, const float *b, int64_t n_rows, int64_t dim, float eps,
@@ -190,25 +191,53 @@ cudaError_t qr_cuda_add_row(const float *x, const cuda_wview *t, int64_t row, co
 /* ids[n_rows][n_used], weights[n_rows][n_used] from logits[n_rows][n_expert] per p (sel_bias: device F32
  * [n_expert] or NULL; p->sel_bias is ignored). n_expert <= 512. */
 cudaError_t qr_cuda_moe_route(const float *logits, int64_t n_rows, const qr_moe_route_params *p, const float *sel_bias,
-                              int32_t *ids, float *weights, cudaStream_t stream);
+                              int32_t *ids, float *weights, bool pdl, cudaStream_t stream);
 /* y[s][n_out] = W[ids[s]] . x_s (+ bias[ids[s]]) for slots s < n_rows * n_used (<= 65535); w: the prepared
  * [n_expert * n_out][k] rows; x_s = x[s] (x_per_slot) or x[s / n_used]. */
 cudaError_t qr_cuda_matmul_id(const cuda_wview *w, int64_t n_out, const float *bias, const float *x, bool x_per_slot,
                               const int32_t *ids, int64_t n_rows, int32_t n_used, float *y, cudaStream_t stream);
-/* out[i] = act(g[i], u[i]) (qr_glu_kind; u unused for QR_GLU_RELU2). out may alias g. */
-cudaError_t qr_cuda_glu(const float *g, const float *u, int64_t n, int act, float *out, cudaStream_t stream);
-/* out[r][i] = sum_j w[r][j] y[r][j][i]. */
-cudaError_t qr_cuda_moe_combine(const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim, float *out,
+/* The expert mat-vec of decode (matmul_q.cu): quantized activations and dp4a like qr_cuda_matvec. */
+typedef struct qr_cuda_mv_id_args {
+    cuda_wview w[2];       /* the experts' rows ([n_expert * n_out][k]): gate (or the only matrix), up */
+    const float *bias[2];  /* F32 [n_expert][n_out] per matrix, or NULL */
+    int64_t n_out;         /* rows per expert */
+    const int32_t *ids;    /* [n_slots] expert of each slot (device) */
+    int32_t n_used;        /* slots per activation row when !x_per_slot */
+    int32_t x_per_slot;    /* activation row s (1) or s / n_used (0) */
+    int32_t act;           /* qr_glu_kind applied in the epilogue; -1 = none (glu == 0 only) */
+    float *y;              /* [n_slots][n_out] */
+} qr_cuda_mv_id_args;
+/* y[s] = act(w[0][ids[s]] . x_s + b0, w[1][ids[s]] . x_s + b1) (glu) or w[0][ids[s]] . x_s + b0 (then act if
+ * >= 0), s < n_slots (<= 65535); x: activations prepared as for qr_cuda_matvec (rows of x_s). wpr: 1 or 2
+ * (4 without glu). The ids are read after the previous kernel finished (pdl). */
+cudaError_t qr_cuda_matvec_id(const qr_cuda_mv_id_args *a, int glu, const cuda_xview *x, int32_t n_slots, int32_t wpr,
+                              bool pdl, cudaStream_t stream);
+/* The grouped expert GEMM of prefill (moe.cu). dst[p][k] (f16) = src[rows[p]][k] (f16), or zeros where
+ * rows[p] < 0 (padding), p < n. */
+cudaError_t qr_cuda_gather_f16(const void *src, int64_t k, const int32_t *rows, int32_t n, void *dst, cudaStream_t stream);
+/* For p < n (sorted slots), i < n_out: out[slot[p]][i] = act(g[row[p]][i] + bg[e][i], u[row[p]][i] + bu[e][i]) with
+ * e = expert[p] (u == NULL: g + bg, then act when act >= 0); biases may be NULL. */
+cudaError_t qr_cuda_moe_scatter(const float *g, const float *u, const float *bg, const float *bu, const int32_t *slot,
+                                const int32_t *expert, const int32_t *row, int32_t n, int64_t n_out, int act, float *out,
                                 cudaStream_t stream);
+/* out[i] = act(g[i], u[i]) (qr_glu_kind; u unused for QR_GLU_RELU2). out may alias g. */
+cudaError_t qr_cuda_glu(const float *g, const float *u, int64_t n, int act, float *out, bool pdl, cudaStream_t stream);
+/* out[r][i] = sum_j w[r][j] y[r][j][i]. */
+cudaError_t qr_cuda_moe_combine(const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim,
+                                const float *add, float *out, bool pdl, cudaStream_t stream);
 
 /* ---- ssm.cu (issue 9); seq: the plan's device seq array ---- */
+/* runs: every sequence of the batch is one contiguous run of rows (then the rows are computed in
+ * parallel, the states rolled forward after); otherwise one thread per channel walks the rows in order. */
 cudaError_t qr_cuda_ssm_conv(const float *x, int64_t x_stride, float *conv_state, const float *w, const float *b,
-                             const int32_t *seq, int32_t n_tok, const qr_ssm_params *p, float *out, cudaStream_t stream);
+                             const int32_t *seq, int32_t n_tok, const qr_ssm_params *p, bool runs, float *out,
+                             bool pdl, cudaStream_t stream);
+/* diverged: set to 1 (device-visible int, may be NULL) when a state value becomes NaN/Inf. */
 cudaError_t qr_cuda_ssm_scan(float *state, const float *xbc, const float *dt, int64_t dt_stride, const float *dt_bias,
                              const float *A, const float *D, const int32_t *seq, int32_t n_tok, const qr_ssm_params *p,
-                             float *y, cudaStream_t stream);
+                             float *y, int *diverged, bool pdl, cudaStream_t stream);
 cudaError_t qr_cuda_ssm_gate_norm(const float *y, const float *z, int64_t z_stride, const float *w, int64_t n_rows,
-                                  const qr_ssm_params *p, float eps, float *out, cudaStream_t stream);
+                                  const qr_ssm_params *p, float eps, float *out, bool pdl, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,12 @@
 #include "backend/cuda/quant_dev.cuh"
 
 #define MMV_THREADS 128
+/* Every weight type of the mat-vec kernels, as X(qr_type, traits) (the launchers' type dispatch). */
+#define MMV_TYPES(X)                                                                                            \
+    X(QR_TYPE_Q4_0, TQ4_0) X(QR_TYPE_Q4_1, TQ4_1) X(QR_TYPE_Q5_0, TQ5_0) X(QR_TYPE_Q5_1, TQ5_1)               \
+    X(QR_TYPE_Q8_0, TQ8_0) X(QR_TYPE_MXFP4, TMXFP4) X(QR_TYPE_IQ4_NL, TIQ4_NL) X(QR_TYPE_Q2_K, TQ2_K)         \
+    X(QR_TYPE_Q3_K, TQ3_K) X(QR_TYPE_Q4_K, TQ4_K) X(QR_TYPE_Q5_K, TQ5_K) X(QR_TYPE_Q6_K, TQ6_K)               \
+    X(QR_TYPE_F16, TF16) X(QR_TYPE_BF16, TBF16) X(QR_TYPE_F32, TF32)
 /* Chunks loaded per thread before computing: 4 for the 32-value formats at up to 4 rows, 2 for the
  * K-quants (bigger chunk state) and for 5..8 rows, so that everything fits in 64 registers (8 CTAs
  * of 128 threads per SM) without spilling. */
@@ -244,21 +250,10 @@ extern "C" cudaError_t qr_cuda_matvec(const cuda_wview *w, const cuda_xview *x, 
                                       bool pdl, cudaStream_t stream) {
     if (wpr != 1 && wpr != 2 && wpr != 4) return cudaErrorInvalidValue;
     switch ((qr_type)w->type) {
-    case QR_TYPE_Q4_0: return launch_matvec<TQ4_0>(w, x, nr, y, wpr, pdl, stream);
-    case QR_TYPE_Q4_1: return launch_matvec<TQ4_1>(w, x, nr, y, wpr, pdl, stream);
-    case QR_TYPE_Q5_0: return launch_matvec<TQ5_0>(w, x, nr, y, wpr, pdl, stream);
-    case QR_TYPE_Q5_1: return launch_matvec<TQ5_1>(w, x, nr, y, wpr, pdl, stream);
-    case QR_TYPE_Q8_0: return launch_matvec<TQ8_0>(w, x, nr, y, wpr, pdl, stream);
-    case QR_TYPE_MXFP4: return launch_matvec<TMXFP4>(w, x, nr, y, wpr, pdl, stream);
-    case QR_TYPE_IQ4_NL: return launch_matvec<TIQ4_NL>(w, x, nr, y, wpr, pdl, stream);
-    case QR_TYPE_Q2_K: return launch_matvec<TQ2_K>(w, x, nr, y, wpr, pdl, stream);
-    case QR_TYPE_Q3_K: return launch_matvec<TQ3_K>(w, x, nr, y, wpr, pdl, stream);
-    case QR_TYPE_Q4_K: return launch_matvec<TQ4_K>(w, x, nr, y, wpr, pdl, stream);
-    case QR_TYPE_Q5_K: return launch_matvec<TQ5_K>(w, x, nr, y, wpr, pdl, stream);
-    case QR_TYPE_Q6_K: return launch_matvec<TQ6_K>(w, x, nr, y, wpr, pdl, stream);
-    case QR_TYPE_F16: return launch_matvec<TF16>(w, x, nr, y, wpr, pdl, stream);
-    case QR_TYPE_BF16: return launch_matvec<TBF16>(w, x, nr, y, wpr, pdl, stream);
-    case QR_TYPE_F32: return launch_matvec<TF32>(w, x, nr, y, wpr, pdl, stream);
+#define TY(E, T) \
+    case E: return launch_matvec<T>(w, x, nr, y, wpr, pdl, stream);
+    MMV_TYPES(TY)
+#undef TY
     default: return cudaErrorInvalidValue;
     }
 }
@@ -298,13 +293,94 @@ extern "C" cudaError_t qr_cuda_matvec_multi(const cuda_wview *w, int32_t n_mat, 
     switch ((qr_type)w[0].type) {
 #define TY(E, T) \
     case E: return launch_matvec_multi<T>(w, n_mat, x, nr, y, wpr, glu, pdl, stream);
-    TY(QR_TYPE_Q4_0, TQ4_0) TY(QR_TYPE_Q4_1, TQ4_1) TY(QR_TYPE_Q5_0, TQ5_0) TY(QR_TYPE_Q5_1, TQ5_1)
-    TY(QR_TYPE_Q8_0, TQ8_0) TY(QR_TYPE_MXFP4, TMXFP4) TY(QR_TYPE_IQ4_NL, TIQ4_NL) TY(QR_TYPE_Q2_K, TQ2_K)
-    TY(QR_TYPE_Q3_K, TQ3_K) TY(QR_TYPE_Q4_K, TQ4_K) TY(QR_TYPE_Q5_K, TQ5_K) TY(QR_TYPE_Q6_K, TQ6_K)
-    TY(QR_TYPE_F16, TF16) TY(QR_TYPE_BF16, TBF16) TY(QR_TYPE_F32, TF32)
+    MMV_TYPES(TY)
 #undef TY
     default: return cudaErrorInvalidValue;
     }
 }
 
 extern "C" bool qr_cuda_multi_supported(int32_t nr, int glu) { return nr >= 1 && nr <= 4 && (glu == 0 || glu == 1); }
+
+/* ---- the expert mat-vec (MoE decode) ---- */
+
+/* Activation row t of a prepared view (the layout of quant_dev.cuh: rows of k codes, scales per 32 or
+ * 256, Q8_1 sums per 32, 16-sums; or k f16 / bf16 / f32 values). */
+template <class T>
+static __device__ __forceinline__ cuda_xview xview_row(cuda_xview x, int64_t t) {
+    const int64_t k = x.k;
+    if (T::ACT <= 1) {
+        x.q += t * k;
+        x.d += t * (T::ACT == 0 ? k / 32 : k / 256);
+        x.s += t * (k / 32);
+        x.g += t * (k / 16);
+    } else {
+        x.h = (const uint8_t *)x.h + t * k * (T::ACT == 4 ? 4 : 2);
+    }
+    return x;
+}
+
+/* Grid (CTAs over the n_out rows, slots). Slot s uses expert ids[s] (rows e * n_out .. of every w[m],
+ * whose n is n_expert * n_out) and activation row s (x_per_slot) or s / n_used. GLU: sub-groups
+ * alternate gate (even) and up (odd) of the same rows, and y = act(gate + bg, up + bu); otherwise
+ * y = w[0] x + b[0], then act when act >= 0 (relu^2 experts without a gate). */
+template <class T, int GLU>
+static __global__ void __launch_bounds__(MMV_THREADS, 8)
+    matvec_id_kernel(const qr_cuda_mv_id_args a, const cuda_xview x, int wpr) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int part = warp % wpr, sub = warp / wpr, rpc = (MMV_THREADS / 32) / wpr;
+    const int s = (int)blockIdx.y;
+    pdl_wait(); /* the expert ids come from the routing kernel: nothing can be loaded before them */
+    pdl_launch_dependents();
+    const int e = a.ids[s];
+    const int m = GLU ? (sub & 1) : 0;
+    const int64_t i = GLU ? (int64_t)blockIdx.x * (rpc / 2) + (sub >> 1) : (int64_t)blockIdx.x * rpc + sub;
+    const cuda_wview &w = a.w[m];
+    const bool valid = i < a.n_out && e >= 0 && (int64_t)e * a.n_out < w.n;
+    const int64_t row = valid ? (int64_t)e * a.n_out + i : w.n;
+    const cuda_xview xs = xview_row<T>(x, a.x_per_slot ? s : s / a.n_used);
+    float acc[1];
+    matvec_row_part<T, 1>(w, xs, row, part, wpr, lane, acc);
+    __shared__ float red[MMV_THREADS / 32];
+    if (lane == 0) red[warp] = acc[0];
+    __syncthreads();
+    if (m != 0 || part != 0 || lane != 0 || !valid) return;
+    float g = 0.0f;
+    for (int p = 0; p < wpr; p++) g += red[warp + p];
+    const int64_t bi = (int64_t)e * a.n_out + i;
+    if (a.bias[0]) g = __fadd_rn(g, a.bias[0][bi]);
+    float r = g;
+    if (GLU) {
+        float u = 0.0f;
+        for (int p = 0; p < wpr; p++) u += red[warp + wpr + p];
+        if (a.bias[1]) u = __fadd_rn(u, a.bias[1][bi]);
+        r = glu_act(a.act, g, u);
+    } else if (a.act >= 0) {
+        r = glu_act(a.act, g, 0.0f);
+    }
+    a.y[(int64_t)s * a.n_out + i] = r;
+}
+
+template <class T>
+static cudaError_t launch_matvec_id(const qr_cuda_mv_id_args *a, int glu, const cuda_xview *x, int32_t n_slots,
+                                    int32_t wpr, bool pdl, cudaStream_t stream) {
+    const int rpc = (MMV_THREADS / 32) / wpr / (glu ? 2 : 1);
+    const dim3 grid((unsigned)((a->n_out + rpc - 1) / rpc), (unsigned)n_slots), block(MMV_THREADS);
+    const cuda_xview xv = *x;
+    if (glu) return launch_k(matvec_id_kernel<T, 1>, grid, block, 0, stream, pdl, *a, xv, (int)wpr);
+    return launch_k(matvec_id_kernel<T, 0>, grid, block, 0, stream, pdl, *a, xv, (int)wpr);
+}
+
+extern "C" cudaError_t qr_cuda_matvec_id(const qr_cuda_mv_id_args *a, int glu, const cuda_xview *x, int32_t n_slots,
+                                         int32_t wpr, bool pdl, cudaStream_t stream) {
+    if (n_slots <= 0) return cudaSuccess;
+    if (n_slots > 65535 || (wpr != 1 && wpr != 2 && (glu || wpr != 4)) || a->n_out <= 0) return cudaErrorInvalidValue;
+    if (glu && (a->w[1].type != a->w[0].type || a->w[1].k != a->w[0].k || a->w[1].n != a->w[0].n))
+        return cudaErrorInvalidValue;
+    switch ((qr_type)a->w[0].type) {
+#define TY(E, T) \
+    case E: return launch_matvec_id<T>(a, glu, x, n_slots, wpr, pdl, stream);
+    MMV_TYPES(TY)
+#undef TY
+    default: return cudaErrorInvalidValue;
+    }
+}

@@ -9,6 +9,7 @@
  * dequantized weights, so results match the CPU oracle (which quantizes activations to Q8) within
  * the lab's tolerance, not bit for bit.
  */
+#include "backend/cuda/ew_dev.cuh"
 #include "backend/cuda/quant_dev.cuh"
 
 /* 8 values of weight row `row` from element e (a multiple of 8): quantized types through T::deq8. */
@@ -32,40 +33,73 @@ static __device__ __forceinline__ void deq8_row(const cuda_wview &w, int64_t row
 
 static __device__ __forceinline__ float route_exp(float x) { return expf(x); }
 
-/* One thread per token row. n_expert <= QR_CUDA_MOE_MAX_EXPERT. */
+/* One warp per token row (n_expert <= QR_CUDA_MOE_MAX_EXPERT): lane l owns experts l, l + 32, ...;
+ * the probabilities are recomputed where needed (as the CPU computes them), the top-k chosen in k
+ * rounds of a warp argmax over the selection scores (ties: the lower id), then lane 0 applies the
+ * weight normalisation and scale of the arch. */
 #define QR_CUDA_MOE_MAX_EXPERT 512
+#define ROUTE_WARPS 4
+static __device__ __forceinline__ float route_prob(float l, int gating, float mx, float inv) {
+    if (gating == QR_MOE_SOFTMAX) return __fmul_rn(route_exp(l - mx), inv);
+    if (gating == QR_MOE_SIGMOID) return __fdiv_rn(1.0f, __fadd_rn(1.0f, route_exp(-l)));
+    return l;
+}
+
 static __global__ void moe_route_kernel(const float *__restrict__ logits, int64_t n_rows, int n_expert, int k,
                                         int gating, bool norm, float scale, const float *__restrict__ sel_bias,
                                         int32_t *__restrict__ ids, float *__restrict__ weights) {
-    const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    pdl_enter();
+    constexpr int PER_LANE = QR_CUDA_MOE_MAX_EXPERT / 32;
+    const int lane = threadIdx.x & 31;
+    const int64_t r = (int64_t)blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5);
     if (r >= n_rows) return;
     const float *lg = logits + r * n_expert;
     int32_t *id = ids + r * k;
     float *w = weights + r * k;
+    /* this lane's logits, probabilities and selection scores, in registers (unrolled, guarded) */
+    float l[PER_LANE], pr[PER_LANE], sc[PER_LANE];
     float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        const int e = lane + 32 * i;
+        l[i] = e < n_expert ? lg[e] : -INFINITY;
+        mx = fmaxf(mx, l[i]);
+    }
     double sum = 0.0;
     if (gating == QR_MOE_SOFTMAX) {
-        for (int e = 0; e < n_expert; e++) mx = fmaxf(mx, lg[e]);
-        for (int e = 0; e < n_expert; e++) sum += (double)route_exp(lg[e] - mx);
+        mx = warp_max(mx);
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++)
+            if (lane + 32 * i < n_expert) sum += (double)route_exp(l[i] - mx);
+        sum = warp_sum_d(sum);
     }
     const float inv = (float)(1.0 / sum);
-    /* top-k by selection score (ties: lower id), recomputing probabilities on the fly */
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        const int e = lane + 32 * i;
+        pr[i] = e < n_expert ? route_prob(l[i], gating, mx, inv) : 0.0f;
+        sc[i] = e < n_expert ? (sel_bias ? __fadd_rn(pr[i], sel_bias[e]) : pr[i]) : -INFINITY;
+    }
+    uint32_t taken = 0; /* bit i: expert lane + 32 i is chosen */
     for (int j = 0; j < k; j++) {
         int best = -1;
         float best_sel = -INFINITY, best_p = 0.0f;
-        for (int e = 0; e < n_expert; e++) {
-            bool taken = false;
-            for (int q = 0; q < j; q++) taken |= id[q] == e;
-            if (taken) continue;
-            float p = lg[e];
-            if (gating == QR_MOE_SOFTMAX) p = __fmul_rn(route_exp(lg[e] - mx), inv);
-            else if (gating == QR_MOE_SIGMOID) p = __fdiv_rn(1.0f, __fadd_rn(1.0f, route_exp(-lg[e])));
-            const float sel = sel_bias ? __fadd_rn(p, sel_bias[e]) : p;
-            if (best < 0 || sel > best_sel) best = e, best_sel = sel, best_p = p;
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++) {
+            const int e = lane + 32 * i;
+            if (e >= n_expert || (taken >> i & 1u)) continue;
+            if (best < 0 || sc[i] > best_sel) best = e, best_sel = sc[i], best_p = pr[i];
         }
-        id[j] = best;
-        w[j] = best_p;
+        for (int o = 16; o > 0; o >>= 1) { /* argmax: higher score, then the lower id (-1 = none) */
+            const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+            const float os = __shfl_xor_sync(0xffffffffu, best_sel, o), op = __shfl_xor_sync(0xffffffffu, best_p, o);
+            const bool take = ob >= 0 && (best < 0 || os > best_sel || (os == best_sel && ob < best));
+            if (take) best = ob, best_sel = os, best_p = op;
+        }
+        if (best >= 0 && (best & 31) == lane) taken |= 1u << (best >> 5);
+        if (lane == 0) id[j] = best, w[j] = best_p;
     }
+    if (lane != 0) return;
     if (gating == QR_MOE_SOFTMAX_WEIGHT) {
         float m2 = -INFINITY;
         for (int j = 0; j < k; j++) m2 = fmaxf(m2, w[j]);
@@ -85,14 +119,14 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int64_
 }
 
 extern "C" cudaError_t qr_cuda_moe_route(const float *logits, int64_t n_rows, const qr_moe_route_params *p,
-                                         const float *sel_bias, int32_t *ids, float *weights, cudaStream_t stream) {
+                                         const float *sel_bias, int32_t *ids, float *weights, bool pdl,
+                                         cudaStream_t stream) {
     if (n_rows <= 0) return cudaSuccess;
     if (p->n_expert < 1 || p->n_expert > QR_CUDA_MOE_MAX_EXPERT || p->n_used < 1 || p->n_used > p->n_expert)
         return cudaErrorInvalidValue;
-    const int threads = 64;
-    moe_route_kernel<<<(unsigned)((n_rows + threads - 1) / threads), threads, 0, stream>>>(
-        logits, n_rows, p->n_expert, p->n_used, (int)p->gating, p->norm, p->scale, sel_bias, ids, weights);
-    QR_CUDA_CHECK_LAUNCH();
+    return launch_k(moe_route_kernel, dim3((unsigned)((n_rows + ROUTE_WARPS - 1) / ROUTE_WARPS)), dim3(32 * ROUTE_WARPS),
+                    0, stream, pdl, logits, n_rows, (int)p->n_expert, (int)p->n_used, (int)p->gating, (bool)p->norm,
+                    p->scale, sel_bias, ids, weights);
 }
 
 /* ---- indexed mat-vec ---- */
@@ -161,43 +195,92 @@ extern "C" cudaError_t qr_cuda_matmul_id(const cuda_wview *w, int64_t n_out, con
 /* ---- activations and the weighted sum ---- */
 
 static __global__ void glu_kernel(const float *g, const float *u, int64_t n, int act, float *out) {
+    pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float a = g[i];
-    float r;
-    if (act == QR_GLU_SWIGLU) {
-        r = __fmul_rn(__fdiv_rn(a, __fadd_rn(1.0f, ggml_expf(-a))), u[i]);
-    } else if (act == QR_GLU_SWIGLU_OAI) {
-        const float xg = fminf(a, 7.0f), yu = fminf(fmaxf(u[i], -7.0f), 7.0f);
-        r = __fmul_rn(__fdiv_rn(xg, __fadd_rn(1.0f, expf(__fmul_rn(-1.702f, xg)))), __fadd_rn(yu, 1.0f));
-    } else {
-        const float p = a > 0.0f ? a : 0.0f;
-        r = __fmul_rn(p, p);
-    }
-    out[i] = r;
+    out[i] = glu_act(act, g[i], u ? u[i] : 0.0f);
 }
 
-extern "C" cudaError_t qr_cuda_glu(const float *g, const float *u, int64_t n, int act, float *out, cudaStream_t stream) {
+extern "C" cudaError_t qr_cuda_glu(const float *g, const float *u, int64_t n, int act, float *out, bool pdl,
+                                   cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
-    glu_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(g, u, n, act, out);
-    QR_CUDA_CHECK_LAUNCH();
+    return launch_k(glu_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, stream, pdl, g, u, n, act, out);
 }
 
 static __global__ void moe_combine_kernel(const float *__restrict__ y, const float *__restrict__ w, int64_t n_rows,
-                                          int n_used, int64_t dim, float *__restrict__ out) {
+                                          int n_used, int64_t dim, const float *add, float *out) {
+    pdl_enter();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= n_rows * dim) return;
     const int64_t r = idx / dim, i = idx % dim;
     const float *yr = y + r * n_used * dim + i, *wr = w + r * n_used;
     float acc = __fmul_rn(yr[0], wr[0]);
     for (int j = 1; j < n_used; j++) acc = __fadd_rn(acc, __fmul_rn(yr[(int64_t)j * dim], wr[j]));
-    out[idx] = acc;
+    out[idx] = add ? __fadd_rn(acc, add[idx]) : acc;
 }
 
 extern "C" cudaError_t qr_cuda_moe_combine(const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim,
-                                           float *out, cudaStream_t stream) {
+                                           const float *add, float *out, bool pdl, cudaStream_t stream) {
     if (n_rows <= 0) return cudaSuccess;
     const int64_t n = n_rows * dim;
-    moe_combine_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(y, w, n_rows, n_used, dim, out);
+    return launch_k(moe_combine_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, stream, pdl, y, w, n_rows,
+                    (int)n_used, dim, add, out);
+}
+
+/* ---- the grouped expert GEMM of prefill: gather the activations of each expert's slots, scatter back ---- */
+
+/* One CTA per destination row; 16-byte copies when k is a multiple of 8, else 2-byte ones. */
+static __global__ void gather_f16_kernel(const uint16_t *__restrict__ src, int64_t k, const int32_t *__restrict__ rows,
+                                         uint16_t *__restrict__ dst) {
+    const int64_t p = blockIdx.x;
+    uint16_t *d = dst + p * k;
+    if (rows[p] < 0) { /* a padding row */
+        for (int64_t i = threadIdx.x; i < k; i += blockDim.x) d[i] = 0;
+        return;
+    }
+    const uint16_t *s = src + (int64_t)rows[p] * k;
+    if (k % 8 == 0) {
+        for (int64_t i = threadIdx.x; i < k / 8; i += blockDim.x) ((uint4 *)d)[i] = ((const uint4 *)s)[i];
+    } else {
+        for (int64_t i = threadIdx.x; i < k; i += blockDim.x) d[i] = s[i];
+    }
+}
+
+extern "C" cudaError_t qr_cuda_gather_f16(const void *src, int64_t k, const int32_t *rows, int32_t n, void *dst,
+                                          cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    gather_f16_kernel<<<(unsigned)n, 128, 0, stream>>>((const uint16_t *)src, k, rows, (uint16_t *)dst);
+    QR_CUDA_CHECK_LAUNCH();
+}
+
+/* Grid (ceil(n_out / 256), n). */
+static __global__ void moe_scatter_kernel(const float *__restrict__ g, const float *__restrict__ u,
+                                          const float *__restrict__ bg, const float *__restrict__ bu,
+                                          const int32_t *__restrict__ slot, const int32_t *__restrict__ expert,
+                                          const int32_t *__restrict__ row, int64_t n_out, int act,
+                                          float *__restrict__ out) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, p = blockIdx.y;
+    if (i >= n_out) return;
+    const int64_t bi = (int64_t)expert[p] * n_out + i, gi = (int64_t)row[p] * n_out + i;
+    float a = g[gi];
+    if (bg) a = __fadd_rn(a, bg[bi]);
+    float r = a;
+    if (u) {
+        float b = u[gi];
+        if (bu) b = __fadd_rn(b, bu[bi]);
+        r = glu_act(act, a, b);
+    } else if (act >= 0) {
+        r = glu_act(act, a, 0.0f);
+    }
+    out[(int64_t)slot[p] * n_out + i] = r;
+}
+
+extern "C" cudaError_t qr_cuda_moe_scatter(const float *g, const float *u, const float *bg, const float *bu,
+                                           const int32_t *slot, const int32_t *expert, const int32_t *row, int32_t n,
+                                           int64_t n_out, int act, float *out, cudaStream_t stream) {
+    if (n <= 0 || n_out <= 0) return cudaSuccess;
+    if (n > 65535) return cudaErrorInvalidValue;
+    const dim3 grid((unsigned)((n_out + 255) / 256), (unsigned)n);
+    moe_scatter_kernel<<<grid, 256, 0, stream>>>(g, u, bg, bu, slot, expert, row, n_out, act, out);
     QR_CUDA_CHECK_LAUNCH();
 }

@@ -19,7 +19,7 @@ static int norm_threads(int64_t dim) {
  * dim must be a multiple of the block) into the activation scratch q/d/s/g, so the matmul after it
  * finds its activations ready. */
 template <bool ADD, int QK>
-static __global__ void rmsnorm_kernel(float *x, const float *__restrict__ b, const float *__restrict__ w, int64_t dim,
+static __global__ void rmsnorm_kernel(float *x, const float *__restrict__ b, float b_scale, const float *__restrict__ w, int64_t dim,
                                       float eps, float *y, int8_t *q, float *qd, float *qs, int16_t *qg) {
     pdl_enter();
     __shared__ double sh[32];
@@ -34,7 +34,8 @@ static __global__ void rmsnorm_kernel(float *x, const float *__restrict__ b, con
             const int64_t i = i0 + (int64_t)u * blockDim.x;
             v[u] = i < dim ? xr[i] : 0.0f;
             if (ADD && i < dim) {
-                v[u] = __fadd_rn(v[u], b[(int64_t)blockIdx.x * dim + i]);
+                const float bv = b[(int64_t)blockIdx.x * dim + i];
+                v[u] = __fadd_rn(v[u], b_scale == 1.0f ? bv : __fmul_rn(b_scale, bv));
                 xr[i] = v[u];
             }
         }
@@ -171,19 +172,19 @@ static __global__ void softmax_kernel(const float *x, int64_t dim, float *y) {
 extern "C" cudaError_t qr_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t dim, float eps,
                                        float *y, cudaStream_t stream) {
     if (n_rows <= 0 || dim <= 0) return cudaSuccess;
-    rmsnorm_kernel<false, -1><<<(unsigned)n_rows, norm_threads(dim), 0, stream>>>((float *)x, NULL, w, dim, eps, y, NULL,
+    rmsnorm_kernel<false, -1><<<(unsigned)n_rows, norm_threads(dim), 0, stream>>>((float *)x, NULL, 1.0f, w, dim, eps, y, NULL,
                                                                                NULL, NULL, NULL);
     QR_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, const float *w, int64_t n_rows, int64_t dim,
+extern "C" cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, float b_scale, const float *w, int64_t n_rows, int64_t dim,
                                            float eps, float *y, int qkind, int8_t *q, float *d, float *s, int16_t *g,
                                            bool pdl, cudaStream_t stream) {
     if (n_rows <= 0 || dim <= 0) return cudaSuccess;
     if (qkind > 1 || (qkind >= 0 && dim % (qkind == 0 ? 32 : 256))) return cudaErrorInvalidValue;
     const unsigned grid = (unsigned)n_rows;
     const int th = norm_threads(dim);
-#define L(A, K) return launch_k(rmsnorm_kernel<A, K>, dim3(grid), dim3(th), 0, stream, pdl, x, b, w, dim, eps, y, q, d, s, g)
+#define L(A, K) return launch_k(rmsnorm_kernel<A, K>, dim3(grid), dim3(th), 0, stream, pdl, x, b, b_scale, w, dim, eps, y, q, d, s, g)
     if (b) {
         if (qkind == 0) L(true, 0);
         else if (qkind == 1) L(true, 1);

@@ -18,6 +18,7 @@ static __global__ void ssm_conv_kernel(const float *__restrict__ x, int64_t x_st
                                        const float *__restrict__ w, const float *__restrict__ b,
                                        const int32_t *__restrict__ seq, int32_t n_tok, int32_t K, int32_t C,
                                        float *__restrict__ out) {
+    pdl_enter();
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     const float *wc = w + c * K;
@@ -35,14 +36,67 @@ static __global__ void ssm_conv_kernel(const float *__restrict__ x, int64_t x_st
     }
 }
 
+/* The parallel conv of a batch whose sequences each form one contiguous run of rows (prefill): thread
+ * (r, c) takes its window from the rows before it in the run and from the state before the run's
+ * start; same operation order as the sequential kernel. The states are updated after (conv_state_kernel). */
+static __global__ void ssm_conv_par_kernel(const float *__restrict__ x, int64_t x_stride, const float *__restrict__ state,
+                                           const float *__restrict__ w, const float *__restrict__ b,
+                                           const int32_t *__restrict__ seq, int32_t n_tok, int32_t K, int32_t C,
+                                           float *__restrict__ out) {
+    pdl_enter();
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int32_t r = blockIdx.y;
+    if (c >= C) return;
+    const int32_t s = seq[r];
+    int32_t back = 0; /* rows of this run before r, up to K - 1 */
+    while (back < K - 1 && r - back - 1 >= 0 && seq[r - back - 1] == s) back++;
+    const float *wc = w + c * K;
+    const float *st = state + (int64_t)s * (K - 1) * C + c;
+    float sum = 0.0f;
+    for (int32_t k = 0; k < K - 1; k++) { /* window slot k holds input t = r - (K - 1) + k */
+        const int32_t d = K - 1 - k;       /* rows back */
+        const float v = d <= back ? x[(int64_t)(r - d) * x_stride + c] : st[(int64_t)(k + back) * C];
+        sum = __fadd_rn(sum, __fmul_rn(v, wc[k]));
+    }
+    sum = __fadd_rn(sum, __fmul_rn(x[(int64_t)r * x_stride + c], wc[K - 1]));
+    if (b) sum = __fadd_rn(sum, b[c]);
+    out[(int64_t)r * C + c] = silu_dev(sum);
+}
+
+/* The last row r of each run rolls its sequence's state forward by the run's rows. */
+static __global__ void ssm_conv_state_kernel(const float *__restrict__ x, int64_t x_stride, float *__restrict__ state,
+                                             const int32_t *__restrict__ seq, int32_t n_tok, int32_t K, int32_t C) {
+    pdl_enter();
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int32_t r = blockIdx.y;
+    if (c >= C || (r + 1 < n_tok && seq[r + 1] == seq[r])) return;
+    const int32_t s = seq[r];
+    int32_t len = 1;
+    while (len < K - 1 && r - len >= 0 && seq[r - len] == s) len++;
+    float *st = state + (int64_t)s * (K - 1) * C + c;
+    float win[8];
+    for (int32_t k = 0; k < K - 1; k++) { /* new slot k = input r - (K - 2) + k */
+        const int32_t d = K - 2 - k;       /* rows back from r */
+        win[k] = d < len ? x[(int64_t)(r - d) * x_stride + c] : st[(int64_t)(k + len) * C];
+    }
+    for (int32_t k = 0; k < K - 1; k++) st[(int64_t)k * C] = win[k];
+}
+
 extern "C" cudaError_t qr_cuda_ssm_conv(const float *x, int64_t x_stride, float *conv_state, const float *w,
                                         const float *b, const int32_t *seq, int32_t n_tok, const qr_ssm_params *p,
-                                        float *out, cudaStream_t stream) {
+                                        bool runs, float *out, bool pdl, cudaStream_t stream) {
     if (n_tok <= 0) return cudaSuccess;
     const int threads = 128;
-    ssm_conv_kernel<<<(unsigned)((p->conv_dim + threads - 1) / threads), threads, 0, stream>>>(
-        x, x_stride, conv_state, w, b, seq, n_tok, p->d_conv, p->conv_dim, out);
-    QR_CUDA_CHECK_LAUNCH();
+    const unsigned cb = (unsigned)((p->conv_dim + threads - 1) / threads);
+    if (runs && p->d_conv >= 2 && p->d_conv <= 9 && n_tok <= 65535) {
+        const cudaError_t e = launch_k(ssm_conv_par_kernel, dim3(cb, (unsigned)n_tok), dim3(threads), 0, stream, pdl, x,
+                                       x_stride, (const float *)conv_state, w, b, seq, n_tok, p->d_conv, p->conv_dim, out);
+        if (e != cudaSuccess) return e;
+        return launch_k(ssm_conv_state_kernel, dim3(cb, (unsigned)n_tok), dim3(threads), 0, stream, pdl, x, x_stride,
+                        conv_state, seq, n_tok, p->d_conv, p->conv_dim);
+    }
+    return launch_k(ssm_conv_kernel, dim3(cb), dim3(threads), 0, stream, pdl, x, x_stride, conv_state, w, b, seq, n_tok,
+                    p->d_conv, p->conv_dim, out);
 }
 
 /* ---- scan ---- */
@@ -51,17 +105,19 @@ static __device__ __forceinline__ float softplus_dev(float x) {
     return x > 20.0f ? x : (float)log(1.0 + exp((double)x));
 }
 
-/* Thread t = h * head_dim + i. */
+/* Thread t = h * head_dim + i (the general kernel, any d_state). */
 static __global__ void ssm_scan_kernel(float *__restrict__ state, const float *__restrict__ xbc,
                                        const float *__restrict__ dt, int64_t dt_stride, const float *__restrict__ dt_bias,
                                        const float *__restrict__ A, const float *__restrict__ D,
                                        const int32_t *__restrict__ seq, int32_t n_tok, qr_ssm_params p,
-                                       float *__restrict__ y) {
+                                       float *__restrict__ y, int *__restrict__ diverged) {
+    pdl_enter();
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (int64_t)p.n_head * p.head_dim) return;
     const int32_t h = (int32_t)(t / p.head_dim), N = p.d_state, g = h / (p.n_head / p.n_group);
     const int64_t slot_sz = (int64_t)p.n_head * p.head_dim * N;
     const float a = A[h], dd = D ? D[h] : 0.0f, bias = dt_bias ? dt_bias[h] : 0.0f;
+    bool bad = false;
     for (int32_t r = 0; r < n_tok; r++) {
         float *S = state + (int64_t)seq[r] * slot_sz + t * N;
         const float *row = xbc + (int64_t)r * p.conv_dim;
@@ -73,38 +129,134 @@ static __global__ void ssm_scan_kernel(float *__restrict__ state, const float *_
         for (int32_t n = 0; n < N; n++) {
             const float v = __fadd_rn(__fmul_rn(S[n], dA), __fmul_rn(B[n], xdt));
             S[n] = v;
+            bad |= !isfinite(v);
             sum = fmaf(v, Cm[n], sum);
         }
         y[(int64_t)r * p.d_inner + t] = __fadd_rn(sum, __fmul_rn(xv, dd));
     }
+    if (bad && diverged) *diverged = 1;
+}
+
+/* One warp per (head, channel) t; lane l holds state values n = l * NPL .. l * NPL + NPL - 1 (d_state =
+ * 32 * NPL) in registers across the rows of a sequence (16-byte loads for NPL = 4), y through a warp
+ * sum. The per-row, per-head factors (softplus(dt), exp(dt A): double-precision math, as the CPU)
+ * are computed 32 rows at a time, one row per lane, and handed to the rows by shuffles; each row's
+ * inputs are loaded one row ahead. */
+template <int NPL>
+static __global__ void __launch_bounds__(128) ssm_scan_warp_kernel(float *__restrict__ state, const float *__restrict__ xbc,
+                                            const float *__restrict__ dt, int64_t dt_stride,
+                                            const float *__restrict__ dt_bias, const float *__restrict__ A,
+                                            const float *__restrict__ D, const int32_t *__restrict__ seq, int32_t n_tok,
+                                            qr_ssm_params p, float *__restrict__ y, int *__restrict__ diverged) {
+    pdl_enter();
+    const int lane = threadIdx.x & 31;
+    const int64_t t = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (t >= (int64_t)p.n_head * p.head_dim) return;
+    constexpr int N = 32 * NPL;
+    const int32_t h = (int32_t)(t / p.head_dim), g = h / (p.n_head / p.n_group);
+    const int64_t slot_sz = (int64_t)p.n_head * p.head_dim * N;
+    const float a = A[h], dd = D ? D[h] : 0.0f, bias = dt_bias ? dt_bias[h] : 0.0f;
+    const int64_t boff = p.d_inner + (int64_t)g * N + lane * NPL, coff = boff + (int64_t)p.n_group * N;
+    float st[NPL], Bn[NPL], Cn[NPL];
+    int32_t cur = -1;
+    bool bad = false;
+    float xv = xbc[t]; /* inputs of row 0 */
+#pragma unroll
+    for (int j = 0; j < NPL; j++) Bn[j] = xbc[boff + j], Cn[j] = xbc[coff + j];
+    for (int32_t r0 = 0; r0 < n_tok; r0 += 32) {
+        float my_sp = 0.0f, my_dA = 0.0f; /* row r0 + lane's factors */
+        if (r0 + lane < n_tok) {
+            my_sp = softplus_dev(__fadd_rn(dt[(int64_t)(r0 + lane) * dt_stride + h], bias));
+            my_dA = (float)exp((double)__fmul_rn(my_sp, a));
+        }
+        const int nr = n_tok - r0 < 32 ? n_tok - r0 : 32;
+        for (int u = 0; u < nr; u++) {
+            const int32_t r = r0 + u, s = seq[r];
+            if (s != cur) {
+                if (cur >= 0) {
+                    float *S = state + (int64_t)cur * slot_sz + t * N + lane * NPL;
+#pragma unroll
+                    for (int j = 0; j < NPL; j++) S[j] = st[j];
+                }
+                const float *S = state + (int64_t)s * slot_sz + t * N + lane * NPL;
+#pragma unroll
+                for (int j = 0; j < NPL; j++) st[j] = S[j];
+                cur = s;
+            }
+            float Bc[NPL], Cc[NPL];
+#pragma unroll
+            for (int j = 0; j < NPL; j++) Bc[j] = Bn[j], Cc[j] = Cn[j];
+            const float xc = xv;
+            if (r + 1 < n_tok) { /* prefetch the next row */
+                const float *row = xbc + (int64_t)(r + 1) * p.conv_dim;
+                xv = row[t];
+#pragma unroll
+                for (int j = 0; j < NPL; j++) Bn[j] = row[boff + j], Cn[j] = row[coff + j];
+            }
+            const float sp = __shfl_sync(0xffffffffu, my_sp, u), dA = __shfl_sync(0xffffffffu, my_dA, u);
+            const float xdt = __fmul_rn(xc, sp);
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < NPL; j++) {
+                const float v = __fadd_rn(__fmul_rn(st[j], dA), __fmul_rn(Bc[j], xdt));
+                st[j] = v;
+                bad |= !isfinite(v);
+                sum = fmaf(v, Cc[j], sum);
+            }
+            sum = warp_sum(sum);
+            if (lane == 0) y[(int64_t)r * p.d_inner + t] = __fadd_rn(sum, __fmul_rn(xc, dd));
+        }
+    }
+    if (cur >= 0) {
+        float *S = state + (int64_t)cur * slot_sz + t * N + lane * NPL;
+#pragma unroll
+        for (int j = 0; j < NPL; j++) S[j] = st[j];
+    }
+    if (bad && diverged) *diverged = 1;
 }
 
 extern "C" cudaError_t qr_cuda_ssm_scan(float *state, const float *xbc, const float *dt, int64_t dt_stride,
                                         const float *dt_bias, const float *A, const float *D, const int32_t *seq,
-                                        int32_t n_tok, const qr_ssm_params *p, float *y, cudaStream_t stream) {
+                                        int32_t n_tok, const qr_ssm_params *p, float *y, int *diverged, bool pdl,
+                                        cudaStream_t stream) {
     if (n_tok <= 0) return cudaSuccess;
     const int64_t n = (int64_t)p->n_head * p->head_dim;
     const int threads = 128;
-    ssm_scan_kernel<<<(unsigned)((n + threads - 1) / threads), threads, 0, stream>>>(state, xbc, dt, dt_stride, dt_bias,
-                                                                                       A, D, seq, n_tok, *p, y);
-    QR_CUDA_CHECK_LAUNCH();
+    const unsigned wgrid = (unsigned)((n * 32 + threads - 1) / threads);
+    switch (p->d_state) {
+#define W(NPL) \
+    case 32 * NPL: \
+        return launch_k(ssm_scan_warp_kernel<NPL>, dim3(wgrid), dim3(threads), 0, stream, pdl, state, xbc, dt, dt_stride, \
+                        dt_bias, A, D, seq, n_tok, *p, y, diverged);
+    W(1) W(2) W(4) W(8)
+#undef W
+    default: break;
+    }
+    return launch_k(ssm_scan_kernel, dim3((unsigned)((n + threads - 1) / threads)), dim3(threads), 0, stream, pdl, state,
+                    xbc, dt, dt_stride, dt_bias, A, D, seq, n_tok, *p, y, diverged);
 }
 
 /* ---- gated grouped RMSNorm ---- */
 
-/* Block (row r, group g), 256 threads. */
+/* Block (row r, group g); each thread's values of silu(z) * y stay in registers (up to NPT of them,
+ * stride blockDim.x) between the sum of squares and the output. */
+template <int NPT>
 static __global__ void ssm_gate_norm_kernel(const float *__restrict__ y, const float *__restrict__ z, int64_t z_stride,
                                             const float *__restrict__ w, int32_t d_inner, int32_t gs, float eps,
                                             float *out) {
+    pdl_enter();
     __shared__ double part[32];
     const int64_t r = blockIdx.x;
     const int32_t g = blockIdx.y;
     const float *yr = y + r * d_inner + (int64_t)g * gs, *zr = z + r * z_stride + (int64_t)g * gs;
     float *o = out + r * d_inner + (int64_t)g * gs;
+    float t[NPT];
     double ss = 0.0;
-    for (int32_t i = threadIdx.x; i < gs; i += blockDim.x) {
-        const float t = __fmul_rn(silu_dev(zr[i]), yr[i]);
-        ss += (double)__fmul_rn(t, t);
+#pragma unroll
+    for (int u = 0; u < NPT; u++) {
+        const int32_t i = threadIdx.x + u * blockDim.x;
+        t[u] = i < gs ? __fmul_rn(silu_dev(zr[i]), yr[i]) : 0.0f;
+        ss += (double)__fmul_rn(t[u], t[u]);
     }
     ss = warp_sum_d(ss);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -114,19 +266,31 @@ static __global__ void ssm_gate_norm_kernel(const float *__restrict__ y, const f
     for (int k = 0; k < nw; k++) tot += part[k];
     const float mean = (float)(tot / (double)gs);
     const float scale = w ? __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps))) : 1.0f;
-    __syncthreads(); /* every thread has read part[] before any output (out may alias y) */
-    for (int32_t i = threadIdx.x; i < gs; i += blockDim.x) {
-        const float t = __fmul_rn(silu_dev(zr[i]), yr[i]);
-        o[i] = w ? __fmul_rn(__fmul_rn(t, scale), w[(int64_t)g * gs + i]) : t;
+    __syncthreads(); /* every thread has read its inputs before any output (out may alias y) */
+#pragma unroll
+    for (int u = 0; u < NPT; u++) {
+        const int32_t i = threadIdx.x + u * blockDim.x;
+        if (i < gs) o[i] = w ? __fmul_rn(__fmul_rn(t[u], scale), w[(int64_t)g * gs + i]) : t[u];
     }
 }
 
 extern "C" cudaError_t qr_cuda_ssm_gate_norm(const float *y, const float *z, int64_t z_stride, const float *w,
-                                             int64_t n_rows, const qr_ssm_params *p, float eps, float *out,
+                                             int64_t n_rows, const qr_ssm_params *p, float eps, float *out, bool pdl,
                                              cudaStream_t stream) {
     if (n_rows <= 0) return cudaSuccess;
     if (n_rows > 65535 * 1024LL) return cudaErrorInvalidValue;
     const dim3 grid((unsigned)n_rows, (unsigned)p->n_group);
-    ssm_gate_norm_kernel<<<grid, 256, 0, stream>>>(y, z, z_stride, w, p->d_inner, p->d_inner / p->n_group, eps, out);
-    QR_CUDA_CHECK_LAUNCH();
+    const int32_t gs = p->d_inner / p->n_group;
+    int threads = (gs + 31) / 32 * 32;
+    if (threads > 1024) threads = 1024;
+    const int npt = (gs + threads - 1) / threads;
+#define G(N) \
+    return launch_k(ssm_gate_norm_kernel<N>, grid, dim3(threads), 0, stream, pdl, y, z, z_stride, w, p->d_inner, gs, eps, out)
+    if (npt <= 1) G(1);
+    if (npt <= 2) G(2);
+    if (npt <= 4) G(4);
+    if (npt <= 8) G(8);
+    if (npt <= 16) G(16);
+#undef G
+    return cudaErrorInvalidValue; /* groups of more than 16384 channels */
 }
