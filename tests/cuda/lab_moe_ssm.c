@@ -175,11 +175,14 @@ static void check_experts(lab *L) {
         char err[256];
         if (L->gpu->ops->weight_prepare(L->gpu, &b, err, sizeof err) != QR_OK) exit(2);
         const double tol = c->type == QR_TYPE_F16 ? 5e-3 : 2e-2;
-        /* the expert mat-vec (1, 5) and the grouped GEMM (64: padded strided-batched, then one GEMM per expert) */
-        const int64_t rows_list[] = {1, 5, 64, 64};
-        for (int ri = 0; ri < 4; ri++) {
+        /* the expert mat-vec (1, 5 rows) and the prefill paths (64 rows: as chosen, which is the tiled mat-vec
+         * at these sizes; then the f16 GEMM zero-padded and strided-batched; then one GEMM per expert) */
+        const int64_t rows_list[] = {1, 5, 64, 64, 64};
+        static const char *const variant[] = {"", "", "", " padded", " loop"};
+        for (int ri = 0; ri < 5; ri++) {
             const int64_t rows = rows_list[ri];
-            qr_cuda_backend_tune(L->gpu)->moe_grouped = ri != 3;
+            qr_cuda_backend_tune(L->gpu)->moe_tiles = ri < 3;
+            qr_cuda_backend_tune(L->gpu)->moe_grouped = ri != 4;
             fbuf x = fb_new(L, rows * c->k, 1.0f), y = fb_new(L, rows * c->used * c->n, 0.0f);
             int32_t *ids = ids_new(L, rows, c->used, (int32_t)c->ne);
             int32_t *idd = (int32_t *)lab_gpu_alloc(L, sizeof(int32_t) * (size_t)(rows * c->used));
@@ -195,7 +198,7 @@ static void check_experts(lab *L) {
                 run_mm(&gc);
                 char cfg[72];
                 snprintf(cfg, sizeof cfg, "%s %lldx%lld E%lld k%d rows %lld%s", c->name, (long long)c->n,
-                         (long long)c->k, (long long)c->ne, c->used, (long long)rows, ri == 3 ? " loop" : "");
+                         (long long)c->k, (long long)c->ne, c->used, (long long)rows, variant[ri]);
                 const double wbytes = (double)(gu ? 2 : 1) * (double)up.row_bytes * (double)c->n *
                                       (double)(rows * c->used < c->ne ? rows * c->used : c->ne);
                 /* gate_up multiplies two such errors (and gpt-oss's clamp has a kink at 7): twice the margin */
@@ -211,6 +214,7 @@ static void check_experts(lab *L) {
         free(bh);
     }
     qr_cuda_backend_tune(L->gpu)->moe_grouped = 1;
+    qr_cuda_backend_tune(L->gpu)->moe_tiles = 1;
     /* relu^2 experts (no gate), combine, glu */
     {
         qr_weight up = gen_weight(L, QR_TYPE_Q8_0, 512, 256, 8, "up_exps");

@@ -1275,6 +1275,65 @@ static void moe_matvec(cuda_backend *cb, const cuda_weight *w0, const cuda_weigh
         act_mark(cb, x, n_x, k, a.kind);
 }
 
+/* The grouped expert mat-vec (prefill with few rows per expert, moe_gemm's tiles mode). h_slot: the host
+ * staging [slot | expert | row | source] per sorted p (compact layout), h_tile: room for the tiles. The
+ * sorted activation rows are gathered (f32), prepared as for the mat-vec (quantized to Q8 like the CPU
+ * quantizes them), and each tile of up to 8 rows of one expert multiplied in one CTA row-range. */
+static void moe_tiles(cuda_backend *cb, const cuda_weight *w0, const cuda_weight *w1, const float *b0, const float *b1,
+                      int64_t n_out, const float *x, int64_t n_slots, int64_t n_expert, const int32_t *off,
+                      const int32_t *h_slot, int32_t *h_tile, int act, float *y) {
+    const int64_t k = w0->v.k;
+    const int n_mat = w1 ? 2 : 1;
+    int32_t n_tiles = 0;
+    for (int64_t e = 0; e < n_expert; e++)
+        for (int32_t p0 = off[e]; p0 < off[e + 1]; p0 += 8, n_tiles++) {
+            int32_t *t = h_tile + 4 * (int64_t)n_tiles;
+            t[0] = (int32_t)e, t[1] = p0, t[2] = off[e + 1] - p0 < 8 ? off[e + 1] - p0 : 8, t[3] = 0;
+        }
+    if (n_tiles > 65535) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "matmul_id: %d expert tiles (more than 65535)", n_tiles);
+        return;
+    }
+    /* device scratch: slot, expert, row, source (int32) | tiles (int4) | sorted f32 rows + 8 of slack |
+     * per-matrix f32 results */
+    size_t o = 0;
+    const size_t o_idx = o;
+    o = align256(o + (size_t)n_slots * 4 * 4);
+    const size_t o_tile = o;
+    o = align256(o + (size_t)n_tiles * 16);
+    const size_t o_xs = o;
+    o = align256(o + (size_t)((n_slots + 8) * k) * 4);
+    const size_t o_y = o;
+    o = align256(o + (size_t)n_mat * (size_t)(n_slots * n_out) * 4);
+    if (!ensure_scratch(cb, &cb->moe, &cb->moe_cap, o, "the expert mat-vec")) return;
+    uint8_t *base = (uint8_t *)cb->moe;
+    int32_t *d_idx = (int32_t *)(base + o_idx), *d_tile = (int32_t *)(base + o_tile);
+    float *xs = (float *)(base + o_xs), *ys = (float *)(base + o_y);
+    if (!cuda_ok(cb, cudaMemcpyAsync(d_idx, h_slot, (size_t)n_slots * 4 * 4, cudaMemcpyHostToDevice, cb->stream),
+                 "matmul_id (upload order)") ||
+        !cuda_ok(cb, cudaMemcpyAsync(d_tile, h_tile, (size_t)n_tiles * 16, cudaMemcpyHostToDevice, cb->stream),
+                 "matmul_id (upload tiles)") ||
+        !cuda_ok(cb, cudaMemsetAsync(xs + n_slots * k, 0, (size_t)(8 * k) * 4, cb->stream), "matmul_id (slack)") ||
+        !cuda_ok(cb, qr_cuda_gather_rows(x, k, d_idx + 3 * n_slots, (int32_t)n_slots, xs, false, cb->stream),
+                 "matmul_id (gather)"))
+        return;
+    act_ptrs a;
+    if (!act_prepare(cb, (qr_type)w0->v.type, xs, n_slots + 8, k, &a)) return;
+    const cuda_xview xv = act_view(&a, 0);
+    const int32_t wpr = mmv_wpr(cb, n_out);
+    for (int m = 0; m < n_mat; m++) {
+        cuda_wview v = (m == 0 ? w0 : w1)->v;
+        if (!cuda_ok(cb, qr_cuda_matvec_tiles(&v, &xv, d_tile, n_tiles, n_out, ys + (int64_t)m * n_slots * n_out, wpr,
+                                              cb->stream),
+                     "matmul_id (tiles)"))
+            return;
+    }
+    cb->act_valid = false;
+    cuda_ok(cb, qr_cuda_moe_scatter(ys, w1 ? ys + n_slots * n_out : NULL, b0, b1, d_idx, d_idx + n_slots, d_idx + 2 * n_slots,
+                                    (int32_t)n_slots, n_out, act, y, cb->stream),
+            "matmul_id (scatter)");
+}
+
 /* The grouped expert GEMM (prefill): the routing is read back (a sync, so never inside a graph), the
  * slots are sorted by expert and each expert's activation rows gathered (f16, rounded as matmul_gemm
  * rounds them) into rows of its own, padded with zero rows to the largest expert's count; the experts
@@ -1291,7 +1350,7 @@ static void moe_gemm(cuda_backend *cb, const cuda_weight *w0, const cuda_weight 
     const int n_mat = w1 ? 2 : 1;
     /* host staging: per expert counts and offsets | ids | slot, expert, row (in the gathered layout) per
      * sorted p | source row per gathered row (-1: padding; at most 4 * n_slots + 64 rows, see padded) */
-    const size_t h_need = (size_t)(2 * (n_expert + 1) + 8 * n_slots + 64) * 4;
+    const size_t h_need = (size_t)(2 * (n_expert + 1) + 8 * n_slots + 64 + 4 * (n_slots / 8 + n_expert + 1) + 4) * 4;
     if (h_need > cb->h_moe_cap) {
         void *nh = realloc(cb->h_moe, h_need);
         if (!nh) {
@@ -1321,8 +1380,14 @@ static void moe_gemm(cuda_backend *cb, const cuda_weight *w0, const cuda_weight 
         off[e + 1] = off[e] + cnt[e];
         if (cnt[e] > maxc) maxc = cnt[e];
     }
+    /* tiles: few rows per expert (<= 12 on average over the experts in use): the quantized mat-vec over
+     * tiles of up to 8 sorted rows of one expert, each expert's weights read once per tile, no f16 copy.
+     * (H100, nemotron-3-nano experts: 1.3x faster than the f16 GEMM at ~3 rows per expert, 0.73x at ~24) */
+    int64_t active = 0;
+    for (int64_t e = 0; e < n_expert; e++) active += cnt[e] > 0;
+    const bool tiles = cb->tune.moe_tiles && v0->nb > 0 && n_slots <= 12 * active;
     /* padded: expert e's rows start at e * maxc (one strided-batched GEMM per chunk); else at off[e] */
-    const bool padded = cb->tune.moe_grouped && n_expert * maxc <= 4 * n_slots + 64;
+    const bool padded = !tiles && cb->tune.moe_grouped && n_expert * maxc <= 4 * n_slots + 64;
     const int64_t n_g = padded ? n_expert * maxc : n_slots; /* gathered rows */
     for (int64_t e = 0; e < n_expert; e++) cnt[e] = off[e]; /* cnt becomes the fill cursor */
     for (int64_t q = 0; q < n_g; q++) h_src[q] = -1;
@@ -1332,6 +1397,11 @@ static void moe_gemm(cuda_backend *cb, const cuda_weight *w0, const cuda_weight 
         h_exp[p] = e;
         h_row[p] = padded ? (int32_t)(e * maxc + (p - off[e])) : p;
         h_src[h_row[p]] = per_slot ? (int32_t)s : (int32_t)(s / n_used);
+    }
+    if (tiles) {
+        int32_t *h_tile = h_src + 4 * n_slots + 64; /* after the largest gathered-row table */
+        moe_tiles(cb, w0, w1, b0, b1, n_out, x, n_slots, n_expert, off, h_slot, h_tile, act, y);
+        return;
     }
     /* experts per dequantized chunk (the f16 copy of a chunk of experts; F16 weights are used in place) */
     const bool f16w = v0->type == QR_TYPE_F16;
@@ -1786,10 +1856,12 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
     cb->tune.moe_tile_bytes = (int64_t)512 << 20;
     cb->tune.moe_kernel = 0;
     cb->tune.moe_grouped = 1;
+    cb->tune.moe_tiles = 1;
     const char *menv = getenv("QUARREL_CUDA_MOE");
     if (menv && strcmp(menv, "old") == 0) cb->tune.moe_kernel = 1;
     if (menv && strcmp(menv, "nogemm") == 0) cb->tune.moe_kernel = 2;
     if (menv && strcmp(menv, "loop") == 0) cb->tune.moe_grouped = 0;
+    if (menv && (strcmp(menv, "loop") == 0 || strcmp(menv, "notiles") == 0)) cb->tune.moe_tiles = 0;
     cb->tune.gemm_q8_act = 1;
     const char *qenv = getenv("QUARREL_CUDA_GEMM_Q8");
     if (qenv && strcmp(qenv, "0") == 0) cb->tune.gemm_q8_act = 0;

@@ -38,6 +38,9 @@ typedef struct qr_cuda_tune {
     int32_t moe_grouped;     /* 1: the grouped GEMM pads each expert's rows to the largest count and runs each
                               * chunk of experts as one strided-batched GEMM; 0: one cublasGemmEx per expert
                               * (QUARREL_CUDA_MOE=loop) */
+    int32_t moe_tiles;       /* 1: passes with few rows per expert (<= 12 on average) run the quantized mat-vec over
+                              * tiles of up to 8 rows of one expert instead of the f16 GEMM; 0: never
+                              * (QUARREL_CUDA_MOE=notiles or loop) */
     int64_t moe_tile_bytes;  /* f16 experts dequantized per chunk of the grouped GEMM, default 512 MiB */
 } qr_cuda_tune;
 

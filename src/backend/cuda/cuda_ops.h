@@ -212,6 +212,11 @@ typedef struct qr_cuda_mv_id_args {
  * (4 without glu). The ids are read after the previous kernel finished (pdl). */
 cudaError_t qr_cuda_matvec_id(const qr_cuda_mv_id_args *a, int glu, const cuda_xview *x, int32_t n_slots, int32_t wpr,
                               bool pdl, cudaStream_t stream);
+/* The grouped expert mat-vec of prefill (matmul_q.cu): tiles[b] = {expert, p0, nr (1..8), 0} (int32 x 4,
+ * device, 16-byte aligned); y[p0 + t][n_out] = W[expert] . row p0 + t of x for t < nr, b < n_tiles (<= 65535);
+ * x: prepared activations of the sorted rows with at least 7 rows of slack after the last. */
+cudaError_t qr_cuda_matvec_tiles(const cuda_wview *w, const cuda_xview *x, const int32_t *tiles, int32_t n_tiles,
+                                 int64_t n_out, float *y, int32_t wpr, cudaStream_t stream);
 /* The grouped expert GEMM of prefill (moe.cu). dst[p][k] (f16) = src[rows[p]][k] (f16), or zeros where
  * rows[p] < 0 (padding), p < n. */
 cudaError_t qr_cuda_gather_f16(const void *src, int64_t k, const int32_t *rows, int32_t n, void *dst, cudaStream_t stream);

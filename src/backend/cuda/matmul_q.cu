@@ -384,3 +384,50 @@ extern "C" cudaError_t qr_cuda_matvec_id(const qr_cuda_mv_id_args *a, int glu, c
     default: return cudaErrorInvalidValue;
     }
 }
+
+/* ---- the grouped expert mat-vec of prefill: tiles of up to 8 sorted activation rows of one expert ---- */
+
+/* Grid (CTAs over the n_out rows, tiles). Tile b = (expert, first sorted row p0, rows nr <= 8): y[p0 + t] =
+ * W[expert] . x[p0 + t] for t < nr; x holds the sorted rows with 7 rows of slack after the last. */
+template <class T>
+static __global__ void __launch_bounds__(MMV_THREADS, 4)
+    matvec_tiles_kernel(const cuda_wview w, const cuda_xview x, const int4 *__restrict__ tiles, int64_t n_out,
+                        float *__restrict__ y, int wpr) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int part = warp % wpr, rpc = (MMV_THREADS / 32) / wpr;
+    const int4 tl = tiles[blockIdx.y];
+    const int64_t i = (int64_t)blockIdx.x * rpc + warp / wpr;
+    const int64_t row = i < n_out ? (int64_t)tl.x * n_out + i : w.n;
+    const cuda_xview xs = xview_row<T>(x, tl.y);
+    float acc[8];
+    matvec_row_part<T, 8>(w, xs, row, part, wpr, lane, acc);
+    __shared__ float red[MMV_THREADS / 32][8];
+    if (lane == 0) {
+#pragma unroll
+        for (int t = 0; t < 8; t++) red[warp][t] = acc[t];
+    }
+    __syncthreads();
+    if (part == 0 && lane < tl.z && i < n_out) {
+        float s = 0.0f;
+        for (int p = 0; p < wpr; p++) s += red[warp + p][lane];
+        y[(int64_t)(tl.y + lane) * n_out + i] = s;
+    }
+}
+
+extern "C" cudaError_t qr_cuda_matvec_tiles(const cuda_wview *w, const cuda_xview *x, const int32_t *tiles,
+                                            int32_t n_tiles, int64_t n_out, float *y, int32_t wpr, cudaStream_t stream) {
+    if (n_tiles <= 0) return cudaSuccess;
+    if (n_tiles > 65535 || (wpr != 1 && wpr != 2 && wpr != 4)) return cudaErrorInvalidValue;
+    const int rpc = (MMV_THREADS / 32) / wpr;
+    const dim3 grid((unsigned)((n_out + rpc - 1) / rpc), (unsigned)n_tiles), block(MMV_THREADS);
+    const cuda_wview wv = *w;
+    const cuda_xview xv = *x;
+    switch ((qr_type)w->type) {
+#define TY(E, T) \
+    case E: matvec_tiles_kernel<T><<<grid, block, 0, stream>>>(wv, xv, (const int4 *)tiles, n_out, y, (int)wpr); break;
+    MMV_TYPES(TY)
+#undef TY
+    default: return cudaErrorInvalidValue;
+    }
+    QR_CUDA_CHECK_LAUNCH();
+}

@@ -30,8 +30,9 @@ Server = srv.Server
 free_port = srv.free_port
 MODEL_NAME = srv.MODEL_NAME
 
-# Issue 9's MoE / SSM metric names. `quarrel run --stats` prints them (app/cmd_run.c); the server's
-# /metrics does not export them yet, so the dashboard's MoE and SSM panels stay empty until it does.
+# Issue 9's MoE / SSM metric names. `quarrel run --stats` prints them (app/cmd_run.c) and the server's
+# /metrics exports them for models with experts or Mamba2 layers (tests/integration/server/
+# test_server_arch_metrics.py); the ops tests serve the dense SmolLM2, where they are absent.
 MOE_SSM_METRICS = {
     "quarrel_moe_layer_latency_seconds", "quarrel_moe_routing_latency_seconds", "quarrel_moe_expert_selection",
     "quarrel_moe_expert_utilization", "quarrel_ssm_scan_latency_seconds", "quarrel_ssm_conv_latency_seconds",

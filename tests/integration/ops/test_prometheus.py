@@ -168,7 +168,8 @@ def grafana_expr(expr):
 
 def test_dashboard_and_alert_queries_evaluate(server, prom):
     """Every panel query and alert expression is valid PromQL to this Prometheus; every quarrel_* family
-    they read is scraped from the server, except the issue-9 MoE/SSM names (not exported yet)."""
+    they read is scraped from the server, except the issue-9 MoE/SSM names (exported only for models with
+    experts or Mamba2 layers; this server runs the dense SmolLM2)."""
     prom.wait_for('up{job="quarrel"}', lambda v: v == 1)
     names = set(requests.get(prom.url + "/api/v1/label/__name__/values", timeout=10).json()["data"])
     d = json.loads(DASHBOARD.read_text())
