@@ -260,6 +260,13 @@ typedef struct qr_backend_ops {
     /* rope(q, n_head), rope(k, n_head_kv), kv_store(kv, layer, k, v) (head_dim: of q and k). */
     void (*rope_kv_store)(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
                           int32_t head_dim, const qr_rope_params *p, qr_kv_storage *kv, int32_t layer);
+    /* ssm_gate_norm, with next: the weight that multiplies out (a hint, may be NULL). */
+    void (*ssm_gate_norm_next)(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
+                               int64_t n_rows, const qr_ssm_params *p, float eps, float *out, const qr_weight *next);
+    /* matmul_id(w, bias, x, x_per_slot = true, ids, ...) into a scratch y, then moe_combine(y, weights, add, out). */
+    void (*moe_down_combine)(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x,
+                             const int32_t *ids, const float *weights, int64_t n_rows, int32_t n_used, const float *add,
+                             float *out, float *scratch);
 
     /* ---- MoE (cpu/ops_moe.c, cuda/moe.cu) ---- */
     /* Routing: logits[n_rows][n_expert] -> ids[n_rows][n_used] (int32, backend memory; expert ids in the

@@ -20,8 +20,11 @@ void qr_block_mamba2(const qr_model *m, qr_fwd *f, int il) {
     be->ops->ssm_scan(be, qr_ssm_state_scan(x->ssm, il), x->xbc, x->zxbcdt + p->d_inner + p->conv_dim, d_in_proj,
                       &lx->ssm_dt_b, &lx->ssm_a, &lx->ssm_d, p, x->y);
     const double t2 = qr_time_s();
-    be->ops->ssm_gate_norm(be, x->y, x->zxbcdt, d_in_proj, lx->ssm_norm.host ? &lx->ssm_norm : NULL, n, p,
-                           m->hp.norm_eps, x->y);
+    const qr_weight *nw = lx->ssm_norm.host ? &lx->ssm_norm : NULL;
+    if (be->ops->ssm_gate_norm_next) /* the backend may prepare out_proj's activations on the way */
+        be->ops->ssm_gate_norm_next(be, x->y, x->zxbcdt, d_in_proj, nw, n, p, m->hp.norm_eps, x->y, &lx->ssm_out);
+    else
+        be->ops->ssm_gate_norm(be, x->y, x->zxbcdt, d_in_proj, nw, n, p, m->hp.norm_eps, x->y);
     be->ops->matmul(be, &lx->ssm_out, x->y, n, f->xb2);
     x->stats.ssm_calls++;
     x->stats.ssm_conv_seconds += t1 - t0;

@@ -64,9 +64,14 @@ void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
     be->ops->moe_gate_up(be, lx->gate_exps.host ? &lx->gate_exps : NULL, lx->gate_exps_b.host ? &lx->gate_exps_b : NULL,
                          &lx->up_exps, lx->up_exps_b.host ? &lx->up_exps_b : NULL, f->xb, x->ids, n, k, h->expert_act,
                          x->eh);
-    be->ops->matmul_id(be, &lx->down_exps, lx->down_exps_b.host ? &lx->down_exps_b : NULL, x->eh, true, x->ids, n, k,
-                       x->eo);
-    be->ops->moe_combine(be, x->eo, x->weights, n, k, E, lx->up_shexp.host ? f->xb2 : NULL, f->xb2);
+    const qr_weight *db = lx->down_exps_b.host ? &lx->down_exps_b : NULL;
+    const float *add = lx->up_shexp.host ? f->xb2 : NULL;
+    if (be->ops->moe_down_combine) {
+        be->ops->moe_down_combine(be, &lx->down_exps, db, x->eh, x->ids, x->weights, n, k, add, f->xb2, x->eo);
+    } else {
+        be->ops->matmul_id(be, &lx->down_exps, db, x->eh, true, x->ids, n, k, x->eo);
+        be->ops->moe_combine(be, x->eo, x->weights, n, k, E, add, f->xb2);
+    }
     x->stats.moe_layer_calls++;
     x->stats.moe_routing_seconds += t1 - tr;
     x->stats.moe_layer_seconds += qr_time_s() - t0;

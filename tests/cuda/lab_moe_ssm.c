@@ -119,6 +119,40 @@ static void run_mm(void *p) {
     else c->be->ops->matmul_id(c->be, c->w, c->b, c->x, false, c->ids, c->rows, c->k, c->y);
 }
 
+/* The fused down projection + weighted sum against matmul_id + moe_combine on the CPU. */
+typedef struct dc_ctx {
+    qr_backend *be;
+    const qr_weight *w, *b;
+    const float *x, *wt, *add;
+    const int32_t *ids;
+    int64_t rows;
+    int32_t k;
+    float *out, *scratch;
+} dc_ctx;
+
+static void run_dc(void *p) {
+    dc_ctx *c = p;
+    c->be->ops->moe_down_combine(c->be, c->w, c->b, c->x, c->ids, c->wt, c->rows, c->k, c->add, c->out, c->scratch);
+}
+
+static void check_down_combine(lab *L, const qr_weight *w, const qr_weight *b, const char *name, int64_t rows, int32_t k,
+                               const int32_t *ids, const int32_t *idd) {
+    const int64_t n = w->ne[1], kin = w->ne[0];
+    fbuf x = fb_new(L, rows * k * kin, 1.0f), wt = fb_new(L, rows * k, 1.0f), add = fb_new(L, rows * n, 1.0f);
+    fbuf out = fb_new(L, rows * n, 0.0f), scr = fb_new(L, rows * k * n, 0.0f);
+    L->cpu->ops->matmul_id(L->cpu, w, b, x.h, true, ids, rows, k, scr.h);
+    L->cpu->ops->moe_combine(L->cpu, scr.h, wt.h, rows, k, n, add.h, out.h);
+    dc_ctx gc = {.be = L->gpu, .w = w, .b = b, .x = x.d, .wt = wt.d, .add = add.d, .ids = idd, .rows = rows, .k = k,
+                 .out = out.d, .scratch = scr.d};
+    run_dc(&gc);
+    char cfg[72];
+    snprintf(cfg, sizeof cfg, "%s %lldx%lld k%d rows %lld", name, (long long)n, (long long)kin, k, (long long)rows);
+    const double tol = w->type == QR_TYPE_F16 ? 5e-3 : 2e-2;
+    compare(L, "moe_down_combine", cfg, out.h, out.d, rows * n, tol, run_dc, &gc,
+            (double)w->row_bytes * (double)n * (double)(rows * k));
+    fb_free(L, &x), fb_free(L, &wt), fb_free(L, &add), fb_free(L, &out), fb_free(L, &scr);
+}
+
 static void check_route(lab *L) {
     const int ne_list[] = {8, 32, 128};
     const int k_list[] = {2, 4, 6};
@@ -205,6 +239,7 @@ static void check_experts(lab *L) {
                 compare(L, gu ? "moe_gate_up" : "matmul_id", cfg, y.h, y.d, rows * c->used * c->n, gu ? 2 * tol : tol,
                         run_mm, &gc, wbytes);
             }
+            if (rows <= 8) check_down_combine(L, &up, c->bias ? &b : NULL, c->name, rows, c->used, ids, idd);
             free(ids);
             lab_gpu_free(L, idd);
             fb_free(L, &x), fb_free(L, &y);

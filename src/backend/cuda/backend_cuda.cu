@@ -1550,6 +1550,41 @@ static void cuda_moe_combine(qr_backend *be, const float *y, const float *w, int
     cuda_ok(cb, qr_cuda_moe_combine(y, w, n_rows, n_used, dim, add, out, use_pdl(cb), cb->stream), "moe_combine");
 }
 
+/* The expert down projection and the weighted sum in one launch at decode sizes (each warp computes one
+ * output row for every slot of its token, in slot order, and sums them as moe_combine does); otherwise
+ * matmul_id + moe_combine through scratch. */
+static void cuda_moe_down_combine(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x,
+                                  const int32_t *ids, const float *weights, int64_t n_rows, int32_t n_used,
+                                  const float *add, float *out, float *scratch) {
+    cuda_backend *cb = CB(be);
+    const cuda_weight *cw = prepared(cb, w, "moe_down_combine");
+    bool ok = cw != NULL;
+    const float *b = f32_of(cb, bias, "moe_down_combine", &ok);
+    if (!ok || n_rows <= 0) return;
+    const int64_t n_out = w->ne[1];
+    if (!cb->tune.fuse || moe_path(cb, cw, n_rows, n_out) != 1 || n_used > QR_CUDA_COMBINE_MAX_USED ||
+        overlaps(x, n_rows * n_used * cw->v.k, out, n_rows * n_out)) {
+        cuda_matmul_id(be, w, bias, x, true, ids, n_rows, n_used, scratch);
+        cuda_moe_combine(be, scratch, weights, n_rows, n_used, n_out, add, out);
+        return;
+    }
+    act_ptrs a;
+    if (!act_prepare(cb, (qr_type)cw->v.type, x, n_rows * n_used, cw->v.k, &a)) return;
+    qr_cuda_mv_id_args args;
+    memset(&args, 0, sizeof args);
+    args.w[0] = args.w[1] = cw->v;
+    args.bias[0] = b;
+    args.n_out = n_out;
+    args.ids = ids;
+    args.n_used = n_used;
+    args.x_per_slot = 1;
+    args.act = -1;
+    args.y = out;
+    const cuda_xview xv = act_view(&a, 0);
+    cuda_ok(cb, qr_cuda_matvec_id_combine(&args, &xv, weights, add, (int32_t)n_rows, use_pdl(cb), cb->stream),
+            "moe_down_combine");
+}
+
 static void cuda_ssm_conv(qr_backend *be, const float *x, int64_t x_stride, float *conv_state, const qr_weight *w,
                           const qr_weight *b, const qr_ssm_params *p, float *out) {
     cuda_backend *cb = CB(be);
@@ -1587,12 +1622,37 @@ static void cuda_ssm_scan(qr_backend *be, float *state, const float *xbc, const 
                     "ssm_scan");
 }
 
-static void cuda_ssm_gate_norm(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
-                               int64_t n_rows, const qr_ssm_params *p, float eps, float *out) {
+static void cuda_ssm_gate_norm_next(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
+                                    int64_t n_rows, const qr_ssm_params *p, float eps, float *out,
+                                    const qr_weight *next) {
     cuda_backend *cb = CB(be);
     bool ok = true;
     const float *wd = f32_of(cb, w, "ssm_gate_norm", &ok);
-    if (ok) cuda_ok(cb, qr_cuda_ssm_gate_norm(y, z, z_stride, wd, n_rows, p, eps, out, use_pdl(cb), cb->stream), "ssm_gate_norm");
+    if (!ok) return;
+    /* the out projection's activations quantized on the way (decode sizes, as cuda_add_rmsnorm does) */
+    int kind = -1;
+    act_ptrs a = {};
+    const int64_t gs = p->d_inner / p->n_group;
+    if (next && next->device && cb->tune.fuse && cb->tune.act_reuse && n_rows <= cb->tune.mmvq_max_rows) {
+        const cuda_weight *cn = prepared(cb, next, "ssm_gate_norm");
+        if (!cn) return;
+        const int nk = qr_cuda_act_kind((qr_type)cn->v.type);
+        if (cn->v.nb > 0 && cn->v.k == p->d_inner && nk <= 1 && gs % (nk == 0 ? 32 : 256) == 0) {
+            if (!act_scratch(cb, nk, out, n_rows, p->d_inner, &a)) return;
+            kind = nk;
+        }
+    }
+    if (!cuda_ok(cb, qr_cuda_ssm_gate_norm(y, z, z_stride, wd, n_rows, p, eps, out, kind, a.q, a.d, a.s, a.g, use_pdl(cb),
+                                           cb->stream),
+                 "ssm_gate_norm"))
+        return;
+    cb->act_valid = false;
+    if (kind >= 0) act_mark(cb, out, n_rows, p->d_inner, kind);
+}
+
+static void cuda_ssm_gate_norm(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
+                               int64_t n_rows, const qr_ssm_params *p, float eps, float *out) {
+    cuda_ssm_gate_norm_next(be, y, z, z_stride, w, n_rows, p, eps, out, NULL);
 }
 
 /* ---- decode graphs: run_graph / graph_release ---- */
@@ -1758,6 +1818,8 @@ static qr_backend_ops make_cuda_ops(void) {
     o.matmul_multi = cuda_matmul_multi;
     o.matmul_swiglu = cuda_matmul_swiglu;
     o.rope_kv_store = cuda_rope_kv_store;
+    o.ssm_gate_norm_next = cuda_ssm_gate_norm_next;
+    o.moe_down_combine = cuda_moe_down_combine;
     o.moe_route = cuda_moe_route;
     o.matmul_id = cuda_matmul_id;
     o.moe_gate_up = cuda_moe_gate_up;

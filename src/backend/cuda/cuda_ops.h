@@ -212,6 +212,12 @@ typedef struct qr_cuda_mv_id_args {
  * (4 without glu). The ids are read after the previous kernel finished (pdl). */
 cudaError_t qr_cuda_matvec_id(const qr_cuda_mv_id_args *a, int glu, const cuda_xview *x, int32_t n_slots, int32_t wpr,
                               bool pdl, cudaStream_t stream);
+/* The expert down projection and the weighted sum of the slots at decode sizes (matmul_q.cu):
+ * a->y[r][i] = sum_j weights[r][j] (W[ids[r][j]] . x[r * n_used + j] + bias) (j in order, as moe_combine)
+ * (+ add[r][i]), r < n_rows; a->w[0], bias[0], n_out, ids, n_used used; n_used <= QR_CUDA_COMBINE_MAX_USED. */
+#define QR_CUDA_COMBINE_MAX_USED 16
+cudaError_t qr_cuda_matvec_id_combine(const qr_cuda_mv_id_args *a, const cuda_xview *x, const float *weights,
+                                      const float *add, int32_t n_rows, bool pdl, cudaStream_t stream);
 /* The grouped expert mat-vec of prefill (matmul_q.cu): tiles[b] = {expert, p0, nr (1..8), 0} (int32 x 4,
  * device, 16-byte aligned); y[p0 + t][n_out] = W[expert] . row p0 + t of x for t < nr, b < n_tiles (<= 65535);
  * x: prepared activations of the sorted rows with at least 7 rows of slack after the last. */
@@ -241,8 +247,11 @@ cudaError_t qr_cuda_ssm_conv(const float *x, int64_t x_stride, float *conv_state
 cudaError_t qr_cuda_ssm_scan(float *state, const float *xbc, const float *dt, int64_t dt_stride, const float *dt_bias,
                              const float *A, const float *D, const int32_t *seq, int32_t n_tok, const qr_ssm_params *p,
                              float *y, int *diverged, bool pdl, cudaStream_t stream);
+/* qkind 0/1 (qr_cuda_act_kind): also quantizes out into q/qd/qs/qg as qr_cuda_quantize_act would (the group
+ * size a multiple of the block); -1: no. */
 cudaError_t qr_cuda_ssm_gate_norm(const float *y, const float *z, int64_t z_stride, const float *w, int64_t n_rows,
-                                  const qr_ssm_params *p, float eps, float *out, bool pdl, cudaStream_t stream);
+                                  const qr_ssm_params *p, float eps, float *out, int qkind, int8_t *q, float *qd,
+                                  float *qs, int16_t *qg, bool pdl, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -431,3 +431,50 @@ extern "C" cudaError_t qr_cuda_matvec_tiles(const cuda_wview *w, const cuda_xvie
     }
     QR_CUDA_CHECK_LAUNCH();
 }
+
+/* ---- the expert down projection + weighted sum (MoE decode) ---- */
+
+/* Grid (CTAs of 4 output rows, tokens); one warp per output row i of token r: for each slot j in order,
+ * the row of expert ids[r][j] dotted with activation row r * n_used + j (+ bias), weighted and summed as
+ * moe_combine sums (then + add[r][i]). */
+template <class T>
+static __global__ void __launch_bounds__(MMV_THREADS, 8)
+    matvec_id_combine_kernel(const qr_cuda_mv_id_args a, const cuda_xview x, const float *__restrict__ weights,
+                             const float *add) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r = (int)blockIdx.y;
+    pdl_wait(); /* the expert ids come from the routing kernel */
+    pdl_launch_dependents();
+    const int64_t i = (int64_t)blockIdx.x * (MMV_THREADS / 32) + warp;
+    const cuda_wview &w = a.w[0];
+    float acc_sum = 0.0f;
+    for (int j = 0; j < a.n_used; j++) {
+        const int s = r * a.n_used + j, e = a.ids[s];
+        const bool valid = i < a.n_out && e >= 0 && (int64_t)e * a.n_out < w.n;
+        const int64_t row = valid ? (int64_t)e * a.n_out + i : w.n;
+        float acc[1];
+        matvec_row_part<T, 1>(w, xview_row<T>(x, s), row, 0, 1, lane, acc);
+        float yj = acc[0];
+        if (a.bias[0] && valid) yj = __fadd_rn(yj, a.bias[0][(int64_t)e * a.n_out + i]);
+        const float wy = __fmul_rn(yj, weights[s]);
+        acc_sum = j == 0 ? wy : __fadd_rn(acc_sum, wy);
+    }
+    if (lane != 0 || i >= a.n_out) return;
+    const int64_t o = (int64_t)r * a.n_out + i;
+    a.y[o] = add ? __fadd_rn(acc_sum, add[o]) : acc_sum;
+}
+
+extern "C" cudaError_t qr_cuda_matvec_id_combine(const qr_cuda_mv_id_args *a, const cuda_xview *x, const float *weights,
+                                                 const float *add, int32_t n_rows, bool pdl, cudaStream_t stream) {
+    if (n_rows <= 0) return cudaSuccess;
+    if (n_rows > 65535 || a->n_used < 1 || a->n_used > QR_CUDA_COMBINE_MAX_USED) return cudaErrorInvalidValue;
+    const dim3 grid((unsigned)((a->n_out + MMV_THREADS / 32 - 1) / (MMV_THREADS / 32)), (unsigned)n_rows);
+    const cuda_xview xv = *x;
+    switch ((qr_type)a->w[0].type) {
+#define TY(E, T) \
+    case E: return launch_k(matvec_id_combine_kernel<T>, grid, dim3(MMV_THREADS), 0, stream, pdl, *a, xv, weights, add);
+    MMV_TYPES(TY)
+#undef TY
+    default: return cudaErrorInvalidValue;
+    }
+}

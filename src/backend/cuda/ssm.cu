@@ -8,7 +8,7 @@
  * order of operations with explicitly rounded float ops (the target builds with fast math); softplus
  * goes through double, so results match the oracle within the lab's tolerance.
  */
-#include "backend/cuda/cuda_dev.cuh"
+#include "backend/cuda/act_quant.cuh"
 
 static __device__ __forceinline__ float silu_dev(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, ggml_expf(-x))); }
 
@@ -240,10 +240,10 @@ extern "C" cudaError_t qr_cuda_ssm_scan(float *state, const float *xbc, const fl
 
 /* Block (row r, group g); each thread's values of silu(z) * y stay in registers (up to NPT of them,
  * stride blockDim.x) between the sum of squares and the output. */
-template <int NPT>
+template <int NPT, int QK>
 static __global__ void ssm_gate_norm_kernel(const float *__restrict__ y, const float *__restrict__ z, int64_t z_stride,
                                             const float *__restrict__ w, int32_t d_inner, int32_t gs, float eps,
-                                            float *out) {
+                                            float *out, int8_t *q, float *qd, float *qs, int16_t *qg) {
     pdl_enter();
     __shared__ double part[32];
     const int64_t r = blockIdx.x;
@@ -272,10 +272,18 @@ static __global__ void ssm_gate_norm_kernel(const float *__restrict__ y, const f
         const int32_t i = threadIdx.x + u * blockDim.x;
         if (i < gs) o[i] = w ? __fmul_rn(__fmul_rn(t[u], scale), w[(int64_t)g * gs + i]) : t[u];
     }
+    if (QK < 0) return;
+    __syncthreads(); /* the group's outputs are written: quantize them for the next mat-vec, a warp per block */
+    const int64_t bs = QK == 0 ? 32 : 256, b0 = (r * d_inner + (int64_t)g * gs) / bs;
+    for (int64_t j = warp; j < gs / bs; j += nw) {
+        if (QK == 0) act_quant_block32(out, b0 + j, lane, q, qd, qs, qg);
+        else act_quant_block256(out, b0 + j, lane, q, qd, qg);
+    }
 }
 
 extern "C" cudaError_t qr_cuda_ssm_gate_norm(const float *y, const float *z, int64_t z_stride, const float *w,
-                                             int64_t n_rows, const qr_ssm_params *p, float eps, float *out, bool pdl,
+                                             int64_t n_rows, const qr_ssm_params *p, float eps, float *out, int qkind,
+                                             int8_t *q, float *qd, float *qs, int16_t *qg, bool pdl,
                                              cudaStream_t stream) {
     if (n_rows <= 0) return cudaSuccess;
     if (n_rows > 65535 * 1024LL) return cudaErrorInvalidValue;
@@ -284,8 +292,18 @@ extern "C" cudaError_t qr_cuda_ssm_gate_norm(const float *y, const float *z, int
     int threads = (gs + 31) / 32 * 32;
     if (threads > 1024) threads = 1024;
     const int npt = (gs + threads - 1) / threads;
-#define G(N) \
-    return launch_k(ssm_gate_norm_kernel<N>, grid, dim3(threads), 0, stream, pdl, y, z, z_stride, w, p->d_inner, gs, eps, out)
+    if (qkind > 1 || (qkind >= 0 && gs % (qkind == 0 ? 32 : 256))) return cudaErrorInvalidValue;
+#define G(N)                                                                                                       \
+    do {                                                                                                           \
+        if (qkind == 0)                                                                                            \
+            return launch_k(ssm_gate_norm_kernel<N, 0>, grid, dim3(threads), 0, stream, pdl, y, z, z_stride, w,    \
+                            p->d_inner, gs, eps, out, q, qd, qs, qg);                                              \
+        if (qkind == 1)                                                                                            \
+            return launch_k(ssm_gate_norm_kernel<N, 1>, grid, dim3(threads), 0, stream, pdl, y, z, z_stride, w,    \
+                            p->d_inner, gs, eps, out, q, qd, qs, qg);                                              \
+        return launch_k(ssm_gate_norm_kernel<N, -1>, grid, dim3(threads), 0, stream, pdl, y, z, z_stride, w,       \
+                        p->d_inner, gs, eps, out, q, qd, qs, qg);                                                  \
+    } while (0)
     if (npt <= 1) G(1);
     if (npt <= 2) G(2);
     if (npt <= 4) G(4);
