@@ -1,5 +1,6 @@
 /* backend_cuda.cu — the CUDA backend object (host code): device memory, weight upload and repack,
- * paged KV storage, the batch plan, and the op table. Each op checks its arguments against the host
+ * paged KV storage, the batch plan, the dense ops, decode graphs and the op table (the MoE and Mamba2
+ * ops are in backend_cuda_hybrid.cu; the shared struct and helpers in cuda_backend.h). Each op checks its arguments against the host
  * copy of the batch plan (as the CPU backend does), then launches the kernels of the op's .cu file
  * on the backend's single stream. Ops never synchronise the host; scratch buffers are sized by
  * weight_prepare (dequant tile, widest row) and set_batch (activations of n_tokens rows), so a
@@ -18,89 +19,9 @@ extern "C" {
 #include "util/util.h"
 }
 
-#define WEIGHT_MAGIC 0x51435757u /* "WWCQ" */
-#define KV_MAGIC 0x5143564bu     /* "KVCQ" */
-#define CUBLAS_WS_BYTES (32u << 20)
+#include "backend/cuda/cuda_backend.h"
 
-/* What qr_weight.device points to. */
-typedef struct cuda_weight {
-    uint32_t magic;
-    cuda_wview v;
-    void *mem; /* the device allocation holding the planes */
-} cuda_weight;
-
-struct qr_kv_storage {
-    uint32_t magic;
-    qr_kv_desc desc;
-    uint8_t *k, *v;            /* device: [n_layer][n_slots][k_dim], [n_layer][n_slots][v_dim] */
-    size_t k_layer, v_layer;   /* bytes of one layer */
-};
-
-/* One recorded pass: warmed up once, then captured and replayed while the scratch stays put. */
-typedef struct cuda_graph_rec {
-    const void *owner;
-    uint64_t key;
-    int runs;             /* plain runs so far (1 = warmed up, capture next) */
-    uint64_t gen;         /* cb->scratch_gen when captured */
-    cudaGraphExec_t exec; /* NULL until captured */
-} cuda_graph_rec;
-
-typedef struct cuda_backend {
-    int device;
-    char device_name[320];
-    int n_sm;
-    bool has_pdl; /* programmatic dependent launch (sm_90+) */
-    cudaStream_t stream;
-    cublasHandle_t cublas;
-    void *cublas_ws;
-    /* batch plan: host copy (validation, launch parameters) and device copy */
-    int32_t n_tokens, n_seqs, max_blocks, n_outputs;
-    bool seq_runs; /* every sequence of the plan is one contiguous run of rows */
-    int32_t *h_tokens, *h_pos, *h_seq, *h_kv_slot, *h_output_rows, *h_block_table;
-    size_t cap_tok, cap_bt;
-    int32_t *pinned; /* staging of the upload */
-    size_t pinned_cap;
-    cudaEvent_t staged; /* the last upload has read `pinned` */
-    int32_t *d_plan;
-    size_t d_plan_cap;
-    const int32_t *d_tokens, *d_pos, *d_seq, *d_kv_slot, *d_output_rows, *d_block_table;
-    /* scratch */
-    void *act, *tile, *attn, *tmp;
-    size_t act_cap, tile_cap, attn_cap, tmp_cap;
-    int64_t max_k;
-    qr_cuda_tune tune;
-    qr_status error;
-    char error_msg[256];
-    /* decode graphs (run_graph) */
-    cuda_graph_rec *graphs; /* [MAX_GRAPHS], n_graphs used */
-    int n_graphs;
-    bool graph_mode;      /* inside run_graph: launch shapes fixed per key (attention splits) */
-    bool capturing;       /* the stream is being captured: no allocation or synchronisation allowed */
-    bool graphs_off;      /* QUARREL_CUDA_GRAPH=0, or a capture failed once (graph_note says why) */
-    uint64_t scratch_gen; /* bumped whenever a scratch buffer or the device plan moves */
-    int64_t n_captured, n_replayed;
-    char graph_note[256];
-    /* reuse of the mat-vec's quantized activations by the next matmul on the same input (q/k/v,
-     * gate/up): valid while no other op ran in between (op_epoch counts every cuda_ok/cublas_ok) */
-    uint64_t op_epoch;
-    bool act_valid;
-    const float *act_x;
-    int64_t act_rows, act_k;
-    int act_kind;
-    uint64_t act_epoch, act_gen;
-    int *diverged_h, *diverged_d; /* the scan's divergence flag (mapped pinned memory), or NULL */
-    /* the grouped expert GEMM of prefill (moe_gemm): device scratch, host staging of ids and orders */
-    void *moe;
-    size_t moe_cap;
-    int32_t *h_moe;
-    size_t h_moe_cap;           /* bytes */
-    unsigned int *attn_cnt; /* flash-decoding's per-tile split counters (zero between launches) */
-    size_t attn_cnt_cap;    /* counters allocated */
-} cuda_backend;
-
-static inline cuda_backend *CB(qr_backend *be) { return (cuda_backend *)be->impl; }
-
-static void raise_error(cuda_backend *cb, qr_status st, const char *fmt, ...) {
+void raise_error(cuda_backend *cb, qr_status st, const char *fmt, ...) {
     if (cb->error != QR_OK) return;
     cb->error = st;
     va_list ap;
@@ -110,7 +31,7 @@ static void raise_error(cuda_backend *cb, qr_status st, const char *fmt, ...) {
 }
 
 /* Records a failed CUDA call; true when e is cudaSuccess. */
-static bool cuda_ok(cuda_backend *cb, cudaError_t e, const char *what) {
+bool cuda_ok(cuda_backend *cb, cudaError_t e, const char *what) {
     cb->op_epoch++; /* every op checks its launches here: a new epoch means device memory may have changed */
     if (e == cudaSuccess) return true;
     (void)cudaGetLastError();
@@ -119,7 +40,7 @@ static bool cuda_ok(cuda_backend *cb, cudaError_t e, const char *what) {
     return false;
 }
 
-static bool cublas_ok(cuda_backend *cb, cublasStatus_t s, const char *what) {
+bool cublas_ok(cuda_backend *cb, cublasStatus_t s, const char *what) {
     cb->op_epoch++;
     if (s == CUBLAS_STATUS_SUCCESS) return true;
     raise_error(cb, QR_ERR_INTERNAL, "%s: cuBLAS status %d", what, (int)s);
@@ -127,7 +48,7 @@ static bool cublas_ok(cuda_backend *cb, cublasStatus_t s, const char *what) {
 }
 
 /* Grows a scratch buffer to `need` bytes (waits for pending ops before freeing the old one). */
-static bool ensure_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t need, const char *what) {
+bool ensure_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t need, const char *what) {
     if (need <= *cap) return true;
     if (cb->capturing) {
         raise_error(cb, QR_ERR_INTERNAL, "%s scratch must grow during graph capture", what);
@@ -148,8 +69,6 @@ static bool ensure_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t nee
     *cap = need;
     return true;
 }
-
-static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
 /* Layout of the matmul activation scratch for nr rows of k values. */
 typedef struct act_layout {
@@ -249,7 +168,7 @@ static void cuda_synchronize(qr_backend *be) {
 }
 
 /* The prepared form of w, or NULL (with an error raised) when w was not prepared by a CUDA backend. */
-static const cuda_weight *prepared(cuda_backend *cb, const qr_weight *w, const char *op) {
+const cuda_weight *prepared(cuda_backend *cb, const qr_weight *w, const char *op) {
     const cuda_weight *cw = w ? (const cuda_weight *)w->device : NULL;
     if (!cw || cw->magic != WEIGHT_MAGIC) {
         raise_error(cb, QR_ERR_INVALID_ARG, "%s: weight %s was not prepared by the CUDA backend", op,
@@ -640,21 +559,10 @@ static void matmul_gemm(cuda_backend *cb, const cuda_weight *cw, const float *x,
     }
 }
 
-/* The mat-vec activations of one matmul input in the act scratch (act_layout_of). */
-typedef struct act_ptrs {
-    int kind; /* qr_cuda_act_kind */
-    int64_t k;
-    int8_t *q;
-    float *d, *s;
-    int16_t *g;
-    const void *h;
-} act_ptrs;
 
-/* Programmatic dependent launch for the decode-path kernels (sm_90+, tune.pdl). */
-static bool use_pdl(const cuda_backend *cb) { return cb->has_pdl && cb->tune.pdl != 0; }
 
 /* Points a at the act scratch for n_rows x k activations of `kind` (growing it). */
-static bool act_scratch(cuda_backend *cb, int kind, const float *x, int64_t n_rows, int64_t k, act_ptrs *a) {
+bool act_scratch(cuda_backend *cb, int kind, const float *x, int64_t n_rows, int64_t k, act_ptrs *a) {
     const act_layout L = act_layout_of(n_rows, k);
     if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return false;
     uint8_t *act = (uint8_t *)cb->act;
@@ -670,7 +578,7 @@ static bool act_scratch(cuda_backend *cb, int kind, const float *x, int64_t n_ro
 
 /* Quantizes / converts x[n_rows][k] for a mat-vec over `type`, unless the previous op left exactly
  * these activations in the scratch (q, k, v projections; gate and up; a fused norm). */
-static bool act_prepare(cuda_backend *cb, qr_type type, const float *x, int64_t n_rows, int64_t k, act_ptrs *a) {
+bool act_prepare(cuda_backend *cb, qr_type type, const float *x, int64_t n_rows, int64_t k, act_ptrs *a) {
     const int kind = qr_cuda_act_kind(type);
     if (!act_scratch(cb, kind, x, n_rows, k, a)) return false;
     const bool reuse = cb->tune.act_reuse && cb->act_valid && cb->act_x == x && cb->act_rows == n_rows &&
@@ -686,7 +594,7 @@ static bool act_prepare(cuda_backend *cb, qr_type type, const float *x, int64_t 
 }
 
 /* The view of activation rows t0.. of a. */
-static cuda_xview act_view(const act_ptrs *a, int64_t t0) {
+cuda_xview act_view(const act_ptrs *a, int64_t t0) {
     const int64_t k = a->k, dstride = a->kind == 1 ? k / 256 : k / 32, hsize = a->kind == 4 ? 4 : 2;
     cuda_xview xv;
     xv.q = a->q + t0 * k;
@@ -699,7 +607,7 @@ static cuda_xview act_view(const act_ptrs *a, int64_t t0) {
 }
 
 /* Records that the scratch holds x's activations of kind (valid for the next op only). */
-static void act_mark(cuda_backend *cb, const float *x, int64_t n_rows, int64_t k, int kind) {
+void act_mark(cuda_backend *cb, const float *x, int64_t n_rows, int64_t k, int kind) {
     if (kind > 3) return;
     cb->act_valid = true;
     cb->act_x = x;
@@ -710,16 +618,7 @@ static void act_mark(cuda_backend *cb, const float *x, int64_t n_rows, int64_t k
     cb->act_gen = cb->scratch_gen;
 }
 
-static bool overlaps(const float *a, int64_t na, const float *b, int64_t nb) {
-    return a < b + nb && b < a + na;
-}
 
-/* Warps per output row of a mat-vec with n rows (the tune knob, else by size). */
-static int32_t mmv_wpr(const cuda_backend *cb, int64_t n) {
-    const int32_t wpr = cb->tune.mmvq_wpr;
-    if (wpr == 1 || wpr == 2 || wpr == 4) return wpr;
-    return n >= 4096 ? 1 : (n >= 2048 ? 2 : 4);
-}
 
 
 static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y) {
@@ -1222,437 +1121,6 @@ static void cuda_add_row(qr_backend *be, const float *x, const qr_weight *table,
                 return;
             }
     cuda_ok(cb, qr_cuda_add_row(x, &cw->v, row, cb->d_pos, n_rows, out, cb->stream), "add_row");
-}
-
-/* ---- MoE and Mamba2 (issue 9): kernels in moe.cu and ssm.cu ---- */
-
-/* Device pointer of a prepared F32 vector / matrix (NULL for w == NULL; raises on a bad weight). */
-static const float *f32_of(cuda_backend *cb, const qr_weight *w, const char *op, bool *ok) {
-    if (!w) return NULL;
-    const cuda_weight *cw = prepared(cb, w, op);
-    if (!cw || cw->v.type != QR_TYPE_F32) {
-        if (cw) raise_error(cb, QR_ERR_INVALID_ARG, "%s: %s must be F32", op, w->name ? w->name : "?");
-        *ok = false;
-        return NULL;
-    }
-    return (const float *)cw->v.p0;
-}
-
-static void cuda_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const qr_moe_route_params *p,
-                           int32_t *ids, float *weights) {
-    cuda_backend *cb = CB(be);
-    bool ok = true;
-    const float *sb = f32_of(cb, p->sel_bias, "moe_route", &ok);
-    if (ok) cuda_ok(cb, qr_cuda_moe_route(logits, n_rows, p, sb, ids, weights, use_pdl(cb), cb->stream), "moe_route");
-}
-
-/* The expert mat-vec (decode sizes): one launch per matrix pair, quantized activations and dp4a
- * like the dense mat-vec; w1 (up, with act) makes it the fused gate+up+activation. */
-static void moe_matvec(cuda_backend *cb, const cuda_weight *w0, const cuda_weight *w1, const float *b0, const float *b1,
-                       int64_t n_out, const float *x, bool per_slot, const int32_t *ids, int64_t n_rows, int32_t n_used,
-                       int act, float *y) {
-    const int64_t k = w0->v.k, n_slots = n_rows * n_used, n_x = per_slot ? n_slots : n_rows;
-    act_ptrs a;
-    if (!act_prepare(cb, (qr_type)w0->v.type, x, n_x, k, &a)) return;
-    qr_cuda_mv_id_args args;
-    memset(&args, 0, sizeof args);
-    args.w[0] = w0->v;
-    args.w[1] = w1 ? w1->v : w0->v;
-    args.bias[0] = b0;
-    args.bias[1] = b1;
-    args.n_out = n_out;
-    args.ids = ids;
-    args.n_used = n_used;
-    args.x_per_slot = per_slot;
-    args.act = act;
-    args.y = y;
-    const int64_t rows = n_out * n_slots;
-    const int32_t wpr = rows >= 4096 ? 1 : (rows >= 2048 || w1 ? 2 : 4);
-    const cuda_xview xv = act_view(&a, 0);
-    if (cuda_ok(cb, qr_cuda_matvec_id(&args, w1 != NULL, &xv, (int32_t)n_slots, wpr, use_pdl(cb), cb->stream),
-                "matmul_id (mat-vec)") &&
-        !overlaps(x, n_x * k, y, n_slots * n_out))
-        act_mark(cb, x, n_x, k, a.kind);
-}
-
-/* The grouped expert mat-vec (prefill with few rows per expert, moe_gemm's tiles mode). h_slot: the host
- * staging [slot | expert | row | source] per sorted p (compact layout), h_tile: room for the tiles. The
- * sorted activation rows are gathered (f32), prepared as for the mat-vec (quantized to Q8 like the CPU
- * quantizes them), and each tile of up to 8 rows of one expert multiplied in one CTA row-range. */
-static void moe_tiles(cuda_backend *cb, const cuda_weight *w0, const cuda_weight *w1, const float *b0, const float *b1,
-                      int64_t n_out, const float *x, int64_t n_slots, int64_t n_expert, const int32_t *off,
-                      const int32_t *h_slot, int32_t *h_tile, int act, float *y) {
-    const int64_t k = w0->v.k;
-    const int n_mat = w1 ? 2 : 1;
-    int32_t n_tiles = 0;
-    for (int64_t e = 0; e < n_expert; e++)
-        for (int32_t p0 = off[e]; p0 < off[e + 1]; p0 += 8, n_tiles++) {
-            int32_t *t = h_tile + 4 * (int64_t)n_tiles;
-            t[0] = (int32_t)e, t[1] = p0, t[2] = off[e + 1] - p0 < 8 ? off[e + 1] - p0 : 8, t[3] = 0;
-        }
-    if (n_tiles > 65535) {
-        raise_error(cb, QR_ERR_INVALID_ARG, "matmul_id: %d expert tiles (more than 65535)", n_tiles);
-        return;
-    }
-    /* device scratch: slot, expert, row, source (int32) | tiles (int4) | sorted f32 rows + 8 of slack |
-     * per-matrix f32 results */
-    size_t o = 0;
-    const size_t o_idx = o;
-    o = align256(o + (size_t)n_slots * 4 * 4);
-    const size_t o_tile = o;
-    o = align256(o + (size_t)n_tiles * 16);
-    const size_t o_xs = o;
-    o = align256(o + (size_t)((n_slots + 8) * k) * 4);
-    const size_t o_y = o;
-    o = align256(o + (size_t)n_mat * (size_t)(n_slots * n_out) * 4);
-    if (!ensure_scratch(cb, &cb->moe, &cb->moe_cap, o, "the expert mat-vec")) return;
-    uint8_t *base = (uint8_t *)cb->moe;
-    int32_t *d_idx = (int32_t *)(base + o_idx), *d_tile = (int32_t *)(base + o_tile);
-    float *xs = (float *)(base + o_xs), *ys = (float *)(base + o_y);
-    if (!cuda_ok(cb, cudaMemcpyAsync(d_idx, h_slot, (size_t)n_slots * 4 * 4, cudaMemcpyHostToDevice, cb->stream),
-                 "matmul_id (upload order)") ||
-        !cuda_ok(cb, cudaMemcpyAsync(d_tile, h_tile, (size_t)n_tiles * 16, cudaMemcpyHostToDevice, cb->stream),
-                 "matmul_id (upload tiles)") ||
-        !cuda_ok(cb, cudaMemsetAsync(xs + n_slots * k, 0, (size_t)(8 * k) * 4, cb->stream), "matmul_id (slack)") ||
-        !cuda_ok(cb, qr_cuda_gather_rows(x, k, d_idx + 3 * n_slots, (int32_t)n_slots, xs, false, cb->stream),
-                 "matmul_id (gather)"))
-        return;
-    act_ptrs a;
-    if (!act_prepare(cb, (qr_type)w0->v.type, xs, n_slots + 8, k, &a)) return;
-    const cuda_xview xv = act_view(&a, 0);
-    const int32_t wpr = mmv_wpr(cb, n_out);
-    for (int m = 0; m < n_mat; m++) {
-        cuda_wview v = (m == 0 ? w0 : w1)->v;
-        if (!cuda_ok(cb, qr_cuda_matvec_tiles(&v, &xv, d_tile, n_tiles, n_out, ys + (int64_t)m * n_slots * n_out, wpr,
-                                              cb->stream),
-                     "matmul_id (tiles)"))
-            return;
-    }
-    cb->act_valid = false;
-    cuda_ok(cb, qr_cuda_moe_scatter(ys, w1 ? ys + n_slots * n_out : NULL, b0, b1, d_idx, d_idx + n_slots, d_idx + 2 * n_slots,
-                                    (int32_t)n_slots, n_out, act, y, cb->stream),
-            "matmul_id (scatter)");
-}
-
-/* The grouped expert GEMM (prefill): the routing is read back (a sync, so never inside a graph), the
- * slots are sorted by expert and each expert's activation rows gathered (f16, rounded as matmul_gemm
- * rounds them) into rows of its own, padded with zero rows to the largest expert's count; the experts
- * are dequantized to f16 in chunks of consecutive experts (one launch per chunk) and each chunk is
- * multiplied in one strided-batched cuBLAS GEMM (one GEMM per expert over the unpadded rows when the
- * padding would more than quadruple the rows, or with QUARREL_CUDA_MOE=loop); the results are scattered
- * back to slot order with bias and activation. w1: the up matrix of a fused gate+up. */
-static void moe_gemm(cuda_backend *cb, const cuda_weight *w0, const cuda_weight *w1, const float *b0, const float *b1,
-                     int64_t n_out, const float *x, bool per_slot, const int32_t *ids, int64_t n_rows, int32_t n_used,
-                     int act, float *y) {
-    const cuda_wview *v0 = &w0->v;
-    const int64_t k = v0->k, n_slots = n_rows * n_used, n_x = per_slot ? n_slots : n_rows;
-    const int64_t n_expert = v0->n / n_out;
-    const int n_mat = w1 ? 2 : 1;
-    /* host staging: per expert counts and offsets | ids | slot, expert, row (in the gathered layout) per
-     * sorted p | source row per gathered row (-1: padding; at most 4 * n_slots + 64 rows, see padded) */
-    const size_t h_need = (size_t)(2 * (n_expert + 1) + 8 * n_slots + 64 + 4 * (n_slots / 8 + n_expert + 1) + 4) * 4;
-    if (h_need > cb->h_moe_cap) {
-        void *nh = realloc(cb->h_moe, h_need);
-        if (!nh) {
-            raise_error(cb, QR_ERR_NOMEM, "matmul_id: out of host memory");
-            return;
-        }
-        cb->h_moe = (int32_t *)nh;
-        cb->h_moe_cap = h_need;
-    }
-    int32_t *cnt = cb->h_moe, *off = cnt + n_expert + 1, *h_ids = off + n_expert + 1;
-    int32_t *h_slot = h_ids + n_slots, *h_exp = h_slot + n_slots, *h_row = h_exp + n_slots, *h_src = h_row + n_slots;
-    if (!cuda_ok(cb, cudaMemcpyAsync(h_ids, ids, (size_t)n_slots * 4, cudaMemcpyDeviceToHost, cb->stream),
-                 "matmul_id (read routing)") ||
-        !cuda_ok(cb, cudaStreamSynchronize(cb->stream), "matmul_id (read routing)"))
-        return;
-    memset(cnt, 0, (size_t)(n_expert + 1) * 4);
-    for (int64_t s = 0; s < n_slots; s++) {
-        if (h_ids[s] < 0 || h_ids[s] >= n_expert) {
-            raise_error(cb, QR_ERR_INTERNAL, "matmul_id: expert id %d outside [0, %lld)", h_ids[s], (long long)n_expert);
-            return;
-        }
-        cnt[h_ids[s]]++;
-    }
-    int32_t maxc = 0;
-    off[0] = 0;
-    for (int64_t e = 0; e < n_expert; e++) {
-        off[e + 1] = off[e] + cnt[e];
-        if (cnt[e] > maxc) maxc = cnt[e];
-    }
-    /* tiles: few rows per expert (<= 12 on average over the experts in use): the quantized mat-vec over
-     * tiles of up to 8 sorted rows of one expert, each expert's weights read once per tile, no f16 copy.
-     * (H100, nemotron-3-nano experts: 1.3x faster than the f16 GEMM at ~3 rows per expert, 0.73x at ~24) */
-    int64_t active = 0;
-    for (int64_t e = 0; e < n_expert; e++) active += cnt[e] > 0;
-    const bool tiles = cb->tune.moe_tiles && v0->nb > 0 && n_slots <= 12 * active;
-    /* padded: expert e's rows start at e * maxc (one strided-batched GEMM per chunk); else at off[e] */
-    const bool padded = !tiles && cb->tune.moe_grouped && n_expert * maxc <= 4 * n_slots + 64;
-    const int64_t n_g = padded ? n_expert * maxc : n_slots; /* gathered rows */
-    for (int64_t e = 0; e < n_expert; e++) cnt[e] = off[e]; /* cnt becomes the fill cursor */
-    for (int64_t q = 0; q < n_g; q++) h_src[q] = -1;
-    for (int64_t s = 0; s < n_slots; s++) {
-        const int32_t e = h_ids[s], p = cnt[e]++;
-        h_slot[p] = (int32_t)s;
-        h_exp[p] = e;
-        h_row[p] = padded ? (int32_t)(e * maxc + (p - off[e])) : p;
-        h_src[h_row[p]] = per_slot ? (int32_t)s : (int32_t)(s / n_used);
-    }
-    if (tiles) {
-        int32_t *h_tile = h_src + 4 * n_slots + 64; /* after the largest gathered-row table */
-        moe_tiles(cb, w0, w1, b0, b1, n_out, x, n_slots, n_expert, off, h_slot, h_tile, act, y);
-        return;
-    }
-    /* experts per dequantized chunk (the f16 copy of a chunk of experts; F16 weights are used in place) */
-    const bool f16w = v0->type == QR_TYPE_F16;
-    const int64_t exp_bytes = n_out * k * 2;
-    int64_t per_chunk = f16w ? n_expert : (int64_t)(cb->tune.moe_tile_bytes / exp_bytes);
-    if (per_chunk < 1) per_chunk = 1;
-    if (per_chunk > n_expert) per_chunk = n_expert;
-    /* device scratch: slot, expert, row, source (int32), x as f16, the gathered f16 rows, per-matrix f32
-     * results in the gathered layout */
-    size_t o = 0;
-    const size_t o_idx = o;
-    o = align256(o + (size_t)(n_slots * 3 + n_g) * 4);
-    const size_t o_xh = o;
-    o = align256(o + (size_t)(n_x * k) * 2);
-    const size_t o_xg = o;
-    o = align256(o + (size_t)(n_g * k) * 2);
-    const size_t o_y = o;
-    o = align256(o + (size_t)n_mat * (size_t)(n_g * n_out) * 4);
-    if (!ensure_scratch(cb, &cb->moe, &cb->moe_cap, o, "the expert GEMM")) return;
-    if (!f16w && !ensure_scratch(cb, &cb->tile, &cb->tile_cap, (size_t)(per_chunk * exp_bytes), "the expert weight tile"))
-        return;
-    uint8_t *base = (uint8_t *)cb->moe;
-    int32_t *d_idx = (int32_t *)(base + o_idx);
-    uint8_t *xh = base + o_xh, *xg = base + o_xg;
-    float *ys = (float *)(base + o_y);
-    if (!cuda_ok(cb, cudaMemcpyAsync(d_idx, h_slot, (size_t)(n_slots * 3 + n_g) * 4, cudaMemcpyHostToDevice, cb->stream),
-                 "matmul_id (upload order)"))
-        return;
-    const int kind = qr_cuda_act_kind((qr_type)v0->type);
-    const cudaError_t ce = kind <= 1 && cb->tune.gemm_q8_act ? qr_cuda_act_q8_as_f16(x, n_x * k, kind, xh, cb->stream)
-                                                              : qr_cuda_to_half(x, n_x * k, xh, false, cb->stream);
-    if (!cuda_ok(cb, ce, "matmul_id (convert)") ||
-        !cuda_ok(cb, qr_cuda_gather_f16(xh, k, d_idx + 3 * n_slots, (int32_t)n_g, xg, cb->stream), "matmul_id (gather)"))
-        return;
-    cb->act_valid = false;
-    const float one = 1.0f, zero = 0.0f;
-    for (int m = 0; m < n_mat; m++) {
-        const cuda_wview *v = m == 0 ? v0 : &w1->v;
-        float *ym = ys + (int64_t)m * n_g * n_out;
-        for (int64_t e0 = 0; e0 < n_expert; e0 += per_chunk) {
-            const int64_t e1 = e0 + per_chunk < n_expert ? e0 + per_chunk : n_expert;
-            if (off[e1] == off[e0]) continue; /* no slot routed to this chunk */
-            const uint8_t *tile = f16w ? v->p0 + (size_t)(e0 * n_out * k) * 2 : (const uint8_t *)cb->tile;
-            for (int64_t r0 = e0 * n_out; !f16w && r0 < e1 * n_out; r0 += 65280) { /* the kernel's grid limit */
-                const int64_t r1 = r0 + 65280 < e1 * n_out ? r0 + 65280 : e1 * n_out;
-                if (!cuda_ok(cb, qr_cuda_dequant_f16(v, r0, r1, (uint8_t *)cb->tile + (size_t)((r0 - e0 * n_out) * k) * 2,
-                                                     cb->stream),
-                             "matmul_id (dequant)"))
-                    return;
-            }
-            if (padded) {
-                if (!cublas_ok(cb, cublasGemmStridedBatchedEx(
-                                       cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, maxc, (int)k, &one, tile, CUDA_R_16F,
-                                       (int)k, n_out * k, xg + (size_t)(e0 * maxc * k) * 2, CUDA_R_16F, (int)k,
-                                       (long long)maxc * k, &zero, ym + e0 * maxc * n_out, CUDA_R_32F, (int)n_out,
-                                       (long long)maxc * n_out, (int)(e1 - e0), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                               "matmul_id (batched gemm)"))
-                    return;
-                continue;
-            }
-            for (int64_t e = e0; e < e1; e++) {
-                const int32_t c = off[e + 1] - off[e];
-                if (c > 0 &&
-                    !cublas_ok(cb, cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, c, (int)k, &one,
-                                                tile + (size_t)((e - e0) * n_out * k) * 2, CUDA_R_16F, (int)k,
-                                                xg + (size_t)off[e] * k * 2, CUDA_R_16F, (int)k, &zero,
-                                                ym + (int64_t)off[e] * n_out, CUDA_R_32F, (int)n_out, CUBLAS_COMPUTE_32F,
-                                                CUBLAS_GEMM_DEFAULT),
-                               "matmul_id (gemm)"))
-                    return;
-            }
-        }
-    }
-    cuda_ok(cb, qr_cuda_moe_scatter(ys, w1 ? ys + n_g * n_out : NULL, b0, b1, d_idx, d_idx + n_slots, d_idx + 2 * n_slots,
-                                    (int32_t)n_slots, n_out, act, y, cb->stream),
-            "matmul_id (scatter)");
-}
-
-/* The path of an expert matmul: 1 = the expert mat-vec (decode sizes), 2 = the grouped GEMM
- * (longer passes, outside graph capture, f16-convertible types), 0 = the per-slot kernel of moe.cu. */
-static int moe_path(const cuda_backend *cb, const cuda_weight *w, int64_t n_rows, int64_t n_out) {
-    if (cb->tune.moe_kernel == 1) return 0;
-    const int kind = qr_cuda_act_kind((qr_type)w->v.type);
-    if (n_rows <= cb->tune.mmvq_max_rows && w->v.nb > 0) return 1;
-    if (!cb->capturing && (kind <= 1 || w->v.type == QR_TYPE_F16) && n_out > 0 && w->v.n % n_out == 0 &&
-        cb->tune.moe_kernel != 2)
-        return 2;
-    return 0;
-}
-
-static void cuda_matmul_id(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x, bool x_per_slot,
-                           const int32_t *ids, int64_t n_rows, int32_t n_used, float *y) {
-    cuda_backend *cb = CB(be);
-    const cuda_weight *cw = prepared(cb, w, "matmul_id");
-    bool ok = cw != NULL;
-    const float *b = f32_of(cb, bias, "matmul_id", &ok);
-    if (!ok || n_rows <= 0) return;
-    const int64_t n_out = w->ne[1];
-    switch (moe_path(cb, cw, n_rows, n_out)) {
-    case 1: moe_matvec(cb, cw, NULL, b, NULL, n_out, x, x_per_slot, ids, n_rows, n_used, -1, y); return;
-    case 2: moe_gemm(cb, cw, NULL, b, NULL, n_out, x, x_per_slot, ids, n_rows, n_used, -1, y); return;
-    default:
-        cuda_ok(cb, qr_cuda_matmul_id(&cw->v, n_out, b, x, x_per_slot, ids, n_rows, n_used, y, cb->stream), "matmul_id");
-    }
-}
-
-static void cuda_glu(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out) {
-    cuda_backend *cb = CB(be);
-    cuda_ok(cb, qr_cuda_glu(g, u, n, (int)act, out, use_pdl(cb), cb->stream), "glu");
-}
-
-static void cuda_moe_gate_up(qr_backend *be, const qr_weight *gate, const qr_weight *gate_b, const qr_weight *up,
-                             const qr_weight *up_b, const float *x, const int32_t *ids, int64_t n_rows, int32_t n_used,
-                             qr_glu_kind act, float *h) {
-    cuda_backend *cb = CB(be);
-    const cuda_weight *cu = prepared(cb, up, "moe_gate_up"), *cg = gate ? prepared(cb, gate, "moe_gate_up") : NULL;
-    bool ok = cu != NULL && (!gate || cg != NULL);
-    const float *bu = f32_of(cb, up_b, "moe_gate_up", &ok), *bg = f32_of(cb, gate_b, "moe_gate_up", &ok);
-    if (!ok || n_rows <= 0) return;
-    const int64_t n_out = up->ne[1];
-    const bool same = !cg || (cg->v.type == cu->v.type && cg->v.k == cu->v.k && cg->v.n == cu->v.n);
-    const int path = same ? moe_path(cb, cu, n_rows, n_out) : 0;
-    if (path == 1 || path == 2) {
-        void (*run)(cuda_backend *, const cuda_weight *, const cuda_weight *, const float *, const float *, int64_t,
-                    const float *, bool, const int32_t *, int64_t, int32_t, int, float *) =
-            path == 1 ? moe_matvec : moe_gemm;
-        if (cg) run(cb, cg, cu, bg, bu, n_out, x, false, ids, n_rows, n_used, (int)act, h);
-        else run(cb, cu, NULL, bu, NULL, n_out, x, false, ids, n_rows, n_used, (int)act, h);
-        return;
-    }
-    const size_t bytes = (size_t)n_rows * (size_t)n_used * (size_t)n_out * sizeof(float);
-    if (!gate) { /* relu^2 experts: h = act(up x) */
-        cuda_matmul_id(be, up, up_b, x, false, ids, n_rows, n_used, h);
-        cuda_glu(be, h, NULL, (int64_t)(bytes / sizeof(float)), act, h);
-        return;
-    }
-    if (!ensure_scratch(cb, &cb->tmp, &cb->tmp_cap, bytes, "moe_gate_up")) return;
-    cuda_matmul_id(be, gate, gate_b, x, false, ids, n_rows, n_used, h);
-    cuda_matmul_id(be, up, up_b, x, false, ids, n_rows, n_used, (float *)cb->tmp);
-    cuda_glu(be, h, (const float *)cb->tmp, (int64_t)(bytes / sizeof(float)), act, h);
-}
-
-static void cuda_moe_combine(qr_backend *be, const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim,
-                             const float *add, float *out) {
-    cuda_backend *cb = CB(be);
-    cuda_ok(cb, qr_cuda_moe_combine(y, w, n_rows, n_used, dim, add, out, use_pdl(cb), cb->stream), "moe_combine");
-}
-
-/* The expert down projection and the weighted sum in one launch at decode sizes (each warp computes one
- * output row for every slot of its token, in slot order, and sums them as moe_combine does); otherwise
- * matmul_id + moe_combine through scratch. */
-static void cuda_moe_down_combine(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x,
-                                  const int32_t *ids, const float *weights, int64_t n_rows, int32_t n_used,
-                                  const float *add, float *out, float *scratch) {
-    cuda_backend *cb = CB(be);
-    const cuda_weight *cw = prepared(cb, w, "moe_down_combine");
-    bool ok = cw != NULL;
-    const float *b = f32_of(cb, bias, "moe_down_combine", &ok);
-    if (!ok || n_rows <= 0) return;
-    const int64_t n_out = w->ne[1];
-    if (!cb->tune.fuse || moe_path(cb, cw, n_rows, n_out) != 1 || n_used > QR_CUDA_COMBINE_MAX_USED ||
-        overlaps(x, n_rows * n_used * cw->v.k, out, n_rows * n_out)) {
-        cuda_matmul_id(be, w, bias, x, true, ids, n_rows, n_used, scratch);
-        cuda_moe_combine(be, scratch, weights, n_rows, n_used, n_out, add, out);
-        return;
-    }
-    act_ptrs a;
-    if (!act_prepare(cb, (qr_type)cw->v.type, x, n_rows * n_used, cw->v.k, &a)) return;
-    qr_cuda_mv_id_args args;
-    memset(&args, 0, sizeof args);
-    args.w[0] = args.w[1] = cw->v;
-    args.bias[0] = b;
-    args.n_out = n_out;
-    args.ids = ids;
-    args.n_used = n_used;
-    args.x_per_slot = 1;
-    args.act = -1;
-    args.y = out;
-    const cuda_xview xv = act_view(&a, 0);
-    cuda_ok(cb, qr_cuda_matvec_id_combine(&args, &xv, weights, add, (int32_t)n_rows, use_pdl(cb), cb->stream),
-            "moe_down_combine");
-}
-
-static void cuda_ssm_conv(qr_backend *be, const float *x, int64_t x_stride, float *conv_state, const qr_weight *w,
-                          const qr_weight *b, const qr_ssm_params *p, float *out) {
-    cuda_backend *cb = CB(be);
-    bool ok = w != NULL;
-    const float *wd = f32_of(cb, w, "ssm_conv", &ok), *bd = f32_of(cb, b, "ssm_conv", &ok);
-    if (ok && (w->ne[0] != p->d_conv || w->ne[1] != p->conv_dim)) {
-        raise_error(cb, QR_ERR_INVALID_ARG, "ssm_conv: weight shape does not match");
-        ok = false;
-    }
-    /* the parallel conv when each sequence's rows are one run (host plan; never baked into a graph) */
-    const bool runs = cb->seq_runs && !cb->graph_mode && !cb->capturing;
-    if (ok) cuda_ok(cb, qr_cuda_ssm_conv(x, x_stride, conv_state, wd, bd, cb->d_seq, cb->n_tokens, p, runs, out, use_pdl(cb), cb->stream),
-                    "ssm_conv");
-}
-
-static void cuda_ssm_scan(qr_backend *be, float *state, const float *xbc, const float *dt, int64_t dt_stride,
-                          const qr_weight *dt_bias, const qr_weight *A, const qr_weight *D, const qr_ssm_params *p,
-                          float *y) {
-    cuda_backend *cb = CB(be);
-    bool ok = A != NULL;
-    const float *bd = f32_of(cb, dt_bias, "ssm_scan", &ok), *ad = f32_of(cb, A, "ssm_scan", &ok),
-                *dd = f32_of(cb, D, "ssm_scan", &ok);
-    if (ok && !cb->diverged_h) { /* a mapped host flag the scan raises on a NaN/Inf state (checked by last_error) */
-        if (cudaHostAlloc((void **)&cb->diverged_h, sizeof(int), cudaHostAllocMapped) != cudaSuccess ||
-            cudaHostGetDevicePointer((void **)&cb->diverged_d, cb->diverged_h, 0) != cudaSuccess) {
-            (void)cudaGetLastError();
-            cb->diverged_h = NULL;
-            cb->diverged_d = NULL;
-        } else {
-            *cb->diverged_h = 0;
-        }
-    }
-    if (ok) cuda_ok(cb, qr_cuda_ssm_scan(state, xbc, dt, dt_stride, bd, ad, dd, cb->d_seq, cb->n_tokens, p, y,
-                                         cb->diverged_d, use_pdl(cb), cb->stream),
-                    "ssm_scan");
-}
-
-static void cuda_ssm_gate_norm_next(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
-                                    int64_t n_rows, const qr_ssm_params *p, float eps, float *out,
-                                    const qr_weight *next) {
-    cuda_backend *cb = CB(be);
-    bool ok = true;
-    const float *wd = f32_of(cb, w, "ssm_gate_norm", &ok);
-    if (!ok) return;
-    /* the out projection's activations quantized on the way (decode sizes, as cuda_add_rmsnorm does) */
-    int kind = -1;
-    act_ptrs a = {};
-    const int64_t gs = p->d_inner / p->n_group;
-    if (next && next->device && cb->tune.fuse && cb->tune.act_reuse && n_rows <= cb->tune.mmvq_max_rows) {
-        const cuda_weight *cn = prepared(cb, next, "ssm_gate_norm");
-        if (!cn) return;
-        const int nk = qr_cuda_act_kind((qr_type)cn->v.type);
-        if (cn->v.nb > 0 && cn->v.k == p->d_inner && nk <= 1 && gs % (nk == 0 ? 32 : 256) == 0) {
-            if (!act_scratch(cb, nk, out, n_rows, p->d_inner, &a)) return;
-            kind = nk;
-        }
-    }
-    if (!cuda_ok(cb, qr_cuda_ssm_gate_norm(y, z, z_stride, wd, n_rows, p, eps, out, kind, a.q, a.d, a.s, a.g, use_pdl(cb),
-                                           cb->stream),
-                 "ssm_gate_norm"))
-        return;
-    cb->act_valid = false;
-    if (kind >= 0) act_mark(cb, out, n_rows, p->d_inner, kind);
-}
-
-static void cuda_ssm_gate_norm(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
-                               int64_t n_rows, const qr_ssm_params *p, float eps, float *out) {
-    cuda_ssm_gate_norm_next(be, y, z, z_stride, w, n_rows, p, eps, out, NULL);
 }
 
 /* ---- decode graphs: run_graph / graph_release ---- */

@@ -1,0 +1,156 @@
+/* cuda_backend.h — the CUDA backend object shared by its host files (backend_cuda.cu: memory, weights, KV,
+ * the batch plan, dense ops, graphs, the op table; backend_cuda_hybrid.cu: the MoE and Mamba2 ops): the
+ * backend struct, the prepared-weight record and the helpers both use. Internal to src/backend/cuda. */
+#ifndef QR_CUDA_BACKEND_H
+#define QR_CUDA_BACKEND_H
+
+#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_ops.h"
+
+#define WEIGHT_MAGIC 0x51435757u /* "WWCQ" */
+#define KV_MAGIC 0x5143564bu     /* "KVCQ" */
+#define CUBLAS_WS_BYTES (32u << 20)
+
+/* What qr_weight.device points to. */
+typedef struct cuda_weight {
+    uint32_t magic;
+    cuda_wview v;
+    void *mem; /* the device allocation holding the planes */
+} cuda_weight;
+
+struct qr_kv_storage {
+    uint32_t magic;
+    qr_kv_desc desc;
+    uint8_t *k, *v;            /* device: [n_layer][n_slots][k_dim], [n_layer][n_slots][v_dim] */
+    size_t k_layer, v_layer;   /* bytes of one layer */
+};
+
+/* One recorded pass: warmed up once, then captured and replayed while the scratch stays put. */
+typedef struct cuda_graph_rec {
+    const void *owner;
+    uint64_t key;
+    int runs;             /* plain runs so far (1 = warmed up, capture next) */
+    uint64_t gen;         /* cb->scratch_gen when captured */
+    cudaGraphExec_t exec; /* NULL until captured */
+} cuda_graph_rec;
+
+typedef struct cuda_backend {
+    int device;
+    char device_name[320];
+    int n_sm;
+    bool has_pdl; /* programmatic dependent launch (sm_90+) */
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    void *cublas_ws;
+    /* batch plan: host copy (validation, launch parameters) and device copy */
+    int32_t n_tokens, n_seqs, max_blocks, n_outputs;
+    bool seq_runs; /* every sequence of the plan is one contiguous run of rows */
+    int32_t *h_tokens, *h_pos, *h_seq, *h_kv_slot, *h_output_rows, *h_block_table;
+    size_t cap_tok, cap_bt;
+    int32_t *pinned; /* staging of the upload */
+    size_t pinned_cap;
+    cudaEvent_t staged; /* the last upload has read `pinned` */
+    int32_t *d_plan;
+    size_t d_plan_cap;
+    const int32_t *d_tokens, *d_pos, *d_seq, *d_kv_slot, *d_output_rows, *d_block_table;
+    /* scratch */
+    void *act, *tile, *attn, *tmp;
+    size_t act_cap, tile_cap, attn_cap, tmp_cap;
+    int64_t max_k;
+    qr_cuda_tune tune;
+    qr_status error;
+    char error_msg[256];
+    /* decode graphs (run_graph) */
+    cuda_graph_rec *graphs; /* [MAX_GRAPHS], n_graphs used */
+    int n_graphs;
+    bool graph_mode;      /* inside run_graph: launch shapes fixed per key (attention splits) */
+    bool capturing;       /* the stream is being captured: no allocation or synchronisation allowed */
+    bool graphs_off;      /* QUARREL_CUDA_GRAPH=0, or a capture failed once (graph_note says why) */
+    uint64_t scratch_gen; /* bumped whenever a scratch buffer or the device plan moves */
+    int64_t n_captured, n_replayed;
+    char graph_note[256];
+    /* reuse of the mat-vec's quantized activations by the next matmul on the same input (q/k/v,
+     * gate/up): valid while no other op ran in between (op_epoch counts every cuda_ok/cublas_ok) */
+    uint64_t op_epoch;
+    bool act_valid;
+    const float *act_x;
+    int64_t act_rows, act_k;
+    int act_kind;
+    uint64_t act_epoch, act_gen;
+    int *diverged_h, *diverged_d; /* the scan's divergence flag (mapped pinned memory), or NULL */
+    /* the grouped expert GEMM of prefill (moe_gemm): device scratch, host staging of ids and orders */
+    void *moe;
+    size_t moe_cap;
+    int32_t *h_moe;
+    size_t h_moe_cap;           /* bytes */
+    unsigned int *attn_cnt; /* flash-decoding's per-tile split counters (zero between launches) */
+    size_t attn_cnt_cap;    /* counters allocated */
+} cuda_backend;
+
+static inline cuda_backend *CB(qr_backend *be) { return (cuda_backend *)be->impl; }
+
+/* Records the first error (sticky until last_error reports it). */
+void raise_error(cuda_backend *cb, qr_status st, const char *fmt, ...);
+/* Records a failed CUDA call; true when e is cudaSuccess (every op checks its launches here). */
+bool cuda_ok(cuda_backend *cb, cudaError_t e, const char *what);
+bool cublas_ok(cuda_backend *cb, cublasStatus_t s, const char *what);
+/* Grows a scratch buffer to `need` bytes (never during graph capture). */
+bool ensure_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t need, const char *what);
+/* The prepared record of w, or NULL with an error raised. */
+const cuda_weight *prepared(cuda_backend *cb, const qr_weight *w, const char *op);
+
+static inline size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+/* The mat-vec activations of one matmul input in the act scratch (act_layout_of). */
+typedef struct act_ptrs {
+    int kind; /* qr_cuda_act_kind */
+    int64_t k;
+    int8_t *q;
+    float *d, *s;
+    int16_t *g;
+    const void *h;
+} act_ptrs;
+
+bool act_scratch(cuda_backend *cb, int kind, const float *x, int64_t n_rows, int64_t k, act_ptrs *a);
+/* Quantizes / converts x[n_rows][k] for a mat-vec over `type`, unless the op before left exactly these. */
+bool act_prepare(cuda_backend *cb, qr_type type, const float *x, int64_t n_rows, int64_t k, act_ptrs *a);
+cuda_xview act_view(const act_ptrs *a, int64_t t0);
+/* Records that the scratch holds x's activations of kind (valid for the next op only). */
+void act_mark(cuda_backend *cb, const float *x, int64_t n_rows, int64_t k, int kind);
+
+/* Programmatic dependent launch for the decode-path kernels (sm_90+, tune.pdl). */
+static inline bool use_pdl(const cuda_backend *cb) { return cb->has_pdl && cb->tune.pdl != 0; }
+static inline bool overlaps(const float *a, int64_t na, const float *b, int64_t nb) {
+    return a < b + nb && b < a + na;
+}
+/* Warps per output row of a mat-vec with n rows (the tune knob, else by size). */
+static inline int32_t mmv_wpr(const cuda_backend *cb, int64_t n) {
+    const int32_t wpr = cb->tune.mmvq_wpr;
+    if (wpr == 1 || wpr == 2 || wpr == 4) return wpr;
+    return n >= 4096 ? 1 : (n >= 2048 ? 2 : 4);
+}
+
+/* ---- the MoE and Mamba2 ops (backend_cuda_hybrid.cu), as backend.h describes them ---- */
+void cuda_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const qr_moe_route_params *p, int32_t *ids,
+                    float *weights);
+void cuda_matmul_id(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x, bool x_per_slot,
+                    const int32_t *ids, int64_t n_rows, int32_t n_used, float *y);
+void cuda_glu(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out);
+void cuda_moe_gate_up(qr_backend *be, const qr_weight *gate, const qr_weight *gate_b, const qr_weight *up,
+                      const qr_weight *up_b, const float *x, const int32_t *ids, int64_t n_rows, int32_t n_used,
+                      qr_glu_kind act, float *h);
+void cuda_moe_combine(qr_backend *be, const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim,
+                      const float *add, float *out);
+void cuda_moe_down_combine(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x, const int32_t *ids,
+                           const float *weights, int64_t n_rows, int32_t n_used, const float *add, float *out,
+                           float *scratch);
+void cuda_ssm_conv(qr_backend *be, const float *x, int64_t x_stride, float *conv_state, const qr_weight *w,
+                   const qr_weight *b, const qr_ssm_params *p, float *out);
+void cuda_ssm_scan(qr_backend *be, float *state, const float *xbc, const float *dt, int64_t dt_stride,
+                   const qr_weight *dt_bias, const qr_weight *A, const qr_weight *D, const qr_ssm_params *p, float *y);
+void cuda_ssm_gate_norm(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
+                        int64_t n_rows, const qr_ssm_params *p, float eps, float *out);
+void cuda_ssm_gate_norm_next(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
+                             int64_t n_rows, const qr_ssm_params *p, float eps, float *out, const qr_weight *next);
+
+#endif /* QR_CUDA_BACKEND_H */
