@@ -320,16 +320,24 @@ static qr_weight vec_w(lab *L, int64_t n, int64_t n1, float center, float spread
 
 static void check_ssm(lab *L) {
     /* sorted: each pass's rows grouped by sequence (the parallel conv); else random interleaving (sequential) */
-    typedef struct { const char *name; int32_t nh, hp, ng, ns; int32_t rows, n_seq, step; bool sorted; } cfg_t;
+    /* wide_dt: dt biases spread so that softplus(dt) covers ~1e-4 .. 1e2 (the extreme dt) */
+    typedef struct {
+        const char *name;
+        int32_t nh, hp, ng, ns;
+        int32_t rows, n_seq, step;
+        bool sorted, wide_dt;
+    } cfg_t;
     const cfg_t cfgs[] = {
-        {"tiny", 8, 64, 2, 32, 40, 3, 7, false},
-        {"tiny runs", 8, 64, 2, 32, 48, 3, 16, true},
-        {"N16 (general scan)", 4, 32, 2, 16, 20, 2, 10, true},
-        {"N96 (general scan)", 4, 32, 1, 96, 9, 2, 3, false},
-        {"granite-4.0-h-tiny decode", 48, 64, 1, 128, 1, 1, 1, false},
-        {"nemotron-3-nano decode", 64, 64, 8, 128, 4, 4, 4, false},
-        {"nemotron-3-nano prefill 256", 64, 64, 8, 128, 256, 1, 256, false},
-        {"granite-4.0-h-tiny prefill 512", 48, 64, 1, 128, 512, 1, 512, false},
+        {"tiny", 8, 64, 2, 32, 40, 3, 7, false, false},
+        {"tiny runs", 8, 64, 2, 32, 48, 3, 16, true, false},
+        {"N16 (general scan)", 4, 32, 2, 16, 20, 2, 10, true, false},
+        {"N96 (general scan)", 4, 32, 1, 96, 9, 2, 3, false, false},
+        {"granite-4.0-h-tiny decode", 48, 64, 1, 128, 1, 1, 1, false, false},
+        {"nemotron-3-nano decode", 64, 64, 8, 128, 4, 4, 4, false, false},
+        {"nemotron-3-nano prefill 256", 64, 64, 8, 128, 256, 1, 256, false, false},
+        {"granite-4.0-h-tiny prefill 512", 48, 64, 1, 128, 512, 1, 512, false, false},
+        {"granite long 4096, extreme dt", 48, 64, 1, 128, 4096, 1, 4096, false, true},
+        {"tiny 4096 rows, extreme dt, 2 runs", 8, 64, 2, 32, 4096, 2, 4096, true, true},
     };
     for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
         const cfg_t *c = &cfgs[ci];
@@ -343,7 +351,7 @@ static void check_ssm(lab *L) {
         fbuf xbc = fb_new(L, (int64_t)c->rows * cd, 0.0f), y = fb_new(L, (int64_t)c->rows * di, 0.0f);
         fbuf yn = fb_new(L, (int64_t)c->rows * di, 0.0f);
         qr_weight cw = vec_w(L, 4, cd, 0.0f, 0.5f, "conv1d"), cb = vec_w(L, cd, 1, 0.0f, 0.1f, "conv1d_b");
-        qr_weight dtb = vec_w(L, c->nh, 1, -3.0f, 2.0f, "dt_b"), A = vec_w(L, c->nh, 1, -4.0f, 3.5f, "A");
+        qr_weight dtb = c->wide_dt ? vec_w(L, c->nh, 1, 45.0f, 55.0f, "dt_b") : vec_w(L, c->nh, 1, -3.0f, 2.0f, "dt_b"), A = vec_w(L, c->nh, 1, -4.0f, 3.5f, "A");
         qr_weight D = vec_w(L, c->nh, 1, 1.0f, 0.2f, "D"), nw = vec_w(L, di, 1, 1.0f, 0.1f, "ssm_norm");
         int32_t *seq = malloc(sizeof(int32_t) * (size_t)c->rows);
         for (int32_t i = 0; i < c->rows; i++) seq[i] = (int32_t)(lab_u64(L) % (uint64_t)c->n_seq);
