@@ -428,14 +428,18 @@ static qr_status cuda_set_batch(qr_backend *be, const qr_batch_plan *p, char *er
     cb->max_blocks = p->max_blocks;
     cb->n_outputs = p->n_outputs;
     /* does every sequence form one contiguous run of rows? (the parallel conv of ssm_conv) */
+    int32_t n_starts = 0; /* rows that start a run (a sequence other than the row before's) */
+    for (int32_t r = 0; r < p->n_tokens; r++) n_starts += r == 0 || p->seq[r] != p->seq[r - 1];
     cb->seq_runs = true;
-    uint8_t *seen = (uint8_t *)calloc((size_t)p->n_seqs, 1);
-    for (int32_t r = 0; r < p->n_tokens && cb->seq_runs; r++) {
-        if (r > 0 && p->seq[r] == p->seq[r - 1]) continue;
-        if (!seen || seen[p->seq[r]]) cb->seq_runs = false;
-        else seen[p->seq[r]] = 1;
+    if (n_starts > 1) { /* several runs: each must be a different sequence */
+        uint8_t *seen = (uint8_t *)calloc((size_t)p->n_seqs, 1);
+        for (int32_t r = 0; r < p->n_tokens && cb->seq_runs; r++) {
+            if (r > 0 && p->seq[r] == p->seq[r - 1]) continue;
+            if (!seen || seen[p->seq[r]]) cb->seq_runs = false;
+            else seen[p->seq[r]] = 1;
+        }
+        free(seen);
     }
-    free(seen);
 
     /* upload: [tokens | pos | seq | kv_slot | output_rows | block_table] through pinned staging */
     cudaSetDevice(cb->device);

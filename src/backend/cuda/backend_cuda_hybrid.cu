@@ -9,7 +9,6 @@
 
 #include "backend/cuda/cuda_backend.h"
 
-
 /* Device pointer of a prepared F32 vector / matrix (NULL for w == NULL; raises on a bad weight). */
 static const float *f32_of(cuda_backend *cb, const qr_weight *w, const char *op, bool *ok) {
     if (!w) return NULL;
@@ -23,7 +22,7 @@ static const float *f32_of(cuda_backend *cb, const qr_weight *w, const char *op,
 }
 
 void cuda_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const qr_moe_route_params *p,
-                           int32_t *ids, float *weights) {
+                    int32_t *ids, float *weights) {
     cuda_backend *cb = CB(be);
     bool ok = true;
     const float *sb = f32_of(cb, p->sel_bias, "moe_route", &ok);
@@ -277,7 +276,7 @@ static int moe_path(const cuda_backend *cb, const cuda_weight *w, int64_t n_rows
 }
 
 void cuda_matmul_id(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x, bool x_per_slot,
-                           const int32_t *ids, int64_t n_rows, int32_t n_used, float *y) {
+                    const int32_t *ids, int64_t n_rows, int32_t n_used, float *y) {
     cuda_backend *cb = CB(be);
     const cuda_weight *cw = prepared(cb, w, "matmul_id");
     bool ok = cw != NULL;
@@ -298,8 +297,8 @@ void cuda_glu(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_
 }
 
 void cuda_moe_gate_up(qr_backend *be, const qr_weight *gate, const qr_weight *gate_b, const qr_weight *up,
-                             const qr_weight *up_b, const float *x, const int32_t *ids, int64_t n_rows, int32_t n_used,
-                             qr_glu_kind act, float *h) {
+                      const qr_weight *up_b, const float *x, const int32_t *ids, int64_t n_rows, int32_t n_used,
+                      qr_glu_kind act, float *h) {
     cuda_backend *cb = CB(be);
     const cuda_weight *cu = prepared(cb, up, "moe_gate_up"), *cg = gate ? prepared(cb, gate, "moe_gate_up") : NULL;
     bool ok = cu != NULL && (!gate || cg != NULL);
@@ -329,7 +328,7 @@ void cuda_moe_gate_up(qr_backend *be, const qr_weight *gate, const qr_weight *ga
 }
 
 void cuda_moe_combine(qr_backend *be, const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim,
-                             const float *add, float *out) {
+                      const float *add, float *out) {
     cuda_backend *cb = CB(be);
     cuda_ok(cb, qr_cuda_moe_combine(y, w, n_rows, n_used, dim, add, out, use_pdl(cb), cb->stream), "moe_combine");
 }
@@ -338,8 +337,8 @@ void cuda_moe_combine(qr_backend *be, const float *y, const float *w, int64_t n_
  * output row for every slot of its token, in slot order, and sums them as moe_combine does); otherwise
  * matmul_id + moe_combine through scratch. */
 void cuda_moe_down_combine(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x,
-                                  const int32_t *ids, const float *weights, int64_t n_rows, int32_t n_used,
-                                  const float *add, float *out, float *scratch) {
+                           const int32_t *ids, const float *weights, int64_t n_rows, int32_t n_used,
+                           const float *add, float *out, float *scratch) {
     cuda_backend *cb = CB(be);
     const cuda_weight *cw = prepared(cb, w, "moe_down_combine");
     bool ok = cw != NULL;
@@ -370,7 +369,7 @@ void cuda_moe_down_combine(qr_backend *be, const qr_weight *w, const qr_weight *
 }
 
 void cuda_ssm_conv(qr_backend *be, const float *x, int64_t x_stride, float *conv_state, const qr_weight *w,
-                          const qr_weight *b, const qr_ssm_params *p, float *out) {
+                   const qr_weight *b, const qr_ssm_params *p, float *out) {
     cuda_backend *cb = CB(be);
     bool ok = w != NULL;
     const float *wd = f32_of(cb, w, "ssm_conv", &ok), *bd = f32_of(cb, b, "ssm_conv", &ok);
@@ -385,8 +384,8 @@ void cuda_ssm_conv(qr_backend *be, const float *x, int64_t x_stride, float *conv
 }
 
 void cuda_ssm_scan(qr_backend *be, float *state, const float *xbc, const float *dt, int64_t dt_stride,
-                          const qr_weight *dt_bias, const qr_weight *A, const qr_weight *D, const qr_ssm_params *p,
-                          float *y) {
+                   const qr_weight *dt_bias, const qr_weight *A, const qr_weight *D, const qr_ssm_params *p,
+                   float *y) {
     cuda_backend *cb = CB(be);
     bool ok = A != NULL;
     const float *bd = f32_of(cb, dt_bias, "ssm_scan", &ok), *ad = f32_of(cb, A, "ssm_scan", &ok),
@@ -407,8 +406,8 @@ void cuda_ssm_scan(qr_backend *be, float *state, const float *xbc, const float *
 }
 
 void cuda_ssm_gate_norm_next(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
-                                    int64_t n_rows, const qr_ssm_params *p, float eps, float *out,
-                                    const qr_weight *next) {
+                             int64_t n_rows, const qr_ssm_params *p, float eps, float *out,
+                             const qr_weight *next) {
     cuda_backend *cb = CB(be);
     bool ok = true;
     const float *wd = f32_of(cb, w, "ssm_gate_norm", &ok);
@@ -435,6 +434,6 @@ void cuda_ssm_gate_norm_next(qr_backend *be, const float *y, const float *z, int
 }
 
 void cuda_ssm_gate_norm(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
-                               int64_t n_rows, const qr_ssm_params *p, float eps, float *out) {
+                        int64_t n_rows, const qr_ssm_params *p, float eps, float *out) {
     cuda_ssm_gate_norm_next(be, y, z, z_stride, w, n_rows, p, eps, out, NULL);
 }
