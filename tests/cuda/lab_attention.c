@@ -189,16 +189,19 @@ static void attn_check(lab *L, kvset *S, int n, const int32_t *seq, const int32_
     free(q), free(og), free(oc);
 }
 
-/* attn_check with the two-pass kernel forced (tune.attn_kernel = 1): the flash-decoding kernel
- * (attention_decode.cu) handles decode rows by default; this times and checks the old one. */
-static void attn_check_old(lab *L, kvset *S, int n, const int32_t *seq, const int32_t *pos, int splits, bool time,
-                           const char *label) {
-    qr_cuda_tune *tune = qr_cuda_backend_tune(L->gpu);
-    const int32_t saved = tune->attn_kernel;
-    tune->attn_kernel = 1;
+/* attn_check with one tune knob set for the call: attn_kernel = 1 forces the two-pass kernel
+ * (attention.cu; the flash-decoding kernels take decode rows by default), attn_cluster = 0 the
+ * global-memory split kernels of attention_decode.cu. */
+static void attn_check_knob(lab *L, kvset *S, int32_t *knob, int32_t value, int n, const int32_t *seq,
+                            const int32_t *pos, int splits, bool time, const char *label) {
+    const int32_t saved = *knob;
+    *knob = value;
     attn_check(L, S, n, seq, pos, n, NULL, splits, time, label);
-    tune->attn_kernel = saved;
+    *knob = saved;
 }
+#define attn_check_old(L, S, ...) attn_check_knob(L, S, &qr_cuda_backend_tune((L)->gpu)->attn_kernel, 1, __VA_ARGS__)
+#define attn_check_nocluster(L, S, ...) \
+    attn_check_knob(L, S, &qr_cuda_backend_tune((L)->gpu)->attn_cluster, 0, __VA_ARGS__)
 
 /* Every row of every sequence as queries (prefill-style), with forced split counts. */
 static void small_cases(lab *L) {
@@ -226,6 +229,9 @@ static void small_cases(lab *L) {
         const int32_t dseq[2] = {0, 1}, dpos[2] = {len[0] - 1, len[1] - 1};
         attn_check(L, &S, 2, dseq, dpos, 2, NULL, 0, false, "decode");
         attn_check_old(L, &S, 2, dseq, dpos, 0, false, "decode two-pass");
+        attn_check_nocluster(L, &S, 2, dseq, dpos, 0, false, "decode nocluster");
+        attn_check_nocluster(L, &S, 2, dseq, dpos, 3, false, "decode nocluster");
+        for (int cs = 1; cs <= 8; cs++) attn_check(L, &S, 2, dseq, dpos, 2, NULL, cs, false, "decode cluster");
         const int32_t b0 = S.bt[0];
         L->cpu->ops->kv_copy_block(L->cpu, S.kc, b0, S.spare);
         L->gpu->ops->kv_copy_block(L->gpu, S.kg, b0, S.spare);
@@ -238,13 +244,34 @@ static void small_cases(lab *L) {
     }
 }
 
+/* The cluster kernel's phase clocks (cuda_attn_args.dbg) for one decode call: where its time goes. */
+static void attn_phases(lab *L, kvset *S, const int32_t *seq, const int32_t *pos, const char *label) {
+    qr_cuda_tune *tune = qr_cuda_backend_tune(L->gpu);
+    long long *d = (long long *)(void *)lab_gpu_alloc(L, 32 * sizeof(long long)), h[32];
+    lab_poison(L, d, 32 * sizeof(long long));
+    tune->attn_dbg = d;
+    attn_check(L, S, 1, seq, pos, 1, NULL, 0, false, label); /* warm */
+    attn_check(L, S, 1, seq, pos, 1, NULL, 0, false, label);
+    tune->attn_dbg = NULL;
+    lab_download(L, h, d, sizeof h);
+    lab_gpu_free(L, d);
+    static const char *names[12] = {"geometry+slots", "pdl wait", "K/V/q loads", "scores", "max/sum",
+                                    "cluster sync 1", "merge + p", "p*V", "reduce", "cluster sync 2",
+                                    "output+quant", "cluster sync 3"};
+    for (int r = 0; r < 2; r++) {
+        printf("phases %s, %s rank: ", label, r ? "last" : "first");
+        for (int i = 0; i < 12; i++) printf("%s %lld%s", names[i], h[r * 16 + i + 1] - h[r * 16 + i], i < 11 ? ", " : "");
+        printf(" (cycles; total %lld)\n", h[r * 16 + 12] - h[r * 16]);
+    }
+}
+
 /* Decode at long contexts (timed), and a 512-row prefill at the end of a 4096 context. */
 static void big_cases(lab *L) {
     const attn_cfg mistral = {"mistral 32/8x128 b16", 32, 8, 128, 128, 16, 0, 0.0f, QR_TYPE_F16};
     const attn_cfg gemma = {"gemma 8/4x256 b16 win1024 cap50", 8, 4, 256, 256, 16, 1024, 50.0f, QR_TYPE_F16};
-    const int ctxs[] = {512, 4096, 16384};
+    const int ctxs[] = {64, 160, 512, 4096, 16384};
     char label[64];
-    for (int ci = 0; ci < 3; ci++) {
+    for (int ci = 0; ci < 5; ci++) {
         kvset S;
         const int len[1] = {ctxs[ci]};
         kvset_init(L, &S, &mistral, 1, len);
@@ -253,8 +280,14 @@ static void big_cases(lab *L) {
         attn_check(L, &S, 1, seq, pos, 1, NULL, 0, true, label);
         snprintf(label, sizeof label, "decode ctx%d two-pass", ctxs[ci]);
         attn_check_old(L, &S, 1, seq, pos, 0, true, label);
+        snprintf(label, sizeof label, "decode ctx%d nocluster", ctxs[ci]);
+        attn_check_nocluster(L, &S, 1, seq, pos, 0, true, label);
+        if (ctxs[ci] <= 4096) {
+            snprintf(label, sizeof label, "decode ctx%d phases", ctxs[ci]);
+            attn_phases(L, &S, seq, pos, label);
+        }
         snprintf(label, sizeof label, "decode ctx%d", ctxs[ci]);
-        if (ci == 1) {
+        if (ctxs[ci] == 4096) {
             const int sp[] = {1, 8, 32, 128};
             for (int i = 0; i < 4; i++) attn_check(L, &S, 1, seq, pos, 1, NULL, sp[i], true, label);
             /* prefill of the last 512 positions: check rows 0, 1, 255, 511 */
@@ -278,6 +311,7 @@ static void big_cases(lab *L) {
         const int32_t seq[4] = {0, 1, 2, 3}, pos[4] = {2047, 999, 2999, 76};
         attn_check(L, &S, 4, seq, pos, 4, NULL, 0, true, "decode 4 seqs");
         attn_check_old(L, &S, 4, seq, pos, 0, true, "decode 4 seqs two-pass");
+        attn_check_nocluster(L, &S, 4, seq, pos, 0, true, "decode 4 seqs nocluster");
         kvset_free(L, &S);
     }
     {

@@ -53,10 +53,11 @@ static __device__ __forceinline__ float q8_K_codes(const float *v, int lane, int
     return __fdiv_rn(1.0f, iscale);
 }
 
-static __device__ __forceinline__ void act_quant_block32(const float *x, int64_t blk, int lane, int8_t *q, float *d_out,
-                                                         float *s_out, int16_t *g_out) {
+/* Q8_0 block blk from the value v this lane holds (lane = its index in the block, whole warp). */
+static __device__ __forceinline__ void act_quant_val32(float v, int64_t blk, int lane, int8_t *q, float *d_out,
+                                                       float *s_out, int16_t *g_out) {
     float d;
-    const int qi = q8_32_code(x[blk * 32 + lane], &d);
+    const int qi = q8_32_code(v, &d);
     q[blk * 32 + lane] = (int8_t)qi;
     int s16 = qi;
 #pragma unroll
@@ -69,13 +70,47 @@ static __device__ __forceinline__ void act_quant_block32(const float *x, int64_t
     }
 }
 
-/* Block blk (256 values at x + 256 blk) by one whole warp; lane l holds values 8l .. 8l + 7: the Q8_K
- * reference rule, d and the sixteen 16-value code sums. */
-static __device__ __forceinline__ void act_quant_block256(const float *x, int64_t blk, int lane, int8_t *q,
-                                                          float *d_out, int16_t *g_out) {
-    const float4 *xp = (const float4 *)(x + blk * 256 + lane * 8);
-    const float4 p0 = xp[0], p1 = xp[1];
-    const float v[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+static __device__ __forceinline__ void act_quant_block32(const float *x, int64_t blk, int lane, int8_t *q, float *d_out,
+                                                         float *s_out, int16_t *g_out) {
+    act_quant_val32(x[blk * 32 + lane], blk, lane, q, d_out, s_out, g_out);
+}
+
+/* Q8_0 block blk held by 4 consecutive lanes (aligned groups of 4, whole warp calling), 8 values each:
+ * sub = lane & 3 holds values 8 sub .. 8 sub + 7. Same codes, scales and sums as act_quant_val32. Groups
+ * with active false take part in the shuffles only. */
+static __device__ __forceinline__ void act_quant_oct32(const float *v, int64_t blk, int sub, bool active, int8_t *q,
+                                                       float *d_out, float *s_out, int16_t *g_out) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) amax = fmaxf(amax, fabsf(v[j]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    uint32_t w0 = 0, w1 = 0;
+    int s = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int qi = __float2int_rn(__fmul_rn(v[j], id));
+        s += qi;
+        if (j < 4) w0 |= (uint32_t)(uint8_t)qi << (8 * j);
+        else w1 |= (uint32_t)(uint8_t)qi << (8 * (j - 4));
+    }
+    const int s16 = s + __shfl_xor_sync(0xffffffffu, s, 1);
+    const int s32 = s16 + __shfl_xor_sync(0xffffffffu, s16, 2);
+    if (!active) return;
+    *(uint2 *)(q + blk * 32 + sub * 8) = make_uint2(w0, w1);
+    if ((sub & 1) == 0) g_out[blk * 2 + (sub >> 1)] = (int16_t)s16;
+    if (sub == 0) {
+        d_out[blk] = round_f16(d);
+        s_out[blk] = round_f16(__fmul_rn((float)s32, d));
+    }
+}
+
+/* Q8_K block blk from the 8 values v this lane holds (values 8 lane .. 8 lane + 7; whole warp): the
+ * Q8_K reference rule, d and the sixteen 16-value code sums. */
+static __device__ __forceinline__ void act_quant_vals256(const float *v, int64_t blk, int lane, int8_t *q, float *d_out,
+                                                         int16_t *g_out) {
     int qs[8];
     const float d = q8_K_codes(v, lane, qs);
     uint32_t w0 = 0, w1 = 0;
@@ -91,6 +126,15 @@ static __device__ __forceinline__ void act_quant_block256(const float *x, int64_
     s += __shfl_xor_sync(0xffffffffu, s, 1);
     if ((lane & 1) == 0) g_out[blk * 16 + (lane >> 1)] = (int16_t)s;
     if (lane == 0) d_out[blk] = d;
+}
+
+/* Block blk (256 values at x + 256 blk) by one whole warp; lane l holds values 8l .. 8l + 7. */
+static __device__ __forceinline__ void act_quant_block256(const float *x, int64_t blk, int lane, int8_t *q,
+                                                          float *d_out, int16_t *g_out) {
+    const float4 *xp = (const float4 *)(x + blk * 256 + lane * 8);
+    const float4 p0 = xp[0], p1 = xp[1];
+    const float v[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
+    act_quant_vals256(v, blk, lane, q, d_out, g_out);
 }
 
 /* Block blk as the CPU sees it after quantizing (codes times scale, the Q8_0 scale fp16-rounded

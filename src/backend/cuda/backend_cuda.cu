@@ -961,6 +961,8 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
     a.out = out;
     a.sinks = NULL;
     a.q8_kind = -1;
+    a.cluster = 0;
+    a.dbg = cb->tune.attn_dbg;
     a.q8 = NULL;
     a.q8d = a.q8s = NULL;
     a.q8g = NULL;
@@ -1005,6 +1007,14 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
     const bool decode = cb->tune.attn_kernel != 1 && qr_cuda_attn_decode_supported(&a) &&
                         (a.n_tok <= cb->tune.attn_decode_max_rows ||
                          (cb->tune.attn_kernel == 0 && score_need <= ((size_t)512 << 20)));
+    /* the cluster kernel (no scratch) for the spans it takes: every key the block table can address in
+     * a graph, the longest span else */
+    const int cl_ns = decode && cb->tune.attn_cluster && cb->has_pdl /* sm_90+ */
+                          ? qr_cuda_attn_cluster_splits(cb->graph_mode ? (int64_t)cb->max_blocks * d->block_size : max_span,
+                                                        cb->tune.attn_splits)
+                          : 0;
+    a.cluster = cl_ns > 0;
+    if (a.cluster) a.n_splits = cl_ns;
     const size_t score_bytes = decode ? score_need : 0;
     const size_t part_bytes_al = (part_bytes + 255) & ~(size_t)255;
     if (!ensure_scratch(cb, &cb->attn, &cb->attn_cap, stats_bytes + part_bytes_al + score_bytes, "attention scratch"))
@@ -1035,7 +1045,7 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
         const int gq = group < gmax ? group : gmax;
         const int64_t width = (int64_t)a.n_head * a.dv;
         act_ptrs q8 = {};
-        if (ns == 1 && p->next && p->next->device && cb->tune.fuse && cb->tune.act_reuse &&
+        if ((ns == 1 || a.cluster) && p->next && p->next->device && cb->tune.fuse && cb->tune.act_reuse &&
             a.n_tok <= cb->tune.mmvq_max_rows && group % gq == 0) {
             const cuda_weight *cn = prepared(cb, p->next, "attention");
             if (!cn) return;
@@ -1408,6 +1418,7 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
     const char *aenv = getenv("QUARREL_CUDA_ATTN");
     if (aenv && strcmp(aenv, "old") == 0) cb->tune.attn_kernel = 1;
     if (aenv && strcmp(aenv, "decode") == 0) cb->tune.attn_kernel = 2;
+    cb->tune.attn_cluster = !(aenv && strcmp(aenv, "nocluster") == 0);
     const char *genv = getenv("QUARREL_CUDA_GRAPH");
     if (genv && strcmp(genv, "0") == 0) {
         cb->graphs_off = true;

@@ -24,6 +24,10 @@ typedef struct qr_cuda_tune {
                               * 1: the two-pass kernel only (also QUARREL_CUDA_ATTN=old); 2: flash-decoding for
                               * passes of <= attn_decode_max_rows rows only (QUARREL_CUDA_ATTN=decode) */
     int32_t attn_decode_max_rows; /* default 8 */
+    long long *attn_dbg;     /* lab: device buffer of 32 clocks, see cuda_attn_args.dbg */
+    int32_t attn_cluster;    /* 1 (default): the flash-decoding passes whose keys fit 8 CTAs of 512 take the
+                              * one-launch cluster kernel; 0: the global-memory split kernels
+                              * (QUARREL_CUDA_ATTN=nocluster) */
     int32_t act_reuse;       /* 1: a mat-vec reuses the quantized activations of the matmul just before it on the
                               * same input (q/k/v, gate/up); 0: always convert (the lab, which writes inputs
                               * behind the backend's back; also QUARREL_CUDA_ACT_REUSE=0) */

@@ -145,6 +145,8 @@ typedef struct cuda_attn_args {
     float scale, softcap;
     int32_t window;
     int32_t n_splits;           /* KV splits per row (>= 1) */
+    int32_t cluster;            /* attention_decode: the splits of a tile form one thread-block cluster
+                                 * (n_splits <= 8, <= 512 keys each: qr_cuda_attn_cluster_splits) */
     float *stats;               /* [n_tok][n_head][n_splits][2] scratch: each split's score max and exp-sum */
     float *partial;             /* [n_tok][n_head][n_splits][dv] scratch when n_splits > 1 */
     float *out;                 /* [n_tok][n_head * dv] */
@@ -155,6 +157,8 @@ typedef struct cuda_attn_args {
     int8_t *q8;                 /* [n_tok][n_head * dv] codes, with q8d / q8s / q8g: the act scratch */
     float *q8d, *q8s;
     int16_t *q8g;
+    long long *dbg;             /* lab only (NULL otherwise): the cluster kernel's phase clocks, CTA 0 of the
+                                 * first and last rank, [2][16] */
 } cuda_attn_args;
 /* Largest head size the attention kernel takes. */
 #define QR_CUDA_MAX_HEAD_DIM 512
@@ -168,6 +172,9 @@ bool qr_cuda_attn_decode_supported(const cuda_attn_args *a);
 cudaError_t qr_cuda_attention_decode(const cuda_attn_args *a, float *scores, int32_t score_stride,
                                      unsigned int *counters, bool pdl, cudaStream_t stream);
 int64_t qr_cuda_attn_decode_tiles(const cuda_attn_args *a);
+/* The cluster kernel's split count for a key span (0: the span needs the kernels with global-memory
+ * splits); forced > 0: that count if the cluster kernel can take it, else 0. */
+int qr_cuda_attn_cluster_splits(int64_t span, int32_t forced);
 /* Writes row r of k/v ([n_tok][k_dim], [n_tok][v_dim]) into cache slot slots[r] (f16 or f32 cache). */
 cudaError_t qr_cuda_kv_store(const float *k, const float *v, int32_t n_tok, int32_t k_dim, int32_t v_dim,
                              const int32_t *slots, void *k_cache, void *v_cache, bool f16, cudaStream_t stream);

@@ -13,22 +13,27 @@ static __device__ __forceinline__ float yarn_ramp_dev(float low, float high, int
     return 1.0f - fminf(1.0f, fmaxf(0.0f, y));
 }
 
+/* The angle's cos and sin of pair i at position p (one pair of rope_table, computed by its own thread). */
+static __device__ __forceinline__ float2 rope_cs(int i, int32_t p, const cuda_rope_consts &c, const float *ff) {
+    float theta = (float)p;
+    for (int j = 0; j < i; j++) theta = __fmul_rn(theta, c.theta_scale);
+    const float f = ff ? ff[i] : 1.0f;
+    const float theta_extrap = __fdiv_rn(theta, f);
+    const float theta_interp = __fmul_rn(c.freq_scale, theta_extrap);
+    float th = theta_interp;
+    if (c.ext_factor != 0.0f) {
+        const float mix = __fmul_rn(yarn_ramp_dev(c.corr0, c.corr1, 2 * i), c.ext_factor);
+        th = __fadd_rn(__fmul_rn(theta_interp, __fsub_rn(1.0f, mix)), __fmul_rn(theta_extrap, mix));
+    }
+    return make_float2(__fmul_rn((float)cos((double)th), c.mscale), __fmul_rn((float)sin((double)th), c.mscale));
+}
+
 /* Fills cs[2i], cs[2i + 1] = cos, sin of pair i's angle at position p (threads of the CTA split the pairs). */
 static __device__ __forceinline__ void rope_table(float *cs, int32_t p, const cuda_rope_consts &c, const float *ff) {
-    const int half = c.n_rot / 2;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float theta = (float)p;
-        for (int j = 0; j < i; j++) theta = __fmul_rn(theta, c.theta_scale);
-        const float f = ff ? ff[i] : 1.0f;
-        const float theta_extrap = __fdiv_rn(theta, f);
-        const float theta_interp = __fmul_rn(c.freq_scale, theta_extrap);
-        float th = theta_interp;
-        if (c.ext_factor != 0.0f) {
-            const float mix = __fmul_rn(yarn_ramp_dev(c.corr0, c.corr1, 2 * i), c.ext_factor);
-            th = __fadd_rn(__fmul_rn(theta_interp, __fsub_rn(1.0f, mix)), __fmul_rn(theta_extrap, mix));
-        }
-        cs[2 * i] = __fmul_rn((float)cos((double)th), c.mscale);
-        cs[2 * i + 1] = __fmul_rn((float)sin((double)th), c.mscale);
+    for (int i = threadIdx.x; i < c.n_rot / 2; i += blockDim.x) {
+        const float2 v = rope_cs(i, p, c, ff);
+        cs[2 * i] = v.x;
+        cs[2 * i + 1] = v.y;
     }
     __syncthreads();
 }
@@ -115,12 +120,100 @@ static __global__ void rope_kv_store_kernel(float *q, float *k, const float *__r
     }
 }
 
+/* rope_kv_store_kernel for decode-sized passes: CTA (row, unit) where units [0, n_head) are q heads,
+ * [n_head, n_head + n_head_kv) k heads (rotated, then stored in the cache), the rest slices of v (8
+ * values per thread). A thread owns one rotated pair: it loads the pair, computes its own angle (no
+ * shared table, no barrier; the position and factors are read before waiting for the previous
+ * kernel), rotates and stores. Same arithmetic as rope_kv_store_kernel. */
+template <bool F16>
+static __global__ void __launch_bounds__(128) rope_kv_store_heads_kernel(
+    float *q, float *k, const float *__restrict__ v, int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t v_dim,
+    const int32_t *__restrict__ pos, const int32_t *__restrict__ slots, const cuda_rope_consts c,
+    const float *__restrict__ ff, void *k_cache, void *v_cache) {
+    const int r = blockIdx.x, u = blockIdx.y, half = c.n_rot / 2;
+    const int64_t k_dim = (int64_t)n_head_kv * head_dim;
+    const int64_t s = slots[r];
+    if (u >= n_head + n_head_kv) { /* v slice */
+        pdl_enter();
+        const int64_t i0 = ((int64_t)(u - n_head - n_head_kv) * blockDim.x + threadIdx.x) * 8;
+        if (i0 >= v_dim) return;
+        const float *vr = v + (int64_t)r * v_dim + i0;
+        if (i0 + 8 <= v_dim && v_dim % 8 == 0) {
+            const float4 a = *(const float4 *)vr, b = *(const float4 *)(vr + 4);
+            if (F16) {
+                const __half2 h0 = __floats2half2_rn(a.x, a.y), h1 = __floats2half2_rn(a.z, a.w);
+                const __half2 h2 = __floats2half2_rn(b.x, b.y), h3 = __floats2half2_rn(b.z, b.w);
+                uint4 o;
+                o.x = *(const uint32_t *)&h0, o.y = *(const uint32_t *)&h1, o.z = *(const uint32_t *)&h2,
+                o.w = *(const uint32_t *)&h3;
+                *(uint4 *)((__half *)v_cache + s * v_dim + i0) = o;
+            } else {
+                float *o = (float *)v_cache + s * v_dim + i0;
+                *(float4 *)o = a;
+                *(float4 *)(o + 4) = b;
+            }
+        } else {
+            for (int64_t i = i0; i < i0 + 8 && i < v_dim; i++) {
+                if (F16) ((__half *)v_cache)[s * v_dim + i] = __float2half_rn(v[(int64_t)r * v_dim + i]);
+                else ((float *)v_cache)[s * v_dim + i] = v[(int64_t)r * v_dim + i];
+            }
+        }
+        return;
+    }
+    const bool is_k = u >= n_head;
+    const int h = is_k ? u - n_head : u;
+    float2 cs[2];
+    const int32_t p = pos[r];
+#pragma unroll
+    for (int t = 0; t < 2; t++) {
+        const int i = threadIdx.x + t * blockDim.x;
+        cs[t] = i < half ? rope_cs(i, p, c, ff) : make_float2(0.0f, 0.0f);
+    }
+    pdl_enter();
+    float *xr = (is_k ? k + (int64_t)r * k_dim : q + (int64_t)r * n_head * head_dim) + (int64_t)h * head_dim;
+#pragma unroll
+    for (int t = 0; t < 2; t++) {
+        const int i = threadIdx.x + t * blockDim.x;
+        if (i >= half) break;
+        const int a = c.mode == QR_ROPE_NEOX ? i : 2 * i;
+        const int b = c.mode == QR_ROPE_NEOX ? i + half : 2 * i + 1;
+        const float x0 = xr[a], x1 = xr[b];
+        const float ya = __fsub_rn(__fmul_rn(x0, cs[t].x), __fmul_rn(x1, cs[t].y));
+        const float yb = __fadd_rn(__fmul_rn(x0, cs[t].y), __fmul_rn(x1, cs[t].x));
+        xr[a] = ya;
+        xr[b] = yb;
+        if (is_k) {
+            const int64_t e = s * k_dim + (int64_t)h * head_dim;
+            if (F16) {
+                ((__half *)k_cache)[e + a] = __float2half_rn(ya);
+                ((__half *)k_cache)[e + b] = __float2half_rn(yb);
+            } else {
+                ((float *)k_cache)[e + a] = ya;
+                ((float *)k_cache)[e + b] = yb;
+            }
+        }
+    }
+    if (is_k && c.n_rot < head_dim) { /* the untouched tail of the head */
+        const int64_t e = s * k_dim + (int64_t)h * head_dim;
+        for (int i = c.n_rot + threadIdx.x; i < head_dim; i += blockDim.x) {
+            if (F16) ((__half *)k_cache)[e + i] = __float2half_rn(xr[i]);
+            else ((float *)k_cache)[e + i] = xr[i];
+        }
+    }
+}
+
 extern "C" cudaError_t qr_cuda_rope_kv_store(float *q, float *k, const float *v, int32_t n_tok, int32_t n_head,
                                             int32_t n_head_kv, int32_t head_dim, int32_t v_dim, const int32_t *pos,
                                             const int32_t *slots, const cuda_rope_consts *c, const float *freq_factors,
                                             void *k_cache, void *v_cache, bool f16, bool pdl, cudaStream_t stream) {
     if (n_tok <= 0) return cudaSuccess;
     const size_t sm = (size_t)c->n_rot * sizeof(float);
+    if (n_tok <= 8 && c->n_rot / 2 <= 256 && n_head + n_head_kv < 60000) { /* decode: a CTA per head */
+        const int vs = (int)((v_dim + 8 * 128 - 1) / (8 * 128));
+        return launch_k(f16 ? rope_kv_store_heads_kernel<true> : rope_kv_store_heads_kernel<false>,
+                        dim3((unsigned)n_tok, (unsigned)(n_head + n_head_kv + vs)), dim3(128), 0, stream, pdl, q, k, v,
+                        n_head, n_head_kv, head_dim, v_dim, pos, slots, *c, freq_factors, k_cache, v_cache);
+    }
     return launch_k(f16 ? rope_kv_store_kernel<true> : rope_kv_store_kernel<false>, dim3((unsigned)n_tok),
                     dim3(ROPE_THREADS), sm, stream, pdl, q, k, v, n_head, n_head_kv, head_dim, v_dim, pos, slots, *c,
                     freq_factors, k_cache, v_cache);
