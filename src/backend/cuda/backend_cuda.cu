@@ -1009,7 +1009,8 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
                          (cb->tune.attn_kernel == 0 && score_need <= ((size_t)512 << 20)));
     /* the cluster kernel (no scratch) for the spans it takes: every key the block table can address in
      * a graph, the longest span else */
-    const int cl_ns = decode && cb->tune.attn_cluster && cb->has_pdl /* sm_90+ */
+    const int cl_ns = decode && cb->tune.attn_cluster && cb->has_pdl /* sm_90+ */ &&
+                              a.n_tok <= cb->tune.attn_decode_max_rows /* decode passes: prefill rows keep the split kernels */
                           ? qr_cuda_attn_cluster_splits(cb->graph_mode ? (int64_t)cb->max_blocks * d->block_size : max_span,
                                                         cb->tune.attn_splits)
                           : 0;

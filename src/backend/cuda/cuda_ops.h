@@ -175,6 +175,8 @@ int64_t qr_cuda_attn_decode_tiles(const cuda_attn_args *a);
 /* The cluster kernel's split count for a key span (0: the span needs the kernels with global-memory
  * splits); forced > 0: that count if the cluster kernel can take it, else 0. */
 int qr_cuda_attn_cluster_splits(int64_t span, int32_t forced);
+/* attention_cluster.cu: the cluster kernel (a->cluster set; sm_90+). */
+cudaError_t qr_cuda_attention_cluster(const cuda_attn_args *a, bool pdl, cudaStream_t stream);
 /* Writes row r of k/v ([n_tok][k_dim], [n_tok][v_dim]) into cache slot slots[r] (f16 or f32 cache). */
 cudaError_t qr_cuda_kv_store(const float *k, const float *v, int32_t n_tok, int32_t k_dim, int32_t v_dim,
                              const int32_t *slots, void *k_cache, void *v_cache, bool f16, cudaStream_t stream);

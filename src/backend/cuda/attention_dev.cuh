@@ -1,0 +1,50 @@
+/* attention_dev.cuh — what the flash-decoding kernels share (attention_decode.cu: the global-memory
+ * split kernels; attention_cluster.cu: the cluster kernel): a CTA's geometry, cache slots, the score. */
+#ifndef QR_CUDA_ATTENTION_DEV_CUH
+#define QR_CUDA_ATTENTION_DEV_CUH
+
+#include "backend/cuda/act_quant.cuh"
+
+#define DEC_THREADS 128
+#define DEC_WARPS 4
+
+/* The CPU's order: softcap on the raw dot, then the scale (as attention.cu). */
+static __device__ __forceinline__ float dec_score(float dot, const cuda_attn_args &a, float inv_cap) {
+    float s = dot;
+    if (a.softcap > 0.0f) s = __fmul_rn(tanh_precise(__fmul_rn(s, inv_cap)), a.softcap);
+    return __fmul_rn(s, a.scale);
+}
+
+/* Where a CTA works: its row, kv head, query heads [h0, h0 + gn), keys [p_begin, p_end). */
+struct dec_geom {
+    int r, kvh, h0, gn, first, p_begin, p_end;
+    const int32_t *bt;
+    int64_t rh0; /* r * n_head + h0 */
+};
+
+template <int G>
+static __device__ __forceinline__ dec_geom dec_geometry(const cuda_attn_args &a, int n_gtiles) {
+    dec_geom g;
+    int bx = blockIdx.x;
+    const int gt = bx % n_gtiles;
+    bx /= n_gtiles;
+    g.kvh = bx % a.n_head_kv;
+    g.r = bx / a.n_head_kv;
+    const int group = a.n_head / a.n_head_kv;
+    g.h0 = g.kvh * group + gt * G;
+    g.gn = min(G, group - gt * G);
+    const int pos = a.pos[g.r];
+    g.first = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+    const int span = pos - g.first + 1, split = blockIdx.y, ns = a.n_splits;
+    g.p_begin = g.first + (int)((int64_t)span * split / ns);
+    g.p_end = g.first + (int)((int64_t)span * (split + 1) / ns);
+    g.bt = a.block_table + (int64_t)a.seq[g.r] * a.max_blocks;
+    g.rh0 = (int64_t)g.r * a.n_head + g.h0;
+    return g;
+}
+
+static __device__ __forceinline__ int64_t dec_slot(const dec_geom &g, const cuda_attn_args &a, int p) {
+    return (int64_t)g.bt[p / a.block_size] * a.block_size + p % a.block_size;
+}
+
+#endif /* QR_CUDA_ATTENTION_DEV_CUH */
