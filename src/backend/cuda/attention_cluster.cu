@@ -38,6 +38,7 @@ template <int D, int G_> struct cl_cfg {
                                    (size_t)CL_KMAX * 4;
 };
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* used by the Hopper-only kernel below */
 static __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
@@ -67,6 +68,8 @@ static __device__ __forceinline__ void cl_issue(uint8_t *buf, const __half *cach
     }
     cp_async_commit();
 }
+
+#endif
 
 template <int D, int GQ>
 static __global__ void __launch_bounds__(DEC_THREADS) attn_dec_cluster(const cuda_attn_args a, int n_gtiles) {
@@ -136,13 +139,8 @@ static __global__ void __launch_bounds__(DEC_THREADS) attn_dec_cluster(const cud
                 for (int c = 0; c < 4; c++) {
                     const int ch = kj + LPK * c;
                     const uint4 raw = *(const uint4 *)(kb + kl * PITCH + ch * 16);
-                    const __half2 *h2 = (const __half2 *)&raw;
                     float kf[8];
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const float2 f = __half22float2(h2[j]);
-                        kf[2 * j] = f.x, kf[2 * j + 1] = f.y;
-                    }
+                    half8_to_f32(raw, kf);
 #pragma unroll
                     for (int gi = 0; gi < G; gi++) {
                         const float4 qa = *(const float4 *)(q_s + gi * D + ch * 8);
@@ -232,13 +230,8 @@ static __global__ void __launch_bounds__(DEC_THREADS) attn_dec_cluster(const cud
         const int n = min(SUPER, nk - t * SUPER);
         for (int kl = kgi; kl < n; kl += KG) {
             const uint4 raw = *(const uint4 *)(vb + kl * PITCH + dc * 16);
-            const __half2 *h2 = (const __half2 *)&raw;
             float vf[8];
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const float2 f = __half22float2(h2[j]);
-                vf[2 * j] = f.x, vf[2 * j + 1] = f.y;
-            }
+            half8_to_f32(raw, vf);
 #pragma unroll
             for (int gi = 0; gi < G; gi++) {
                 const float pv = sc_s[gi][t * SUPER + kl];

@@ -58,13 +58,8 @@ static __device__ __forceinline__ void dec_scores(const cuda_attn_args &a, int n
             for (int c = 0; c < CB; c++) kv[c] = valid ? krow[c0 + c] : make_uint4(0, 0, 0, 0); /* coherent: the new key was just stored */
 #pragma unroll
             for (int c = 0; c < CB; c++) {
-                const __half2 *h2 = (const __half2 *)&kv[c];
                 float kf[8];
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const float2 f = __half22float2(h2[j]);
-                    kf[2 * j] = f.x, kf[2 * j + 1] = f.y;
-                }
+                half8_to_f32(kv[c], kf);
 #pragma unroll
                 for (int gi = 0; gi < G; gi++) {
                     const float *qq = q_s + gi * D + (c0 + c) * 8;
@@ -166,13 +161,8 @@ static __device__ __forceinline__ void dec_values(const cuda_attn_args &a, int n
             for (int jj = 0; jj < VB; jj++) {
                 const int j = j0 + jj * RPI + sub;
                 if (j >= nk) break;
-                const __half2 *h2 = (const __half2 *)&raw[jj];
                 float vf[8];
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const float2 f = __half22float2(h2[q]);
-                    vf[2 * q] = f.x, vf[2 * q + 1] = f.y;
-                }
+                half8_to_f32(raw[jj], vf);
 #pragma unroll
                 for (int gi = 0; gi < G; gi++) {
                     const float pv = p_s[warp][gi][j];

@@ -47,4 +47,14 @@ static __device__ __forceinline__ int64_t dec_slot(const dec_geom &g, const cuda
     return (int64_t)g.bt[p / a.block_size] * a.block_size + p % a.block_size;
 }
 
+/* 8 halves (one 16-byte load of a K or V row) -> floats. */
+static __device__ __forceinline__ void half8_to_f32(const uint4 &raw, float *f) {
+    const __half2 *h2 = (const __half2 *)&raw;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float2 v = __half22float2(h2[j]);
+        f[2 * j] = v.x, f[2 * j + 1] = v.y;
+    }
+}
+
 #endif /* QR_CUDA_ATTENTION_DEV_CUH */
