@@ -208,7 +208,6 @@ static __device__ __forceinline__ void dec_values(const cuda_attn_args &a, int n
         const int gi = i / D, d = i % D;
         const float *pp = a.partial + (g.rh0 + gi) * ns * (int64_t)D + d;
         float sum = 0.0f;
-#pragma unroll 8 /* the loads of 8 splits in flight; the sum stays in split order */
         for (int k = 0; k < ns; k++) sum += __ldcg(pp + k * (int64_t)D);
         a.out[(g.rh0 + gi) * D + d] = sum;
     }
