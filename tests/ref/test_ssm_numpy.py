@@ -8,7 +8,8 @@ and the causal depthwise conv1d over the last d_conv inputs (the state holds the
 followed by + bias and SiLU. The C kernels (ssm-tool, the CPU backend's ops) must agree within 1e-5
 (relative to the largest reference value) on random inputs with extreme dt (softplus 1e-4 .. 1e2),
 4096-token sequences, multi-sequence batches split into passes, and a fuzz run that finds no NaN/Inf
-where float64 has none.
+where float64 has none. Every scan test runs both forms of the CPU scan (the recurrence, and the chunked
+SSD form of prefill runs).
 """
 import os
 import pathlib
@@ -20,11 +21,14 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def ssm_tool(quarrel_bin):
+@pytest.fixture(params=["recurrent", "ssd"])
+def ssm_tool(quarrel_bin, request, monkeypatch):
+    """The tool, with the CPU scan in one of its two forms (QUARREL_SSM_SCAN): the recurrence row by row,
+    or the chunked SSD form for runs of >= 32 rows of one sequence."""
     path = pathlib.Path(os.environ.get("QUARREL_SSM_TOOL", pathlib.Path(quarrel_bin).parent / "tests/unit/ssm-tool"))
     if not path.exists():
         pytest.fail(f"ssm-tool not found at {path}: build the tests (cmake --build build)")
+    monkeypatch.setenv("QUARREL_SSM_SCAN", request.param)
     return str(path)
 
 

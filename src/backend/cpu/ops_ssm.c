@@ -1,7 +1,8 @@
 /* ops_ssm.c — the CPU backend's Mamba2 ops: the causal depthwise conv1d with its rolling per-sequence
- * state, the selective state-space scan (recurrent form, ggml's order of operations: softplus of
- * dt, dA = exp(dt * A), S = S * dA + B * (x * dt), y = S . C, then + D * x) and the gated grouped
- * RMSNorm. Rows are applied in row order per sequence slot (the plan's seq[r]); the work is split
+ * state, the selective state-space scan and the gated grouped RMSNorm. The scan takes the recurrent
+ * form (ggml's order of operations: softplus of dt, dA = exp(dt * A), S = S * dA + B * (x * dt),
+ * y = S . C, then + D * x); with QUARREL_SSM_SCAN=ssd, prefill runs of >= 32 rows of one sequence take
+ * the chunked SSD form instead (see ssd_enabled). Rows are applied in row order per sequence slot (the plan's seq[r]); the work is split
  * over channels (conv) and heads (scan), which are independent. */
 #include <math.h>
 #include <stdlib.h>
@@ -98,49 +99,142 @@ typedef struct scan_task {
     atomic_int diverged;
 } scan_task;
 
-/* Heads [lo, hi): every row in order. */
+/* One recurrent step of head h at row r (state S of the row's sequence). */
+static void scan_row(const scan_task *t, int64_t h, int32_t r, float *S) {
+    const qr_ssm_params *p = t->p;
+    const int32_t N = p->d_state, P = p->head_dim, g = (int32_t)(h / (p->n_head / p->n_group));
+    const float A = t->A[h], D = t->D ? t->D[h] : 0.0f, bias = t->dt_bias ? t->dt_bias[h] : 0.0f;
+    const float *row = t->xbc + (int64_t)r * p->conv_dim;
+    const float *x = row + h * P, *B = row + p->d_inner + (int64_t)g * N,
+                *Cm = row + p->d_inner + (int64_t)p->n_group * N + (int64_t)g * N;
+    const float dt = softplus_f(t->dt[(int64_t)r * t->dt_stride + h] + bias);
+    const float dA = expf(dt * A);
+    float *y = t->y + (int64_t)r * p->d_inner + h * P;
+    const int32_t np = N & ~31; /* ggml: 4 x 8 FMA lanes over whole groups of 32, then the rest */
+    for (int32_t i = 0; i < P; i++) {
+        const float xdt = x[i] * dt;
+        float *s = S + (int64_t)i * N;
+        float lane[32] = {0};
+        for (int32_t n0 = 0; n0 < np; n0 += 32)
+            for (int32_t l = 0; l < 32; l++) {
+                const float v = s[n0 + l] * dA + B[n0 + l] * xdt;
+                s[n0 + l] = v;
+                lane[l] = fmaf(v, Cm[n0 + l], lane[l]);
+            }
+        float sum = np > 0 ? reduce32(lane) : 0.0f;
+        for (int32_t n = np; n < N; n++) {
+            const float v = s[n] * dA + B[n] * xdt;
+            s[n] = v;
+            sum = fmaf(v, Cm[n], sum);
+        }
+        y[i] = sum + x[i] * D; /* ggml: mul, then add */
+    }
+}
+
+/* Chunked (SSD) form for prefill: a run of >= SSD_MIN rows of one sequence is cut into chunks of
+ * SSD_Q rows. With a_j = dt_j * A and cum_t = a_0 + .. + a_t (in double, so that the decays of long
+ * chunks with large dt keep their precision), inside a chunk
+ *   y_t = sum_{s <= t} (C_t . B_s) exp(cum_t - cum_s) dt_s x_s  +  exp(cum_t) (S_prev . C_t)  +  D x_t
+ *   S   = exp(cum_last) S_prev  +  sum_s exp(cum_last - cum_s) dt_s x_s (outer) B_s
+ * which is the recurrence unrolled (Mamba2 paper, state-space duality): the rows of a chunk become
+ * dot products and a small matrix product instead of a serial update per row. */
+#define SSD_Q 64
+#define SSD_MIN 32
+
+/* a . b over n values in 32 independent lanes (vectorizable), reduced as reduce32. */
+static inline float dot_lanes(const float *a, const float *b, int32_t n) {
+    float lane[32] = {0};
+    const int32_t np = n & ~31;
+    for (int32_t n0 = 0; n0 < np; n0 += 32)
+        for (int32_t l = 0; l < 32; l++) lane[l] = fmaf(a[n0 + l], b[n0 + l], lane[l]);
+    float sum = np > 0 ? reduce32(lane) : 0.0f;
+    for (int32_t k = np; k < n; k++) sum = fmaf(a[k], b[k], sum);
+    return sum;
+}
+
+static void scan_ssd_run(const scan_task *t, int64_t h, int32_t r0, int32_t T, float *S) {
+    const qr_ssm_params *p = t->p;
+    const int32_t N = p->d_state, P = p->head_dim, g = (int32_t)(h / (p->n_head / p->n_group));
+    const float A = t->A[h], D = t->D ? t->D[h] : 0.0f, bias = t->dt_bias ? t->dt_bias[h] : 0.0f;
+    const int64_t cd = p->conv_dim, bo = p->d_inner + (int64_t)g * N, co = p->d_inner + (int64_t)p->n_group * N + (int64_t)g * N;
+    float G[SSD_Q][SSD_Q], dts[SSD_Q], w[SSD_Q];
+    double cum[SSD_Q];
+    for (int32_t c0 = 0; c0 < T; c0 += SSD_Q) {
+        const int32_t L = T - c0 < SSD_Q ? T - c0 : SSD_Q;
+        const float *rows = t->xbc + (int64_t)(r0 + c0) * cd;
+        double acc = 0.0;
+        for (int32_t j = 0; j < L; j++) {
+            dts[j] = softplus_f(t->dt[(int64_t)(r0 + c0 + j) * t->dt_stride + h] + bias);
+            acc += (double)dts[j] * (double)A;
+            cum[j] = acc;
+        }
+        for (int32_t i = 0; i < L; i++) {
+            const float *Ci = rows + (int64_t)i * cd + co;
+            for (int32_t j = 0; j <= i; j++)
+                G[i][j] = dot_lanes(Ci, rows + (int64_t)j * cd + bo, N) * expf((float)(cum[i] - cum[j])) * dts[j];
+        }
+        for (int32_t i = 0; i < L; i++) {
+            const float *ri = rows + (int64_t)i * cd, *Ci = ri + co;
+            const float dec = expf((float)cum[i]);
+            float *y = t->y + (int64_t)(r0 + c0 + i) * p->d_inner + h * P;
+            for (int32_t e = 0; e < P; e++) y[e] = 0.0f;
+            for (int32_t j = 0; j <= i; j++) { /* the chunk's own inputs, row by row (vectorizable over e) */
+                const float gij = G[i][j], *xj = rows + (int64_t)j * cd + h * P;
+                for (int32_t e = 0; e < P; e++) y[e] = fmaf(gij, xj[e], y[e]);
+            }
+            for (int32_t e = 0; e < P; e++) /* the state carried in, then the skip */
+                y[e] = (y[e] + dec * dot_lanes(S + (int64_t)e * N, Ci, N)) + ri[h * P + e] * D;
+        }
+        const float decL = expf((float)cum[L - 1]);
+        for (int32_t j = 0; j < L; j++) w[j] = expf((float)(cum[L - 1] - cum[j])) * dts[j];
+        for (int32_t e = 0; e < P; e++) {
+            float *se = S + (int64_t)e * N;
+            for (int32_t n = 0; n < N; n++) se[n] *= decL;
+            for (int32_t j = 0; j < L; j++) {
+                const float *rj = rows + (int64_t)j * cd;
+                const float xw = rj[h * P + e] * w[j];
+                const float *Bj = rj + bo;
+                for (int32_t n = 0; n < N; n++) se[n] = fmaf(xw, Bj[n], se[n]);
+            }
+        }
+    }
+}
+
+/* QUARREL_SSM_SCAN=ssd: prefill runs in the chunked form. Not the default on the CPU: it does the same
+ * multiply-adds as the recurrence at SSD_Q = 64, d_state = 128 and measured 2.5x slower (nemotron-shaped
+ * heads, 512 rows, 2-core AVX2); the recurrence also keeps ggml's order of operations bit for bit. */
+static bool ssd_enabled(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("QUARREL_SSM_SCAN");
+        v = e && strcmp(e, "ssd") == 0;
+    }
+    return v == 1;
+}
+
+/* Heads [lo, hi): the rows in order, run by run (a run: consecutive rows of one sequence). */
 static void scan_fn(void *arg, int64_t lo, int64_t hi, int ith) {
     scan_task *t = arg;
     const qr_ssm_params *p = t->p;
-    const int32_t N = p->d_state, P = p->head_dim, heads_per_group = p->n_head / p->n_group;
-    const int64_t slot_sz = (int64_t)p->n_head * P * N;
+    const int32_t n_rows = t->cb->n_tokens;
+    const int64_t slot_sz = (int64_t)p->n_head * p->head_dim * p->d_state, hsz = (int64_t)p->head_dim * p->d_state;
+    const bool ssd = ssd_enabled();
     (void)ith;
     for (int64_t h = lo; h < hi; h++) {
-        const int32_t g = (int32_t)(h / heads_per_group);
-        const float A = t->A[h], D = t->D ? t->D[h] : 0.0f, bias = t->dt_bias ? t->dt_bias[h] : 0.0f;
         bool bad = false;
-        for (int32_t r = 0; r < t->cb->n_tokens; r++) {
-            float *S = t->state + (int64_t)t->cb->seq[r] * slot_sz + h * P * N;
-            const float *row = t->xbc + (int64_t)r * p->conv_dim;
-            const float *x = row + h * P, *B = row + p->d_inner + (int64_t)g * N,
-                        *Cm = row + p->d_inner + (int64_t)p->n_group * N + (int64_t)g * N;
-            const float dt = softplus_f(t->dt[(int64_t)r * t->dt_stride + h] + bias);
-            const float dA = expf(dt * A);
-            float *y = t->y + (int64_t)r * p->d_inner + h * P;
-            const int32_t np = N & ~31; /* ggml: 4 x 8 FMA lanes over whole groups of 32, then the rest */
-            for (int32_t i = 0; i < P; i++) {
-                const float xdt = x[i] * dt;
-                float *s = S + (int64_t)i * N;
-                float lane[32] = {0};
-                for (int32_t n0 = 0; n0 < np; n0 += 32)
-                    for (int32_t l = 0; l < 32; l++) {
-                        const float v = s[n0 + l] * dA + B[n0 + l] * xdt;
-                        s[n0 + l] = v;
-                        lane[l] = fmaf(v, Cm[n0 + l], lane[l]);
-                    }
-                float sum = np > 0 ? reduce32(lane) : 0.0f;
-                for (int32_t n = np; n < N; n++) {
-                    const float v = s[n] * dA + B[n] * xdt;
-                    s[n] = v;
-                    sum = fmaf(v, Cm[n], sum);
-                }
-                y[i] = sum + x[i] * D; /* ggml: mul, then add */
-            }
+        for (int32_t r0 = 0; r0 < n_rows;) {
+            int32_t r1 = r0 + 1;
+            while (r1 < n_rows && t->cb->seq[r1] == t->cb->seq[r0]) r1++;
+            float *S = t->state + (int64_t)t->cb->seq[r0] * slot_sz + h * hsz;
+            if (ssd && r1 - r0 >= SSD_MIN) scan_ssd_run(t, h, r0, r1 - r0, S);
+            else
+                for (int32_t r = r0; r < r1; r++) scan_row(t, h, r, S);
+            r0 = r1;
         }
         /* divergence check on the final states this head touched */
-        for (int32_t r = 0; r < t->cb->n_tokens && !bad; r++) {
-            const float *S = t->state + (int64_t)t->cb->seq[r] * slot_sz + h * P * N;
-            for (int64_t i = 0; i < (int64_t)P * N; i++)
+        for (int32_t r = 0; r < n_rows && !bad; r++) {
+            const float *S = t->state + (int64_t)t->cb->seq[r] * slot_sz + h * hsz;
+            for (int64_t i = 0; i < hsz; i++)
                 if (!isfinite(S[i])) {
                     bad = true;
                     break;
