@@ -982,7 +982,7 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
     const int64_t base = (int64_t)a.n_tok * p->n_head_kv * ((group + gmax - 1) / gmax);
     int64_t ns = cb->tune.attn_splits;
     if (ns <= 0) {
-        ns = (4 * cb->n_sm + base - 1) / base;
+        ns = ((int64_t)cb->tune.attn_ctas_per_sm * cb->n_sm + base - 1) / base;
         const int64_t by_len = (max_span + 31) / 32;
         if (ns > by_len && !cb->graph_mode) ns = by_len;
         if (max_span <= 256 && !cb->graph_mode) ns = 1; /* one CTA per tile: the fused kernel */
@@ -1420,6 +1420,8 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
     if (aenv && strcmp(aenv, "old") == 0) cb->tune.attn_kernel = 1;
     if (aenv && strcmp(aenv, "decode") == 0) cb->tune.attn_kernel = 2;
     cb->tune.attn_cluster = !(aenv && strcmp(aenv, "nocluster") == 0);
+    const char *senv = getenv("QUARREL_CUDA_ATTN_CTAS_PER_SM");
+    cb->tune.attn_ctas_per_sm = senv && atoi(senv) > 0 && atoi(senv) <= 64 ? atoi(senv) : 4;
     const char *genv = getenv("QUARREL_CUDA_GRAPH");
     if (genv && strcmp(genv, "0") == 0) {
         cb->graphs_off = true;
