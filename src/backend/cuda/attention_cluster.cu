@@ -309,12 +309,17 @@ static __global__ void __launch_bounds__(DEC_THREADS) attn_dec_cluster(const cud
 template <int D, int G>
 static cudaError_t launch_cluster(const cuda_attn_args *a, bool pdl, cudaStream_t stream) {
     typedef cl_cfg<D, G> C;
-    static bool configured = false; /* per instantiation; the attributes are the same for every device */
-    if (!configured) {
-        cudaError_t e = cudaFuncSetAttribute(attn_dec_cluster<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
+    static unsigned long long configured = 0; /* per instantiation: a bit per device (function attributes are
+                                               * per device context) */
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
+    if (!(configured & bit)) {
+        e = cudaFuncSetAttribute(attn_dec_cluster<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
         if (e == cudaSuccess) e = cudaFuncSetAttribute(attn_dec_cluster<D, G>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
         if (e != cudaSuccess) return e;
-        configured = true;
+        configured |= bit;
     }
     const int group = a->n_head / a->n_head_kv, n_gtiles = (group + C::G - 1) / C::G;
     cudaLaunchConfig_t cfg = {};
