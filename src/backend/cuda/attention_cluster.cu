@@ -180,7 +180,8 @@ static __global__ void __launch_bounds__(DEC_THREADS) attn_dec_cluster(const cud
     }
     if (ntile > 1) cl_issue<D>(buf(0), vc, kvstride, slot_s, 0, nk); /* the first V tile during the merge */
     STAMP(5);
-    cl.sync();
+    if (cs > 1) cl.sync(); /* one CTA: its own shared memory, a CTA barrier is enough */
+    else __syncthreads();
     STAMP(6);
     /* the cluster's M and 1 / L per head, merged in rank order by every CTA */
     for (int gi = warp; gi < g.gn; gi += DEC_WARPS) {
@@ -265,7 +266,8 @@ static __global__ void __launch_bounds__(DEC_THREADS) attn_dec_cluster(const cud
         red_s[0][gi][d] = sum;
     }
     STAMP(9);
-    cl.sync();
+    if (cs > 1) cl.sync();
+    else __syncthreads();
     STAMP(10);
     /* the cluster's sum, block by block (32 or 256 values: the quantization blocks), blocks spread
      * over the ranks and their warps */
@@ -299,7 +301,7 @@ static __global__ void __launch_bounds__(DEC_THREADS) attn_dec_cluster(const cud
         }
     }
     STAMP(11);
-    cl.sync();
+    if (cs > 1) cl.sync(); /* keep this CTA's shared memory alive until the cluster has read it */
     STAMP(12);
 #undef STAMP
 #undef buf
@@ -348,12 +350,13 @@ extern "C" cudaError_t qr_cuda_attention_cluster(const cuda_attn_args *a, bool p
     return cudaErrorInvalidValue;
 }
 
-/* Splits: about 64 keys per CTA, up to 8 CTAs; spans above 2048 keys go to the global-memory split
+/* Splits: about keys_per_cta (default 64) keys per CTA, up to 8 CTAs; spans above 2048 keys go to the global-memory split
  * kernels (measured on H100, mistral shapes, one row: cluster / split kernels 13.1 / 20.8 us at 64
  * keys, 14.4 / 27.0 at 512, 41.5 / 38.5 at 4096, 142.6 / 74.1 at 16384 with 16 CTAs per cluster). */
-extern "C" int qr_cuda_attn_cluster_splits(int64_t span, int32_t forced) {
+extern "C" int qr_cuda_attn_cluster_splits(int64_t span, int32_t forced, int32_t keys_per_cta) {
     if (forced > 0) return forced <= CL_MAX && span <= (int64_t)forced * CL_KMAX ? forced : 0;
     if (span > 2048) return 0;
-    const int64_t ns = (span + 63) / 64;
+    const int64_t kpc = keys_per_cta > 0 ? keys_per_cta : 64;
+    const int64_t ns = (span + kpc - 1) / kpc;
     return ns < 1 ? 1 : (ns > 8 ? 8 : (int)ns);
 }

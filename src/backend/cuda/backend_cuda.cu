@@ -1012,7 +1012,7 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
     const int cl_ns = decode && cb->tune.attn_cluster && cb->has_pdl /* sm_90+ */ &&
                               a.n_tok <= cb->tune.attn_decode_max_rows /* decode passes: prefill rows keep the split kernels */
                           ? qr_cuda_attn_cluster_splits(cb->graph_mode ? (int64_t)cb->max_blocks * d->block_size : max_span,
-                                                        cb->tune.attn_splits)
+                                                        cb->tune.attn_splits, cb->tune.attn_cl_keys)
                           : 0;
     a.cluster = cl_ns > 0;
     if (a.cluster) a.n_splits = cl_ns;
@@ -1420,6 +1420,8 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
     if (aenv && strcmp(aenv, "old") == 0) cb->tune.attn_kernel = 1;
     if (aenv && strcmp(aenv, "decode") == 0) cb->tune.attn_kernel = 2;
     cb->tune.attn_cluster = !(aenv && strcmp(aenv, "nocluster") == 0);
+    const char *kenv = getenv("QUARREL_CUDA_ATTN_CL_KEYS");
+    cb->tune.attn_cl_keys = kenv && atoi(kenv) > 0 && atoi(kenv) <= 2048 ? atoi(kenv) : 64;
     const char *senv = getenv("QUARREL_CUDA_ATTN_CTAS_PER_SM");
     cb->tune.attn_ctas_per_sm = senv && atoi(senv) > 0 && atoi(senv) <= 64 ? atoi(senv) : 4;
     const char *genv = getenv("QUARREL_CUDA_GRAPH");

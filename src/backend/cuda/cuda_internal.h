@@ -26,6 +26,7 @@ typedef struct qr_cuda_tune {
     int32_t attn_decode_max_rows; /* default 8 */
     long long *attn_dbg;     /* lab: device buffer of 32 clocks, see cuda_attn_args.dbg */
     int32_t attn_ctas_per_sm; /* the split kernels' target CTAs per SM (default 4; QUARREL_CUDA_ATTN_CTAS_PER_SM) */
+    int32_t attn_cl_keys;     /* the cluster kernel's keys per CTA target (default 64; QUARREL_CUDA_ATTN_CL_KEYS) */
     int32_t attn_cluster;    /* 1 (default): the flash-decoding passes whose keys fit 8 CTAs of 512 take the
                               * one-launch cluster kernel; 0: the global-memory split kernels
                               * (QUARREL_CUDA_ATTN=nocluster) */

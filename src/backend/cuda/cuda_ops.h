@@ -173,8 +173,9 @@ cudaError_t qr_cuda_attention_decode(const cuda_attn_args *a, float *scores, int
                                      unsigned int *counters, bool pdl, cudaStream_t stream);
 int64_t qr_cuda_attn_decode_tiles(const cuda_attn_args *a);
 /* The cluster kernel's split count for a key span (0: the span needs the kernels with global-memory
- * splits); forced > 0: that count if the cluster kernel can take it, else 0. */
-int qr_cuda_attn_cluster_splits(int64_t span, int32_t forced);
+ * splits): about keys_per_cta keys a CTA (<= 0: 64); forced > 0: that count if the cluster kernel can
+ * take it, else 0. */
+int qr_cuda_attn_cluster_splits(int64_t span, int32_t forced, int32_t keys_per_cta);
 /* attention_cluster.cu: the cluster kernel (a->cluster set; sm_90+). */
 cudaError_t qr_cuda_attention_cluster(const cuda_attn_args *a, bool pdl, cudaStream_t stream);
 /* Writes row r of k/v ([n_tok][k_dim], [n_tok][v_dim]) into cache slot slots[r] (f16 or f32 cache). */
