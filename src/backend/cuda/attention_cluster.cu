@@ -244,19 +244,7 @@ static __global__ void __launch_bounds__(DEC_THREADS) attn_dec_cluster(const cud
     }
     STAMP(8);
     /* reduce the key groups: inside the warp, then across the warps */
-#pragma unroll
-    for (int gi = 0; gi < G; gi++)
-#pragma unroll
-        for (int e = 0; e < 8; e++)
-#pragma unroll
-            for (int o = TPR; o < 32; o <<= 1) acc[gi][e] += __shfl_xor_sync(0xffffffffu, acc[gi][e], o);
-    if (lane < TPR) {
-#pragma unroll
-        for (int gi = 0; gi < G; gi++) {
-            *(float4 *)&red_s[warp][gi][dc * 8] = make_float4(acc[gi][0], acc[gi][1], acc[gi][2], acc[gi][3]);
-            *(float4 *)&red_s[warp][gi][dc * 8 + 4] = make_float4(acc[gi][4], acc[gi][5], acc[gi][6], acc[gi][7]);
-        }
-    }
+    pv_warp_reduce_store<G, D, TPR>(acc, red_s[warp], lane, dc);
     __syncthreads();
     for (int i = tid; i < G * D; i += DEC_THREADS) {
         const int gi = i / D, d = i % D;

@@ -107,7 +107,7 @@ static __device__ __forceinline__ void dec_values(const cuda_attn_args &a, int n
     __shared__ float mi_s[2][G];
     __shared__ float p_s[DEC_WARPS][G][32];
     __shared__ int32_t slot_s[DEC_WARPS][32];
-    __shared__ float acc_s[DEC_WARPS][G][D];
+    __shared__ __align__(16) float acc_s[DEC_WARPS][G][D]; /* float4 stores (pv_warp_reduce_store) */
     __shared__ int last_s;
     const dec_geom g = dec_geometry<G>(a, n_gtiles);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ns = a.n_splits;
@@ -174,18 +174,7 @@ static __device__ __forceinline__ void dec_values(const cuda_attn_args &a, int n
         __syncwarp();
     }
     /* the warp's row groups, then the warps (below) */
-#pragma unroll
-    for (int gi = 0; gi < G; gi++)
-#pragma unroll
-        for (int e = 0; e < 8; e++)
-#pragma unroll
-            for (int o = TPR; o < 32; o <<= 1) acc[gi][e] += __shfl_xor_sync(0xffffffffu, acc[gi][e], o);
-    if (sub == 0) {
-#pragma unroll
-        for (int gi = 0; gi < G; gi++)
-#pragma unroll
-            for (int e = 0; e < 8; e++) acc_s[warp][gi][dl * 8 + e] = acc[gi][e];
-    }
+    pv_warp_reduce_store<G, D, TPR>(acc, acc_s[warp], lane, dl);
     __syncthreads();
     for (int i = threadIdx.x; i < g.gn * D; i += DEC_THREADS) {
         const int gi = i / D, d = i % D;

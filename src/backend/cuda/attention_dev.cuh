@@ -57,4 +57,23 @@ static __device__ __forceinline__ void half8_to_f32(const uint4 &raw, float *f) 
     }
 }
 
+/* p * V partial sums acc[G][8] (8 dims of a row per lane, TPR lanes per row, 32 / TPR row groups per
+ * warp): sums the warp's row groups with shuffles, then the first group writes the warp's [G][D] sums
+ * (dims chunk * 8 ..) to dst. */
+template <int G, int D, int TPR>
+static __device__ __forceinline__ void pv_warp_reduce_store(float (&acc)[G][8], float (*dst)[D], int lane, int chunk) {
+#pragma unroll
+    for (int gi = 0; gi < G; gi++)
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+#pragma unroll
+            for (int o = TPR; o < 32; o <<= 1) acc[gi][e] += __shfl_xor_sync(0xffffffffu, acc[gi][e], o);
+    if (lane >= TPR) return;
+#pragma unroll
+    for (int gi = 0; gi < G; gi++) {
+        *(float4 *)&dst[gi][chunk * 8] = make_float4(acc[gi][0], acc[gi][1], acc[gi][2], acc[gi][3]);
+        *(float4 *)&dst[gi][chunk * 8 + 4] = make_float4(acc[gi][4], acc[gi][5], acc[gi][6], acc[gi][7]);
+    }
+}
+
 #endif /* QR_CUDA_ATTENTION_DEV_CUH */
