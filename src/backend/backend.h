@@ -251,15 +251,20 @@ typedef struct qr_backend_ops {
      * backend may prepare y's activations for it). */
     void (*add_rmsnorm)(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
                         int64_t dim, float eps, float *y, const qr_weight *next);
-    /* y[i] = x . w[i]^T for i < n_w (1..3), as n_w matmul calls on the same x. */
-    void (*matmul_multi)(qr_backend *be, int32_t n_w, const qr_weight *const *w, const float *x, int64_t n_rows,
-                         float *const *y);
+    /* y[i] = x . w[i]^T for i < n_w (1..3), as n_w matmul calls on the same x; b (may be NULL, as may
+     * each b[i]): then add_row(y[i], b[i], 0) for each bias (F32 [w[i]->ne[1]]). */
+    void (*matmul_multi)(qr_backend *be, int32_t n_w, const qr_weight *const *w, const qr_weight *const *b,
+                         const float *x, int64_t n_rows, float *const *y);
     /* out = swiglu(x . gate^T, x . up^T) as matmul, matmul, swiglu; scratch [n_rows][n] may be written. */
     void (*matmul_swiglu)(qr_backend *be, const qr_weight *gate, const qr_weight *up, const float *x, int64_t n_rows,
                           float *out, float *scratch);
     /* rope(q, n_head), rope(k, n_head_kv), kv_store(kv, layer, k, v) (head_dim: of q and k). */
     void (*rope_kv_store)(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
                           int32_t head_dim, const qr_rope_params *p, qr_kv_storage *kv, int32_t layer);
+    /* A hint: x[n_rows][k] is not written until act_hold(be, NULL, 0, 0), so the backend may keep the
+     * activations it prepares for x's matmuls (e.g. quantized) across the ops in between (the MoE block:
+     * the shared expert, the router and the routed experts all multiply the normed input). */
+    void (*act_hold)(qr_backend *be, const float *x, int64_t n_rows, int64_t k);
     /* ssm_gate_norm, with next: the weight that multiplies out (a hint, may be NULL). */
     void (*ssm_gate_norm_next)(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
                                int64_t n_rows, const qr_ssm_params *p, float eps, float *out, const qr_weight *next);

@@ -39,16 +39,19 @@ void qr_fused_add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scal
     be->ops->rmsnorm(be, x, w, n_rows, dim, eps, y);
 }
 
-static void fused_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *const *w, const float *x, int64_t n_rows,
-                               float *const *y) {
+void qr_fused_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *const *w, const qr_weight *const *b,
+                           const float *x, int64_t n_rows, float *const *y) {
     if (be->ops->matmul_multi) {
-        be->ops->matmul_multi(be, n_w, w, x, n_rows, y);
+        be->ops->matmul_multi(be, n_w, w, b, x, n_rows, y);
         return;
     }
-    for (int32_t i = 0; i < n_w; i++) be->ops->matmul(be, w[i], x, n_rows, y[i]);
+    for (int32_t i = 0; i < n_w; i++) {
+        be->ops->matmul(be, w[i], x, n_rows, y[i]);
+        if (b && b[i]) be->ops->add_row(be, y[i], b[i], 0, n_rows, y[i]);
+    }
 }
 
-static void fused_rope_kv_store(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
+void qr_fused_rope_kv_store(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
                                 int32_t head_dim, const qr_rope_params *rope, qr_kv_storage *kv, int32_t layer) {
     if (be->ops->rope_kv_store) {
         be->ops->rope_kv_store(be, q, k, v, n_head, n_head_kv, head_dim, rope, kv, layer);
@@ -67,14 +70,14 @@ void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
 
     const qr_weight *qkv[3] = {&l->attn_q, &l->attn_k, &l->attn_v};
     float *const qkv_out[3] = {f->q, f->k, f->v};
-    fused_matmul_multi(be, 3, qkv, f->xb, n, qkv_out);
+    qr_fused_matmul_multi(be, 3, qkv, NULL, f->xb, n, qkv_out);
     if (l->attn_q_norm.host) /* per-head RMS norm: rows of head_dim */
         be->ops->rmsnorm(be, f->q, &l->attn_q_norm, n * hp->n_head, hp->head_dim_k, hp->norm_eps, f->q);
     if (l->attn_k_norm.host)
         be->ops->rmsnorm(be, f->k, &l->attn_k_norm, n * hp->n_head_kv, hp->head_dim_k, hp->norm_eps, f->k);
 
     const qr_rope_params rope = qr_layer_rope(m, il);
-    fused_rope_kv_store(be, f->q, f->k, f->v, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, f->kv, il);
+    qr_fused_rope_kv_store(be, f->q, f->k, f->v, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, f->kv, il);
     if (q_scale != 1.0f) be->ops->scale(be, f->q, q_scale, n * hp->n_head * hp->head_dim_k, f->q);
     const qr_attn_params ap = {
         .n_head = hp->n_head,

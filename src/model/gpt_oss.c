@@ -11,18 +11,18 @@ void qr_block_attention_x(const qr_model *m, qr_fwd *f, int il, bool rope, float
     const qr_layer_x *lx = &m->ext->layers[il];
     qr_backend *be = f->be;
     const int64_t n = f->n_tokens;
-    be->ops->matmul(be, &l->attn_q, f->xb, n, f->q);
-    be->ops->matmul(be, &l->attn_k, f->xb, n, f->k);
-    be->ops->matmul(be, &l->attn_v, f->xb, n, f->v);
-    if (lx->q_b.host) be->ops->add_row(be, f->q, &lx->q_b, 0, n, f->q);
-    if (lx->k_b.host) be->ops->add_row(be, f->k, &lx->k_b, 0, n, f->k);
-    if (lx->v_b.host) be->ops->add_row(be, f->v, &lx->v_b, 0, n, f->v);
+    /* q/k/v with their biases (one launch where the backend fuses them), then rope + K/V store */
+    const qr_weight *qkv[3] = {&l->attn_q, &l->attn_k, &l->attn_v};
+    const qr_weight *qkv_b[3] = {lx->q_b.host ? &lx->q_b : NULL, lx->k_b.host ? &lx->k_b : NULL,
+                                 lx->v_b.host ? &lx->v_b : NULL};
+    float *const qkv_out[3] = {f->q, f->k, f->v};
+    qr_fused_matmul_multi(be, 3, qkv, qkv_b, f->xb, n, qkv_out);
     if (rope) {
         const qr_rope_params rp = qr_layer_rope(m, il);
-        be->ops->rope(be, f->q, hp->n_head, hp->head_dim_k, &rp);
-        be->ops->rope(be, f->k, hp->n_head_kv, hp->head_dim_k, &rp);
+        qr_fused_rope_kv_store(be, f->q, f->k, f->v, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rp, f->kv, il);
+    } else {
+        be->ops->kv_store(be, f->kv, il, f->k, f->v);
     }
-    be->ops->kv_store(be, f->kv, il, f->k, f->v);
     const qr_attn_params ap = {
         .n_head = hp->n_head,
         .n_head_kv = hp->n_head_kv,
@@ -32,33 +32,44 @@ void qr_block_attention_x(const qr_model *m, qr_fwd *f, int il, bool rope, float
         .softcap = hp->attn_softcap,
         .window = l->swa ? hp->n_swa : 0,
         .sinks = lx->attn_sinks.host ? &lx->attn_sinks : NULL,
+        .next = &l->attn_out,
     };
     be->ops->attention(be, f->kv, il, f->q, &ap, f->att);
-    be->ops->matmul(be, &l->attn_out, f->att, n, f->xb2);
-    if (lx->o_b.host) be->ops->add_row(be, f->xb2, &lx->o_b, 0, n, f->xb2);
+    const qr_weight *o = &l->attn_out, *o_b = lx->o_b.host ? &lx->o_b : NULL;
+    qr_fused_matmul_multi(be, 1, &o, &o_b, f->att, n, &f->xb2);
+}
+
+/* The first weight that multiplies the MoE block's normed input (the fused norm's hint): the experts'
+ * (the router is F32 and reads the f32 rows). */
+static const qr_weight *moe_in(const qr_layer_x *lx) {
+    return lx->gate_exps.host ? &lx->gate_exps : &lx->up_exps;
 }
 
 void qr_gpt_oss_forward(const qr_model *m, qr_fwd *f) {
     const qr_hparams *hp = &m->hp;
     qr_backend *be = f->be;
-    int64_t n = f->n_tokens, nx = n * hp->n_embd;
+    int64_t n = f->n_tokens;
     f->n_rows = f->n_tokens;
     f->outputs_kept = false;
     be->ops->get_rows(be, &m->tok_embd, f->x);
+    bool pending = false; /* the previous layer's MoE output (xb2) is still to be added to x */
     for (int il = 0; il < hp->n_layer; il++) {
         const qr_layer *l = &m->layers[il];
-        be->ops->rmsnorm(be, f->x, &l->attn_norm, n, hp->n_embd, hp->norm_eps, f->xb);
+        /* x += moe (the previous layer's), xb = rmsnorm(x): one op where the backend fuses them */
+        qr_fused_add_rmsnorm(be, f->x, pending ? f->xb2 : NULL, 1.0f, &l->attn_norm, n, hp->n_embd, hp->norm_eps,
+                             f->xb, &l->attn_q);
+        pending = false;
         qr_block_attention_x(m, f, il, true, hp->attn_scale);
         if (il == hp->n_layer - 1) {
             qr_block_keep_outputs(m, f);
             n = f->n_rows;
-            nx = n * hp->n_embd;
             if (n == 0) break;
         }
-        be->ops->add(be, f->x, f->xb2, nx, f->x);
-        be->ops->rmsnorm(be, f->x, &l->attn_post_norm, n, hp->n_embd, hp->norm_eps, f->xb);
+        qr_fused_add_rmsnorm(be, f->x, f->xb2, 1.0f, &l->attn_post_norm, n, hp->n_embd, hp->norm_eps, f->xb,
+                             moe_in(&m->ext->layers[il]));
         qr_block_moe(m, f, il);
-        be->ops->add(be, f->x, f->xb2, nx, f->x);
+        pending = true;
     }
+    if (pending) be->ops->add(be, f->x, f->xb2, n * hp->n_embd, f->x);
     qr_block_output(m, f);
 }

@@ -33,6 +33,8 @@ void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
     const int64_t n = f->n_rows, E = m->hp.n_embd;
     const int32_t k = h->n_expert_used;
     const double t0 = qr_time_s();
+    /* nothing below writes xb: the backend may keep its prepared activations for every matmul on it */
+    if (be->ops->act_hold) be->ops->act_hold(be, f->xb, n, E);
     /* shared expert first, into xb2 (it reads the normed input while the backend may still hold its
      * prepared activations: the norm's `next` hint); the routed experts' sum is added to it last,
      * shared + routed in the order llama.cpp adds them (routed + shared: the same bits) */
@@ -53,8 +55,8 @@ void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
     }
     /* router */
     const double tr = qr_time_s();
-    be->ops->matmul(be, &lx->gate_inp, f->xb, n, x->router);
-    if (lx->gate_inp_b.host) be->ops->add_row(be, x->router, &lx->gate_inp_b, 0, n, x->router);
+    const qr_weight *gate_inp = &lx->gate_inp, *gate_inp_b = lx->gate_inp_b.host ? &lx->gate_inp_b : NULL;
+    qr_fused_matmul_multi(be, 1, &gate_inp, &gate_inp_b, f->xb, n, &x->router);
     const qr_moe_route_params rp = {.n_expert = h->n_expert, .n_used = k, .gating = h->gating, .norm = h->norm_w,
                                     .scale = h->w_scale, .sel_bias = lx->exp_probs_b.host ? &lx->exp_probs_b : NULL};
     be->ops->moe_route(be, x->router, n, &rp, x->ids, x->weights);
@@ -72,6 +74,7 @@ void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
         be->ops->matmul_id(be, &lx->down_exps, db, x->eh, true, x->ids, n, k, x->eo);
         be->ops->moe_combine(be, x->eo, x->weights, n, k, E, add, f->xb2);
     }
+    if (be->ops->act_hold) be->ops->act_hold(be, NULL, 0, 0);
     x->stats.moe_layer_calls++;
     x->stats.moe_routing_seconds += t1 - tr;
     x->stats.moe_layer_seconds += qr_time_s() - t0;

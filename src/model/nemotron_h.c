@@ -4,6 +4,15 @@
  * per-layer head_count_kv / feed_forward_length, each as x += block(rmsnorm(x)). */
 #include "model/hybrid.h"
 
+/* The first weight that multiplies layer il's normed input (the fused norm's hint). */
+static const qr_weight *block_in(const qr_model *m, int il) {
+    const qr_layer_x *lx = &m->ext->layers[il];
+    if (lx->kind == QR_LAYER_SSM) return &lx->ssm_in;
+    if (lx->kind == QR_LAYER_ATTN) return &m->layers[il].attn_q;
+    if (lx->gate_inp.host) return lx->up_shexp.host ? &lx->up_shexp : &lx->up_exps;
+    return &m->layers[il].ffn_up;
+}
+
 void qr_nemotron_h_forward(const qr_model *m, qr_fwd *f) {
     const qr_hparams *hp = &m->hp;
     qr_backend *be = f->be;
@@ -11,9 +20,13 @@ void qr_nemotron_h_forward(const qr_model *m, qr_fwd *f) {
     f->n_rows = f->n_tokens;
     f->outputs_kept = false;
     be->ops->get_rows(be, &m->tok_embd, f->x);
+    bool pending = false; /* the previous block's output (xb2) is still to be added to x */
     for (int il = 0; il < hp->n_layer; il++) {
         const qr_layer_x *lx = &m->ext->layers[il];
-        be->ops->rmsnorm(be, f->x, &m->layers[il].attn_norm, n, hp->n_embd, hp->norm_eps, f->xb);
+        /* x += the previous block's output, xb = rmsnorm(x): one op where the backend fuses them */
+        qr_fused_add_rmsnorm(be, f->x, pending ? f->xb2 : NULL, 1.0f, &m->layers[il].attn_norm, n, hp->n_embd,
+                             hp->norm_eps, f->xb, block_in(m, il));
+        pending = false;
         if (lx->kind == QR_LAYER_SSM) qr_block_mamba2(m, f, il);
         else if (lx->kind == QR_LAYER_ATTN) qr_block_attention_x(m, f, il, false, hp->attn_scale);
         else if (lx->gate_inp.host) qr_block_moe(m, f, il);
@@ -23,7 +36,8 @@ void qr_nemotron_h_forward(const qr_model *m, qr_fwd *f) {
             n = f->n_rows;
             if (n == 0) break;
         }
-        be->ops->add(be, f->x, f->xb2, n * hp->n_embd, f->x);
+        pending = true;
     }
+    if (pending) be->ops->add(be, f->x, f->xb2, n * hp->n_embd, f->x);
     qr_block_output(m, f);
 }

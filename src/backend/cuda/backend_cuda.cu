@@ -110,6 +110,7 @@ static void cuda_destroy(qr_backend *be) {
     cudaFree(cb->cublas_ws);
     cudaFree(cb->d_plan);
     cudaFree(cb->act);
+    cudaFree(cb->act2);
     cudaFree(cb->tile);
     cudaFree(cb->attn);
     cudaFree(cb->attn_cnt);
@@ -565,11 +566,35 @@ static void matmul_gemm(cuda_backend *cb, const cuda_weight *cw, const float *x,
 
 
 
+static void hold_set(cuda_backend *cb, int64_t n_rows, int64_t k, int kind) {
+    cb->hold_valid = true;
+    cb->hold_rows = n_rows;
+    cb->hold_k = k;
+    cb->hold_kind = kind;
+}
+
+/* act_hold: x's activations stay in `act` until the hold ends (x NULL); the ones the op before left
+ * there for x (a fused norm's) are kept. */
+static void cuda_act_hold(qr_backend *be, const float *x, int64_t n_rows, int64_t k) {
+    cuda_backend *cb = CB(be);
+    const bool fresh = cb->act_valid && cb->act_x == x && cb->act_rows == n_rows && cb->act_k == k &&
+                       cb->act_epoch == cb->op_epoch && cb->act_gen == cb->scratch_gen;
+    const int kind = cb->act_kind;
+    cb->act_valid = false; /* epoch-valid entries now live in act2 (or act): start over */
+    cb->hold_valid = false;
+    cb->hold_x = cb->tune.act_reuse ? x : NULL;
+    if (cb->hold_x && fresh) hold_set(cb, n_rows, k, kind);
+}
+
 /* Points a at the act scratch for n_rows x k activations of `kind` (growing it). */
 bool act_scratch(cuda_backend *cb, int kind, const float *x, int64_t n_rows, int64_t k, act_ptrs *a) {
     const act_layout L = act_layout_of(n_rows, k);
-    if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return false;
-    uint8_t *act = (uint8_t *)cb->act;
+    const bool alt = cb->hold_x && x != cb->hold_x; /* a held input keeps `act`: the others use act2 */
+    if (alt ? !ensure_scratch(cb, &cb->act2, &cb->act2_cap, L.total, "matmul activations (2)")
+            : !ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations"))
+        return false;
+    if (!alt && cb->hold_x && kind <= 3 && kind != cb->hold_kind) cb->hold_valid = false; /* to be overwritten */
+    uint8_t *act = (uint8_t *)(alt ? cb->act2 : cb->act);
     a->kind = kind;
     a->k = k;
     a->q = (int8_t *)(act + L.q);
@@ -585,16 +610,20 @@ bool act_scratch(cuda_backend *cb, int kind, const float *x, int64_t n_rows, int
 bool act_prepare(cuda_backend *cb, qr_type type, const float *x, int64_t n_rows, int64_t k, act_ptrs *a) {
     const int kind = qr_cuda_act_kind(type);
     if (!act_scratch(cb, kind, x, n_rows, k, a)) return false;
+    const bool held = cb->tune.act_reuse && cb->hold_x == x && cb->hold_valid && cb->hold_rows == n_rows &&
+                      cb->hold_k == k && cb->hold_kind == kind && kind <= 3;
     const bool reuse = cb->tune.act_reuse && cb->act_valid && cb->act_x == x && cb->act_rows == n_rows &&
                        cb->act_k == k && cb->act_kind == kind && cb->act_epoch == cb->op_epoch &&
                        cb->act_gen == cb->scratch_gen && kind <= 3;
     cb->act_valid = false;
-    if (reuse) return true;
+    if (held || reuse) return true;
     cudaError_t e = cudaSuccess;
     if (kind <= 1) e = qr_cuda_quantize_act(x, (int32_t)n_rows, (int32_t)k, kind, a->q, a->d, a->s, a->g, use_pdl(cb),
                                                 cb->stream);
     else if (kind <= 3) e = qr_cuda_to_half(x, n_rows * k, (void *)a->h, kind == 3, cb->stream);
-    return cuda_ok(cb, e, "matmul (activations)");
+    if (!cuda_ok(cb, e, "matmul (activations)")) return false;
+    if (x == cb->hold_x && kind <= 3) hold_set(cb, n_rows, k, kind);
+    return true;
 }
 
 /* The view of activation rows t0.. of a. */
@@ -610,9 +639,11 @@ cuda_xview act_view(const act_ptrs *a, int64_t t0) {
     return xv;
 }
 
-/* Records that the scratch holds x's activations of kind (valid for the next op only). */
+/* Records that the scratch holds x's activations of kind (valid for the next op only; for a held x
+ * until the hold ends). */
 void act_mark(cuda_backend *cb, const float *x, int64_t n_rows, int64_t k, int kind) {
     if (kind > 3) return;
+    if (x == cb->hold_x) hold_set(cb, n_rows, k, kind);
     cb->act_valid = true;
     cb->act_x = x;
     cb->act_rows = n_rows;
@@ -636,6 +667,7 @@ static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int6
         const act_layout L = act_layout_of(n_rows, k);
         if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return;
         cb->act_valid = false;
+        cb->hold_valid = false; /* the f16 rows below overwrite the scratch */
         matmul_gemm(cb, cw, x, n_rows, n, y, (uint8_t *)cb->act + L.h);
         return;
     }
@@ -653,22 +685,39 @@ static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int6
     if (!overlaps(x, n_rows * k, y, n_rows * n)) act_mark(cb, x, n_rows, k, a.kind); /* y did not overwrite x */
 }
 
-/* Fused q/k/v (or any same-input) mat-vecs: consecutive weights of one type share one launch. */
-static void cuda_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *const *w, const float *x, int64_t n_rows,
-                              float *const *y) {
+static const float *vec_weight(cuda_backend *cb, const qr_weight *w, int64_t dim, const char *op);
+static void cuda_add_row(qr_backend *be, const float *x, const qr_weight *table, int64_t row, int64_t n_rows,
+                         float *out);
+
+/* Fused q/k/v (or any same-input) mat-vecs: consecutive weights of one type share one launch, their
+ * F32 biases added in the same kernel. */
+static void cuda_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *const *w, const qr_weight *const *b,
+                              const float *x, int64_t n_rows, float *const *y) {
     cuda_backend *cb = CB(be);
     if (n_w < 1 || n_w > QR_CUDA_MULTI_MAX) {
         raise_error(cb, QR_ERR_INVALID_ARG, "matmul_multi: 1..%d weights", QR_CUDA_MULTI_MAX);
         return;
     }
     const cuda_weight *cw[QR_CUDA_MULTI_MAX];
-    for (int32_t i = 0; i < n_w; i++)
-        if (!(cw[i] = prepared(cb, w[i], "matmul_multi"))) return;
+    const float *bp[QR_CUDA_MULTI_MAX] = {NULL, NULL, NULL};
     bool fuse = cb->tune.fuse && qr_cuda_multi_supported((int32_t)n_rows, 0) && n_rows <= cb->tune.mmvq_max_rows;
+    for (int32_t i = 0; i < n_w; i++) {
+        if (!(cw[i] = prepared(cb, w[i], "matmul_multi"))) return;
+        if (b && b[i]) { /* F32 [n] biases go into the mat-vec's epilogue; others through add_row */
+            if (b[i]->type == QR_TYPE_F32 && b[i]->ne[0] == w[i]->ne[1]) {
+                if (!(bp[i] = vec_weight(cb, b[i], w[i]->ne[1], "matmul_multi (bias)"))) return;
+            } else {
+                fuse = false;
+            }
+        }
+    }
     for (int32_t i = 0; i < n_w && fuse; i++)
         fuse = cw[i]->v.nb > 0 && cw[i]->v.k == cw[0]->v.k && !overlaps(x, n_rows * cw[0]->v.k, y[i], n_rows * w[i]->ne[1]);
     if (!fuse) {
-        for (int32_t i = 0; i < n_w; i++) cuda_matmul(be, w[i], x, n_rows, y[i]);
+        for (int32_t i = 0; i < n_w; i++) {
+            cuda_matmul(be, w[i], x, n_rows, y[i]);
+            if (b && b[i]) cuda_add_row(be, y[i], b[i], 0, n_rows, y[i]);
+        }
         return;
     }
     const int64_t k = cw[0]->v.k;
@@ -685,7 +734,7 @@ static void cuda_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *cons
             if (wv[i - i0].n > n_max) n_max = wv[i - i0].n;
         }
         const cuda_xview xv = act_view(&a, 0);
-        if (!cuda_ok(cb, qr_cuda_matvec_multi(wv, i1 - i0, &xv, (int32_t)n_rows, y + i0, mmv_wpr(cb, n_max), 0,
+        if (!cuda_ok(cb, qr_cuda_matvec_multi(wv, i1 - i0, &xv, (int32_t)n_rows, y + i0, bp + i0, mmv_wpr(cb, n_max), 0,
                                               use_pdl(cb), cb->stream),
                      "matmul_multi (mat-vec)"))
             return;
@@ -716,7 +765,7 @@ static void cuda_matmul_swiglu(qr_backend *be, const qr_weight *gate, const qr_w
     wv[0].n = wv[1].n = n;
     float *ys[2] = {out, NULL};
     const cuda_xview xv = act_view(&a, 0);
-    cuda_ok(cb, qr_cuda_matvec_multi(wv, 2, &xv, (int32_t)n_rows, ys, n >= 4096 ? 1 : 2, 1, use_pdl(cb), cb->stream),
+    cuda_ok(cb, qr_cuda_matvec_multi(wv, 2, &xv, (int32_t)n_rows, ys, NULL, n >= 4096 ? 1 : 2, 1, use_pdl(cb), cb->stream),
             "matmul_swiglu (mat-vec)");
 }
 
@@ -1301,6 +1350,7 @@ static qr_backend_ops make_cuda_ops(void) {
     o.matmul_multi = cuda_matmul_multi;
     o.matmul_swiglu = cuda_matmul_swiglu;
     o.rope_kv_store = cuda_rope_kv_store;
+    o.act_hold = cuda_act_hold;
     o.ssm_gate_norm_next = cuda_ssm_gate_norm_next;
     o.moe_down_combine = cuda_moe_down_combine;
     o.moe_route = cuda_moe_route;

@@ -77,6 +77,14 @@ typedef struct cuda_backend {
     int64_t act_rows, act_k;
     int act_kind;
     uint64_t act_epoch, act_gen;
+    /* act_hold: while hold_x is set, its activations stay in `act` (valid by hold_valid / hold_kind,
+     * across ops) and every other input's go to `act2` */
+    const float *hold_x;
+    int64_t hold_rows, hold_k;
+    int hold_kind;
+    bool hold_valid;
+    void *act2;
+    size_t act2_cap;
     int *diverged_h, *diverged_d; /* the scan's divergence flag (mapped pinned memory), or NULL */
     /* the grouped expert GEMM of prefill (moe_gemm): device scratch, host staging of ids and orders */
     void *moe;

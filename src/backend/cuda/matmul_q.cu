@@ -146,11 +146,12 @@ static __device__ __forceinline__ void matvec_row_part(const cuda_wview &w, cons
  * memory when wpr > 1; every thread of the CTA calls it). */
 template <int NR>
 static __device__ __forceinline__ void matvec_store(const float *acc, float *y, int64_t n, int64_t row, int warp,
-                                                    int lane, int part, int wpr) {
+                                                    int lane, int part, int wpr, const float *bias = nullptr) {
     if (wpr == 1) {
         if (lane == 0 && row < n) {
+            const float b = bias ? bias[row] : 0.0f;
 #pragma unroll
-            for (int t = 0; t < NR; t++) y[(int64_t)t * n + row] = acc[t];
+            for (int t = 0; t < NR; t++) y[(int64_t)t * n + row] = bias ? __fadd_rn(acc[t], b) : acc[t];
         }
         return;
     }
@@ -163,7 +164,7 @@ static __device__ __forceinline__ void matvec_store(const float *acc, float *y, 
     if (part == 0 && lane < NR && row < n) {
         float s = 0.0f;
         for (int p = 0; p < wpr; p++) s += red[warp + p][lane];
-        y[(int64_t)lane * n + row] = s;
+        y[(int64_t)lane * n + row] = bias ? __fadd_rn(s, bias[row]) : s;
     }
 }
 
@@ -182,12 +183,14 @@ static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
 }
 
 /* Several matrices of one type against the same activations in one launch (the q/k/v projections):
- * CTAs [cta_end[m-1], cta_end[m]) compute matrix m into y[m], as matvec_kernel would. With glu set
+ * CTAs [cta_end[m-1], cta_end[m]) compute matrix m into y[m], as matvec_kernel would, plus the bias
+ * b[m] when there is one (the sum rounded, then the bias added: as matmul then add_row). With glu set
  * (two matrices of the same shape, the FFN gate and up) every CTA computes the same rows of both,
  * and writes swiglu(gate row, up row) to y[0] instead. */
 typedef struct mv_multi_args {
     cuda_wview w[QR_CUDA_MULTI_MAX];
     float *y[QR_CUDA_MULTI_MAX];
+    const float *b[QR_CUDA_MULTI_MAX];
     int32_t cta_end[QR_CUDA_MULTI_MAX];
 } mv_multi_args;
 
@@ -206,7 +209,7 @@ static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
         float *y = a.y[m];
         const int64_t row = (int64_t)(b - b0) * rpc + sub;
         matvec_row_part<T, NR>(w, x, row, part, wpr, lane, acc);
-        matvec_store<NR>(acc, y, w.n, row, warp, lane, part, wpr);
+        matvec_store<NR>(acc, y, w.n, row, warp, lane, part, wpr, a.b[m]);
         return;
     }
     /* GLU: sub-groups alternate gate (even) and up (odd) of rows blockIdx.x * rpc / 2 + sub / 2 */
@@ -260,13 +263,15 @@ extern "C" cudaError_t qr_cuda_matvec(const cuda_wview *w, const cuda_xview *x, 
 
 template <class T>
 static cudaError_t launch_matvec_multi(const cuda_wview *w, int32_t n_mat, const cuda_xview *x, int32_t nr,
-                                       float *const *y, int32_t wpr, int glu, bool pdl, cudaStream_t stream) {
+                                       float *const *y, const float *const *b, int32_t wpr, int glu, bool pdl,
+                                       cudaStream_t stream) {
     const int rpc = (MMV_THREADS / 32) / wpr;
     mv_multi_args a = {};
     int32_t ctas = 0;
     for (int m = 0; m < n_mat; m++) {
         a.w[m] = w[m];
         a.y[m] = y[m];
+        a.b[m] = b ? b[m] : nullptr;
         ctas += glu ? (int32_t)((w[m].n + rpc / 2 - 1) / (rpc / 2)) * (m == 0) : (int32_t)((w[m].n + rpc - 1) / rpc);
         a.cta_end[m] = ctas;
     }
@@ -284,15 +289,16 @@ static cudaError_t launch_matvec_multi(const cuda_wview *w, int32_t n_mat, const
 }
 
 extern "C" cudaError_t qr_cuda_matvec_multi(const cuda_wview *w, int32_t n_mat, const cuda_xview *x, int32_t nr,
-                                            float *const *y, int32_t wpr, int glu, bool pdl, cudaStream_t stream) {
+                                            float *const *y, const float *const *b, int32_t wpr, int glu, bool pdl,
+                                            cudaStream_t stream) {
     if (!qr_cuda_multi_supported(nr, glu) || n_mat < 1 || n_mat > QR_CUDA_MULTI_MAX) return cudaErrorInvalidValue;
-    if (glu && (n_mat != 2 || w[0].n != w[1].n || (wpr != 1 && wpr != 2))) return cudaErrorInvalidValue;
+    if (glu && (n_mat != 2 || w[0].n != w[1].n || (wpr != 1 && wpr != 2) || b)) return cudaErrorInvalidValue;
     if (wpr != 1 && wpr != 2 && wpr != 4) return cudaErrorInvalidValue;
     for (int m = 1; m < n_mat; m++)
         if (w[m].type != w[0].type || w[m].k != w[0].k) return cudaErrorInvalidValue;
     switch ((qr_type)w[0].type) {
 #define TY(E, T) \
-    case E: return launch_matvec_multi<T>(w, n_mat, x, nr, y, wpr, glu, pdl, stream);
+    case E: return launch_matvec_multi<T>(w, n_mat, x, nr, y, b, wpr, glu, pdl, stream);
     MMV_TYPES(TY)
 #undef TY
     default: return cudaErrorInvalidValue;

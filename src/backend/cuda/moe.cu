@@ -45,11 +45,15 @@ static __device__ __forceinline__ float route_prob(float l, int gating, float mx
     return l;
 }
 
+/* PL: experts per lane (n_expert <= 32 PL); KR: k <= ROUTE_KREG, the selected weights kept in lane 0's
+ * registers (loops unrolled over ROUTE_KREG and guarded); else they go through global memory, one
+ * round trip per access. */
+#define ROUTE_KREG 16
+template <int PL, bool KR>
 static __global__ void moe_route_kernel(const float *__restrict__ logits, int64_t n_rows, int n_expert, int k,
                                         int gating, bool norm, float scale, const float *__restrict__ sel_bias,
                                         int32_t *__restrict__ ids, float *__restrict__ weights) {
     pdl_enter();
-    constexpr int PER_LANE = QR_CUDA_MOE_MAX_EXPERT / 32;
     const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5);
     if (r >= n_rows) return;
@@ -57,10 +61,10 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int64_
     int32_t *id = ids + r * k;
     float *w = weights + r * k;
     /* this lane's logits, probabilities and selection scores, in registers (unrolled, guarded) */
-    float l[PER_LANE], pr[PER_LANE], sc[PER_LANE];
+    float l[PL], pr[PL], sc[PL];
     float mx = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < PER_LANE; i++) {
+    for (int i = 0; i < PL; i++) {
         const int e = lane + 32 * i;
         l[i] = e < n_expert ? lg[e] : -INFINITY;
         mx = fmaxf(mx, l[i]);
@@ -69,23 +73,27 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int64_
     if (gating == QR_MOE_SOFTMAX) {
         mx = warp_max(mx);
 #pragma unroll
-        for (int i = 0; i < PER_LANE; i++)
+        for (int i = 0; i < PL; i++)
             if (lane + 32 * i < n_expert) sum += (double)route_exp(l[i] - mx);
         sum = warp_sum_d(sum);
     }
     const float inv = (float)(1.0 / sum);
 #pragma unroll
-    for (int i = 0; i < PER_LANE; i++) {
+    for (int i = 0; i < PL; i++) {
         const int e = lane + 32 * i;
         pr[i] = e < n_expert ? route_prob(l[i], gating, mx, inv) : 0.0f;
         sc[i] = e < n_expert ? (sel_bias ? __fadd_rn(pr[i], sel_bias[e]) : pr[i]) : -INFINITY;
     }
+    constexpr int KN = KR ? ROUTE_KREG : 1, KLOOP = KR ? ROUTE_KREG : (1 << 30);
+    float wk[KN];       /* KR: lane 0's selected probabilities */
     uint32_t taken = 0; /* bit i: expert lane + 32 i is chosen */
-    for (int j = 0; j < k; j++) {
+#pragma unroll
+    for (int j = 0; j < KLOOP; j++) {
+        if (j >= k) break;
         int best = -1;
         float best_sel = -INFINITY, best_p = 0.0f;
 #pragma unroll
-        for (int i = 0; i < PER_LANE; i++) {
+        for (int i = 0; i < PL; i++) {
             const int e = lane + 32 * i;
             if (e >= n_expert || (taken >> i & 1u)) continue;
             if (best < 0 || sc[i] > best_sel) best = e, best_sel = sc[i], best_p = pr[i];
@@ -97,25 +105,34 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int64_
             if (take) best = ob, best_sel = os, best_p = op;
         }
         if (best >= 0 && (best & 31) == lane) taken |= 1u << (best >> 5);
-        if (lane == 0) id[j] = best, w[j] = best_p;
+        if (lane == 0) {
+            id[j] = best;
+            if (KR) wk[j < KN ? j : 0] = best_p;
+            else w[j] = best_p;
+        }
     }
     if (lane != 0) return;
+    /* the arch's weight transforms, on lane 0's registers (KR) or on global memory */
+#define WK(j) (*(KR ? &wk[(j) < KN ? (j) : 0] : &w[j]))
+#define FOR_K _Pragma("unroll") for (int j = 0; j < (KR ? ROUTE_KREG : k); j++) if (j < k)
     if (gating == QR_MOE_SOFTMAX_WEIGHT) {
         float m2 = -INFINITY;
-        for (int j = 0; j < k; j++) m2 = fmaxf(m2, w[j]);
+        FOR_K m2 = fmaxf(m2, WK(j));
         double s2 = 0.0;
-        for (int j = 0; j < k; j++) s2 += (double)(w[j] = route_exp(w[j] - m2));
+        FOR_K s2 += (double)(WK(j) = route_exp(WK(j) - m2));
         const float i2 = (float)(1.0 / s2);
-        for (int j = 0; j < k; j++) w[j] = __fmul_rn(w[j], i2);
+        FOR_K WK(j) = __fmul_rn(WK(j), i2);
     }
     if (norm) {
         double s3 = 0.0;
-        for (int j = 0; j < k; j++) s3 += (double)w[j];
+        FOR_K s3 += (double)WK(j);
         const float fs = fmaxf((float)s3, 6.103515625e-5f);
-        for (int j = 0; j < k; j++) w[j] = __fdiv_rn(w[j], fs);
+        FOR_K WK(j) = __fdiv_rn(WK(j), fs);
     }
-    if (scale != 1.0f && scale != 0.0f)
-        for (int j = 0; j < k; j++) w[j] = __fmul_rn(w[j], scale);
+    if (scale != 1.0f && scale != 0.0f) FOR_K WK(j) = __fmul_rn(WK(j), scale);
+    if (KR) FOR_K w[j] = WK(j);
+#undef FOR_K
+#undef WK
 }
 
 extern "C" cudaError_t qr_cuda_moe_route(const float *logits, int64_t n_rows, const qr_moe_route_params *p,
@@ -124,9 +141,17 @@ extern "C" cudaError_t qr_cuda_moe_route(const float *logits, int64_t n_rows, co
     if (n_rows <= 0) return cudaSuccess;
     if (p->n_expert < 1 || p->n_expert > QR_CUDA_MOE_MAX_EXPERT || p->n_used < 1 || p->n_used > p->n_expert)
         return cudaErrorInvalidValue;
-    return launch_k(moe_route_kernel, dim3((unsigned)((n_rows + ROUTE_WARPS - 1) / ROUTE_WARPS)), dim3(32 * ROUTE_WARPS),
-                    0, stream, pdl, logits, n_rows, (int)p->n_expert, (int)p->n_used, (int)p->gating, (bool)p->norm,
-                    p->scale, sel_bias, ids, weights);
+    const dim3 grid((unsigned)((n_rows + ROUTE_WARPS - 1) / ROUTE_WARPS)), block(32 * ROUTE_WARPS);
+#define ROUTE(PL, KR)                                                                                                  \
+    launch_k(moe_route_kernel<PL, KR>, grid, block, 0, stream, pdl, logits, n_rows, (int)p->n_expert, (int)p->n_used, \
+             (int)p->gating, (bool)p->norm, p->scale, sel_bias, ids, weights)
+    if (p->n_used > ROUTE_KREG) return ROUTE(QR_CUDA_MOE_MAX_EXPERT / 32, false);
+    if (p->n_expert <= 32) return ROUTE(1, true);
+    if (p->n_expert <= 64) return ROUTE(2, true);
+    if (p->n_expert <= 128) return ROUTE(4, true);
+    if (p->n_expert <= 256) return ROUTE(8, true);
+    return ROUTE(QR_CUDA_MOE_MAX_EXPERT / 32, true);
+#undef ROUTE
 }
 
 /* ---- indexed mat-vec ---- */
