@@ -59,6 +59,20 @@ static __device__ __forceinline__ uint32_t lut16(uint32_t v, uint32_t t0, uint32
     const uint32_t mask = ((v & 0x08080808u) >> 3) * 0xFFu;
     return (lo & ~mask) | (hi & mask);
 }
+/* The 16-entry table t0..t3 (byte i of the 16 = entry i) looked up for all 8 nibbles of w at once:
+ * *lo gets the entries of the low nibbles of w's 4 bytes, *hi those of the high nibbles (byte n of
+ * each for byte n of w). __byte_perm reads 3 bits of each selector nibble, so the raw nibbles index
+ * the entries 0-7 of (t0, t1) and 8-15 of (t2, t3); a third permute keeps, per byte, the one the
+ * nibble's bit 3 names, and two more split the interleaved low/high results. 8 permutes per 8 values
+ * (lut16 needs a nibble gather per 4). */
+static __device__ __forceinline__ void lut16x8(uint32_t w, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3,
+                                               uint32_t *lo, uint32_t *hi) {
+    const uint32_t wb = w >> 16;
+    const uint32_t a = __byte_perm(__byte_perm(t0, t1, w), __byte_perm(t2, t3, w), 0x3210u | ((w & 0x8888u) >> 1));
+    const uint32_t b = __byte_perm(__byte_perm(t0, t1, wb), __byte_perm(t2, t3, wb), 0x3210u | ((wb & 0x8888u) >> 1));
+    *lo = __byte_perm(a, b, 0x6420u);
+    *hi = __byte_perm(a, b, 0x7531u);
+}
 #define QR_PK4(a, b, c, d) \
     ((uint32_t)(uint8_t)(a) | ((uint32_t)(uint8_t)(b) << 8) | ((uint32_t)(uint8_t)(c) << 16) | ((uint32_t)(uint8_t)(d) << 24))
 

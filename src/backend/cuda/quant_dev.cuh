@@ -240,9 +240,11 @@ template <bool MX> struct TLut4 {
     }
     static __device__ __forceinline__ uint32_t lu(uint32_t v) { return lut16(v, T0, T1, T2, T3); }
     template <int NR> static __device__ __forceinline__ void dot(const W &c, const cuda_xview &x, int b, int, float *acc) {
-        const uint32_t l0 = lu(c.q.x & M4), l1 = lu(c.q.y & M4), l2 = lu(c.q.z & M4), l3 = lu(c.q.w & M4);
-        const uint32_t h0 = lu((c.q.x >> 4) & M4), h1 = lu((c.q.y >> 4) & M4), h2 = lu((c.q.z >> 4) & M4),
-                       h3 = lu((c.q.w >> 4) & M4);
+        uint32_t l0, l1, l2, l3, h0, h1, h2, h3;
+        lut16x8(c.q.x, T0, T1, T2, T3, &l0, &h0);
+        lut16x8(c.q.y, T0, T1, T2, T3, &l1, &h1);
+        lut16x8(c.q.z, T0, T1, T2, T3, &l2, &h2);
+        lut16x8(c.q.w, T0, T1, T2, T3, &l3, &h3);
 #pragma unroll
         for (int t = 0; t < NR; t++) {
             const int4 a0 = act_q16(x, t, b * 32), a1 = act_q16(x, t, b * 32 + 16);
