@@ -281,6 +281,60 @@ static __global__ void ssm_gate_norm_kernel(const float *__restrict__ y, const f
     }
 }
 
+/* The same with 8 consecutive values of the group per thread (float4 loads, the norm weights loaded
+ * before the PDL wait) and the activation codes made from registers (Q8_0: 4 lanes per block, Q8_K: a
+ * warp per block), as rmsnorm_vec8_kernel does: no second pass over the output. Needs 16-byte aligned
+ * rows (d_inner, gs, z_stride multiples of 8 / 4) and gs <= 8192. */
+template <int QK>
+static __global__ void __launch_bounds__(1024)
+    ssm_gate_norm_vec8_kernel(const float *__restrict__ y, const float *__restrict__ z, int64_t z_stride,
+                              const float *__restrict__ w, int32_t d_inner, int32_t gs, float eps, float *out, int8_t *q,
+                              float *qd, float *qs, int16_t *qg) {
+    __shared__ double sh[32];
+    const int64_t r = blockIdx.x;
+    const int32_t g = blockIdx.y;
+    const int32_t i0 = (int32_t)threadIdx.x * 8;
+    const bool on = i0 < gs;
+    float wv[8];
+    if (w && on) {
+        const float4 w0 = __ldg((const float4 *)(w + (int64_t)g * gs + i0)), w1 = __ldg((const float4 *)(w + (int64_t)g * gs + i0 + 4));
+        wv[0] = w0.x, wv[1] = w0.y, wv[2] = w0.z, wv[3] = w0.w, wv[4] = w1.x, wv[5] = w1.y, wv[6] = w1.z, wv[7] = w1.w;
+    }
+    pdl_enter();
+    const int64_t base = r * d_inner + (int64_t)g * gs + i0;
+    float t[8];
+    double ss = 0.0;
+    if (on) {
+        const float *zr = z + r * z_stride + (int64_t)g * gs + i0;
+        const float4 y0 = *(const float4 *)(y + base), y1 = *(const float4 *)(y + base + 4);
+        const float4 z0 = *(const float4 *)zr, z1 = *(const float4 *)(zr + 4);
+        const float yv[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
+        const float zv[8] = {z0.x, z0.y, z0.z, z0.w, z1.x, z1.y, z1.z, z1.w};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            t[j] = __fmul_rn(silu_dev(zv[j]), yv[j]);
+            ss += (double)__fmul_rn(t[j], t[j]);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++) t[j] = 0.0f;
+    }
+    const double tot = block_sum_d(ss, sh); /* every thread has read its inputs (out may alias y) */
+    const float mean = (float)(tot / (double)gs);
+    const float scale = w ? __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps))) : 1.0f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) t[j] = w ? __fmul_rn(__fmul_rn(t[j], scale), wv[j]) : t[j];
+    if (on) {
+        *(float4 *)(out + base) = make_float4(t[0], t[1], t[2], t[3]);
+        *(float4 *)(out + base + 4) = make_float4(t[4], t[5], t[6], t[7]);
+    }
+    if (QK < 0) return;
+    const int lane = threadIdx.x & 31;
+    if ((int32_t)(threadIdx.x & ~31u) * 8 >= gs) return; /* a warp wholly past the group */
+    if (QK == 0) act_quant_oct32(t, base / 32, lane & 3, on, q, qd, qs, qg);
+    else act_quant_vals256(t, (base - (int64_t)lane * 8) / 256, lane, q, qd, qg);
+}
+
 extern "C" cudaError_t qr_cuda_ssm_gate_norm(const float *y, const float *z, int64_t z_stride, const float *w,
                                              int64_t n_rows, const qr_ssm_params *p, float eps, float *out, int qkind,
                                              int8_t *q, float *qd, float *qs, int16_t *qg, bool pdl,
@@ -293,6 +347,19 @@ extern "C" cudaError_t qr_cuda_ssm_gate_norm(const float *y, const float *z, int
     if (threads > 1024) threads = 1024;
     const int npt = (gs + threads - 1) / threads;
     if (qkind > 1 || (qkind >= 0 && gs % (qkind == 0 ? 32 : 256))) return cudaErrorInvalidValue;
+    const bool vec8 = gs % 8 == 0 && gs <= 8192 && p->d_inner % 8 == 0 && z_stride % 4 == 0 &&
+                      ((uintptr_t)y | (uintptr_t)z | (uintptr_t)out | (uintptr_t)w) % 16 == 0;
+    if (vec8) {
+        const dim3 block((unsigned)((gs / 8 + 31) / 32 * 32));
+        if (qkind == 0)
+            return launch_k(ssm_gate_norm_vec8_kernel<0>, grid, block, 0, stream, pdl, y, z, z_stride, w, p->d_inner, gs,
+                            eps, out, q, qd, qs, qg);
+        if (qkind == 1)
+            return launch_k(ssm_gate_norm_vec8_kernel<1>, grid, block, 0, stream, pdl, y, z, z_stride, w, p->d_inner, gs,
+                            eps, out, q, qd, qs, qg);
+        return launch_k(ssm_gate_norm_vec8_kernel<-1>, grid, block, 0, stream, pdl, y, z, z_stride, w, p->d_inner, gs,
+                        eps, out, q, qd, qs, qg);
+    }
 #define G(N)                                                                                                       \
     do {                                                                                                           \
         if (qkind == 0)                                                                                            \
