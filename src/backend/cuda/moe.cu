@@ -45,6 +45,14 @@ static __device__ __forceinline__ float route_prob(float l, int gating, float mx
     return l;
 }
 
+/* A float as an unsigned key of the same order (1 + the sign-flipped bits: 0 is left for "no candidate";
+ * -inf and NaNs order as their bits do). */
+static __device__ __forceinline__ uint32_t route_key(float f) {
+    const uint32_t u = __float_as_uint(f);
+    const uint32_t k = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return k == 0xffffffffu ? k : k + 1u;
+}
+
 /* PL: experts per lane (n_expert <= 32 PL); KR: k <= ROUTE_KREG, the selected weights kept in lane 0's
  * registers (loops unrolled over ROUTE_KREG and guarded); else they go through global memory, one
  * round trip per access. */
@@ -53,8 +61,11 @@ template <int PL, bool KR>
 static __global__ void moe_route_kernel(const float *__restrict__ logits, int64_t n_rows, int n_expert, int k,
                                         int gating, bool norm, float scale, const float *__restrict__ sel_bias,
                                         int32_t *__restrict__ ids, float *__restrict__ weights) {
-    pdl_enter();
     const int lane = threadIdx.x & 31;
+    float sb[PL]; /* the selection bias (a weight) is read before waiting for the logits */
+#pragma unroll
+    for (int i = 0; i < PL; i++) sb[i] = sel_bias && lane + 32 * i < n_expert ? __ldg(sel_bias + lane + 32 * i) : 0.0f;
+    pdl_enter();
     const int64_t r = (int64_t)blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5);
     if (r >= n_rows) return;
     const float *lg = logits + r * n_expert;
@@ -82,7 +93,7 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int64_
     for (int i = 0; i < PL; i++) {
         const int e = lane + 32 * i;
         pr[i] = e < n_expert ? route_prob(l[i], gating, mx, inv) : 0.0f;
-        sc[i] = e < n_expert ? (sel_bias ? __fadd_rn(pr[i], sel_bias[e]) : pr[i]) : -INFINITY;
+        sc[i] = e < n_expert ? (sel_bias ? __fadd_rn(pr[i], sb[i]) : pr[i]) : -INFINITY;
     }
     constexpr int KN = KR ? ROUTE_KREG : 1, KLOOP = KR ? ROUTE_KREG : (1 << 30);
     float wk[KN];       /* KR: lane 0's selected probabilities */
@@ -90,20 +101,24 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int64_
 #pragma unroll
     for (int j = 0; j < KLOOP; j++) {
         if (j >= k) break;
-        int best = -1;
-        float best_sel = -INFINITY, best_p = 0.0f;
+        /* this lane's best candidate (higher score, then the lower id), as an ordered key: 0 = none */
+        int mine = -1;
+        uint32_t key = 0u;
 #pragma unroll
         for (int i = 0; i < PL; i++) {
             const int e = lane + 32 * i;
             if (e >= n_expert || (taken >> i & 1u)) continue;
-            if (best < 0 || sc[i] > best_sel) best = e, best_sel = sc[i], best_p = pr[i];
+            const uint32_t ki = route_key(sc[i]);
+            if (mine < 0 || ki > key) mine = e, key = ki;
         }
-        for (int o = 16; o > 0; o >>= 1) { /* argmax: higher score, then the lower id (-1 = none) */
-            const int ob = __shfl_xor_sync(0xffffffffu, best, o);
-            const float os = __shfl_xor_sync(0xffffffffu, best_sel, o), op = __shfl_xor_sync(0xffffffffu, best_p, o);
-            const bool take = ob >= 0 && (best < 0 || os > best_sel || (os == best_sel && ob < best));
-            if (take) best = ob, best_sel = os, best_p = op;
-        }
+        /* warp argmax in two reductions: the highest key, then the lowest id holding it */
+        const uint32_t top = __reduce_max_sync(0xffffffffu, key);
+        const int best = top == 0u ? -1 : (int)__reduce_min_sync(0xffffffffu, key == top && mine >= 0 ? (uint32_t)mine : 0xffffffffu);
+        float best_p = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PL; i++)
+            if (lane + 32 * i == best) best_p = pr[i];
+        best_p = __shfl_sync(0xffffffffu, best_p, best >= 0 ? best & 31 : 0);
         if (best >= 0 && (best & 31) == lane) taken |= 1u << (best >> 5);
         if (lane == 0) {
             id[j] = best;
