@@ -14,16 +14,14 @@ static inline int __dp4a(int a, int b, int c) {
     for (int i = 0; i < 4; i++) c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
     return c;
 }
+/* CUDA's __byte_perm reads 3 bits of each of the 4 low selector nibbles (bit 3, PTX prmt's sign-replicate
+ * flag, is not part of the intrinsic: measured on the H100, where raw 4-bit codes as selectors index
+ * bytes 0-7). */
 static inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
     uint8_t b[8];
     for (int i = 0; i < 4; i++) b[i] = (uint8_t)(x >> (8 * i)), b[4 + i] = (uint8_t)(y >> (8 * i));
     uint32_t r = 0;
-    for (int i = 0; i < 4; i++) {
-        int sel = (s >> (4 * i)) & 0xF;
-        uint8_t v = b[sel & 7];
-        if (sel & 8) v = (v & 0x80) ? 0xFF : 0;
-        r |= (uint32_t)v << (8 * i);
-    }
+    for (int i = 0; i < 4; i++) r |= (uint32_t)b[(s >> (4 * i)) & 7] << (8 * i);
     return r;
 }
 static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
