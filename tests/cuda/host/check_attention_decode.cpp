@@ -29,6 +29,7 @@ static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; retu
 static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline int __dp4a(int a, int b, int c) { return c; }
+static inline int __float2int_rn(float x) { return (int)nearbyintf(x); } /* round half to even */
 static inline uint32_t __byte_perm(uint32_t x, uint32_t, uint32_t) { return x; }
 inline void __syncwarp(unsigned = 0xffffffffu) { g_warp_bar[threadIdx.x / 32]->arrive_and_wait(); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }

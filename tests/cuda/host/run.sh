@@ -23,10 +23,11 @@ try:
     k = s[a:b].replace('extern __shared__ float smem[];', 'float *smem = smem_buf;').replace('static __global__ void', 'static void')
     open(t + '/attn_kernel.inc', 'w').write(k)
     s = open('src/backend/cuda/attention_decode.cu').read()
-    a = s.index('#define DEC_THREADS')
+    a = s.index('#include <stdint.h>')
     b = s.index('template <int D, int G>\nstatic cudaError_t launch_dec')
-    open(t + '/attn_decode_kernel.inc', 'w').write(s[a:b].replace('static __global__ void', 'static void'))
-except ValueError:  # the attention sources moved on (session 5: attention_dev.cuh, cluster kernel)
+    dev = open('src/backend/cuda/attention_dev.cuh').read()  # the helpers the kernels share (session 5)
+    open(t + '/attn_decode_kernel.inc', 'w').write((dev + s[a:b]).replace('static __global__ void', 'static void'))
+except ValueError:  # the attention sources moved on: the extraction below needs updating
     open(t + '/attn_stale', 'w').write('')
 PY
 objs=$(ls $BUILD/CMakeFiles/qr_quant.dir/src/quant/*.o $BUILD/CMakeFiles/qr_util.dir/src/util/*.o)
@@ -35,8 +36,8 @@ flags="-std=c++20 -O1 -D__device__= -D__global__= -I$T -Itests/cuda/host -I$CUDA
 g++ $flags -include shim.h tests/cuda/host/check_quant.cpp $objs -lm -lpthread -o "$T/check_quant" 2>&1 | grep -v warning || true
 if [ -e "$T/attn_stale" ]; then
     "$T/check_quant" || exit 1
-    echo "ERROR: check_attention / check_attention_decode are stale: the kernels they extract were restructured" \
-        "in session 5 (attention_dev.cuh, attention_cluster.cu); only check_quant ran" >&2
+    echo "ERROR: check_attention / check_attention_decode not built: the kernel text run.sh extracts from" \
+        "attention.cu / attention_decode.cu moved (update the extraction); only check_quant ran" >&2
     exit 2
 fi
 g++ $flags tests/cuda/host/check_attention.cpp $cpu $objs -lm -lpthread -o "$T/check_attention" 2>&1 | grep -v warning || true
