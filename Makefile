@@ -7,7 +7,7 @@ MODEL      ?= $(MODELS_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 PY         := .venv/bin/python
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build run test test-unit test-asan test-py fuzz clean install
+.PHONY: all setup build run test test-unit test-cuda-host test-asan test-py fuzz clean install
 
 all: build
 
@@ -27,12 +27,20 @@ run: build
 test: setup
 	$(MAKE) build
 	$(MAKE) test-unit
+	$(MAKE) test-cuda-host
 	$(MAKE) test-asan
 	$(MAKE) test-py
 	@echo "== all test stages passed =="
 
 test-unit:
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# The CUDA mat-vec block decoders (quant_dev.cuh) on the host against the CPU oracle: needs the CUDA
+# headers (the toolkit, no GPU); without them it says it did not run.
+CUDA_HOME ?= /usr/local/cuda
+test-cuda-host:
+	@if [ -f $(CUDA_HOME)/include/cuda_runtime.h ]; then BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) bash tests/cuda/host/run.sh quant; \
+	else echo "test-cuda-host: NOT RUN (no $(CUDA_HOME)/include/cuda_runtime.h)"; fi
 
 test-asan:
 	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DQUARREL_SANITIZE=ON -DQUARREL_CUDA=OFF >/dev/null
