@@ -258,6 +258,10 @@ typedef struct qr_backend_ops {
     /* out = swiglu(x . gate^T, x . up^T) as matmul, matmul, swiglu; scratch [n_rows][n] may be written. */
     void (*matmul_swiglu)(qr_backend *be, const qr_weight *gate, const qr_weight *up, const float *x, int64_t n_rows,
                           float *out, float *scratch);
+    /* out = glu(x . w^T, NULL, act) as matmul then glu, for an activation of one input (QR_GLU_RELU2);
+     * scratch [n_rows][n] may be written. */
+    void (*matmul_act)(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, qr_glu_kind act, float *out,
+                       float *scratch);
     /* rope(q, n_head), rope(k, n_head_kv), kv_store(kv, layer, k, v) (head_dim: of q and k). */
     void (*rope_kv_store)(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
                           int32_t head_dim, const qr_rope_params *p, qr_kv_storage *kv, int32_t layer);

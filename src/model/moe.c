@@ -47,6 +47,8 @@ void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
             be->ops->matmul(be, &lx->up_shexp, f->xb, n, u);
             be->ops->matmul(be, &lx->gate_shexp, f->xb, n, g);
             be->ops->glu(be, g, u, n * S, h->expert_act, g);
+        } else if (be->ops->matmul_act) {
+            be->ops->matmul_act(be, &lx->up_shexp, f->xb, n, QR_GLU_RELU2, g, u);
         } else {
             be->ops->matmul(be, &lx->up_shexp, f->xb, n, u);
             be->ops->glu(be, u, NULL, n * S, QR_GLU_RELU2, g);

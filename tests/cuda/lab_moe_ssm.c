@@ -153,6 +153,57 @@ static void check_down_combine(lab *L, const qr_weight *w, const qr_weight *b, c
     fb_free(L, &x), fb_free(L, &wt), fb_free(L, &add), fb_free(L, &out), fb_free(L, &scr);
 }
 
+/* A decode MoE block as model/moe.c runs it: the input held (act_hold: its Q8 codes kept in one scratch while
+ * the expert output's go to the other), gate+up (+ activation), then the down projection + weighted sum.
+ * Against matmul_id + moe_combine on the CPU. */
+typedef struct blk_ctx {
+    qr_backend *be;
+    const qr_weight *up, *gate, *down;
+    const float *x, *wt;
+    const int32_t *ids;
+    int64_t rows;
+    int32_t k;
+    qr_glu_kind act;
+    float *h, *out, *scratch;
+} blk_ctx;
+
+static void run_blk(void *p) {
+    blk_ctx *c = p;
+    const int64_t kin = c->up->ne[0];
+    if (c->be->ops->act_hold) c->be->ops->act_hold(c->be, c->x, c->rows, kin);
+    c->be->ops->moe_gate_up(c->be, c->gate, NULL, c->up, NULL, c->x, c->ids, c->rows, c->k, c->act, c->h);
+    if (c->be->ops->moe_down_combine)
+        c->be->ops->moe_down_combine(c->be, c->down, NULL, c->h, c->ids, c->wt, c->rows, c->k, NULL, c->out, c->scratch);
+    else {
+        c->be->ops->matmul_id(c->be, c->down, NULL, c->h, true, c->ids, c->rows, c->k, c->scratch);
+        c->be->ops->moe_combine(c->be, c->scratch, c->wt, c->rows, c->k, c->down->ne[1], NULL, c->out);
+    }
+    if (c->be->ops->act_hold) c->be->ops->act_hold(c->be, NULL, 0, 0);
+}
+
+static void check_block(lab *L, const qr_weight *up, const qr_weight *gate, const char *name, int64_t rows, int32_t k,
+                        int32_t ne, const int32_t *ids, const int32_t *idd, qr_glu_kind act) {
+    const int64_t n = up->ne[1], kin = up->ne[0];
+    qr_weight down = gen_weight(L, (qr_type)up->type, n, kin, ne, "down_exps");
+    fbuf x = fb_new(L, rows * kin, 1.0f), wt = fb_new(L, rows * k, 1.0f), h = fb_new(L, rows * k * n, 0.0f);
+    fbuf out = fb_new(L, rows * kin, 0.0f), scr = fb_new(L, rows * k * kin, 0.0f);
+    blk_ctx cc = {.be = L->cpu, .up = up, .gate = gate, .down = &down, .x = x.h, .wt = wt.h, .ids = ids, .rows = rows,
+                  .k = k, .act = act, .h = h.h, .out = out.h, .scratch = scr.h};
+    blk_ctx gc = cc;
+    gc.be = L->gpu, gc.x = x.d, gc.wt = wt.d, gc.ids = idd, gc.h = h.d, gc.out = out.d, gc.scratch = scr.d;
+    cc.be->ops->moe_gate_up(cc.be, gate, NULL, up, NULL, x.h, ids, rows, k, act, h.h);
+    cc.be->ops->matmul_id(cc.be, &down, NULL, h.h, true, ids, rows, k, scr.h);
+    cc.be->ops->moe_combine(cc.be, scr.h, wt.h, rows, k, kin, NULL, out.h);
+    run_blk(&gc);
+    char cfg[80];
+    snprintf(cfg, sizeof cfg, "%s %s k%d rows %lld held", name, gate ? "gate+up" : "up", k, (long long)rows);
+    const double tol = up->type == QR_TYPE_F16 ? 1e-2 : 4e-2;
+    compare(L, "moe_block", cfg, out.h, out.d, rows * kin, tol, run_blk, &gc,
+            (double)up->row_bytes * (double)n * (double)(rows * k) * (gate ? 3.0 : 2.0));
+    weight_free(L, &down);
+    fb_free(L, &x), fb_free(L, &wt), fb_free(L, &h), fb_free(L, &out), fb_free(L, &scr);
+}
+
 static void check_route(lab *L) {
     const int ne_list[] = {8, 32, 128};
     const int k_list[] = {2, 4, 6};
@@ -195,6 +246,8 @@ static void check_experts(lab *L) {
         {"mixtral-like q4_k", QR_TYPE_Q4_K, 1024, 512, 8, 2, false},
         {"gpt-oss-20b mxfp4", QR_TYPE_MXFP4, 2880, 2880, 32, 4, true},
         {"nemotron-3 q8_0", QR_TYPE_Q8_0, 2688, 1856, 128, 6, false}, /* 2688 is not a multiple of 256 */
+        {"nemotron-3 q4_0", QR_TYPE_Q4_0, 2688, 1856, 128, 6, false},
+        {"iq4_nl", QR_TYPE_IQ4_NL, 512, 200, 8, 2, false}, /* n_out not a multiple of the CTA's 128 rows */
         {"f16", QR_TYPE_F16, 512, 256, 8, 2, true},
     };
     for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
@@ -209,14 +262,19 @@ static void check_experts(lab *L) {
         char err[256];
         if (L->gpu->ops->weight_prepare(L->gpu, &b, err, sizeof err) != QR_OK) exit(2);
         const double tol = c->type == QR_TYPE_F16 ? 5e-3 : 2e-2;
-        /* the expert mat-vec (1, 5 rows) and the prefill paths (64 rows: as chosen, which is the tiled mat-vec
-         * at these sizes; then the f16 GEMM zero-padded and strided-batched; then one GEMM per expert) */
-        const int64_t rows_list[] = {1, 5, 64, 64, 64};
-        static const char *const variant[] = {"", "", "", " padded", " loop"};
-        for (int ri = 0; ri < 5; ri++) {
-            const int64_t rows = rows_list[ri];
-            qr_cuda_backend_tune(L->gpu)->moe_tiles = ri < 3;
-            qr_cuda_backend_tune(L->gpu)->moe_grouped = ri != 4;
+        /* the expert mat-vec (1, 5 rows) and the prefill paths: the int8 tensor-core tiles (mma; 64 rows, and
+         * 200 rows: several tiles per expert at E <= 32), the tiled mat-vec, the f16 GEMM zero-padded and
+         * strided-batched, one GEMM per expert (the last four fall back to the next where a type lacks one) */
+        const int64_t rows_list[] = {1, 5, 64, 200, 64, 64, 64};
+        static const char *const variant[] = {"", "", " mma", " mma", " tiles", " padded", " loop"};
+        for (int ri = 0; ri < 7; ri++) {
+            /* nemotron q4_0: mma and padded also at pp512 sizes (~24 rows an expert), timed against each other */
+            const bool big = c->type == QR_TYPE_Q4_0 && c->ne == 128 && !L->quick;
+            const int64_t rows = big && (ri == 3 || ri == 5) ? 512 : rows_list[ri];
+            if (rows > 64 && (L->quick || (c->ne > 32 && !big))) continue;
+            qr_cuda_backend_tune(L->gpu)->moe_mma = ri < 4;
+            qr_cuda_backend_tune(L->gpu)->moe_tiles = ri < 5;
+            qr_cuda_backend_tune(L->gpu)->moe_grouped = ri != 6;
             fbuf x = fb_new(L, rows * c->k, 1.0f), y = fb_new(L, rows * c->used * c->n, 0.0f);
             int32_t *ids = ids_new(L, rows, c->used, (int32_t)c->ne);
             int32_t *idd = (int32_t *)lab_gpu_alloc(L, sizeof(int32_t) * (size_t)(rows * c->used));
@@ -239,7 +297,14 @@ static void check_experts(lab *L) {
                 compare(L, gu ? "moe_gate_up" : "matmul_id", cfg, y.h, y.d, rows * c->used * c->n, gu ? 2 * tol : tol,
                         run_mm, &gc, wbytes);
             }
-            if (rows <= 8) check_down_combine(L, &up, c->bias ? &b : NULL, c->name, rows, c->used, ids, idd);
+            if (rows <= 8) {
+                check_down_combine(L, &up, c->bias ? &b : NULL, c->name, rows, c->used, ids, idd);
+            }
+            if (rows <= 8 && c->n % 32 == 0) { /* the down projection's rows are n long */
+                check_block(L, &up, &gate, c->name, rows, c->used, (int32_t)c->ne, ids, idd,
+                            c->type == QR_TYPE_MXFP4 ? QR_GLU_SWIGLU_OAI : QR_GLU_SWIGLU);
+                check_block(L, &up, NULL, c->name, rows, c->used, (int32_t)c->ne, ids, idd, QR_GLU_RELU2);
+            }
             free(ids);
             lab_gpu_free(L, idd);
             fb_free(L, &x), fb_free(L, &y);
@@ -250,6 +315,31 @@ static void check_experts(lab *L) {
     }
     qr_cuda_backend_tune(L->gpu)->moe_grouped = 1;
     qr_cuda_backend_tune(L->gpu)->moe_tiles = 1;
+    qr_cuda_backend_tune(L->gpu)->moe_mma = 1;
+    /* matmul_act (nemotron's shared expert: relu^2(up x), then down) with the input held, as model/moe.c runs
+     * it: on the GPU the expert mat-vec on one matrix, relu^2 in its epilogue */
+    for (int ti = 0; ti < 2; ti++) {
+        const qr_type ty = ti == 0 ? QR_TYPE_Q4_0 : QR_TYPE_Q8_0;
+        qr_weight up = gen_weight(L, ty, 2688, 3712, 1, "up_shexp"), down = gen_weight(L, ty, 3712, 2688, 1, "down_shexp");
+        for (int64_t rows = 1; rows <= 4; rows += 3) {
+            fbuf x = fb_new(L, rows * 2688, 1.0f), g = fb_new(L, rows * 3712, 0.0f), sc = fb_new(L, rows * 3712, 0.0f);
+            fbuf o = fb_new(L, rows * 2688, 0.0f);
+            L->cpu->ops->matmul(L->cpu, &up, x.h, rows, sc.h);
+            L->cpu->ops->glu(L->cpu, sc.h, NULL, rows * 3712, QR_GLU_RELU2, g.h);
+            L->cpu->ops->matmul(L->cpu, &down, g.h, rows, o.h);
+            qr_backend *G = L->gpu;
+            G->ops->act_hold(G, x.d, rows, 2688);
+            G->ops->matmul_act(G, &up, x.d, rows, QR_GLU_RELU2, g.d, sc.d);
+            G->ops->matmul(G, &down, g.d, rows, o.d);
+            G->ops->act_hold(G, NULL, 0, 0);
+            char cfg[72];
+            snprintf(cfg, sizeof cfg, "relu^2 %s 3712x2688 then down, rows %lld held", ti == 0 ? "q4_0" : "q8_0",
+                     (long long)rows);
+            compare(L, "matmul_act", cfg, o.h, o.d, rows * 2688, 4e-2, NULL, NULL, 0);
+            fb_free(L, &x), fb_free(L, &g), fb_free(L, &sc), fb_free(L, &o);
+        }
+        weight_free(L, &up), weight_free(L, &down);
+    }
     /* relu^2 experts (no gate), combine, glu */
     {
         qr_weight up = gen_weight(L, QR_TYPE_Q8_0, 512, 256, 8, "up_exps");

@@ -114,6 +114,7 @@ static void cuda_destroy(qr_backend *be) {
     cudaFree(cb->tile);
     cudaFree(cb->attn);
     cudaFree(cb->attn_cnt);
+    cudaFree(cb->zero_ids);
     cudaFree(cb->tmp);
     cudaFree(cb->moe);
     free(cb->h_moe);
@@ -1349,6 +1350,7 @@ static qr_backend_ops make_cuda_ops(void) {
     o.add_rmsnorm = cuda_add_rmsnorm;
     o.matmul_multi = cuda_matmul_multi;
     o.matmul_swiglu = cuda_matmul_swiglu;
+    o.matmul_act = cuda_matmul_act;
     o.rope_kv_store = cuda_rope_kv_store;
     o.act_hold = cuda_act_hold;
     o.ssm_gate_norm_next = cuda_ssm_gate_norm_next;
@@ -1452,11 +1454,17 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
     cb->tune.moe_kernel = 0;
     cb->tune.moe_grouped = 1;
     cb->tune.moe_tiles = 1;
+    cb->tune.moe_mma = 1;
+    cb->tune.moe_mma_max_rows = 64;
+    const char *xenv = getenv("QUARREL_CUDA_MMQ_MAX_ROWS");
+    if (xenv) cb->tune.moe_mma_max_rows = atoi(xenv);
     const char *menv = getenv("QUARREL_CUDA_MOE");
     if (menv && strcmp(menv, "old") == 0) cb->tune.moe_kernel = 1;
     if (menv && strcmp(menv, "nogemm") == 0) cb->tune.moe_kernel = 2;
     if (menv && strcmp(menv, "loop") == 0) cb->tune.moe_grouped = 0;
     if (menv && (strcmp(menv, "loop") == 0 || strcmp(menv, "notiles") == 0)) cb->tune.moe_tiles = 0;
+    if (menv && (strcmp(menv, "loop") == 0 || strcmp(menv, "notiles") == 0 || strcmp(menv, "nomma") == 0))
+        cb->tune.moe_mma = 0;
     cb->tune.gemm_q8_act = 1;
     const char *qenv = getenv("QUARREL_CUDA_GEMM_Q8");
     if (qenv && strcmp(qenv, "0") == 0) cb->tune.gemm_q8_act = 0;

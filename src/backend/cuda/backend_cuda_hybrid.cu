@@ -58,26 +58,30 @@ static void moe_matvec(cuda_backend *cb, const cuda_weight *w0, const cuda_weigh
         act_mark(cb, x, n_x, k, a.kind);
 }
 
-/* The grouped expert mat-vec (prefill with few rows per expert, moe_gemm's tiles mode). h_slot: the host
- * staging [slot | expert | row | source] per sorted p (compact layout), h_tile: room for the tiles. The
- * sorted activation rows are gathered (f32), prepared as for the mat-vec (quantized to Q8 like the CPU
- * quantizes them), and each tile of up to 8 rows of one expert multiplied in one CTA row-range. */
+/* The grouped expert matmul over tiles of sorted rows (moe_gemm's tiles mode): the quantized mat-vec
+ * over tiles of up to 8 rows of one expert (few rows per expert), or the int8 tensor-core kernel over
+ * tiles of up to 32 (mma). h_slot: the host staging [slot | expert | row | source] per sorted p (compact
+ * layout), h_tile: room for the tiles. The sorted activation rows are gathered (f32), prepared as for
+ * the mat-vec (quantized to Q8 like the CPU quantizes them), and each tile multiplied in one CTA
+ * row-range. */
 static void moe_tiles(cuda_backend *cb, const cuda_weight *w0, const cuda_weight *w1, const float *b0, const float *b1,
                       int64_t n_out, const float *x, int64_t n_slots, int64_t n_expert, const int32_t *off,
-                      const int32_t *h_slot, int32_t *h_tile, int act, float *y) {
+                      const int32_t *h_slot, int32_t *h_tile, bool mma, int act, float *y) {
     const int64_t k = w0->v.k;
     const int n_mat = w1 ? 2 : 1;
-    int32_t n_tiles = 0;
+    const int32_t tr = mma ? QR_CUDA_MMQ_TILE_ROWS : 8; /* rows per tile, and rows of slack */
+    int32_t n_tiles = 0, max_rows = 1;
     for (int64_t e = 0; e < n_expert; e++)
-        for (int32_t p0 = off[e]; p0 < off[e + 1]; p0 += 8, n_tiles++) {
+        for (int32_t p0 = off[e]; p0 < off[e + 1]; p0 += tr, n_tiles++) {
             int32_t *t = h_tile + 4 * (int64_t)n_tiles;
-            t[0] = (int32_t)e, t[1] = p0, t[2] = off[e + 1] - p0 < 8 ? off[e + 1] - p0 : 8, t[3] = 0;
+            t[0] = (int32_t)e, t[1] = p0, t[2] = off[e + 1] - p0 < tr ? off[e + 1] - p0 : tr, t[3] = 0;
+            if (t[2] > max_rows) max_rows = t[2];
         }
     if (n_tiles > 65535) {
         raise_error(cb, QR_ERR_INVALID_ARG, "matmul_id: %d expert tiles (more than 65535)", n_tiles);
         return;
     }
-    /* device scratch: slot, expert, row, source (int32) | tiles (int4) | sorted f32 rows + 8 of slack |
+    /* device scratch: slot, expert, row, source (int32) | tiles (int4) | sorted f32 rows + slack |
      * per-matrix f32 results */
     size_t o = 0;
     const size_t o_idx = o;
@@ -85,7 +89,7 @@ static void moe_tiles(cuda_backend *cb, const cuda_weight *w0, const cuda_weight
     const size_t o_tile = o;
     o = align256(o + (size_t)n_tiles * 16);
     const size_t o_xs = o;
-    o = align256(o + (size_t)((n_slots + 8) * k) * 4);
+    o = align256(o + (size_t)((n_slots + tr) * k) * 4);
     const size_t o_y = o;
     o = align256(o + (size_t)n_mat * (size_t)(n_slots * n_out) * 4);
     if (!ensure_scratch(cb, &cb->moe, &cb->moe_cap, o, "the expert mat-vec")) return;
@@ -96,20 +100,20 @@ static void moe_tiles(cuda_backend *cb, const cuda_weight *w0, const cuda_weight
                  "matmul_id (upload order)") ||
         !cuda_ok(cb, cudaMemcpyAsync(d_tile, h_tile, (size_t)n_tiles * 16, cudaMemcpyHostToDevice, cb->stream),
                  "matmul_id (upload tiles)") ||
-        !cuda_ok(cb, cudaMemsetAsync(xs + n_slots * k, 0, (size_t)(8 * k) * 4, cb->stream), "matmul_id (slack)") ||
+        !cuda_ok(cb, cudaMemsetAsync(xs + n_slots * k, 0, (size_t)(tr * k) * 4, cb->stream), "matmul_id (slack)") ||
         !cuda_ok(cb, qr_cuda_gather_rows(x, k, d_idx + 3 * n_slots, (int32_t)n_slots, xs, false, cb->stream),
                  "matmul_id (gather)"))
         return;
     act_ptrs a;
-    if (!act_prepare(cb, (qr_type)w0->v.type, xs, n_slots + 8, k, &a)) return;
+    if (!act_prepare(cb, (qr_type)w0->v.type, xs, n_slots + tr, k, &a)) return;
     const cuda_xview xv = act_view(&a, 0);
     const int32_t wpr = mmv_wpr(cb, n_out);
     for (int m = 0; m < n_mat; m++) {
         cuda_wview v = (m == 0 ? w0 : w1)->v;
-        if (!cuda_ok(cb, qr_cuda_matvec_tiles(&v, &xv, d_tile, n_tiles, n_out, ys + (int64_t)m * n_slots * n_out, wpr,
-                                              cb->stream),
-                     "matmul_id (tiles)"))
-            return;
+        float *ym = ys + (int64_t)m * n_slots * n_out;
+        const cudaError_t ce = mma ? qr_cuda_mmq_tiles(&v, &xv, d_tile, n_tiles, max_rows, n_out, ym, cb->stream)
+                                   : qr_cuda_matvec_tiles(&v, &xv, d_tile, n_tiles, n_out, ym, wpr, cb->stream);
+        if (!cuda_ok(cb, ce, mma ? "matmul_id (mma tiles)" : "matmul_id (tiles)")) return;
     }
     cb->act_valid = false;
     cuda_ok(cb, qr_cuda_moe_scatter(ys, w1 ? ys + n_slots * n_out : NULL, b0, b1, d_idx, d_idx + n_slots, d_idx + 2 * n_slots,
@@ -168,7 +172,9 @@ static void moe_gemm(cuda_backend *cb, const cuda_weight *w0, const cuda_weight 
      * (H100, nemotron-3-nano experts: 1.3x faster than the f16 GEMM at ~3 rows per expert, 0.73x at ~24) */
     int64_t active = 0;
     for (int64_t e = 0; e < n_expert; e++) active += cnt[e] > 0;
-    const bool tiles = cb->tune.moe_tiles && v0->nb > 0 && n_slots <= 12 * active;
+    const bool mma = cb->tune.moe_mma && qr_cuda_mmq_supported((qr_type)v0->type) && (!w1 || w1->v.type == v0->type) &&
+                     n_slots <= (int64_t)cb->tune.moe_mma_max_rows * active;
+    const bool tiles = mma || (cb->tune.moe_tiles && v0->nb > 0 && n_slots <= 12 * active);
     /* padded: expert e's rows start at e * maxc (one strided-batched GEMM per chunk); else at off[e] */
     const bool padded = !tiles && cb->tune.moe_grouped && n_expert * maxc <= 4 * n_slots + 64;
     const int64_t n_g = padded ? n_expert * maxc : n_slots; /* gathered rows */
@@ -183,7 +189,7 @@ static void moe_gemm(cuda_backend *cb, const cuda_weight *w0, const cuda_weight 
     }
     if (tiles) {
         int32_t *h_tile = h_src + 4 * n_slots + 64; /* after the largest gathered-row table */
-        moe_tiles(cb, w0, w1, b0, b1, n_out, x, n_slots, n_expert, off, h_slot, h_tile, act, y);
+        moe_tiles(cb, w0, w1, b0, b1, n_out, x, n_slots, n_expert, off, h_slot, h_tile, mma, act, y);
         return;
     }
     /* experts per dequantized chunk (the f16 copy of a chunk of experts; F16 weights are used in place) */
@@ -289,6 +295,35 @@ void cuda_matmul_id(qr_backend *be, const qr_weight *w, const qr_weight *bias, c
     default:
         cuda_ok(cb, qr_cuda_matmul_id(&cw->v, n_out, b, x, x_per_slot, ids, n_rows, n_used, y, cb->stream), "matmul_id");
     }
+}
+
+/* out = act(w x): at decode sizes the expert mat-vec with every row on "expert" 0 (its epilogue applies the
+ * activation, and for a held x its quantize tail prepares out for the next matmul); else matmul + glu. */
+void cuda_matmul_act(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, qr_glu_kind act, float *out,
+                     float *scratch) {
+    cuda_backend *cb = CB(be);
+    const cuda_weight *cw = prepared(cb, w, "matmul_act");
+    if (!cw || n_rows <= 0) return;
+    const int64_t n_out = w->ne[1];
+    if (cb->tune.fuse && n_rows <= cb->tune.mmvq_max_rows && cw->v.nb > 0 && cw->v.n == n_out) {
+        if (!cb->zero_ids) {
+            if (cb->capturing) goto plain;
+            if (cudaMalloc((void **)&cb->zero_ids, 64 * sizeof(int32_t)) != cudaSuccess ||
+                cudaMemset(cb->zero_ids, 0, 64 * sizeof(int32_t)) != cudaSuccess) {
+                (void)cudaGetLastError();
+                cudaFree(cb->zero_ids);
+                cb->zero_ids = NULL;
+                goto plain;
+            }
+        }
+        if (n_rows <= 64) {
+            moe_matvec(cb, cw, NULL, NULL, NULL, n_out, x, true, cb->zero_ids, n_rows, 1, (int)act, out);
+            return;
+        }
+    }
+plain:
+    be->ops->matmul(be, w, x, n_rows, scratch);
+    cuda_glu(be, scratch, NULL, n_rows * n_out, act, out);
 }
 
 void cuda_glu(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out) {

@@ -91,6 +91,7 @@ typedef struct cuda_backend {
     size_t moe_cap;
     int32_t *h_moe;
     size_t h_moe_cap;           /* bytes */
+    int32_t *zero_ids;      /* 64 zero expert ids (matmul_act runs the expert mat-vec on one matrix) */
     unsigned int *attn_cnt; /* flash-decoding's per-tile split counters (zero between launches) */
     size_t attn_cnt_cap;    /* counters allocated */
 } cuda_backend;
@@ -143,6 +144,8 @@ void cuda_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const q
                     float *weights);
 void cuda_matmul_id(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x, bool x_per_slot,
                     const int32_t *ids, int64_t n_rows, int32_t n_used, float *y);
+void cuda_matmul_act(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, qr_glu_kind act, float *out,
+                     float *scratch);
 void cuda_glu(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out);
 void cuda_moe_gate_up(qr_backend *be, const qr_weight *gate, const qr_weight *gate_b, const qr_weight *up,
                       const qr_weight *up_b, const float *x, const int32_t *ids, int64_t n_rows, int32_t n_used,

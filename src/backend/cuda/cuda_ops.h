@@ -234,6 +234,13 @@ cudaError_t qr_cuda_matvec_id_combine(const qr_cuda_mv_id_args *a, const cuda_xv
  * x: prepared activations of the sorted rows with at least 7 rows of slack after the last. */
 cudaError_t qr_cuda_matvec_tiles(const cuda_wview *w, const cuda_xview *x, const int32_t *tiles, int32_t n_tiles,
                                  int64_t n_out, float *y, int32_t wpr, cudaStream_t stream);
+/* The same on int8 tensor cores (matmul_mma.cu), for the types of qr_cuda_mmq_supported (Q4_0, Q8_0, MXFP4,
+ * IQ4_NL): tiles of nr <= QR_CUDA_MMQ_TILE_ROWS rows, max_rows the largest nr; x (Q8_0-rule activations) needs
+ * QR_CUDA_MMQ_TILE_ROWS rows of slack after the last sorted row. */
+#define QR_CUDA_MMQ_TILE_ROWS 32
+bool qr_cuda_mmq_supported(qr_type type);
+cudaError_t qr_cuda_mmq_tiles(const cuda_wview *w, const cuda_xview *x, const int32_t *tiles, int32_t n_tiles,
+                              int32_t max_rows, int64_t n_out, float *y, cudaStream_t stream);
 /* The grouped expert GEMM of prefill (moe.cu). dst[p][k] (f16) = src[rows[p]][k] (f16), or zeros where
  * rows[p] < 0 (padding), p < n. */
 cudaError_t qr_cuda_gather_f16(const void *src, int64_t k, const int32_t *rows, int32_t n, void *dst, cudaStream_t stream);
