@@ -69,7 +69,11 @@ static void moe_tiles(cuda_backend *cb, const cuda_weight *w0, const cuda_weight
                       const int32_t *h_slot, int32_t *h_tile, bool mma, int act, float *y) {
     const int64_t k = w0->v.k;
     const int n_mat = w1 ? 2 : 1;
-    const int32_t tr = mma ? QR_CUDA_MMQ_TILE_ROWS : 8; /* rows per tile, and rows of slack */
+    /* rows per tile, and rows of slack: mma tiles of 64 rows where the experts average more than 32 (fewer
+     * re-reads of each expert), else 32 */
+    int64_t active = 0;
+    for (int64_t e = 0; e < n_expert; e++) active += off[e + 1] > off[e];
+    const int32_t tr = !mma ? 8 : n_slots > 32 * active ? QR_CUDA_MMQ_TILE_ROWS : 32;
     int32_t n_tiles = 0, max_rows = 1;
     for (int64_t e = 0; e < n_expert; e++)
         for (int32_t p0 = off[e]; p0 < off[e + 1]; p0 += tr, n_tiles++) {

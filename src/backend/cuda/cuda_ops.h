@@ -237,7 +237,7 @@ cudaError_t qr_cuda_matvec_tiles(const cuda_wview *w, const cuda_xview *x, const
 /* The same on int8 tensor cores (matmul_mma.cu), for the types of qr_cuda_mmq_supported (Q4_0, Q8_0, MXFP4,
  * IQ4_NL): tiles of nr <= QR_CUDA_MMQ_TILE_ROWS rows, max_rows the largest nr; x (Q8_0-rule activations) needs
  * QR_CUDA_MMQ_TILE_ROWS rows of slack after the last sorted row. */
-#define QR_CUDA_MMQ_TILE_ROWS 32
+#define QR_CUDA_MMQ_TILE_ROWS 64
 bool qr_cuda_mmq_supported(qr_type type);
 cudaError_t qr_cuda_mmq_tiles(const cuda_wview *w, const cuda_xview *x, const int32_t *tiles, int32_t n_tiles,
                               int32_t max_rows, int64_t n_out, float *y, cudaStream_t stream);

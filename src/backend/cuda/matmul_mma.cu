@@ -264,14 +264,15 @@ extern "C" cudaError_t qr_cuda_mmq_tiles(const cuda_wview *w, const cuda_xview *
     if (n_tiles > 65535 || max_rows < 1 || max_rows > QR_CUDA_MMQ_TILE_ROWS || n_out <= 0 || w->nb <= 0 ||
         w->k % 32 || x->k != w->k)
         return cudaErrorInvalidValue;
-    const int nt = max_rows <= 8 ? 1 : max_rows <= 16 ? 2 : 4;
+    const int nt = max_rows <= 8 ? 1 : max_rows <= 16 ? 2 : max_rows <= 32 ? 4 : 8;
     const int4 *tv = (const int4 *)tiles;
     switch ((qr_type)w->type) {
 #define TY(E, T)                                                              \
     case E:                                                                   \
         if (nt == 1) return launch_mmq<T, 1, 4>(*w, *x, tv, n_tiles, n_out, y, stream); \
         if (nt == 2) return launch_mmq<T, 2, 4>(*w, *x, tv, n_tiles, n_out, y, stream); \
-        return launch_mmq<T, 4, 4>(*w, *x, tv, n_tiles, n_out, y, stream);
+        if (nt == 4) return launch_mmq<T, 4, 4>(*w, *x, tv, n_tiles, n_out, y, stream); \
+        return launch_mmq<T, 8, 4>(*w, *x, tv, n_tiles, n_out, y, stream);
         MMQ_TYPES(TY)
 #undef TY
     default: return cudaErrorInvalidValue;
