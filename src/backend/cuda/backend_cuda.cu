@@ -1455,6 +1455,10 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
     cb->tune.moe_grouped = 1;
     cb->tune.moe_tiles = 1;
     cb->tune.moe_mma = 1;
+    cb->tune.ssm_ssd = 1;
+    cb->tune.ssm_ssd_min_rows = 32;
+    const char *senv_scan = getenv("QUARREL_CUDA_SSM_SCAN");
+    if (senv_scan && strcmp(senv_scan, "rec") == 0) cb->tune.ssm_ssd = 0;
     cb->tune.moe_mma_max_rows = 64;
     const char *xenv = getenv("QUARREL_CUDA_MMQ_MAX_ROWS");
     if (xenv) cb->tune.moe_mma_max_rows = atoi(xenv);

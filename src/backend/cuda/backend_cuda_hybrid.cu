@@ -439,9 +439,20 @@ void cuda_ssm_scan(qr_backend *be, float *state, const float *xbc, const float *
             *cb->diverged_h = 0;
         }
     }
-    if (ok) cuda_ok(cb, qr_cuda_ssm_scan(state, xbc, dt, dt_stride, bd, ad, dd, cb->d_seq, cb->n_tokens, p, y,
+    if (!ok) return;
+    /* a prefill of one sequence: the chunked form (host plan, so never inside a graph) */
+    bool one_seq = cb->tune.ssm_ssd && cb->n_tokens >= cb->tune.ssm_ssd_min_rows && !cb->graph_mode && !cb->capturing &&
+                   cb->h_seq && qr_cuda_ssm_ssd_supported(p);
+    for (int32_t r = 1; one_seq && r < cb->n_tokens; r++) one_seq = cb->h_seq[r] == cb->h_seq[0];
+    if (one_seq) {
+        cuda_ok(cb, qr_cuda_ssm_scan_ssd(state, xbc, dt, dt_stride, bd, ad, dd, cb->h_seq[0], cb->n_tokens, p, y,
                                          cb->diverged_d, use_pdl(cb), cb->stream),
-                    "ssm_scan");
+                "ssm_scan (chunked)");
+        return;
+    }
+    cuda_ok(cb, qr_cuda_ssm_scan(state, xbc, dt, dt_stride, bd, ad, dd, cb->d_seq, cb->n_tokens, p, y, cb->diverged_d,
+                                 use_pdl(cb), cb->stream),
+            "ssm_scan");
 }
 
 void cuda_ssm_gate_norm_next(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,

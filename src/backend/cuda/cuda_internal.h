@@ -47,6 +47,9 @@ typedef struct qr_cuda_tune {
     int32_t moe_tiles;       /* 1: passes with few rows per expert (<= 12 on average) run the quantized mat-vec over
                               * tiles of up to 8 rows of one expert instead of the f16 GEMM; 0: never
                               * (QUARREL_CUDA_MOE=notiles or loop) */
+    int32_t ssm_ssd;         /* 1: a prefill of one sequence (>= ssm_ssd_min_rows rows) scans in the chunked SSD form
+                              * (ssm.cu); 0: the recurrence row by row (QUARREL_CUDA_SSM_SCAN=rec) */
+    int32_t ssm_ssd_min_rows; /* default 32, as the CPU's SSD_MIN */
     int32_t moe_mma;         /* 1: the grouped expert matmul of longer passes runs on int8 tensor cores over tiles
                               * of up to 32 rows (matmul_mma.cu) for the types it supports; 0: the paths above
                               * (QUARREL_CUDA_MOE=nomma, notiles or loop) */

@@ -236,6 +236,155 @@ extern "C" cudaError_t qr_cuda_ssm_scan(float *state, const float *xbc, const fl
                     xbc, dt, dt_stride, dt_bias, A, D, seq, n_tok, *p, y, diverged);
 }
 
+/* ---- the chunked (SSD) scan of a prefill run ---- */
+
+/* The rows of one sequence in chunks of SSD_Q, as the CPU's scan_ssd_run (cpu/ops_ssm.c; the Mamba2
+ * paper's state-space duality): with a_j = dt_j A and cum_t = a_0 + .. + a_t (double, restarting each
+ * chunk),
+ *   y_t = sum_{s <= t} (C_t . B_s) exp(cum_t - cum_s) dt_s x_s  +  exp(cum_t) (S_prev . C_t)  +  D x_t
+ *   S   = exp(cum_last) S_prev  +  sum_s exp(cum_last - cum_s) dt_s x_s (outer) B_s.
+ * CTA (head h, channels e0 .. e0 + SSD_PS - 1): its channels' state rows stay in shared memory across the
+ * chunks (channels are independent; the C . B products are recomputed per CTA). Per chunk: B, C, x and
+ * the dt factors to shared memory; G[i][j] = (C_i . B_j) exp(cum_i - cum_j) dt_j (warp per row i, lane
+ * per j); y (lane per channel, warp per row); then the state update in the CPU's order (x scaled, one
+ * fma per earlier row). The serial work per CTA is the number of chunks instead of the number of rows. */
+#define SSD_Q 64
+#define SSD_PS 32
+#define SSD_THREADS 256
+template <int N> struct ssd_cfg {
+    static constexpr int BP = N + 4; /* B and S row pitch (floats): 16-byte rows, and the 8 lanes of a 16-byte
+                                      * load phase reading rows r .. r + 7 at one n hit 32 different banks */
+    static constexpr int O_B = 0, O_C = O_B + SSD_Q * BP, O_X = O_C + SSD_Q * N, O_G = O_X + SSD_Q * SSD_PS,
+                         O_S = O_G + SSD_Q * SSD_Q, O_DT = O_S + SSD_PS * BP, O_W = O_DT + SSD_Q, O_DEC = O_W + SSD_Q,
+                         O_CUM = O_DEC + SSD_Q + 1; /* doubles from here (8-byte aligned: O_CUM even) */
+    static constexpr size_t SMEM = (size_t)(O_CUM + (O_CUM & 1)) * 4 + SSD_Q * 8;
+};
+
+template <int N>
+static __global__ void __launch_bounds__(SSD_THREADS)
+    ssm_scan_ssd_kernel(float *__restrict__ state, const float *__restrict__ xbc, const float *__restrict__ dt,
+                        int64_t dt_stride, const float *__restrict__ dt_bias, const float *__restrict__ A,
+                        const float *__restrict__ D, int32_t seq, int32_t n_tok, qr_ssm_params p, float *__restrict__ y,
+                        int *__restrict__ diverged) {
+    typedef ssd_cfg<N> C;
+    extern __shared__ __align__(16) float sm[];
+    float *Bs = sm + C::O_B, *Cs = sm + C::O_C, *xs = sm + C::O_X, *G = sm + C::O_G, *S = sm + C::O_S;
+    float *dts = sm + C::O_DT, *wv = sm + C::O_W, *dec = sm + C::O_DEC;
+    double *cum = (double *)(sm + C::O_CUM + (C::O_CUM & 1));
+    pdl_enter();
+    const int h = (int)blockIdx.x, e0 = (int)blockIdx.y * SSD_PS, tid = (int)threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31;
+    const int P = p.head_dim, g = h / (p.n_head / p.n_group);
+    const float a = A[h], dd = D ? D[h] : 0.0f, bias = dt_bias ? dt_bias[h] : 0.0f;
+    const int64_t cd = p.conv_dim, bo = p.d_inner + (int64_t)g * N, co = bo + (int64_t)p.n_group * N;
+    float *gS = state + (int64_t)seq * p.n_head * P * N + ((int64_t)h * P + e0) * N;
+    for (int k = tid; k < SSD_PS * N; k += SSD_THREADS) S[(k / N) * C::BP + k % N] = gS[k];
+    for (int32_t c0 = 0; c0 < n_tok; c0 += SSD_Q) {
+        const int L = n_tok - c0 < SSD_Q ? n_tok - c0 : SSD_Q;
+        const float *rows = xbc + (int64_t)c0 * cd;
+        for (int k = tid; k < L * N; k += SSD_THREADS) {
+            const int j = k / N, n = k % N;
+            Bs[j * C::BP + n] = rows[(int64_t)j * cd + bo + n];
+            Cs[j * N + n] = rows[(int64_t)j * cd + co + n];
+        }
+        for (int k = tid; k < L * SSD_PS; k += SSD_THREADS) {
+            const int j = k / SSD_PS, e = k % SSD_PS;
+            xs[k] = rows[(int64_t)j * cd + (int64_t)h * P + e0 + e];
+        }
+        if (tid < L) dts[tid] = softplus_dev(__fadd_rn(dt[(int64_t)(c0 + tid) * dt_stride + h], bias));
+        __syncthreads();
+        if (tid == 0) { /* the decays' cumulative sums, in order and in double as the CPU */
+            double acc = 0.0;
+            for (int j = 0; j < L; j++) {
+                acc += (double)dts[j] * (double)a;
+                cum[j] = acc;
+            }
+        }
+        __syncthreads();
+        if (tid < L) {
+            dec[tid] = (float)exp((double)(float)cum[tid]);
+            wv[tid] = __fmul_rn((float)exp((double)(float)(cum[L - 1] - cum[tid])), dts[tid]);
+        }
+        /* G[i][j], j <= i: warp per row i, lane per j */
+        for (int i = warp; i < L; i += SSD_THREADS / 32) {
+            const float *Ci = Cs + i * N;
+            for (int j = lane; j <= i; j += 32) {
+                const float *Bj = Bs + j * C::BP;
+                float d = 0.0f;
+#pragma unroll 4
+                for (int n = 0; n < N; n += 4) {
+                    const float4 c = *(const float4 *)(Ci + n), b = *(const float4 *)(Bj + n);
+                    d = fmaf(c.x, b.x, d), d = fmaf(c.y, b.y, d), d = fmaf(c.z, b.z, d), d = fmaf(c.w, b.w, d);
+                }
+                G[i * SSD_Q + j] = __fmul_rn(__fmul_rn(d, (float)exp((double)(float)(cum[i] - cum[j]))), dts[j]);
+            }
+        }
+        __syncthreads();
+        /* y: lane = channel, warp per row; the state carried in is the one before this chunk */
+        for (int i = warp; i < L; i += SSD_THREADS / 32) {
+            float acc = 0.0f;
+            for (int j = 0; j <= i; j++) acc = fmaf(G[i * SSD_Q + j], xs[j * SSD_PS + lane], acc);
+            const float *Ci = Cs + i * N, *Se = S + lane * C::BP;
+            float sc = 0.0f;
+#pragma unroll 4
+            for (int n = 0; n < N; n += 4) {
+                const float4 sv = *(const float4 *)(Se + n), c = *(const float4 *)(Ci + n);
+                sc = fmaf(sv.x, c.x, sc), sc = fmaf(sv.y, c.y, sc), sc = fmaf(sv.z, c.z, sc), sc = fmaf(sv.w, c.w, sc);
+            }
+            const float out = __fadd_rn(__fadd_rn(acc, __fmul_rn(dec[i], sc)), __fmul_rn(xs[i * SSD_PS + lane], dd));
+            y[(int64_t)(c0 + i) * p.d_inner + (int64_t)h * P + e0 + lane] = out;
+        }
+        __syncthreads();
+        /* S[e][n] = S[e][n] exp(cum_last) + sum_j (x_j[e] w_j) B_j[n], j in order */
+        const float decL = (float)exp((double)(float)cum[L - 1]);
+        for (int k = tid * 4; k < SSD_PS * N; k += SSD_THREADS * 4) { /* 4 consecutive n of one channel e */
+            const int e = k / N, n = k % N;
+            float4 v = *(float4 *)(S + e * C::BP + n);
+            v.x = __fmul_rn(v.x, decL), v.y = __fmul_rn(v.y, decL), v.z = __fmul_rn(v.z, decL), v.w = __fmul_rn(v.w, decL);
+            for (int j = 0; j < L; j++) {
+                const float xw = __fmul_rn(xs[j * SSD_PS + e], wv[j]);
+                const float4 b = *(const float4 *)(Bs + j * C::BP + n);
+                v.x = fmaf(xw, b.x, v.x), v.y = fmaf(xw, b.y, v.y), v.z = fmaf(xw, b.z, v.z), v.w = fmaf(xw, b.w, v.w);
+            }
+            *(float4 *)(S + e * C::BP + n) = v;
+        }
+        __syncthreads();
+    }
+    bool bad = false;
+    for (int k = tid; k < SSD_PS * N; k += SSD_THREADS) {
+        const float v = S[(k / N) * C::BP + k % N];
+        bad |= !isfinite(v);
+        gS[k] = v;
+    }
+    if (bad && diverged) *diverged = 1;
+}
+
+template <int N>
+static cudaError_t launch_ssd(float *state, const float *xbc, const float *dt, int64_t dt_stride, const float *dt_bias,
+                              const float *A, const float *D, int32_t seq, int32_t n_tok, const qr_ssm_params *p, float *y,
+                              int *diverged, bool pdl, cudaStream_t stream) {
+    const size_t smem = ssd_cfg<N>::SMEM;
+    const cudaError_t e = cudaFuncSetAttribute(ssm_scan_ssd_kernel<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return e;
+    return launch_k(ssm_scan_ssd_kernel<N>, dim3((unsigned)p->n_head, (unsigned)(p->head_dim / SSD_PS)), dim3(SSD_THREADS),
+                    smem, stream, pdl, state, xbc, dt, dt_stride, dt_bias, A, D, seq, n_tok, *p, y, diverged);
+}
+
+extern "C" bool qr_cuda_ssm_ssd_supported(const qr_ssm_params *p) {
+    return (p->d_state == 64 || p->d_state == 128) && p->head_dim % SSD_PS == 0 && p->n_group > 0 &&
+           p->n_head % p->n_group == 0;
+}
+
+extern "C" cudaError_t qr_cuda_ssm_scan_ssd(float *state, const float *xbc, const float *dt, int64_t dt_stride,
+                                            const float *dt_bias, const float *A, const float *D, int32_t seq,
+                                            int32_t n_tok, const qr_ssm_params *p, float *y, int *diverged, bool pdl,
+                                            cudaStream_t stream) {
+    if (n_tok <= 0) return cudaSuccess;
+    if (!qr_cuda_ssm_ssd_supported(p) || seq < 0) return cudaErrorInvalidValue;
+    if (p->d_state == 64) return launch_ssd<64>(state, xbc, dt, dt_stride, dt_bias, A, D, seq, n_tok, p, y, diverged, pdl, stream);
+    return launch_ssd<128>(state, xbc, dt, dt_stride, dt_bias, A, D, seq, n_tok, p, y, diverged, pdl, stream);
+}
+
 /* ---- gated grouped RMSNorm ---- */
 
 /* Block (row r, group g); each thread's values of silu(z) * y stay in registers (up to NPT of them,
