@@ -96,6 +96,9 @@ typedef struct cuda_backend {
     size_t attn_cnt_cap;    /* counters allocated */
 } cuda_backend;
 
+/* The tuning defaults, with the QUARREL_CUDA_* switches applied (tune.cu). */
+void cuda_tune_defaults(qr_cuda_tune *t);
+
 static inline cuda_backend *CB(qr_backend *be) { return (cuda_backend *)be->impl; }
 
 /* Records the first error (sticky until last_error reports it). */
