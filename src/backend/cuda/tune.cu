@@ -5,50 +5,42 @@
 
 #include "backend/cuda/cuda_backend.h"
 
+/* Whether environment variable `name` is set to `value`. */
+static bool env_is(const char *name, const char *value) {
+    const char *v = getenv(name);
+    return v && strcmp(v, value) == 0;
+}
+
+/* The integer value of `name` when it is in [lo, hi], else def. */
+static int32_t env_int(const char *name, int32_t lo, int32_t hi, int32_t def) {
+    const char *v = getenv(name);
+    if (!v) return def;
+    const int x = atoi(v);
+    return x >= lo && x <= hi ? x : def;
+}
+
 void cuda_tune_defaults(qr_cuda_tune *t) {
     t->mmvq_max_rows = 8;
     t->mmvq_wpr = 0;
     t->gemm_tile_bytes = (int64_t)128 << 20;
-    t->pdl = 1;
+    t->pdl = !env_is("QUARREL_CUDA_PDL", "0");
     t->attn_splits = 0;
-    t->act_reuse = 1;
-    const char *renv = getenv("QUARREL_CUDA_ACT_REUSE");
-    if (renv && strcmp(renv, "0") == 0) t->act_reuse = 0;
-    t->fuse = 1;
+    t->act_reuse = !env_is("QUARREL_CUDA_ACT_REUSE", "0");
+    t->fuse = !env_is("QUARREL_CUDA_FUSE", "0");
+    t->gemm_q8_act = !env_is("QUARREL_CUDA_GEMM_Q8", "0");
+    /* expert matmuls: QUARREL_CUDA_MOE = old | nogemm | loop | notiles | nomma */
+    const bool loop = env_is("QUARREL_CUDA_MOE", "loop"), notiles = env_is("QUARREL_CUDA_MOE", "notiles");
     t->moe_tile_bytes = (int64_t)512 << 20;
-    t->moe_kernel = 0;
-    t->moe_grouped = 1;
-    t->moe_tiles = 1;
-    t->moe_mma = 1;
-    t->ssm_ssd = 1;
+    t->moe_kernel = env_is("QUARREL_CUDA_MOE", "old") ? 1 : env_is("QUARREL_CUDA_MOE", "nogemm") ? 2 : 0;
+    t->moe_grouped = !loop;
+    t->moe_tiles = !(loop || notiles);
+    t->moe_mma = !(loop || notiles || env_is("QUARREL_CUDA_MOE", "nomma"));
+    t->moe_mma_max_rows = env_int("QUARREL_CUDA_MMQ_MAX_ROWS", 0, 1 << 30, 64);
+    t->ssm_ssd = !env_is("QUARREL_CUDA_SSM_SCAN", "rec");
     t->ssm_ssd_min_rows = 32;
-    const char *senv_scan = getenv("QUARREL_CUDA_SSM_SCAN");
-    if (senv_scan && strcmp(senv_scan, "rec") == 0) t->ssm_ssd = 0;
-    t->moe_mma_max_rows = 64;
-    const char *xenv = getenv("QUARREL_CUDA_MMQ_MAX_ROWS");
-    if (xenv) t->moe_mma_max_rows = atoi(xenv);
-    const char *menv = getenv("QUARREL_CUDA_MOE");
-    if (menv && strcmp(menv, "old") == 0) t->moe_kernel = 1;
-    if (menv && strcmp(menv, "nogemm") == 0) t->moe_kernel = 2;
-    if (menv && strcmp(menv, "loop") == 0) t->moe_grouped = 0;
-    if (menv && (strcmp(menv, "loop") == 0 || strcmp(menv, "notiles") == 0)) t->moe_tiles = 0;
-    if (menv && (strcmp(menv, "loop") == 0 || strcmp(menv, "notiles") == 0 || strcmp(menv, "nomma") == 0))
-        t->moe_mma = 0;
-    t->gemm_q8_act = 1;
-    const char *qenv = getenv("QUARREL_CUDA_GEMM_Q8");
-    if (qenv && strcmp(qenv, "0") == 0) t->gemm_q8_act = 0;
-    const char *penv = getenv("QUARREL_CUDA_PDL");
-    if (penv && strcmp(penv, "0") == 0) t->pdl = 0;
-    const char *fenv = getenv("QUARREL_CUDA_FUSE");
-    if (fenv && strcmp(fenv, "0") == 0) t->fuse = 0;
-    t->attn_kernel = 0;
+    t->attn_kernel = env_is("QUARREL_CUDA_ATTN", "old") ? 1 : env_is("QUARREL_CUDA_ATTN", "decode") ? 2 : 0;
     t->attn_decode_max_rows = 8;
-    const char *aenv = getenv("QUARREL_CUDA_ATTN");
-    if (aenv && strcmp(aenv, "old") == 0) t->attn_kernel = 1;
-    if (aenv && strcmp(aenv, "decode") == 0) t->attn_kernel = 2;
-    t->attn_cluster = !(aenv && strcmp(aenv, "nocluster") == 0);
-    const char *kenv = getenv("QUARREL_CUDA_ATTN_CL_KEYS");
-    t->attn_cl_keys = kenv && atoi(kenv) > 0 && atoi(kenv) <= 2048 ? atoi(kenv) : 64;
-    const char *senv = getenv("QUARREL_CUDA_ATTN_CTAS_PER_SM");
-    t->attn_ctas_per_sm = senv && atoi(senv) > 0 && atoi(senv) <= 64 ? atoi(senv) : 4;
+    t->attn_cluster = !env_is("QUARREL_CUDA_ATTN", "nocluster");
+    t->attn_cl_keys = env_int("QUARREL_CUDA_ATTN_CL_KEYS", 1, 2048, 64);
+    t->attn_ctas_per_sm = env_int("QUARREL_CUDA_ATTN_CTAS_PER_SM", 1, 64, 4);
 }
