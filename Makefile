@@ -35,11 +35,11 @@ test: setup
 test-unit:
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-# The CUDA mat-vec block decoders (quant_dev.cuh) on the host against the CPU oracle: needs the CUDA
+# The CUDA mat-vec block decoders (quant_dev.cuh) and the chunked scan (ssm.cu) on the host against the CPU oracle: needs the CUDA
 # headers (the toolkit, no GPU); without them it says it did not run.
 CUDA_HOME ?= /usr/local/cuda
 test-cuda-host:
-	@if [ -f $(CUDA_HOME)/include/cuda_runtime.h ]; then BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) bash tests/cuda/host/run.sh quant; \
+	@if [ -f $(CUDA_HOME)/include/cuda_runtime.h ]; then BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) bash tests/cuda/host/run.sh ssd; \
 	else echo "test-cuda-host: NOT RUN (no $(CUDA_HOME)/include/cuda_runtime.h)"; fi
 
 test-asan:

@@ -3,7 +3,8 @@
 # block decoders of quant_dev.cuh (check_quant) and the attention kernels (check_attention), both
 # against the CPU scalar oracle. Needs g++ (C++20), the CUDA headers, and a build directory with the
 # quant, util and backend_cpu objects (default build-cuda; BUILD=... to change).
-#   tests/cuda/host/run.sh          # all three (~8 min on 2 cores: the decode check emulates CTAs with threads)
+#   tests/cuda/host/run.sh          # all four (~8 min on 2 cores: the decode and scan checks emulate CTAs with threads)
+#   tests/cuda/host/run.sh ssd      # check_quant and the chunked scan check only
 #   tests/cuda/host/run.sh quant    # check_quant only (seconds; `make test` runs this one)
 set -euo pipefail
 ONLY=${1:-all}
@@ -29,7 +30,12 @@ try:
     b = s.index('template <int D, int G>\nstatic cudaError_t launch_dec')
     dev = open('src/backend/cuda/attention_dev.cuh').read()  # the helpers the kernels share (session 5)
     open(t + '/attn_decode_kernel.inc', 'w').write((dev + s[a:b]).replace('static __global__ void', 'static void'))
-except ValueError:  # the attention sources moved on: the extraction below needs updating
+    s = open('src/backend/cuda/ssm.cu').read()
+    a, b = s.index('static __device__ __forceinline__ float softplus_dev'), s.index('/* Thread t = h * head_dim + i')
+    c, d = s.index('#define SSD_Q 64'), s.index('template <int N>\nstatic cudaError_t launch_ssd')
+    k = (s[a:b] + s[c:d]).replace('extern __shared__ __align__(16) float sm[];', 'float *sm = g_ssd_smem;')
+    open(t + '/ssd_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
+except ValueError:  # the attention / ssm sources moved on: the extraction below needs updating
     open(t + '/attn_stale', 'w').write('')
 PY
 objs=$(ls $BUILD/CMakeFiles/qr_quant.dir/src/quant/*.o $BUILD/CMakeFiles/qr_util.dir/src/util/*.o)
@@ -40,14 +46,27 @@ if [ "$ONLY" = quant ]; then
     "$T/check_quant"
     exit $?
 fi
+run_ssd() { # the chunked scan (ssm.cu): n_head head_dim n_group d_state rows dt_bias_center (45: softplus(dt) ~ 1e2)
+    local r=0
+    for a in "4 64 2 128 200 -3" "2 32 1 64 70 -3" "2 64 2 128 130 45" "3 32 3 64 33 0"; do
+        "$T/check_ssd" $a || r=1
+    done
+    return $r
+}
 if [ -e "$T/attn_stale" ]; then
     "$T/check_quant" || exit 1
     echo "ERROR: check_attention / check_attention_decode not built: the kernel text run.sh extracts from" \
         "attention.cu / attention_decode.cu moved (update the extraction); only check_quant ran" >&2
     exit 2
 fi
+g++ $flags tests/cuda/host/check_ssd.cpp $cpu $objs -lm -lpthread -o "$T/check_ssd" 2>&1 | grep -v warning || true
+if [ "$ONLY" = ssd ]; then
+    "$T/check_quant" && run_ssd
+    exit $?
+fi
 g++ $flags tests/cuda/host/check_attention.cpp $cpu $objs -lm -lpthread -o "$T/check_attention" 2>&1 | grep -v warning || true
 g++ $flags tests/cuda/host/check_attention_decode.cpp $cpu $objs -lm -lpthread -o "$T/check_attention_decode" 2>&1 | grep -v warning || true
+
 "$T/check_quant"
 rc=0
 for a in "9 3 64 64 16 0 0 1 1" "9 3 64 64 16 0 0 1 3" "4 4 20 12 7 0 5 0 4" "6 2 33 33 5 9 0 1 3" \
@@ -64,4 +83,5 @@ LEN=5 "$T/check_attention_decode" 32 8 128 16 0 0 9 1 || rc=1   # more splits th
 LEN=60 "$T/check_attention_decode" 9 3 64 16 0 0 1 40 || rc=1   # a prefill-like pass (40 rows)
 LEN=50 "$T/check_attention_decode" 32 8 128 16 20 0 2 30 || rc=1
 SINKS=1 LEN=70 "$T/check_attention_decode" 64 8 64 16 32 0 3 2 || rc=1   # gpt-oss: sinks, window
+run_ssd || rc=1
 exit $rc

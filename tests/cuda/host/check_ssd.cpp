@@ -1,0 +1,104 @@
+/* check_ssd.cpp — runs the chunked (SSD) scan kernel of src/backend/cuda/ssm.cu on the host (a CTA = 256
+ * std::threads, a barrier for __syncthreads) and compares y and the final state with the CPU backend's
+ * recurrent scan (scalar). Built and run by tests/cuda/host/run.sh.
+ *   check_ssd [n_head head_dim n_group d_state rows dt_bias_center]
+ */
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <string.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <vector>
+#include "simt.h"
+thread_local dim3h threadIdx, blockIdx;
+dim3h blockDim, gridDim;
+std::barrier<> *g_block_bar; std::barrier<> *g_warp_bar[4]; float g_warp_buf[4][32]; double g_warp_bufd[4][32];
+#undef __forceinline__
+#define __forceinline__ inline
+#define __launch_bounds__(x)
+template <class T> static inline T __ldg(const T *p) { return *p; }
+static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+static inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
+static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
+static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline int __dp4a(int a, int b, int c) { return c; }
+static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
+static inline uint32_t __byte_perm(uint32_t x, uint32_t, uint32_t) { return x; }
+#include "backend/cuda/cuda_dev.cuh"
+static float *g_ssd_smem; /* the CTA's dynamic shared memory (CTAs run one after another) */
+#include "ssd_kernel.inc"  /* softplus_dev and ssm_scan_ssd_kernel of src/backend/cuda/ssm.cu, extracted by run.sh */
+extern "C" {
+#include "util/util.h"
+}
+
+static uint64_t rs = 12345;
+static float frand() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (float)((rs >> 11) * 0x1p-53 * 2 - 1); }
+
+static qr_weight vec(const char *name, std::vector<float> &v) {
+    qr_weight w = {};
+    w.name = name, w.type = QR_TYPE_F32, w.ne[0] = (int64_t)v.size(), w.ne[1] = w.ne[2] = w.ne[3] = 1;
+    w.row_bytes = v.size() * 4, w.host = v.data();
+    return w;
+}
+
+template <int N>
+static void run_grid(float *state, const float *xbc, const float *dt, const float *dtb, const float *A, const float *D,
+                     int n_tok, const qr_ssm_params &p, float *y, int *div) {
+    std::vector<float> smem(ssd_cfg<N>::SMEM / 4 + 4);
+    g_ssd_smem = smem.data();
+    gridDim = {(unsigned)p.n_head, (unsigned)(p.head_dim / SSD_PS), 1};
+    blockDim = {SSD_THREADS, 1, 1};
+    for (unsigned by = 0; by < gridDim.y; by++)
+        for (unsigned bx = 0; bx < gridDim.x; bx++) {
+            std::barrier<> bb(SSD_THREADS);
+            g_block_bar = &bb;
+            std::vector<std::thread> th;
+            for (unsigned t = 0; t < SSD_THREADS; t++)
+                th.emplace_back([&, t] {
+                    threadIdx = {t, 0, 0};
+                    blockIdx = {bx, by, 0};
+                    ssm_scan_ssd_kernel<N>(state, xbc, dt, p.n_head, dtb, A, D, 0, n_tok, p, y, div);
+                });
+            for (auto &x : th) x.join();
+        }
+}
+
+int main(int argc, char **argv) {
+    int nh = 4, hp = 64, ng = 2, ns = 128, rows = 200;
+    float dtc = -3.0f;
+    if (argc > 6) nh = atoi(argv[1]), hp = atoi(argv[2]), ng = atoi(argv[3]), ns = atoi(argv[4]), rows = atoi(argv[5]), dtc = (float)atof(argv[6]);
+    const int di = nh * hp, cd = di + 2 * ng * ns;
+    const qr_ssm_params p = {.d_conv = 4, .d_inner = di, .d_state = ns, .n_head = nh, .head_dim = hp, .n_group = ng, .conv_dim = cd};
+    char err[256];
+    qr_backend *cpu;
+    qr_backend_cpu_params cp = {.n_threads = 1, .force_scalar = true};
+    if (qr_backend_cpu_create(&cp, &cpu, err, sizeof err) != QR_OK) { fprintf(stderr, "%s\n", err); return 2; }
+    std::vector<int32_t> tok(rows, 0), pos(rows), seq(rows, 0), slot(rows);
+    for (int r = 0; r < rows; r++) pos[r] = r, slot[r] = r;
+    int32_t bt[1] = {0};
+    const qr_batch_plan plan = {.n_tokens = rows, .tokens = tok.data(), .pos = pos.data(), .seq = seq.data(), .kv_slot = slot.data(),
+                                .n_seqs = 1, .max_blocks = 1, .block_table = bt};
+    if (cpu->ops->set_batch(cpu, &plan, err, sizeof err) != QR_OK) { fprintf(stderr, "set_batch: %s\n", err); return 2; }
+    std::vector<float> xbc((size_t)rows * cd), dt((size_t)rows * nh), dtb(nh), A(nh), D(nh);
+    for (auto &x : xbc) x = frand();
+    for (auto &x : dt) x = 2.0f * frand();
+    for (int h = 0; h < nh; h++) dtb[h] = dtc + 2.0f * frand(), A[h] = -4.0f + 3.5f * frand(), D[h] = 1.0f + 0.2f * frand();
+    std::vector<float> s0((size_t)di * ns);
+    for (auto &x : s0) x = 0.1f * frand();
+    std::vector<float> sc = s0, sg = s0, yc((size_t)rows * di), yg((size_t)rows * di, NAN);
+    qr_weight wdtb = vec("dt_bias", dtb), wA = vec("A", A), wD = vec("D", D);
+    cpu->ops->ssm_scan(cpu, sc.data(), xbc.data(), dt.data(), nh, &wdtb, &wA, &wD, &p, yc.data());
+    int div = 0;
+    if (ns == 64) run_grid<64>(sg.data(), xbc.data(), dt.data(), dtb.data(), A.data(), D.data(), rows, p, yg.data(), &div);
+    else run_grid<128>(sg.data(), xbc.data(), dt.data(), dtb.data(), A.data(), D.data(), rows, p, yg.data(), &div);
+    double ey = 0, my = 0, es = 0, ms = 0;
+    for (size_t i = 0; i < yc.size(); i++) { double e = fabs(yg[i] - yc[i]); if (!(e <= ey)) ey = e; my = fmax(my, fabs(yc[i])); }
+    for (size_t i = 0; i < sc.size(); i++) { double e = fabs(sg[i] - sc[i]); if (!(e <= es)) es = e; ms = fmax(ms, fabs(sc[i])); }
+    printf("ssd scan H%d P%d G%d N%d rows %d dt bias %.0f: y max err %.3g (rel to max %.3g), state %.3g (%.3g)%s\n", nh, hp, ng, ns,
+           rows, dtc, ey, ey / my, es, es / fmax(ms, 1e-30), div ? " DIVERGED" : "");
+    return ey / my <= 1e-4 && es / fmax(ms, 1e-30) <= 1e-4 && !div ? 0 : 1;
+}
