@@ -12,22 +12,8 @@
 #include <stdlib.h>
 #include <stdint.h>
 #include "simt.h"
-thread_local dim3h threadIdx, blockIdx;
-dim3h blockDim, gridDim;
-std::barrier<> *g_block_bar; std::barrier<> *g_warp_bar[4]; float g_warp_buf[4][32]; double g_warp_bufd[4][32];
-#undef __forceinline__
-#define __forceinline__ inline
-#define __launch_bounds__(x)
-template <class T> static inline T __ldg(const T *p) { return *p; }
-static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
-static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
-static inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
-static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
-static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+#include "kernel_host.h"
 
-static inline int __dp4a(int a, int b, int c) { return c; }
-static inline uint32_t __byte_perm(uint32_t x, uint32_t, uint32_t) { return x; }
 #define QR_CUDA_DEV_SKIP_BLOCK
 #include "backend/cuda/cuda_dev.cuh"
 float __expf(float x) { return expf(x); }

@@ -13,24 +13,9 @@
 #include <stdint.h>
 #include <atomic>
 #include "simt.h"
-thread_local dim3h threadIdx, blockIdx;
-dim3h blockDim, gridDim;
-std::barrier<> *g_block_bar; std::barrier<> *g_warp_bar[4]; float g_warp_buf[4][32]; double g_warp_bufd[4][32];
-#undef __forceinline__
-#define __forceinline__ inline
-#define __launch_bounds__(x)
+#include "kernel_host.h"
 #undef __shared__
 #define __shared__ static
-template <class T> static inline T __ldg(const T *p) { return *p; }
-static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
-static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
-static inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
-static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
-static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline int __dp4a(int a, int b, int c) { return c; }
-static inline int __float2int_rn(float x) { return (int)nearbyintf(x); } /* round half to even */
-static inline uint32_t __byte_perm(uint32_t x, uint32_t, uint32_t) { return x; }
 inline void __syncwarp(unsigned = 0xffffffffu) { g_warp_bar[threadIdx.x / 32]->arrive_and_wait(); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline unsigned atomicAdd(unsigned *p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_add(v); }

@@ -12,22 +12,7 @@
 #include <stdint.h>
 #include <vector>
 #include "simt.h"
-thread_local dim3h threadIdx, blockIdx;
-dim3h blockDim, gridDim;
-std::barrier<> *g_block_bar; std::barrier<> *g_warp_bar[4]; float g_warp_buf[4][32]; double g_warp_bufd[4][32];
-#undef __forceinline__
-#define __forceinline__ inline
-#define __launch_bounds__(x)
-template <class T> static inline T __ldg(const T *p) { return *p; }
-static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
-static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
-static inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
-static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
-static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline int __dp4a(int a, int b, int c) { return c; }
-static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
-static inline uint32_t __byte_perm(uint32_t x, uint32_t, uint32_t) { return x; }
+#include "kernel_host.h"
 #include "backend/cuda/cuda_dev.cuh"
 static float *g_ssd_smem; /* the CTA's dynamic shared memory (CTAs run one after another) */
 #include "ssd_kernel.inc"  /* softplus_dev and ssm_scan_ssd_kernel of src/backend/cuda/ssm.cu, extracted by run.sh */

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 #include <stdint.h>
+#include "float_shim.h"
 #undef __forceinline__
 #define __forceinline__ inline
 template <class T> static inline T __ldg(const T *p) { return *p; }
@@ -24,12 +25,6 @@ static inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
     for (int i = 0; i < 4; i++) r |= (uint32_t)b[(s >> (4 * i)) & 7] << (8 * i);
     return r;
 }
-static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
-static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
-static inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
-static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
-static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 template <class T> static inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
 static inline void __syncthreads(void) {}
 struct fake3 { unsigned x, y, z; };
