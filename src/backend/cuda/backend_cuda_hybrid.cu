@@ -440,15 +440,24 @@ void cuda_ssm_scan(qr_backend *be, float *state, const float *xbc, const float *
         }
     }
     if (!ok) return;
-    /* a prefill of one sequence: the chunked form (host plan, so never inside a graph) */
-    bool one_seq = cb->tune.ssm_ssd && cb->n_tokens >= cb->tune.ssm_ssd_min_rows && !cb->graph_mode && !cb->capturing &&
-                   cb->h_seq && qr_cuda_ssm_ssd_supported(p);
-    for (int32_t r = 1; one_seq && r < cb->n_tokens; r++) one_seq = cb->h_seq[r] == cb->h_seq[0];
-    if (one_seq) {
-        cuda_ok(cb, qr_cuda_ssm_scan_ssd(state, xbc, dt, dt_stride, bd, ad, dd, cb->h_seq[0], cb->n_tokens, p, y,
-                                         cb->diverged_d, use_pdl(cb), cb->stream),
-                "ssm_scan (chunked)");
-        return;
+    /* prefill (a run of at least ssm_ssd_min_rows rows), every sequence one contiguous run: the chunked form,
+     * a slice of CTAs per run (the host plan, so never inside a graph) */
+    if (cb->tune.ssm_ssd && cb->seq_runs && !cb->graph_mode && !cb->capturing && cb->h_seq && qr_cuda_ssm_ssd_supported(p)) {
+        qr_cuda_ssd_runs runs;
+        runs.n = 0;
+        int32_t longest = 0;
+        for (int32_t r0 = 0, r1; r0 < cb->n_tokens && runs.n <= QR_CUDA_SSD_MAX_RUNS; r0 = r1) {
+            for (r1 = r0 + 1; r1 < cb->n_tokens && cb->h_seq[r1] == cb->h_seq[r0];) r1++;
+            if (runs.n < QR_CUDA_SSD_MAX_RUNS) runs.seq[runs.n] = cb->h_seq[r0], runs.r0[runs.n] = r0, runs.len[runs.n] = r1 - r0;
+            runs.n++;
+            if (r1 - r0 > longest) longest = r1 - r0;
+        }
+        if (runs.n <= QR_CUDA_SSD_MAX_RUNS && longest >= cb->tune.ssm_ssd_min_rows) {
+            cuda_ok(cb, qr_cuda_ssm_scan_ssd(state, xbc, dt, dt_stride, bd, ad, dd, &runs, p, y, cb->diverged_d,
+                                             use_pdl(cb), cb->stream),
+                    "ssm_scan (chunked)");
+            return;
+        }
     }
     cuda_ok(cb, qr_cuda_ssm_scan(state, xbc, dt, dt_stride, bd, ad, dd, cb->d_seq, cb->n_tokens, p, y, cb->diverged_d,
                                  use_pdl(cb), cb->stream),

@@ -265,12 +265,17 @@ cudaError_t qr_cuda_ssm_conv(const float *x, int64_t x_stride, float *conv_state
 cudaError_t qr_cuda_ssm_scan(float *state, const float *xbc, const float *dt, int64_t dt_stride, const float *dt_bias,
                              const float *A, const float *D, const int32_t *seq, int32_t n_tok, const qr_ssm_params *p,
                              float *y, int *diverged, bool pdl, cudaStream_t stream);
-/* The chunked (SSD) form of the scan for n_tok rows that all belong to sequence seq (prefill), for the shapes of
- * qr_cuda_ssm_ssd_supported (d_state 64 or 128, head_dim a multiple of 32): the same recurrence unrolled per
- * chunk of 64 rows as the CPU's QUARREL_SSM_SCAN=ssd. */
+/* The chunked (SSD) form of the scan over runs of rows, each run the contiguous rows r0 .. r0 + len - 1 of one
+ * sequence (distinct sequences), for the shapes of qr_cuda_ssm_ssd_supported (d_state 64 or 128, head_dim a
+ * multiple of 32): the same recurrence unrolled per chunk of 64 rows as the CPU's QUARREL_SSM_SCAN=ssd. */
+#define QR_CUDA_SSD_MAX_RUNS 64
+typedef struct qr_cuda_ssd_runs {
+    int32_t n;
+    int32_t seq[QR_CUDA_SSD_MAX_RUNS], r0[QR_CUDA_SSD_MAX_RUNS], len[QR_CUDA_SSD_MAX_RUNS];
+} qr_cuda_ssd_runs;
 bool qr_cuda_ssm_ssd_supported(const qr_ssm_params *p);
 cudaError_t qr_cuda_ssm_scan_ssd(float *state, const float *xbc, const float *dt, int64_t dt_stride, const float *dt_bias,
-                                 const float *A, const float *D, int32_t seq, int32_t n_tok, const qr_ssm_params *p,
+                                 const float *A, const float *D, const qr_cuda_ssd_runs *runs, const qr_ssm_params *p,
                                  float *y, int *diverged, bool pdl, cudaStream_t stream);
 /* qkind 0/1 (qr_cuda_act_kind): also quantizes out into q/qd/qs/qg as qr_cuda_quantize_act would (the group
  * size a multiple of the block); -1: no. */

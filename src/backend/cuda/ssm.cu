@@ -243,7 +243,8 @@ extern "C" cudaError_t qr_cuda_ssm_scan(float *state, const float *xbc, const fl
  * chunk),
  *   y_t = sum_{s <= t} (C_t . B_s) exp(cum_t - cum_s) dt_s x_s  +  exp(cum_t) (S_prev . C_t)  +  D x_t
  *   S   = exp(cum_last) S_prev  +  sum_s exp(cum_last - cum_s) dt_s x_s (outer) B_s.
- * CTA (head h, channels e0 .. e0 + SSD_PS - 1): its channels' state rows stay in shared memory across the
+ * CTA (head h, channels e0 .. e0 + SSD_PS - 1, run z: one sequence's contiguous rows): its channels' state rows
+ * stay in shared memory across the
  * chunks (channels are independent; the C . B products are recomputed per CTA). Per chunk: B, C, x and
  * the dt factors to shared memory; G[i][j] = (C_i . B_j) exp(cum_i - cum_j) dt_j (warp per row i, lane
  * per j); y (lane per channel, warp per row); then the state update in the CPU's order (x scaled, one
@@ -264,8 +265,13 @@ template <int N>
 static __global__ void __launch_bounds__(SSD_THREADS)
     ssm_scan_ssd_kernel(float *__restrict__ state, const float *__restrict__ xbc, const float *__restrict__ dt,
                         int64_t dt_stride, const float *__restrict__ dt_bias, const float *__restrict__ A,
-                        const float *__restrict__ D, int32_t seq, int32_t n_tok, qr_ssm_params p, float *__restrict__ y,
+                        const float *__restrict__ D, const qr_cuda_ssd_runs runs, qr_ssm_params p, float *__restrict__ y,
                         int *__restrict__ diverged) {
+    /* run blockIdx.z: rows r0 .. r0 + n_tok - 1, all of sequence seq */
+    const int32_t seq = runs.seq[blockIdx.z], n_tok = runs.len[blockIdx.z], r0 = runs.r0[blockIdx.z];
+    xbc += (int64_t)r0 * p.conv_dim;
+    dt += (int64_t)r0 * dt_stride;
+    y += (int64_t)r0 * p.d_inner;
     typedef ssd_cfg<N> C;
     extern __shared__ __align__(16) float sm[];
     float *Bs = sm + C::O_B, *Cs = sm + C::O_C, *xs = sm + C::O_X, *G = sm + C::O_G, *S = sm + C::O_S;
@@ -361,13 +367,13 @@ static __global__ void __launch_bounds__(SSD_THREADS)
 
 template <int N>
 static cudaError_t launch_ssd(float *state, const float *xbc, const float *dt, int64_t dt_stride, const float *dt_bias,
-                              const float *A, const float *D, int32_t seq, int32_t n_tok, const qr_ssm_params *p, float *y,
+                              const float *A, const float *D, const qr_cuda_ssd_runs *runs, const qr_ssm_params *p, float *y,
                               int *diverged, bool pdl, cudaStream_t stream) {
     const size_t smem = ssd_cfg<N>::SMEM;
     const cudaError_t e = cudaFuncSetAttribute(ssm_scan_ssd_kernel<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    return launch_k(ssm_scan_ssd_kernel<N>, dim3((unsigned)p->n_head, (unsigned)(p->head_dim / SSD_PS)), dim3(SSD_THREADS),
-                    smem, stream, pdl, state, xbc, dt, dt_stride, dt_bias, A, D, seq, n_tok, *p, y, diverged);
+    return launch_k(ssm_scan_ssd_kernel<N>, dim3((unsigned)p->n_head, (unsigned)(p->head_dim / SSD_PS), (unsigned)runs->n),
+                    dim3(SSD_THREADS), smem, stream, pdl, state, xbc, dt, dt_stride, dt_bias, A, D, *runs, *p, y, diverged);
 }
 
 extern "C" bool qr_cuda_ssm_ssd_supported(const qr_ssm_params *p) {
@@ -376,13 +382,15 @@ extern "C" bool qr_cuda_ssm_ssd_supported(const qr_ssm_params *p) {
 }
 
 extern "C" cudaError_t qr_cuda_ssm_scan_ssd(float *state, const float *xbc, const float *dt, int64_t dt_stride,
-                                            const float *dt_bias, const float *A, const float *D, int32_t seq,
-                                            int32_t n_tok, const qr_ssm_params *p, float *y, int *diverged, bool pdl,
-                                            cudaStream_t stream) {
-    if (n_tok <= 0) return cudaSuccess;
-    if (!qr_cuda_ssm_ssd_supported(p) || seq < 0) return cudaErrorInvalidValue;
-    if (p->d_state == 64) return launch_ssd<64>(state, xbc, dt, dt_stride, dt_bias, A, D, seq, n_tok, p, y, diverged, pdl, stream);
-    return launch_ssd<128>(state, xbc, dt, dt_stride, dt_bias, A, D, seq, n_tok, p, y, diverged, pdl, stream);
+                                            const float *dt_bias, const float *A, const float *D,
+                                            const qr_cuda_ssd_runs *runs, const qr_ssm_params *p, float *y, int *diverged,
+                                            bool pdl, cudaStream_t stream) {
+    if (runs->n <= 0) return cudaSuccess;
+    if (!qr_cuda_ssm_ssd_supported(p) || runs->n > QR_CUDA_SSD_MAX_RUNS) return cudaErrorInvalidValue;
+    for (int i = 0; i < runs->n; i++)
+        if (runs->seq[i] < 0 || runs->len[i] < 1 || runs->r0[i] < 0) return cudaErrorInvalidValue;
+    if (p->d_state == 64) return launch_ssd<64>(state, xbc, dt, dt_stride, dt_bias, A, D, runs, p, y, diverged, pdl, stream);
+    return launch_ssd<128>(state, xbc, dt, dt_stride, dt_bias, A, D, runs, p, y, diverged, pdl, stream);
 }
 
 /* ---- gated grouped RMSNorm ---- */

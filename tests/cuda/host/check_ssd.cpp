@@ -1,7 +1,8 @@
 /* check_ssd.cpp — runs the chunked (SSD) scan kernel of src/backend/cuda/ssm.cu on the host (a CTA = 256
  * std::threads, a barrier for __syncthreads) and compares y and the final state with the CPU backend's
  * recurrent scan (scalar). Built and run by tests/cuda/host/run.sh.
- *   check_ssd [n_head head_dim n_group d_state rows dt_bias_center]
+ *   check_ssd [n_head head_dim n_group d_state rows dt_bias_center [runs]]   (runs: sequences, one contiguous
+ *   run of rows each, the last one 1 row long when runs > 1: a decode row next to prefills)
  */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -32,58 +33,70 @@ static qr_weight vec(const char *name, std::vector<float> &v) {
 
 template <int N>
 static void run_grid(float *state, const float *xbc, const float *dt, const float *dtb, const float *A, const float *D,
-                     int n_tok, const qr_ssm_params &p, float *y, int *div) {
+                     const qr_cuda_ssd_runs &runs, const qr_ssm_params &p, float *y, int *div) {
     std::vector<float> smem(ssd_cfg<N>::SMEM / 4 + 4);
     g_ssd_smem = smem.data();
-    gridDim = {(unsigned)p.n_head, (unsigned)(p.head_dim / SSD_PS), 1};
+    gridDim = {(unsigned)p.n_head, (unsigned)(p.head_dim / SSD_PS), (unsigned)runs.n};
     blockDim = {SSD_THREADS, 1, 1};
-    for (unsigned by = 0; by < gridDim.y; by++)
-        for (unsigned bx = 0; bx < gridDim.x; bx++) {
-            std::barrier<> bb(SSD_THREADS);
-            g_block_bar = &bb;
-            std::vector<std::thread> th;
-            for (unsigned t = 0; t < SSD_THREADS; t++)
-                th.emplace_back([&, t] {
-                    threadIdx = {t, 0, 0};
-                    blockIdx = {bx, by, 0};
-                    ssm_scan_ssd_kernel<N>(state, xbc, dt, p.n_head, dtb, A, D, 0, n_tok, p, y, div);
-                });
-            for (auto &x : th) x.join();
-        }
+    for (unsigned bz = 0; bz < gridDim.z; bz++)
+        for (unsigned by = 0; by < gridDim.y; by++)
+            for (unsigned bx = 0; bx < gridDim.x; bx++) {
+                std::barrier<> bb(SSD_THREADS);
+                g_block_bar = &bb;
+                std::vector<std::thread> th;
+                for (unsigned t = 0; t < SSD_THREADS; t++)
+                    th.emplace_back([&, t] {
+                        threadIdx = {t, 0, 0};
+                        blockIdx = {bx, by, bz};
+                        ssm_scan_ssd_kernel<N>(state, xbc, dt, p.n_head, dtb, A, D, runs, p, y, div);
+                    });
+                for (auto &x : th) x.join();
+            }
 }
 
 int main(int argc, char **argv) {
-    int nh = 4, hp = 64, ng = 2, ns = 128, rows = 200;
+    int nh = 4, hp = 64, ng = 2, ns = 128, rows = 200, nr = 1;
     float dtc = -3.0f;
     if (argc > 6) nh = atoi(argv[1]), hp = atoi(argv[2]), ng = atoi(argv[3]), ns = atoi(argv[4]), rows = atoi(argv[5]), dtc = (float)atof(argv[6]);
+    if (argc > 7) nr = atoi(argv[7]);
+    if (nr < 1 || nr > QR_CUDA_SSD_MAX_RUNS || rows < nr) return 2;
     const int di = nh * hp, cd = di + 2 * ng * ns;
     const qr_ssm_params p = {.d_conv = 4, .d_inner = di, .d_state = ns, .n_head = nh, .head_dim = hp, .n_group = ng, .conv_dim = cd};
     char err[256];
     qr_backend *cpu;
     qr_backend_cpu_params cp = {.n_threads = 1, .force_scalar = true};
     if (qr_backend_cpu_create(&cp, &cpu, err, sizeof err) != QR_OK) { fprintf(stderr, "%s\n", err); return 2; }
-    std::vector<int32_t> tok(rows, 0), pos(rows), seq(rows, 0), slot(rows);
+    /* runs: sequence nr - 1 - i takes rows r0[i] .. (reversed ids: the state slots are not the run order) */
+    qr_cuda_ssd_runs runs = {};
+    runs.n = nr;
+    for (int i = 0, r0 = 0; i < nr; i++) {
+        const int len = nr == 1 ? rows : i == nr - 1 ? 1 : (rows - 1) / (nr - 1) + (i < (rows - 1) % (nr - 1));
+        runs.seq[i] = nr - 1 - i, runs.r0[i] = r0, runs.len[i] = len;
+        r0 += len;
+    }
+    std::vector<int32_t> tok(rows, 0), pos(rows), seq(rows, 0), slot(rows), bt(nr, 0);
+    for (int i = 0; i < nr; i++)
+        for (int r = runs.r0[i]; r < runs.r0[i] + runs.len[i]; r++) seq[r] = runs.seq[i];
     for (int r = 0; r < rows; r++) pos[r] = r, slot[r] = r;
-    int32_t bt[1] = {0};
     const qr_batch_plan plan = {.n_tokens = rows, .tokens = tok.data(), .pos = pos.data(), .seq = seq.data(), .kv_slot = slot.data(),
-                                .n_seqs = 1, .max_blocks = 1, .block_table = bt};
+                                .n_seqs = nr, .max_blocks = 1, .block_table = bt.data()};
     if (cpu->ops->set_batch(cpu, &plan, err, sizeof err) != QR_OK) { fprintf(stderr, "set_batch: %s\n", err); return 2; }
     std::vector<float> xbc((size_t)rows * cd), dt((size_t)rows * nh), dtb(nh), A(nh), D(nh);
     for (auto &x : xbc) x = frand();
     for (auto &x : dt) x = 2.0f * frand();
     for (int h = 0; h < nh; h++) dtb[h] = dtc + 2.0f * frand(), A[h] = -4.0f + 3.5f * frand(), D[h] = 1.0f + 0.2f * frand();
-    std::vector<float> s0((size_t)di * ns);
+    std::vector<float> s0((size_t)nr * di * ns);
     for (auto &x : s0) x = 0.1f * frand();
     std::vector<float> sc = s0, sg = s0, yc((size_t)rows * di), yg((size_t)rows * di, NAN);
     qr_weight wdtb = vec("dt_bias", dtb), wA = vec("A", A), wD = vec("D", D);
     cpu->ops->ssm_scan(cpu, sc.data(), xbc.data(), dt.data(), nh, &wdtb, &wA, &wD, &p, yc.data());
     int div = 0;
-    if (ns == 64) run_grid<64>(sg.data(), xbc.data(), dt.data(), dtb.data(), A.data(), D.data(), rows, p, yg.data(), &div);
-    else run_grid<128>(sg.data(), xbc.data(), dt.data(), dtb.data(), A.data(), D.data(), rows, p, yg.data(), &div);
+    if (ns == 64) run_grid<64>(sg.data(), xbc.data(), dt.data(), dtb.data(), A.data(), D.data(), runs, p, yg.data(), &div);
+    else run_grid<128>(sg.data(), xbc.data(), dt.data(), dtb.data(), A.data(), D.data(), runs, p, yg.data(), &div);
     double ey = 0, my = 0, es = 0, ms = 0;
     for (size_t i = 0; i < yc.size(); i++) { double e = fabs(yg[i] - yc[i]); if (!(e <= ey)) ey = e; my = fmax(my, fabs(yc[i])); }
     for (size_t i = 0; i < sc.size(); i++) { double e = fabs(sg[i] - sc[i]); if (!(e <= es)) es = e; ms = fmax(ms, fabs(sc[i])); }
-    printf("ssd scan H%d P%d G%d N%d rows %d dt bias %.0f: y max err %.3g (rel to max %.3g), state %.3g (%.3g)%s\n", nh, hp, ng, ns,
-           rows, dtc, ey, ey / my, es, es / fmax(ms, 1e-30), div ? " DIVERGED" : "");
+    printf("ssd scan H%d P%d G%d N%d rows %d runs %d dt bias %.0f: y max err %.3g (rel to max %.3g), state %.3g (%.3g)%s\n", nh,
+           hp, ng, ns, rows, nr, dtc, ey, ey / my, es, es / fmax(ms, 1e-30), div ? " DIVERGED" : "");
     return ey / my <= 1e-4 && es / fmax(ms, 1e-30) <= 1e-4 && !div ? 0 : 1;
 }

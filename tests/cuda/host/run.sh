@@ -46,9 +46,10 @@ if [ "$ONLY" = quant ]; then
     "$T/check_quant"
     exit $?
 fi
-run_ssd() { # the chunked scan (ssm.cu): n_head head_dim n_group d_state rows dt_bias_center (45: softplus(dt) ~ 1e2)
+run_ssd() { # the chunked scan (ssm.cu): n_head head_dim n_group d_state rows dt_bias_center (45: softplus(dt) ~ 1e2) [runs]
     local r=0
-    for a in "4 64 2 128 200 -3" "2 32 1 64 70 -3" "2 64 2 128 130 45" "3 32 3 64 33 0"; do
+    for a in "4 64 2 128 200 -3" "2 32 1 64 70 -3" "2 64 2 128 130 45" "3 32 3 64 33 0" "2 64 2 128 150 -3 3" \
+             "2 32 1 64 9 0 5"; do
         "$T/check_ssd" $a || r=1
     done
     return $r
