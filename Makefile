@@ -35,11 +35,12 @@ test: setup
 test-unit:
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-# The CUDA mat-vec block decoders (quant_dev.cuh) and the chunked scan (ssm.cu) on the host against the CPU oracle: needs the CUDA
+# The CUDA mat-vec block decoders (quant_dev.cuh), the chunked scan (ssm.cu) and the int8 mma expert kernel
+# (matmul_mma.cu) on the host against the CPU oracle: needs the CUDA
 # headers (the toolkit, no GPU); without them it says it did not run.
 CUDA_HOME ?= /usr/local/cuda
 test-cuda-host:
-	@if [ -f $(CUDA_HOME)/include/cuda_runtime.h ]; then BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) bash tests/cuda/host/run.sh ssd; \
+	@if [ -f $(CUDA_HOME)/include/cuda_runtime.h ]; then BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) bash tests/cuda/host/run.sh fast; \
 	else echo "test-cuda-host: NOT RUN (no $(CUDA_HOME)/include/cuda_runtime.h)"; fi
 
 test-asan:

@@ -4,8 +4,8 @@
 # against the CPU scalar oracle. Needs g++ (C++20), the CUDA headers, and a build directory with the
 # quant, util and backend_cpu objects (default build-cuda; BUILD=... to change).
 #   tests/cuda/host/run.sh          # all four (~8 min on 2 cores: the decode and scan checks emulate CTAs with threads)
-#   tests/cuda/host/run.sh ssd      # check_quant and the chunked scan check only
-#   tests/cuda/host/run.sh quant    # check_quant only (seconds; `make test` runs this one)
+#   tests/cuda/host/run.sh fast     # check_quant, the chunked scan and the int8 mma expert kernel (~1 min; `make test`)
+#   tests/cuda/host/run.sh quant    # check_quant only (seconds)
 set -euo pipefail
 ONLY=${1:-all}
 cd "$(dirname "$0")/../../.."
@@ -35,7 +35,12 @@ try:
     c, d = s.index('#define SSD_Q 64'), s.index('template <int N>\nstatic cudaError_t launch_ssd')
     k = (s[a:b] + s[c:d]).replace('extern __shared__ __align__(16) float sm[];', 'float *sm = g_ssd_smem;')
     open(t + '/ssd_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
-except ValueError:  # the attention / ssm sources moved on: the extraction below needs updating
+    s = open('src/backend/cuda/matmul_mma.cu').read()
+    a, b = s.index('#define MMQ_THREADS'), s.index('#define MMQ_TYPES')
+    c, d = s.index('/* Shared-memory layout of one stage'), s.index('template <class T, int NT, int KB>\nstatic cudaError_t launch_mmq')
+    k = (s[a:b] + s[c:d]).replace('extern __shared__ __align__(16) uint8_t sm[];', 'uint8_t *sm = g_mmq_smem;')
+    open(t + '/mma_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
+except ValueError:  # the attention / ssm / mma sources moved on: the extraction below needs updating
     open(t + '/attn_stale', 'w').write('')
 PY
 objs=$(ls $BUILD/CMakeFiles/qr_quant.dir/src/quant/*.o $BUILD/CMakeFiles/qr_util.dir/src/util/*.o)
@@ -61,8 +66,9 @@ if [ -e "$T/attn_stale" ]; then
     exit 2
 fi
 g++ $flags tests/cuda/host/check_ssd.cpp $cpu $objs -lm -lpthread -o "$T/check_ssd" 2>&1 | grep -v warning || true
-if [ "$ONLY" = ssd ]; then
-    "$T/check_quant" && run_ssd
+g++ $flags tests/cuda/host/check_mma.cpp $objs -lm -lpthread -o "$T/check_mma" 2>&1 | grep -v warning || true
+if [ "$ONLY" = fast ]; then
+    "$T/check_quant" && run_ssd && "$T/check_mma" && "$T/check_mma" 2880 256
     exit $?
 fi
 g++ $flags tests/cuda/host/check_attention.cpp $cpu $objs -lm -lpthread -o "$T/check_attention" 2>&1 | grep -v warning || true
@@ -85,4 +91,6 @@ LEN=60 "$T/check_attention_decode" 9 3 64 16 0 0 1 40 || rc=1   # a prefill-like
 LEN=50 "$T/check_attention_decode" 32 8 128 16 20 0 2 30 || rc=1
 SINKS=1 LEN=70 "$T/check_attention_decode" 64 8 64 16 32 0 3 2 || rc=1   # gpt-oss: sinks, window
 run_ssd || rc=1
+"$T/check_mma" || rc=1
+"$T/check_mma" 2880 256 || rc=1   # gpt-oss rows: 90 blocks, a partial last stage
 exit $rc
