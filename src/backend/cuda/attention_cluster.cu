@@ -39,22 +39,6 @@ template <int D, int G_> struct cl_cfg {
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* used by the Hopper-only kernel below */
-static __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-#endif
-}
-static __device__ __forceinline__ void cp_async_commit(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-template <int N> static __device__ __forceinline__ void cp_async_wait(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#endif
-}
 
 /* Copies the rows of keys [t * SUPER, ...) (< nk) of one cache (this kv head's columns) into buf. */
 template <int D>

@@ -60,19 +60,17 @@ static void moe_matvec(cuda_backend *cb, const cuda_weight *w0, const cuda_weigh
 
 /* The grouped expert matmul over tiles of sorted rows (moe_gemm's tiles mode): the quantized mat-vec
  * over tiles of up to 8 rows of one expert (few rows per expert), or the int8 tensor-core kernel over
- * tiles of up to 32 (mma). h_slot: the host staging [slot | expert | row | source] per sorted p (compact
- * layout), h_tile: room for the tiles. The sorted activation rows are gathered (f32), prepared as for
+ * tiles of up to 32 or 64 (mma). active: the experts with rows. h_slot: the host staging [slot | expert |
+ * row | source] per sorted p (compact layout), h_tile: room for the tiles. The sorted activation rows are gathered (f32), prepared as for
  * the mat-vec (quantized to Q8 like the CPU quantizes them), and each tile multiplied in one CTA
  * row-range. */
 static void moe_tiles(cuda_backend *cb, const cuda_weight *w0, const cuda_weight *w1, const float *b0, const float *b1,
-                      int64_t n_out, const float *x, int64_t n_slots, int64_t n_expert, const int32_t *off,
-                      const int32_t *h_slot, int32_t *h_tile, bool mma, int act, float *y) {
+                      int64_t n_out, const float *x, int64_t n_slots, int64_t n_expert, int64_t active,
+                      const int32_t *off, const int32_t *h_slot, int32_t *h_tile, bool mma, int act, float *y) {
     const int64_t k = w0->v.k;
     const int n_mat = w1 ? 2 : 1;
     /* rows per tile, and rows of slack: mma tiles of 64 rows where the experts average more than 32 (fewer
      * re-reads of each expert), else 32 */
-    int64_t active = 0;
-    for (int64_t e = 0; e < n_expert; e++) active += off[e + 1] > off[e];
     const int32_t tr = !mma ? 8 : n_slots > 32 * active ? QR_CUDA_MMQ_TILE_ROWS : 32;
     int32_t n_tiles = 0, max_rows = 1;
     for (int64_t e = 0; e < n_expert; e++)
@@ -193,7 +191,7 @@ static void moe_gemm(cuda_backend *cb, const cuda_weight *w0, const cuda_weight 
     }
     if (tiles) {
         int32_t *h_tile = h_src + 4 * n_slots + 64; /* after the largest gathered-row table */
-        moe_tiles(cb, w0, w1, b0, b1, n_out, x, n_slots, n_expert, off, h_slot, h_tile, mma, act, y);
+        moe_tiles(cb, w0, w1, b0, b1, n_out, x, n_slots, n_expert, active, off, h_slot, h_tile, mma, act, y);
         return;
     }
     /* experts per dequantized chunk (the f16 copy of a chunk of experts; F16 weights are used in place) */
@@ -302,7 +300,7 @@ void cuda_matmul_id(qr_backend *be, const qr_weight *w, const qr_weight *bias, c
 }
 
 /* out = act(w x): at decode sizes the expert mat-vec with every row on "expert" 0 (its epilogue applies the
- * activation, and for a held x its quantize tail prepares out for the next matmul); else matmul + glu. */
+ * activation: no glu kernel); else matmul + glu. */
 void cuda_matmul_act(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, qr_glu_kind act, float *out,
                      float *scratch) {
     cuda_backend *cb = CB(be);

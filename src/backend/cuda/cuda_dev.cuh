@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_ops.h"
 #include "quant/blocks.h"
@@ -34,6 +35,47 @@ static __device__ __forceinline__ uint4 ld_stream16(const void *p) {
     return r;
 #else /* host builds of this header (a host-side check of the block decoders) */
     return *(const uint4 *)p;
+#endif
+}
+/* cp.async (sm_80+): global -> shared memory without a register round trip. cp_async16 copies 16 bytes (L2
+ * only), or with n the first n of them and zeros for the rest (n = 0: zeros, nothing read); cp_async4
+ * the same for 4 bytes (through L1); commit closes a group, wait<N> waits until at most N groups are in
+ * flight. Host builds of this header (the host checks, tests/cuda/host) copy at once. */
+static __device__ __forceinline__ void cp_async16(void *s, const void *g) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(s)), "l"(g) : "memory");
+#elif !defined(__CUDA_ARCH__)
+    memcpy(s, g, 16);
+#endif
+}
+static __device__ __forceinline__ void cp_async16(void *s, const void *g, int n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((unsigned)__cvta_generic_to_shared(s)), "l"(g),
+                 "r"(n)
+                 : "memory");
+#elif !defined(__CUDA_ARCH__)
+    memset(s, 0, 16);
+    memcpy(s, g, (size_t)n);
+#endif
+}
+static __device__ __forceinline__ void cp_async4(void *s, const void *g, int n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"((unsigned)__cvta_generic_to_shared(s)), "l"(g),
+                 "r"(n)
+                 : "memory");
+#elif !defined(__CUDA_ARCH__)
+    memset(s, 0, 4);
+    memcpy(s, g, (size_t)n);
+#endif
+}
+static __device__ __forceinline__ void cp_async_commit(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N> static __device__ __forceinline__ void cp_async_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 #endif
 }
 /* Read-only loads through the texture/L1 path. */

@@ -47,12 +47,13 @@ typedef struct qr_cuda_tune {
     int32_t moe_tiles;       /* 1: passes with few rows per expert (<= 12 on average) run the quantized mat-vec over
                               * tiles of up to 8 rows of one expert instead of the f16 GEMM; 0: never
                               * (QUARREL_CUDA_MOE=notiles or loop) */
-    int32_t ssm_ssd;         /* 1: a prefill of one sequence (>= ssm_ssd_min_rows rows) scans in the chunked SSD form
-                              * (ssm.cu); 0: the recurrence row by row (QUARREL_CUDA_SSM_SCAN=rec) */
+    int32_t ssm_ssd;         /* 1: a prefill whose sequences are each one run of rows, the longest >= ssm_ssd_min_rows,
+                              * scans in the chunked SSD form (ssm.cu); 0: the recurrence row by row
+                              * (QUARREL_CUDA_SSM_SCAN=rec) */
     int32_t ssm_ssd_min_rows; /* default 32, as the CPU's SSD_MIN */
     int32_t moe_mma;         /* 1: the grouped expert matmul of longer passes runs on int8 tensor cores over tiles
-                              * of up to 32 rows (matmul_mma.cu) for the types it supports; 0: the paths above
-                              * (QUARREL_CUDA_MOE=nomma, notiles or loop) */
+                              * of up to 32 or 64 rows (matmul_mma.cu) for the types it supports; 0: the paths
+                              * above (QUARREL_CUDA_MOE=nomma, notiles or loop) */
     int32_t moe_mma_max_rows; /* the mma tiles serve passes with at most this many rows per expert in use on
                               * average (above: the f16 GEMM; QUARREL_CUDA_MMQ_MAX_ROWS) */
     int64_t moe_tile_bytes;  /* f16 experts dequantized per chunk of the grouped GEMM, default 512 MiB */

@@ -23,6 +23,8 @@
 
 #define MMQ_THREADS 128 /* 4 warps */
 #define MMQ_BM 128      /* output rows per CTA: 4 warps x 2 m-tiles of 16 */
+#define MMQ_KB 4        /* 32-value blocks per pipeline stage */
+#define MMQ_STAGES 3
 
 /* The block formats as the mma kernel reads them: CB code bytes and SB scale bytes per block; unpack
  * gives the int8 values of elements 4t..4t+3 (lo) and 16+4t..16+4t+3 (hi) of a block's codes. */
@@ -67,19 +69,6 @@ extern "C" bool qr_cuda_mmq_supported(qr_type type) {
     }
 }
 
-static __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-/* 16 bytes global -> shared, L2 only; n = 0 writes zeros instead (reads nothing). */
-static __device__ __forceinline__ void cp16(void *s, const void *g, int n) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(s)), "l"(g), "r"(n) : "memory");
-}
-/* 4 bytes, of which the first n (0..4) are read and the rest zero-filled. */
-static __device__ __forceinline__ void cp4(void *s, const void *g, int n) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(s)), "l"(g), "r"(n) : "memory");
-}
-static __device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> static __device__ __forceinline__ void cp_wait(void) {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
 static __device__ __forceinline__ void mma_s8(int *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -91,32 +80,30 @@ static __device__ __forceinline__ void mma_s8(int *c, const uint32_t *a, uint32_
 
 /* Shared-memory layout of one stage (bytes). Pitches pad each row by 16 bytes so that the 8 rows a warp
  * reads at once fall in different banks. */
-template <class T, int NT, int KB> struct mmq_cfg {
-    static constexpr int MMQ_KB = KB;                      /* 32-value blocks per pipeline stage */
-    static constexpr int MMQ_STAGES = KB >= 16 ? 2 : 3;
-    static constexpr int MMQ_SCW = (KB * mq<T>::SB + 6) / 4; /* words of weight scales per row (aligned window) */
+template <class T, int NT> struct mmq_cfg {
+    static constexpr int SCW = (MMQ_KB * mq<T>::SB + 6) / 4; /* words of weight scales per row (aligned window) */
     static constexpr int CB = mq<T>::CB, NTOK = NT * 8;
     static constexpr int WP = MMQ_KB * CB + 16, XP = MMQ_KB * 32 + 16;
-    static constexpr int O_S = MMQ_BM * WP;                   /* weight scale windows */
-    static constexpr int O_X = O_S + MMQ_BM * MMQ_SCW * 4;    /* activation codes */
-    static constexpr int O_D = O_X + NTOK * XP;               /* activation scales */
-    static constexpr int DP = MMQ_KB + 1;                     /* activation scale pitch (floats, no bank conflicts) */
+    static constexpr int O_S = MMQ_BM * WP;                 /* weight scale windows */
+    static constexpr int O_X = O_S + MMQ_BM * SCW * 4;      /* activation codes */
+    static constexpr int O_D = O_X + NTOK * XP;             /* activation scales */
+    static constexpr int DP = MMQ_KB + 1;                   /* activation scale pitch (floats, no bank conflicts) */
     static constexpr int STAGE = O_D + NTOK * DP * 4;
     static constexpr int SMEM = MMQ_STAGES * STAGE;
 };
 
 /* Grid (ceil(n_out / 128), tiles). Tile b = (expert, first sorted row p0, rows nr <= 8 NT): y[p0 + j][i] =
  * W[expert][i] . x[p0 + j] for j < nr, i < n_out; x holds the sorted rows with 8 NT rows of slack after
- * the last (they are read, their results dropped). KB: 32-value blocks per stage. Tried on the H100
- * (nemotron-3-nano pp512, docs/cuda-notes.md): KB 8 and 16 (longer contiguous weight runs) were not
+ * the last (they are read, their results dropped). Tried on the H100 (nemotron-3-nano pp512,
+ * docs/cuda-notes.md): MMQ_KB 8 and 16 (longer contiguous weight runs) were not
  * faster (11438 and 9939 vs 11644 t/s); fewer CTAs each running one pipeline through several tiles was
  * slower (634 vs 476 us in the lab); an exact int -> float trick instead of I2F made no difference. */
-template <class T, int NT, int KB>
+template <class T, int NT>
 static __global__ void __launch_bounds__(MMQ_THREADS)
     mmq_tiles_kernel(const cuda_wview w, const cuda_xview x, const int4 *__restrict__ tiles, int64_t n_out,
                      float *__restrict__ y) {
-    typedef mmq_cfg<T, NT, KB> C;
-    constexpr int CB = C::CB, SB = mq<T>::SB, MMQ_KB = KB, MMQ_STAGES = C::MMQ_STAGES, MMQ_SCW = C::MMQ_SCW;
+    typedef mmq_cfg<T, NT> C;
+    constexpr int CB = C::CB, SB = mq<T>::SB, SCW = C::SCW;
     extern __shared__ __align__(16) uint8_t sm[];
     const int4 tl = tiles[blockIdx.y];
     const int64_t e = tl.x, p0 = tl.y;
@@ -135,15 +122,15 @@ static __global__ void __launch_bounds__(MMQ_THREADS)
             const int r = c / WC, q = c % WC, blk = q / (CB / 16), part = q % (CB / 16);
             const int64_t row = row0 + r < n_out ? row0 + r : n_out - 1, b = kb0 + blk;
             const bool ok = b < nb;
-            cp16(st + r * C::WP + q * 16, w.p0 + ((e * n_out + row) * nb + (ok ? b : 0)) * CB + part * 16, ok ? 16 : 0);
+            cp_async16(st + r * C::WP + q * 16, w.p0 + ((e * n_out + row) * nb + (ok ? b : 0)) * CB + part * 16, ok ? 16 : 0);
         }
-        for (int c = tid; c < MMQ_BM * MMQ_SCW; c += MMQ_THREADS) {
-            const int r = c / MMQ_SCW, q = c % MMQ_SCW;
+        for (int c = tid; c < MMQ_BM * SCW; c += MMQ_THREADS) {
+            const int r = c / SCW, q = c % SCW;
             const int64_t row = row0 + r < n_out ? row0 + r : n_out - 1;
             const size_t a = (size_t)((e * n_out + row) * nb + kb0) * SB;
             const uint8_t *src = w.p1 + (a & ~(size_t)3) + 4 * q;
             const int n = src >= s_end ? 0 : (s_end - src >= 4 ? 4 : (int)(s_end - src));
-            cp4(st + C::O_S + c * 4, n ? src : w.p1, n);
+            cp_async4(st + C::O_S + c * 4, n ? src : w.p1, n);
         }
         constexpr int XC = MMQ_KB * 2; /* 16-byte chunks per activation row */
 #pragma unroll
@@ -151,12 +138,12 @@ static __global__ void __launch_bounds__(MMQ_THREADS)
             const int j = c / XC, q = c % XC;
             const int64_t v = kb0 * 32 + q * 16;
             const bool ok = v < x.k;
-            cp16(st + C::O_X + j * C::XP + q * 16, x.q + (p0 + j) * x.k + (ok ? v : 0), ok ? 16 : 0);
+            cp_async16(st + C::O_X + j * C::XP + q * 16, x.q + (p0 + j) * x.k + (ok ? v : 0), ok ? 16 : 0);
         }
         for (int c = tid; c < C::NTOK * MMQ_KB; c += MMQ_THREADS) {
             const int j = c / MMQ_KB, q = c % MMQ_KB;
             const bool ok = kb0 + q < xnb;
-            cp4(st + C::O_D + (j * C::DP + q) * 4, x.d + (p0 + j) * xnb + (ok ? kb0 + q : 0), ok ? 4 : 0);
+            cp_async4(st + C::O_D + (j * C::DP + q) * 4, x.d + (p0 + j) * xnb + (ok ? kb0 + q : 0), ok ? 4 : 0);
         }
     };
 
@@ -171,13 +158,13 @@ static __global__ void __launch_bounds__(MMQ_THREADS)
 #pragma unroll
     for (int s = 0; s < MMQ_STAGES - 1; s++) {
         if (s < n_it) load_stage(s);
-        cp_commit();
+        cp_async_commit();
     }
     for (int it = 0; it < n_it; it++) {
-        cp_wait<MMQ_STAGES - 2>();
+        cp_async_wait<MMQ_STAGES - 2>();
         __syncthreads(); /* stage it is visible to all; stage it - 1 is no longer read */
         if (it + MMQ_STAGES - 1 < n_it) load_stage(it + MMQ_STAGES - 1);
-        cp_commit();
+        cp_async_commit();
         const uint8_t *st = sm + (it % MMQ_STAGES) * C::STAGE;
         const int64_t kb0 = (int64_t)it * MMQ_KB;
         const int nkb = nb - kb0 < MMQ_KB ? (int)(nb - kb0) : MMQ_KB;
@@ -190,7 +177,7 @@ static __global__ void __launch_bounds__(MMQ_THREADS)
                 const int r = warp * 32 + m * 16 + h * 8 + g;
                 const int64_t row = row0 + r < n_out ? row0 + r : n_out - 1;
                 const size_t a = (size_t)((e * n_out + row) * nb + kb0) * SB;
-                sw[m][h] = st + C::O_S + r * (MMQ_SCW * 4) + (a & 3);
+                sw[m][h] = st + C::O_S + r * (SCW * 4) + (a & 3);
             }
 #pragma unroll
         for (int kb = 0; kb < MMQ_KB; kb++) {
@@ -228,7 +215,7 @@ static __global__ void __launch_bounds__(MMQ_THREADS)
             }
         }
     }
-    cp_wait<0>();
+    cp_async_wait<0>();
 
 #pragma unroll
     for (int m = 0; m < 2; m++)
@@ -246,15 +233,15 @@ static __global__ void __launch_bounds__(MMQ_THREADS)
         }
 }
 
-template <class T, int NT, int KB>
+template <class T, int NT>
 static cudaError_t launch_mmq(const cuda_wview &w, const cuda_xview &x, const int4 *tiles, int32_t n_tiles,
                               int64_t n_out, float *y, cudaStream_t stream) {
-    constexpr int smem = mmq_cfg<T, NT, KB>::SMEM;
+    constexpr int smem = mmq_cfg<T, NT>::SMEM;
     /* above the default 48 KiB: opt in (per device, so on every call; prefill launches are few) */
-    const cudaError_t e = cudaFuncSetAttribute(mmq_tiles_kernel<T, NT, KB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    const cudaError_t e = cudaFuncSetAttribute(mmq_tiles_kernel<T, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)((n_out + MMQ_BM - 1) / MMQ_BM), (unsigned)n_tiles);
-    mmq_tiles_kernel<T, NT, KB><<<grid, MMQ_THREADS, smem, stream>>>(w, x, tiles, n_out, y);
+    mmq_tiles_kernel<T, NT><<<grid, MMQ_THREADS, smem, stream>>>(w, x, tiles, n_out, y);
     QR_CUDA_CHECK_LAUNCH();
 }
 
@@ -269,10 +256,10 @@ extern "C" cudaError_t qr_cuda_mmq_tiles(const cuda_wview *w, const cuda_xview *
     switch ((qr_type)w->type) {
 #define TY(E, T)                                                              \
     case E:                                                                   \
-        if (nt == 1) return launch_mmq<T, 1, 4>(*w, *x, tv, n_tiles, n_out, y, stream); \
-        if (nt == 2) return launch_mmq<T, 2, 4>(*w, *x, tv, n_tiles, n_out, y, stream); \
-        if (nt == 4) return launch_mmq<T, 4, 4>(*w, *x, tv, n_tiles, n_out, y, stream); \
-        return launch_mmq<T, 8, 4>(*w, *x, tv, n_tiles, n_out, y, stream);
+        if (nt == 1) return launch_mmq<T, 1>(*w, *x, tv, n_tiles, n_out, y, stream); \
+        if (nt == 2) return launch_mmq<T, 2>(*w, *x, tv, n_tiles, n_out, y, stream); \
+        if (nt == 4) return launch_mmq<T, 4>(*w, *x, tv, n_tiles, n_out, y, stream); \
+        return launch_mmq<T, 8>(*w, *x, tv, n_tiles, n_out, y, stream);
         MMQ_TYPES(TY)
 #undef TY
     default: return cudaErrorInvalidValue;

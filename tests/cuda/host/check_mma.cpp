@@ -1,7 +1,7 @@
 /* check_mma.cpp — runs the int8 tensor-core expert kernel of src/backend/cuda/matmul_mma.cu on the host
- * (a CTA = 128 std::threads; cp.async as plain copies; mma.sync m16n8k32 emulated per warp with the PTX
- * fragment layout, the one the H100 lab matched bit for bit) and compares every tile row with the CPU
- * oracle's vec_dot. Built and run by tests/cuda/host/run.sh.
+ * (a CTA = 128 std::threads; cp.async copies at once, cuda_dev.cuh's host path; mma.sync m16n8k32 emulated
+ * per warp with the PTX fragment layout, the one the H100 lab matched bit for bit) and compares every tile
+ * row with the CPU oracle's vec_dot. Built and run by tests/cuda/host/run.sh.
  *   check_mma [k n_out]
  */
 #include <cuda_runtime.h>
@@ -27,11 +27,6 @@ extern "C" {
 #include "backend/cuda/quant_dev.cuh"
 #include "pd.inc" /* qr_cuda_plane_desc of src/backend/cuda/dequant.cu, extracted by run.sh */
 
-/* cp.async: the copy happens at once (n bytes read, the rest zero-filled); commit / wait have nothing to do */
-static inline void cp16(void *s, const void *g, int n) { memset(s, 0, 16); memcpy(s, g, (size_t)n); }
-static inline void cp4(void *s, const void *g, int n) { memset(s, 0, 4); memcpy(s, g, (size_t)n); }
-static inline void cp_commit(void) {}
-template <int N> static inline void cp_wait(void) {}
 /* mma.sync.m16n8k32.row.col.s32.s8.s8.s32, c += A B: each lane's fragments are published, the warp meets,
  * each lane computes its 4 outputs, the warp meets again before the buffers are reused. */
 static uint32_t g_frag[4][32][6];
@@ -118,7 +113,7 @@ static int test(qr_type type, int64_t k, int64_t n_out, const std::vector<int> &
                 th.emplace_back([&, t] {
                     threadIdx = {t, 0, 0};
                     blockIdx = {bx, by, 0};
-                    mmq_tiles_kernel<T, NT, 4>(w, xv, tiles.data(), n_out, y.data());
+                    mmq_tiles_kernel<T, NT>(w, xv, tiles.data(), n_out, y.data());
                 });
             for (auto &x2 : th) x2.join();
         }

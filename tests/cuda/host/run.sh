@@ -37,7 +37,7 @@ try:
     open(t + '/ssd_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
     s = open('src/backend/cuda/matmul_mma.cu').read()
     a, b = s.index('#define MMQ_THREADS'), s.index('#define MMQ_TYPES')
-    c, d = s.index('/* Shared-memory layout of one stage'), s.index('template <class T, int NT, int KB>\nstatic cudaError_t launch_mmq')
+    c, d = s.index('/* Shared-memory layout of one stage'), s.index('template <class T, int NT>\nstatic cudaError_t launch_mmq')
     k = (s[a:b] + s[c:d]).replace('extern __shared__ __align__(16) uint8_t sm[];', 'uint8_t *sm = g_mmq_smem;')
     open(t + '/mma_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
 except ValueError:  # the attention / ssm / mma sources moved on: the extraction below needs updating
@@ -61,8 +61,8 @@ run_ssd() { # the chunked scan (ssm.cu): n_head head_dim n_group d_state rows dt
 }
 if [ -e "$T/attn_stale" ]; then
     "$T/check_quant" || exit 1
-    echo "ERROR: check_attention / check_attention_decode not built: the kernel text run.sh extracts from" \
-        "attention.cu / attention_decode.cu moved (update the extraction); only check_quant ran" >&2
+    echo "ERROR: the host checks of the kernels not built: the kernel text run.sh extracts from attention.cu /" \
+        "attention_decode.cu / ssm.cu / matmul_mma.cu moved (update the extraction); only check_quant ran" >&2
     exit 2
 fi
 g++ $flags tests/cuda/host/check_ssd.cpp $cpu $objs -lm -lpthread -o "$T/check_ssd" 2>&1 | grep -v warning || true
