@@ -35,9 +35,21 @@ void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
     const double t0 = qr_time_s();
     /* nothing below writes xb: the backend may keep its prepared activations for every matmul on it */
     if (be->ops->act_hold) be->ops->act_hold(be, f->xb, n, E);
-    /* shared expert first, into xb2 (it reads the normed input while the backend may still hold its
+    /* router (it writes only router / ids / weights: the shared expert below does not read them) */
+    const double tr = qr_time_s();
+    const qr_weight *gate_inp = &lx->gate_inp, *gate_inp_b = lx->gate_inp_b.host ? &lx->gate_inp_b : NULL;
+    qr_fused_matmul_multi(be, 1, &gate_inp, &gate_inp_b, f->xb, n, &x->router);
+    const qr_moe_route_params rp = {.n_expert = h->n_expert, .n_used = k, .gating = h->gating, .norm = h->norm_w,
+                                    .scale = h->w_scale, .sel_bias = lx->exp_probs_b.host ? &lx->exp_probs_b : NULL};
+    be->ops->moe_route(be, x->router, n, &rp, x->ids, x->weights);
+    const double t1 = qr_time_s();
+    count_selection(m, f, il, n);
+    /* the shared expert, into xb2 (it reads the normed input while the backend may still hold its
      * prepared activations: the norm's `next` hint); the routed experts' sum is added to it last,
-     * shared + routed in the order llama.cpp adds them (routed + shared: the same bits) */
+     * shared + routed in the order llama.cpp adds them (routed + shared: the same bits). It runs after
+     * the routing: a backend may then start the routed experts before the shared expert's last kernel
+     * ends (the CUDA expert mat-vec reads its ids before its dependency wait when a kernel that waits
+     * sits between it and the routing) */
     if (lx->up_shexp.host) {
         const int64_t S = h->n_ff_shexp;
         float *g = x->sh, *u = x->sh + (int64_t)x->n_batch * S;
@@ -55,15 +67,6 @@ void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
         }
         be->ops->matmul(be, &lx->down_shexp, g, n, f->xb2);
     }
-    /* router */
-    const double tr = qr_time_s();
-    const qr_weight *gate_inp = &lx->gate_inp, *gate_inp_b = lx->gate_inp_b.host ? &lx->gate_inp_b : NULL;
-    qr_fused_matmul_multi(be, 1, &gate_inp, &gate_inp_b, f->xb, n, &x->router);
-    const qr_moe_route_params rp = {.n_expert = h->n_expert, .n_used = k, .gating = h->gating, .norm = h->norm_w,
-                                    .scale = h->w_scale, .sel_bias = lx->exp_probs_b.host ? &lx->exp_probs_b : NULL};
-    be->ops->moe_route(be, x->router, n, &rp, x->ids, x->weights);
-    const double t1 = qr_time_s();
-    count_selection(m, f, il, n);
     /* experts: fused gate+up+act, then down, then the weighted sum (+ the shared expert's output) */
     be->ops->moe_gate_up(be, lx->gate_exps.host ? &lx->gate_exps : NULL, lx->gate_exps_b.host ? &lx->gate_exps_b : NULL,
                          &lx->up_exps, lx->up_exps_b.host ? &lx->up_exps_b : NULL, f->xb, x->ids, n, k, h->expert_act,

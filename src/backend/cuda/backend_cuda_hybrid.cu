@@ -26,7 +26,15 @@ void cuda_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const q
     cuda_backend *cb = CB(be);
     bool ok = true;
     const float *sb = f32_of(cb, p->sel_bias, "moe_route", &ok);
-    if (ok) cuda_ok(cb, qr_cuda_moe_route(logits, n_rows, p, sb, ids, weights, use_pdl(cb), cb->stream), "moe_route");
+    if (ok && cuda_ok(cb, qr_cuda_moe_route(logits, n_rows, p, sb, ids, weights, use_pdl(cb), cb->stream), "moe_route"))
+        cb->ids_unfenced = ids;
+}
+
+/* Whether an expert mat-vec launched now may read `ids` before its dependency wait (see ids_unfenced);
+ * one that does not waits first and then lets the next kernel launch: the routing is then fenced. */
+static bool ids_early(cuda_backend *cb, const int32_t *ids) { return cb->tune.ids_early && ids != cb->ids_unfenced; }
+static void ids_launched(cuda_backend *cb, bool early) {
+    if (!early) cb->ids_unfenced = NULL;
 }
 
 /* The expert mat-vec (decode sizes): one launch per matrix pair, quantized activations and dp4a
@@ -49,13 +57,15 @@ static void moe_matvec(cuda_backend *cb, const cuda_weight *w0, const cuda_weigh
     args.x_per_slot = per_slot;
     args.act = act;
     args.y = y;
+    args.ids_early = ids_early(cb, ids);
     const int64_t rows = n_out * n_slots;
     const int32_t wpr = rows >= 4096 ? 1 : (rows >= 2048 || w1 ? 2 : 4);
     const cuda_xview xv = act_view(&a, 0);
     if (cuda_ok(cb, qr_cuda_matvec_id(&args, w1 != NULL, &xv, (int32_t)n_slots, wpr, use_pdl(cb), cb->stream),
-                "matmul_id (mat-vec)") &&
-        !overlaps(x, n_x * k, y, n_slots * n_out))
-        act_mark(cb, x, n_x, k, a.kind);
+                "matmul_id (mat-vec)")) {
+        ids_launched(cb, args.ids_early);
+        if (!overlaps(x, n_x * k, y, n_slots * n_out)) act_mark(cb, x, n_x, k, a.kind);
+    }
 }
 
 /* The grouped expert matmul over tiles of sorted rows (moe_gemm's tiles mode): the quantized mat-vec
@@ -400,9 +410,12 @@ void cuda_moe_down_combine(qr_backend *be, const qr_weight *w, const qr_weight *
     args.x_per_slot = 1;
     args.act = -1;
     args.y = out;
+    args.ids_early = ids_early(cb, ids);
     const cuda_xview xv = act_view(&a, 0);
-    cuda_ok(cb, qr_cuda_matvec_id_combine(&args, &xv, weights, add, (int32_t)n_rows, use_pdl(cb), cb->stream),
-            "moe_down_combine");
+    if (cuda_ok(cb, qr_cuda_matvec_id_combine(&args, &xv, weights, add, (int32_t)n_rows, cb->tune.combine_split,
+                                          use_pdl(cb), cb->stream),
+                "moe_down_combine"))
+        ids_launched(cb, args.ids_early);
 }
 
 void cuda_ssm_conv(qr_backend *be, const float *x, int64_t x_stride, float *conv_state, const qr_weight *w,

@@ -91,6 +91,11 @@ typedef struct cuda_backend {
     size_t moe_cap;
     int32_t *h_moe;
     size_t h_moe_cap;           /* bytes */
+    /* ids written by the last routing kernel while no kernel that waits for its predecessor before
+     * letting the next one launch (a quantize kernel, an expert mat-vec reading late) has been
+     * launched since: a kernel launched now could still overlap that routing kernel (pdl). An expert
+     * mat-vec on other ids (NULL: on any) reads them before its dependency wait. */
+    const int32_t *ids_unfenced;
     int32_t *zero_ids;      /* 64 zero expert ids (matmul_act runs the expert mat-vec on one matrix) */
     unsigned int *attn_cnt; /* flash-decoding's per-tile split counters (zero between launches) */
     size_t attn_cnt_cap;    /* counters allocated */

@@ -217,18 +217,23 @@ typedef struct qr_cuda_mv_id_args {
     int32_t x_per_slot;    /* activation row s (1) or s / n_used (0) */
     int32_t act;           /* qr_glu_kind applied in the epilogue; -1 = none (glu == 0 only) */
     float *y;              /* [n_slots][n_out] */
+    int32_t ids_early;     /* 1: the ids are complete when the kernel launches (the kernel that wrote them
+                            * has been waited for by a later one): read them, and start streaming
+                            * weights, before the dependency wait */
 } qr_cuda_mv_id_args;
 /* y[s] = act(w[0][ids[s]] . x_s + b0, w[1][ids[s]] . x_s + b1) (glu) or w[0][ids[s]] . x_s + b0 (then act if
  * >= 0), s < n_slots (<= 65535); x: activations prepared as for qr_cuda_matvec (rows of x_s). wpr: 1 or 2
- * (4 without glu). The ids are read after the previous kernel finished (pdl). */
+ * (4 without glu). The ids are read after the previous kernel finished (pdl) unless a->ids_early. */
 cudaError_t qr_cuda_matvec_id(const qr_cuda_mv_id_args *a, int glu, const cuda_xview *x, int32_t n_slots, int32_t wpr,
                               bool pdl, cudaStream_t stream);
 /* The expert down projection and the weighted sum of the slots at decode sizes (matmul_q.cu):
  * a->y[r][i] = sum_j weights[r][j] (W[ids[r][j]] . x[r * n_used + j] + bias) (j in order, as moe_combine)
- * (+ add[r][i]), r < n_rows; a->w[0], bias[0], n_out, ids, n_used used; n_used <= QR_CUDA_COMBINE_MAX_USED. */
+ * (+ add[r][i]), r < n_rows; a->w[0], bias[0], n_out, ids, n_used used; n_used <= QR_CUDA_COMBINE_MAX_USED.
+ * split: a warp per (output row, slot) and the sum through shared memory (the same bits); 0: a warp per
+ * output row looping over the slots. */
 #define QR_CUDA_COMBINE_MAX_USED 16
 cudaError_t qr_cuda_matvec_id_combine(const qr_cuda_mv_id_args *a, const cuda_xview *x, const float *weights,
-                                      const float *add, int32_t n_rows, bool pdl, cudaStream_t stream);
+                                      const float *add, int32_t n_rows, int32_t split, bool pdl, cudaStream_t stream);
 /* The grouped expert mat-vec of prefill (matmul_q.cu): tiles[b] = {expert, p0, nr (1..8), 0} (int32 x 4,
  * device, 16-byte aligned); y[p0 + t][n_out] = W[expert] . row p0 + t of x for t < nr, b < n_tiles (<= 65535);
  * x: prepared activations of the sorted rows with at least 7 rows of slack after the last. */
