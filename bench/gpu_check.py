@@ -16,6 +16,9 @@ Prints a markdown table and writes it to $OUT/gpu_check.md; raw numbers in $OUT/
 
     python3 bench/gpu_check.py [--models llama:tiny,gemma3:tiny,llama:smollm2-135m] [--types F16,Q4_0,...]
                                [--prompts 8] [--gen 128] [--no-gen] [--no-leak] [--calls 1000]
+A model may also be `file:PATH`, a GGUF file with real weights (e.g. the default model, SmolLM2-135M Q4_1):
+its prompts are --prompts evenly spaced chunks of --prompt-len tokens of real text (--text, default
+tests/data/ref/teacher_text.txt), tokenized by the model, instead of random ids.
 Environment: OUT (default /tmp/gpu_check), BUNDLE (build-gpu/bundle), MODEL_DIR (/tmp/qr_check_models).
 Exit status: 0 when every target holds, 1 otherwise.
 """
@@ -73,6 +76,8 @@ def main():
     ap.add_argument("--no-gen", action="store_true")
     ap.add_argument("--no-leak", action="store_true")
     ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--text", default=os.path.join(ROOT, "tests", "data", "ref", "teacher_text.txt"),
+                    help="file:PATH models (real weights): prompts are chunks of this text, not random ids")
     ap.add_argument("--gpu-backend", default="cuda", help="backend compared with the CPU (cpu: a dry run of this script)")
     args = ap.parse_args()
     out = os.environ.get("OUT", "/tmp/gpu_check")
@@ -91,11 +96,17 @@ def main():
     log(f"quarrel: {so.strip()}")
 
     for spec in args.models.split(","):
-        arch, preset = spec.split(":") if ":" in spec else ("llama", spec)
-        types = args.types.split(",") if args.types else (ALL_TYPES if preset.endswith("tiny") else BENCH_TYPES)
+        arch, preset = spec.split(":", 1) if ":" in spec else ("llama", spec)
+        real = arch == "file"  # file:PATH, a model file with real weights, as it is
+        types = ["file"] if real else (args.types.split(",") if args.types else
+                                       (ALL_TYPES if preset.endswith("tiny") else BENCH_TYPES))
         for typ in types:
-            name = f"{arch}-{preset}-{typ}"
-            path = os.path.join(model_dir, name + ".gguf")
+            name = os.path.basename(preset).removesuffix(".gguf") if real else f"{arch}-{preset}-{typ}"
+            path = preset if real else os.path.join(model_dir, name + ".gguf")
+            if real and not os.path.exists(path):
+                problems.append(f"{name}: {path} not found")
+                log(problems[-1])
+                continue
             if not os.path.exists(path):
                 t = time.time()
                 cmd = [qr, "synth", "--arch", arch, "--preset", preset, "--type", typ, "-o", path]
@@ -110,9 +121,20 @@ def main():
             klds, top1s, maxabs, same_gen, n_gen = [], [], [], 0, 0
             failed = False
             pfiles = []
+            text_ids = []
+            if real:  # evenly spaced chunks of real text, tokenized by the model (no BOS: mid-text)
+                rc, so, se = run([qr, "tokenize", "-m", path, "-f", args.text, "--ids-only", "--no-special"])
+                text_ids = json.loads(so.strip().splitlines()[-1]) if rc == 0 else []
+                if len(text_ids) < args.prompt_len:
+                    problems.append(f"{name}: tokenizing {args.text} failed: {se.strip()[-300:]}")
+                    log(problems[-1])
+                    continue
             for i in range(args.prompts):
-                pfile = os.path.join(out, f"prompt_{arch}_{preset}_{i}.json")
-                if not os.path.exists(pfile):
+                pfile = os.path.join(out, f"prompt_{name}_{i}.json" if real else f"prompt_{arch}_{preset}_{i}.json")
+                if real:
+                    step = (len(text_ids) - args.prompt_len) // max(1, args.prompts - 1)
+                    json.dump(text_ids[i * step:i * step + args.prompt_len], open(pfile, "w"))
+                elif not os.path.exists(pfile):
                     vocab = (1000 if arch == "gemma3" else 2000) if preset.endswith("tiny") else 32000
                     # seeded by the model and prompt number: the same prompts whatever else the run checks
                     prng = np.random.default_rng(zlib.crc32(f"{arch}:{preset}:{i}".encode()))
@@ -120,7 +142,7 @@ def main():
                 pfiles.append(pfile)
             # logits: the prompts back to back in one teacher-forced pass per backend (one process
             # start each: CUDA and model set-up cost about a second per process)
-            allfile = os.path.join(out, f"prompt_{arch}_{preset}_all.json")
+            allfile = os.path.join(out, f"prompt_{name}_all.json" if real else f"prompt_{arch}_{preset}_all.json")
             json.dump(sum((json.load(open(p)) for p in pfiles), []), open(allfile, "w"))
             res = {}
             for key, be, extra in (("cpu", "cpu", []), ("cuda", args.gpu_backend, []),

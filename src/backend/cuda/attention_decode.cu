@@ -112,14 +112,21 @@ static __device__ __forceinline__ void dec_values(const cuda_attn_args &a, int n
     const dec_geom g = dec_geometry<G>(a, n_gtiles);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ns = a.n_splits;
     for (int gi = warp; gi < g.gn; gi += DEC_WARPS) { /* merge the stats of every split: lanes over splits */
-        const float *st = a.stats + (g.rh0 + gi) * ns * 2;
+        const float2 *st = (const float2 *)(a.stats + (g.rh0 + gi) * ns * 2);
         float M = -INFINITY, L = 0.0f;
-        for (int s2 = lane; s2 < ns; s2 += 32) M = fmaxf(M, __ldcg(st + 2 * s2));
+        /* a lane's (max, sum) pairs all loaded at once (n_splits <= 256: 8 a lane), then reduced in the
+         * order of one load per step: one round trip instead of one per 32 splits and pass */
+        float2 ml[DEC_MAX_SPLITS / 32];
+#pragma unroll
+        for (int i = 0; i < DEC_MAX_SPLITS / 32; i++)
+            ml[i] = lane + 32 * i < ns ? __ldcg(st + lane + 32 * i) : make_float2(-INFINITY, 0.0f);
+#pragma unroll
+        for (int i = 0; i < DEC_MAX_SPLITS / 32; i++)
+            if (lane + 32 * i < ns) M = fmaxf(M, ml[i].x);
         M = warp_max(M);
-        for (int s2 = lane; s2 < ns; s2 += 32) {
-            const float l2 = __ldcg(st + 2 * s2 + 1);
-            if (l2 > 0.0f) L += l2 * __expf(__ldcg(st + 2 * s2) - M);
-        }
+#pragma unroll
+        for (int i = 0; i < DEC_MAX_SPLITS / 32; i++)
+            if (lane + 32 * i < ns && ml[i].y > 0.0f) L += ml[i].y * __expf(ml[i].x - M);
         L = warp_sum(L);
         if (a.sinks) { /* the sink is one more score with no value (as attention.cu) */
             const float sk = a.sinks[g.h0 + gi], M2 = fmaxf(M, sk);
@@ -193,12 +200,25 @@ static __device__ __forceinline__ void dec_values(const cuda_attn_args &a, int n
     __syncthreads();
     if (!last_s) return;
     __threadfence();
-    for (int i = threadIdx.x; i < g.gn * D; i += DEC_THREADS) {
-        const int gi = i / D, d = i % D;
-        const float *pp = a.partial + (g.rh0 + gi) * ns * (int64_t)D + d;
-        float sum = 0.0f;
-        for (int k = 0; k < ns; k++) sum += __ldcg(pp + k * (int64_t)D);
-        a.out[(g.rh0 + gi) * D + d] = sum;
+    /* a thread per 4 dims of a head (16-byte loads), CB splits' loads in flight before they are added
+     * in split order: the same sums as one load per step, without a round trip per split (the tail
+     * that kept this CTA busy: 132 splits one after another at tinyllama's 16k-key decode) */
+    constexpr int CB = 8;
+    for (int i = threadIdx.x; i < g.gn * D / 4; i += DEC_THREADS) {
+        const int gi = i / (D / 4), d = (i % (D / 4)) * 4;
+        const float4 *pp = (const float4 *)(a.partial + (g.rh0 + gi) * ns * (int64_t)D + d);
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int k0 = 0; k0 < ns; k0 += CB) {
+            float4 v[CB];
+#pragma unroll
+            for (int k = 0; k < CB; k++) v[k] = k0 + k < ns ? __ldcg(pp + (int64_t)(k0 + k) * (D / 4)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int k = 0; k < CB; k++) {
+                if (k0 + k >= ns) break;
+                sum.x += v[k].x, sum.y += v[k].y, sum.z += v[k].z, sum.w += v[k].w;
+            }
+        }
+        *(float4 *)(a.out + (g.rh0 + gi) * D + d) = sum;
     }
     if (threadIdx.x == 0) counters[blockIdx.x] = 0u;
 }
@@ -269,7 +289,8 @@ extern "C" bool qr_cuda_attn_decode_supported(const cuda_attn_args *a) {
 extern "C" cudaError_t qr_cuda_attention_decode(const cuda_attn_args *a, float *scores, int32_t score_stride,
                                                 unsigned int *counters, bool pdl, cudaStream_t stream) {
     if (a->n_tok <= 0) return cudaSuccess;
-    if (!qr_cuda_attn_decode_supported(a)) return cudaErrorInvalidValue;
+    if (!qr_cuda_attn_decode_supported(a) || a->n_splits < 1 || a->n_splits > DEC_MAX_SPLITS)
+        return cudaErrorInvalidValue;
     if (a->cluster) return qr_cuda_attention_cluster(a, pdl, stream);
     const bool g4 = dec_heads(a) == 4;
     if (a->dk == 64)
