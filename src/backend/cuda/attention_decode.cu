@@ -112,21 +112,14 @@ static __device__ __forceinline__ void dec_values(const cuda_attn_args &a, int n
     const dec_geom g = dec_geometry<G>(a, n_gtiles);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ns = a.n_splits;
     for (int gi = warp; gi < g.gn; gi += DEC_WARPS) { /* merge the stats of every split: lanes over splits */
-        const float2 *st = (const float2 *)(a.stats + (g.rh0 + gi) * ns * 2);
+        const float *st = a.stats + (g.rh0 + gi) * ns * 2;
         float M = -INFINITY, L = 0.0f;
-        /* a lane's (max, sum) pairs all loaded at once (n_splits <= 256: 8 a lane), then reduced in the
-         * order of one load per step: one round trip instead of one per 32 splits and pass */
-        float2 ml[DEC_MAX_SPLITS / 32];
-#pragma unroll
-        for (int i = 0; i < DEC_MAX_SPLITS / 32; i++)
-            ml[i] = lane + 32 * i < ns ? __ldcg(st + lane + 32 * i) : make_float2(-INFINITY, 0.0f);
-#pragma unroll
-        for (int i = 0; i < DEC_MAX_SPLITS / 32; i++)
-            if (lane + 32 * i < ns) M = fmaxf(M, ml[i].x);
+        for (int s2 = lane; s2 < ns; s2 += 32) M = fmaxf(M, __ldcg(st + 2 * s2));
         M = warp_max(M);
-#pragma unroll
-        for (int i = 0; i < DEC_MAX_SPLITS / 32; i++)
-            if (lane + 32 * i < ns && ml[i].y > 0.0f) L += ml[i].y * __expf(ml[i].x - M);
+        for (int s2 = lane; s2 < ns; s2 += 32) {
+            const float l2 = __ldcg(st + 2 * s2 + 1);
+            if (l2 > 0.0f) L += l2 * __expf(__ldcg(st + 2 * s2) - M);
+        }
         L = warp_sum(L);
         if (a.sinks) { /* the sink is one more score with no value (as attention.cu) */
             const float sk = a.sinks[g.h0 + gi], M2 = fmaxf(M, sk);
@@ -289,8 +282,7 @@ extern "C" bool qr_cuda_attn_decode_supported(const cuda_attn_args *a) {
 extern "C" cudaError_t qr_cuda_attention_decode(const cuda_attn_args *a, float *scores, int32_t score_stride,
                                                 unsigned int *counters, bool pdl, cudaStream_t stream) {
     if (a->n_tok <= 0) return cudaSuccess;
-    if (!qr_cuda_attn_decode_supported(a) || a->n_splits < 1 || a->n_splits > DEC_MAX_SPLITS)
-        return cudaErrorInvalidValue;
+    if (!qr_cuda_attn_decode_supported(a) || a->n_splits < 1) return cudaErrorInvalidValue;
     if (a->cluster) return qr_cuda_attention_cluster(a, pdl, stream);
     const bool g4 = dec_heads(a) == 4;
     if (a->dk == 64)

@@ -7,7 +7,6 @@
 
 #define DEC_THREADS 128
 #define DEC_WARPS 4
-#define DEC_MAX_SPLITS 256 /* the host caps n_splits here (backend_cuda.cu) */
 
 /* The CPU's order: softcap on the raw dot, then the scale (as attention.cu). */
 static __device__ __forceinline__ float dec_score(float dot, const cuda_attn_args &a, float inv_cap) {
