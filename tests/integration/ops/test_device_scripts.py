@@ -1,0 +1,77 @@
+"""The device-machine scripts, run here on the CPU (their dry-run modes), so that they keep working between
+GPU sessions: bench/gpu_check.py with the CPU as the "GPU" backend (a synth model and a real model file as
+it is: identical backends must give KLD 0 and top-1 100 % on the teacher-forced prefill) and
+bench/gpu_serve_smoke.py against a CPU server (16 concurrent requests all complete)."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from ops_helpers import srv
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def bundle(quarrel_bin, tmp_path_factory):
+    """A directory that looks like the GPU bundle to the scripts: `quarrel` is the binary under test."""
+    d = tmp_path_factory.mktemp("bundle")
+    (d / "quarrel").symlink_to(pathlib.Path(quarrel_bin).resolve())
+    return d
+
+
+def run_check(bundle, out, models, extra=()):
+    env = {**os.environ, "BUNDLE": str(bundle), "OUT": str(out), "MODEL_DIR": str(out / "models")}
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--models", models, "--prompts", "2",
+                        "--gen", "8", "--no-leak", "--gpu-backend", "cpu", *extra],
+                       capture_output=True, text=True, timeout=600, env=env)
+    rows = [json.loads(l) for l in (out / "gpu_check.jsonl").read_text().splitlines()] if (out / "gpu_check.jsonl").exists() else []
+    return r, rows
+
+
+def test_gpu_check_dry_run_synth(bundle, tmp_path):
+    r, rows = run_check(bundle, tmp_path, "llama:tiny", ["--types", "Q8_0"])
+    assert len(rows) == 1, r.stdout + r.stderr
+    row = rows[0]
+    assert row["model"] == "llama-tiny-Q8_0"
+    assert row["mean_kld"] == 0.0 and row["top1"] == 1.0, row  # the same backend twice: identical logits
+    assert row["n_gen"] == 2 and row["same_gen"] == 2, row
+    assert "| llama-tiny-Q8_0 |" in (tmp_path / "gpu_check.md").read_text()
+
+
+def test_gpu_check_dry_run_real_file(bundle, tmp_path):
+    model = srv.models_dir() / srv.SMOLLM
+    if not model.exists():
+        pytest.fail(f"model {model} not found: run scripts/setup.sh (or set QUARREL_MODELS_DIR)")
+    r, rows = run_check(bundle, tmp_path, f"file:{model}")
+    assert len(rows) == 1, r.stdout + r.stderr
+    assert rows[0]["mean_kld"] == 0.0 and rows[0]["top1"] == 1.0, rows[0]
+    # the prompts are chunks of real text tokenized by the model, not random ids
+    name = model.name.removesuffix(".gguf")
+    ids = json.loads((tmp_path / f"prompt_{name}_0.json").read_text())
+    assert len(ids) == 64
+    text = subprocess.run([str(bundle / "quarrel"), "detokenize", "-m", str(model), "--ids", json.dumps(ids)],
+                          capture_output=True, text=True, timeout=60)
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.strip() and text.stdout.strip().split()[0] in (ROOT / "tests/data/ref/teacher_text.txt").read_text()
+
+
+def test_gpu_check_missing_real_file(bundle, tmp_path):
+    r, rows = run_check(bundle, tmp_path, f"file:{tmp_path}/nope.gguf")
+    assert r.returncode == 1 and not rows
+    assert "not found" in r.stdout + r.stderr
+
+
+def test_serve_smoke_cpu(quarrel_bin, tmp_path):
+    model = tmp_path / "gh.gguf"
+    subprocess.run([quarrel_bin, "synth", "--arch", "granitehybrid", "--preset", "tiny", "--type", "Q8_0", "-o",
+                    str(model)], check=True, capture_output=True, timeout=300)
+    port = str(srv.free_port())
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_serve_smoke.py"), quarrel_bin, str(model), port, "cpu"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "16/16 returned 48 tokens" in r.stdout, r.stdout
+    assert 'quarrel_ssm_divergence_total{model="gh"} 0' in r.stdout, r.stdout
