@@ -5,10 +5,25 @@ Rows: one per (file, test) with quarrel's and llama.cpp's t/s, the ratio quarrel
 issue-5 target, and for decode the share of the bandwidth roofline: t/s x file bytes / measured
 device-to-device copy bandwidth (a decode step reads every weight once).
 
+The "vs last" column compares quarrel's figure with bench/gpu_baseline.json (the last accepted H100
+figures; another baseline with GPU_BASELINE=path, none with GPU_BASELINE=): a figure below 0.93x of
+it is marked DROP and counted at the end, so that a regression shows in the run that makes it.
+
     python3 bench/gpu_report.py /tmp/gpu_bench/results.jsonl
 """
 import json
+import os
 import sys
+
+DROP = 0.93  # below this share of the baseline a figure is a regression (run-to-run noise: +-3 %)
+
+
+def load_baseline():
+    path = os.environ.get("GPU_BASELINE", os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_baseline.json"))
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f).get("figures", {})
 
 # issue 5 acceptance: (file prefix, test) -> minimum ratio
 TARGETS = {
@@ -67,9 +82,12 @@ def main(path):
     print(f"Copy bandwidth (device to device, read + write): {bw if bw else '?'} GB/s. "
           "Roofline % = t/s x bytes per decode step / copy bandwidth (decode only; the file's tensor bytes, "
           "for MoE models with the expert tensors scaled by experts used / experts).\n")
-    print("| file | GiB | test | quarrel t/s | llama.cpp t/s | ratio | target | ok | quarrel % roof | llama % roof |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    base = load_baseline()
+    print("| file | GiB | test | quarrel t/s | llama.cpp t/s | ratio | target | ok | quarrel % roof | llama % roof "
+          "| vs last |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     n_ok = n_bad = 0
+    drops = []
     for k in keys:
         fn, test, n, d = k
         stem = fn[:-5] if fn.endswith(".gguf") else fn
@@ -85,10 +103,19 @@ def main(path):
         rb = active.get(fn, sizes.get(fn, 0))  # bytes one decode step reads (MoE: the routed experts only)
         roof = lambda v: (f"{100 * v[0] * rb / (bw * 1e9):.0f}%" if v and bw and test == "tg" else "-")
         fmt = lambda v: f"{v[0]:.2f} ± {v[1]:.2f}" if v else "-"
+        last = base.get(f"{stem} {label}")
+        vs = "-"
+        if q and last:
+            vs = f"{q[0] / last:.2f}x"
+            if q[0] < DROP * last:
+                vs += " DROP"
+                drops.append(f"{stem} {label}: {q[0]:.1f} vs {last:.1f}")
         print(f"| {stem} | {sizes.get(fn, 0) / 2**30:.2f} | {label} | {fmt(q)} | {fmt(l)} | "
               f"{f'{ratio:.2f}x' if ratio is not None else '-'} | {f'>= {tgt}x' if tgt else '-'} | {ok} | "
-              f"{roof(q)} | {roof(l)} |")
+              f"{roof(q)} | {roof(l)} | {vs} |")
     print(f"\nTargets met: {n_ok}, missed: {n_bad} (rows with both numbers and a target).")
+    if drops:
+        print(f"\nBelow {DROP}x of bench/gpu_baseline.json (regressions?): " + "; ".join(drops))
     if ab:
         print("\n## quarrel with one CUDA knob off (--ab; one repetition each)\n")
         print("| file | variant | pp512 t/s | tg128 t/s | tg vs default |")
