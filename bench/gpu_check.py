@@ -198,7 +198,8 @@ def main():
                 problems.append(f"{name}: target missed")
 
     lines = ["# GPU vs CPU backend (bench/gpu_check.py)", "",
-             f"{args.prompts} prompts of {args.prompt_len} random ids (logits: back to back); greedy {args.gen} "
+             f"{args.prompts} prompts of {args.prompt_len} ids (random for synth models, chunks of real text for file: "
+             f"models; logits: back to back); greedy {args.gen} "
              "tokens per prompt (2 prompts for the tiny presets). Targets: mean "
              "KLD <= 1e-3, top-1 >= 99.5 %, greedy identical on >= 7 of 8.", "",
              "| model | mean KLD | top-1 | max abs diff | decode KLD | decode top-1 | greedy same | ok |",
