@@ -412,8 +412,7 @@ void cuda_moe_down_combine(qr_backend *be, const qr_weight *w, const qr_weight *
     args.y = out;
     args.ids_early = ids_early(cb, ids);
     const cuda_xview xv = act_view(&a, 0);
-    if (cuda_ok(cb, qr_cuda_matvec_id_combine(&args, &xv, weights, add, (int32_t)n_rows, cb->tune.combine_split,
-                                          use_pdl(cb), cb->stream),
+    if (cuda_ok(cb, qr_cuda_matvec_id_combine(&args, &xv, weights, add, (int32_t)n_rows, use_pdl(cb), cb->stream),
                 "moe_down_combine"))
         ids_launched(cb, args.ids_early);
 }

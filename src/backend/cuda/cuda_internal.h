@@ -60,8 +60,6 @@ typedef struct qr_cuda_tune {
     int32_t ids_early;       /* 1: an expert mat-vec whose ids are known complete reads them and starts streaming
                               * its weights before the dependency wait (cuda_backend.ids_unfenced); 0: always
                               * after (QUARREL_CUDA_IDS_EARLY=0) */
-    int32_t combine_split;   /* 1: the expert down + weighted sum of decode spreads the slots over warps
-                              * (QUARREL_CUDA_COMBINE=split); 0 (default): one warp loops over its row's slots */
 } qr_cuda_tune;
 
 /* The backend's knobs (writable; read at each op). be must be a CUDA backend. */

@@ -228,12 +228,10 @@ cudaError_t qr_cuda_matvec_id(const qr_cuda_mv_id_args *a, int glu, const cuda_x
                               bool pdl, cudaStream_t stream);
 /* The expert down projection and the weighted sum of the slots at decode sizes (matmul_q.cu):
  * a->y[r][i] = sum_j weights[r][j] (W[ids[r][j]] . x[r * n_used + j] + bias) (j in order, as moe_combine)
- * (+ add[r][i]), r < n_rows; a->w[0], bias[0], n_out, ids, n_used used; n_used <= QR_CUDA_COMBINE_MAX_USED.
- * split: a warp per (output row, slot) and the sum through shared memory (the same bits); 0: a warp per
- * output row looping over the slots. */
+ * (+ add[r][i]), r < n_rows; a->w[0], bias[0], n_out, ids, n_used used; n_used <= QR_CUDA_COMBINE_MAX_USED. */
 #define QR_CUDA_COMBINE_MAX_USED 16
 cudaError_t qr_cuda_matvec_id_combine(const qr_cuda_mv_id_args *a, const cuda_xview *x, const float *weights,
-                                      const float *add, int32_t n_rows, int32_t split, bool pdl, cudaStream_t stream);
+                                      const float *add, int32_t n_rows, bool pdl, cudaStream_t stream);
 /* The grouped expert mat-vec of prefill (matmul_q.cu): tiles[b] = {expert, p0, nr (1..8), 0} (int32 x 4,
  * device, 16-byte aligned); y[p0 + t][n_out] = W[expert] . row p0 + t of x for t < nr, b < n_tiles (<= 65535);
  * x: prepared activations of the sorted rows with at least 7 rows of slack after the last. */

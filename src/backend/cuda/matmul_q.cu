@@ -472,56 +472,11 @@ static __global__ void __launch_bounds__(MMV_THREADS, 8)
     a.y[o] = add ? __fadd_rn(acc_sum, add[o]) : acc_sum;
 }
 
-/* The same with the slots spread over warps: a CTA of n_used * rpc warps (rpc = max(1, 8 / n_used) output
- * rows), warp w computes output row blockIdx.x * rpc + w / n_used of slot w % n_used, and one thread per row
- * sums the slots through shared memory in slot order: the same float operations as the kernel above, with
- * every slot's weights in flight at once instead of one slot after another. */
-template <class T>
-static __global__ void __launch_bounds__(QR_CUDA_COMBINE_MAX_USED * 32, 2)
-    matvec_id_combine_split_kernel(const qr_cuda_mv_id_args a, const cuda_xview x, const float *__restrict__ weights,
-                                   const float *add, int rpc) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int r = (int)blockIdx.y, j = warp % a.n_used, sub = warp / a.n_used;
-    if (!a.ids_early) pdl_wait(); /* the expert ids come from the routing kernel (as matvec_id_kernel) */
-    pdl_launch_dependents();
-    const int64_t i = (int64_t)blockIdx.x * rpc + sub;
-    const cuda_wview &w = a.w[0];
-    const int s = r * a.n_used + j, e = a.ids_early ? __ldcg(a.ids + s) : a.ids[s];
-    const bool valid = i < a.n_out && e >= 0 && (int64_t)e * a.n_out < w.n;
-    const int64_t row = valid ? (int64_t)e * a.n_out + i : w.n;
-    float acc[1];
-    matvec_row_part<T, 1>(w, xview_row<T>(x, s), row, 0, 1, lane, acc);
-    __shared__ float red[QR_CUDA_COMBINE_MAX_USED];
-    if (lane == 0) {
-        float yj = acc[0];
-        if (a.bias[0] && valid) yj = __fadd_rn(yj, a.bias[0][(int64_t)e * a.n_out + i]);
-        red[warp] = __fmul_rn(yj, weights[s]);
-    }
-    __syncthreads();
-    if (lane != 0 || j != 0 || i >= a.n_out) return;
-    float acc_sum = red[warp];
-    for (int q = 1; q < a.n_used; q++) acc_sum = __fadd_rn(acc_sum, red[warp + q]);
-    const int64_t o = (int64_t)r * a.n_out + i;
-    a.y[o] = add ? __fadd_rn(acc_sum, add[o]) : acc_sum;
-}
-
 extern "C" cudaError_t qr_cuda_matvec_id_combine(const qr_cuda_mv_id_args *a, const cuda_xview *x, const float *weights,
-                                                 const float *add, int32_t n_rows, int32_t split, bool pdl,
-                                                 cudaStream_t stream) {
+                                                 const float *add, int32_t n_rows, bool pdl, cudaStream_t stream) {
     if (n_rows <= 0) return cudaSuccess;
     if (n_rows > 65535 || a->n_used < 1 || a->n_used > QR_CUDA_COMBINE_MAX_USED) return cudaErrorInvalidValue;
     const cuda_xview xv = *x;
-    if (split) {
-        const int rpc = a->n_used >= 8 ? 1 : 8 / a->n_used;
-        const dim3 grid((unsigned)((a->n_out + rpc - 1) / rpc), (unsigned)n_rows), block((unsigned)(32 * rpc * a->n_used));
-        switch ((qr_type)a->w[0].type) {
-#define TY(E, T) \
-    case E: return launch_k(matvec_id_combine_split_kernel<T>, grid, block, 0, stream, pdl, *a, xv, weights, add, rpc);
-            MMV_TYPES(TY)
-#undef TY
-        default: return cudaErrorInvalidValue;
-        }
-    }
     const dim3 grid((unsigned)((a->n_out + MMV_THREADS / 32 - 1) / (MMV_THREADS / 32)), (unsigned)n_rows);
     switch ((qr_type)a->w[0].type) {
 #define TY(E, T) \

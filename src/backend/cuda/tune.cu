@@ -36,7 +36,6 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->moe_tiles = !(loop || notiles);
     t->moe_mma = !(loop || notiles || env_is("QUARREL_CUDA_MOE", "nomma"));
     t->moe_mma_max_rows = env_int("QUARREL_CUDA_MMQ_MAX_ROWS", 0, 1 << 30, 64);
-    t->combine_split = env_is("QUARREL_CUDA_COMBINE", "split");
     t->ids_early = !env_is("QUARREL_CUDA_IDS_EARLY", "0");
     t->ssm_ssd = !env_is("QUARREL_CUDA_SSM_SCAN", "rec");
     t->ssm_ssd_min_rows = 32;
