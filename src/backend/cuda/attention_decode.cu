@@ -282,7 +282,7 @@ extern "C" bool qr_cuda_attn_decode_supported(const cuda_attn_args *a) {
 extern "C" cudaError_t qr_cuda_attention_decode(const cuda_attn_args *a, float *scores, int32_t score_stride,
                                                 unsigned int *counters, bool pdl, cudaStream_t stream) {
     if (a->n_tok <= 0) return cudaSuccess;
-    if (!qr_cuda_attn_decode_supported(a) || a->n_splits < 1) return cudaErrorInvalidValue;
+    if (!qr_cuda_attn_decode_supported(a)) return cudaErrorInvalidValue;
     if (a->cluster) return qr_cuda_attention_cluster(a, pdl, stream);
     const bool g4 = dec_heads(a) == 4;
     if (a->dk == 64)

@@ -623,8 +623,9 @@ bool act_prepare(cuda_backend *cb, qr_type type, const float *x, int64_t n_rows,
                                                 cb->stream);
     else if (kind <= 3) e = qr_cuda_to_half(x, n_rows * k, (void *)a->h, kind == 3, cb->stream);
     if (!cuda_ok(cb, e, "matmul (activations)")) return false;
-    cb->ids_unfenced = NULL; /* the quantize kernel waits before it lets the next kernel launch; to_half
-                              * launches without pdl */
+    if (kind <= 3) /* a kernel ran: the quantizer waits before it lets the next kernel launch, to_half
+                    * launches without pdl; either fences the routing (f32 activations launch nothing) */
+        cb->ids_unfenced = NULL;
     if (x == cb->hold_x && kind <= 3) hold_set(cb, n_rows, k, kind);
     return true;
 }

@@ -476,8 +476,8 @@ extern "C" cudaError_t qr_cuda_matvec_id_combine(const qr_cuda_mv_id_args *a, co
                                                  const float *add, int32_t n_rows, bool pdl, cudaStream_t stream) {
     if (n_rows <= 0) return cudaSuccess;
     if (n_rows > 65535 || a->n_used < 1 || a->n_used > QR_CUDA_COMBINE_MAX_USED) return cudaErrorInvalidValue;
-    const cuda_xview xv = *x;
     const dim3 grid((unsigned)((a->n_out + MMV_THREADS / 32 - 1) / (MMV_THREADS / 32)), (unsigned)n_rows);
+    const cuda_xview xv = *x;
     switch ((qr_type)a->w[0].type) {
 #define TY(E, T) \
     case E: return launch_k(matvec_id_combine_kernel<T>, grid, dim3(MMV_THREADS), 0, stream, pdl, *a, xv, weights, add);
