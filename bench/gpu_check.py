@@ -6,8 +6,8 @@ type; smollm2-135m in the four bench types, more with --models) it runs, with th
   - `quarrel logits --tokens P.json --backend cpu` and `--backend cuda` on 8 prompts of 64 random
     token ids: mean KL divergence KL(cpu || gpu) over all positions, share of positions with the same
     top-1 token (targets: mean KLD <= 1e-3, top-1 >= 99.5 %);
-  - the same on the GPU token by token (`quarrel logits --ubatch 1`: the decode path, its fused ops
-    and graphs) against the CPU's logits: the "decode" columns, same targets;
+  - the same token by token on both backends (`quarrel logits --ubatch 1`: the decode path, its fused
+    ops and graphs, against the CPU's decode path): the "decode" columns, same targets;
   - `quarrel run --tokens P.json -n 128 --temp 0 --ignore-eos --ids-only` on both backends: greedy
     generations identical on >= 7 of 8 prompts;
 then the leak check (bundle/quarrel_cuda_leak: free GPU memory around model/context cycles and
@@ -19,6 +19,7 @@ Prints a markdown table and writes it to $OUT/gpu_check.md; raw numbers in $OUT/
 A model may also be `file:PATH`, a GGUF file with real weights (e.g. the default model, SmolLM2-135M Q4_1):
 its prompts are --prompts evenly spaced chunks of --prompt-len tokens of real text (--text, default
 tests/data/ref/teacher_text.txt), tokenized by the model, instead of random ids.
+--exact runs the GPU in its exact mode (QUARREL_CUDA_EXACT=1: the CPU's arithmetic, bit for bit).
 Environment: OUT (default /tmp/gpu_check), BUNDLE (build-gpu/bundle), MODEL_DIR (/tmp/qr_check_models).
 Exit status: 0 when every target holds, 1 otherwise.
 """
@@ -78,8 +79,11 @@ def main():
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--text", default=os.path.join(ROOT, "tests", "data", "ref", "teacher_text.txt"),
                     help="file:PATH models (real weights): prompts are chunks of this text, not random ids")
+    ap.add_argument("--exact", action="store_true", help="the GPU in exact mode (QUARREL_CUDA_EXACT=1)")
     ap.add_argument("--gpu-backend", default="cuda", help="backend compared with the CPU (cpu: a dry run of this script)")
     args = ap.parse_args()
+    if args.exact:
+        os.environ["QUARREL_CUDA_EXACT"] = "1"
     out = os.environ.get("OUT", "/tmp/gpu_check")
     bundle = os.environ.get("BUNDLE", os.path.join(ROOT, "build-gpu", "bundle"))
     model_dir = os.environ.get("MODEL_DIR", "/tmp/qr_check_models")
@@ -146,6 +150,7 @@ def main():
             json.dump(sum((json.load(open(p)) for p in pfiles), []), open(allfile, "w"))
             res = {}
             for key, be, extra in (("cpu", "cpu", []), ("cuda", args.gpu_backend, []),
+                                   ("cpu_decode", "cpu", ["--ubatch", "1"]),
                                    ("decode", args.gpu_backend, ["--ubatch", "1"])):
                 npy = os.path.join(out, f"logits_{name}_{key}.npy")
                 rc, so, se = run([qr, "logits", "-m", path, "--tokens", allfile, "-o", npy, "--backend", be] + extra)
@@ -160,7 +165,7 @@ def main():
             if not failed:
                 k, t1, ma = compare_logits(res["cpu"], res["cuda"])
                 klds.append(k), top1s.append(t1), maxabs.append(ma)
-                dec = compare_logits(res["cpu"], res["decode"])
+                dec = compare_logits(res["cpu_decode"], res["decode"])
             # greedy generations, prompt by prompt (fewer for the tiny presets: many types, small value)
             n_gen_prompts = 0 if args.no_gen else (min(2, len(pfiles)) if preset.endswith("tiny") else len(pfiles))
             for pfile in pfiles[:n_gen_prompts]:
@@ -197,7 +202,7 @@ def main():
             if not ok:
                 problems.append(f"{name}: target missed")
 
-    lines = ["# GPU vs CPU backend (bench/gpu_check.py)", "",
+    lines = ["# GPU vs CPU backend (bench/gpu_check.py" + (", exact mode" if args.exact else "") + ")", "",
              f"{args.prompts} prompts of {args.prompt_len} ids (random for synth models, chunks of real text for file: "
              f"models; logits: back to back); greedy {args.gen} "
              "tokens per prompt (2 prompts for the tiny presets). Targets: mean "

@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_ops.h"
 
 extern "C" {
+#include "quant/quant.h"
 #include "util/util.h"
 }
 
@@ -106,6 +107,7 @@ static void cuda_destroy(qr_backend *be) {
     for (int i = 0; i < cb->n_graphs; i++)
         if (cb->graphs[i].exec) cudaGraphExecDestroy(cb->graphs[i].exec);
     free(cb->graphs);
+    cuda_exact_free(cb);
     if (cb->cublas) cublasDestroy(cb->cublas);
     cudaFree(cb->cublas_ws);
     cudaFree(cb->d_plan);
@@ -664,6 +666,10 @@ static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int6
     cuda_backend *cb = CB(be);
     const cuda_weight *cw = prepared(cb, w, "matmul");
     if (!cw || n_rows <= 0) return;
+    if (cb->exact) {
+        cuda_exact_matmul(cb, w, cw, x, n_rows, y);
+        return;
+    }
     const cuda_wview *v = &cw->v;
     const int64_t k = v->k, n = w->ne[1];
     const bool mmv = n_rows <= cb->tune.mmvq_max_rows && v->nb > 0;
@@ -789,6 +795,7 @@ static void cuda_rmsnorm(qr_backend *be, const float *x, const qr_weight *w, int
     cuda_backend *cb = CB(be);
     const float *wp = NULL;
     if (w && !(wp = vec_weight(cb, w, dim, "rmsnorm"))) return;
+    if (cb->exact) return cuda_exact_rmsnorm(cb, x, wp, n_rows, dim, eps, y);
     cuda_ok(cb, qr_cuda_rmsnorm(x, wp, n_rows, dim, eps, y, cb->stream), "rmsnorm");
 }
 
@@ -877,6 +884,7 @@ static void cuda_rope(qr_backend *be, float *x, int32_t n_head, int32_t head_dim
     cuda_rope_consts c;
     const float *ff;
     if (!rope_setup(cb, head_dim, p, &c, &ff)) return;
+    if (cb->exact) return cuda_exact_rope(cb, x, n_head, head_dim, p);
     cuda_ok(cb, qr_cuda_rope(x, cb->n_tokens, n_head, head_dim, cb->d_pos, &c, ff, cb->stream), "rope");
 }
 
@@ -1028,6 +1036,7 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
         }
         a.sinks = (const float *)sw->v.p0;
     }
+    if (cb->exact) return cuda_exact_attention(cb, &a, max_span);
     /* splits: about four CTAs per SM (the key loop is latency-bound; measured on H100, decode at
      * 4096 keys: 1 split 2242 us, 8: 302, 32: 94, 128: 72), each split at least 32 keys */
     const int dmax = a.dk > a.dv ? a.dk : a.dv, gmax = dmax <= 128 ? 8 : (dmax <= 256 ? 4 : 2);
@@ -1371,6 +1380,24 @@ static qr_backend_ops make_cuda_ops(void) {
 
 static const qr_backend_ops cuda_ops = make_cuda_ops();
 
+/* Exact mode: the plain ops only (the model composes them as it does on the CPU), no graphs. The
+ * MoE and Mamba2 ops stay those of the normal table (not exact yet). */
+static qr_backend_ops make_cuda_ops_exact(void) {
+    qr_backend_ops o = make_cuda_ops();
+    o.run_graph = NULL;
+    o.graph_release = NULL;
+    o.add_rmsnorm = NULL;
+    o.matmul_multi = NULL;
+    o.matmul_swiglu = NULL;
+    o.rope_kv_store = NULL;
+    o.act_hold = NULL;
+    o.ssm_gate_norm_next = NULL;
+    o.moe_down_combine = NULL;
+    return o;
+}
+
+static const qr_backend_ops cuda_ops_exact = make_cuda_ops_exact();
+
 /* A kernel of this file: its attributes tell whether the binary has code for the device. */
 static __global__ void probe_kernel(int *p) {
     if (p) *p = 1;
@@ -1445,6 +1472,16 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
              prop.minor, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
     cb->has_pdl = prop.major >= 9;
     cuda_tune_defaults(&cb->tune);
+    const char *xenv = getenv("QUARREL_CUDA_EXACT");
+    if (xenv && strcmp(xenv, "1") == 0) {
+        cb->exact = true;
+        be->ops = &cuda_ops_exact;
+        cb->graphs_off = true;
+        snprintf(cb->graph_note, sizeof cb->graph_note, "CUDA graphs off in exact mode (QUARREL_CUDA_EXACT=1)");
+        if (strcmp(qr_quant_simd_level(), "avx2") != 0)
+            fprintf(stderr, "quarrel: exact GPU mode reproduces the AVX2 CPU path; this CPU runs the %s one\n",
+                    qr_quant_simd_level());
+    }
     const char *genv = getenv("QUARREL_CUDA_GRAPH");
     if (genv && strcmp(genv, "0") == 0) {
         cb->graphs_off = true;

@@ -99,6 +99,10 @@ typedef struct cuda_backend {
     int32_t *zero_ids;      /* 64 zero expert ids (matmul_act runs the expert mat-vec on one matrix) */
     unsigned int *attn_cnt; /* flash-decoding's per-tile split counters (zero between launches) */
     size_t attn_cnt_cap;    /* counters allocated */
+    /* exact mode (QUARREL_CUDA_EXACT=1, exact.cu): matmul, rmsnorm, rope and attention with the CPU
+     * backend's arithmetic, no fusions, no graphs; its state (rope tables, scratch) */
+    bool exact;
+    struct cuda_exact *ex;
 } cuda_backend;
 
 /* The tuning defaults, with the QUARREL_CUDA_* switches applied (tune.cu). */
@@ -171,5 +175,15 @@ void cuda_ssm_gate_norm(qr_backend *be, const float *y, const float *z, int64_t 
                         int64_t n_rows, const qr_ssm_params *p, float eps, float *out);
 void cuda_ssm_gate_norm_next(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
                              int64_t n_rows, const qr_ssm_params *p, float eps, float *out, const qr_weight *next);
+
+/* ---- exact mode (exact.cu) ---- */
+void cuda_exact_matmul(cuda_backend *cb, const qr_weight *w, const cuda_weight *cw, const float *x, int64_t n_rows,
+                       float *y);
+void cuda_exact_rmsnorm(cuda_backend *cb, const float *x, const float *w, int64_t n_rows, int64_t dim, float eps,
+                        float *y);
+void cuda_exact_rope(cuda_backend *cb, float *x, int32_t n_head, int32_t head_dim, const qr_rope_params *p);
+/* a: the attention launch arguments (pos = each row's last key); span: the most keys a row sees */
+void cuda_exact_attention(cuda_backend *cb, const cuda_attn_args *a, int32_t span);
+void cuda_exact_free(cuda_backend *cb);
 
 #endif /* QR_CUDA_BACKEND_H */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/cuda/host/run.sh — host-side checks of the CUDA backend's device code (no GPU needed): the
 # block decoders of quant_dev.cuh (check_quant) and the attention kernels (check_attention), both
-# against the CPU scalar oracle. Needs g++ (C++20), the CUDA headers, and a build directory with the
+# against the CPU scalar oracle, and the exact mode's arithmetic (check_exact, bit for bit against the
+# AVX2 CPU kernels). Needs g++ (C++20), the CUDA headers, and a build directory with the
 # quant, util and backend_cpu objects (default build-cuda; BUILD=... to change).
 #   tests/cuda/host/run.sh          # all four (~8 min on 2 cores: the decode and scan checks emulate CTAs with threads)
 #   tests/cuda/host/run.sh fast     # check_quant, the chunked scan and the int8 mma expert kernel (~1 min; `make test`)
@@ -47,8 +48,10 @@ objs=$(ls $BUILD/CMakeFiles/qr_quant.dir/src/quant/*.o $BUILD/CMakeFiles/qr_util
 cpu=$(ls $BUILD/CMakeFiles/qr_backend_cpu.dir/src/backend/cpu/*.o)
 flags="-std=c++20 -O1 -D__device__= -D__global__= -I$T -Itests/cuda/host -I$CUDA/include -Iinclude -Isrc"
 g++ $flags -include shim.h tests/cuda/host/check_quant.cpp $objs -lm -lpthread -o "$T/check_quant" 2>&1 | grep -v warning || true
+g++ $flags -ffp-contract=off tests/cuda/host/check_exact.cpp $(ls $BUILD/CMakeFiles/qr_backend_cpu.dir/src/backend/cpu/*.o) $objs \
+    -lm -lpthread -o "$T/check_exact" 2>&1 | grep -v warning || true
 if [ "$ONLY" = quant ]; then
-    "$T/check_quant"
+    "$T/check_quant" && "$T/check_exact"
     exit $?
 fi
 run_ssd() { # the chunked scan (ssm.cu): n_head head_dim n_group d_state rows dt_bias_center (45: softplus(dt) ~ 1e2) [runs]
@@ -68,7 +71,7 @@ fi
 g++ $flags tests/cuda/host/check_ssd.cpp $cpu $objs -lm -lpthread -o "$T/check_ssd" 2>&1 | grep -v warning || true
 g++ $flags tests/cuda/host/check_mma.cpp $objs -lm -lpthread -o "$T/check_mma" 2>&1 | grep -v warning || true
 if [ "$ONLY" = fast ]; then
-    "$T/check_quant" && run_ssd && "$T/check_mma" && "$T/check_mma" 2880 256
+    "$T/check_quant" && "$T/check_exact" && run_ssd && "$T/check_mma" && "$T/check_mma" 2880 256
     exit $?
 fi
 g++ $flags tests/cuda/host/check_attention.cpp $cpu $objs -lm -lpthread -o "$T/check_attention" 2>&1 | grep -v warning || true
@@ -76,6 +79,7 @@ g++ $flags tests/cuda/host/check_attention_decode.cpp $cpu $objs -lm -lpthread -
 
 "$T/check_quant"
 rc=0
+"$T/check_exact" || rc=1
 for a in "9 3 64 64 16 0 0 1 1" "9 3 64 64 16 0 0 1 3" "4 4 20 12 7 0 5 0 4" "6 2 33 33 5 9 0 1 3" \
          "4 1 256 256 32 20 0 1 2" "8 1 512 512 16 0 0 1 2" "28 4 128 128 16 0 30 1 5"; do
     "$T/check_attention" $a || rc=1

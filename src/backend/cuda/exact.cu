@@ -1,0 +1,380 @@
+/* exact.cu — the CUDA backend's exact mode (QUARREL_CUDA_EXACT=1): matmul, rmsnorm, rope and attention
+ * computed with the CPU backend's arithmetic, operation for operation, so that the GPU's logits equal
+ * the CPU's (and so llama.cpp's) bit for bit. The other ops the dense models use (get_rows, kv_store,
+ * add/mul/scale, swiglu/geglu, gather) already give the CPU's values in the normal kernels; the
+ * backend turns its fusions and graphs off in this mode (backend_cuda.cu).
+ *
+ * Built without fast math (CMakeLists.txt: IEEE division and sqrt, no FMA contraction, no flush to
+ * zero), so plain expressions round as the CPU's C code does. The kernels favour clarity over speed:
+ * one thread per matmul output running the CPU's dot-product order over the weight row (blocks
+ * gathered from the repacked planes), one thread per rmsnorm row (the CPU's sequential double sum),
+ * rope from a table of the CPU's own cos/sin (computed on the host by the CPU code), and attention as
+ * the CPU's three passes per (row, head). Measured speed is in docs/performance.md.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/exact_dev.cuh"
+
+extern "C" {
+#include "quant/quant.h"
+void qr_cpu_rope_cache(float pos, const qr_rope_params *p, const float *ff, float *cs);
+}
+
+/* ---- kernels ---- */
+
+/* Activation formats of the exact matmul (the weight's vec_dot_type). */
+enum { QXA_Q8_0, QXA_Q8_1, QXA_Q8_K, QXA_F16, QXA_BF16, QXA_F32 };
+
+/* Thread per block of 32 (Q8_0/Q8_1), 256 (Q8_K) or per value (float formats). Rows t < n_x4 of Q8_K
+ * use the 4-row quantizer's tie rule (the repacked Q4_K GEMM's activations). */
+static __global__ void qx_act_kernel(const float *x, int64_t nr, int64_t k, int kind, int64_t n_x4, uint8_t *out,
+                                     size_t row_bytes) {
+    const int64_t bs = kind == QXA_Q8_0 || kind == QXA_Q8_1 ? 32 : (kind == QXA_Q8_K ? 256 : 1);
+    const int64_t per_row = k / bs, g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= nr * per_row) return;
+    const int64_t t = g / per_row, b = g % per_row;
+    const float *xs = x + t * k + b * bs;
+    uint8_t *row = out + (size_t)t * row_bytes;
+    switch (kind) {
+    case QXA_Q8_0: qx_quant_q8_0(xs, (qr_block_q8_0 *)row + b); break;
+    case QXA_Q8_1: qx_quant_q8_1(xs, (qr_block_q8_1 *)row + b); break;
+    case QXA_Q8_K: qx_quant_q8_K(xs, (qr_block_q8_K *)row + b, t < n_x4); break;
+    case QXA_F16: ((uint16_t *)row)[b] = qx_f2h(*xs); break;
+    case QXA_BF16: ((uint16_t *)row)[b] = qx_f2bf(*xs); break;
+    default: ((float *)row)[b] = *xs; break;
+    }
+}
+
+/* Weight block i of one row, gathered from the planes into a GGUF block. */
+struct qx_planes {
+    const uint8_t *p[3];
+    int32_t off[3], size[3], n;
+    int64_t g0; /* first block of the row */
+    __device__ void operator()(int64_t i, uint8_t *buf) const {
+        for (int j = 0; j < n; j++) {
+            const uint8_t *src = p[j] + (g0 + i) * size[j];
+            for (int b = 0; b < size[j]; b++) buf[off[j] + b] = src[b];
+        }
+    }
+};
+
+/* out[t][i] = dot(weight row i, activation row t) in the order of row t (ord_x4 below n_x4). */
+static __global__ void qx_matmul_kernel(cuda_wview w, cuda_plane_desc pd, const uint8_t *y, size_t row_bytes,
+                                        int64_t nr, int64_t n, int64_t n_x4, int ord_x4, int ord, float *out) {
+    const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= nr * n) return;
+    const int64_t i = g % n, t = g / n;
+    qx_planes wb;
+    wb.n = w.type == QR_TYPE_F32 || w.type == QR_TYPE_F16 || w.type == QR_TYPE_BF16 ? 0 : pd.n_planes;
+    wb.p[0] = w.p0, wb.p[1] = w.p1, wb.p[2] = w.p2;
+    for (int j = 0; j < 3; j++) wb.off[j] = pd.off[j], wb.size[j] = pd.size[j];
+    wb.g0 = i * w.nb;
+    const size_t fsz = w.type == QR_TYPE_F32 ? 4 : 2;
+    const void *xf = w.p0 + (size_t)i * (size_t)w.k * fsz;
+    out[t * n + i] = qx_dot(w.type, t < n_x4 ? ord_x4 : ord, w.k, wb, xf, y + (size_t)t * row_bytes);
+}
+
+/* One thread per row: the squares in float, summed one by one in double (the CPU's exact sum). */
+static __global__ void qx_rmsnorm_kernel(const float *x, const float *w, int64_t n_rows, int64_t dim, float eps,
+                                         float *y) {
+    const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= n_rows) return;
+    const float *xr = x + r * dim;
+    float *yr = y + r * dim;
+    double sum = 0.0;
+    for (int64_t i = 0; i < dim; i++) sum += (double)(xr[i] * xr[i]);
+    const float mean = (float)(sum / (double)dim);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (int64_t i = 0; i < dim; i++) {
+        const float v = xr[i] * scale;
+        yr[i] = w ? v * w[i] : v;
+    }
+}
+
+/* Thread per (row, head, rotated pair); cs = the CPU's [position][n_rot] cos/sin table. */
+static __global__ void qx_rope_kernel(float *x, int32_t n_tok, int32_t n_head, int32_t head_dim, int32_t n_rot, int mode,
+                                      const int32_t *pos, const float *cs) {
+    const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, half = n_rot / 2;
+    if (g >= (int64_t)n_tok * n_head * half) return;
+    const int64_t r = g / ((int64_t)n_head * half), h = g / half % n_head, i = g % half;
+    const float *c = cs + (int64_t)pos[r] * n_rot + 2 * i;
+    float *xh = x + (r * n_head + h) * head_dim;
+    const int64_t a = mode == QR_ROPE_NEOX ? i : 2 * i, b = mode == QR_ROPE_NEOX ? i + half : 2 * i + 1;
+    const float x0 = xh[a], x1 = xh[b];
+    xh[a] = fmaf(x0, c[0], -(x1 * c[1]));
+    xh[b] = fmaf(x0, c[1], x1 * c[0]);
+}
+
+#define QX_ATT_THREADS 128
+
+static __device__ float qx_kv(const void *base, bool f16, int64_t i) {
+    return f16 ? qx_h2f(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+}
+
+/* CTA per (row, head): the CPU's attn_head (cpu/ops_avx2.c). scores: [n_tok][n_head][span] scratch. */
+static __global__ void qx_attention_kernel(cuda_attn_args a, int32_t span, bool single, float *scores) {
+    const int32_t r = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head, tid = threadIdx.x;
+    const int32_t kvh = h / (a.n_head / a.n_head_kv), dk = a.dk, dv = a.dv;
+    __shared__ float q[QR_CUDA_MAX_HEAD_DIM];
+    __shared__ float red[QX_ATT_THREADS];
+    __shared__ double dsum;
+    for (int32_t i = tid; i < dk; i += blockDim.x) q[i] = qx_round_f16(a.q[((int64_t)r * a.n_head + h) * dk + i]);
+    const int32_t last = a.pos[r];
+    const int32_t first = a.window > 0 && last - a.window + 1 > 0 ? last - a.window + 1 : 0;
+    float *out = a.out + ((int64_t)r * a.n_head + h) * dv;
+    const int32_t *bt = a.block_table + (int64_t)a.seq[r] * a.max_blocks;
+    __syncthreads();
+    if (first > last) {
+        for (int32_t i = tid; i < dv; i += blockDim.x) out[i] = 0.0f;
+        return;
+    }
+    const int32_t n = last - first + 1;
+    float *s = scores + ((int64_t)r * a.n_head + h) * span;
+    const int64_t kstride = (int64_t)a.n_head_kv * dk, vstride = (int64_t)a.n_head_kv * dv;
+    /* pass 1: scores */
+    float mx = -INFINITY;
+    for (int32_t t = tid; t < n; t += blockDim.x) {
+        const int32_t p = first + t;
+        const int64_t slot = (int64_t)bt[p / a.block_size] * a.block_size + p % a.block_size;
+        const int64_t kb = slot * kstride + (int64_t)kvh * dk;
+        float sc;
+        if (!single && dk % 8 == 0) { /* tinyBLAS: one accumulator, lane i % 8 */
+            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int32_t i = 0; i < dk; i += 8)
+                for (int l = 0; l < 8; l++) acc[l] = fmaf(qx_kv(a.k_cache, a.f16, kb + i + l), q[i + l], acc[l]);
+            sc = qx_hsum8(acc);
+        } else { /* vec_dot_f16: 4 x 8 lanes, the rest in double */
+            float acc[4][8];
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 8; l++) acc[j][l] = 0.0f;
+            const int32_t np = dk & ~31;
+            for (int32_t i = 0; i < np; i += 32)
+                for (int j = 0; j < 4; j++)
+                    for (int l = 0; l < 8; l++)
+                        acc[j][l] = fmaf(qx_kv(a.k_cache, a.f16, kb + i + 8 * j + l), q[i + 8 * j + l], acc[j][l]);
+            double sum = qx_reduce4x8(acc);
+            for (int32_t i = np; i < dk; i++) sum += (double)(qx_kv(a.k_cache, a.f16, kb + i) * q[i]);
+            sc = (float)sum;
+        }
+        if (a.softcap > 0.0f) sc = tanhf(sc * (1.0f / a.softcap)) * a.softcap; /* libm's tanhf: not exact */
+        sc *= a.scale;
+        s[t] = sc;
+        mx = sc > mx ? sc : mx;
+    }
+    red[tid] = mx;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+        if (tid < o) red[tid] = red[tid + o] > red[tid] ? red[tid + o] : red[tid];
+        __syncthreads();
+    }
+    mx = red[0];
+    const float sink = a.sinks ? a.sinks[h] : 0.0f;
+    if (a.sinks) mx = fmaxf(mx, sink);
+    /* pass 2: exp; the sum over aligned groups of 8 positions, in double */
+    for (int32_t t = tid; t < n; t += blockDim.x) s[t] = qx_expf(s[t] - mx);
+    __syncthreads();
+    if (tid == 0) {
+        double sum = 0.0;
+        for (int32_t c = first & ~7; c <= last; c += 8) {
+            float l[8];
+            for (int k = 0; k < 8; k++) l[k] = c + k >= first && c + k <= last ? s[c + k - first] : 0.0f;
+            sum += (double)qx_hsum8(l);
+        }
+        if (a.sinks) sum += (double)expf(sink - mx); /* libm's expf on the CPU: not exact */
+        dsum = sum;
+    }
+    __syncthreads();
+    /* pass 3: probabilities rounded to f16; position p accumulates into lane p % lanes */
+    const float inv = (float)(1.0 / dsum);
+    for (int32_t t = tid; t < n; t += blockDim.x) s[t] = qx_round_f16(s[t] * inv);
+    __syncthreads();
+    const int lanes = single ? 32 : 8;
+    for (int32_t d = tid; d < dv; d += blockDim.x) {
+        float acc[32];
+        for (int l = 0; l < 32; l++) acc[l] = 0.0f;
+        for (int32_t p = first; p <= last; p++) {
+            const int64_t slot = (int64_t)bt[p / a.block_size] * a.block_size + p % a.block_size;
+            acc[p % lanes] = fmaf(s[p - first], qx_kv(a.v_cache, a.f16, slot * vstride + (int64_t)kvh * dv + d), acc[p % lanes]);
+        }
+        if (single) {
+            float x8[8];
+            for (int b = 0; b < 8; b++) x8[b] = (acc[b] + acc[16 + b]) + (acc[8 + b] + acc[24 + b]);
+            const float t0 = x8[0] + x8[4], t1 = x8[1] + x8[5], t2 = x8[2] + x8[6], t3 = x8[3] + x8[7];
+            out[d] = (t0 + t1) + (t2 + t3);
+        } else {
+            const float t0 = acc[0] + acc[4], t1 = acc[1] + acc[5], t2 = acc[2] + acc[6], t3 = acc[3] + acc[7];
+            out[d] = (t0 + t2) + (t1 + t3);
+        }
+    }
+}
+
+/* ---- host side ---- */
+
+#define QX_ROPE_TABS 8
+
+struct qx_rope_tab {
+    qr_rope_params p; /* the parameters (freq_factors as the host pointer of its data) */
+    const void *ff;
+    int32_t n_pos;    /* positions in the table */
+    float *d;         /* device [n_pos][n_rot] */
+};
+
+struct cuda_exact {
+    qx_rope_tab rope[QX_ROPE_TABS];
+    int n_rope;
+    void *y;          /* converted activations */
+    size_t y_cap;
+};
+
+static cuda_exact *exact_state(cuda_backend *cb) {
+    if (!cb->ex) cb->ex = (cuda_exact *)calloc(1, sizeof(cuda_exact));
+    if (!cb->ex) raise_error(cb, QR_ERR_NOMEM, "exact mode: out of memory");
+    return cb->ex;
+}
+
+void cuda_exact_free(cuda_backend *cb) {
+    cuda_exact *ex = cb->ex;
+    if (!ex) return;
+    for (int i = 0; i < ex->n_rope; i++) cudaFree(ex->rope[i].d);
+    cudaFree(ex->y);
+    free(ex);
+    cb->ex = NULL;
+}
+
+static unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+
+/* y[n_rows][n] = x . w^T with the order cpu_matmul (backend/cpu/backend_cpu.c) picks for this weight
+ * and row count, on activations converted as the CPU converts them. */
+void cuda_exact_matmul(cuda_backend *cb, const qr_weight *w, const cuda_weight *cw, const float *x, int64_t n_rows,
+                       float *y) {
+    const qr_quant_traits *tr = qr_quant_traits_best(w->type);
+    cuda_exact *ex = exact_state(cb);
+    if (!ex) return;
+    if (!tr || !tr->vec_dot) {
+        raise_error(cb, QR_ERR_UNSUPPORTED, "matmul (exact): weight type has no dot product");
+        return;
+    }
+    const int64_t k = cw->v.k, n = w->ne[1];
+    int ord = QX_VEC, ord_x4 = QX_VEC;
+    int64_t n_x4 = 0;
+    if (tr->vec_dot_gemm && tr->vec_dot_gemv && tr->repack_rows > 0 && n % tr->repack_rows == 0) {
+        ord = QX_GEMV;
+        ord_x4 = QX_GEMM;
+        n_x4 = n_rows - n_rows % 4;
+    } else if (tr->vec_dot_tiled && n_rows >= QR_TILED_MIN_ROWS) {
+        ord = QX_TILED;
+    } else if (tr->vec_dot_sgemm && n_rows >= 2 && tr->sgemm_k > 0 && k % tr->sgemm_k == 0) {
+        ord = QX_SGEMM;
+    }
+    int kind;
+    switch (tr->vec_dot_type) {
+    case QR_TYPE_Q8_0: kind = QXA_Q8_0; break;
+    case QR_TYPE_Q8_1: kind = QXA_Q8_1; break;
+    case QR_TYPE_Q8_K: kind = QXA_Q8_K; break;
+    case QR_TYPE_F16: kind = QXA_F16; break;
+    case QR_TYPE_BF16: kind = QXA_BF16; break;
+    default: kind = QXA_F32; break;
+    }
+    /* only the 4-row K quantizer differs from the row quantizer (its tie rule) */
+    const int64_t act_x4 = tr->from_float_gemm && kind == QXA_Q8_K ? n_x4 : 0;
+    const size_t row_bytes = kind == QXA_F32 ? (size_t)k * 4 : qr_type_row_size(tr->vec_dot_type, k);
+    if (row_bytes == 0) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "matmul (exact): row length is not a multiple of the block size");
+        return;
+    }
+    if (!ensure_scratch(cb, &ex->y, &ex->y_cap, row_bytes * (size_t)n_rows, "exact matmul activations")) return;
+    const int64_t bs = kind == QXA_Q8_0 || kind == QXA_Q8_1 ? 32 : (kind == QXA_Q8_K ? 256 : 1);
+    const int64_t n_act = n_rows * (k / bs);
+    qx_act_kernel<<<blocks_for(n_act, 128), 128, 0, cb->stream>>>(x, n_rows, k, kind, act_x4, (uint8_t *)ex->y,
+                                                                    row_bytes);
+    if (!cuda_ok(cb, cudaGetLastError(), "matmul (exact activations)")) return;
+    const cuda_plane_desc pd = qr_cuda_plane_desc(w->type);
+    cuda_wview v = cw->v;
+    v.n = n;
+    qx_matmul_kernel<<<blocks_for(n_rows * n, 128), 128, 0, cb->stream>>>(v, pd, (const uint8_t *)ex->y, row_bytes,
+                                                                           n_rows, n, n_x4, ord_x4, ord, y);
+    cuda_ok(cb, cudaGetLastError(), "matmul (exact)");
+}
+
+void cuda_exact_rmsnorm(cuda_backend *cb, const float *x, const float *w, int64_t n_rows, int64_t dim, float eps,
+                        float *y) {
+    qx_rmsnorm_kernel<<<blocks_for(n_rows, 64), 64, 0, cb->stream>>>(x, w, n_rows, dim, eps, y);
+    cuda_ok(cb, cudaGetLastError(), "rmsnorm (exact)");
+}
+
+static bool rope_same(const qx_rope_tab *t, const qr_rope_params *p, const void *ff) {
+    return t->p.mode == p->mode && t->p.n_rot == p->n_rot && t->p.freq_base == p->freq_base &&
+           t->p.freq_scale == p->freq_scale && t->ff == ff && t->p.ext_factor == p->ext_factor &&
+           t->p.attn_factor == p->attn_factor && t->p.beta_fast == p->beta_fast && t->p.beta_slow == p->beta_slow &&
+           t->p.n_ctx_orig == p->n_ctx_orig;
+}
+
+/* The device table of the CPU's cos/sin (qr_cpu_rope_cache) for positions [0, need); rebuilt larger
+ * when a later position appears. */
+static const float *rope_table(cuda_backend *cb, const qr_rope_params *p, int32_t need) {
+    cuda_exact *ex = exact_state(cb);
+    if (!ex) return NULL;
+    const void *ff = p->freq_factors ? p->freq_factors->host : NULL;
+    qx_rope_tab *t = NULL;
+    for (int i = 0; i < ex->n_rope && !t; i++)
+        if (rope_same(&ex->rope[i], p, ff)) t = &ex->rope[i];
+    if (!t) {
+        if (ex->n_rope == QX_ROPE_TABS) {
+            raise_error(cb, QR_ERR_UNSUPPORTED, "rope (exact): more than %d rope configurations", QX_ROPE_TABS);
+            return NULL;
+        }
+        t = &ex->rope[ex->n_rope++];
+        memset(t, 0, sizeof *t);
+        t->p = *p;
+        t->p.freq_factors = NULL;
+        t->ff = ff;
+    }
+    if (need <= t->n_pos) return t->d;
+    int32_t n_pos = t->n_pos * 2 > need ? t->n_pos * 2 : need;
+    if (n_pos < 1024) n_pos = 1024;
+    float *h = (float *)malloc((size_t)n_pos * (size_t)p->n_rot * 4);
+    if (!h) {
+        raise_error(cb, QR_ERR_NOMEM, "rope (exact): out of memory");
+        return NULL;
+    }
+    for (int32_t q = 0; q < n_pos; q++) qr_cpu_rope_cache((float)q, p, (const float *)ff, h + (size_t)q * p->n_rot);
+    float *d = NULL;
+    cudaError_t e = cudaStreamSynchronize(cb->stream); /* the old table may still be read */
+    if (e == cudaSuccess) e = cudaMalloc(&d, (size_t)n_pos * (size_t)p->n_rot * 4);
+    if (e == cudaSuccess) e = cudaMemcpy(d, h, (size_t)n_pos * (size_t)p->n_rot * 4, cudaMemcpyHostToDevice);
+    free(h);
+    if (!cuda_ok(cb, e, "rope (exact table)")) {
+        cudaFree(d);
+        return NULL;
+    }
+    cudaFree(t->d);
+    t->d = d;
+    t->n_pos = n_pos;
+    cb->scratch_gen++;
+    return d;
+}
+
+void cuda_exact_rope(cuda_backend *cb, float *x, int32_t n_head, int32_t head_dim, const qr_rope_params *p) {
+    int32_t need = 1;
+    for (int32_t r = 0; r < cb->n_tokens; r++)
+        if (cb->h_pos[r] + 1 > need) need = cb->h_pos[r] + 1;
+    const float *cs = rope_table(cb, p, need);
+    if (!cs) return;
+    const int64_t n = (int64_t)cb->n_tokens * n_head * (p->n_rot / 2);
+    qx_rope_kernel<<<blocks_for(n, 128), 128, 0, cb->stream>>>(x, cb->n_tokens, n_head, head_dim, p->n_rot, p->mode,
+                                                                cb->d_pos, cs);
+    cuda_ok(cb, cudaGetLastError(), "rope (exact)");
+}
+
+void cuda_exact_attention(cuda_backend *cb, const cuda_attn_args *a, int32_t span) {
+    const size_t need = (size_t)a->n_tok * (size_t)a->n_head * (size_t)span * 4;
+    if (!ensure_scratch(cb, &cb->attn, &cb->attn_cap, need, "exact attention scores")) return;
+    qx_attention_kernel<<<(unsigned)(a->n_tok * a->n_head), QX_ATT_THREADS, 0, cb->stream>>>(*a, span, a->n_tok == 1,
+                                                                                           (float *)cb->attn);
+    cuda_ok(cb, cudaGetLastError(), "attention (exact)");
+}
