@@ -1140,6 +1140,7 @@ static void cuda_swiglu(qr_backend *be, const float *g, const float *u, int64_t 
     ew(be, CUDA_EW_SWIGLU, g, u, 0.0f, n, out, "swiglu");
 }
 static void cuda_geglu(qr_backend *be, const float *g, const float *u, int64_t n, float *out) {
+    if (CB(be)->exact) return cuda_exact_geglu(CB(be), g, u, n, out);
     ew(be, CUDA_EW_GEGLU, g, u, 0.0f, n, out, "geglu");
 }
 static void cuda_add(qr_backend *be, const float *a, const float *b, int64_t n, float *out) {

@@ -184,6 +184,7 @@ void cuda_exact_rmsnorm(cuda_backend *cb, const float *x, const float *w, int64_
 void cuda_exact_rope(cuda_backend *cb, float *x, int32_t n_head, int32_t head_dim, const qr_rope_params *p);
 /* a: the attention launch arguments (pos = each row's last key); span: the most keys a row sees */
 void cuda_exact_attention(cuda_backend *cb, const cuda_attn_args *a, int32_t span);
+void cuda_exact_geglu(cuda_backend *cb, const float *g, const float *u, int64_t n, float *out);
 void cuda_exact_free(cuda_backend *cb);
 
 #endif /* QR_CUDA_BACKEND_H */

@@ -14,7 +14,8 @@
 
 static __device__ __forceinline__ float gelu_f16(float x) {
     const float h = round_f16(x);
-    const float inner = __fmul_rn(__fmul_rn(SQRT_2_OVER_PI, h), __fadd_rn(1.0f, __fmul_rn(__fmul_rn(GELU_COEF_A, h), h)));
+    /* 1 + a h^2 as one fma, as the CPU's table (qr_cpu_gelu_f32) computes it */
+    const float inner = __fmul_rn(__fmul_rn(SQRT_2_OVER_PI, h), fmaf(__fmul_rn(GELU_COEF_A, h), h, 1.0f));
     const float g = __fmul_rn(__fmul_rn(0.5f, h), __fadd_rn(1.0f, tanh_precise(inner)));
     return round_f16(g);
 }

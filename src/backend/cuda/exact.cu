@@ -23,6 +23,7 @@
 extern "C" {
 #include "quant/quant.h"
 void qr_cpu_rope_cache(float pos, const qr_rope_params *p, const float *ff, float *cs);
+void qr_cpu_gelu_table_init(float *tab);
 }
 
 /* ---- kernels ---- */
@@ -108,6 +109,14 @@ static __global__ void qx_rope_kernel(float *x, int32_t n_tok, int32_t n_head, i
     const float x0 = xh[a], x1 = xh[b];
     xh[a] = fmaf(x0, c[0], -(x1 * c[1]));
     xh[b] = fmaf(x0, c[1], x1 * c[0]);
+}
+
+/* GEGLU through the CPU's own f16 GELU table (built by the CPU code: its tanhf is the C library's). */
+static __global__ void qx_geglu_kernel(const float *g, const float *u, int64_t n, const float *tab, float *out) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float x = g[i];
+    out[i] = x <= -10.0f ? 0.0f : (x >= 10.0f ? x * u[i] : tab[qx_f2h(x)] * u[i]);
 }
 
 #define QX_ATT_THREADS 128
@@ -229,6 +238,7 @@ struct cuda_exact {
     int n_rope;
     void *y;          /* converted activations */
     size_t y_cap;
+    float *gelu;      /* device copy of the CPU's GELU table [65536] */
 };
 
 static cuda_exact *exact_state(cuda_backend *cb) {
@@ -242,6 +252,7 @@ void cuda_exact_free(cuda_backend *cb) {
     if (!ex) return;
     for (int i = 0; i < ex->n_rope; i++) cudaFree(ex->rope[i].d);
     cudaFree(ex->y);
+    cudaFree(ex->gelu);
     free(ex);
     cb->ex = NULL;
 }
@@ -377,4 +388,27 @@ void cuda_exact_attention(cuda_backend *cb, const cuda_attn_args *a, int32_t spa
     qx_attention_kernel<<<(unsigned)(a->n_tok * a->n_head), QX_ATT_THREADS, 0, cb->stream>>>(*a, span, a->n_tok == 1,
                                                                                            (float *)cb->attn);
     cuda_ok(cb, cudaGetLastError(), "attention (exact)");
+}
+
+void cuda_exact_geglu(cuda_backend *cb, const float *g, const float *u, int64_t n, float *out) {
+    cuda_exact *ex = exact_state(cb);
+    if (!ex || n <= 0) return;
+    if (!ex->gelu) {
+        float *h = (float *)malloc(65536 * 4);
+        if (!h) {
+            raise_error(cb, QR_ERR_NOMEM, "geglu (exact): out of memory");
+            return;
+        }
+        qr_cpu_gelu_table_init(h);
+        cudaError_t e = cudaMalloc(&ex->gelu, 65536 * 4);
+        if (e == cudaSuccess) e = cudaMemcpy(ex->gelu, h, 65536 * 4, cudaMemcpyHostToDevice);
+        free(h);
+        if (!cuda_ok(cb, e, "geglu (exact table)")) {
+            cudaFree(ex->gelu);
+            ex->gelu = NULL;
+            return;
+        }
+    }
+    qx_geglu_kernel<<<blocks_for(n, 256), 256, 0, cb->stream>>>(g, u, n, ex->gelu, out);
+    cuda_ok(cb, cudaGetLastError(), "geglu (exact)");
 }
