@@ -24,6 +24,7 @@ static const float *f32_of(cuda_backend *cb, const qr_weight *w, const char *op,
 void cuda_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const qr_moe_route_params *p,
                     int32_t *ids, float *weights) {
     cuda_backend *cb = CB(be);
+    if (cb->exact) return cuda_exact_moe_route(be, logits, n_rows, p, ids, weights);
     bool ok = true;
     const float *sb = f32_of(cb, p->sel_bias, "moe_route", &ok);
     if (ok && cuda_ok(cb, qr_cuda_moe_route(logits, n_rows, p, sb, ids, weights, use_pdl(cb), cb->stream), "moe_route"))
@@ -300,6 +301,7 @@ void cuda_matmul_id(qr_backend *be, const qr_weight *w, const qr_weight *bias, c
     bool ok = cw != NULL;
     const float *b = f32_of(cb, bias, "matmul_id", &ok);
     if (!ok || n_rows <= 0) return;
+    if (cb->exact) return cuda_exact_matmul_id(cb, w, cw, bias, b, x, x_per_slot, ids, n_rows, n_used, y);
     const int64_t n_out = w->ne[1];
     switch (moe_path(cb, cw, n_rows, n_out)) {
     case 1: moe_matvec(cb, cw, NULL, b, NULL, n_out, x, x_per_slot, ids, n_rows, n_used, -1, y); return;
@@ -317,7 +319,7 @@ void cuda_matmul_act(qr_backend *be, const qr_weight *w, const float *x, int64_t
     const cuda_weight *cw = prepared(cb, w, "matmul_act");
     if (!cw || n_rows <= 0) return;
     const int64_t n_out = w->ne[1];
-    if (cb->tune.fuse && n_rows <= cb->tune.mmvq_max_rows && cw->v.nb > 0 && cw->v.n == n_out) {
+    if (!cb->exact && cb->tune.fuse && n_rows <= cb->tune.mmvq_max_rows && cw->v.nb > 0 && cw->v.n == n_out) {
         if (!cb->zero_ids) {
             if (cb->capturing) goto plain;
             if (cudaMalloc((void **)&cb->zero_ids, 64 * sizeof(int32_t)) != cudaSuccess ||
@@ -353,7 +355,7 @@ void cuda_moe_gate_up(qr_backend *be, const qr_weight *gate, const qr_weight *ga
     if (!ok || n_rows <= 0) return;
     const int64_t n_out = up->ne[1];
     const bool same = !cg || (cg->v.type == cu->v.type && cg->v.k == cu->v.k && cg->v.n == cu->v.n);
-    const int path = same ? moe_path(cb, cu, n_rows, n_out) : 0;
+    const int path = same && !cb->exact ? moe_path(cb, cu, n_rows, n_out) : 0;
     if (path == 1 || path == 2) {
         void (*run)(cuda_backend *, const cuda_weight *, const cuda_weight *, const float *, const float *, int64_t,
                     const float *, bool, const int32_t *, int64_t, int32_t, int, float *) =

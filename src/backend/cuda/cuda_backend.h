@@ -186,5 +186,12 @@ void cuda_exact_rope(cuda_backend *cb, float *x, int32_t n_head, int32_t head_di
 void cuda_exact_attention(cuda_backend *cb, const cuda_attn_args *a, int32_t span);
 void cuda_exact_geglu(cuda_backend *cb, const float *g, const float *u, int64_t n, float *out);
 void cuda_exact_free(cuda_backend *cb);
+/* matmul_id in the CPU expert matmul's order (b: the bias on the device, or NULL) */
+void cuda_exact_matmul_id(cuda_backend *cb, const qr_weight *w, const cuda_weight *cw, const qr_weight *bias,
+                          const float *b, const float *x, bool per_slot, const int32_t *ids, int64_t n_rows,
+                          int32_t n_used, float *y);
+/* routing by the CPU's own function on the host (a synchronisation per call) */
+void cuda_exact_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const qr_moe_route_params *p, int32_t *ids,
+                          float *weights);
 
 #endif /* QR_CUDA_BACKEND_H */

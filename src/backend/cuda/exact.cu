@@ -24,6 +24,8 @@ extern "C" {
 #include "quant/quant.h"
 void qr_cpu_rope_cache(float pos, const qr_rope_params *p, const float *ff, float *cs);
 void qr_cpu_gelu_table_init(float *tab);
+void qr_cpu_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const qr_moe_route_params *p, int32_t *ids,
+                      float *weights);
 }
 
 /* ---- kernels ---- */
@@ -78,6 +80,26 @@ static __global__ void qx_matmul_kernel(cuda_wview w, cuda_plane_desc pd, const 
     const size_t fsz = w.type == QR_TYPE_F32 ? 4 : 2;
     const void *xf = w.p0 + (size_t)i * (size_t)w.k * fsz;
     out[t * n + i] = qx_dot(w.type, t < n_x4 ? ord_x4 : ord, w.k, wb, xf, y + (size_t)t * row_bytes);
+}
+
+/* matmul_id: y[s][i] = dot(row i of expert ids[s], activation row (per_slot ? s : s / n_used)) + bias,
+ * s = row * n_used + slot, in the order of the CPU's expert matmul (ops_moe.c: vec_dot or the GEMV). */
+static __global__ void qx_matmul_id_kernel(cuda_wview w, cuda_plane_desc pd, const uint8_t *y, size_t row_bytes,
+                                           int64_t n_slots, int64_t n, const int32_t *ids, int32_t n_used, bool per_slot,
+                                           const float *bias, int64_t bias_stride, int ord, float *out) {
+    const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= n_slots * n) return;
+    const int64_t i = g % n, sl = g / n, e = ids[sl], xr = per_slot ? sl : sl / n_used;
+    qx_planes wb;
+    wb.n = w.type == QR_TYPE_F32 || w.type == QR_TYPE_F16 || w.type == QR_TYPE_BF16 ? 0 : pd.n_planes;
+    wb.p[0] = w.p0, wb.p[1] = w.p1, wb.p[2] = w.p2;
+    for (int j = 0; j < 3; j++) wb.off[j] = pd.off[j], wb.size[j] = pd.size[j];
+    wb.g0 = (e * n + i) * w.nb;
+    const size_t fsz = w.type == QR_TYPE_F32 ? 4 : 2;
+    const void *xf = w.p0 + (size_t)(e * n + i) * (size_t)w.k * fsz;
+    float v = qx_dot(w.type, ord, w.k, wb, xf, y + (size_t)xr * row_bytes);
+    if (bias) v += bias[e * bias_stride + i];
+    out[g] = v;
 }
 
 /* One thread per row: the squares in float, summed one by one in double (the CPU's exact sum). */
@@ -259,6 +281,33 @@ void cuda_exact_free(cuda_backend *cb) {
 
 static unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
+/* x[n_rows][k] converted to the weight's vec_dot_type as the CPU converts it, into ex->y (rows of
+ * *row_bytes); rows below n_x4 with the 4-row Q8_K quantizer. */
+static bool exact_act(cuda_backend *cb, cuda_exact *ex, const qr_quant_traits *tr, const float *x, int64_t n_rows, int64_t k,
+                      int64_t n_x4, size_t *row_bytes_out) {
+    int kind;
+    switch (tr->vec_dot_type) {
+    case QR_TYPE_Q8_0: kind = QXA_Q8_0; break;
+    case QR_TYPE_Q8_1: kind = QXA_Q8_1; break;
+    case QR_TYPE_Q8_K: kind = QXA_Q8_K; break;
+    case QR_TYPE_F16: kind = QXA_F16; break;
+    case QR_TYPE_BF16: kind = QXA_BF16; break;
+    default: kind = QXA_F32; break;
+    }
+    const size_t row_bytes = kind == QXA_F32 ? (size_t)k * 4 : qr_type_row_size(tr->vec_dot_type, k);
+    if (row_bytes == 0) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "matmul (exact): row length is not a multiple of the block size");
+        return false;
+    }
+    if (!ensure_scratch(cb, &ex->y, &ex->y_cap, row_bytes * (size_t)n_rows, "exact matmul activations")) return false;
+    const int64_t bs = kind == QXA_Q8_0 || kind == QXA_Q8_1 ? 32 : (kind == QXA_Q8_K ? 256 : 1);
+    const int64_t n_act = n_rows * (k / bs);
+    qx_act_kernel<<<blocks_for(n_act, 128), 128, 0, cb->stream>>>(x, n_rows, k, kind, kind == QXA_Q8_K ? n_x4 : 0,
+                                                                    (uint8_t *)ex->y, row_bytes);
+    *row_bytes_out = row_bytes;
+    return cuda_ok(cb, cudaGetLastError(), "matmul (exact activations)");
+}
+
 /* y[n_rows][n] = x . w^T with the order cpu_matmul (backend/cpu/backend_cpu.c) picks for this weight
  * and row count, on activations converted as the CPU converts them. */
 void cuda_exact_matmul(cuda_backend *cb, const qr_weight *w, const cuda_weight *cw, const float *x, int64_t n_rows,
@@ -282,28 +331,8 @@ void cuda_exact_matmul(cuda_backend *cb, const qr_weight *w, const cuda_weight *
     } else if (tr->vec_dot_sgemm && n_rows >= 2 && tr->sgemm_k > 0 && k % tr->sgemm_k == 0) {
         ord = QX_SGEMM;
     }
-    int kind;
-    switch (tr->vec_dot_type) {
-    case QR_TYPE_Q8_0: kind = QXA_Q8_0; break;
-    case QR_TYPE_Q8_1: kind = QXA_Q8_1; break;
-    case QR_TYPE_Q8_K: kind = QXA_Q8_K; break;
-    case QR_TYPE_F16: kind = QXA_F16; break;
-    case QR_TYPE_BF16: kind = QXA_BF16; break;
-    default: kind = QXA_F32; break;
-    }
-    /* only the 4-row K quantizer differs from the row quantizer (its tie rule) */
-    const int64_t act_x4 = tr->from_float_gemm && kind == QXA_Q8_K ? n_x4 : 0;
-    const size_t row_bytes = kind == QXA_F32 ? (size_t)k * 4 : qr_type_row_size(tr->vec_dot_type, k);
-    if (row_bytes == 0) {
-        raise_error(cb, QR_ERR_INVALID_ARG, "matmul (exact): row length is not a multiple of the block size");
-        return;
-    }
-    if (!ensure_scratch(cb, &ex->y, &ex->y_cap, row_bytes * (size_t)n_rows, "exact matmul activations")) return;
-    const int64_t bs = kind == QXA_Q8_0 || kind == QXA_Q8_1 ? 32 : (kind == QXA_Q8_K ? 256 : 1);
-    const int64_t n_act = n_rows * (k / bs);
-    qx_act_kernel<<<blocks_for(n_act, 128), 128, 0, cb->stream>>>(x, n_rows, k, kind, act_x4, (uint8_t *)ex->y,
-                                                                    row_bytes);
-    if (!cuda_ok(cb, cudaGetLastError(), "matmul (exact activations)")) return;
+    size_t row_bytes;
+    if (!exact_act(cb, ex, tr, x, n_rows, k, tr->from_float_gemm ? n_x4 : 0, &row_bytes)) return;
     const cuda_plane_desc pd = qr_cuda_plane_desc(w->type);
     cuda_wview v = cw->v;
     v.n = n;
@@ -411,4 +440,51 @@ void cuda_exact_geglu(cuda_backend *cb, const float *g, const float *u, int64_t 
     }
     qx_geglu_kernel<<<blocks_for(n, 256), 256, 0, cb->stream>>>(g, u, n, ex->gelu, out);
     cuda_ok(cb, cudaGetLastError(), "geglu (exact)");
+}
+
+void cuda_exact_matmul_id(cuda_backend *cb, const qr_weight *w, const cuda_weight *cw, const qr_weight *bias,
+                          const float *b, const float *x, bool per_slot, const int32_t *ids, int64_t n_rows,
+                          int32_t n_used, float *y) {
+    const qr_quant_traits *tr = qr_quant_traits_best(w->type);
+    cuda_exact *ex = exact_state(cb);
+    if (!ex) return;
+    if (!tr || !tr->vec_dot) {
+        raise_error(cb, QR_ERR_UNSUPPORTED, "matmul_id (exact): weight type has no dot product");
+        return;
+    }
+    const int64_t k = cw->v.k, n = w->ne[1], n_slots = n_rows * n_used;
+    const int ord = tr->vec_dot_gemm && tr->vec_dot_gemv && tr->repack_rows > 0 && n % tr->repack_rows == 0 ? QX_GEMV : QX_VEC;
+    size_t row_bytes;
+    if (!exact_act(cb, ex, tr, x, per_slot ? n_slots : n_rows, k, 0, &row_bytes)) return;
+    const cuda_plane_desc pd = qr_cuda_plane_desc(w->type);
+    qx_matmul_id_kernel<<<blocks_for(n_slots * n, 128), 128, 0, cb->stream>>>(
+        cw->v, pd, (const uint8_t *)ex->y, row_bytes, n_slots, n, ids, n_used, per_slot, b, bias ? bias->ne[0] : 0, ord, y);
+    cuda_ok(cb, cudaGetLastError(), "matmul_id (exact)");
+}
+
+/* Routing on the host with the CPU's own function (its softmax tail and sigmoid use libm's expf). */
+void cuda_exact_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const qr_moe_route_params *p, int32_t *ids,
+                          float *weights) {
+    cuda_backend *cb = CB(be);
+    const int32_t ne = p->n_expert, k = p->n_used;
+    if (ne < 1 || k < 1 || k > ne || ne > 4096 ||
+        (p->sel_bias && (p->sel_bias->type != QR_TYPE_F32 || p->sel_bias->ne[0] != ne || !p->sel_bias->host))) {
+        raise_error(cb, QR_ERR_INVALID_ARG, "moe_route: bad expert counts or selection bias");
+        return;
+    }
+    if (n_rows <= 0) return;
+    float *hl = (float *)malloc((size_t)n_rows * ne * 4), *hw = (float *)malloc((size_t)n_rows * k * 4);
+    int32_t *hi = (int32_t *)malloc((size_t)n_rows * k * 4);
+    cudaError_t e = hl && hw && hi ? cudaSuccess : cudaErrorMemoryAllocation;
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cb->stream);
+    if (e == cudaSuccess) e = cudaMemcpy(hl, logits, (size_t)n_rows * ne * 4, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess) {
+        qr_cpu_moe_route(be, hl, n_rows, p, hi, hw); /* the checks above are its own: it raises nothing */
+        e = cudaMemcpy(ids, hi, (size_t)n_rows * k * 4, cudaMemcpyHostToDevice);
+    }
+    if (e == cudaSuccess) e = cudaMemcpy(weights, hw, (size_t)n_rows * k * 4, cudaMemcpyHostToDevice);
+    free(hl);
+    free(hw);
+    free(hi);
+    cuda_ok(cb, e, "moe_route (exact, host)");
 }
