@@ -103,9 +103,10 @@ done
 size=$(du -sb "$B" | cut -f1)
 log "bundle: $B, $((size / 1024 / 1024)) MiB:"
 (cd "$B" && ls -la . lib)
-# the device carry is 64 MiB with the tree (~17 MiB) and build-gpu/llama-src.tar.xz (~2 MiB)
-if [ "$size" -gt $((44 * 1024 * 1024)) ]; then
-    echo "ERROR: the bundle is $((size / 1024 / 1024)) MiB, over the 44 MiB budget" >&2
+# the device carry is 64 MiB with the tree (~17 MiB) and build-gpu/llama-src.tar.xz (~2 MiB); 45 MiB since
+# session 9 (the exact-mode kernels)
+if [ "$size" -gt $((45 * 1024 * 1024)) ]; then
+    echo "ERROR: the bundle is $((size / 1024 / 1024)) MiB, over the 45 MiB budget" >&2
     exit 1
 fi
 

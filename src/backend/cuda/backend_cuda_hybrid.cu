@@ -428,6 +428,7 @@ void cuda_ssm_conv(qr_backend *be, const float *x, int64_t x_stride, float *conv
         raise_error(cb, QR_ERR_INVALID_ARG, "ssm_conv: weight shape does not match");
         ok = false;
     }
+    if (ok && cb->exact) return cuda_exact_ssm_conv(cb, x, x_stride, conv_state, wd, bd, p, out);
     /* the parallel conv when each sequence's rows are one run (host plan; never baked into a graph) */
     const bool runs = cb->seq_runs && !cb->graph_mode && !cb->capturing;
     if (ok) cuda_ok(cb, qr_cuda_ssm_conv(x, x_stride, conv_state, wd, bd, cb->d_seq, cb->n_tokens, p, runs, out, use_pdl(cb), cb->stream),
@@ -452,6 +453,7 @@ void cuda_ssm_scan(qr_backend *be, float *state, const float *xbc, const float *
         }
     }
     if (!ok) return;
+    if (cb->exact) return cuda_exact_ssm_scan(cb, state, xbc, dt, dt_stride, dt_bias, A, dd, p, y);
     /* prefill (a run of at least ssm_ssd_min_rows rows), every sequence one contiguous run: the chunked form,
      * a slice of CTAs per run (the host plan, so never inside a graph) */
     if (cb->tune.ssm_ssd && cb->seq_runs && !cb->graph_mode && !cb->capturing && cb->h_seq && qr_cuda_ssm_ssd_supported(p)) {
@@ -506,5 +508,15 @@ void cuda_ssm_gate_norm_next(qr_backend *be, const float *y, const float *z, int
 
 void cuda_ssm_gate_norm(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
                         int64_t n_rows, const qr_ssm_params *p, float eps, float *out) {
+    cuda_backend *cb = CB(be);
+    if (cb->exact) {
+        bool ok = true;
+        const float *wd = f32_of(cb, w, "ssm_gate_norm", &ok);
+        if (ok && p->n_group > 0 && p->d_inner % p->n_group == 0)
+            cuda_exact_ssm_gate_norm(cb, y, z, z_stride, wd, n_rows, p, eps, out);
+        else if (ok)
+            raise_error(cb, QR_ERR_INVALID_ARG, "ssm_gate_norm: bad shapes");
+        return;
+    }
     cuda_ssm_gate_norm_next(be, y, z, z_stride, w, n_rows, p, eps, out, NULL);
 }

@@ -190,6 +190,13 @@ void cuda_exact_free(cuda_backend *cb);
 void cuda_exact_matmul_id(cuda_backend *cb, const qr_weight *w, const cuda_weight *cw, const qr_weight *bias,
                           const float *b, const float *x, bool per_slot, const int32_t *ids, int64_t n_rows,
                           int32_t n_used, float *y);
+/* the Mamba2 ops as cpu/ops_ssm.c (softplus and dA on the host: libm) */
+void cuda_exact_ssm_conv(cuda_backend *cb, const float *x, int64_t x_stride, float *state, const float *w, const float *b,
+                         const qr_ssm_params *p, float *out);
+void cuda_exact_ssm_scan(cuda_backend *cb, float *state, const float *xbc, const float *dt, int64_t dt_stride,
+                         const qr_weight *dt_bias, const qr_weight *A, const float *D, const qr_ssm_params *p, float *y);
+void cuda_exact_ssm_gate_norm(cuda_backend *cb, const float *y, const float *z, int64_t z_stride, const float *w,
+                              int64_t n_rows, const qr_ssm_params *p, float eps, float *out);
 /* routing by the CPU's own function on the host (a synchronisation per call) */
 void cuda_exact_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const qr_moe_route_params *p, int32_t *ids,
                           float *weights);

@@ -102,6 +102,92 @@ static __global__ void qx_matmul_id_kernel(cuda_wview w, cuda_plane_desc pd, con
     out[g] = v;
 }
 
+/* ---- Mamba2 (cpu/ops_ssm.c) ---- */
+
+QX_FN float qx_silu(float x) { return x / (1.0f + qx_expf(-x)); }
+
+/* Thread per channel: every row in order, the rolling state of the row's sequence. */
+static __global__ void qx_ssm_conv_kernel(const float *x, int64_t x_stride, float *state, const float *w, const float *b,
+                                          const int32_t *seq, int32_t n_tok, int32_t K, int32_t C, float *out) {
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const int64_t slot_sz = (int64_t)(K - 1) * C;
+    const float *wc = w + c * K;
+    for (int32_t r = 0; r < n_tok; r++) {
+        float *st = state + (int64_t)seq[r] * slot_sz + c;
+        const float xin = x[(int64_t)r * x_stride + c];
+        float sum = 0.0f;
+        for (int32_t k = 0; k < K - 1; k++) sum += st[(int64_t)k * C] * wc[k];
+        sum += xin * wc[K - 1];
+        for (int32_t k = 0; k < K - 2; k++) st[(int64_t)k * C] = st[(int64_t)(k + 1) * C];
+        st[(int64_t)(K - 2) * C] = xin;
+        if (b) sum += b[c];
+        out[(int64_t)r * C + c] = qx_silu(sum);
+    }
+}
+
+/* Thread per (head, channel): the recurrent scan over the rows in order; dtv / dAv = the CPU's softplus(dt +
+ * bias) and expf(dt A) per [row][head] (libm, computed on the host). */
+static __global__ void qx_ssm_scan_kernel(float *state, const float *xbc, const float *dtv, const float *dAv,
+                                          const float *D, qr_ssm_params p, const int32_t *seq, int32_t n_tok, float *y) {
+    const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= (int64_t)p.n_head * p.head_dim) return;
+    const int32_t h = (int32_t)(g / p.head_dim), i = (int32_t)(g % p.head_dim), N = p.d_state;
+    const int32_t grp = h / (p.n_head / p.n_group), np = N & ~31;
+    const int64_t slot_sz = (int64_t)p.n_head * p.head_dim * N;
+    const float Dh = D ? D[h] : 0.0f;
+    for (int32_t r = 0; r < n_tok; r++) {
+        const float *row = xbc + (int64_t)r * p.conv_dim;
+        const float *x = row + (int64_t)h * p.head_dim, *B = row + p.d_inner + (int64_t)grp * N,
+                    *Cm = row + p.d_inner + (int64_t)p.n_group * N + (int64_t)grp * N;
+        const float dt = dtv[(int64_t)r * p.n_head + h], dA = dAv[(int64_t)r * p.n_head + h];
+        float *s = state + (int64_t)seq[r] * slot_sz + ((int64_t)h * p.head_dim + i) * N;
+        const float xdt = x[i] * dt;
+        float lane[32];
+        for (int l = 0; l < 32; l++) lane[l] = 0.0f;
+        for (int32_t n0 = 0; n0 < np; n0 += 32)
+            for (int l = 0; l < 32; l++) {
+                const float v = s[n0 + l] * dA + B[n0 + l] * xdt;
+                s[n0 + l] = v;
+                lane[l] = fmaf(v, Cm[n0 + l], lane[l]);
+            }
+        float sum = 0.0f;
+        if (np > 0) {
+            float x8[8];
+            for (int k = 0; k < 8; k++) x8[k] = (lane[k] + lane[16 + k]) + (lane[8 + k] + lane[24 + k]);
+            const float t0 = x8[0] + x8[4], t1 = x8[1] + x8[5], t2 = x8[2] + x8[6], t3 = x8[3] + x8[7];
+            sum = (t0 + t1) + (t2 + t3);
+        }
+        for (int32_t n = np; n < N; n++) {
+            const float v = s[n] * dA + B[n] * xdt;
+            s[n] = v;
+            sum = fmaf(v, Cm[n], sum);
+        }
+        y[(int64_t)r * p.d_inner + (int64_t)h * p.head_dim + i] = sum + x[i] * Dh;
+    }
+}
+
+/* Thread per (row, group): t = silu(z) y, then the CPU's rmsnorm of the group (t recomputed, same bits). */
+static __global__ void qx_gate_norm_kernel(const float *y, const float *z, int64_t z_stride, const float *w, int64_t n_rows,
+                                           int64_t di, int32_t n_group, float eps, float *out) {
+    const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= n_rows * n_group) return;
+    const int64_t r = g / n_group, gs = di / n_group, o = (g % n_group) * gs;
+    const float *yr = y + r * di + o, *zr = z + r * z_stride + o;
+    float *orow = out + r * di + o;
+    if (!w) {
+        for (int64_t i = 0; i < gs; i++) orow[i] = qx_silu(zr[i]) * yr[i];
+        return;
+    }
+    double sum = 0.0;
+    for (int64_t i = 0; i < gs; i++) {
+        const float t = qx_silu(zr[i]) * yr[i];
+        sum += (double)(t * t);
+    }
+    const float mean = (float)(sum / (double)gs), scale = 1.0f / sqrtf(mean + eps);
+    for (int64_t i = 0; i < gs; i++) orow[i] = qx_silu(zr[i]) * yr[i] * scale * w[o + i];
+}
+
 /* One thread per row: the squares in float, summed one by one in double (the CPU's exact sum). */
 static __global__ void qx_rmsnorm_kernel(const float *x, const float *w, int64_t n_rows, int64_t dim, float eps,
                                          float *y) {
@@ -487,4 +573,55 @@ void cuda_exact_moe_route(qr_backend *be, const float *logits, int64_t n_rows, c
     free(hw);
     free(hi);
     cuda_ok(cb, e, "moe_route (exact, host)");
+}
+
+void cuda_exact_ssm_conv(cuda_backend *cb, const float *x, int64_t x_stride, float *state, const float *w, const float *b,
+                         const qr_ssm_params *p, float *out) {
+    qx_ssm_conv_kernel<<<blocks_for(p->conv_dim, 64), 64, 0, cb->stream>>>(x, x_stride, state, w, b, cb->d_seq,
+                                                                           cb->n_tokens, p->d_conv, p->conv_dim, out);
+    cuda_ok(cb, cudaGetLastError(), "ssm_conv (exact)");
+}
+
+static float qx_softplus_host(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); } /* as ops_ssm.c */
+
+void cuda_exact_ssm_scan(cuda_backend *cb, float *state, const float *xbc, const float *dt, int64_t dt_stride,
+                         const qr_weight *dt_bias, const qr_weight *A, const float *D, const qr_ssm_params *p, float *y) {
+    const int64_t n = (int64_t)cb->n_tokens * p->n_head;
+    if (n <= 0) return;
+    cuda_exact *ex = exact_state(cb);
+    if (!ex) return;
+    float *h = (float *)malloc((size_t)cb->n_tokens * (size_t)dt_stride * 4 + 2 * (size_t)n * 4);
+    if (!h || !A->host || (dt_bias && !dt_bias->host)) {
+        free(h);
+        raise_error(cb, QR_ERR_NOMEM, "ssm_scan (exact): out of memory or no host copy of A / dt_bias");
+        return;
+    }
+    float *hdt = h, *hv = h + (size_t)cb->n_tokens * (size_t)dt_stride;
+    cudaError_t e = cudaStreamSynchronize(cb->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(hdt, dt, ((size_t)(cb->n_tokens - 1) * (size_t)dt_stride + (size_t)p->n_head) * 4,
+                       cudaMemcpyDeviceToHost);
+    const float *ah = (const float *)A->host, *bh = dt_bias ? (const float *)dt_bias->host : NULL;
+    for (int32_t r = 0; r < cb->n_tokens && e == cudaSuccess; r++)
+        for (int32_t hh = 0; hh < p->n_head; hh++) {
+            const float d = qx_softplus_host(hdt[(int64_t)r * dt_stride + hh] + (bh ? bh[hh] : 0.0f));
+            hv[(int64_t)r * p->n_head + hh] = d;
+            hv[n + (int64_t)r * p->n_head + hh] = expf(d * ah[hh]);
+        }
+    if (e == cudaSuccess &&
+        ensure_scratch(cb, &ex->y, &ex->y_cap, 2 * (size_t)n * 4, "exact scan scratch"))
+        e = cudaMemcpy(ex->y, hv, 2 * (size_t)n * 4, cudaMemcpyHostToDevice);
+    free(h);
+    if (!cuda_ok(cb, e, "ssm_scan (exact, host dt)")) return;
+    const float *dtv = (const float *)ex->y;
+    qx_ssm_scan_kernel<<<blocks_for((int64_t)p->n_head * p->head_dim, 64), 64, 0, cb->stream>>>(
+        state, xbc, dtv, dtv + n, D, *p, cb->d_seq, cb->n_tokens, y);
+    cuda_ok(cb, cudaGetLastError(), "ssm_scan (exact)");
+}
+
+void cuda_exact_ssm_gate_norm(cuda_backend *cb, const float *y, const float *z, int64_t z_stride, const float *w,
+                              int64_t n_rows, const qr_ssm_params *p, float eps, float *out) {
+    qx_gate_norm_kernel<<<blocks_for(n_rows * p->n_group, 64), 64, 0, cb->stream>>>(y, z, z_stride, w, n_rows, p->d_inner,
+                                                                                    p->n_group, eps, out);
+    cuda_ok(cb, cudaGetLastError(), "ssm_gate_norm (exact)");
 }
