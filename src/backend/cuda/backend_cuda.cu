@@ -1381,8 +1381,8 @@ static qr_backend_ops make_cuda_ops(void) {
 
 static const qr_backend_ops cuda_ops = make_cuda_ops();
 
-/* Exact mode: the plain ops only (the model composes them as it does on the CPU), no graphs. The
- * MoE and Mamba2 ops stay those of the normal table (not exact yet). */
+/* Exact mode: no fusions (the model composes the plain ops as it does on the CPU), no graphs; the
+ * plain ops, MoE and Mamba2 ones included, take their exact.cu paths when cb->exact. */
 static qr_backend_ops make_cuda_ops_exact(void) {
     qr_backend_ops o = make_cuda_ops();
     o.run_graph = NULL;

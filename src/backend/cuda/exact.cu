@@ -66,20 +66,27 @@ struct qx_planes {
     }
 };
 
+/* The block source of weight row i (quantized types), and the raw row of a float type. */
+static __device__ qx_planes qx_row(const cuda_wview &w, const cuda_plane_desc &pd, int64_t i) {
+    qx_planes wb;
+    wb.n = w.type == QR_TYPE_F32 || w.type == QR_TYPE_F16 || w.type == QR_TYPE_BF16 ? 0 : pd.n_planes;
+    wb.p[0] = w.p0, wb.p[1] = w.p1, wb.p[2] = w.p2;
+    for (int j = 0; j < 3; j++) wb.off[j] = pd.off[j], wb.size[j] = pd.size[j];
+    wb.g0 = i * w.nb;
+    return wb;
+}
+static __device__ const void *qx_row_f(const cuda_wview &w, int64_t i) {
+    return w.p0 + (size_t)i * (size_t)w.k * (w.type == QR_TYPE_F32 ? 4 : 2);
+}
+
 /* out[t][i] = dot(weight row i, activation row t) in the order of row t (ord_x4 below n_x4). */
 static __global__ void qx_matmul_kernel(cuda_wview w, cuda_plane_desc pd, const uint8_t *y, size_t row_bytes,
                                         int64_t nr, int64_t n, int64_t n_x4, int ord_x4, int ord, float *out) {
     const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= nr * n) return;
     const int64_t i = g % n, t = g / n;
-    qx_planes wb;
-    wb.n = w.type == QR_TYPE_F32 || w.type == QR_TYPE_F16 || w.type == QR_TYPE_BF16 ? 0 : pd.n_planes;
-    wb.p[0] = w.p0, wb.p[1] = w.p1, wb.p[2] = w.p2;
-    for (int j = 0; j < 3; j++) wb.off[j] = pd.off[j], wb.size[j] = pd.size[j];
-    wb.g0 = i * w.nb;
-    const size_t fsz = w.type == QR_TYPE_F32 ? 4 : 2;
-    const void *xf = w.p0 + (size_t)i * (size_t)w.k * fsz;
-    out[t * n + i] = qx_dot(w.type, t < n_x4 ? ord_x4 : ord, w.k, wb, xf, y + (size_t)t * row_bytes);
+    const qx_planes wb = qx_row(w, pd, i);
+    out[t * n + i] = qx_dot(w.type, t < n_x4 ? ord_x4 : ord, w.k, wb, qx_row_f(w, i), y + (size_t)t * row_bytes);
 }
 
 /* matmul_id: y[s][i] = dot(row i of expert ids[s], activation row (per_slot ? s : s / n_used)) + bias,
@@ -90,14 +97,8 @@ static __global__ void qx_matmul_id_kernel(cuda_wview w, cuda_plane_desc pd, con
     const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= n_slots * n) return;
     const int64_t i = g % n, sl = g / n, e = ids[sl], xr = per_slot ? sl : sl / n_used;
-    qx_planes wb;
-    wb.n = w.type == QR_TYPE_F32 || w.type == QR_TYPE_F16 || w.type == QR_TYPE_BF16 ? 0 : pd.n_planes;
-    wb.p[0] = w.p0, wb.p[1] = w.p1, wb.p[2] = w.p2;
-    for (int j = 0; j < 3; j++) wb.off[j] = pd.off[j], wb.size[j] = pd.size[j];
-    wb.g0 = (e * n + i) * w.nb;
-    const size_t fsz = w.type == QR_TYPE_F32 ? 4 : 2;
-    const void *xf = w.p0 + (size_t)(e * n + i) * (size_t)w.k * fsz;
-    float v = qx_dot(w.type, ord, w.k, wb, xf, y + (size_t)xr * row_bytes);
+    const qx_planes wb = qx_row(w, pd, e * n + i);
+    float v = qx_dot(w.type, ord, w.k, wb, qx_row_f(w, e * n + i), y + (size_t)xr * row_bytes);
     if (bias) v += bias[e * bias_stride + i];
     out[g] = v;
 }
@@ -367,6 +368,14 @@ void cuda_exact_free(cuda_backend *cb) {
 
 static unsigned blocks_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
+/* The CPU's traits of w's type (the AVX2 ones, as cpu_matmul uses), or NULL with an error raised. */
+static const qr_quant_traits *exact_traits(cuda_backend *cb, const qr_weight *w, const char *op) {
+    const qr_quant_traits *tr = qr_quant_traits_best(w->type);
+    if (tr && tr->vec_dot) return tr;
+    raise_error(cb, QR_ERR_UNSUPPORTED, "%s: weight type has no dot product", op);
+    return NULL;
+}
+
 /* x[n_rows][k] converted to the weight's vec_dot_type as the CPU converts it, into ex->y (rows of
  * *row_bytes); rows below n_x4 with the 4-row Q8_K quantizer. */
 static bool exact_act(cuda_backend *cb, cuda_exact *ex, const qr_quant_traits *tr, const float *x, int64_t n_rows, int64_t k,
@@ -398,13 +407,9 @@ static bool exact_act(cuda_backend *cb, cuda_exact *ex, const qr_quant_traits *t
  * and row count, on activations converted as the CPU converts them. */
 void cuda_exact_matmul(cuda_backend *cb, const qr_weight *w, const cuda_weight *cw, const float *x, int64_t n_rows,
                        float *y) {
-    const qr_quant_traits *tr = qr_quant_traits_best(w->type);
-    cuda_exact *ex = exact_state(cb);
+    const qr_quant_traits *tr = exact_traits(cb, w, "matmul (exact)");
+    cuda_exact *ex = tr ? exact_state(cb) : NULL;
     if (!ex) return;
-    if (!tr || !tr->vec_dot) {
-        raise_error(cb, QR_ERR_UNSUPPORTED, "matmul (exact): weight type has no dot product");
-        return;
-    }
     const int64_t k = cw->v.k, n = w->ne[1];
     int ord = QX_VEC, ord_x4 = QX_VEC;
     int64_t n_x4 = 0;
@@ -531,13 +536,9 @@ void cuda_exact_geglu(cuda_backend *cb, const float *g, const float *u, int64_t 
 void cuda_exact_matmul_id(cuda_backend *cb, const qr_weight *w, const cuda_weight *cw, const qr_weight *bias,
                           const float *b, const float *x, bool per_slot, const int32_t *ids, int64_t n_rows,
                           int32_t n_used, float *y) {
-    const qr_quant_traits *tr = qr_quant_traits_best(w->type);
-    cuda_exact *ex = exact_state(cb);
+    const qr_quant_traits *tr = exact_traits(cb, w, "matmul_id (exact)");
+    cuda_exact *ex = tr ? exact_state(cb) : NULL;
     if (!ex) return;
-    if (!tr || !tr->vec_dot) {
-        raise_error(cb, QR_ERR_UNSUPPORTED, "matmul_id (exact): weight type has no dot product");
-        return;
-    }
     const int64_t k = cw->v.k, n = w->ne[1], n_slots = n_rows * n_used;
     const int ord = tr->vec_dot_gemm && tr->vec_dot_gemv && tr->repack_rows > 0 && n % tr->repack_rows == 0 ? QX_GEMV : QX_VEC;
     size_t row_bytes;
