@@ -62,7 +62,11 @@ build_direct() {
     done
     for f in src/backend/cuda/*.cu tests/cuda/*.cu; do
         o=$b/$(echo "$f" | tr / _).o
-        jobs+=("nvcc $nvflags -c $f -o $o")
+        case $f in
+        # the exact mode's kernels round as the CPU's C code (CMakeLists.txt sets the same per source)
+        */exact.cu) jobs+=("nvcc $nvflags -ftz=false -prec-div=true -prec-sqrt=true -fmad=false -c $f -o $o") ;;
+        *) jobs+=("nvcc $nvflags -c $f -o $o") ;;
+        esac
     done
     printf '%s\n' "${jobs[@]}" | xargs -P "$JOBS" -I{} sh -c '{}' >> "$BUILD_LOG" 2>&1 || return 1
     nvcc -arch=sm_$ARCH -o $b/quarrel_cuda_lab $b/*.o -lcublas -lpthread -lm >> "$BUILD_LOG" 2>&1 || return 1

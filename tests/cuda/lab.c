@@ -279,6 +279,7 @@ int main(int argc, char **argv) {
     if (lab_section(&L, "ops")) lab_ops(&L);
     if (lab_section(&L, "attention")) lab_attention(&L);
     lab_moe_ssm(&L); /* its sections: moe, ssm, sinks */
+    if (lab_section(&L, "exact")) lab_exact(&L);
     summary(&L);
     lab_gpu_free(&L, L.flush);
     qr_backend_free(L.gpu);

@@ -80,6 +80,10 @@ void lab_record(lab *L, const char *op, const char *config, double max_err, doub
                 double us, double bytes, double flops);
 bool lab_section(lab *L, const char *name);
 
+/* Every weight type the CUDA backend supports (lab_matmul.c). */
+#define LAB_N_TYPES 15
+extern const qr_type lab_all_types[LAB_N_TYPES];
+
 /* ---- sections ---- */
 void lab_matmul(lab *L);
 void lab_ops(lab *L);
@@ -87,6 +91,8 @@ void lab_attention(lab *L);
 /* MoE routing / expert matmuls / GLUs, the Mamba2 conv, scan and gated norm, attention sinks
  * (lab_moe_ssm.c; sections "moe", "ssm", "sinks"). */
 void lab_moe_ssm(lab *L);
+/* The exact mode's matmuls against the AVX2 CPU path, bit for bit (lab_exact.c; section "exact"). */
+void lab_exact(lab *L);
 
 /* ---- lab_kernels.cu ---- */
 /* Streaming-read bandwidth of `bytes` at p (16-byte loads, a sum written to out), for the roofline. */

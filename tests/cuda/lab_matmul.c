@@ -165,10 +165,11 @@ static void matmul_case(lab *L, const mm_case *c) {
     free(yc);
 }
 
-static const qr_type all_types[] = {QR_TYPE_Q4_0, QR_TYPE_Q4_1, QR_TYPE_Q5_0, QR_TYPE_Q5_1, QR_TYPE_Q8_0,
-                                    QR_TYPE_Q2_K, QR_TYPE_Q3_K, QR_TYPE_Q4_K, QR_TYPE_Q5_K, QR_TYPE_Q6_K,
-                                    QR_TYPE_MXFP4, QR_TYPE_IQ4_NL, QR_TYPE_F16, QR_TYPE_BF16, QR_TYPE_F32};
-#define N_TYPES (int)(sizeof all_types / sizeof all_types[0])
+const qr_type lab_all_types[LAB_N_TYPES] = {QR_TYPE_Q4_0, QR_TYPE_Q4_1, QR_TYPE_Q5_0, QR_TYPE_Q5_1, QR_TYPE_Q8_0,
+                                           QR_TYPE_Q2_K, QR_TYPE_Q3_K, QR_TYPE_Q4_K, QR_TYPE_Q5_K, QR_TYPE_Q6_K,
+                                           QR_TYPE_MXFP4, QR_TYPE_IQ4_NL, QR_TYPE_F16, QR_TYPE_BF16, QR_TYPE_F32};
+#define all_types lab_all_types
+#define N_TYPES LAB_N_TYPES
 
 typedef struct shape {
     int64_t n, k;

@@ -340,6 +340,7 @@ static qr_kv_storage *cuda_kv_alloc(qr_backend *be, const qr_kv_desc *d, char *e
     }
     kv->magic = KV_MAGIC;
     kv->desc = *d;
+    if (d->block_size > cb->kv_block_size) cb->kv_block_size = d->block_size; /* exact rope in graphs */
     const size_t slots = (size_t)d->n_blocks * (size_t)d->block_size, es = kv_elem(d->type);
     kv->k_layer = slots * (size_t)d->k_dim * es;
     kv->v_layer = slots * (size_t)d->v_dim * es;
@@ -1036,7 +1037,8 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
         }
         a.sinks = (const float *)sw->v.p0;
     }
-    if (cb->exact) return cuda_exact_attention(cb, &a, max_span);
+    if (cb->exact) /* in a graph, scores for every key the block table can address */
+        return cuda_exact_attention(cb, &a, cb->graph_mode ? (int32_t)(cb->max_blocks * d->block_size) : max_span);
     /* splits: about four CTAs per SM (the key loop is latency-bound; measured on H100, decode at
      * 4096 keys: 1 split 2242 us, 8: 302, 32: 94, 128: 72), each split at least 32 keys */
     const int dmax = a.dk > a.dv ? a.dk : a.dv, gmax = dmax <= 128 ? 8 : (dmax <= 256 ? 4 : 2);
@@ -1381,12 +1383,12 @@ static qr_backend_ops make_cuda_ops(void) {
 
 static const qr_backend_ops cuda_ops = make_cuda_ops();
 
-/* Exact mode: no fusions (the model composes the plain ops as it does on the CPU), no graphs; the
- * plain ops, MoE and Mamba2 ones included, take their exact.cu paths when cb->exact. */
+/* Exact mode: no fusions (the model composes the plain ops as it does on the CPU); the plain ops, MoE
+ * and Mamba2 ones included, take their exact.cu paths when cb->exact. Graphs stay: a model whose exact
+ * ops need the host (MoE routing, the Mamba2 scan's softplus) fails its first capture and then runs
+ * op by op. */
 static qr_backend_ops make_cuda_ops_exact(void) {
     qr_backend_ops o = make_cuda_ops();
-    o.run_graph = NULL;
-    o.graph_release = NULL;
     o.add_rmsnorm = NULL;
     o.matmul_multi = NULL;
     o.matmul_swiglu = NULL;
@@ -1477,8 +1479,6 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
     if (xenv && strcmp(xenv, "1") == 0) {
         cb->exact = true;
         be->ops = &cuda_ops_exact;
-        cb->graphs_off = true;
-        snprintf(cb->graph_note, sizeof cb->graph_note, "CUDA graphs off in exact mode (QUARREL_CUDA_EXACT=1)");
         if (strcmp(qr_quant_simd_level(), "avx2") != 0)
             fprintf(stderr, "quarrel: exact GPU mode reproduces the AVX2 CPU path; this CPU runs the %s one\n",
                     qr_quant_simd_level());

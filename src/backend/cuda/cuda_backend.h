@@ -100,9 +100,10 @@ typedef struct cuda_backend {
     unsigned int *attn_cnt; /* flash-decoding's per-tile split counters (zero between launches) */
     size_t attn_cnt_cap;    /* counters allocated */
     /* exact mode (QUARREL_CUDA_EXACT=1, exact.cu): matmul, rmsnorm, rope and attention with the CPU
-     * backend's arithmetic, no fusions, no graphs; its state (rope tables, scratch) */
+     * backend's arithmetic, no fusions; its state (rope tables, scratch) */
     bool exact;
     struct cuda_exact *ex;
+    int32_t kv_block_size; /* the largest KV block size allocated (positions a graph's block table reaches) */
 } cuda_backend;
 
 /* The tuning defaults, with the QUARREL_CUDA_* switches applied (tune.cu). */

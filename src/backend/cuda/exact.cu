@@ -33,24 +33,77 @@ void qr_cpu_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const
 /* Activation formats of the exact matmul (the weight's vec_dot_type). */
 enum { QXA_Q8_0, QXA_Q8_1, QXA_Q8_K, QXA_F16, QXA_BF16, QXA_F32 };
 
-/* Thread per block of 32 (Q8_0/Q8_1), 256 (Q8_K) or per value (float formats). Rows t < n_x4 of Q8_K
- * use the 4-row quantizer's tie rule (the repacked Q4_K GEMM's activations). */
-static __global__ void qx_act_kernel(const float *x, int64_t nr, int64_t k, int kind, int64_t n_x4, uint8_t *out,
-                                     size_t row_bytes) {
-    const int64_t bs = kind == QXA_Q8_0 || kind == QXA_Q8_1 ? 32 : (kind == QXA_Q8_K ? 256 : 1);
-    const int64_t per_row = k / bs, g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+/* The float activation formats: a thread per value. */
+static __global__ void qx_act_kernel(const float *x, int64_t n, int kind, uint8_t *out) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (kind == QXA_F16) ((uint16_t *)out)[i] = qx_f2h(x[i]);
+    else if (kind == QXA_BF16) ((uint16_t *)out)[i] = qx_f2bf(x[i]);
+    else ((float *)out)[i] = x[i];
+}
+
+/* The quantized activation formats (qx_quant_q8_0 / q8_1 / q8_K, the CPU's) with a warp per block
+ * (Q8_0 / Q8_1: a value per lane; Q8_K: 8 values per lane). Every step is order-free (max, the lowest
+ * index, integer sums), so the bytes are the sequential quantizers'. Rows t < n_x4 of Q8_K use the 4-row
+ * quantizer's tie rule (the repacked Q4_K GEMM's activations). */
+static __global__ void qx_act_warp_kernel(const float *x, int64_t nr, int64_t k, int kind, int64_t n_x4, uint8_t *out,
+                                          size_t row_bytes) {
+    const int64_t bs = kind == QXA_Q8_K ? 256 : 32, per_row = k / bs;
+    const int64_t g = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
     if (g >= nr * per_row) return;
     const int64_t t = g / per_row, b = g % per_row;
     const float *xs = x + t * k + b * bs;
     uint8_t *row = out + (size_t)t * row_bytes;
-    switch (kind) {
-    case QXA_Q8_0: qx_quant_q8_0(xs, (qr_block_q8_0 *)row + b); break;
-    case QXA_Q8_1: qx_quant_q8_1(xs, (qr_block_q8_1 *)row + b); break;
-    case QXA_Q8_K: qx_quant_q8_K(xs, (qr_block_q8_K *)row + b, t < n_x4); break;
-    case QXA_F16: ((uint16_t *)row)[b] = qx_f2h(*xs); break;
-    case QXA_BF16: ((uint16_t *)row)[b] = qx_f2bf(*xs); break;
-    default: ((float *)row)[b] = *xs; break;
+    if (kind != QXA_Q8_K) {
+        const float v = xs[lane];
+        float amax = fabsf(v);
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        const int q = (int)rintf(v * id);
+        int sum = q;
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (kind == QXA_Q8_0) {
+            qr_block_q8_0 *y = (qr_block_q8_0 *)row + b;
+            y->qs[lane] = (int8_t)q;
+            if (lane == 0) y->d = qx_f2h(d);
+        } else {
+            qr_block_q8_1 *y = (qr_block_q8_1 *)row + b;
+            y->qs[lane] = (int8_t)q;
+            if (lane == 0) y->d = qx_f2h(d), y->s = qx_f2h(d * (float)sum);
+        }
+        return;
     }
+    qr_block_q8_K *y = (qr_block_q8_K *)row + b;
+    float v[8];
+    float amax = 0.0f;
+    for (int i = 0; i < 8; i++) v[i] = xs[8 * lane + i], amax = fmaxf(amax, fabsf(v[i]));
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if (amax == 0.0f) {
+        for (int i = 0; i < 8; i++) y->qs[8 * lane + i] = 0;
+        if (lane < 16) y->bsums[lane] = 0;
+        if (lane == 0) y->d = 0.0f;
+        return;
+    }
+    int first = 256; /* the lowest index of a value of magnitude amax */
+    for (int i = 7; i >= 0; i--)
+        if (fabsf(v[i]) == amax) first = 8 * lane + i;
+    for (int o = 16; o > 0; o >>= 1) first = min(first, __shfl_xor_sync(0xffffffffu, first, o));
+    float max = __shfl_sync(0xffffffffu, v[first % 8], first / 8);
+    bool pos = false;
+    for (int i = 0; i < 8; i++) pos = pos || v[i] == amax;
+    if (t < n_x4 && max < 0.0f && __any_sync(0xffffffffu, pos)) max = amax;
+    const float iscale = -127.f / max;
+    int s = 0;
+    for (int i = 0; i < 8; i++) {
+        int q = (int)rintf(v[i] * iscale);
+        q = q < 127 ? q : 127;
+        y->qs[8 * lane + i] = (int8_t)q;
+        s += q;
+    }
+    s += __shfl_down_sync(0xffffffffu, s, 1);
+    if (lane % 2 == 0) y->bsums[lane / 2] = (int16_t)s;
+    if (lane == 0) y->d = 1 / iscale;
 }
 
 /* Weight block i of one row, gathered from the planes into a GGUF block. */
@@ -79,28 +132,159 @@ static __device__ const void *qx_row_f(const cuda_wview &w, int64_t i) {
     return w.p0 + (size_t)i * (size_t)w.k * (w.type == QR_TYPE_F32 ? 4 : 2);
 }
 
-/* out[t][i] = dot(weight row i, activation row t) in the order of row t (ord_x4 below n_x4). */
-static __global__ void qx_matmul_kernel(cuda_wview w, cuda_plane_desc pd, const uint8_t *y, size_t row_bytes,
-                                        int64_t nr, int64_t n, int64_t n_x4, int ord_x4, int ord, float *out) {
-    const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= nr * n) return;
-    const int64_t i = g % n, t = g / n;
-    const qx_planes wb = qx_row(w, pd, i);
-    out[t * n + i] = qx_dot(w.type, t < n_x4 ? ord_x4 : ord, w.k, wb, qx_row_f(w, i), y + (size_t)t * row_bytes);
+/* ---- the matmuls: records and lanes in parallel ----
+ *
+ * A CTA of 128 threads takes 16 (weight row, activation row) pairs. For each chunk of 8 blocks, thread
+ * (pair p, s) computes the record of block s of p (exact integers and scales, exact_dev.cuh), then
+ * thread (p, lane s) folds the chunk's 8 records into its lane's chains in block order (lane 0 also
+ * the scalar chains). The chains are the CPU's, element for element, so the order of the records'
+ * computation does not matter. Float weights: a warp per pair, a thread per chain. */
+#define QXM_THREADS 128  /* the float kernel: a warp per pair */
+#define QXM_QTHREADS 256 /* the quantized kernel: pairs x chunk = 256 records per step */
+
+struct qxm_args {
+    cuda_wview w;
+    cuda_plane_desc pd;
+    const uint8_t *y;      /* activations in the weight's vec_dot_type, rows of row_bytes */
+    size_t row_bytes;
+    int64_t n;             /* outputs per activation row (weight rows, per expert for matmul_id) */
+    int64_t n_t;           /* activation rows (matmul) or slots (matmul_id) */
+    int32_t pw;            /* weight rows per CTA tile; the tile has pairs / pw activation rows */
+    int32_t order, order_x4;
+    int64_t n_x4;          /* rows t < n_x4 use order_x4 (the repacked GEMM's rows) */
+    const int32_t *ids;    /* matmul_id: the expert of each slot */
+    int32_t n_used;
+    bool per_slot;
+    const float *bias;
+    int64_t bias_stride;
+    float *out;
+};
+
+struct qxm_pair {
+    bool ok;
+    int order;
+    int64_t wrow, xr, o;
+    const float *bias;
+};
+
+static __device__ qxm_pair qxm_pair_of(const qxm_args &A, int p, int pairs, int64_t tile_y) {
+    const int pt = pairs / A.pw;
+    const int64_t wi = (int64_t)blockIdx.x * A.pw + p % A.pw, t = tile_y * pt + p / A.pw;
+    qxm_pair P = {wi < A.n && t < A.n_t, 0, 0, 0, 0, NULL};
+    if (!P.ok) return P;
+    P.order = t < A.n_x4 ? A.order_x4 : A.order;
+    P.o = t * A.n + wi;
+    if (A.ids) {
+        const int64_t e = A.ids[t];
+        P.wrow = e * A.n + wi;
+        P.xr = A.per_slot ? t : t / A.n_used;
+        if (A.bias) P.bias = A.bias + e * A.bias_stride + wi;
+    } else {
+        P.wrow = wi;
+        P.xr = t;
+    }
+    return P;
 }
 
-/* matmul_id: y[s][i] = dot(row i of expert ids[s], activation row (per_slot ? s : s / n_used)) + bias,
- * s = row * n_used + slot, in the order of the CPU's expert matmul (ops_moe.c: vec_dot or the GEMV). */
-static __global__ void qx_matmul_id_kernel(cuda_wview w, cuda_plane_desc pd, const uint8_t *y, size_t row_bytes,
-                                           int64_t n_slots, int64_t n, const int32_t *ids, int32_t n_used, bool per_slot,
-                                           const float *bias, int64_t bias_stride, int ord, float *out) {
-    const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= n_slots * n) return;
-    const int64_t i = g % n, sl = g / n, e = ids[sl], xr = per_slot ? sl : sl / n_used;
-    const qx_planes wb = qx_row(w, pd, e * n + i);
-    float v = qx_dot(w.type, ord, w.k, wb, qx_row_f(w, e * n + i), y + (size_t)xr * row_bytes);
-    if (bias) v += bias[e * bias_stride + i];
-    out[g] = v;
+/* FT: the weight type, compiled for it (the types qx_rec_planes reads), or -1 (any other type, through
+ * the byte gather and the generic records). */
+template <int FT>
+static __global__ void __launch_bounds__(QXM_QTHREADS) qx_mmq_kernel(qxm_args A, int64_t tiles_y, int chunk) {
+    __shared__ qx_rec rec[QXM_QTHREADS];
+    __shared__ qx_fold fl[QXM_QTHREADS / 8][8];
+    const int tid = threadIdx.x, type = FT >= 0 ? FT : A.w.type, pairs = QXM_QTHREADS / chunk;
+    const int64_t nb = A.w.k / (qx_is_kquant(type) ? 256 : 32);
+    const size_t yblk = qx_yblock_bytes(type);
+    const uint8_t *pl[3] = {A.w.p0, A.w.p1, A.w.p2};
+    /* record phase: thread (rp, rs) = block rs of the chunk of pair rp; fold phase: (fp, lane) */
+    const int rp = tid / chunk, rs = tid % chunk, fp = tid / 8, lane = tid % 8;
+    for (int64_t ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
+        const qxm_pair R = qxm_pair_of(A, rp, pairs, ty);
+        const qxm_pair F = fp < pairs ? qxm_pair_of(A, fp, pairs, ty) : qxm_pair{false, 0, 0, 0, 0, NULL};
+        const int kind = qx_fold_kind(type, F.order);
+        const qx_planes wb = qx_row(A.w, A.pd, R.ok ? R.wrow : 0);
+        const uint8_t *yrow = A.y + (size_t)R.xr * A.row_bytes;
+        qx_fold f;
+        qx_fold_init(&f);
+        for (int64_t c0 = 0; c0 < nb; c0 += chunk) {
+            const int64_t i = c0 + rs;
+            if (R.ok && i < nb && (FT < 0 || !qx_rec_planes(type, pl, R.wrow * nb + i, yrow + (size_t)i * yblk, &rec[tid]))) {
+                alignas(16) uint8_t buf[QX_MAX_BLOCK];
+                wb(i, buf);
+                qx_rec_of(type, buf, yrow, i, &rec[tid]);
+            }
+            __syncthreads();
+            if (F.ok) {
+                const int m = nb - c0 < chunk ? (int)(nb - c0) : chunk;
+                const qx_rec *pr = &rec[fp * chunk];
+                for (int b = 0; b < m; b++) {
+                    qx_fold_lane(kind, type, c0 + b, nb, &pr[b], lane, &f);
+                    if (lane == 0) qx_fold_scalar(kind, type, &pr[b], &f);
+                }
+            }
+            __syncthreads();
+        }
+        if (fp < pairs) fl[fp][lane] = f;
+        __syncthreads();
+        if (F.ok && lane == 0) {
+            float v = qx_fold_final(kind, type, nb, fl[fp], &rec[fp * chunk + (nb - 1) % chunk]);
+            if (F.bias) v += *F.bias;
+            A.out[F.o] = v;
+        }
+        __syncthreads();
+    }
+}
+
+#define QXF_PAIRS (QXM_THREADS / 32)
+
+static __global__ void __launch_bounds__(QXM_THREADS) qx_mmf_kernel(qxm_args A, int64_t tiles_y) {
+    __shared__ float ch[QXF_PAIRS][32];
+    const int p = threadIdx.x / 32, c = threadIdx.x % 32, type = A.w.type;
+    for (int64_t ty = blockIdx.y; ty < tiles_y; ty += gridDim.y) {
+        const qxm_pair P = qxm_pair_of(A, p, QXF_PAIRS, ty);
+        if (!P.ok) continue;
+        const void *x = qx_row_f(A.w, P.wrow), *y = A.y + (size_t)P.xr * A.row_bytes;
+        if (c < qx_dotf_chains(P.order)) ch[p][c] = qx_dotf_chain(type, P.order, A.w.k, x, y, c);
+        __syncwarp();
+        if (c == 0) {
+            float v = qx_dotf_final(type, P.order, A.w.k, x, y, ch[p]);
+            if (P.bias) v += *P.bias;
+            A.out[P.o] = v;
+        }
+        __syncwarp();
+    }
+}
+
+/* Launches the matmul kernel of A's weight type over A.n x A.n_t outputs. The quantized kernel takes
+ * 8 weight rows x (1, 2 or 4 activation rows) with chunks of 32, 16 or 8 blocks at decode, and 4 x 8
+ * pairs of 8 blocks from 8 activation rows on (prefill). */
+static cudaError_t qxm_launch(const qxm_args &A0, cudaStream_t st) {
+    qxm_args A = A0;
+    const bool fl = A.w.type == QR_TYPE_F32 || A.w.type == QR_TYPE_F16 || A.w.type == QR_TYPE_BF16;
+    int pairs, chunk = 0;
+    if (fl) pairs = QXF_PAIRS, A.pw = QXF_PAIRS;
+    else if (A.n_t >= 8) chunk = 8, A.pw = 4;
+    else chunk = A.n_t >= 4 ? 8 : (A.n_t >= 2 ? 16 : 32), A.pw = 8;
+    if (!fl) pairs = QXM_QTHREADS / chunk;
+    const int pt = pairs / A.pw;
+    const int64_t tiles_y = (A.n_t + pt - 1) / pt;
+    const dim3 grid((unsigned)((A.n + A.pw - 1) / A.pw), (unsigned)(tiles_y < 65535 ? tiles_y : 65535));
+    if (fl) qx_mmf_kernel<<<grid, QXM_THREADS, 0, st>>>(A, tiles_y);
+    else {
+        void (*k)(qxm_args, int64_t, int) = qx_mmq_kernel<-1>;
+        switch (A.w.type) {
+        case QR_TYPE_Q4_0: k = qx_mmq_kernel<QR_TYPE_Q4_0>; break;
+        case QR_TYPE_Q4_1: k = qx_mmq_kernel<QR_TYPE_Q4_1>; break;
+        case QR_TYPE_Q5_0: k = qx_mmq_kernel<QR_TYPE_Q5_0>; break;
+        case QR_TYPE_Q5_1: k = qx_mmq_kernel<QR_TYPE_Q5_1>; break;
+        case QR_TYPE_Q8_0: k = qx_mmq_kernel<QR_TYPE_Q8_0>; break;
+        case QR_TYPE_Q4_K: k = qx_mmq_kernel<QR_TYPE_Q4_K>; break;
+        case QR_TYPE_Q6_K: k = qx_mmq_kernel<QR_TYPE_Q6_K>; break;
+        default: break;
+        }
+        k<<<grid, QXM_QTHREADS, 0, st>>>(A, tiles_y, chunk);
+    }
+    return cudaGetLastError();
 }
 
 /* ---- Mamba2 (cpu/ops_ssm.c) ---- */
@@ -189,18 +373,59 @@ static __global__ void qx_gate_norm_kernel(const float *y, const float *z, int64
     for (int64_t i = 0; i < gs; i++) orow[i] = qx_silu(zr[i]) * yr[i] * scale * w[o + i];
 }
 
-/* One thread per row: the squares in float, summed one by one in double (the CPU's exact sum). */
-static __global__ void qx_rmsnorm_kernel(const float *x, const float *w, int64_t n_rows, int64_t dim, float eps,
-                                         float *y) {
-    const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= n_rows) return;
+/* ---- sums in double without the CPU's sequence ----
+ *
+ * The CPU sums n values in double one by one and uses only f(sum), a float that is a monotonic function
+ * of the sum (rmsnorm: (float)(sum / n); attention: (float)(1 / sum)). A sum in another order differs
+ * from the sequential one by at most 2 (n - 1) u sum(|t|) (u = 2^-53, the standard bound for both), so
+ * when f takes the same value at both ends of [par - B, par + B] (B = 4 n u |par|), f(sequential) is that
+ * value. That holds except when the sum lies within ~1e-13 relative of a float rounding boundary; then
+ * one thread sums in the CPU's order. qx_sum_settled says which case it is. */
+#define QX_RED_THREADS 256
+
+/* Block-wide sum of v (double) in any order; every thread gets it. */
+static __device__ double qx_block_sum(double v, double *red) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int w = threadIdx.x / 32, nw = blockDim.x / 32;
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) red[w] = v;
+    __syncthreads();
+    double t = 0.0;
+    for (int i = 0; i < nw; i++) t += red[i];
+    return t;
+}
+
+/* f(lo) == f(hi) for f = (float)(x / div) (inv false) or (float)(1 / x) (inv true). */
+static __device__ bool qx_sum_settled(double par, int64_t n, double div, bool inv) {
+    const double b = fabs(par) * 4.0 * (double)(n + 1) * 0x1p-53, lo = par - b, hi = par + b;
+    if (!(lo == lo) || !(hi == hi) || isinf(lo) || isinf(hi)) return false;
+    const float flo = inv ? (float)(1.0 / lo) : (float)(lo / div), fhi = inv ? (float)(1.0 / hi) : (float)(hi / div);
+    return flo == fhi && !(inv && lo <= 0.0);
+}
+
+/* CTA per row: the squares (float), their double sum, then the CPU's float steps. */
+static __global__ void __launch_bounds__(QX_RED_THREADS) qx_rmsnorm_kernel(const float *x, const float *w, int64_t dim,
+                                                                          float eps, float *y) {
+    __shared__ double red[QX_RED_THREADS / 32];
+    __shared__ float s_scale;
+    const int64_t r = blockIdx.x;
     const float *xr = x + r * dim;
     float *yr = y + r * dim;
-    double sum = 0.0;
-    for (int64_t i = 0; i < dim; i++) sum += (double)(xr[i] * xr[i]);
-    const float mean = (float)(sum / (double)dim);
-    const float scale = 1.0f / sqrtf(mean + eps);
-    for (int64_t i = 0; i < dim; i++) {
+    double part = 0.0;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) part += (double)(xr[i] * xr[i]);
+    const double par = qx_block_sum(part, red);
+    if (threadIdx.x == 0) {
+        double sum = par;
+        if (!qx_sum_settled(par, dim, (double)dim, false)) { /* the CPU's order */
+            sum = 0.0;
+            for (int64_t i = 0; i < dim; i++) sum += (double)(xr[i] * xr[i]);
+        }
+        const float mean = (float)(sum / (double)dim);
+        s_scale = 1.0f / sqrtf(mean + eps);
+    }
+    __syncthreads();
+    const float scale = s_scale;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
         const float v = xr[i] * scale;
         yr[i] = w ? v * w[i] : v;
     }
@@ -228,10 +453,17 @@ static __global__ void qx_geglu_kernel(const float *g, const float *u, int64_t n
     out[i] = x <= -10.0f ? 0.0f : (x >= 10.0f ? x * u[i] : tab[qx_f2h(x)] * u[i]);
 }
 
-#define QX_ATT_THREADS 128
+#define QX_ATT_THREADS 256
 
 static __device__ float qx_kv(const void *base, bool f16, int64_t i) {
     return f16 ? qx_h2f(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+}
+
+/* ggml's 8-lane sum of the exp values of positions c..c+7 (those outside [first, last] count 0). */
+static __device__ float qx_group8(const float *s, int32_t c, int32_t first, int32_t last) {
+    float l[8];
+    for (int k = 0; k < 8; k++) l[k] = c + k >= first && c + k <= last ? s[c + k - first] : 0.0f;
+    return qx_hsum8(l);
 }
 
 /* CTA per (row, head): the CPU's attn_head (cpu/ops_avx2.c). scores: [n_tok][n_head][span] scratch. */
@@ -240,7 +472,8 @@ static __global__ void qx_attention_kernel(cuda_attn_args a, int32_t span, bool 
     const int32_t kvh = h / (a.n_head / a.n_head_kv), dk = a.dk, dv = a.dv;
     __shared__ float q[QR_CUDA_MAX_HEAD_DIM];
     __shared__ float red[QX_ATT_THREADS];
-    __shared__ double dsum;
+    __shared__ double dsum, dred[QX_ATT_THREADS / 32];
+    extern __shared__ float lacc[]; /* [lanes][dv] */
     for (int32_t i = tid; i < dk; i += blockDim.x) q[i] = qx_round_f16(a.q[((int64_t)r * a.n_head + h) * dk + i]);
     const int32_t last = a.pos[r];
     const int32_t first = a.window > 0 && last - a.window + 1 > 0 ? last - a.window + 1 : 0;
@@ -293,32 +526,43 @@ static __global__ void qx_attention_kernel(cuda_attn_args a, int32_t span, bool 
     mx = red[0];
     const float sink = a.sinks ? a.sinks[h] : 0.0f;
     if (a.sinks) mx = fmaxf(mx, sink);
-    /* pass 2: exp; the sum over aligned groups of 8 positions, in double */
+    /* pass 2: exp; the sum over aligned groups of 8 positions (a float each), in double */
     for (int32_t t = tid; t < n; t += blockDim.x) s[t] = qx_expf(s[t] - mx);
     __syncthreads();
+    const int32_t g0 = first & ~7, n_groups = (last - g0) / 8 + 1;
+    double part = 0.0;
+    for (int32_t gi = tid; gi < n_groups; gi += blockDim.x) part += (double)qx_group8(s, g0 + 8 * gi, first, last);
+    const double par = qx_block_sum(part, dred);
     if (tid == 0) {
-        double sum = 0.0;
-        for (int32_t c = first & ~7; c <= last; c += 8) {
-            float l[8];
-            for (int k = 0; k < 8; k++) l[k] = c + k >= first && c + k <= last ? s[c + k - first] : 0.0f;
-            sum += (double)qx_hsum8(l);
-        }
+        double sum = par;
         if (a.sinks) sum += (double)expf(sink - mx); /* libm's expf on the CPU: not exact */
+        if (!qx_sum_settled(sum, n_groups + 1, 1.0, true)) { /* the CPU's order */
+            sum = 0.0;
+            for (int32_t c = g0; c <= last; c += 8) sum += (double)qx_group8(s, c, first, last);
+            if (a.sinks) sum += (double)expf(sink - mx);
+        }
         dsum = sum;
     }
     __syncthreads();
-    /* pass 3: probabilities rounded to f16; position p accumulates into lane p % lanes */
+    /* pass 3: probabilities rounded to f16; position p accumulates into lane p % lanes: a thread per
+     * (lane, dim) runs that lane's chain, then the lanes are added in the CPU's order */
     const float inv = (float)(1.0 / dsum);
     for (int32_t t = tid; t < n; t += blockDim.x) s[t] = qx_round_f16(s[t] * inv);
     __syncthreads();
     const int lanes = single ? 32 : 8;
+    for (int32_t idx = tid; idx < lanes * dv; idx += blockDim.x) {
+        const int32_t L = idx / dv, d = idx % dv;
+        float acc = 0.0f;
+        for (int32_t p = first + ((L - first % lanes) + lanes) % lanes; p <= last; p += lanes) {
+            const int64_t slot = (int64_t)bt[p / a.block_size] * a.block_size + p % a.block_size;
+            acc = fmaf(s[p - first], qx_kv(a.v_cache, a.f16, slot * vstride + (int64_t)kvh * dv + d), acc);
+        }
+        lacc[L * dv + d] = acc;
+    }
+    __syncthreads();
     for (int32_t d = tid; d < dv; d += blockDim.x) {
         float acc[32];
-        for (int l = 0; l < 32; l++) acc[l] = 0.0f;
-        for (int32_t p = first; p <= last; p++) {
-            const int64_t slot = (int64_t)bt[p / a.block_size] * a.block_size + p % a.block_size;
-            acc[p % lanes] = fmaf(s[p - first], qx_kv(a.v_cache, a.f16, slot * vstride + (int64_t)kvh * dv + d), acc[p % lanes]);
-        }
+        for (int l = 0; l < lanes; l++) acc[l] = lacc[l * dv + d];
         if (single) {
             float x8[8];
             for (int b = 0; b < 8; b++) x8[b] = (acc[b] + acc[16 + b]) + (acc[8 + b] + acc[24 + b]);
@@ -397,8 +641,11 @@ static bool exact_act(cuda_backend *cb, cuda_exact *ex, const qr_quant_traits *t
     if (!ensure_scratch(cb, &ex->y, &ex->y_cap, row_bytes * (size_t)n_rows, "exact matmul activations")) return false;
     const int64_t bs = kind == QXA_Q8_0 || kind == QXA_Q8_1 ? 32 : (kind == QXA_Q8_K ? 256 : 1);
     const int64_t n_act = n_rows * (k / bs);
-    qx_act_kernel<<<blocks_for(n_act, 128), 128, 0, cb->stream>>>(x, n_rows, k, kind, kind == QXA_Q8_K ? n_x4 : 0,
-                                                                    (uint8_t *)ex->y, row_bytes);
+    if (bs > 1)
+        qx_act_warp_kernel<<<blocks_for(n_act * 32, 128), 128, 0, cb->stream>>>(x, n_rows, k, kind, kind == QXA_Q8_K ? n_x4 : 0,
+                                                                               (uint8_t *)ex->y, row_bytes);
+    else
+        qx_act_kernel<<<blocks_for(n_act, 256), 256, 0, cb->stream>>>(x, n_act, kind, (uint8_t *)ex->y);
     *row_bytes_out = row_bytes;
     return cuda_ok(cb, cudaGetLastError(), "matmul (exact activations)");
 }
@@ -424,17 +671,21 @@ void cuda_exact_matmul(cuda_backend *cb, const qr_weight *w, const cuda_weight *
     }
     size_t row_bytes;
     if (!exact_act(cb, ex, tr, x, n_rows, k, tr->from_float_gemm ? n_x4 : 0, &row_bytes)) return;
-    const cuda_plane_desc pd = qr_cuda_plane_desc(w->type);
-    cuda_wview v = cw->v;
-    v.n = n;
-    qx_matmul_kernel<<<blocks_for(n_rows * n, 128), 128, 0, cb->stream>>>(v, pd, (const uint8_t *)ex->y, row_bytes,
-                                                                           n_rows, n, n_x4, ord_x4, ord, y);
-    cuda_ok(cb, cudaGetLastError(), "matmul (exact)");
+    qxm_args A = {};
+    A.w = cw->v;
+    A.w.n = n;
+    A.pd = qr_cuda_plane_desc(w->type);
+    A.y = (const uint8_t *)ex->y, A.row_bytes = row_bytes;
+    A.n = n, A.n_t = n_rows;
+    A.order = ord, A.order_x4 = ord_x4, A.n_x4 = n_x4;
+    A.out = y;
+    cuda_ok(cb, qxm_launch(A, cb->stream), "matmul (exact)");
 }
 
 void cuda_exact_rmsnorm(cuda_backend *cb, const float *x, const float *w, int64_t n_rows, int64_t dim, float eps,
                         float *y) {
-    qx_rmsnorm_kernel<<<blocks_for(n_rows, 64), 64, 0, cb->stream>>>(x, w, n_rows, dim, eps, y);
+    if (n_rows <= 0) return;
+    qx_rmsnorm_kernel<<<(unsigned)n_rows, QX_RED_THREADS, 0, cb->stream>>>(x, w, dim, eps, y);
     cuda_ok(cb, cudaGetLastError(), "rmsnorm (exact)");
 }
 
@@ -466,6 +717,10 @@ static const float *rope_table(cuda_backend *cb, const qr_rope_params *p, int32_
         t->ff = ff;
     }
     if (need <= t->n_pos) return t->d;
+    if (cb->capturing) { /* the table is built on the host: fail the capture (then ops run one by one) */
+        raise_error(cb, QR_ERR_UNSUPPORTED, "rope (exact): the table grows on the host, not in a CUDA graph");
+        return NULL;
+    }
     int32_t n_pos = t->n_pos * 2 > need ? t->n_pos * 2 : need;
     if (n_pos < 1024) n_pos = 1024;
     float *h = (float *)malloc((size_t)n_pos * (size_t)p->n_rot * 4);
@@ -494,6 +749,9 @@ void cuda_exact_rope(cuda_backend *cb, float *x, int32_t n_head, int32_t head_di
     int32_t need = 1;
     for (int32_t r = 0; r < cb->n_tokens; r++)
         if (cb->h_pos[r] + 1 > need) need = cb->h_pos[r] + 1;
+    /* a graph replays this launch at later positions: cover every position its block table reaches */
+    if (cb->graph_mode && (int64_t)cb->max_blocks * cb->kv_block_size > need)
+        need = (int32_t)((int64_t)cb->max_blocks * cb->kv_block_size);
     const float *cs = rope_table(cb, p, need);
     if (!cs) return;
     const int64_t n = (int64_t)cb->n_tokens * n_head * (p->n_rot / 2);
@@ -505,14 +763,23 @@ void cuda_exact_rope(cuda_backend *cb, float *x, int32_t n_head, int32_t head_di
 void cuda_exact_attention(cuda_backend *cb, const cuda_attn_args *a, int32_t span) {
     const size_t need = (size_t)a->n_tok * (size_t)a->n_head * (size_t)span * 4;
     if (!ensure_scratch(cb, &cb->attn, &cb->attn_cap, need, "exact attention scores")) return;
-    qx_attention_kernel<<<(unsigned)(a->n_tok * a->n_head), QX_ATT_THREADS, 0, cb->stream>>>(*a, span, a->n_tok == 1,
-                                                                                           (float *)cb->attn);
+    const size_t smem = (size_t)(a->n_tok == 1 ? 32 : 8) * (size_t)a->dv * 4;
+    if (smem > 48 * 1024 &&
+        !cuda_ok(cb, cudaFuncSetAttribute(qx_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                 "attention (exact, shared memory)"))
+        return;
+    qx_attention_kernel<<<(unsigned)(a->n_tok * a->n_head), QX_ATT_THREADS, smem, cb->stream>>>(*a, span, a->n_tok == 1,
+                                                                                              (float *)cb->attn);
     cuda_ok(cb, cudaGetLastError(), "attention (exact)");
 }
 
 void cuda_exact_geglu(cuda_backend *cb, const float *g, const float *u, int64_t n, float *out) {
     cuda_exact *ex = exact_state(cb);
     if (!ex || n <= 0) return;
+    if (!ex->gelu && cb->capturing) {
+        raise_error(cb, QR_ERR_UNSUPPORTED, "geglu (exact): the table is built on the host, not in a CUDA graph");
+        return;
+    }
     if (!ex->gelu) {
         float *h = (float *)malloc(65536 * 4);
         if (!h) {
@@ -543,10 +810,16 @@ void cuda_exact_matmul_id(cuda_backend *cb, const qr_weight *w, const cuda_weigh
     const int ord = tr->vec_dot_gemm && tr->vec_dot_gemv && tr->repack_rows > 0 && n % tr->repack_rows == 0 ? QX_GEMV : QX_VEC;
     size_t row_bytes;
     if (!exact_act(cb, ex, tr, x, per_slot ? n_slots : n_rows, k, 0, &row_bytes)) return;
-    const cuda_plane_desc pd = qr_cuda_plane_desc(w->type);
-    qx_matmul_id_kernel<<<blocks_for(n_slots * n, 128), 128, 0, cb->stream>>>(
-        cw->v, pd, (const uint8_t *)ex->y, row_bytes, n_slots, n, ids, n_used, per_slot, b, bias ? bias->ne[0] : 0, ord, y);
-    cuda_ok(cb, cudaGetLastError(), "matmul_id (exact)");
+    qxm_args A = {};
+    A.w = cw->v;
+    A.pd = qr_cuda_plane_desc(w->type);
+    A.y = (const uint8_t *)ex->y, A.row_bytes = row_bytes;
+    A.n = n, A.n_t = n_slots;
+    A.order = ord, A.order_x4 = ord;
+    A.ids = ids, A.n_used = n_used, A.per_slot = per_slot;
+    A.bias = b, A.bias_stride = bias ? bias->ne[0] : 0;
+    A.out = y;
+    cuda_ok(cb, qxm_launch(A, cb->stream), "matmul_id (exact)");
 }
 
 /* Routing on the host with the CPU's own function (its softmax tail and sigmoid use libm's expf). */
@@ -560,6 +833,10 @@ void cuda_exact_moe_route(qr_backend *be, const float *logits, int64_t n_rows, c
         return;
     }
     if (n_rows <= 0) return;
+    if (cb->capturing) { /* fails the capture: the backend then runs op by op */
+        raise_error(cb, QR_ERR_UNSUPPORTED, "moe_route (exact): routes on the host, not in a CUDA graph");
+        return;
+    }
     float *hl = (float *)malloc((size_t)n_rows * ne * 4), *hw = (float *)malloc((size_t)n_rows * k * 4);
     int32_t *hi = (int32_t *)malloc((size_t)n_rows * k * 4);
     cudaError_t e = hl && hw && hi ? cudaSuccess : cudaErrorMemoryAllocation;
@@ -589,6 +866,10 @@ void cuda_exact_ssm_scan(cuda_backend *cb, float *state, const float *xbc, const
                          const qr_weight *dt_bias, const qr_weight *A, const float *D, const qr_ssm_params *p, float *y) {
     const int64_t n = (int64_t)cb->n_tokens * p->n_head;
     if (n <= 0) return;
+    if (cb->capturing) { /* fails the capture: the backend then runs op by op */
+        raise_error(cb, QR_ERR_UNSUPPORTED, "ssm_scan (exact): softplus on the host, not in a CUDA graph");
+        return;
+    }
     cuda_exact *ex = exact_state(cb);
     if (!ex) return;
     float *h = (float *)malloc((size_t)cb->n_tokens * (size_t)dt_stride * 4 + 2 * (size_t)n * 4);

@@ -23,7 +23,7 @@
 #include "quant/blocks.h"
 
 #ifdef __CUDACC__
-#define QX_FN static __device__ __forceinline__
+#define QX_FN static __host__ __device__ __forceinline__
 #else
 #define QX_FN static inline
 #endif
@@ -228,69 +228,139 @@ QX_FN void qx_lanes32(int type, const void *blk, const int8_t *yq, int lanes[8])
 /* Block sizes of the GGUF formats (bytes), for the block buffers below. */
 #define QX_MAX_BLOCK 256
 
-/* One weight row of a 32-value format against its Q8_0 / Q8_1 activation row y, in `order`.
- * wb(i, buf) copies weight block i into buf. */
-template <class WB>
-QX_FN float qx_dot32(int type, int order, int64_t n, const WB &wb, const void *vy) {
-    const int64_t nb = n / 32;
-    alignas(8) uint8_t buf[QX_MAX_BLOCK];
-    int lanes[8];
-    if (type == QR_TYPE_Q4_1 || type == QR_TYPE_Q5_1) { /* DOT_OFFSET_Q8_1 */
-        const qr_block_q8_1 *y = (const qr_block_q8_1 *)vy;
-        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, summs = 0.0f;
-        for (int64_t i = 0; i < nb; i++) {
-            wb(i, buf);
-            const uint16_t *hd = (const uint16_t *)buf; /* d, m */
-            summs = fmaf(qx_h2f(hd[1]), qx_h2f(y[i].s), summs);
-            const float d = qx_h2f(hd[0]) * qx_h2f(y[i].d);
-            qx_lanes32(type, buf, y[i].qs, lanes);
-            for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lanes[l], acc[l]);
-        }
-        return qx_hsum8(acc) + summs;
+/* ggml's tiled K-quant GEMM step. */
+QX_FN float qx_tiled_step(float acc, float dx, float dmin, int s1, int s2, float dy) {
+    return fmaf(fmaf(-dmin, (float)s2, dx * (float)s1), dy, acc);
+}
+
+/* ---- the dot product as integer records and float folds ----
+ *
+ * Every order is: per block i, exact integers and the block's float scales (a record), then float
+ * chains folded over i in order. The chains are per lane l (0..7: a, and b for the paired order's odd
+ * blocks or the Q4_K VEC mins of lanes 0..3) plus at most two scalar chains (e0, e1). Records can be
+ * computed in any order and in parallel; each chain is one sequence of FMAs over the blocks, so lane l's
+ * chain can run on its own thread. qx_dot below runs it all in one thread (the reference check_exact
+ * compares with the CPU); exact.cu runs records and lanes in parallel. */
+struct qx_rec {
+    int lanes[8];   /* lane l: the integer over the values (i % 32) / 4 == l */
+    int mins[8];    /* Q2_K: 8 lanes; Q4_K / Q5_K: 4 */
+    int pairs[4];   /* Q4_K: the integer of each pair of 32-value sub-blocks */
+    int sl, sm;     /* sum of lanes, sum of mins */
+    float wd, wm;   /* the weight block's scale and min / offset */
+    float yd, ys;   /* the activation block's scale and (Q8_1) sum */
+};
+
+/* The fold kinds: how the chains consume a record (picked from type and order by qx_fold_kind). */
+enum { QXF_SYM, QXF_OFFSET, QXF_REPACK, QXF_PAIRED, QXF_KVEC, QXF_KGEMV, QXF_KGEMM, QXF_KTILED };
+
+QX_FN int qx_fold_kind(int type, int order) {
+    const bool kq = type == QR_TYPE_Q2_K || type == QR_TYPE_Q3_K || type == QR_TYPE_Q4_K || type == QR_TYPE_Q5_K ||
+                    type == QR_TYPE_Q6_K;
+    if (kq) return order == QX_TILED ? QXF_KTILED : order == QX_GEMV ? QXF_KGEMV : order == QX_GEMM ? QXF_KGEMM : QXF_KVEC;
+    if (type == QR_TYPE_Q4_1 || type == QR_TYPE_Q5_1) return QXF_OFFSET; /* DOT_OFFSET_Q8_1 */
+    if (order == QX_GEMV || order == QX_GEMM) return QXF_REPACK;         /* DOT_REPACKED_Q8_0 */
+    if ((type == QR_TYPE_IQ4_NL || type == QR_TYPE_MXFP4) && order != QX_SGEMM) return QXF_PAIRED; /* DOT_PAIRED_Q8_0 */
+    return QXF_SYM;                                                      /* DOT_SYMMETRIC_Q8_0 */
+}
+
+/* The record of a 32-value block against its Q8_0 / Q8_1 activation block. */
+QX_FN void qx_rec32(int type, const uint8_t *blk, const void *vy, qx_rec *r) {
+    const bool off = type == QR_TYPE_Q4_1 || type == QR_TYPE_Q5_1;
+    const int8_t *yq = off ? ((const qr_block_q8_1 *)vy)->qs : ((const qr_block_q8_0 *)vy)->qs;
+    qx_lanes32(type, blk, yq, r->lanes);
+    r->sl = 0;
+    for (int l = 0; l < 8; l++) r->sl += r->lanes[l];
+    r->sm = 0;
+    if (off) {
+        const uint16_t *hd = (const uint16_t *)blk; /* d, m */
+        r->wd = qx_h2f(hd[0]), r->wm = qx_h2f(hd[1]);
+        r->yd = qx_h2f(((const qr_block_q8_1 *)vy)->d), r->ys = qx_h2f(((const qr_block_q8_1 *)vy)->s);
+    } else {
+        r->wd = qx_scale32(type, blk), r->wm = 0.0f;
+        r->yd = qx_h2f(((const qr_block_q8_0 *)vy)->d), r->ys = 0.0f;
     }
-    const qr_block_q8_0 *y = (const qr_block_q8_0 *)vy;
-    if (order == QX_GEMV || order == QX_GEMM) { /* DOT_REPACKED_Q8_0 */
-        float acc = 0.0f;
-        for (int64_t i = 0; i < nb; i++) {
-            wb(i, buf);
-            qx_lanes32(type, buf, y[i].qs, lanes);
-            int isum = 0;
-            for (int l = 0; l < 8; l++) isum += lanes[l];
-            acc = fmaf((float)isum, qx_scale32(type, buf) * qx_h2f(y[i].d), acc);
-        }
-        return acc;
+}
+
+/* The float state of one lane (a, b) and the scalar chains (e0, e1; lane 0 runs them). */
+struct qx_fold {
+    float a, b, e0, e1;
+};
+QX_FN void qx_fold_init(qx_fold *f) { f->a = f->b = f->e0 = f->e1 = 0.0f; }
+
+/* Lane l's chains take block i (of nb) of the record. */
+QX_FN void qx_fold_lane(int kind, int type, int64_t i, int64_t nb, const qx_rec *r, int l, qx_fold *f) {
+    switch (kind) {
+    case QXF_SYM:
+    case QXF_OFFSET: f->a = fmaf(r->wd * r->yd, (float)r->lanes[l], f->a); return;
+    case QXF_PAIRED:
+        if (i >= nb - (nb & 1)) return; /* the odd block at the end: the scalar tail */
+        if (i & 1) f->b = fmaf(r->wd * r->yd, (float)r->lanes[l], f->b);
+        else f->a = fmaf(r->wd * r->yd, (float)r->lanes[l], f->a);
+        return;
+    case QXF_KVEC: {
+        const float d = r->yd * r->wd, dmin = -r->yd * r->wm;
+        if (type == QR_TYPE_Q2_K) f->a = fmaf(dmin, (float)r->mins[l], f->a);
+        if (type == QR_TYPE_Q4_K && l < 4) f->b = fmaf(dmin, (float)r->mins[l], f->b);
+        f->a = fmaf(d, (float)r->lanes[l], f->a);
+        return;
     }
-    if ((type == QR_TYPE_IQ4_NL || type == QR_TYPE_MXFP4) && order != QX_SGEMM) { /* DOT_PAIRED_Q8_0 */
-        float acc[2][8] = {{0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0, 0}};
-        int64_t i = 0;
-        for (; i + 1 < nb; i += 2)
-            for (int h = 0; h < 2; h++) {
-                wb(i + h, buf);
-                const float d = qx_scale32(type, buf) * qx_h2f(y[i + h].d);
-                qx_lanes32(type, buf, y[i + h].qs, lanes);
-                for (int l = 0; l < 8; l++) acc[h][l] = fmaf(d, (float)lanes[l], acc[h][l]);
-            }
+    default: return;
+    }
+}
+
+/* The scalar chains take block i. */
+QX_FN void qx_fold_scalar(int kind, int type, const qx_rec *r, qx_fold *f) {
+    switch (kind) {
+    case QXF_OFFSET: f->e0 = fmaf(r->wm, r->ys, f->e0); return;
+    case QXF_REPACK: f->e0 = fmaf((float)r->sl, r->wd * r->yd, f->e0); return;
+    case QXF_KTILED: f->e0 = qx_tiled_step(f->e0, r->wd, r->wm, r->sl, r->sm, r->yd); return;
+    case QXF_KGEMV:
+        f->e0 = fmaf((float)r->sl, r->wd * r->yd, f->e0);
+        f->e1 = fmaf((float)r->sm, r->wm * r->yd, f->e1);
+        return;
+    case QXF_KGEMM: {
+        const float d = r->wd * r->yd, dmin = r->wm * r->yd;
+        for (int c = 0; c < 4; c++) {
+            f->e0 = fmaf((float)r->pairs[c], d, f->e0);
+            f->e1 = fmaf((float)r->mins[c], dmin, f->e1);
+        }
+        return;
+    }
+    case QXF_KVEC:
+        if (type == QR_TYPE_Q5_K) f->e0 = fmaf((float)r->sm, -r->yd * r->wm, f->e0); /* summs */
+        return;
+    default: return;
+    }
+}
+
+/* The result from the 8 lanes' states (f[l]; the scalar chains in f[0]); last = the record of block
+ * nb - 1 (the paired order's tail). */
+QX_FN float qx_fold_final(int kind, int type, int64_t nb, const qx_fold *f, const qx_rec *last) {
+    float a8[8];
+    for (int l = 0; l < 8; l++) a8[l] = f[l].a;
+    switch (kind) {
+    case QXF_SYM: return qx_hsum8(a8);
+    case QXF_OFFSET: return qx_hsum8(a8) + f[0].e0;
+    case QXF_REPACK:
+    case QXF_KTILED: return f[0].e0;
+    case QXF_KGEMV:
+    case QXF_KGEMM: return f[0].e0 - f[0].e1;
+    case QXF_PAIRED: {
         float s8[8];
-        for (int l = 0; l < 8; l++) s8[l] = acc[0][l] + acc[1][l];
+        for (int l = 0; l < 8; l++) s8[l] = f[l].a + f[l].b;
         float sumf = qx_hsum8(s8);
-        for (; i < nb; i++) {
-            wb(i, buf);
-            qx_lanes32(type, buf, y[i].qs, lanes);
-            int isum = 0;
-            for (int l = 0; l < 8; l++) isum += lanes[l];
-            sumf += (float)isum * (qx_scale32(type, buf) * qx_h2f(y[i].d));
-        }
+        if (nb & 1) sumf += (float)last->sl * (last->wd * last->yd);
         return sumf;
     }
-    /* DOT_SYMMETRIC_Q8_0 (Q4_0, Q5_0, Q8_0 vec_dot; IQ4_NL sgemm) */
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t i = 0; i < nb; i++) {
-        wb(i, buf);
-        const float d = qx_scale32(type, buf) * qx_h2f(y[i].d);
-        qx_lanes32(type, buf, y[i].qs, lanes);
-        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lanes[l], acc[l]);
+    default: { /* QXF_KVEC */
+        if (type == QR_TYPE_Q4_K) {
+            const float m4[4] = {f[0].b, f[1].b, f[2].b, f[3].b};
+            return qx_hsum8(a8) + qx_hsum4(m4);
+        }
+        if (type == QR_TYPE_Q5_K) return qx_hsum8(a8) + f[0].e0;
+        return qx_hsum8(a8);
     }
-    return qx_hsum8(acc);
+    }
 }
 
 /* ---- K-quants (256-value super-blocks against Q8_K) ---- */
@@ -392,63 +462,205 @@ QX_FN void qx_ksums(int type, const void *blk, const qr_block_q8_K *y, int lanes
     }
 }
 
-/* ggml's tiled K-quant GEMM step. */
-QX_FN float qx_tiled_step(float acc, float dx, float dmin, int s1, int s2, float dy) {
-    return fmaf(fmaf(-dmin, (float)s2, dx * (float)s1), dy, acc);
+/* The record of a K-quant super-block against its Q8_K activation block. */
+QX_FN void qx_reck(int type, const uint8_t *blk, const qr_block_q8_K *y, qx_rec *r) {
+    for (int l = 0; l < 8; l++) r->mins[l] = 0;
+    qx_ksums(type, blk, y, r->lanes, r->mins, r->pairs);
+    r->sl = 0, r->sm = 0;
+    for (int l = 0; l < 8; l++) r->sl += r->lanes[l];
+    const int nm = type == QR_TYPE_Q2_K ? 8 : 4;
+    if (type == QR_TYPE_Q2_K || type == QR_TYPE_Q4_K || type == QR_TYPE_Q5_K)
+        for (int l = 0; l < nm; l++) r->sm += r->mins[l];
+    /* the fp16 super-scales: Q2_K keeps d, dmin last; Q3_K / Q6_K d last; Q4_K / Q5_K d, dmin first */
+    r->wm = 0.0f;
+    if (type == QR_TYPE_Q2_K) r->wd = qx_h2f(((const qr_block_q2_K *)blk)->d), r->wm = qx_h2f(((const qr_block_q2_K *)blk)->dmin);
+    else if (type == QR_TYPE_Q3_K) r->wd = qx_h2f(((const qr_block_q3_K *)blk)->d);
+    else if (type == QR_TYPE_Q6_K) r->wd = qx_h2f(((const qr_block_q6_K *)blk)->d);
+    else r->wd = qx_h2f(((const uint16_t *)blk)[0]), r->wm = qx_h2f(((const uint16_t *)blk)[1]);
+    r->yd = y->d, r->ys = 0.0f;
 }
 
+QX_FN bool qx_is_kquant(int type) {
+    return type == QR_TYPE_Q2_K || type == QR_TYPE_Q3_K || type == QR_TYPE_Q4_K || type == QR_TYPE_Q5_K ||
+           type == QR_TYPE_Q6_K;
+}
+
+/* The record of weight block blk against activation block i of the row vy (the weight's vec_dot_type). */
+QX_FN void qx_rec_of(int type, const uint8_t *blk, const void *vy, int64_t i, qx_rec *r) {
+    if (qx_is_kquant(type)) qx_reck(type, blk, (const qr_block_q8_K *)vy + i, r);
+    else if (type == QR_TYPE_Q4_1 || type == QR_TYPE_Q5_1) qx_rec32(type, blk, (const qr_block_q8_1 *)vy + i, r);
+    else qx_rec32(type, blk, (const qr_block_q8_0 *)vy + i, r);
+}
+
+/* ---- records straight from the device's weight planes (exact.cu's fast path) ----
+ *
+ * The same integers as qx_rec_of, computed 4 values at a time: lane l of a 32-value group is exactly the
+ * 4 bytes 4l..4l+3, so each lane is one 4-way byte dot product (dp4a) of the weight codes against the
+ * activation codes. Weight blocks come from the planes of qr_cuda_plane_desc (codes 16-byte aligned);
+ * check_exact compares these with qx_rec_of on random blocks. Types without a fast form return false. */
+QX_FN int qx_dp4a(int a, int b, int c) {
+#ifdef __CUDA_ARCH__
+    return __dp4a(a, b, c);
+#else
+    for (int k = 0; k < 4; k++) c += (int)(int8_t)(a >> 8 * k) * (int)(int8_t)(b >> 8 * k);
+    return c;
+#endif
+}
+
+/* n 32-bit words from p (16-byte aligned, n a multiple of 4). */
+QX_FN void qx_ld16(const uint8_t *p, uint32_t *w, int n) {
+#ifdef __CUDA_ARCH__
+    for (int i = 0; i < n; i += 4) {
+        const uint4 v = *(const uint4 *)(p + 4 * i);
+        w[i] = v.x, w[i + 1] = v.y, w[i + 2] = v.z, w[i + 3] = v.w;
+    }
+#else
+    memcpy(w, p, (size_t)n * 4);
+#endif
+}
+QX_FN uint32_t qx_ld32(const uint8_t *p) { return *(const uint32_t *)p; }
+QX_FN uint16_t qx_ld16b(const uint8_t *p) { return *(const uint16_t *)p; }
+
+/* Activation codes 4l..4l+3 of a Q8_0 block (2-byte aligned) / Q8_1 block as one word. */
+QX_FN int qx_y8_0(const qr_block_q8_0 *y, int l) {
+    const uint16_t *h = (const uint16_t *)y->qs;
+    return (int)((uint32_t)h[2 * l] | (uint32_t)h[2 * l + 1] << 16);
+}
+
+/* The 5th bits of values 4l..4l+3 (bits 4l.. of qh) as 0x10 bytes. */
+QX_FN uint32_t qx_hbits(uint32_t qh, int l) {
+    const uint32_t hb = (qh >> (4 * l)) & 0xF;
+    return ((hb & 1) | (hb & 2) << 7 | (hb & 4) << 14 | (hb & 8) << 21) << 4;
+}
+
+/* pl: the weight's planes, g: the block's index in them, vy: its activation block. */
+QX_FN bool qx_rec_planes(int type, const uint8_t *const *pl, int64_t g, const void *vy, qx_rec *r) {
+    const int ones = 0x01010101;
+    switch (type) {
+    case QR_TYPE_Q4_0:
+    case QR_TYPE_Q4_1:
+    case QR_TYPE_Q5_0:
+    case QR_TYPE_Q5_1:
+    case QR_TYPE_Q8_0: {
+        const bool off = type == QR_TYPE_Q4_1 || type == QR_TYPE_Q5_1;
+        const qr_block_q8_0 *y0 = (const qr_block_q8_0 *)vy;
+        const qr_block_q8_1 *y1 = (const qr_block_q8_1 *)vy;
+        uint32_t q[8], qh = 0;
+        int bias = 0;
+        if (type == QR_TYPE_Q8_0) qx_ld16(pl[0] + g * 32, q, 8);
+        else qx_ld16(pl[0] + g * 16, q, 4);
+        if (type == QR_TYPE_Q5_0 || type == QR_TYPE_Q5_1) qh = qx_ld32(pl[1] + g * 4);
+        if (type == QR_TYPE_Q4_0) bias = 8;
+        if (type == QR_TYPE_Q5_0) bias = 16;
+        r->sl = 0, r->sm = 0;
+        for (int l = 0; l < 8; l++) {
+            const int yw = off ? ((const int *)y1->qs)[l] : qx_y8_0(y0, l);
+            uint32_t code;
+            if (type == QR_TYPE_Q8_0) code = q[l];
+            else code = (l < 4 ? q[l] : q[l - 4] >> 4) & 0x0F0F0F0Fu;
+            if (type == QR_TYPE_Q5_0 || type == QR_TYPE_Q5_1) code |= qx_hbits(qh, l);
+            int v = qx_dp4a((int)code, yw, 0);
+            if (bias) v -= bias * qx_dp4a(ones, yw, 0);
+            r->lanes[l] = v;
+            r->sl += v;
+        }
+        if (off) {
+            const uint32_t dm = qx_ld32(pl[type == QR_TYPE_Q4_1 ? 1 : 2] + g * 4);
+            r->wd = qx_h2f((uint16_t)dm), r->wm = qx_h2f((uint16_t)(dm >> 16));
+            r->yd = qx_h2f(y1->d), r->ys = qx_h2f(y1->s);
+        } else {
+            r->wd = qx_h2f(qx_ld16b(pl[type == QR_TYPE_Q5_0 ? 2 : 1] + g * 2)), r->wm = 0.0f;
+            r->yd = qx_h2f(y0->d), r->ys = 0.0f;
+        }
+        return true;
+    }
+    case QR_TYPE_Q4_K: {
+        const qr_block_q8_K *y = (const qr_block_q8_K *)vy;
+        const int *yq = (const int *)y->qs;
+        uint32_t q[32], hd[4];
+        qx_ld16(pl[0] + g * 128, q, 32);
+        qx_ld16(pl[1] + g * 16, hd, 4); /* d, dmin, scales[12] */
+        const uint8_t *sc8 = (const uint8_t *)&hd[1];
+        int sc[8], mn[8];
+        for (int j = 0; j < 8; j++) qx_k4_scale_min(sc8, j, &sc[j], &mn[j]);
+        for (int l = 0; l < 8; l++) r->lanes[l] = 0;
+        for (int c = 0; c < 4; c++) r->pairs[c] = 0;
+        for (int c = 0; c < 8; c++)
+            for (int l = 0; l < 8; l++) {
+                const uint32_t code = (q[8 * (c / 2) + l] >> (4 * (c & 1))) & 0x0F0F0F0Fu;
+                const int v = sc[c] * qx_dp4a((int)code, yq[8 * c + l], 0);
+                r->lanes[l] += v;
+                r->pairs[c / 2] += v;
+            }
+        r->sl = 0, r->sm = 0;
+        for (int l = 0; l < 8; l++) r->sl += r->lanes[l];
+        for (int c = 4; c < 8; c++) r->mins[c] = 0;
+        for (int c = 0; c < 4; c++) {
+            r->mins[c] = mn[2 * c] * (y->bsums[4 * c] + y->bsums[4 * c + 1]) +
+                         mn[2 * c + 1] * (y->bsums[4 * c + 2] + y->bsums[4 * c + 3]);
+            r->sm += r->mins[c];
+        }
+        r->wd = qx_h2f((uint16_t)hd[0]), r->wm = qx_h2f((uint16_t)(hd[0] >> 16));
+        r->yd = y->d, r->ys = 0.0f;
+        return true;
+    }
+    case QR_TYPE_Q6_K: {
+        const qr_block_q8_K *y = (const qr_block_q8_K *)vy;
+        const int *yq = (const int *)y->qs;
+        uint32_t q[48], s4[4];
+        qx_ld16(pl[0] + g * 192, q, 48); /* ql[128], qh[64] */
+        qx_ld16(pl[1] + g * 16, s4, 4);
+        const int8_t *sc = (const int8_t *)s4;
+        for (int l = 0; l < 8; l++) r->lanes[l] = 0;
+        for (int c = 0; c < 4; c++) r->pairs[c] = 0;
+        for (int c = 0; c < 8; c++) {
+            const int j = c / 4, k = c % 4;
+            for (int l = 0; l < 8; l++) {
+                const uint32_t lo = (q[16 * j + 8 * (k % 2) + l] >> (4 * (k / 2))) & 0x0F0F0F0Fu;
+                const uint32_t hi = (q[32 + 8 * j + l] >> (2 * k)) & 0x03030303u;
+                const int v = sc[2 * c + (l >= 4)] * qx_dp4a((int)(lo | hi << 4), yq[8 * c + l], 0);
+                r->lanes[l] += v;
+                r->pairs[c / 2] += v;
+            }
+        }
+        for (int l = 0; l < 8; l++) {
+            r->lanes[l] -= 32 * (sc[2 * l] * y->bsums[2 * l] + sc[2 * l + 1] * y->bsums[2 * l + 1]);
+            r->mins[l] = 0;
+        }
+        r->sl = 0, r->sm = 0;
+        for (int l = 0; l < 8; l++) r->sl += r->lanes[l];
+        r->wd = qx_h2f(qx_ld16b(pl[2] + g * 2)), r->wm = 0.0f;
+        r->yd = y->d, r->ys = 0.0f;
+        return true;
+    }
+    default: return false;
+    }
+}
+
+/* Bytes of one activation block of a quantized weight type (its vec_dot_type's block). */
+QX_FN size_t qx_yblock_bytes(int type) {
+    if (qx_is_kquant(type)) return sizeof(qr_block_q8_K);
+    return type == QR_TYPE_Q4_1 || type == QR_TYPE_Q5_1 ? sizeof(qr_block_q8_1) : sizeof(qr_block_q8_0);
+}
+
+/* One weight row of a quantized type against its activation row y, in `order`, in one thread: the
+ * records in block order, each lane's chain and the scalar chains as the parallel kernel runs them.
+ * wb(i, buf) copies weight block i into buf. */
 template <class WB>
-QX_FN float qx_dotk(int type, int order, int64_t n, const WB &wb, const void *vy) {
-    const qr_block_q8_K *y = (const qr_block_q8_K *)vy;
-    const int64_t nb = n / 256;
+QX_FN float qx_dotq(int type, int order, int64_t n, const WB &wb, const void *vy) {
+    const int64_t nb = n / (qx_is_kquant(type) ? 256 : 32);
+    const int kind = qx_fold_kind(type, order);
     alignas(8) uint8_t buf[QX_MAX_BLOCK];
-    int lanes[8], mins[8], pairs[4];
-    float acc8[8] = {0, 0, 0, 0, 0, 0, 0, 0}, accm[4] = {0, 0, 0, 0};
-    float acc = 0.0f, acc_min = 0.0f;
+    qx_fold f[8];
+    for (int l = 0; l < 8; l++) qx_fold_init(&f[l]);
+    qx_rec r;
     for (int64_t i = 0; i < nb; i++) {
         wb(i, buf);
-        qx_ksums(type, buf, &y[i], lanes, mins, pairs);
-        int sl = 0, sm = 0;
-        for (int l = 0; l < 8; l++) sl += lanes[l];
-        const int nm = type == QR_TYPE_Q2_K ? 8 : 4;
-        if (type == QR_TYPE_Q2_K || type == QR_TYPE_Q4_K || type == QR_TYPE_Q5_K)
-            for (int l = 0; l < nm; l++) sm += mins[l];
-        /* the fp16 super-scales: Q2_K keeps d, dmin last; Q3_K / Q6_K d last; Q4_K / Q5_K d, dmin first */
-        float xd, xdmin = 0.0f;
-        if (type == QR_TYPE_Q2_K) xd = qx_h2f(((const qr_block_q2_K *)buf)->d), xdmin = qx_h2f(((const qr_block_q2_K *)buf)->dmin);
-        else if (type == QR_TYPE_Q3_K) xd = qx_h2f(((const qr_block_q3_K *)buf)->d);
-        else if (type == QR_TYPE_Q6_K) xd = qx_h2f(((const qr_block_q6_K *)buf)->d);
-        else xd = qx_h2f(((const uint16_t *)buf)[0]), xdmin = qx_h2f(((const uint16_t *)buf)[1]);
-        if (order == QX_TILED) {
-            acc = qx_tiled_step(acc, xd, xdmin, sl, sm, y[i].d);
-            continue;
-        }
-        if (order == QX_GEMV || order == QX_GEMM) { /* repacked Q4_K */
-            const float d = xd * y[i].d, dmin = xdmin * y[i].d;
-            if (order == QX_GEMV) {
-                acc = fmaf((float)sl, d, acc);
-                acc_min = fmaf((float)sm, dmin, acc_min);
-            } else
-                for (int c = 0; c < 4; c++) {
-                    acc = fmaf((float)pairs[c], d, acc);
-                    acc_min = fmaf((float)mins[c], dmin, acc_min);
-                }
-            continue;
-        }
-        const float d = y[i].d * xd;
-        const float dmin = -y[i].d * xdmin;
-        if (type == QR_TYPE_Q2_K)
-            for (int l = 0; l < 8; l++) acc8[l] = fmaf(dmin, (float)mins[l], acc8[l]);
-        if (type == QR_TYPE_Q4_K)
-            for (int c = 0; c < 4; c++) accm[c] = fmaf(dmin, (float)mins[c], accm[c]);
-        if (type == QR_TYPE_Q5_K) acc = fmaf((float)sm, dmin, acc); /* summs */
-        for (int l = 0; l < 8; l++) acc8[l] = fmaf(d, (float)lanes[l], acc8[l]);
+        qx_rec_of(type, buf, vy, i, &r);
+        for (int l = 0; l < 8; l++) qx_fold_lane(kind, type, i, nb, &r, l, &f[l]);
+        qx_fold_scalar(kind, type, &r, &f[0]);
     }
-    if (order == QX_TILED) return acc;
-    if (order == QX_GEMV || order == QX_GEMM) return acc - acc_min;
-    if (type == QR_TYPE_Q4_K) return qx_hsum8(acc8) + qx_hsum4(accm);
-    if (type == QR_TYPE_Q5_K) return qx_hsum8(acc8) + acc;
-    return qx_hsum8(acc8);
+    return qx_fold_final(kind, type, nb, f, &r);
 }
 
 /* ---- float weights (x the weight row, y the activation row in the weight's vec_dot_type) ---- */
@@ -459,24 +671,33 @@ QX_FN float qx_fval(int type, const void *p, int64_t i) {
     return qx_bf2f(((const uint16_t *)p)[i]);
 }
 
-QX_FN float qx_dotf(int type, int order, int64_t n, const void *x, const void *y) {
-    if (order == QX_SGEMM) { /* one 8-lane accumulator, n a multiple of 8 */
-        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int64_t i = 0; i + 8 <= n; i += 8)
-            for (int l = 0; l < 8; l++) acc[l] = fmaf(qx_fval(type, x, i + l), qx_fval(type, y, i + l), acc[l]);
-        return qx_hsum8(acc);
+/* The float dot products as chains: VEC order 32 chains (chain c = 8 j + l of ggml's 4 x 8 lanes takes
+ * the values i + c, i a multiple of 32; BF16's chains 0..7 then take the rest in steps of 8), SGEMM
+ * order 8 chains (values i + c, i a multiple of 8). */
+QX_FN int qx_dotf_chains(int order) { return order == QX_SGEMM ? 8 : 32; }
+
+QX_FN float qx_dotf_chain(int type, int order, int64_t n, const void *x, const void *y, int c) {
+    float a = 0.0f;
+    if (order == QX_SGEMM) {
+        for (int64_t i = 0; i + 8 <= n; i += 8) a = fmaf(qx_fval(type, x, i + c), qx_fval(type, y, i + c), a);
+        return a;
     }
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) a = fmaf(qx_fval(type, x, i + c), qx_fval(type, y, i + c), a);
+    if (type == QR_TYPE_BF16 && c < 8)
+        for (; i + 8 <= n; i += 8) a = fmaf(qx_fval(type, x, i + c), qx_fval(type, y, i + c), a);
+    return a;
+}
+
+/* The result from the chains ch[] (and the values no chain takes). */
+QX_FN float qx_dotf_final(int type, int order, int64_t n, const void *x, const void *y, const float *ch) {
+    if (order == QX_SGEMM) return qx_hsum8(ch);
     float a[4][8];
     for (int j = 0; j < 4; j++)
-        for (int l = 0; l < 8; l++) a[j][l] = 0.0f;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        for (int j = 0; j < 4; j++)
-            for (int l = 0; l < 8; l++)
-                a[j][l] = fmaf(qx_fval(type, x, i + 8 * j + l), qx_fval(type, y, i + 8 * j + l), a[j][l]);
+        for (int l = 0; l < 8; l++) a[j][l] = ch[8 * j + l];
+    int64_t i = n & ~(int64_t)31;
     if (type == QR_TYPE_BF16) {
-        for (; i + 8 <= n; i += 8)
-            for (int l = 0; l < 8; l++) a[0][l] = fmaf(qx_fval(type, x, i + l), qx_fval(type, y, i + l), a[0][l]);
+        i = n & ~(int64_t)7;
         float s8[8];
         for (int l = 0; l < 8; l++) s8[l] = (a[0][l] + a[1][l]) + (a[2][l] + a[3][l]);
         float sum = qx_hsum8(s8);
@@ -493,6 +714,12 @@ QX_FN float qx_dotf(int type, int order, int64_t n, const void *x, const void *y
     return sum;
 }
 
+QX_FN float qx_dotf(int type, int order, int64_t n, const void *x, const void *y) {
+    float ch[32];
+    for (int c = 0; c < qx_dotf_chains(order); c++) ch[c] = qx_dotf_chain(type, order, n, x, y, c);
+    return qx_dotf_final(type, order, n, x, y, ch);
+}
+
 /* One output of the exact matmul: weight row (blocks through wb, or the raw float row xf) against the
  * activation row y (the weight's vec_dot_type). */
 template <class WB>
@@ -501,12 +728,7 @@ QX_FN float qx_dot(int type, int order, int64_t n, const WB &wb, const void *xf,
     case QR_TYPE_F32:
     case QR_TYPE_F16:
     case QR_TYPE_BF16: return qx_dotf(type, order, n, xf, y);
-    case QR_TYPE_Q2_K:
-    case QR_TYPE_Q3_K:
-    case QR_TYPE_Q4_K:
-    case QR_TYPE_Q5_K:
-    case QR_TYPE_Q6_K: return qx_dotk(type, order, n, wb, y);
-    default: return qx_dot32(type, order, n, wb, y);
+    default: return qx_dotq(type, order, n, wb, y);
     }
 }
 

@@ -16,7 +16,9 @@ extern "C" {
 #include "quant/quant.h"
 #include "util/util.h"
 }
+#include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/exact_dev.cuh"
+#include "pd.inc" /* qr_cuda_plane_desc of src/backend/cuda/dequant.cu, extracted by run.sh */
 
 static uint64_t rs = 88172645463325252ull;
 static float frand() {
@@ -105,6 +107,44 @@ static int check_type(qr_type t, int64_t k, int rows) {
     return bad ? 1 : 0;
 }
 
+/* The fast records (qx_rec_planes: dp4a words from the device's planes) against the generic ones. */
+static int check_planes(qr_type t) {
+    const qr_quant_traits *tr = qr_quant_traits_best(t), *ref = qr_quant_traits_ref(t);
+    const cuda_plane_desc pd = qr_cuda_plane_desc(t);
+    const int64_t k = pd.block;
+    const size_t bb = block_bytes(t), yb = qr_type_row_size(tr->vec_dot_type, k);
+    std::vector<float> w(k), x(k);
+    std::vector<uint8_t> blk(bb), y(yb);
+    alignas(16) static uint8_t planes[3][4 * 256];
+    int bad = 0, n = 0;
+    for (int it = 0; it < 300; it++) {
+        const float ws = it % 3 == 0 ? 1e-3f : (it % 3 == 1 ? 1.0f : 50.0f);
+        for (auto &v : w) v = frand() * ws;
+        for (int64_t i = 0; i < k; i++) x[i] = frand() * (it % 2 ? 3.0f : 0.2f) * (i % 37 == 0 ? 20.0f : 1.0f);
+        (ref->from_float ? ref->from_float : tr->from_float)(w.data(), blk.data(), k);
+        exact_act(tr->vec_dot_type, x.data(), k, y.data(), it % 4 == 0);
+        const uint8_t *pl[3];
+        for (int j = 0; j < pd.n_planes; j++) { /* the block as block 1 of each plane */
+            memcpy(planes[j] + pd.size[j], blk.data() + pd.off[j], (size_t)pd.size[j]);
+            pl[j] = planes[j];
+        }
+        qx_rec a, b;
+        memset(&a, 0, sizeof a);
+        memset(&b, 0, sizeof b);
+        if (!qx_rec_planes(t, pl, 1, y.data(), &a)) return 0; /* no fast form */
+        qx_rec_of(t, blk.data(), y.data(), 0, &b);
+        const bool kq = qx_is_kquant(t);
+        bool same = memcmp(a.lanes, b.lanes, sizeof a.lanes) == 0 && a.sl == b.sl && a.sm == b.sm &&
+                    memcmp(&a.wd, &b.wd, 4) == 0 && memcmp(&a.wm, &b.wm, 4) == 0 && memcmp(&a.yd, &b.yd, 4) == 0 &&
+                    memcmp(&a.ys, &b.ys, 4) == 0;
+        if (kq) same = same && memcmp(a.mins, b.mins, sizeof a.mins) == 0 && memcmp(a.pairs, b.pairs, sizeof a.pairs) == 0;
+        n++;
+        if (!same && bad++ < 3) printf("  %s block %d: fast record differs (sl %d vs %d)\n", qr_type_name(t), it, a.sl, b.sl);
+    }
+    printf("%-7s %3d plane records: %s\n", qr_type_name(t), n, bad ? "FAIL" : "ok");
+    return bad ? 1 : 0;
+}
+
 int main(void) {
     if (!qr_cpu_has_avx2() || strcmp(qr_quant_simd_level(), "avx2") != 0) {
         printf("SKIP: no AVX2 (the exact mode reproduces the AVX2 CPU path)\n");
@@ -138,6 +178,8 @@ int main(void) {
         rc |= check_type(t, kq ? 256 : 96, 6); /* odd block counts: the paired / tail paths */
         if ((int64_t)qr_type_table[t].block_size == 1) rc |= check_type(t, 83, 4);
     }
+    for (qr_type t : types)
+        if (t != QR_TYPE_F32 && t != QR_TYPE_F16 && t != QR_TYPE_BF16) rc |= check_planes(t);
     printf(rc ? "check_exact: FAIL\n" : "check_exact: all bit-identical\n");
     return rc;
 }
