@@ -453,6 +453,14 @@ static __global__ void qx_geglu_kernel(const float *g, const float *u, int64_t n
     out[i] = x <= -10.0f ? 0.0f : (x >= 10.0f ? x * u[i] : tab[qx_f2h(x)] * u[i]);
 }
 
+/* gpt-oss's clamped SwiGLU (cpu/ops_moe.c swiglu_oai_f) with the C library's expf. */
+static __global__ void qx_glu_oai_kernel(const float *g, const float *u, int64_t n, float *out) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float x = fminf(g[i], 7.0f), y = fminf(fmaxf(u[i], -7.0f), 7.0f);
+    out[i] = x / (1.0f + qx_libm_expf(-1.702f * x)) * (y + 1.0f);
+}
+
 #define QX_ATT_THREADS 256
 
 static __device__ float qx_kv(const void *base, bool f16, int64_t i) {
@@ -535,11 +543,11 @@ static __global__ void qx_attention_kernel(cuda_attn_args a, int32_t span, bool 
     const double par = qx_block_sum(part, dred);
     if (tid == 0) {
         double sum = par;
-        if (a.sinks) sum += (double)expf(sink - mx); /* libm's expf on the CPU: not exact */
+        if (a.sinks) sum += (double)qx_libm_expf(sink - mx); /* the CPU's libm expf */
         if (!qx_sum_settled(sum, n_groups + 1, 1.0, true)) { /* the CPU's order */
             sum = 0.0;
             for (int32_t c = g0; c <= last; c += 8) sum += (double)qx_group8(s, c, first, last);
-            if (a.sinks) sum += (double)expf(sink - mx);
+            if (a.sinks) sum += (double)qx_libm_expf(sink - mx);
         }
         dsum = sum;
     }
@@ -798,6 +806,12 @@ void cuda_exact_geglu(cuda_backend *cb, const float *g, const float *u, int64_t 
     }
     qx_geglu_kernel<<<blocks_for(n, 256), 256, 0, cb->stream>>>(g, u, n, ex->gelu, out);
     cuda_ok(cb, cudaGetLastError(), "geglu (exact)");
+}
+
+void cuda_exact_glu_oai(cuda_backend *cb, const float *g, const float *u, int64_t n, float *out) {
+    if (n <= 0) return;
+    qx_glu_oai_kernel<<<blocks_for(n, 256), 256, 0, cb->stream>>>(g, u, n, out);
+    cuda_ok(cb, cudaGetLastError(), "glu (exact)");
 }
 
 void cuda_exact_matmul_id(cuda_backend *cb, const qr_weight *w, const cuda_weight *cw, const qr_weight *bias,

@@ -120,6 +120,44 @@ QX_FN float qx_expf(float x) {
     return fmaf(s2, poly, s2) * s1;
 }
 
+/* The C library's expf as the CPU backend calls it (glibc on x86-64; the attention sinks, gpt-oss's
+ * clamped SwiGLU): x / ln2 * 32 = k + r, e^x = 2^(k/32) 2^(r/32) with 2^(i/32) from a table of doubles
+ * and 2^(r/32) a cubic, all in double, rounded to float once. The table is 2^(i/32) rounded to double,
+ * minus i << 47 (the exponent bits k adds back); the cubic's coefficients are those of the published
+ * algorithm (Szabolcs Nagy's, in glibc 2.28 on). check_exact compares it with the host's expf; all 2^32
+ * inputs were compared once (docs/cuda-notes.md). */
+QX_FN float qx_libm_expf(float x) {
+    const uint64_t tab[32] = {
+        0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
+        0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
+        0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
+        0x3feebfdad5362a27ull, 0x3feeb42b569d4f82ull, 0x3feeab07dd485429ull, 0x3feea47eb03a5585ull,
+        0x3feea09e667f3bcdull, 0x3fee9f75e8ec5f74ull, 0x3feea11473eb0187ull, 0x3feea589994cce13ull,
+        0x3feeace5422aa0dbull, 0x3feeb737b0cdc5e5ull, 0x3feec49182a3f090ull, 0x3feed503b23e255dull,
+        0x3feee89f995ad3adull, 0x3feeff76f2fb5e47ull, 0x3fef199bdd85529cull, 0x3fef3720dcef9069ull,
+        0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull};
+    const double inv = 0x1.71547652b82fep0 * 32.0, shift = 0x1.8p52;
+    const double c0 = 0x1.c6af84b912394p-5 / 32768.0, c1 = 0x1.ebfce50fac4f3p-3 / 1024.0, c2 = 0x1.62e42ff0c52d6p-1 / 32.0;
+    const uint32_t ux = qx_f_bits(x), top = (ux >> 20) & 0x7ff;
+    if (top >= 0x42b) { /* |x| >= 88, inf, nan */
+        if (ux == 0xff800000u) return 0.0f;
+        if (top >= 0x7f8) return x + x;
+        if (x > 0x1.62e42ep6f) return qx_bits_f(0x7f800000u);
+        if (x < -0x1.9fe368p6f) return 0.0f;
+    }
+    const double xd = (double)x, z = inv * xd;
+    double kd = z + shift;
+    uint64_t ki;
+    memcpy(&ki, &kd, 8);
+    kd -= shift;
+    const double r = fma(inv, xd, -kd);
+    const uint64_t t = tab[ki % 32] + (ki << 47);
+    double sc;
+    memcpy(&sc, &t, 8);
+    const double r2 = r * r, y = fma(fma(c0, r, c1), r2, fma(c2, r, 1.0));
+    return (float)(y * sc);
+}
+
 /* ---- activation quantizers (one block) ---- */
 
 /* ggml's x86 Q8_0 / Q8_1 rule (cpu/act_quant.c): d = amax / 127, codes = round-half-even(x * 127/amax). */
