@@ -1,15 +1,16 @@
-/* exact.cu — the CUDA backend's exact mode (QUARREL_CUDA_EXACT=1): matmul, rmsnorm, rope and attention
- * computed with the CPU backend's arithmetic, operation for operation, so that the GPU's logits equal
- * the CPU's (and so llama.cpp's) bit for bit. The other ops the dense models use (get_rows, kv_store,
- * add/mul/scale, swiglu/geglu, gather) already give the CPU's values in the normal kernels; the
- * backend turns its fusions and graphs off in this mode (backend_cuda.cu).
+/* exact.cu — the CUDA backend's exact mode (QUARREL_CUDA_EXACT=1): matmul, rmsnorm, rope, attention, the
+ * GLUs, MoE routing and the Mamba2 ops computed with the CPU backend's arithmetic, operation for
+ * operation, so that the GPU's logits equal the CPU's (and so llama.cpp's) bit for bit. The other ops
+ * (get_rows, kv_store, add/mul/scale, swiglu, gather) already give the CPU's values in the normal
+ * kernels; the backend turns its fusions off in this mode (backend_cuda.cu) and keeps graphs.
  *
  * Built without fast math (CMakeLists.txt: IEEE division and sqrt, no FMA contraction, no flush to
- * zero), so plain expressions round as the CPU's C code does. The kernels favour clarity over speed:
- * one thread per matmul output running the CPU's dot-product order over the weight row (blocks
- * gathered from the repacked planes), one thread per rmsnorm row (the CPU's sequential double sum),
- * rope from a table of the CPU's own cos/sin (computed on the host by the CPU code), and attention as
- * the CPU's three passes per (row, head). Measured speed is in docs/performance.md.
+ * zero), so plain expressions round as the CPU's C code does. Where the CPU's order is sequential the
+ * kernels find parallel work that cannot change the result: the matmul's exact integer records in
+ * parallel and only its float chains in order (exact_dev.cuh), parallel double sums checked to round to
+ * the sequential sum's float (qx_sum_settled), order-free quantizer steps. Rope reads a table of the
+ * CPU's own cos/sin (computed on the host by the CPU code). docs/cuda-notes.md "Exact mode" has the
+ * design, docs/performance.md the measurements.
  */
 #include <math.h>
 #include <stdio.h>
