@@ -139,6 +139,7 @@ void lab_record(lab *L, const char *op, const char *config, double max_err, doub
         L->rows = realloc(L->rows, sizeof(lab_row) * (size_t)L->cap_rows);
         if (!L->rows) die("out of memory");
     }
+    if (L->exact) pass = pass && max_err == 0.0, tol = 0.0;
     lab_row *r = &L->rows[L->n_rows++];
     memset(r, 0, sizeof *r);
     snprintf(r->op, sizeof r->op, "%s", op);

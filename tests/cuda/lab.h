@@ -37,6 +37,7 @@ typedef struct lab {
     double read_gbs;       /* measured streaming read */
     int reps;              /* timed repetitions (median) */
     bool quick;            /* small shapes only */
+    bool exact;            /* a check passes only when every output has the oracle's bits (section "exact") */
     const char *only;      /* run only the sections whose name contains this */
     uint64_t rng;
     lab_row *rows;
@@ -93,6 +94,9 @@ void lab_attention(lab *L);
 void lab_moe_ssm(lab *L);
 /* The exact mode's matmuls against the AVX2 CPU path, bit for bit (lab_exact.c; section "exact"). */
 void lab_exact(lab *L);
+/* Attention on f16 caches without softcap (what exact mode reproduces), prefill and decode rows, for the
+ * exact section (lab_attention.c); tag prefixes the labels. */
+void lab_attention_exact(lab *L, const char *tag);
 
 /* ---- lab_kernels.cu ---- */
 /* Streaming-read bandwidth of `bytes` at p (16-byte loads, a sum written to out), for the roofline. */

@@ -244,6 +244,35 @@ static void small_cases(lab *L) {
     }
 }
 
+void lab_attention_exact(lab *L, const char *tag) {
+    const attn_cfg cases[] = {
+        {"smollm 9/3x64 b16", 9, 3, 64, 64, 16, 0, 0.0f, QR_TYPE_F16},
+        {"gemma 4/1x256 b32 win20", 4, 1, 256, 256, 32, 20, 0.0f, QR_TYPE_F16},
+        {"odd 6/2x33 b5 win9", 6, 2, 33, 33, 5, 9, 0.0f, QR_TYPE_F16},
+        {"wide 8/1x512 b16", 8, 1, 512, 512, 16, 0, 0.0f, QR_TYPE_F16},
+        {"mistral 32/8x128 b16", 32, 8, 128, 128, 16, 0, 0.0f, QR_TYPE_F16},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int len[2] = {37, ci == 4 ? 1500 : 70};
+        kvset S;
+        kvset_init(L, &S, &cases[ci], 2, len);
+        const int n = len[0] + len[1];
+        int32_t *seq = malloc((size_t)n * 4), *pos = malloc((size_t)n * 4);
+        for (int s = 0, r = 0; s < 2; s++)
+            for (int p = 0; p < len[s]; p++, r++) seq[r] = s, pos[r] = p;
+        char l1[48], l2[48], l3[48];
+        snprintf(l1, sizeof l1, "%sall rows", tag);
+        snprintf(l2, sizeof l2, "%sdecode 2 rows", tag);
+        snprintf(l3, sizeof l3, "%sdecode 1 row", tag);
+        attn_check(L, &S, n, seq, pos, n, NULL, 0, false, l1);
+        const int32_t dseq[2] = {0, 1}, dpos[2] = {len[0] - 1, len[1] - 1};
+        attn_check(L, &S, 2, dseq, dpos, 2, NULL, 0, false, l2);
+        attn_check(L, &S, 1, dseq + 1, dpos + 1, 1, NULL, 0, ci == 4, l3);
+        free(seq), free(pos);
+        kvset_free(L, &S);
+    }
+}
+
 /* The cluster kernel's phase clocks (cuda_attn_args.dbg) for one decode call: where its time goes. */
 static void attn_phases(lab *L, kvset *S, const int32_t *seq, const int32_t *pos, const char *label) {
     qr_cuda_tune *tune = qr_cuda_backend_tune(L->gpu);

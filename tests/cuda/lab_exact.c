@@ -115,6 +115,55 @@ static void ex_case(ex_ctx *E, qr_type type, int64_t n, int64_t k, int64_t nr, i
     free(ids);
 }
 
+/* rmsnorm of rows x dim on gpu against the CPU; wide: a third of the values 1e-4 smaller (a sum whose low
+ * bits carry tiny squares: the parallel sum's check has to hold them). */
+static void ex_rmsnorm(ex_ctx *E, int64_t rows, int64_t dim, bool wide, const char *tag) {
+    lab *L = E->L;
+    char err[512], cfg[96];
+    float *xh = xmalloc((size_t)(rows * dim) * 4), *wh = xmalloc((size_t)dim * 4);
+    float *yg = xmalloc((size_t)(rows * dim) * 4), *yc = xmalloc((size_t)(rows * dim) * 4);
+    lab_fill(L, xh, rows * dim, 2.0f);
+    lab_fill(L, wh, dim, 1.0f);
+    if (wide)
+        for (int64_t i = 0; i < rows * dim; i++)
+            if (lab_u64(L) % 3 == 0) xh[i] *= 1e-4f;
+    qr_weight w = {.name = "lab.exact.norm", .type = QR_TYPE_F32, .ne = {dim, 1, 1, 1}, .row_bytes = (size_t)dim * 4,
+                   .host = wh};
+    if (E->gpu->ops->weight_prepare(E->gpu, &w, err, sizeof err) != QR_OK) {
+        printf("weight_prepare: %s\n", err);
+        exit(2);
+    }
+    float *xd = lab_gpu_alloc(L, (size_t)(rows * dim) * 4), *yd = lab_gpu_alloc(L, (size_t)(rows * dim) * 4);
+    lab_upload(L, xd, xh, (size_t)(rows * dim) * 4);
+    lab_poison(L, yd, (size_t)(rows * dim) * 4);
+    E->gpu->ops->rmsnorm(E->gpu, xd, &w, rows, dim, 1e-6f, yd);
+    lab_check_errors(L, "rmsnorm (exact)");
+    lab_download(L, yg, yd, (size_t)(rows * dim) * 4);
+    E->cpu->ops->rmsnorm(E->cpu, xh, &w, rows, dim, 1e-6f, yc);
+    double mx = 0, rel = 0;
+    const bool ok = lab_compare(yg, yc, rows * dim, 1.0, &mx, &rel) && memcmp(yg, yc, (size_t)(rows * dim) * 4) == 0;
+    snprintf(cfg, sizeof cfg, "%s%lld x %lld%s", tag, (long long)rows, (long long)dim, wide ? " wide range" : "");
+    lab_record(L, "exact-rmsnorm", cfg, mx, rel, 0.0, ok, 0, 0, 0);
+    lab_gpu_free(L, xd);
+    lab_gpu_free(L, yd);
+    E->gpu->ops->weight_release(E->gpu, &w);
+    free(xh), free(wh), free(yg), free(yc);
+}
+
+/* The non-matmul exact ops on backend gpu (its stream taking the lab's): rmsnorm and attention. */
+static void ex_ops(ex_ctx *E, const char *tag) {
+    lab *L = E->L;
+    L->gpu = E->gpu;
+    L->stream = qr_cuda_backend_stream(E->gpu);
+    const int64_t dims[] = {576, 640, 2048, 4096, 1001};
+    for (int d = 0; d < 5; d++)
+        for (int wide = 0; wide < 2; wide++) {
+            ex_rmsnorm(E, 1, dims[d], wide, tag);
+            ex_rmsnorm(E, 37, dims[d], wide, tag);
+        }
+    lab_attention_exact(L, tag);
+}
+
 void lab_exact(lab *L) {
     if (!qr_cpu_has_avx2() || strcmp(qr_quant_simd_level(), "avx2") != 0) {
         printf("exact: SKIP, this CPU does not run the AVX2 path the exact mode reproduces\n");
@@ -167,6 +216,27 @@ void lab_exact(lab *L) {
         }
         ex_case(&E, QR_TYPE_Q4_0, 4096, 4096, 512, 0, 0, true, " mistral.attn_q");
     }
+    /* 3. rmsnorm and attention, bit for bit, against the AVX2 CPU backend; then again with every double
+     * sum in the CPU's order (the fallback of the parallel sums' check, forced) */
+    qr_backend *saved_cpu = L->cpu;
+    L->cpu = E.cpu;
+    L->exact = true;
+    ex_ops(&E, "");
+    setenv("QUARREL_CUDA_EXACT", "1", 1);
+    setenv("QUARREL_CUDA_EXACT_SEQSUM", "1", 1);
+    qr_backend *gpu_par = E.gpu;
+    const qr_status st2 = qr_backend_cuda_create(&gp, &E.gpu, err, sizeof err);
+    unsetenv("QUARREL_CUDA_EXACT");
+    unsetenv("QUARREL_CUDA_EXACT_SEQSUM");
+    if (st2 != QR_OK) {
+        printf("exact: gpu backend (sequential sums): %s\n", err);
+        exit(2);
+    }
+    ex_ops(&E, "seq-sums ");
+    qr_backend_free(E.gpu);
+    E.gpu = gpu_par;
+    L->exact = false;
+    L->cpu = saved_cpu;
     L->gpu = saved_gpu;
     L->stream = saved_stream;
     qr_backend_free(E.gpu);

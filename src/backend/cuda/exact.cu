@@ -406,7 +406,7 @@ static __device__ bool qx_sum_settled(double par, int64_t n, double div, bool in
 
 /* CTA per row: the squares (float), their double sum, then the CPU's float steps. */
 static __global__ void __launch_bounds__(QX_RED_THREADS) qx_rmsnorm_kernel(const float *x, const float *w, int64_t dim,
-                                                                          float eps, float *y) {
+                                                                          float eps, bool seq, float *y) {
     __shared__ double red[QX_RED_THREADS / 32];
     __shared__ float s_scale;
     const int64_t r = blockIdx.x;
@@ -417,7 +417,7 @@ static __global__ void __launch_bounds__(QX_RED_THREADS) qx_rmsnorm_kernel(const
     const double par = qx_block_sum(part, red);
     if (threadIdx.x == 0) {
         double sum = par;
-        if (!qx_sum_settled(par, dim, (double)dim, false)) { /* the CPU's order */
+        if (seq || !qx_sum_settled(par, dim, (double)dim, false)) { /* the CPU's order */
             sum = 0.0;
             for (int64_t i = 0; i < dim; i++) sum += (double)(xr[i] * xr[i]);
         }
@@ -476,7 +476,7 @@ static __device__ float qx_group8(const float *s, int32_t c, int32_t first, int3
 }
 
 /* CTA per (row, head): the CPU's attn_head (cpu/ops_avx2.c). scores: [n_tok][n_head][span] scratch. */
-static __global__ void qx_attention_kernel(cuda_attn_args a, int32_t span, bool single, float *scores) {
+static __global__ void qx_attention_kernel(cuda_attn_args a, int32_t span, bool single, bool seq, float *scores) {
     const int32_t r = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head, tid = threadIdx.x;
     const int32_t kvh = h / (a.n_head / a.n_head_kv), dk = a.dk, dv = a.dv;
     __shared__ float q[QR_CUDA_MAX_HEAD_DIM];
@@ -545,7 +545,7 @@ static __global__ void qx_attention_kernel(cuda_attn_args a, int32_t span, bool 
     if (tid == 0) {
         double sum = par;
         if (a.sinks) sum += (double)qx_libm_expf(sink - mx); /* the CPU's libm expf */
-        if (!qx_sum_settled(sum, n_groups + 1, 1.0, true)) { /* the CPU's order */
+        if (seq || !qx_sum_settled(sum, n_groups + 1, 1.0, true)) { /* the CPU's order */
             sum = 0.0;
             for (int32_t c = g0; c <= last; c += 8) sum += (double)qx_group8(s, c, first, last);
             if (a.sinks) sum += (double)qx_libm_expf(sink - mx);
@@ -601,10 +601,15 @@ struct cuda_exact {
     void *y;          /* converted activations */
     size_t y_cap;
     float *gelu;      /* device copy of the CPU's GELU table [65536] */
+    bool seq_sums;    /* QUARREL_CUDA_EXACT_SEQSUM=1: every double sum in the CPU's order (tests the fallback) */
 };
 
 static cuda_exact *exact_state(cuda_backend *cb) {
-    if (!cb->ex) cb->ex = (cuda_exact *)calloc(1, sizeof(cuda_exact));
+    if (!cb->ex) {
+        cb->ex = (cuda_exact *)calloc(1, sizeof(cuda_exact));
+        const char *e = getenv("QUARREL_CUDA_EXACT_SEQSUM");
+        if (cb->ex) cb->ex->seq_sums = e && strcmp(e, "1") == 0;
+    }
     if (!cb->ex) raise_error(cb, QR_ERR_NOMEM, "exact mode: out of memory");
     return cb->ex;
 }
@@ -694,7 +699,9 @@ void cuda_exact_matmul(cuda_backend *cb, const qr_weight *w, const cuda_weight *
 void cuda_exact_rmsnorm(cuda_backend *cb, const float *x, const float *w, int64_t n_rows, int64_t dim, float eps,
                         float *y) {
     if (n_rows <= 0) return;
-    qx_rmsnorm_kernel<<<(unsigned)n_rows, QX_RED_THREADS, 0, cb->stream>>>(x, w, dim, eps, y);
+    const cuda_exact *ex = exact_state(cb);
+    if (!ex) return;
+    qx_rmsnorm_kernel<<<(unsigned)n_rows, QX_RED_THREADS, 0, cb->stream>>>(x, w, dim, eps, ex->seq_sums, y);
     cuda_ok(cb, cudaGetLastError(), "rmsnorm (exact)");
 }
 
@@ -770,6 +777,8 @@ void cuda_exact_rope(cuda_backend *cb, float *x, int32_t n_head, int32_t head_di
 }
 
 void cuda_exact_attention(cuda_backend *cb, const cuda_attn_args *a, int32_t span) {
+    const cuda_exact *ex = exact_state(cb);
+    if (!ex) return;
     const size_t need = (size_t)a->n_tok * (size_t)a->n_head * (size_t)span * 4;
     if (!ensure_scratch(cb, &cb->attn, &cb->attn_cap, need, "exact attention scores")) return;
     const size_t smem = (size_t)(a->n_tok == 1 ? 32 : 8) * (size_t)a->dv * 4;
@@ -777,8 +786,8 @@ void cuda_exact_attention(cuda_backend *cb, const cuda_attn_args *a, int32_t spa
         !cuda_ok(cb, cudaFuncSetAttribute(qx_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                  "attention (exact, shared memory)"))
         return;
-    qx_attention_kernel<<<(unsigned)(a->n_tok * a->n_head), QX_ATT_THREADS, smem, cb->stream>>>(*a, span, a->n_tok == 1,
-                                                                                              (float *)cb->attn);
+    qx_attention_kernel<<<(unsigned)(a->n_tok * a->n_head), QX_ATT_THREADS, smem, cb->stream>>>(
+        *a, span, a->n_tok == 1, ex->seq_sums, (float *)cb->attn);
     cuda_ok(cb, cudaGetLastError(), "attention (exact)");
 }
 
