@@ -475,8 +475,46 @@ static __device__ float qx_group8(const float *s, int32_t c, int32_t first, int3
     return qx_hsum8(l);
 }
 
+/* Lane L's chain of dim d in the values pass: prob[p] * V[p][d] over the positions p % lanes == L, in order
+ * (the loads of 4 steps issued before their FMAs). */
+static __device__ float qx_attn_chain(const cuda_attn_args &a, const int32_t *bt, const float *s, int32_t first,
+                                      int32_t last, int32_t kvh, int lanes, int32_t L, int32_t d) {
+    const int64_t vstride = (int64_t)a.n_head_kv * a.dv, off = (int64_t)kvh * a.dv + d;
+    float acc = 0.0f;
+    int32_t p = first + ((L - first % lanes) + lanes) % lanes;
+    for (; p + 3 * lanes <= last; p += 4 * lanes) {
+        float v[4];
+        for (int u = 0; u < 4; u++) {
+            const int32_t q = p + u * lanes;
+            v[u] = qx_kv(a.v_cache, a.f16, ((int64_t)bt[q / a.block_size] * a.block_size + q % a.block_size) * vstride + off);
+        }
+        for (int u = 0; u < 4; u++) acc = fmaf(s[p + u * lanes - first], v[u], acc);
+    }
+    for (; p <= last; p += lanes)
+        acc = fmaf(s[p - first],
+                   qx_kv(a.v_cache, a.f16, ((int64_t)bt[p / a.block_size] * a.block_size + p % a.block_size) * vstride + off),
+                   acc);
+    return acc;
+}
+
+/* A dim's output from its lanes' chains acc[l * stride], added in the CPU's order (32 lanes for one row,
+ * 8 for a batch). */
+static __device__ float qx_attn_combine(const float *acc, int64_t stride, bool single) {
+    if (single) {
+        float x8[8];
+        for (int b = 0; b < 8; b++)
+            x8[b] = (acc[b * stride] + acc[(16 + b) * stride]) + (acc[(8 + b) * stride] + acc[(24 + b) * stride]);
+        const float t0 = x8[0] + x8[4], t1 = x8[1] + x8[5], t2 = x8[2] + x8[6], t3 = x8[3] + x8[7];
+        return (t0 + t1) + (t2 + t3);
+    }
+    const float t0 = acc[0] + acc[4 * stride], t1 = acc[stride] + acc[5 * stride], t2 = acc[2 * stride] + acc[6 * stride],
+                t3 = acc[3 * stride] + acc[7 * stride];
+    return (t0 + t2) + (t1 + t3);
+}
+
 /* CTA per (row, head): the CPU's attn_head (cpu/ops_avx2.c). scores: [n_tok][n_head][span] scratch. */
-static __global__ void qx_attention_kernel(cuda_attn_args a, int32_t span, bool single, bool seq, float *scores) {
+static __global__ void qx_attention_kernel(cuda_attn_args a, int32_t span, bool single, bool seq, bool values,
+                                           float *scores) {
     const int32_t r = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head, tid = threadIdx.x;
     const int32_t kvh = h / (a.n_head / a.n_head_kv), dk = a.dk, dv = a.dv;
     __shared__ float q[QR_CUDA_MAX_HEAD_DIM];
@@ -495,7 +533,7 @@ static __global__ void qx_attention_kernel(cuda_attn_args a, int32_t span, bool 
     }
     const int32_t n = last - first + 1;
     float *s = scores + ((int64_t)r * a.n_head + h) * span;
-    const int64_t kstride = (int64_t)a.n_head_kv * dk, vstride = (int64_t)a.n_head_kv * dv;
+    const int64_t kstride = (int64_t)a.n_head_kv * dk;
     /* pass 1: scores */
     float mx = -INFINITY;
     for (int32_t t = tid; t < n; t += blockDim.x) {
@@ -554,34 +592,35 @@ static __global__ void qx_attention_kernel(cuda_attn_args a, int32_t span, bool 
     }
     __syncthreads();
     /* pass 3: probabilities rounded to f16; position p accumulates into lane p % lanes: a thread per
-     * (lane, dim) runs that lane's chain, then the lanes are added in the CPU's order */
+     * (lane, dim) runs that lane's chain, then the lanes are added in the CPU's order (few rows: in two
+     * more kernels over more CTAs) */
     const float inv = (float)(1.0 / dsum);
     for (int32_t t = tid; t < n; t += blockDim.x) s[t] = qx_round_f16(s[t] * inv);
     __syncthreads();
+    if (!values) return; /* few rows: qx_attn_values_kernel and qx_attn_combine_kernel take it from here */
     const int lanes = single ? 32 : 8;
-    for (int32_t idx = tid; idx < lanes * dv; idx += blockDim.x) {
-        const int32_t L = idx / dv, d = idx % dv;
-        float acc = 0.0f;
-        for (int32_t p = first + ((L - first % lanes) + lanes) % lanes; p <= last; p += lanes) {
-            const int64_t slot = (int64_t)bt[p / a.block_size] * a.block_size + p % a.block_size;
-            acc = fmaf(s[p - first], qx_kv(a.v_cache, a.f16, slot * vstride + (int64_t)kvh * dv + d), acc);
-        }
-        lacc[L * dv + d] = acc;
-    }
+    for (int32_t idx = tid; idx < lanes * dv; idx += blockDim.x)
+        lacc[idx] = qx_attn_chain(a, bt, s, first, last, kvh, lanes, idx / dv, idx % dv);
     __syncthreads();
-    for (int32_t d = tid; d < dv; d += blockDim.x) {
-        float acc[32];
-        for (int l = 0; l < lanes; l++) acc[l] = lacc[l * dv + d];
-        if (single) {
-            float x8[8];
-            for (int b = 0; b < 8; b++) x8[b] = (acc[b] + acc[16 + b]) + (acc[8 + b] + acc[24 + b]);
-            const float t0 = x8[0] + x8[4], t1 = x8[1] + x8[5], t2 = x8[2] + x8[6], t3 = x8[3] + x8[7];
-            out[d] = (t0 + t1) + (t2 + t3);
-        } else {
-            const float t0 = acc[0] + acc[4], t1 = acc[1] + acc[5], t2 = acc[2] + acc[6], t3 = acc[3] + acc[7];
-            out[d] = (t0 + t2) + (t1 + t3);
-        }
-    }
+    for (int32_t d = tid; d < dv; d += blockDim.x) out[d] = qx_attn_combine(lacc + d, dv, single);
+}
+
+/* The values pass of few rows over many CTAs: block (row x head, part), a thread per (lane, dim) chain,
+ * into lacc [row x head][lanes][dv]. */
+static __global__ void qx_attn_values_kernel(cuda_attn_args a, int32_t span, bool single, const float *scores, float *lacc) {
+    const int32_t rh = blockIdx.x, r = rh / a.n_head, h = rh % a.n_head, lanes = single ? 32 : 8;
+    const int32_t idx = blockIdx.y * blockDim.x + threadIdx.x;
+    if (idx >= lanes * a.dv) return;
+    const int32_t last = a.pos[r], first = a.window > 0 && last - a.window + 1 > 0 ? last - a.window + 1 : 0;
+    const int32_t *bt = a.block_table + (int64_t)a.seq[r] * a.max_blocks;
+    lacc[(int64_t)rh * lanes * a.dv + idx] = qx_attn_chain(a, bt, scores + (int64_t)rh * span, first, last,
+                                                           h / (a.n_head / a.n_head_kv), lanes, idx / a.dv, idx % a.dv);
+}
+
+static __global__ void qx_attn_combine_kernel(cuda_attn_args a, bool single, const float *lacc) {
+    const int32_t rh = blockIdx.x, lanes = single ? 32 : 8;
+    for (int32_t d = threadIdx.x; d < a.dv; d += blockDim.x)
+        a.out[(int64_t)rh * a.dv + d] = qx_attn_combine(lacc + (int64_t)rh * lanes * a.dv + d, a.dv, single);
 }
 
 /* ---- host side ---- */
@@ -602,6 +641,8 @@ struct cuda_exact {
     size_t y_cap;
     float *gelu;      /* device copy of the CPU's GELU table [65536] */
     bool seq_sums;    /* QUARREL_CUDA_EXACT_SEQSUM=1: every double sum in the CPU's order (tests the fallback) */
+    void *lacc;       /* attention's values pass of few rows: [row x head][lanes][dv] */
+    size_t lacc_cap;
 };
 
 static cuda_exact *exact_state(cuda_backend *cb) {
@@ -620,6 +661,7 @@ void cuda_exact_free(cuda_backend *cb) {
     for (int i = 0; i < ex->n_rope; i++) cudaFree(ex->rope[i].d);
     cudaFree(ex->y);
     cudaFree(ex->gelu);
+    cudaFree(ex->lacc);
     free(ex);
     cb->ex = NULL;
 }
@@ -777,17 +819,27 @@ void cuda_exact_rope(cuda_backend *cb, float *x, int32_t n_head, int32_t head_di
 }
 
 void cuda_exact_attention(cuda_backend *cb, const cuda_attn_args *a, int32_t span) {
-    const cuda_exact *ex = exact_state(cb);
+    cuda_exact *ex = exact_state(cb);
     if (!ex) return;
     const size_t need = (size_t)a->n_tok * (size_t)a->n_head * (size_t)span * 4;
     if (!ensure_scratch(cb, &cb->attn, &cb->attn_cap, need, "exact attention scores")) return;
-    const size_t smem = (size_t)(a->n_tok == 1 ? 32 : 8) * (size_t)a->dv * 4;
+    const bool single = a->n_tok == 1, split = a->n_tok <= 8; /* few (row, head) CTAs: the values pass apart */
+    const int lanes = single ? 32 : 8;
+    const unsigned n_rh = (unsigned)(a->n_tok * a->n_head);
+    const size_t lacc_bytes = (size_t)n_rh * (size_t)lanes * (size_t)a->dv * 4;
+    if (split && !ensure_scratch(cb, &ex->lacc, &ex->lacc_cap, lacc_bytes, "exact attention lanes")) return;
+    const size_t smem = split ? 0 : (size_t)lanes * (size_t)a->dv * 4;
     if (smem > 48 * 1024 &&
         !cuda_ok(cb, cudaFuncSetAttribute(qx_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                  "attention (exact, shared memory)"))
         return;
-    qx_attention_kernel<<<(unsigned)(a->n_tok * a->n_head), QX_ATT_THREADS, smem, cb->stream>>>(
-        *a, span, a->n_tok == 1, ex->seq_sums, (float *)cb->attn);
+    qx_attention_kernel<<<n_rh, QX_ATT_THREADS, smem, cb->stream>>>(*a, span, single, ex->seq_sums, !split,
+                                                                   (float *)cb->attn);
+    if (split) {
+        const dim3 grid(n_rh, (unsigned)((lanes * a->dv + 127) / 128));
+        qx_attn_values_kernel<<<grid, 128, 0, cb->stream>>>(*a, span, single, (const float *)cb->attn, (float *)ex->lacc);
+        qx_attn_combine_kernel<<<n_rh, 128, 0, cb->stream>>>(*a, single, (const float *)ex->lacc);
+    }
     cuda_ok(cb, cudaGetLastError(), "attention (exact)");
 }
 
