@@ -512,9 +512,54 @@ static __device__ float qx_attn_combine(const float *acc, int64_t stride, bool s
     return (t0 + t2) + (t1 + t3);
 }
 
+/* The score of position p against the query q (f16-rounded, in shared memory): the CPU's dot order
+ * (tinyBLAS: one 8-lane accumulator for batches; vec_dot_f16: 4 x 8 lanes, the rest in double, for one
+ * row), softcap, scale. */
+static __device__ float qx_attn_score(const cuda_attn_args &a, const float *q, const int32_t *bt, int32_t p, int32_t kvh,
+                                      bool single) {
+    const int32_t dk = a.dk;
+    const int64_t slot = (int64_t)bt[p / a.block_size] * a.block_size + p % a.block_size;
+    const int64_t kb = slot * (int64_t)a.n_head_kv * dk + (int64_t)kvh * dk;
+    float sc;
+    if (!single && dk % 8 == 0) {
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int32_t i = 0; i < dk; i += 8)
+            for (int l = 0; l < 8; l++) acc[l] = fmaf(qx_kv(a.k_cache, a.f16, kb + i + l), q[i + l], acc[l]);
+        sc = qx_hsum8(acc);
+    } else {
+        float acc[4][8];
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 8; l++) acc[j][l] = 0.0f;
+        const int32_t np = dk & ~31;
+        for (int32_t i = 0; i < np; i += 32)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 8; l++)
+                    acc[j][l] = fmaf(qx_kv(a.k_cache, a.f16, kb + i + 8 * j + l), q[i + 8 * j + l], acc[j][l]);
+        double sum = qx_reduce4x8(acc);
+        for (int32_t i = np; i < dk; i++) sum += (double)(qx_kv(a.k_cache, a.f16, kb + i) * q[i]);
+        sc = (float)sum;
+    }
+    if (a.softcap > 0.0f) sc = tanhf(sc * (1.0f / a.softcap)) * a.softcap; /* libm's tanhf: not exact */
+    return sc * a.scale;
+}
+
+/* The scores of few rows over many CTAs: block (row x head, part), a thread per key. */
+static __global__ void qx_attn_scores_kernel(cuda_attn_args a, int32_t span, bool single, float *scores) {
+    __shared__ float q[QR_CUDA_MAX_HEAD_DIM];
+    const int32_t rh = blockIdx.x, r = rh / a.n_head, h = rh % a.n_head;
+    const int32_t last = a.pos[r], first = a.window > 0 && last - a.window + 1 > 0 ? last - a.window + 1 : 0;
+    const int32_t t = blockIdx.y * blockDim.x + threadIdx.x;
+    if (first + (int32_t)(blockIdx.y * blockDim.x) > last) return; /* the whole CTA is past the keys */
+    for (int32_t i = threadIdx.x; i < a.dk; i += blockDim.x) q[i] = qx_round_f16(a.q[(int64_t)rh * a.dk + i]);
+    __syncthreads();
+    if (first + t > last) return;
+    const int32_t *bt = a.block_table + (int64_t)a.seq[r] * a.max_blocks;
+    scores[(int64_t)rh * span + t] = qx_attn_score(a, q, bt, first + t, h / (a.n_head / a.n_head_kv), single);
+}
+
 /* CTA per (row, head): the CPU's attn_head (cpu/ops_avx2.c). scores: [n_tok][n_head][span] scratch. */
 static __global__ void qx_attention_kernel(cuda_attn_args a, int32_t span, bool single, bool seq, bool values,
-                                           float *scores) {
+                                           bool have_scores, float *scores) {
     const int32_t r = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head, tid = threadIdx.x;
     const int32_t kvh = h / (a.n_head / a.n_head_kv), dk = a.dk, dv = a.dv;
     __shared__ float q[QR_CUDA_MAX_HEAD_DIM];
@@ -533,35 +578,11 @@ static __global__ void qx_attention_kernel(cuda_attn_args a, int32_t span, bool 
     }
     const int32_t n = last - first + 1;
     float *s = scores + ((int64_t)r * a.n_head + h) * span;
-    const int64_t kstride = (int64_t)a.n_head_kv * dk;
-    /* pass 1: scores */
+    /* pass 1: scores (few rows: already written by qx_attn_scores_kernel) */
     float mx = -INFINITY;
     for (int32_t t = tid; t < n; t += blockDim.x) {
-        const int32_t p = first + t;
-        const int64_t slot = (int64_t)bt[p / a.block_size] * a.block_size + p % a.block_size;
-        const int64_t kb = slot * kstride + (int64_t)kvh * dk;
-        float sc;
-        if (!single && dk % 8 == 0) { /* tinyBLAS: one accumulator, lane i % 8 */
-            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            for (int32_t i = 0; i < dk; i += 8)
-                for (int l = 0; l < 8; l++) acc[l] = fmaf(qx_kv(a.k_cache, a.f16, kb + i + l), q[i + l], acc[l]);
-            sc = qx_hsum8(acc);
-        } else { /* vec_dot_f16: 4 x 8 lanes, the rest in double */
-            float acc[4][8];
-            for (int j = 0; j < 4; j++)
-                for (int l = 0; l < 8; l++) acc[j][l] = 0.0f;
-            const int32_t np = dk & ~31;
-            for (int32_t i = 0; i < np; i += 32)
-                for (int j = 0; j < 4; j++)
-                    for (int l = 0; l < 8; l++)
-                        acc[j][l] = fmaf(qx_kv(a.k_cache, a.f16, kb + i + 8 * j + l), q[i + 8 * j + l], acc[j][l]);
-            double sum = qx_reduce4x8(acc);
-            for (int32_t i = np; i < dk; i++) sum += (double)(qx_kv(a.k_cache, a.f16, kb + i) * q[i]);
-            sc = (float)sum;
-        }
-        if (a.softcap > 0.0f) sc = tanhf(sc * (1.0f / a.softcap)) * a.softcap; /* libm's tanhf: not exact */
-        sc *= a.scale;
-        s[t] = sc;
+        const float sc = have_scores ? s[t] : qx_attn_score(a, q, bt, first + t, kvh, single);
+        if (!have_scores) s[t] = sc;
         mx = sc > mx ? sc : mx;
     }
     red[tid] = mx;
@@ -833,7 +854,11 @@ void cuda_exact_attention(cuda_backend *cb, const cuda_attn_args *a, int32_t spa
         !cuda_ok(cb, cudaFuncSetAttribute(qx_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                  "attention (exact, shared memory)"))
         return;
-    qx_attention_kernel<<<n_rh, QX_ATT_THREADS, smem, cb->stream>>>(*a, span, single, ex->seq_sums, !split,
+    if (split) {
+        const dim3 grid(n_rh, (unsigned)((span + 127) / 128));
+        qx_attn_scores_kernel<<<grid, 128, 0, cb->stream>>>(*a, span, single, (float *)cb->attn);
+    }
+    qx_attention_kernel<<<n_rh, QX_ATT_THREADS, smem, cb->stream>>>(*a, span, single, ex->seq_sums, !split, split,
                                                                    (float *)cb->attn);
     if (split) {
         const dim3 grid(n_rh, (unsigned)((lanes * a->dv + 127) / 128));
