@@ -3,7 +3,7 @@
  * for every weight type and every dot-product order the CPU picks (1-3 rows: vec_dot or the repacked
  * GEMV; 4-7: the repacked GEMM's 4-row groups; 8 and more: the tiled K-quant GEMM; 2 and more: sgemm
  * where the traits have it), on weight row counts that are and are not a multiple of the repack
- * rows, with odd block counts; then timings at the mistral-7b and SmolLM2 shapes. A check passes only
+ * rows, with odd block counts and rows of >= 64 blocks; then timings at the mistral-7b and SmolLM2 shapes. A check passes only
  * when every output has the CPU's bits (max_err is reported for the failures' size). */
 #include <math.h>
 #include <stdio.h>
@@ -199,6 +199,8 @@ void lab_exact(lab *L) {
             ex_case(&E, t, 512, k1, rows[r], 0, 0, false, NULL); /* a multiple of every repack row count */
             ex_case(&E, t, 515, k1, rows[r], 0, 0, false, NULL);
         }
+        const int64_t k3 = bs == 256 ? 256 * 70 : (bs == 1 ? 3000 : 32 * 100); /* >= 64 blocks, a partial last chunk */
+        ex_case(&E, t, 133, k3, 1, 0, 0, false, NULL);
         ex_case(&E, t, 96, k2, 1, 0, 0, false, NULL);
         ex_case(&E, t, 96, k2, 12, 0, 0, false, NULL);
         ex_case(&E, t, 256, k1, 3, 8, 2, false, NULL); /* matmul_id: 8 experts, 2 per row, bias */

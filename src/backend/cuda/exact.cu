@@ -187,6 +187,31 @@ static __device__ qxm_pair qxm_pair_of(const qxm_args &A, int p, int pairs, int6
     return P;
 }
 
+/* Folds records pr[0..m) (blocks c0..) into lane `lane`'s chains (lane 0: the scalar chains too), the loop
+ * compiled per fold kind. */
+template <int KIND>
+static __device__ __forceinline__ void qx_fold_run(int type, int64_t c0, int64_t nb, const qx_rec *pr, int m, int lane,
+                                                   qx_fold *f) {
+#pragma unroll 4
+    for (int b = 0; b < m; b++) {
+        qx_fold_lane(KIND, type, c0 + b, nb, &pr[b], lane, f);
+        if (lane == 0) qx_fold_scalar(KIND, type, &pr[b], f);
+    }
+}
+static __device__ void qx_fold_chunk(int kind, int type, int64_t c0, int64_t nb, const qx_rec *pr, int m, int lane,
+                                     qx_fold *f) {
+    switch (kind) {
+    case QXF_SYM: qx_fold_run<QXF_SYM>(type, c0, nb, pr, m, lane, f); return;
+    case QXF_OFFSET: qx_fold_run<QXF_OFFSET>(type, c0, nb, pr, m, lane, f); return;
+    case QXF_REPACK: qx_fold_run<QXF_REPACK>(type, c0, nb, pr, m, lane, f); return;
+    case QXF_PAIRED: qx_fold_run<QXF_PAIRED>(type, c0, nb, pr, m, lane, f); return;
+    case QXF_KVEC: qx_fold_run<QXF_KVEC>(type, c0, nb, pr, m, lane, f); return;
+    case QXF_KGEMV: qx_fold_run<QXF_KGEMV>(type, c0, nb, pr, m, lane, f); return;
+    case QXF_KGEMM: qx_fold_run<QXF_KGEMM>(type, c0, nb, pr, m, lane, f); return;
+    default: qx_fold_run<QXF_KTILED>(type, c0, nb, pr, m, lane, f); return;
+    }
+}
+
 /* FT: the weight type, compiled for it (the types qx_rec_planes reads), or -1 (any other type, through
  * the byte gather and the generic records). */
 template <int FT>
@@ -217,11 +242,7 @@ static __global__ void __launch_bounds__(QXM_QTHREADS) qx_mmq_kernel(qxm_args A,
             __syncthreads();
             if (F.ok) {
                 const int m = nb - c0 < chunk ? (int)(nb - c0) : chunk;
-                const qx_rec *pr = &rec[fp * chunk];
-                for (int b = 0; b < m; b++) {
-                    qx_fold_lane(kind, type, c0 + b, nb, &pr[b], lane, &f);
-                    if (lane == 0) qx_fold_scalar(kind, type, &pr[b], &f);
-                }
+                qx_fold_chunk(kind, type, c0, nb, &rec[fp * chunk], m, lane, &f);
             }
             __syncthreads();
         }
@@ -257,14 +278,16 @@ static __global__ void __launch_bounds__(QXM_THREADS) qx_mmf_kernel(qxm_args A, 
 }
 
 /* Launches the matmul kernel of A's weight type over A.n x A.n_t outputs. The quantized kernel takes
- * 8 weight rows x (1, 2 or 4 activation rows) with chunks of 32, 16 or 8 blocks at decode, and 4 x 8
- * pairs of 8 blocks from 8 activation rows on (prefill). */
+ * 8 weight rows x (1, 2 or 4 activation rows) with chunks of 32, 16 or 8 blocks at decode (4 rows x 64
+ * blocks for one activation row of >= 64 blocks: twice the loads in flight), and 4 x 8 pairs of 8
+ * blocks from 8 activation rows on (prefill). */
 static cudaError_t qxm_launch(const qxm_args &A0, cudaStream_t st) {
     qxm_args A = A0;
     const bool fl = A.w.type == QR_TYPE_F32 || A.w.type == QR_TYPE_F16 || A.w.type == QR_TYPE_BF16;
     int pairs, chunk = 0;
     if (fl) pairs = QXF_PAIRS, A.pw = QXF_PAIRS;
     else if (A.n_t >= 8) chunk = 8, A.pw = 4;
+    else if (A.n_t == 1 && A.w.k / (qx_is_kquant(A.w.type) ? 256 : 32) >= 64) chunk = 64, A.pw = 4; /* long rows */
     else chunk = A.n_t >= 4 ? 8 : (A.n_t >= 2 ? 16 : 32), A.pw = 8;
     if (!fl) pairs = QXM_QTHREADS / chunk;
     const int pt = pairs / A.pw;
