@@ -97,6 +97,10 @@ void lab_exact(lab *L);
 /* Attention on f16 caches without softcap (what exact mode reproduces), prefill and decode rows, for the
  * exact section (lab_attention.c); tag prefixes the labels. */
 void lab_attention_exact(lab *L, const char *tag);
+/* Rope and the elementwise ops but softcap (lab_ops.c), MoE routing, the Mamba2 conv / scan / gated norm
+ * and attention sinks (lab_moe_ssm.c), for the exact section. */
+void lab_ops_exact(lab *L);
+void lab_moe_ssm_exact(lab *L);
 
 /* ---- lab_kernels.cu ---- */
 /* Streaming-read bandwidth of `bytes` at p (16-byte loads, a sum written to out), for the roofline. */

@@ -1,10 +1,14 @@
-/* lab_exact.c — the "exact" section of the lab: the exact mode's matmul and matmul_id
- * (QUARREL_CUDA_EXACT=1, src/backend/cuda/exact.cu) against the CPU backend's AVX2 path, bit for bit,
- * for every weight type and every dot-product order the CPU picks (1-3 rows: vec_dot or the repacked
- * GEMV; 4-7: the repacked GEMM's 4-row groups; 8 and more: the tiled K-quant GEMM; 2 and more: sgemm
- * where the traits have it), on weight row counts that are and are not a multiple of the repack
- * rows, with odd block counts and rows of >= 64 blocks; then timings at the mistral-7b and SmolLM2 shapes. A check passes only
- * when every output has the CPU's bits (max_err is reported for the failures' size). */
+/* lab_exact.c — the "exact" section of the lab: the exact mode (QUARREL_CUDA_EXACT=1,
+ * src/backend/cuda/exact.cu) against the CPU backend's AVX2 path, bit for bit (a check passes only when
+ * every output has the CPU's bits; max_err is reported for the failures' size):
+ *   - matmul and matmul_id for every weight type and every dot-product order the CPU picks (1-3 rows:
+ *     vec_dot or the repacked GEMV; 4-7: the repacked GEMM's 4-row groups; 8 and more: the tiled K-quant
+ *     GEMM; 2 and more: sgemm where the traits have it), on weight row counts that are and are not a
+ *     multiple of the repack rows, odd block counts and rows of >= 64 blocks; timings at the mistral-7b
+ *     and SmolLM2 shapes;
+ *   - rmsnorm, attention (lab_attention.c), rope and the elementwise ops (lab_ops.c), routing, the Mamba2
+ *     ops and attention sinks (lab_moe_ssm.c), on the same oracle;
+ *   - rmsnorm and attention again with QUARREL_CUDA_EXACT_SEQSUM=1 (every double sum in the CPU's order). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,8 +154,9 @@ static void ex_rmsnorm(ex_ctx *E, int64_t rows, int64_t dim, bool wide, const ch
     free(xh), free(wh), free(yg), free(yc);
 }
 
-/* The non-matmul exact ops on backend gpu (its stream taking the lab's): rmsnorm and attention. */
-static void ex_ops(ex_ctx *E, const char *tag) {
+/* The non-matmul exact ops on backend gpu (its stream taking the lab's): rmsnorm and attention; with
+ * all, rope, the elementwise ops, routing, the Mamba2 ops and attention sinks too. */
+static void ex_ops(ex_ctx *E, const char *tag, bool all) {
     lab *L = E->L;
     L->gpu = E->gpu;
     L->stream = qr_cuda_backend_stream(E->gpu);
@@ -162,6 +167,10 @@ static void ex_ops(ex_ctx *E, const char *tag) {
             ex_rmsnorm(E, 37, dims[d], wide, tag);
         }
     lab_attention_exact(L, tag);
+    if (all) {
+        lab_ops_exact(L);
+        lab_moe_ssm_exact(L);
+    }
 }
 
 void lab_exact(lab *L) {
@@ -218,12 +227,12 @@ void lab_exact(lab *L) {
         }
         ex_case(&E, QR_TYPE_Q4_0, 4096, 4096, 512, 0, 0, true, " mistral.attn_q");
     }
-    /* 3. rmsnorm and attention, bit for bit, against the AVX2 CPU backend; then again with every double
-     * sum in the CPU's order (the fallback of the parallel sums' check, forced) */
+    /* 3. the other ops, bit for bit, against the AVX2 CPU backend; then rmsnorm and attention again with
+     * every double sum in the CPU's order (the fallback of the parallel sums' check, forced) */
     qr_backend *saved_cpu = L->cpu;
     L->cpu = E.cpu;
     L->exact = true;
-    ex_ops(&E, "");
+    ex_ops(&E, "", true);
     setenv("QUARREL_CUDA_EXACT", "1", 1);
     setenv("QUARREL_CUDA_EXACT_SEQSUM", "1", 1);
     qr_backend *gpu_par = E.gpu;
@@ -234,7 +243,7 @@ void lab_exact(lab *L) {
         printf("exact: gpu backend (sequential sums): %s\n", err);
         exit(2);
     }
-    ex_ops(&E, "seq-sums ");
+    ex_ops(&E, "seq-sums ", false);
     qr_backend_free(E.gpu);
     E.gpu = gpu_par;
     L->exact = false;

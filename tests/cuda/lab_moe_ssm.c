@@ -534,3 +534,9 @@ void lab_moe_ssm(lab *L) {
     if (lab_section(L, "ssm")) check_ssm(L);
     if (lab_section(L, "sinks")) check_sinks(L);
 }
+
+void lab_moe_ssm_exact(lab *L) {
+    check_route(L);
+    check_ssm(L);
+    check_sinks(L);
+}
