@@ -34,13 +34,11 @@ void qr_cpu_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const
 /* Activation formats of the exact matmul (the weight's vec_dot_type). */
 enum { QXA_Q8_0, QXA_Q8_1, QXA_Q8_K, QXA_F16, QXA_BF16, QXA_F32 };
 
-/* The float activation formats: a thread per value. */
+/* f16 / bf16 activations: a thread per value (f32 ones are used as they are). */
 static __global__ void qx_act_kernel(const float *x, int64_t n, int kind, uint8_t *out) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    if (kind == QXA_F16) ((uint16_t *)out)[i] = qx_f2h(x[i]);
-    else if (kind == QXA_BF16) ((uint16_t *)out)[i] = qx_f2bf(x[i]);
-    else ((float *)out)[i] = x[i];
+    ((uint16_t *)out)[i] = kind == QXA_F16 ? qx_f2h(x[i]) : qx_f2bf(x[i]);
 }
 
 /* The quantized activation formats (qx_quant_q8_0 / q8_1 / q8_K, the CPU's) with a warp per block
@@ -284,13 +282,12 @@ static __global__ void __launch_bounds__(QXM_THREADS) qx_mmf_kernel(qxm_args A, 
 static cudaError_t qxm_launch(const qxm_args &A0, cudaStream_t st) {
     qxm_args A = A0;
     const bool fl = A.w.type == QR_TYPE_F32 || A.w.type == QR_TYPE_F16 || A.w.type == QR_TYPE_BF16;
-    int pairs, chunk = 0;
-    if (fl) pairs = QXF_PAIRS, A.pw = QXF_PAIRS;
+    int chunk = 0;
+    if (fl) A.pw = QXF_PAIRS;
     else if (A.n_t >= 8) chunk = 8, A.pw = 4;
     else if (A.n_t == 1 && A.w.k / (qx_is_kquant(A.w.type) ? 256 : 32) >= 64) chunk = 64, A.pw = 4; /* long rows */
     else chunk = A.n_t >= 4 ? 8 : (A.n_t >= 2 ? 16 : 32), A.pw = 8;
-    if (!fl) pairs = QXM_QTHREADS / chunk;
-    const int pt = pairs / A.pw;
+    const int pairs = fl ? QXF_PAIRS : QXM_QTHREADS / chunk, pt = pairs / A.pw;
     const int64_t tiles_y = (A.n_t + pt - 1) / pt;
     const dim3 grid((unsigned)((A.n + A.pw - 1) / A.pw), (unsigned)(tiles_y < 65535 ? tiles_y : 65535));
     if (fl) qx_mmf_kernel<<<grid, QXM_THREADS, 0, st>>>(A, tiles_y);
@@ -723,7 +720,7 @@ static const qr_quant_traits *exact_traits(cuda_backend *cb, const qr_weight *w,
 /* x[n_rows][k] converted to the weight's vec_dot_type as the CPU converts it, into ex->y (rows of
  * *row_bytes); rows below n_x4 with the 4-row Q8_K quantizer. */
 static bool exact_act(cuda_backend *cb, cuda_exact *ex, const qr_quant_traits *tr, const float *x, int64_t n_rows, int64_t k,
-                      int64_t n_x4, size_t *row_bytes_out) {
+                      int64_t n_x4, size_t *row_bytes_out, const uint8_t **act) {
     int kind;
     switch (tr->vec_dot_type) {
     case QR_TYPE_Q8_0: kind = QXA_Q8_0; break;
@@ -738,7 +735,13 @@ static bool exact_act(cuda_backend *cb, cuda_exact *ex, const qr_quant_traits *t
         raise_error(cb, QR_ERR_INVALID_ARG, "matmul (exact): row length is not a multiple of the block size");
         return false;
     }
+    *row_bytes_out = row_bytes;
+    if (kind == QXA_F32) { /* the rows as they are */
+        *act = (const uint8_t *)x;
+        return true;
+    }
     if (!ensure_scratch(cb, &ex->y, &ex->y_cap, row_bytes * (size_t)n_rows, "exact matmul activations")) return false;
+    *act = (const uint8_t *)ex->y;
     const int64_t bs = kind == QXA_Q8_0 || kind == QXA_Q8_1 ? 32 : (kind == QXA_Q8_K ? 256 : 1);
     const int64_t n_act = n_rows * (k / bs);
     if (bs > 1)
@@ -746,7 +749,6 @@ static bool exact_act(cuda_backend *cb, cuda_exact *ex, const qr_quant_traits *t
                                                                                (uint8_t *)ex->y, row_bytes);
     else
         qx_act_kernel<<<blocks_for(n_act, 256), 256, 0, cb->stream>>>(x, n_act, kind, (uint8_t *)ex->y);
-    *row_bytes_out = row_bytes;
     return cuda_ok(cb, cudaGetLastError(), "matmul (exact activations)");
 }
 
@@ -770,12 +772,13 @@ void cuda_exact_matmul(cuda_backend *cb, const qr_weight *w, const cuda_weight *
         ord = QX_SGEMM;
     }
     size_t row_bytes;
-    if (!exact_act(cb, ex, tr, x, n_rows, k, tr->from_float_gemm ? n_x4 : 0, &row_bytes)) return;
+    const uint8_t *act;
+    if (!exact_act(cb, ex, tr, x, n_rows, k, tr->from_float_gemm ? n_x4 : 0, &row_bytes, &act)) return;
     qxm_args A = {};
     A.w = cw->v;
     A.w.n = n;
     A.pd = qr_cuda_plane_desc(w->type);
-    A.y = (const uint8_t *)ex->y, A.row_bytes = row_bytes;
+    A.y = act, A.row_bytes = row_bytes;
     A.n = n, A.n_t = n_rows;
     A.order = ord, A.order_x4 = ord_x4, A.n_x4 = n_x4;
     A.out = y;
@@ -933,11 +936,12 @@ void cuda_exact_matmul_id(cuda_backend *cb, const qr_weight *w, const cuda_weigh
     const int64_t k = cw->v.k, n = w->ne[1], n_slots = n_rows * n_used;
     const int ord = tr->vec_dot_gemm && tr->vec_dot_gemv && tr->repack_rows > 0 && n % tr->repack_rows == 0 ? QX_GEMV : QX_VEC;
     size_t row_bytes;
-    if (!exact_act(cb, ex, tr, x, per_slot ? n_slots : n_rows, k, 0, &row_bytes)) return;
+    const uint8_t *act;
+    if (!exact_act(cb, ex, tr, x, per_slot ? n_slots : n_rows, k, 0, &row_bytes, &act)) return;
     qxm_args A = {};
     A.w = cw->v;
     A.pd = qr_cuda_plane_desc(w->type);
-    A.y = (const uint8_t *)ex->y, A.row_bytes = row_bytes;
+    A.y = act, A.row_bytes = row_bytes;
     A.n = n, A.n_t = n_slots;
     A.order = ord, A.order_x4 = ord;
     A.ids = ids, A.n_used = n_used, A.per_slot = per_slot;
