@@ -12,7 +12,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: quarrel synth --arch ARCH --preset NAME -o OUT.gguf [--type T] [--seed S] [--pure] [-t N]\n"
+            "usage: quarrel synth --arch ARCH --preset NAME -o OUT.gguf [--type T] [--seed S] [--pure] [--layers N] [-t N]\n"
             "       quarrel synth --list\n\n"
             "Writes a model with real shapes, random weights and a synthetic tokenizer that quarrel and\n"
             "llama.cpp both load. The same arguments give a byte-identical file.\n\n"
@@ -23,6 +23,7 @@ static void usage(FILE *f) {
             "                  %s\n"
             "  --pure          no mix rules: every quantizable weight gets the base type\n"
             "  --seed S        weights seed (default 0)\n"
+            "  --layers N      N layers instead of the preset's (the same shapes: quick speed probes)\n"
             "  --pooling P     write {arch}.pooling_type: mean, cls or last (an embedding model)\n"
             "  -t, --threads N worker threads (default: all CPUs; the output does not depend on it)\n"
             "  --list          print the presets and exit\n"
@@ -69,7 +70,7 @@ int cmd_synth(int argc, char **argv) {
             o.pure = true;
         } else if (!strcmp(a, "--arch") || !strcmp(a, "--preset") || !strcmp(a, "-o") || !strcmp(a, "--output") ||
                    !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
-                   !strcmp(a, "--pooling")) {
+                   !strcmp(a, "--pooling") || !strcmp(a, "--layers")) {
             if (!val) {
                 fprintf(stderr, "quarrel synth: %s needs a value\n", a);
                 return 2;
@@ -91,6 +92,13 @@ int cmd_synth(int argc, char **argv) {
                     fprintf(stderr, "quarrel synth: --seed needs a non-negative integer, got '%s'\n", val);
                     return 2;
                 }
+            } else if (!strcmp(a, "--layers")) {
+                uint64_t n;
+                if (!parse_u64(val, &n) || n == 0 || n > 4096) {
+                    fprintf(stderr, "quarrel synth: --layers needs a layer count in 1..4096, got '%s'\n", val);
+                    return 2;
+                }
+                o.n_layer = (int32_t)n;
             } else {
                 uint64_t t;
                 if (!parse_u64(val, &t) || t == 0 || t > 1024) {

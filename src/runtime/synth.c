@@ -349,6 +349,16 @@ qr_status qr_synth_write(const qr_synth_options *o, const char *path, qr_synth_s
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "synth: unknown preset '%s'%s%s%s (known: %s)", o->preset,
                        o->arch ? " for architecture '" : "", o->arch ? o->arch : "", o->arch ? "'" : "", list);
     }
+    qr_synth_preset resized;
+    if (o->n_layer > 0) {
+        if (o->n_layer > 4096) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "synth: --layers %d is over 4096", o->n_layer);
+        if (p->layers && strlen(p->layers) < (size_t)o->n_layer)
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "synth: preset %s has a %zu-layer pattern: --layers %d is over it",
+                           p->name, strlen(p->layers), o->n_layer);
+        resized = *p;
+        resized.n_layer = (uint32_t)o->n_layer;
+        p = &resized;
+    }
     const char *type_name = o->type ? o->type : "F16";
     const qr_ftype_info *ft = qr_ftype_from_name(type_name);
     if (!ft) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "synth: unknown type '%s'; expected one of: %s", type_name,

@@ -107,6 +107,7 @@ typedef struct qr_synth_options {
     bool progress;      /* progress bar on stderr when it is a TTY */
     int32_t pooling_type; /* > 0: write {arch}.pooling_type (1 mean, 2 cls, 3 last: embedding models);
                            * 0: only encoders (bert, nomic-bert) write one, mean */
+    int32_t n_layer;      /* > 0: this many layers instead of the preset's (quick speed probes) */
 } qr_synth_options;
 
 typedef struct qr_synth_stats {

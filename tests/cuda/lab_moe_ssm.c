@@ -492,6 +492,34 @@ static void check_ssm(lab *L) {
     }
 }
 
+/* An Inf input makes the state non-finite: both backends must report "diverged" (the request then fails
+ * cleanly and quarrel_ssm_divergence_total counts it), the GPU in its fast and in its exact mode. */
+static void check_ssm_divergence(lab *L) {
+    const int32_t nh = 4, hp = 32, ng = 1, ns = 32, rows = 3, di = nh * hp, cd = di + 2 * ng * ns;
+    const qr_ssm_params p = {.d_conv = 4, .d_inner = di, .d_state = ns, .n_head = nh, .head_dim = hp, .n_group = ng,
+                             .conv_dim = cd};
+    const int64_t stride = 2 * (int64_t)di + 2 * (int64_t)ng * ns + nh;
+    fbuf zx = fb_new(L, rows * stride, 1.0f), ss = fb_new(L, (int64_t)di * ns, 0.1f);
+    fbuf xbc = fb_new(L, (int64_t)rows * cd, 1.0f), y = fb_new(L, (int64_t)rows * di, 0.0f);
+    xbc.h[(int64_t)cd + 5] = INFINITY; /* row 1, channel 5 */
+    lab_upload(L, xbc.d, xbc.h, (size_t)xbc.n * 4);
+    qr_weight dtb = vec_w(L, nh, 1, -3.0f, 2.0f, "dt_b"), A = vec_w(L, nh, 1, -4.0f, 3.5f, "A");
+    qr_weight D = vec_w(L, nh, 1, 1.0f, 0.2f, "D");
+    int32_t seq[3] = {0, 0, 0};
+    plan(L, seq, rows, 1);
+    char cerr[512] = "", gerr[512] = "";
+    L->cpu->ops->ssm_scan(L->cpu, ss.h, xbc.h, zx.h + di + cd, stride, &dtb, &A, &D, &p, y.h);
+    L->gpu->ops->ssm_scan(L->gpu, ss.d, xbc.d, zx.d + di + cd, stride, &dtb, &A, &D, &p, y.d);
+    const qr_status cs = L->cpu->ops->last_error(L->cpu, cerr, sizeof cerr);
+    const qr_status gs = L->gpu->ops->last_error(L->gpu, gerr, sizeof gerr);
+    const bool pass = cs != QR_OK && gs != QR_OK && strstr(cerr, "diverged") && strstr(gerr, "diverged");
+    if (!pass) printf("ssm divergence: CPU '%s', GPU '%s'\n", cerr, gerr);
+    lab_record(L, "ssm_scan divergence", "Inf input: both backends report diverged", 0.0, 0.0, 0.0, pass, 0.0, 0, 0);
+    fb_free(L, &zx), fb_free(L, &ss), fb_free(L, &xbc), fb_free(L, &y);
+    qr_weight *ws[] = {&dtb, &A, &D};
+    for (int i = 0; i < 3; i++) weight_free(L, ws[i]);
+}
+
 /* ---- attention sinks ---- */
 
 static void check_sinks(lab *L) {
@@ -531,12 +559,16 @@ void lab_moe_ssm(lab *L) {
         check_route(L);
         check_experts(L);
     }
-    if (lab_section(L, "ssm")) check_ssm(L);
+    if (lab_section(L, "ssm")) {
+        check_ssm(L);
+        check_ssm_divergence(L);
+    }
     if (lab_section(L, "sinks")) check_sinks(L);
 }
 
 void lab_moe_ssm_exact(lab *L) {
     check_route(L);
     check_ssm(L);
+    check_ssm_divergence(L);
     check_sinks(L);
 }

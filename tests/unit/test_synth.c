@@ -133,6 +133,18 @@ static void test_llama_readback(void **state) {
     expect_shape(g, "blk.0.ffn_gate.weight", QR_TYPE_F16, d, p->n_ff);
     expect_shape(g, "blk.0.ffn_down.weight", QR_TYPE_F16, p->n_ff, d);
     expect_shape(g, "blk.0.attn_norm.weight", QR_TYPE_F32, d, 1);
+    /* --layers: the same shapes, fewer layers */
+    {
+        qr_synth_options o = {.arch = "llama", .preset = "tiny", .type = "F16", .n_threads = 2, .n_layer = 1};
+        const char *p1 = tmp("llama1.gguf");
+        char err[512];
+        if (qr_synth_write(&o, p1, NULL, err, sizeof err) != QR_OK) fail_msg("synth --layers 1: %s", err);
+        qr_gguf *g1 = open_ok(p1);
+        assert_true(qr_gguf_get_u32(g1, "llama.block_count", &u) && u == 1);
+        assert_int_equal(g1->n_tensors, 3 + 9);
+        expect_shape(g1, "blk.0.ffn_gate.weight", QR_TYPE_F16, d, p->n_ff);
+        qr_gguf_close(g1);
+    }
 
     /* weights: projection std ~ 1/sqrt(fan_in), norms ~ 1, all finite */
     const qr_gguf_tensor *t = tensor(g, "blk.0.ffn_down.weight");
@@ -378,6 +390,11 @@ static void test_bad_arguments(void **state) {
     expect_synth_error((qr_synth_options){.arch = "llama", .preset = "tiny"}, "", QR_ERR_INVALID_ARG, "output");
     expect_synth_error((qr_synth_options){.arch = "llama", .preset = "tiny"}, "/nonexistent-dir/m.gguf", QR_ERR_IO,
                        "/nonexistent-dir");
+    expect_synth_error((qr_synth_options){.arch = "llama", .preset = "tiny", .n_layer = 5000}, path, QR_ERR_INVALID_ARG,
+                       "4096");
+    /* a hybrid preset's layer pattern bounds --layers */
+    expect_synth_error((qr_synth_options){.preset = "granite-4.0-h-tiny", .n_layer = 41}, path, QR_ERR_INVALID_ARG,
+                       "40-layer pattern");
     assert_int_equal(access(path, F_OK), -1);
     /* a unique preset name needs no architecture */
     qr_synth_options o = {.preset = "tiny", .arch = "gemma3", .type = "q8_0"};

@@ -335,13 +335,15 @@ static __global__ void qx_ssm_conv_kernel(const float *x, int64_t x_stride, floa
 /* Thread per (head, channel): the recurrent scan over the rows in order; dtv / dAv = the CPU's softplus(dt +
  * bias) and expf(dt A) per [row][head] (libm, computed on the host). */
 static __global__ void qx_ssm_scan_kernel(float *state, const float *xbc, const float *dtv, const float *dAv,
-                                          const float *D, qr_ssm_params p, const int32_t *seq, int32_t n_tok, float *y) {
+                                          const float *D, qr_ssm_params p, const int32_t *seq, int32_t n_tok, float *y,
+                                          int *diverged) {
     const int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= (int64_t)p.n_head * p.head_dim) return;
     const int32_t h = (int32_t)(g / p.head_dim), i = (int32_t)(g % p.head_dim), N = p.d_state;
     const int32_t grp = h / (p.n_head / p.n_group), np = N & ~31;
     const int64_t slot_sz = (int64_t)p.n_head * p.head_dim * N;
     const float Dh = D ? D[h] : 0.0f;
+    bool bad = false; /* a NaN/Inf state value: raises the backend's divergence flag, as the fast scan does */
     for (int32_t r = 0; r < n_tok; r++) {
         const float *row = xbc + (int64_t)r * p.conv_dim;
         const float *x = row + (int64_t)h * p.head_dim, *B = row + p.d_inner + (int64_t)grp * N,
@@ -355,6 +357,7 @@ static __global__ void qx_ssm_scan_kernel(float *state, const float *xbc, const 
             for (int l = 0; l < 32; l++) {
                 const float v = s[n0 + l] * dA + B[n0 + l] * xdt;
                 s[n0 + l] = v;
+                bad |= !isfinite(v);
                 lane[l] = fmaf(v, Cm[n0 + l], lane[l]);
             }
         float sum = 0.0f;
@@ -367,10 +370,12 @@ static __global__ void qx_ssm_scan_kernel(float *state, const float *xbc, const 
         for (int32_t n = np; n < N; n++) {
             const float v = s[n] * dA + B[n] * xdt;
             s[n] = v;
+            bad |= !isfinite(v);
             sum = fmaf(v, Cm[n], sum);
         }
         y[(int64_t)r * p.d_inner + (int64_t)h * p.head_dim + i] = sum + x[i] * Dh;
     }
+    if (bad && diverged) *diverged = 1;
 }
 
 /* Thread per (row, group): t = silu(z) y, then the CPU's rmsnorm of the group (t recomputed, same bits). */
@@ -1025,7 +1030,7 @@ void cuda_exact_ssm_scan(cuda_backend *cb, float *state, const float *xbc, const
     if (!cuda_ok(cb, e, "ssm_scan (exact, host dt)")) return;
     const float *dtv = (const float *)ex->y;
     qx_ssm_scan_kernel<<<blocks_for((int64_t)p->n_head * p->head_dim, 64), 64, 0, cb->stream>>>(
-        state, xbc, dtv, dtv + n, D, *p, cb->d_seq, cb->n_tokens, y);
+        state, xbc, dtv, dtv + n, D, *p, cb->d_seq, cb->n_tokens, y, cb->diverged_d);
     cuda_ok(cb, cudaGetLastError(), "ssm_scan (exact)");
 }
 
