@@ -210,6 +210,7 @@ static const attn_cfg small_cfgs[] = {
     {"odd 6/2x33 b5 win9", 6, 2, 33, 33, 5, 9, 0.0f, QR_TYPE_F16},
     {"wide 8/1x512 b16", 8, 1, 512, 512, 16, 0, 0.0f, QR_TYPE_F16},
     {"mistral 32/8x128 b16", 32, 8, 128, 128, 16, 0, 0.0f, QR_TYPE_F16},
+    {"tinyllama 32/4x64 b16", 32, 4, 64, 64, 16, 0, 0.0f, QR_TYPE_F16},
     {"qwen 28/4x128 b16 cap30", 28, 4, 128, 128, 16, 0, 30.0f, QR_TYPE_F16},
 };
 #define N_SMALL_CFGS (sizeof small_cfgs / sizeof small_cfgs[0])
