@@ -47,6 +47,15 @@ static uint64_t mem_available(void) {
     return kb * 1024ull;
 }
 
+/* The host logits: memory the backend reads into fastest (page-locked for CUDA). */
+static float *logits_alloc(qr_backend *be, size_t bytes) {
+    return be && be->ops->host_alloc ? (float *)be->ops->host_alloc(be, bytes) : (float *)malloc(bytes);
+}
+static void logits_free(qr_backend *be, float *p) {
+    if (p && be && be->ops->host_free) be->ops->host_free(be, p);
+    else free(p);
+}
+
 static void free_buffers(qr_context *c) {
     qr_backend *be = c->be;
     float *bufs[] = {c->f.x, c->f.xb, c->f.xb2, c->f.q, c->f.k, c->f.v, c->f.att, c->f.ff_g, c->f.ff_u, c->f.xo, c->f.logits};
@@ -64,7 +73,7 @@ void qr_context_free(qr_context *c) {
         if (c->kvs) c->be->ops->kv_free(c->be, c->kvs);
     }
     qr_kv_cache_free(c->kvc);
-    free(c->logits);
+    logits_free(c->be, c->logits);
     free(c->row_out);
     free(c->next_pos);
     free(c->p_tok), free(c->p_pos), free(c->p_seq), free(c->p_slot), free(c->p_out);
@@ -224,8 +233,11 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
         if (cow.src >= 0) be->ops->kv_copy_block(be, c->kvs, cow.src, cow.dst);
     }
     /* host outputs */
-    if ((size_t)n_out > c->logits_cap) {
-        float *nl = realloc(c->logits, (size_t)n_out * hp->n_vocab * sizeof(float));
+    if ((size_t)n_out > c->logits_cap) { /* the old rows are not kept: this pass rewrites them */
+        logits_free(be, c->logits);
+        c->logits = NULL;
+        c->logits_cap = 0;
+        float *nl = logits_alloc(be, (size_t)n_out * hp->n_vocab * sizeof(float));
         if (!nl) return qr_errf(err, err_len, QR_ERR_NOMEM, "decode: cannot allocate logits for %d rows", n_out);
         c->logits = nl;
         c->logits_cap = (size_t)n_out;

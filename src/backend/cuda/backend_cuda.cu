@@ -1,6 +1,7 @@
 /* backend_cuda.cu — the CUDA backend object (host code): device memory, weight upload and repack,
- * paged KV storage, the batch plan, the dense ops, decode graphs and the op table (the MoE and Mamba2
- * ops are in backend_cuda_hybrid.cu; the shared struct and helpers in cuda_backend.h). Each op checks its arguments against the host
+ * paged KV storage, the batch plan, the dense ops and the op table (the MoE and Mamba2 ops are in
+ * backend_cuda_hybrid.cu, decode graphs in backend_cuda_graph.cu; the shared struct and helpers in
+ * cuda_backend.h). Each op checks its arguments against the host
  * copy of the batch plan (as the CPU backend does), then launches the kernels of the op's .cu file
  * on the backend's single stream. Ops never synchronise the host; scratch buffers are sized by
  * weight_prepare (dequant tile, widest row) and set_batch (activations of n_tokens rows), so a
@@ -164,6 +165,24 @@ static void cuda_read(qr_backend *be, void *dst, const void *src, size_t bytes) 
     if (!bytes) return;
     if (cuda_ok(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cb->stream), "read"))
         cuda_ok(cb, cudaStreamSynchronize(cb->stream), "read");
+}
+
+static void *cuda_host_alloc(qr_backend *be, size_t bytes) {
+    if (!CB(be)->tune.pinned_host) return malloc(bytes ? bytes : 1);
+    cudaSetDevice(CB(be)->device);
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_host_free(qr_backend *be, void *p) {
+    if (!p) return;
+    if (!CB(be)->tune.pinned_host) return free(p);
+    cudaStreamSynchronize(CB(be)->stream); /* no copy into it may still be in flight */
+    cudaFreeHost(p);
 }
 
 static void cuda_synchronize(qr_backend *be) {
@@ -1203,127 +1222,6 @@ static void cuda_add_row(qr_backend *be, const float *x, const qr_weight *table,
     cuda_ok(cb, qr_cuda_add_row(x, &cw->v, row, cb->d_pos, n_rows, out, cb->stream), "add_row");
 }
 
-/* ---- decode graphs: run_graph / graph_release ---- */
-
-#define MAX_GRAPHS 32
-
-static void graph_drop(cuda_graph_rec *g) {
-    if (g->exec) cudaGraphExecDestroy(g->exec);
-    memset(g, 0, sizeof *g);
-}
-
-static void cuda_graph_release(qr_backend *be, const void *owner) {
-    cuda_backend *cb = CB(be);
-    int j = 0;
-    for (int i = 0; i < cb->n_graphs; i++) {
-        if (cb->graphs[i].owner == owner) graph_drop(&cb->graphs[i]);
-        else cb->graphs[j++] = cb->graphs[i];
-    }
-    cb->n_graphs = j;
-}
-
-/* Abandons a failed capture: graphs stay off from now on (graph_note says why); the errors the
- * capture raised are cleared, since the caller reruns the pass without a graph. */
-static void capture_failed(cuda_backend *cb, const char *stage, cudaError_t e) {
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(cb->stream, &cs) == cudaSuccess && cs != cudaStreamCaptureStatusNone) {
-        cudaGraph_t g = NULL;
-        cudaStreamEndCapture(cb->stream, &g);
-        if (g) cudaGraphDestroy(g);
-    }
-    (void)cudaGetLastError();
-    cb->capturing = false;
-    char note[sizeof cb->graph_note + sizeof cb->error_msg + 96];
-    snprintf(note, sizeof note, "CUDA graph %s failed (%s%s%s); running ops one by one", stage,
-             e != cudaSuccess ? cudaGetErrorString(e) : "", e != cudaSuccess && cb->error != QR_OK ? "; " : "",
-             cb->error != QR_OK ? cb->error_msg : "");
-    memcpy(cb->graph_note, note, sizeof cb->graph_note - 1);
-    cb->graph_note[sizeof cb->graph_note - 1] = 0;
-    cb->error = QR_OK;
-    cb->error_msg[0] = 0;
-    cb->graphs_off = true;
-}
-
-static qr_status cuda_run_graph(qr_backend *be, const void *owner, uint64_t key, void (*fn)(void *), void *arg,
-                                char *err, size_t err_len) {
-    cuda_backend *cb = CB(be);
-    if (cb->graphs_off || cb->error != QR_OK) {
-        fn(arg);
-        return QR_OK;
-    }
-    cuda_graph_rec *g = NULL;
-    for (int i = 0; i < cb->n_graphs && !g; i++)
-        if (cb->graphs[i].owner == owner && cb->graphs[i].key == key) g = &cb->graphs[i];
-    if (!g) {
-        if (!cb->graphs) cb->graphs = (cuda_graph_rec *)calloc(MAX_GRAPHS, sizeof(cuda_graph_rec));
-        if (!cb->graphs) {
-            fn(arg);
-            return QR_OK;
-        }
-        if (cb->n_graphs == MAX_GRAPHS) { /* evict the oldest */
-            graph_drop(&cb->graphs[0]);
-            memmove(cb->graphs, cb->graphs + 1, (MAX_GRAPHS - 1) * sizeof(cuda_graph_rec));
-            cb->n_graphs--;
-        }
-        g = &cb->graphs[cb->n_graphs++];
-        memset(g, 0, sizeof *g);
-        g->owner = owner;
-        g->key = key;
-    }
-    cudaSetDevice(cb->device);
-    cb->graph_mode = true;
-    if (g->exec && g->gen != cb->scratch_gen) { /* a buffer it uses moved: warm up and capture again */
-        cudaGraphExecDestroy(g->exec);
-        g->exec = NULL;
-        g->runs = 0;
-    }
-    cudaError_t e = cudaSuccess;
-    if (!g->exec && g->runs == 0) { /* warm-up: sizes every scratch buffer for this shape */
-        fn(arg);
-        g->runs = 1;
-        cb->graph_mode = false;
-        return QR_OK;
-    }
-    if (!g->exec) { /* capture */
-        const uint64_t gen = cb->scratch_gen;
-        cudaGraph_t graph = NULL;
-        e = cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal);
-        if (e == cudaSuccess) {
-            cb->capturing = true;
-            fn(arg);
-            cb->capturing = false;
-            e = cudaStreamEndCapture(cb->stream, &graph);
-        }
-        if (e != cudaSuccess || cb->error != QR_OK || gen != cb->scratch_gen || !graph) {
-            if (graph) cudaGraphDestroy(graph);
-            capture_failed(cb, "capture", e);
-            fn(arg);
-            cb->graph_mode = false;
-            return QR_OK;
-        }
-        e = cudaGraphInstantiate(&g->exec, graph, 0);
-        cudaGraphDestroy(graph);
-        if (e != cudaSuccess) {
-            g->exec = NULL;
-            capture_failed(cb, "instantiation", e);
-            fn(arg);
-            cb->graph_mode = false;
-            return QR_OK;
-        }
-        g->gen = gen;
-        cb->n_captured++;
-    } else {
-        cb->n_replayed++;
-    }
-    cb->graph_mode = false;
-    e = cudaGraphLaunch(g->exec, cb->stream);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return qr_errf(err, err_len, QR_ERR_INTERNAL, "cuda backend: graph launch: %s", cudaGetErrorString(e));
-    }
-    return QR_OK;
-}
-
 /* The op table, filled by name: ops added to qr_backend_ops later stay NULL (not implemented on CUDA)
  * until this backend gets them. */
 static qr_backend_ops make_cuda_ops(void) {
@@ -1334,6 +1232,8 @@ static qr_backend_ops make_cuda_ops(void) {
     o.free = cuda_free_mem;
     o.write = cuda_write;
     o.read = cuda_read;
+    o.host_alloc = cuda_host_alloc;
+    o.host_free = cuda_host_free;
     o.synchronize = cuda_synchronize;
     o.weight_prepare = cuda_weight_prepare;
     o.weight_release = cuda_weight_release;

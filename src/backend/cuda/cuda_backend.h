@@ -160,6 +160,10 @@ void cuda_matmul_id(qr_backend *be, const qr_weight *w, const qr_weight *bias, c
 void cuda_matmul_act(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, qr_glu_kind act, float *out,
                      float *scratch);
 void cuda_glu(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out);
+/* backend_cuda_graph.cu */
+void cuda_graph_release(qr_backend *be, const void *owner);
+qr_status cuda_run_graph(qr_backend *be, const void *owner, uint64_t key, void (*fn)(void *), void *arg, char *err,
+                         size_t err_len);
 void cuda_moe_gate_up(qr_backend *be, const qr_weight *gate, const qr_weight *gate_b, const qr_weight *up,
                       const qr_weight *up_b, const float *x, const int32_t *ids, int64_t n_rows, int32_t n_used,
                       qr_glu_kind act, float *h);

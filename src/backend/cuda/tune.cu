@@ -42,6 +42,7 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->attn_kernel = env_is("QUARREL_CUDA_ATTN", "old") ? 1 : env_is("QUARREL_CUDA_ATTN", "decode") ? 2 : 0;
     t->attn_decode_max_rows = 8;
     t->attn_cluster = !env_is("QUARREL_CUDA_ATTN", "nocluster");
+    t->pinned_host = !env_is("QUARREL_CUDA_PINNED", "0");
     t->attn_cl_keys = env_int("QUARREL_CUDA_ATTN_CL_KEYS", 1, 2048, 64);
     t->attn_ctas_per_sm = env_int("QUARREL_CUDA_ATTN_CTAS_PER_SM", 1, 64, 4);
 }
