@@ -22,6 +22,7 @@ struct qr_context {
     int32_t dev_out_cap;  /* rows f.xo / f.logits hold */
     /* host side */
     float *logits;        /* [n_out][n_vocab] logits of the last batch */
+    bool logits_backend;  /* logits came from the backend's host_alloc (else malloc) */
     size_t logits_cap;    /* rows logits holds */
     int32_t *row_out;     /* [rows of the last batch] output index of each row, -1 = none */
     int32_t row_out_cap;
@@ -47,13 +48,25 @@ static uint64_t mem_available(void) {
     return kb * 1024ull;
 }
 
-/* The host logits: memory the backend reads into fastest (page-locked for CUDA). */
-static float *logits_alloc(qr_backend *be, size_t bytes) {
-    return be && be->ops->host_alloc ? (float *)be->ops->host_alloc(be, bytes) : (float *)malloc(bytes);
+/* The host logits: memory the backend reads into fastest (page-locked for CUDA) up to 64 MiB (a decode
+ * step's rows; all-row logits of a long pass over a big vocabulary stay pageable rather than pin the host),
+ * and malloc'd memory when that is bigger or the backend has none to give. */
+#define LOGITS_BACKEND_MAX ((size_t)64 << 20)
+static void logits_alloc(qr_context *c, size_t bytes) {
+    qr_backend *be = c->be;
+    c->logits = NULL;
+    c->logits_backend = false;
+    if (be && be->ops->host_alloc && be->ops->host_free && bytes <= LOGITS_BACKEND_MAX) {
+        c->logits = (float *)be->ops->host_alloc(be, bytes);
+        c->logits_backend = c->logits != NULL;
+    }
+    if (!c->logits) c->logits = (float *)malloc(bytes);
 }
-static void logits_free(qr_backend *be, float *p) {
-    if (p && be && be->ops->host_free) be->ops->host_free(be, p);
-    else free(p);
+static void logits_free(qr_context *c) {
+    if (c->logits && c->logits_backend) c->be->ops->host_free(c->be, c->logits);
+    else free(c->logits);
+    c->logits = NULL;
+    c->logits_backend = false;
 }
 
 static void free_buffers(qr_context *c) {
@@ -73,7 +86,7 @@ void qr_context_free(qr_context *c) {
         if (c->kvs) c->be->ops->kv_free(c->be, c->kvs);
     }
     qr_kv_cache_free(c->kvc);
-    logits_free(c->be, c->logits);
+    logits_free(c);
     free(c->row_out);
     free(c->next_pos);
     free(c->p_tok), free(c->p_pos), free(c->p_seq), free(c->p_slot), free(c->p_out);
@@ -234,12 +247,10 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
     }
     /* host outputs */
     if ((size_t)n_out > c->logits_cap) { /* the old rows are not kept: this pass rewrites them */
-        logits_free(be, c->logits);
-        c->logits = NULL;
+        logits_free(c);
         c->logits_cap = 0;
-        float *nl = logits_alloc(be, (size_t)n_out * hp->n_vocab * sizeof(float));
-        if (!nl) return qr_errf(err, err_len, QR_ERR_NOMEM, "decode: cannot allocate logits for %d rows", n_out);
-        c->logits = nl;
+        logits_alloc(c, (size_t)n_out * hp->n_vocab * sizeof(float));
+        if (!c->logits) return qr_errf(err, err_len, QR_ERR_NOMEM, "decode: cannot allocate logits for %d rows", n_out);
         c->logits_cap = (size_t)n_out;
     }
     if (n > c->row_out_cap) {
