@@ -398,6 +398,51 @@ static void expect_load_error(const tiny_spec *s, qr_status want, const char *ne
     assert_null(m);
 }
 
+/* The context's logits come from the backend's host_alloc when it has one (CUDA: page-locked memory), go
+ * back through its host_free, and fall back to malloc when it gives none: a CPU backend with a counting
+ * allocator stands in for the GPU. */
+static int g_host_allocs, g_host_frees, g_host_fail;
+static void *count_host_alloc(qr_backend *be, size_t bytes) {
+    (void)be;
+    if (g_host_fail) return NULL;
+    g_host_allocs++;
+    return malloc(bytes);
+}
+static void count_host_free(qr_backend *be, void *p) {
+    (void)be;
+    g_host_frees++;
+    free(p);
+}
+
+static void test_logits_host_alloc(void **state) {
+    (void)state;
+    for (int fail = 0; fail < 2; fail++) {
+        loaded A;
+        load(&llama_spec, 512, 1, &A);
+        const qr_backend_ops *saved = A.m->be->ops;
+        qr_backend_ops ops = *saved;
+        ops.host_alloc = count_host_alloc;
+        ops.host_free = count_host_free;
+        A.m->be->ops = &ops;
+        g_host_allocs = g_host_frees = 0;
+        g_host_fail = fail;
+        const int V = qr_model_n_vocab(A.m);
+        float *l1 = malloc(sizeof(float) * V), *l3 = malloc(sizeof(float) * 3 * V);
+        decode_all(A.c, toks, 1, 0, l1, V);     /* one row of logits */
+        decode_all(A.c, toks + 1, 3, 0, l3, V); /* three: the buffer grows (the first goes back) */
+        assert_int_equal(g_host_allocs, fail ? 0 : 2);
+        assert_int_equal(g_host_frees, fail ? 0 : 1);
+        for (int i = 0; i < 3 * V; i++) assert_true(isfinite(l3[i]));
+        qr_context_free(A.c);
+        A.c = NULL;
+        assert_int_equal(g_host_frees, fail ? 0 : 2); /* every host_alloc buffer went back through host_free */
+        A.m->be->ops = saved;
+        free(l1), free(l3);
+        qr_model_free(A.m);
+        unlink(A.path);
+    }
+}
+
 static void test_bad_files(void **state) {
     (void)state;
     tiny_spec s = llama_spec;
@@ -436,6 +481,7 @@ int main(void) {
         cmocka_unit_test(test_two_sequences),         cmocka_unit_test(test_seq_rm_redecode),
         cmocka_unit_test(test_gemma3_window),         cmocka_unit_test(test_info),
         cmocka_unit_test(test_bad_batches),           cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_logits_host_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
