@@ -167,7 +167,8 @@ typedef struct qr_backend_ops {
     void (*write)(qr_backend *be, void *dst, const void *src_host, size_t bytes);
     void (*read)(qr_backend *be, void *dst_host, const void *src, size_t bytes);
     /* Host memory that read fills fastest (CUDA: page-locked, 128 KB of logits in ~10 us instead of ~29),
-     * and its release; NULL: malloc / free. */
+     * or NULL when it has none to give (the caller then uses malloc / free); host_free releases only what
+     * host_alloc gave. Both NULL: malloc / free. */
     void *(*host_alloc)(qr_backend *be, size_t bytes);
     void (*host_free)(qr_backend *be, void *ptr);
     /* Waits until every issued op has finished. */

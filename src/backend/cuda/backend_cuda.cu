@@ -167,8 +167,10 @@ static void cuda_read(qr_backend *be, void *dst, const void *src, size_t bytes) 
         cuda_ok(cb, cudaStreamSynchronize(cb->stream), "read");
 }
 
+/* Page-locked host memory, or NULL (QUARREL_CUDA_PINNED=0, or page-locking failed): the caller then uses
+ * malloc and frees it itself. */
 static void *cuda_host_alloc(qr_backend *be, size_t bytes) {
-    if (!CB(be)->tune.pinned_host) return malloc(bytes ? bytes : 1);
+    if (!CB(be)->tune.pinned_host) return NULL;
     cudaSetDevice(CB(be)->device);
     void *p = NULL;
     if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
@@ -180,7 +182,6 @@ static void *cuda_host_alloc(qr_backend *be, size_t bytes) {
 
 static void cuda_host_free(qr_backend *be, void *p) {
     if (!p) return;
-    if (!CB(be)->tune.pinned_host) return free(p);
     cudaStreamSynchronize(CB(be)->stream); /* no copy into it may still be in flight */
     cudaFreeHost(p);
 }

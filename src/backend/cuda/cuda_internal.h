@@ -24,8 +24,8 @@ typedef struct qr_cuda_tune {
                               * 1: the two-pass kernel only (also QUARREL_CUDA_ATTN=old); 2: flash-decoding for
                               * passes of <= attn_decode_max_rows rows only (QUARREL_CUDA_ATTN=decode) */
     int32_t attn_decode_max_rows; /* default 8 */
-    int32_t pinned_host;     /* 1: host_alloc gives page-locked memory (the context's logits); 0: malloc
-                              * (QUARREL_CUDA_PINNED=0). Read at backend creation: do not change it later */
+    int32_t pinned_host;     /* 1: host_alloc gives page-locked memory (the context's logits); 0: it gives
+                              * none, so the context uses malloc (QUARREL_CUDA_PINNED=0) */
     long long *attn_dbg;     /* lab: device buffer of 32 clocks, see cuda_attn_args.dbg */
     int32_t attn_ctas_per_sm; /* the split kernels' target CTAs per SM (default 4; QUARREL_CUDA_ATTN_CTAS_PER_SM) */
     int32_t attn_cl_keys;     /* the cluster kernel's keys per CTA target (default 64; QUARREL_CUDA_ATTN_CL_KEYS) */
