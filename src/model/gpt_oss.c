@@ -41,10 +41,6 @@ void qr_block_attention_x(const qr_model *m, qr_fwd *f, int il, bool rope, float
 
 /* The first weight that multiplies the MoE block's normed input (the fused norm's hint): the experts'
  * (the router is F32 and reads the f32 rows). */
-static const qr_weight *moe_in(const qr_layer_x *lx) {
-    return lx->gate_exps.host ? &lx->gate_exps : &lx->up_exps;
-}
-
 void qr_gpt_oss_forward(const qr_model *m, qr_fwd *f) {
     const qr_hparams *hp = &m->hp;
     qr_backend *be = f->be;
@@ -66,7 +62,7 @@ void qr_gpt_oss_forward(const qr_model *m, qr_fwd *f) {
             if (n == 0) break;
         }
         qr_fused_add_rmsnorm(be, f->x, f->xb2, 1.0f, &l->attn_post_norm, n, hp->n_embd, hp->norm_eps, f->xb,
-                             moe_in(&m->ext->layers[il]));
+                             qr_ffn_in(m, il));
         qr_block_moe(m, f, il);
         pending = true;
     }

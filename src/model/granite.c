@@ -9,11 +9,6 @@
 static const qr_weight *mixer_in(const qr_model *m, int il) {
     return m->ext->layers[il].kind == QR_LAYER_SSM ? &m->ext->layers[il].ssm_in : &m->layers[il].attn_q;
 }
-static const qr_weight *ffn_in(const qr_model *m, int il) {
-    const qr_layer_x *lx = &m->ext->layers[il];
-    if (!lx->gate_inp.host) return &m->layers[il].ffn_gate;
-    return lx->up_shexp.host ? (lx->gate_shexp.host ? &lx->gate_shexp : &lx->up_shexp) : &lx->gate_inp;
-}
 
 /* Each sub-block's output (xb2) is scaled by residual_scale and added to x inside the next norm
  * (scale, add, rmsnorm and the next matmul's activation quantization in one op where the backend
@@ -40,7 +35,7 @@ static void granite_forward(const qr_model *m, qr_fwd *f) {
             n = f->n_rows;
             if (n == 0) break;
         }
-        qr_fused_add_rmsnorm(be, f->x, f->xb2, rs, &l->ffn_norm, n, hp->n_embd, hp->norm_eps, f->xb, ffn_in(m, il));
+        qr_fused_add_rmsnorm(be, f->x, f->xb2, rs, &l->ffn_norm, n, hp->n_embd, hp->norm_eps, f->xb, qr_ffn_in(m, il));
         if (m->ext->layers[il].gate_inp.host) qr_block_moe(m, f, il);
         else qr_block_ffn(m, f, il, false);
         pending = true;

@@ -117,6 +117,10 @@ void qr_fwd_x_free(qr_backend *be, struct qr_fwd_x *x);
 
 /* ---- blocks ---- */
 
+/* The first weight that multiplies layer il's FFN input (the `next` hint of the norm before it): the shared
+ * expert's gate (or up) where there is one, else the routed experts' gate (or up); ffn_gate for a dense FFN.
+ * (The router, F32, reads the f32 input; the expert mat-vec then reuses the norm's quantized activations.) */
+const qr_weight *qr_ffn_in(const qr_model *m, int il);
 /* MoE FFN of layer il on the f->n_rows rows of f->xb, result in f->xb2 (+ the shared expert). */
 void qr_block_moe(const qr_model *m, qr_fwd *f, int il);
 /* Dense FFN of layer il for the relu^2 archs (nemotron, nemotron_h: up/down with optional biases, no gate). */

@@ -1,5 +1,6 @@
 /* llama.c — forward pass of the llama family (Llama 2/3, Mistral, TinyLlama, SmolLM2):
  * pre-norm blocks, RMSNorm, GQA attention with normal (adjacent-pair) rope, SwiGLU FFN. */
+#include "model/hybrid.h"
 #include "model/model.h"
 
 void qr_llama_forward(const qr_model *m, qr_fwd *f) {
@@ -25,7 +26,7 @@ void qr_llama_forward(const qr_model *m, qr_fwd *f) {
             if (n == 0) break;
         }
         /* x += ffn(rmsnorm(x)) */
-        qr_fused_add_rmsnorm(be, f->x, f->xb2, 1.0f, &l->ffn_norm, n, hp->n_embd, hp->norm_eps, f->xb, &l->ffn_gate);
+        qr_fused_add_rmsnorm(be, f->x, f->xb2, 1.0f, &l->ffn_norm, n, hp->n_embd, hp->norm_eps, f->xb, qr_ffn_in(m, il));
         qr_block_ffn(m, f, il, false);
         pending = true;
     }

@@ -25,6 +25,13 @@ static void count_selection(const qr_model *m, qr_fwd *f, int il, int64_t n) {
         if (ids[i] >= 0 && ids[i] < h->n_expert) c[ids[i]]++;
 }
 
+const qr_weight *qr_ffn_in(const qr_model *m, int il) {
+    const qr_layer_x *lx = m->ext ? &m->ext->layers[il] : NULL;
+    if (!lx || !lx->gate_inp.host) return &m->layers[il].ffn_gate;
+    if (lx->up_shexp.host) return lx->gate_shexp.host ? &lx->gate_shexp : &lx->up_shexp;
+    return lx->gate_exps.host ? &lx->gate_exps : &lx->up_exps;
+}
+
 void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
     const qr_hparams_x *h = &m->ext->hp;
     const qr_layer_x *lx = &m->ext->layers[il];

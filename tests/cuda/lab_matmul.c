@@ -183,7 +183,89 @@ static const shape tiny[] = {{2048, 2048, " tinyllama.attn_q"}, {256, 2048, " ti
                              {5632, 2048, " tinyllama.ffn_up"}, {2048, 5632, " tinyllama.ffn_down"},
                              {32000, 2048, " tinyllama.output"}};
 
+/* q/k/v through matmul_multi (one launch where the types allow: one type, or a pair such as q in Q4_0 with
+ * k / v in Q8_0) against three CPU matmuls; timed with the pair in one launch and with a launch per type. */
+typedef struct mm3_run {
+    lab *L;
+    const qr_weight *const *w;
+    const float *x;
+    int64_t nr;
+    float *const *y;
+} mm3_run;
+
+static void run_multi(void *p) {
+    mm3_run *r = p;
+    r->L->gpu->ops->matmul_multi(r->L->gpu, 3, r->w, NULL, r->x, r->nr, r->y);
+}
+
+static void multi_case(lab *L, qr_type tq, qr_type tkv, int64_t nq, int64_t nkv, int64_t k, int nr, bool pair) {
+    const int64_t n[3] = {nq, nkv, nkv};
+    const qr_type t[3] = {tq, tkv, tkv};
+    qr_weight w[3];
+    const qr_weight *wp[3];
+    float *yd[3], *yh = malloc((size_t)(nr * (nq + 2 * nkv)) * 4), *yc = malloc((size_t)(nr * (nq + 2 * nkv)) * 4);
+    float *xh = malloc((size_t)(nr * k) * 4);
+    lab_fill(L, xh, nr * k, 1.0f);
+    for (int i = 0; i < 3; i++) {
+        const size_t rb = qr_type_row_size(t[i], k);
+        void *buf = malloc(rb * (size_t)n[i]);
+        lab_gen_weight(L, t[i], n[i], k, buf);
+        w[i] = (qr_weight){.name = "lab.qkv", .type = t[i], .ne = {k, n[i], 1, 1}, .row_bytes = rb, .host = buf};
+        char err[256];
+        if (L->gpu->ops->weight_prepare(L->gpu, &w[i], err, sizeof err) != QR_OK) {
+            printf("weight_prepare: %s\n", err);
+            exit(2);
+        }
+        wp[i] = &w[i];
+        yd[i] = lab_gpu_alloc(L, (size_t)(nr * n[i]) * 4);
+    }
+    float *xd = lab_gpu_alloc(L, (size_t)(nr * k) * 4);
+    lab_upload(L, xd, xh, (size_t)(nr * k) * 4);
+    qr_cuda_tune *tune = qr_cuda_backend_tune(L->gpu);
+    const qr_cuda_tune saved = *tune;
+    tune->multi_pair = pair;
+    L->gpu->ops->matmul_multi(L->gpu, 3, wp, NULL, xd, nr, yd);
+    lab_check_errors(L, "matmul_multi");
+    int64_t o = 0;
+    for (int i = 0; i < 3; i++) {
+        L->cpu->ops->matmul(L->cpu, &w[i], xh, nr, yc + o);
+        lab_download(L, yh + o, yd[i], (size_t)(nr * n[i]) * 4);
+        o += nr * n[i];
+    }
+    double mx, rel;
+    const bool pass = lab_compare(yh, yc, o, 1e-4, &mx, &rel);
+    mm3_run r = {.L = L, .w = wp, .x = xd, .nr = nr, .y = yd};
+    const double us = lab_time(L, run_multi, &r, true);
+    double bytes = 0;
+    for (int i = 0; i < 3; i++) bytes += (double)w[i].row_bytes * (double)n[i];
+    char cfg[96];
+    snprintf(cfg, sizeof cfg, "%s q %lld + %s k/v %lld x%lld r%d%s", qr_type_name(tq), (long long)nq, qr_type_name(tkv),
+             (long long)nkv, (long long)k, nr, tq == tkv ? "" : pair ? " one launch" : " per type");
+    lab_record(L, "matmul_multi", cfg, mx, rel, 1e-4, pass, us, bytes, 0);
+    *tune = saved;
+    for (int i = 0; i < 3; i++) {
+        lab_gpu_free(L, yd[i]);
+        L->gpu->ops->weight_release(L->gpu, &w[i]);
+        free((void *)w[i].host);
+    }
+    lab_gpu_free(L, xd);
+    free(xh), free(yh), free(yc);
+}
+
+static void check_multi(lab *L) {
+    /* mixtral (q Q4_0, k / v Q8_0), a Q4_K_M layer with a Q6_K v, one type, and 3 rows */
+    const struct { qr_type q, kv; int64_t nq, nkv, k; int nr; } c[] = {
+        {QR_TYPE_Q4_0, QR_TYPE_Q8_0, 4096, 1024, 4096, 1}, {QR_TYPE_Q4_K, QR_TYPE_Q6_K, 4096, 1024, 4096, 1},
+        {QR_TYPE_Q5_K, QR_TYPE_Q6_K, 2048, 256, 2048, 1},  {QR_TYPE_Q4_0, QR_TYPE_Q4_0, 4096, 1024, 4096, 1},
+        {QR_TYPE_Q4_0, QR_TYPE_Q8_0, 2048, 256, 2048, 3},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
+        for (int pair = 1; pair >= (c[i].q == c[i].kv ? 1 : 0); pair--)
+            multi_case(L, c[i].q, c[i].kv, c[i].nq, c[i].nkv, c[i].k, c[i].nr, pair);
+}
+
 void lab_matmul(lab *L) {
+    check_multi(L);
     /* 1. correctness of every type, every row count 1..8 (one launch each), every warps-per-row */
     for (int ti = 0; ti < N_TYPES; ti++) {
         for (int nr = 1; nr <= 8; nr++) {

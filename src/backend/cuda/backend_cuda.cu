@@ -752,9 +752,14 @@ static void cuda_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *cons
         return;
     }
     const int64_t k = cw[0]->v.k;
-    for (int32_t i0 = 0; i0 < n_w;) { /* groups of consecutive weights of one type */
+    /* two runs of types that share one launch (q Q4_0 with k / v Q8_0; Q4_K / Q5_K with a Q6_K v): one group */
+    int32_t na = 1;
+    while (na < n_w && cw[na]->v.type == cw[0]->v.type) na++;
+    bool pair = na < n_w && cb->tune.multi_pair && qr_cuda_multi_pair_supported(cw[0]->v.type, cw[na]->v.type);
+    for (int32_t i = na + 1; i < n_w && pair; i++) pair = cw[i]->v.type == cw[na]->v.type;
+    for (int32_t i0 = 0; i0 < n_w;) { /* groups of consecutive weights of one type (or the pair) */
         int32_t i1 = i0 + 1;
-        while (i1 < n_w && cw[i1]->v.type == cw[i0]->v.type) i1++;
+        while (i1 < n_w && (pair || cw[i1]->v.type == cw[i0]->v.type)) i1++;
         act_ptrs a;
         if (!act_prepare(cb, (qr_type)cw[i0]->v.type, x, n_rows, k, &a)) return;
         cuda_wview wv[QR_CUDA_MULTI_MAX];

@@ -35,6 +35,8 @@ typedef struct qr_cuda_tune {
     int32_t act_reuse;       /* 1: a mat-vec reuses the quantized activations of the matmul just before it on the
                               * same input (q/k/v, gate/up); 0: always convert (the lab, which writes inputs
                               * behind the backend's back; also QUARREL_CUDA_ACT_REUSE=0) */
+    int32_t multi_pair;      /* 1 (default): q/k/v of two weight types (qr_cuda_multi_pair_supported) in one
+                              * mat-vec launch; 0: a launch per type (QUARREL_CUDA_MULTI_PAIR=0) */
     int32_t fuse;            /* 1: the optional fused ops (add_rmsnorm + activation quantization, q/k/v in one
                               * mat-vec launch, gate/up + swiglu, rope + K/V store) run fused; 0: each runs as
                               * the plain ops it stands for (A/B: QUARREL_CUDA_FUSE=0) */

@@ -90,12 +90,16 @@ cudaError_t qr_cuda_matvec(const cuda_wview *w, const cuda_xview *x, int32_t nr,
 
 /* Most matrices of one fused mat-vec launch. */
 #define QR_CUDA_MULTI_MAX 3
-/* One launch for n_mat (1..3) matrices of the same type and k against the same prepared activations:
+/* One launch for n_mat (1..3) matrices of the same type (or of a pair: qr_cuda_multi_pair_supported) and k
+ * against the same prepared activations:
  * y[m][t][w[m].n] as qr_cuda_matvec would write them, plus the F32 bias b[m][w[m].n] where b and b[m]
  * are not NULL (added to the rounded sum, as add_row after the matmul). glu != 0 (b NULL) (n_mat == 2, equal shapes, wpr 1 or 2):
  * y[0][t][n] = swiglu(gate . x, up . x) with w[0] = gate, w[1] = up, as the swiglu op computes it.
  * Only for qr_cuda_multi_supported(nr, glu) (1..4 rows; glu 0 or 1). */
 bool qr_cuda_multi_supported(int32_t nr, int glu);
+/* Whether matrices of type_a followed by matrices of type_b (one activation kind) can share that launch (glu 0):
+ * q in Q4_0 with k / v in Q8_0; Q4_K or Q5_K with Q6_K. */
+bool qr_cuda_multi_pair_supported(int32_t type_a, int32_t type_b);
 cudaError_t qr_cuda_matvec_multi(const cuda_wview *w, int32_t n_mat, const cuda_xview *x, int32_t nr, float *const *y,
                                  const float *const *b, int32_t wpr, int glu, bool pdl, cudaStream_t stream);
 

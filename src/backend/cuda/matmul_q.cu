@@ -233,6 +233,25 @@ static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
     }
 }
 
+/* The same with two weight types of one activation kind (glu 0): matrices m < na of type TA, the rest TB
+ * (q in Q4_0 with k / v in Q8_0, a Q4_K_M file's Q6_K v): q/k/v stay one launch. The branch is uniform per
+ * CTA. */
+template <class TA, class TB, int NR>
+static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
+    matvec_multi2_kernel(const mv_multi_args a, const cuda_xview x, int wpr, int na) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int part = warp % wpr, sub = warp / wpr;
+    const int rpc = (MMV_THREADS / 32) / wpr;
+    const int b = (int)blockIdx.x;
+    const int m = b < a.cta_end[0] ? 0 : (b < a.cta_end[1] ? 1 : 2);
+    const int b0 = m == 0 ? 0 : a.cta_end[m - 1];
+    const int64_t row = (int64_t)(b - b0) * rpc + sub;
+    float acc[NR];
+    if (m < na) matvec_row_part<TA, NR>(a.w[m], x, row, part, wpr, lane, acc);
+    else matvec_row_part<TB, NR>(a.w[m], x, row, part, wpr, lane, acc);
+    matvec_store<NR>(acc, a.y[m], a.w[m].n, row, warp, lane, part, wpr, a.b[m]);
+}
+
 template <class T>
 static cudaError_t launch_matvec(const cuda_wview *w, const cuda_xview *x, int32_t nr, float *y, int32_t wpr, bool pdl,
                                  cudaStream_t stream) {
@@ -261,21 +280,28 @@ extern "C" cudaError_t qr_cuda_matvec(const cuda_wview *w, const cuda_xview *x, 
     }
 }
 
+/* The arguments of a multi-matrix launch of rpc rows per CTA; returns the CTA count. */
+static int32_t multi_args(const cuda_wview *w, int32_t n_mat, float *const *y, const float *const *b, int rpc, int glu,
+                          mv_multi_args *a) {
+    *a = mv_multi_args{};
+    int32_t ctas = 0;
+    for (int m = 0; m < n_mat; m++) {
+        a->w[m] = w[m];
+        a->y[m] = y[m];
+        a->b[m] = b ? b[m] : nullptr;
+        ctas += glu ? (int32_t)((w[m].n + rpc / 2 - 1) / (rpc / 2)) * (m == 0) : (int32_t)((w[m].n + rpc - 1) / rpc);
+        a->cta_end[m] = ctas;
+    }
+    for (int m = n_mat; m < QR_CUDA_MULTI_MAX; m++) a->cta_end[m] = ctas;
+    return ctas;
+}
+
 template <class T>
 static cudaError_t launch_matvec_multi(const cuda_wview *w, int32_t n_mat, const cuda_xview *x, int32_t nr,
                                        float *const *y, const float *const *b, int32_t wpr, int glu, bool pdl,
                                        cudaStream_t stream) {
-    const int rpc = (MMV_THREADS / 32) / wpr;
-    mv_multi_args a = {};
-    int32_t ctas = 0;
-    for (int m = 0; m < n_mat; m++) {
-        a.w[m] = w[m];
-        a.y[m] = y[m];
-        a.b[m] = b ? b[m] : nullptr;
-        ctas += glu ? (int32_t)((w[m].n + rpc / 2 - 1) / (rpc / 2)) * (m == 0) : (int32_t)((w[m].n + rpc - 1) / rpc);
-        a.cta_end[m] = ctas;
-    }
-    for (int m = n_mat; m < QR_CUDA_MULTI_MAX; m++) a.cta_end[m] = ctas;
+    mv_multi_args a;
+    const int32_t ctas = multi_args(w, n_mat, y, b, (MMV_THREADS / 32) / wpr, glu, &a);
     const dim3 grid((unsigned)ctas), block(MMV_THREADS);
     const cuda_xview xv = *x;
     switch (nr * 4 + glu) { /* instantiated for the decode sizes only: qr_cuda_multi_supported */
@@ -288,14 +314,53 @@ static cudaError_t launch_matvec_multi(const cuda_wview *w, int32_t n_mat, const
     }
 }
 
+/* The type pairs of matvec_multi2_kernel, as X(type A, traits A, type B, traits B). */
+#define MMV_PAIRS(X)                                                                                            \
+    X(QR_TYPE_Q4_0, TQ4_0, QR_TYPE_Q8_0, TQ8_0) X(QR_TYPE_Q4_K, TQ4_K, QR_TYPE_Q6_K, TQ6_K)                   \
+    X(QR_TYPE_Q5_K, TQ5_K, QR_TYPE_Q6_K, TQ6_K)
+
+extern "C" bool qr_cuda_multi_pair_supported(int32_t type_a, int32_t type_b) {
+#define PAIR(EA, TA, EB, TB) if (type_a == EA && type_b == EB) return true;
+    MMV_PAIRS(PAIR)
+#undef PAIR
+    return false;
+}
+
+template <class TA, class TB>
+static cudaError_t launch_matvec_multi2(const cuda_wview *w, int32_t n_mat, int32_t na, const cuda_xview *x, int32_t nr,
+                                        float *const *y, const float *const *b, int32_t wpr, bool pdl,
+                                        cudaStream_t stream) {
+    mv_multi_args a;
+    const int32_t ctas = multi_args(w, n_mat, y, b, (MMV_THREADS / 32) / wpr, 0, &a);
+    const dim3 grid((unsigned)ctas), block(MMV_THREADS);
+    const cuda_xview xv = *x;
+    switch (nr) {
+#define CASE(N) \
+    case N: return launch_k(matvec_multi2_kernel<TA, TB, N>, grid, block, 0, stream, pdl, a, xv, (int)wpr, (int)na);
+        CASE(1) CASE(2) CASE(3) CASE(4)
+#undef CASE
+    default: return cudaErrorInvalidValue;
+    }
+}
+
 extern "C" cudaError_t qr_cuda_matvec_multi(const cuda_wview *w, int32_t n_mat, const cuda_xview *x, int32_t nr,
                                             float *const *y, const float *const *b, int32_t wpr, int glu, bool pdl,
                                             cudaStream_t stream) {
     if (!qr_cuda_multi_supported(nr, glu) || n_mat < 1 || n_mat > QR_CUDA_MULTI_MAX) return cudaErrorInvalidValue;
     if (glu && (n_mat != 2 || w[0].n != w[1].n || (wpr != 1 && wpr != 2) || b)) return cudaErrorInvalidValue;
     if (wpr != 1 && wpr != 2 && wpr != 4) return cudaErrorInvalidValue;
+    int32_t na = 1; /* the leading matrices of w[0]'s type; the rest must share one other type (a pair) */
+    while (na < n_mat && w[na].type == w[0].type) na++;
     for (int m = 1; m < n_mat; m++)
-        if (w[m].type != w[0].type || w[m].k != w[0].k) return cudaErrorInvalidValue;
+        if (w[m].k != w[0].k || (m > na && w[m].type != w[na].type)) return cudaErrorInvalidValue;
+    if (na < n_mat) {
+        if (glu) return cudaErrorInvalidValue;
+#define PAIR(EA, TA, EB, TB) \
+    if (w[0].type == EA && w[na].type == EB) return launch_matvec_multi2<TA, TB>(w, n_mat, na, x, nr, y, b, wpr, pdl, stream);
+        MMV_PAIRS(PAIR)
+#undef PAIR
+        return cudaErrorInvalidValue;
+    }
     switch ((qr_type)w[0].type) {
 #define TY(E, T) \
     case E: return launch_matvec_multi<T>(w, n_mat, x, nr, y, b, wpr, glu, pdl, stream);
