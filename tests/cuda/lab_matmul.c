@@ -252,7 +252,51 @@ static void multi_case(lab *L, qr_type tq, qr_type tkv, int64_t nq, int64_t nkv,
     free(xh), free(yh), free(yc);
 }
 
+/* gate/up + swiglu through matmul_swiglu (one launch at decode sizes) against two CPU matmuls and swiglu. */
+static void swiglu_case(lab *L, qr_type t, int64_t n, int64_t k, int nr) {
+    qr_weight w[2];
+    for (int i = 0; i < 2; i++) {
+        const size_t rb = qr_type_row_size(t, k);
+        void *buf = malloc(rb * (size_t)n);
+        lab_gen_weight(L, t, n, k, buf);
+        w[i] = (qr_weight){.name = i ? "lab.up" : "lab.gate", .type = t, .ne = {k, n, 1, 1}, .row_bytes = rb, .host = buf};
+        char err[256];
+        if (L->gpu->ops->weight_prepare(L->gpu, &w[i], err, sizeof err) != QR_OK) {
+            printf("weight_prepare: %s\n", err);
+            exit(2);
+        }
+    }
+    float *xh = malloc((size_t)(nr * k) * 4), *g = malloc((size_t)(nr * n) * 4), *u = malloc((size_t)(nr * n) * 4),
+          *got = malloc((size_t)(nr * n) * 4);
+    lab_fill(L, xh, nr * k, 1.0f);
+    float *xd = lab_gpu_alloc(L, (size_t)(nr * k) * 4), *od = lab_gpu_alloc(L, (size_t)(nr * n) * 4),
+          *sd = lab_gpu_alloc(L, (size_t)(nr * n) * 4);
+    lab_upload(L, xd, xh, (size_t)(nr * k) * 4);
+    L->gpu->ops->matmul_swiglu(L->gpu, &w[0], &w[1], xd, nr, od, sd);
+    lab_check_errors(L, "matmul_swiglu");
+    lab_download(L, got, od, (size_t)(nr * n) * 4);
+    L->cpu->ops->matmul(L->cpu, &w[0], xh, nr, g);
+    L->cpu->ops->matmul(L->cpu, &w[1], xh, nr, u);
+    L->cpu->ops->swiglu(L->cpu, g, u, nr * n, g);
+    double mx, rel;
+    const bool pass = lab_compare(got, g, nr * n, 1e-4, &mx, &rel);
+    char cfg[96];
+    snprintf(cfg, sizeof cfg, "%s gate/up %lldx%lld r%d", qr_type_name(t), (long long)n, (long long)k, nr);
+    lab_record(L, "matmul_swiglu", cfg, mx, rel, 1e-4, pass, 0, 0, 0);
+    for (int i = 0; i < 2; i++) {
+        L->gpu->ops->weight_release(L->gpu, &w[i]);
+        free((void *)w[i].host);
+    }
+    lab_gpu_free(L, xd), lab_gpu_free(L, od), lab_gpu_free(L, sd);
+    free(xh), free(g), free(u), free(got);
+}
+
 static void check_multi(lab *L) {
+    /* tinyllama's gate/up (the light one-row form), mistral's (the default form), a K-quant, 3 rows */
+    swiglu_case(L, QR_TYPE_Q4_0, 5632, 2048, 1);
+    swiglu_case(L, QR_TYPE_Q8_0, 14336, 1024, 1);
+    swiglu_case(L, QR_TYPE_Q4_K, 1536, 1024, 1);
+    swiglu_case(L, QR_TYPE_Q4_0, 1024, 512, 3);
     /* mixtral (q Q4_0, k / v Q8_0), a Q4_K_M layer with a Q6_K v, one type, and 3 rows */
     const struct { qr_type q, kv; int64_t nq, nkv, k; int nr; } c[] = {
         {QR_TYPE_Q4_0, QR_TYPE_Q8_0, 4096, 1024, 4096, 1}, {QR_TYPE_Q4_K, QR_TYPE_Q6_K, 4096, 1024, 4096, 1},

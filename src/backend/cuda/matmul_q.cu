@@ -17,6 +17,9 @@
  * wait (griddepcontrol.wait) for the quantized activations. The weight stream so overlaps the
  * quantizer and the launch latency instead of following them.
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/ew_dev.cuh"
 #include "backend/cuda/quant_dev.cuh"
@@ -107,10 +110,10 @@ extern "C" cudaError_t qr_cuda_to_half(const float *x, int64_t n, void *out, boo
 /* The partial dot products of one output row: this warp's share (part of wpr) of the row's chunks,
  * acc[t] for activation row t. Issues its first weight loads, then waits for the kernel before it
  * (programmatic dependent launch); every thread of the CTA must call it (the wait is per thread). */
-template <class T, int NR>
+template <class T, int NR, int UF = 0>
 static __device__ __forceinline__ void matvec_row_part(const cuda_wview &w, const cuda_xview &x, int64_t row, int part,
                                                        int wpr, int lane, float *acc) {
-    constexpr int U = mmv_unroll<T, NR>::U;
+    constexpr int U = UF ? UF : mmv_unroll<T, NR>::U;
     pdl_launch_dependents(); /* the next kernel waits for this whole grid anyway: let it launch */
 #pragma unroll
     for (int t = 0; t < NR; t++) acc[t] = 0.0f;
@@ -194,8 +197,8 @@ typedef struct mv_multi_args {
     int32_t cta_end[QR_CUDA_MULTI_MAX];
 } mv_multi_args;
 
-template <class T, int NR, int GLU>
-static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
+template <class T, int NR, int GLU, int UF = 0>
+static __global__ void __launch_bounds__(MMV_THREADS, UF == 2 ? 12 : (NR <= 2 ? 8 : 4))
     matvec_multi_kernel(const mv_multi_args a, const cuda_xview x, int wpr) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int part = warp % wpr, sub = warp / wpr;
@@ -208,7 +211,7 @@ static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
         const cuda_wview &w = a.w[m];
         float *y = a.y[m];
         const int64_t row = (int64_t)(b - b0) * rpc + sub;
-        matvec_row_part<T, NR>(w, x, row, part, wpr, lane, acc);
+        matvec_row_part<T, NR, UF>(w, x, row, part, wpr, lane, acc);
         matvec_store<NR>(acc, y, w.n, row, warp, lane, part, wpr, a.b[m]);
         return;
     }
@@ -216,7 +219,7 @@ static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
     const int m = sub & 1;
     const cuda_wview &w = a.w[m];
     const int64_t row = (int64_t)blockIdx.x * (rpc / 2) + (sub >> 1);
-    matvec_row_part<T, NR>(w, x, row, part, wpr, lane, acc);
+    matvec_row_part<T, NR, UF>(w, x, row, part, wpr, lane, acc);
     __shared__ float red[MMV_THREADS / 32][NR];
     if (lane == 0) {
 #pragma unroll
@@ -236,8 +239,8 @@ static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
 /* The same with two weight types of one activation kind (glu 0): matrices m < na of type TA, the rest TB
  * (q in Q4_0 with k / v in Q8_0, a Q4_K_M file's Q6_K v): q/k/v stay one launch. The branch is uniform per
  * CTA. */
-template <class TA, class TB, int NR>
-static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
+template <class TA, class TB, int NR, int UF>
+static __global__ void __launch_bounds__(MMV_THREADS, UF == 2 ? 12 : (NR <= 2 ? 8 : 4))
     matvec_multi2_kernel(const mv_multi_args a, const cuda_xview x, int wpr, int na) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int part = warp % wpr, sub = warp / wpr;
@@ -247,8 +250,8 @@ static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
     const int b0 = m == 0 ? 0 : a.cta_end[m - 1];
     const int64_t row = (int64_t)(b - b0) * rpc + sub;
     float acc[NR];
-    if (m < na) matvec_row_part<TA, NR>(a.w[m], x, row, part, wpr, lane, acc);
-    else matvec_row_part<TB, NR>(a.w[m], x, row, part, wpr, lane, acc);
+    if (m < na) matvec_row_part<TA, NR, UF>(a.w[m], x, row, part, wpr, lane, acc);
+    else matvec_row_part<TB, NR, UF>(a.w[m], x, row, part, wpr, lane, acc);
     matvec_store<NR>(acc, a.y[m], a.w[m].n, row, warp, lane, part, wpr, a.b[m]);
 }
 
@@ -280,6 +283,25 @@ extern "C" cudaError_t qr_cuda_matvec(const cuda_wview *w, const cuda_xview *x, 
     }
 }
 
+/* Whether a one-row multi-matrix launch of `ctas` CTAs over a 32-value format takes the light form: 2 chunks a
+ * lane in flight instead of 4, 40 registers, 12 CTAs an SM instead of 8, for launches of up to two such waves
+ * (q/k/v; a small model's gate/up): more of the grid resident, issuing its first loads before the dependency
+ * wait. H100 tg128: tinyllama Q4_0 +3.8 % (q/k/v) and +4.6 % more (gate/up), mistral-7b Q4_0 +1.7 % (q/k/v;
+ * its gate/up, 7168 CTAs, lost 0.8 %), mixtral q/k/v +1.5 %. QUARREL_CUDA_MMV_U2=0 turns it off. */
+static bool mmv_u2(int32_t ctas) {
+    static int n_sm = 0, off = -1;
+    if (off < 0) {
+        const char *v = getenv("QUARREL_CUDA_MMV_U2");
+        off = v && strcmp(v, "0") == 0;
+    }
+    if (n_sm == 0) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            n_sm = -1;
+    }
+    return !off && n_sm > 0 && ctas <= 2 * 12 * n_sm;
+}
+
 /* The arguments of a multi-matrix launch of rpc rows per CTA; returns the CTA count. */
 static int32_t multi_args(const cuda_wview *w, int32_t n_mat, float *const *y, const float *const *b, int rpc, int glu,
                           mv_multi_args *a) {
@@ -306,8 +328,14 @@ static cudaError_t launch_matvec_multi(const cuda_wview *w, int32_t n_mat, const
     const cuda_xview xv = *x;
     switch (nr * 4 + glu) { /* instantiated for the decode sizes only: qr_cuda_multi_supported */
 #define CASE(N) \
-    case N * 4 + 0: return launch_k(matvec_multi_kernel<T, N, 0>, grid, block, 0, stream, pdl, a, xv, (int)wpr); \
-    case N * 4 + 1: return launch_k(matvec_multi_kernel<T, N, 1>, grid, block, 0, stream, pdl, a, xv, (int)wpr);
+    case N * 4 + 0:                                                                                                   \
+        if (N == 1 && T::CPB == 1 && mmv_u2(ctas))                                                                   \
+            return launch_k(matvec_multi_kernel<T, 1, 0, 2>, grid, block, 0, stream, pdl, a, xv, (int)wpr);        \
+        return launch_k(matvec_multi_kernel<T, N, 0>, grid, block, 0, stream, pdl, a, xv, (int)wpr);                 \
+    case N * 4 + 1:                                                                                                   \
+        if (N == 1 && T::CPB == 1 && mmv_u2(ctas))                                                                   \
+            return launch_k(matvec_multi_kernel<T, 1, 1, 2>, grid, block, 0, stream, pdl, a, xv, (int)wpr);        \
+        return launch_k(matvec_multi_kernel<T, N, 1>, grid, block, 0, stream, pdl, a, xv, (int)wpr);
         CASE(1) CASE(2) CASE(3) CASE(4)
 #undef CASE
     default: return cudaErrorInvalidValue;
@@ -336,8 +364,12 @@ static cudaError_t launch_matvec_multi2(const cuda_wview *w, int32_t n_mat, int3
     const cuda_xview xv = *x;
     switch (nr) {
 #define CASE(N) \
-    case N: return launch_k(matvec_multi2_kernel<TA, TB, N>, grid, block, 0, stream, pdl, a, xv, (int)wpr, (int)na);
-        CASE(1) CASE(2) CASE(3) CASE(4)
+    case N: return launch_k(matvec_multi2_kernel<TA, TB, N, 0>, grid, block, 0, stream, pdl, a, xv, (int)wpr, (int)na);
+        CASE(2) CASE(3) CASE(4)
+    case 1:
+        if (TA::CPB == 1 && TB::CPB == 1 && mmv_u2(ctas))
+            return launch_k(matvec_multi2_kernel<TA, TB, 1, 2>, grid, block, 0, stream, pdl, a, xv, (int)wpr, (int)na);
+        return launch_k(matvec_multi2_kernel<TA, TB, 1, 0>, grid, block, 0, stream, pdl, a, xv, (int)wpr, (int)na);
 #undef CASE
     default: return cudaErrorInvalidValue;
     }
