@@ -39,8 +39,6 @@ void qr_block_attention_x(const qr_model *m, qr_fwd *f, int il, bool rope, float
     qr_fused_matmul_multi(be, 1, &o, &o_b, f->att, n, &f->xb2);
 }
 
-/* The first weight that multiplies the MoE block's normed input (the fused norm's hint): the experts'
- * (the router is F32 and reads the f32 rows). */
 void qr_gpt_oss_forward(const qr_model *m, qr_fwd *f) {
     const qr_hparams *hp = &m->hp;
     qr_backend *be = f->be;
