@@ -3,6 +3,14 @@
  * experimental kernel structures, on the same buffers. Prints GB/s per variant and checks that the
  * variants' outputs equal the engine kernel's bit for bit.
  *
+ * "chain" lines time 16 launches back to back with programmatic launch, each on its own expert pair (the
+ * launch costs overlap as in a decode graph), us per launch. Session 13 (docs/performance.md): the engine's
+ * gate/up 48.1 us against a plain read of its bytes 43.6; the same kernel without the dot products (mode 1)
+ * 45.5, without the scale loads (mode 3) 45.0 on 11 % fewer bytes, activations in shared memory (mode 2) 47.7;
+ * a grid-stride form and register-pipelined forms no faster; the light form (2 chunks a lane) 47.5. Down +
+ * combine 26.9 against a read 22.5; one register pipeline per warp (combine_pipe) 25.5. Neither moved the
+ * mixtral decode step measurably (quarrel bench), so the engine kept its kernels.
+ *
  *   build (device): nvcc -O3 -std=c++17 -arch=sm_90 -Iinclude -Isrc -o /tmp/mv_probe bench/mv_probe.cu
  *   run:            /tmp/mv_probe [k_gate_up n_ff n_expert]      (defaults 4096 14336 8)
  */
@@ -189,6 +197,181 @@ static __global__ void __launch_bounds__(MMV_THREADS, 8)
     if (lane == 0) a.y[i] = s;
 }
 
+
+/* Persistent gate/up (GLU): a grid of at most one wave; warp gw takes items (slot, row) gw, gw + GW, ...;
+ * an item loads the gate and the up row together (U chunks a lane each) and writes act(gate, up).
+ * PIPE: the next item's loads are issued before this item's dots. Requires nch <= 32 * U. */
+template <class T, int U, int PIPE, int MINB, int MODE = 0> /* MODE 1: no dots (xor); 2: activations in shared memory; 3: no scale loads */
+static __global__ void __launch_bounds__(128, MINB)
+    glu_persist_kernel(const qr_cuda_mv_id_args a, const cuda_xview x0, int n_slots) {
+    pdl_wait();
+    pdl_launch_dependents();
+    cuda_xview x = x0;
+    if (MODE == 2) {
+        __shared__ __align__(16) int8_t sq[4096];
+        __shared__ float sd[128];
+        __shared__ int16_t sg[256];
+        for (int i = threadIdx.x; i < 256; i += 128) ((int4 *)sq)[i] = ((const int4 *)x0.q)[i];
+        for (int i = threadIdx.x; i < 128; i += 128) sd[i] = x0.d[i];
+        for (int i = threadIdx.x; i < 256; i += 128) sg[i] = x0.g[i];
+        __syncthreads();
+        x.q = sq, x.d = sd, x.g = sg;
+    }
+    const int lane = threadIdx.x & 31;
+    const int64_t gw = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5), GW = (int64_t)gridDim.x * 4;
+    const int64_t n_items = (int64_t)n_slots * a.n_out;
+    const cuda_wview &wg = a.w[0], &wu = a.w[1];
+    const int nch = (int)wg.nb * T::CPB;
+    typename T::W bg[2][U], bu[2][U];
+    auto issue = [&](int64_t it, int buf) {
+        const int s = (int)(it / a.n_out);
+        const int64_t i = it % a.n_out;
+        const int64_t row = (int64_t)a.ids[s] * a.n_out + i;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = lane + 32 * u;
+            if (c < nch) {
+                if (MODE == 3) {
+                    bg[buf][u].q = ld_stream16(wg.p0 + (row * wg.nb + c) * 16), bg[buf][u].d = 0.5f;
+                    bu[buf][u].q = ld_stream16(wu.p0 + (row * wu.nb + c) * 16), bu[buf][u].d = 0.5f;
+                } else {
+                    bg[buf][u] = T::load(wg, row * wg.nb + c / T::CPB, c % T::CPB);
+                    bu[buf][u] = T::load(wu, row * wu.nb + c / T::CPB, c % T::CPB);
+                }
+            }
+        }
+    };
+    auto finish = [&](int64_t it, int buf) {
+        const int s = (int)(it / a.n_out);
+        const int64_t i = it % a.n_out;
+        float ag[1] = {0.0f}, au[1] = {0.0f};
+        const cuda_xview xs = xview_row<T>(x, a.x_per_slot ? s : s / a.n_used);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = lane + 32 * u;
+            if (c < nch) {
+                if (MODE == 1) {
+                    ag[0] += __int_as_float((int)(bg[buf][u].q.x ^ bg[buf][u].q.y ^ bg[buf][u].q.z ^ bg[buf][u].q.w)) + bg[buf][u].d;
+                    au[0] += __int_as_float((int)(bu[buf][u].q.x ^ bu[buf][u].q.y ^ bu[buf][u].q.z ^ bu[buf][u].q.w)) + bu[buf][u].d;
+                } else {
+                    T::template dot<1>(bg[buf][u], xs, c / T::CPB, c % T::CPB, ag);
+                    T::template dot<1>(bu[buf][u], xs, c / T::CPB, c % T::CPB, au);
+                }
+            }
+        }
+        const float g = warp_sum(ag[0]), v = warp_sum(au[0]);
+        if (lane == 0) a.y[(int64_t)s * a.n_out + i] = glu_act(a.act, g, v);
+    };
+    if (!PIPE) {
+        for (int64_t it = gw; it < n_items; it += GW) {
+            issue(it, 0);
+            finish(it, 0);
+        }
+        return;
+    }
+    int64_t it = gw;
+    if (it < n_items) issue(it, 0);
+    int buf = 0;
+    for (; it < n_items; it += GW) {
+        if (it + GW < n_items) {
+            if (buf == 0) issue(it + GW, 1);
+            else issue(it + GW, 0);
+        }
+        if (buf == 0) finish(it, 0);
+        else finish(it, 1);
+        buf ^= 1;
+    }
+}
+
+
+/* the engine's expert mat-vec with UF chunks a lane in flight and MB CTAs an SM (the light form) */
+template <class T, int UF, int MB>
+static __global__ void __launch_bounds__(MMV_THREADS, MB)
+    id_light_kernel(const qr_cuda_mv_id_args a, const cuda_xview x, int wpr) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int part = warp % wpr, sub = warp / wpr, rpc = (MMV_THREADS / 32) / wpr;
+    const int s = (int)blockIdx.y;
+    pdl_wait();
+    pdl_launch_dependents();
+    const int e = a.ids[s];
+    const int m = sub & 1;
+    const int64_t i = (int64_t)blockIdx.x * (rpc / 2) + (sub >> 1);
+    const cuda_wview &w = a.w[m];
+    const bool valid = i < a.n_out && e >= 0 && (int64_t)e * a.n_out < w.n;
+    const int64_t row = valid ? (int64_t)e * a.n_out + i : w.n;
+    const cuda_xview xs = xview_row<T>(x, a.x_per_slot ? s : s / a.n_used);
+    float acc[1];
+    matvec_row_part<T, 1, UF>(w, xs, row, part, wpr, lane, acc);
+    __shared__ float red[MMV_THREADS / 32];
+    if (lane == 0) red[warp] = acc[0];
+    __syncthreads();
+    if (m != 0 || part != 0 || lane != 0 || !valid) return;
+    float g = 0.0f, u = 0.0f;
+    for (int p = 0; p < wpr; p++) g += red[warp + p], u += red[warp + wpr + p];
+    a.y[(int64_t)s * a.n_out + i] = glu_act(a.act, g, u);
+}
+
+/* down + combine, the loads of the next U-chunk step issued before this step's dots (over both
+ * slots in order); a warp per output row */
+template <class T, int U, int MB>
+static __global__ void __launch_bounds__(MMV_THREADS, MB)
+    combine_pipe_kernel(const qr_cuda_mv_id_args a, const cuda_xview x, const float *__restrict__ weights) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    pdl_wait();
+    pdl_launch_dependents();
+    const int64_t i = (int64_t)blockIdx.x * (MMV_THREADS / 32) + warp;
+    const cuda_wview &w = a.w[0];
+    if (i >= a.n_out) return;
+    const int nch = (int)w.nb * T::CPB;
+    const int steps = (nch + 32 * U - 1) / (32 * U); /* per slot */
+    int64_t rb[2];
+    rb[0] = ((int64_t)a.ids[0] * a.n_out + i) * w.nb;
+    rb[1] = ((int64_t)a.ids[1] * a.n_out + i) * w.nb;
+    typename T::W buf[2][U];
+    auto issue = [&](int st, int bsel) {
+        const int j = st / steps, c0 = (st % steps) * 32 * U + lane;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + u * 32;
+            if (c < nch) {
+                if (bsel) buf[1][u] = T::load(w, rb[j] + c / T::CPB, c % T::CPB);
+                else buf[0][u] = T::load(w, rb[j] + c / T::CPB, c % T::CPB);
+            }
+        }
+    };
+    float acc[2][1] = {{0.0f}, {0.0f}};
+    auto fin = [&](int st, int bsel) {
+        const int j = st / steps, c0 = (st % steps) * 32 * U + lane;
+        const cuda_xview xs = xview_row<T>(x, j);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + u * 32;
+            if (c < nch) {
+                if (j == 0) T::template dot<1>(bsel ? buf[1][u] : buf[0][u], xs, c / T::CPB, c % T::CPB, acc[0]);
+                else T::template dot<1>(bsel ? buf[1][u] : buf[0][u], xs, c / T::CPB, c % T::CPB, acc[1]);
+            }
+        }
+    };
+    const int total = 2 * steps;
+    issue(0, 0);
+    for (int st = 0; st < total; st += 2) {
+        if (st + 1 < total) issue(st + 1, 1);
+        fin(st, 0);
+        if (st + 1 < total) {
+            if (st + 2 < total) issue(st + 2, 0);
+            fin(st + 1, 1);
+        }
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const float wy = __fmul_rn(warp_sum(acc[j][0]), weights[j]);
+        sum = j == 0 ? wy : __fadd_rn(sum, wy);
+    }
+    if (lane == 0) a.y[i] = sum;
+}
+
+
 /* L2 prefetch of [p, p + bytes) in 64 KB bulk requests, one thread a request */
 static __global__ void l2_prefetch_kernel(const uint8_t *p, size_t bytes) {
     const size_t off = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 65536;
@@ -325,6 +508,136 @@ int main(int argc, char **argv) {
         });
         cmp("U=2");
     }
+
+    /* chains: 16 launches back to back with programmatic launch, each on its own expert pair (as in a
+     * graph, where launch costs overlap); us per launch */
+    {
+        int32_t *ids16;
+        CK(cudaMalloc(&ids16, 64 * 4));
+        std::vector<int32_t> hi(64);
+        for (int r = 0; r < 32; r++) hi[2 * r] = (2 * r) % NE, hi[2 * r + 1] = (2 * r + 1) % NE;
+        CK(cudaMemcpy(ids16, hi.data(), 64 * 4, cudaMemcpyHostToDevice));
+        auto chain = [&](const char *name, double bytes, auto &&fn) {
+            for (int r = 0; r < 16; r++) fn(r);
+            CK(cudaDeviceSynchronize());
+            float best = 1e30f;
+            for (int rep = 0; rep < 5; rep++) {
+                cudaEventRecord(e0);
+                for (int r = 0; r < 16; r++) fn(r);
+                cudaEventRecord(e1);
+                cudaEventSynchronize(e1);
+                float ms;
+                cudaEventElapsedTime(&ms, e0, e1);
+                best = fmin(best, ms);
+            }
+            CK(cudaGetLastError());
+            const double us = best * 1e3 / 16;
+            printf("chain %-38s %8.2f us  %7.1f GB/s\n", name, us, bytes / us * 1e-3);
+        };
+        auto chk = [&](const char *nm, auto &&fn) {
+            qr_cuda_mv_id_args c = a;
+            c.ids = ids16 + 6;
+            c.y = y0;
+            qr_cuda_matvec_id(&c, 1, &xg, 2, 1, false, 0);
+            fn(3);
+            CK(cudaDeviceSynchronize());
+            std::vector<float> h0(2 * F), h1(2 * F);
+            CK(cudaMemcpy(h0.data(), y0, 2 * F * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(h1.data(), y1, 2 * F * 4, cudaMemcpyDeviceToHost));
+            int64_t diff = 0;
+            for (int64_t i = 0; i < 2 * F; i++) diff += memcmp(&h0[i], &h1[i], 4) != 0;
+            printf("    %s: outputs differing from the engine's: %lld of %lld\n", nm, (long long)diff, (long long)(2 * F));
+        };
+        for (int pdl : {1}) {
+            char nm[96];
+            chain("engine down+combine pdl=1", dn_bytes, [&](int r) {
+                qr_cuda_mv_id_args c = b;
+                c.ids = ids16 + 2 * r;
+                qr_cuda_matvec_id_combine(&c, &xd, wts, nullptr, 1, true, 0);
+            });
+            chain("read 66 MB pdl=1", dn_bytes, [&](int r) {
+                launch_k(read_kernel<8>, dim3(NSM * 8), dim3(128), 0, 0, true, (const uint4 *)(r & 1 ? wu.p0 : wg.p0), (size_t)(dn_bytes / 16), sink);
+            });
+            chain("engine gate/up pdl=1 (again)", gu_bytes, [&](int r) {
+                qr_cuda_mv_id_args c = a;
+                c.ids = ids16 + 2 * r;
+                qr_cuda_matvec_id(&c, 1, &xg, 2, 1, true, 0);
+            });
+            {
+                auto dchk = [&](const char *nm2, auto &&fn) {
+                    qr_cuda_mv_id_args c = b;
+                    c.ids = ids16 + 6;
+                    c.y = yd0;
+                    qr_cuda_matvec_id_combine(&c, &xd, wts, nullptr, 1, false, 0);
+                    fn(3);
+                    CK(cudaDeviceSynchronize());
+                    std::vector<float> h0(K), h1(K);
+                    CK(cudaMemcpy(h0.data(), yd0, K * 4, cudaMemcpyDeviceToHost));
+                    CK(cudaMemcpy(h1.data(), yd1, K * 4, cudaMemcpyDeviceToHost));
+                    int64_t diff = 0;
+                    double md = 0;
+                    for (int64_t i = 0; i < K; i++) diff += memcmp(&h0[i], &h1[i], 4) != 0, md = fmax(md, fabs(h0[i] - h1[i]) / (fabs(h0[i]) + 1e-3));
+                    printf("    %s: outputs differing from the engine's: %lld of %lld (max rel %.2g)\n", nm2, (long long)diff, (long long)K, md);
+                };
+                struct DV { const char *nm; void (*k)(const qr_cuda_mv_id_args, const cuda_xview, const float *); };
+                const DV dvs[] = {{"combine_pipe U=2 mb=8", combine_pipe_kernel<TQ4_0, 2, 8>}};
+                for (const DV &v : dvs) {
+                    auto fn = [&](int r) {
+                        qr_cuda_mv_id_args c = b;
+                        c.ids = ids16 + 2 * r;
+                        c.y = yd1;
+                        launch_k(v.k, dim3((unsigned)(K / 4)), dim3(128), 0, 0, true, c, xd, (const float *)wts);
+                    };
+                    chain(v.nm, dn_bytes, fn);
+                    dchk(v.nm, fn);
+                }
+
+                struct GV { const char *nm; void (*k)(const qr_cuda_mv_id_args, const cuda_xview, int); };
+                const GV gvs[] = {{"id_light UF=2 mb=12", id_light_kernel<TQ4_0, 2, 12>},
+                                  {"id_light UF=2 mb=10", id_light_kernel<TQ4_0, 2, 10>},
+                                  {"id_light UF=4 mb=8", id_light_kernel<TQ4_0, 4, 8>}};
+                for (const GV &v : gvs) {
+                    auto fn = [&](int r) {
+                        qr_cuda_mv_id_args c = a;
+                        c.ids = ids16 + 2 * r;
+                        c.y = y1;
+                        launch_k(v.k, dim3((unsigned)(F / 2), 2), dim3(128), 0, 0, true, c, xg, 1);
+                    };
+                    chain(v.nm, gu_bytes, fn);
+                    chk(v.nm, fn);
+                }
+            }
+
+            snprintf(nm, sizeof nm, "engine gate/up pdl=%d", pdl);
+            chain(nm, gu_bytes, [&](int r) {
+                qr_cuda_mv_id_args c = a;
+                c.ids = ids16 + 2 * r;
+                qr_cuda_matvec_id(&c, 1, &xg, 2, 1, pdl, 0);
+            });
+            snprintf(nm, sizeof nm, "read 132 MB pdl=%d", pdl);
+            chain(nm, gu_bytes, [&](int r) {
+                const size_t n16 = (size_t)(gu_bytes / 16);
+                launch_k(read_kernel<8>, dim3(NSM * 8), dim3(128), 0, 0, pdl, (const uint4 *)(r & 1 ? wu.p0 : wg.p0), n16, sink);
+            });
+            struct V { int pipe, minb; void (*k)(const qr_cuda_mv_id_args, const cuda_xview, int); };
+            const V vs[] = {{0, 6, glu_persist_kernel<TQ4_0, 4, 0, 6>}, {10, 6, glu_persist_kernel<TQ4_0, 4, 0, 6, 1>},
+                            {20, 6, glu_persist_kernel<TQ4_0, 4, 0, 6, 2>}, {30, 6, glu_persist_kernel<TQ4_0, 4, 0, 6, 3>},
+                            {10, 8, glu_persist_kernel<TQ4_0, 4, 0, 8, 1>}, {20, 8, glu_persist_kernel<TQ4_0, 4, 0, 8, 2>}};
+            for (const V &v : vs) {
+                for (int cps : {v.minb}) {
+                    snprintf(nm, sizeof nm, "persist gate/up mode=%d minb=%d cps=%d pdl=%d", v.pipe / 10, v.minb, cps, pdl);
+                    auto fn = [&](int r) {
+                        qr_cuda_mv_id_args c = a;
+                        c.ids = ids16 + 2 * r;
+                        c.y = y1;
+                        launch_k(v.k, dim3(NSM * cps), dim3(128), 0, 0, pdl, c, xg, 2);
+                    };
+                    chain(nm, gu_bytes, fn);
+                    if (pdl) chk(nm, fn);
+                }
+            }
+        }
+    }
     /* big reads: the asymptotic rate */
     for (double mb : {66.0, 132.0, 528.0}) {
         char nm[64];
@@ -370,6 +683,7 @@ int main(int argc, char **argv) {
         for (int64_t i = 0; i < n; i++) diff += memcmp(&h0[i], &h1[i], 4) != 0;
         printf("    outputs differing from the engine's: %lld of %lld\n", (long long)diff, (long long)n);
     };
+    if (getenv("PROBE_TMA"))
     for (int mode : {0, 1})
         for (int S : {2, 4, 8})
             for (int warps : {4, 8})

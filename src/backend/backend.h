@@ -256,6 +256,13 @@ typedef struct qr_backend_ops {
      * backend may prepare y's activations for it). */
     void (*add_rmsnorm)(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
                         int64_t dim, float eps, float *y, const qr_weight *next);
+    /* add_rmsnorm, then the MoE router and routing on y: logits = y . router^T (+ router_b), then
+     * moe_route(logits, p) into ids / weights: the three ops in one. Returns false, having done nothing,
+     * where the backend does not take the shape (the caller then runs the plain ops). */
+    bool (*add_rmsnorm_route)(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
+                              int64_t dim, float eps, float *y, const qr_weight *next, const qr_weight *router,
+                              const qr_weight *router_b, const qr_moe_route_params *p, float *logits, int32_t *ids,
+                              float *weights);
     /* y[i] = x . w[i]^T for i < n_w (1..3), as n_w matmul calls on the same x; b (may be NULL, as may
      * each b[i]): then add_row(y[i], b[i], 0) for each bias (F32 [w[i]->ne[1]]). */
     void (*matmul_multi)(qr_backend *be, int32_t n_w, const qr_weight *const *w, const qr_weight *const *b,

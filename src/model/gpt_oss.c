@@ -59,8 +59,7 @@ void qr_gpt_oss_forward(const qr_model *m, qr_fwd *f) {
             n = f->n_rows;
             if (n == 0) break;
         }
-        qr_fused_add_rmsnorm(be, f->x, f->xb2, 1.0f, &l->attn_post_norm, n, hp->n_embd, hp->norm_eps, f->xb,
-                             qr_ffn_in(m, il));
+        qr_ffn_norm(m, f, il, f->xb2, 1.0f, &l->attn_post_norm, n, hp->norm_eps);
         qr_block_moe(m, f, il);
         pending = true;
     }

@@ -35,7 +35,7 @@ static void granite_forward(const qr_model *m, qr_fwd *f) {
             n = f->n_rows;
             if (n == 0) break;
         }
-        qr_fused_add_rmsnorm(be, f->x, f->xb2, rs, &l->ffn_norm, n, hp->n_embd, hp->norm_eps, f->xb, qr_ffn_in(m, il));
+        qr_ffn_norm(m, f, il, f->xb2, rs, &l->ffn_norm, n, hp->norm_eps);
         if (m->ext->layers[il].gate_inp.host) qr_block_moe(m, f, il);
         else qr_block_ffn(m, f, il, false);
         pending = true;

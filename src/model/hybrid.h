@@ -95,6 +95,7 @@ struct qr_fwd_x {
     uint64_t *sel_counts;    /* [n_layer][n_expert] (host) */
     int32_t *ids_host;       /* [n_batch][n_used] host copy of ids (non-CPU backends) */
     bool stats_enabled;      /* non-CPU backends: read the routing back to count expert selection */
+    int32_t routed_layer;    /* the layer whose router and routing qr_ffn_norm already ran with the norm, or -1 */
 };
 
 /* ---- loading (hybrid_load.c) ---- */
@@ -121,6 +122,11 @@ void qr_fwd_x_free(qr_backend *be, struct qr_fwd_x *x);
  * expert's gate (or up) where there is one, else the routed experts' gate (or up); ffn_gate for a dense FFN.
  * (The router, F32, reads the f32 input; the expert mat-vec then reuses the norm's quantized activations.) */
 const qr_weight *qr_ffn_in(const qr_model *m, int il);
+/* The norm before layer il's FFN: x += b_scale * b (b may be NULL), f->xb = rmsnorm(x) * w, as
+ * qr_fused_add_rmsnorm with qr_ffn_in's hint. For a MoE layer the backend may also run the router and the
+ * routing in the same op (add_rmsnorm_route); qr_block_moe then skips them. */
+void qr_ffn_norm(const qr_model *m, qr_fwd *f, int il, const float *b, float b_scale, const qr_weight *w, int64_t n,
+                 float eps);
 /* MoE FFN of layer il on the f->n_rows rows of f->xb, result in f->xb2 (+ the shared expert). */
 void qr_block_moe(const qr_model *m, qr_fwd *f, int il);
 /* Dense FFN of layer il for the relu^2 archs (nemotron, nemotron_h: up/down with optional biases, no gate). */

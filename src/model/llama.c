@@ -26,7 +26,7 @@ void qr_llama_forward(const qr_model *m, qr_fwd *f) {
             if (n == 0) break;
         }
         /* x += ffn(rmsnorm(x)) */
-        qr_fused_add_rmsnorm(be, f->x, f->xb2, 1.0f, &l->ffn_norm, n, hp->n_embd, hp->norm_eps, f->xb, qr_ffn_in(m, il));
+        qr_ffn_norm(m, f, il, f->xb2, 1.0f, &l->ffn_norm, n, hp->norm_eps);
         qr_block_ffn(m, f, il, false);
         pending = true;
     }

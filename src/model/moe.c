@@ -32,6 +32,34 @@ const qr_weight *qr_ffn_in(const qr_model *m, int il) {
     return lx->gate_exps.host ? &lx->gate_exps : &lx->up_exps;
 }
 
+static qr_moe_route_params route_params(const qr_model *m, int il) {
+    const qr_hparams_x *h = &m->ext->hp;
+    const qr_layer_x *lx = &m->ext->layers[il];
+    return (qr_moe_route_params){.n_expert = h->n_expert, .n_used = h->n_expert_used, .gating = h->gating,
+                                 .norm = h->norm_w, .scale = h->w_scale,
+                                 .sel_bias = lx->exp_probs_b.host ? &lx->exp_probs_b : NULL};
+}
+
+void qr_ffn_norm(const qr_model *m, qr_fwd *f, int il, const float *b, float b_scale, const qr_weight *w, int64_t n,
+                 float eps) {
+    qr_backend *be = f->be;
+    struct qr_fwd_x *x = f->ext;
+    const qr_layer_x *lx = m->ext ? &m->ext->layers[il] : NULL;
+    const int64_t E = m->hp.n_embd;
+    if (x) x->routed_layer = -1;
+    /* the fused op's routing is not timed on its own: with the MoE counters on, the plain ops run */
+    if (x && lx && lx->gate_inp.host && be->ops->add_rmsnorm_route && !x->stats_enabled) {
+        const qr_moe_route_params rp = route_params(m, il);
+        const qr_weight *gb = lx->gate_inp_b.host ? &lx->gate_inp_b : NULL;
+        if (be->ops->add_rmsnorm_route(be, f->x, b, b_scale, w, n, E, eps, f->xb, qr_ffn_in(m, il), &lx->gate_inp, gb,
+                                       &rp, x->router, x->ids, x->weights)) {
+            x->routed_layer = il;
+            return;
+        }
+    }
+    qr_fused_add_rmsnorm(be, f->x, b, b_scale, w, n, E, eps, f->xb, qr_ffn_in(m, il));
+}
+
 void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
     const qr_hparams_x *h = &m->ext->hp;
     const qr_layer_x *lx = &m->ext->layers[il];
@@ -44,11 +72,13 @@ void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
     if (be->ops->act_hold) be->ops->act_hold(be, f->xb, n, E);
     /* router (it writes only router / ids / weights: the shared expert below does not read them) */
     const double tr = qr_time_s();
-    const qr_weight *gate_inp = &lx->gate_inp, *gate_inp_b = lx->gate_inp_b.host ? &lx->gate_inp_b : NULL;
-    qr_fused_matmul_multi(be, 1, &gate_inp, &gate_inp_b, f->xb, n, &x->router);
-    const qr_moe_route_params rp = {.n_expert = h->n_expert, .n_used = k, .gating = h->gating, .norm = h->norm_w,
-                                    .scale = h->w_scale, .sel_bias = lx->exp_probs_b.host ? &lx->exp_probs_b : NULL};
-    be->ops->moe_route(be, x->router, n, &rp, x->ids, x->weights);
+    if (x->routed_layer != il) { /* else qr_ffn_norm's op routed with the norm */
+        const qr_weight *gate_inp = &lx->gate_inp, *gate_inp_b = lx->gate_inp_b.host ? &lx->gate_inp_b : NULL;
+        qr_fused_matmul_multi(be, 1, &gate_inp, &gate_inp_b, f->xb, n, &x->router);
+        const qr_moe_route_params rp = route_params(m, il);
+        be->ops->moe_route(be, x->router, n, &rp, x->ids, x->weights);
+    }
+    x->routed_layer = -1;
     const double t1 = qr_time_s();
     count_selection(m, f, il, n);
     /* the shared expert, into xb2 (it reads the normed input while the backend may still hold its
@@ -125,6 +155,7 @@ qr_status qr_fwd_x_create(const qr_model *m, qr_backend *be, int32_t n_batch, in
     struct qr_fwd_x *x = calloc(1, sizeof *x);
     if (!x) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
     x->n_batch = n_batch;
+    x->routed_layer = -1;
     bool ok = true;
     if (h->n_expert > 0) {
         const int64_t k = h->n_expert_used, F = h->n_ff_exp;

@@ -239,6 +239,70 @@ static void check_route(lab *L) {
         }
 }
 
+/* add_rmsnorm_route (the MoE norm, router and routing in one launch) against the CPU's plain ops: scale +
+ * add, rmsnorm, the F32 router matmul (+ bias), moe_route. The residual, the norm's output, the logits and
+ * the weights within 1e-5 (the logits sum in another order than the CPU's), the ids equal. */
+static void check_norm_route(lab *L) {
+    typedef struct { int64_t dim; int32_t ne, k, gating; bool add, rbias, sbias; float bs; } cfg_t;
+    const cfg_t cfgs[] = {
+        {4096, 8, 2, 0, true, false, false, 1.0f},  /* mixtral */
+        {2880, 8, 4, 2, true, true, false, 1.0f},   /* gpt-oss's gating, a router bias */
+        {1536, 8, 8, 0, true, false, false, 0.22f}, /* a residual scale (granite), every expert used */
+        {256, 5, 2, 1, false, false, true, 1.0f},   /* sigmoid + selection bias, no add, 5 experts */
+    };
+    for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+        const cfg_t *f = &cfgs[c];
+        for (int64_t rows = 1; rows <= 3; rows += 2) {
+            const int64_t D = f->dim;
+            fbuf x = fb_new(L, rows * D, 1.0f), b = fb_new(L, rows * D, 0.5f), y = fb_new(L, rows * D, 0.0f),
+                 lg = fb_new(L, rows * f->ne, 0.0f), wt = fb_new(L, rows * f->k, 0.0f);
+            float *xc = malloc((size_t)(rows * D) * 4), *bc = malloc((size_t)(rows * D) * 4),
+                  *yc = malloc((size_t)(rows * D) * 4), *lc = malloc((size_t)(rows * f->ne) * 4),
+                  *wc = malloc((size_t)(rows * f->k) * 4);
+            memcpy(xc, x.h, (size_t)(rows * D) * 4);
+            memcpy(bc, b.h, (size_t)(rows * D) * 4);
+            qr_weight nw = gen_weight(L, QR_TYPE_F32, D, 1, 1, "norm");
+            qr_weight rw = gen_weight(L, QR_TYPE_F32, D, f->ne, 1, "router");
+            qr_weight rb = gen_weight(L, QR_TYPE_F32, f->ne, 1, 1, "router_b");
+            qr_weight sb = gen_weight(L, QR_TYPE_F32, f->ne, 1, 1, "sel_bias");
+            qr_weight nx = gen_weight(L, QR_TYPE_Q4_0, D, 64, 2, "next"); /* the experts: codes for them */
+            const qr_moe_route_params p = {.n_expert = f->ne, .n_used = f->k, .gating = (qr_moe_gating)f->gating,
+                                           .norm = f->gating != 2, .scale = f->gating == 1 ? 2.5f : 1.0f,
+                                           .sel_bias = f->sbias ? &sb : NULL};
+            /* the CPU's plain ops */
+            qr_backend *C = L->cpu;
+            if (f->add) {
+                C->ops->scale(C, bc, f->bs, rows * D, bc);
+                C->ops->add(C, xc, bc, rows * D, xc);
+            }
+            C->ops->rmsnorm(C, xc, &nw, rows, D, 1e-5f, yc);
+            C->ops->matmul(C, &rw, yc, rows, lc);
+            if (f->rbias) C->ops->add_row(C, lc, &rb, 0, rows, lc);
+            int32_t *ic = malloc(sizeof(int32_t) * (size_t)(rows * f->k)), *ig = malloc(sizeof(int32_t) * (size_t)(rows * f->k));
+            C->ops->moe_route(C, lc, rows, &p, ic, wc);
+            /* the fused op */
+            int32_t *igd = (int32_t *)lab_gpu_alloc(L, sizeof(int32_t) * (size_t)(rows * f->k));
+            const bool done = L->gpu->ops->add_rmsnorm_route(L->gpu, x.d, f->add ? b.d : NULL, f->bs, &nw, rows, D, 1e-5f,
+                                                             y.d, &nx, &rw, f->rbias ? &rb : NULL, &p, lg.d, igd, wt.d);
+            lab_download(L, ig, igd, sizeof(int32_t) * (size_t)(rows * f->k));
+            int64_t diff = 0;
+            for (int64_t i = 0; i < rows * f->k; i++) diff += ic[i] != ig[i];
+            char cfg[96];
+            snprintf(cfg, sizeof cfg, "D%lld E%d k%d g%d rows %lld%s (ids differ: %lld)", (long long)D, f->ne, f->k,
+                     f->gating, (long long)rows, done ? "" : " NOT TAKEN", (long long)diff);
+            const double tol = done ? 1e-5 : -1.0;
+            compare(L, "norm_route x", cfg, xc, x.d, rows * D, tol, NULL, NULL, 0);
+            compare(L, "norm_route y", cfg, yc, y.d, rows * D, tol, NULL, NULL, 0);
+            compare(L, "norm_route logits", cfg, lc, lg.d, rows * f->ne, tol, NULL, NULL, 0);
+            compare(L, "norm_route weights", cfg, wc, wt.d, rows * f->k, diff ? -1.0 : tol, NULL, NULL, 0);
+            free(ic), free(ig), free(xc), free(bc), free(yc), free(lc), free(wc);
+            lab_gpu_free(L, igd);
+            weight_free(L, &nw), weight_free(L, &rw), weight_free(L, &rb), weight_free(L, &sb), weight_free(L, &nx);
+            fb_free(L, &x), fb_free(L, &b), fb_free(L, &y), fb_free(L, &lg), fb_free(L, &wt);
+        }
+    }
+}
+
 static void check_experts(lab *L) {
     typedef struct { const char *name; qr_type type; int64_t k, n, ne; int32_t used; bool bias; } cfg_t;
     const cfg_t cfgs[] = {
@@ -557,6 +621,7 @@ static void check_sinks(lab *L) {
 void lab_moe_ssm(lab *L) {
     if (lab_section(L, "moe")) {
         check_route(L);
+        check_norm_route(L);
         check_experts(L);
     }
     if (lab_section(L, "ssm")) {

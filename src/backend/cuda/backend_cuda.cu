@@ -860,6 +860,45 @@ static void cuda_add_rmsnorm(qr_backend *be, float *x, const float *b, float b_s
     if (kind >= 0) act_mark(cb, y, n_rows, dim, kind);
 }
 
+/* add_rmsnorm + the MoE router (F32) + routing in one launch (qr_cuda_norm_route) at decode sizes; the
+ * codes for `next` as cuda_add_rmsnorm makes them. Anything else: false, the model runs the three ops. */
+static bool cuda_add_rmsnorm_route(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
+                                   int64_t dim, float eps, float *y, const qr_weight *next, const qr_weight *router,
+                                   const qr_weight *router_b, const qr_moe_route_params *p, float *logits, int32_t *ids,
+                                   float *weights) {
+    cuda_backend *cb = CB(be);
+    if (cb->exact || !cb->tune.fuse || !cb->tune.norm_route || n_rows > cb->tune.mmvq_max_rows ||
+        !qr_cuda_norm_route_supported(dim, p->n_expert, p->n_used) || router->type != QR_TYPE_F32 ||
+        router->ne[0] != dim || router->ne[1] != p->n_expert || (router_b && router_b->type != QR_TYPE_F32) ||
+        (p->sel_bias && p->sel_bias->type != QR_TYPE_F32) || overlaps(x, n_rows * dim, y, n_rows * dim))
+        return false;
+    const float *wp = NULL, *br = NULL, *sb = NULL;
+    if (w && !(wp = vec_weight(cb, w, dim, "add_rmsnorm_route"))) return true;
+    if (router_b && !(br = vec_weight(cb, router_b, p->n_expert, "add_rmsnorm_route"))) return true;
+    if (p->sel_bias && !(sb = vec_weight(cb, p->sel_bias, p->n_expert, "add_rmsnorm_route"))) return true;
+    const cuda_weight *cr = prepared(cb, router, "add_rmsnorm_route");
+    if (!cr) return true;
+    int kind = -1;
+    act_ptrs a = {};
+    if (next && next->device && cb->tune.act_reuse) {
+        const cuda_weight *cn = prepared(cb, next, "add_rmsnorm_route");
+        if (!cn) return true;
+        const int nk = qr_cuda_act_kind((qr_type)cn->v.type);
+        if (cn->v.nb > 0 && cn->v.k == dim && nk <= 1 && dim % (nk == 0 ? 32 : 256) == 0) {
+            if (!act_scratch(cb, nk, y, n_rows, dim, &a)) return true;
+            kind = nk;
+        }
+    }
+    if (!cuda_ok(cb, qr_cuda_norm_route(x, b, b_scale, wp, n_rows, dim, eps, y, kind, a.q, a.d, a.s, a.g, (const float *)cr->v.p0, br,
+                                        p, sb, logits, ids, weights, use_pdl(cb), cb->stream),
+                 "add_rmsnorm_route"))
+        return true;
+    cb->act_valid = false;
+    if (kind >= 0) act_mark(cb, y, n_rows, dim, kind);
+    cb->ids_unfenced = ids;
+    return true;
+}
+
 static void cuda_layernorm(qr_backend *be, const float *x, const qr_weight *w, const qr_weight *b, int64_t n_rows,
                            int64_t dim, float eps, float *y) {
     cuda_backend *cb = CB(be);
@@ -1269,6 +1308,7 @@ static qr_backend_ops make_cuda_ops(void) {
     o.run_graph = cuda_run_graph;
     o.graph_release = cuda_graph_release;
     o.add_rmsnorm = cuda_add_rmsnorm;
+    o.add_rmsnorm_route = cuda_add_rmsnorm_route;
     o.matmul_multi = cuda_matmul_multi;
     o.matmul_swiglu = cuda_matmul_swiglu;
     o.matmul_act = cuda_matmul_act;
@@ -1296,6 +1336,7 @@ static const qr_backend_ops cuda_ops = make_cuda_ops();
 static qr_backend_ops make_cuda_ops_exact(void) {
     qr_backend_ops o = make_cuda_ops();
     o.add_rmsnorm = NULL;
+    o.add_rmsnorm_route = NULL;
     o.matmul_multi = NULL;
     o.matmul_swiglu = NULL;
     o.rope_kv_store = NULL;

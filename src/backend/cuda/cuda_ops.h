@@ -207,6 +207,16 @@ cudaError_t qr_cuda_add_row(const float *x, const cuda_wview *t, int64_t row, co
  * [n_expert] or NULL; p->sel_bias is ignored). n_expert <= 512. */
 cudaError_t qr_cuda_moe_route(const float *logits, int64_t n_rows, const qr_moe_route_params *p, const float *sel_bias,
                               int32_t *ids, float *weights, bool pdl, cudaStream_t stream);
+/* The MoE layer's norm, router and routing in one launch: x += b_scale * b (b may be NULL), y = rmsnorm(x) * w (w may be
+ * NULL), qkind >= 0: y's codes for the next mat-vec as qr_cuda_add_rmsnorm; logits = wr y (+ br), wr F32
+ * [n_expert][dim], br F32 [n_expert] or NULL; then ids / weights as qr_cuda_moe_route. Only where
+ * qr_cuda_norm_route_supported (dim % 8 == 0, dim <= 4096, n_expert <= 8). */
+bool qr_cuda_norm_route_supported(int64_t dim, int32_t n_expert, int32_t n_used);
+
+cudaError_t qr_cuda_norm_route(float *x, const float *b, float b_scale, const float *w, int64_t n_rows, int64_t dim, float eps, float *y,
+                               int qkind, int8_t *q, float *d, float *s, int16_t *g, const float *wr, const float *br,
+                               const qr_moe_route_params *p, const float *sel_bias, float *logits, int32_t *ids,
+                               float *weights, bool pdl, cudaStream_t stream);
 /* y[s][n_out] = W[ids[s]] . x_s (+ bias[ids[s]]) for slots s < n_rows * n_used (<= 65535); w: the prepared
  * [n_expert * n_out][k] rows; x_s = x[s] (x_per_slot) or x[s / n_used]. */
 cudaError_t qr_cuda_matmul_id(const cuda_wview *w, int64_t n_out, const float *bias, const float *x, bool x_per_slot,

@@ -10,6 +10,7 @@
  * the lab's tolerance, not bit for bit.
  */
 #include "backend/cuda/ew_dev.cuh"
+#include "backend/cuda/norm_dev.cuh"
 #include "backend/cuda/quant_dev.cuh"
 
 /* 8 values of weight row `row` from element e (a multiple of 8): quantized types through T::deq8. */
@@ -58,19 +59,8 @@ static __device__ __forceinline__ uint32_t route_key(float f) {
  * round trip per access. */
 #define ROUTE_KREG 16
 template <int PL, bool KR>
-static __global__ void moe_route_kernel(const float *__restrict__ logits, int64_t n_rows, int n_expert, int k,
-                                        int gating, bool norm, float scale, const float *__restrict__ sel_bias,
-                                        int32_t *__restrict__ ids, float *__restrict__ weights) {
-    const int lane = threadIdx.x & 31;
-    float sb[PL]; /* the selection bias (a weight) is read before waiting for the logits */
-#pragma unroll
-    for (int i = 0; i < PL; i++) sb[i] = sel_bias && lane + 32 * i < n_expert ? __ldg(sel_bias + lane + 32 * i) : 0.0f;
-    pdl_enter();
-    const int64_t r = (int64_t)blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5);
-    if (r >= n_rows) return;
-    const float *lg = logits + r * n_expert;
-    int32_t *id = ids + r * k;
-    float *w = weights + r * k;
+static __device__ __forceinline__ void route_row(const float *lg, int n_expert, int k, int gating, bool norm, float scale,
+                                                 bool has_sel_bias, const float *sb, int32_t *id, float *w, int lane) {
     /* this lane's logits, probabilities and selection scores, in registers (unrolled, guarded) */
     float l[PL], pr[PL], sc[PL];
     float mx = -INFINITY;
@@ -93,7 +83,7 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int64_
     for (int i = 0; i < PL; i++) {
         const int e = lane + 32 * i;
         pr[i] = e < n_expert ? route_prob(l[i], gating, mx, inv) : 0.0f;
-        sc[i] = e < n_expert ? (sel_bias ? __fadd_rn(pr[i], sb[i]) : pr[i]) : -INFINITY;
+        sc[i] = e < n_expert ? (has_sel_bias ? __fadd_rn(pr[i], sb[i]) : pr[i]) : -INFINITY;
     }
     constexpr int KN = KR ? ROUTE_KREG : 1, KLOOP = KR ? ROUTE_KREG : (1 << 30);
     float wk[KN];       /* KR: lane 0's selected probabilities */
@@ -150,6 +140,21 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int64_
 #undef WK
 }
 
+template <int PL, bool KR>
+static __global__ void moe_route_kernel(const float *__restrict__ logits, int64_t n_rows, int n_expert, int k,
+                                        int gating, bool norm, float scale, const float *__restrict__ sel_bias,
+                                        int32_t *__restrict__ ids, float *__restrict__ weights) {
+    const int lane = threadIdx.x & 31;
+    float sb[PL]; /* the selection bias (a weight) is read before waiting for the logits */
+#pragma unroll
+    for (int i = 0; i < PL; i++) sb[i] = sel_bias && lane + 32 * i < n_expert ? __ldg(sel_bias + lane + 32 * i) : 0.0f;
+    pdl_enter();
+    const int64_t r = (int64_t)blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5);
+    if (r >= n_rows) return;
+    route_row<PL, KR>(logits + r * n_expert, n_expert, k, gating, norm, scale, sel_bias != nullptr, sb, ids + r * k,
+                      weights + r * k, lane);
+}
+
 extern "C" cudaError_t qr_cuda_moe_route(const float *logits, int64_t n_rows, const qr_moe_route_params *p,
                                          const float *sel_bias, int32_t *ids, float *weights, bool pdl,
                                          cudaStream_t stream) {
@@ -167,6 +172,100 @@ extern "C" cudaError_t qr_cuda_moe_route(const float *logits, int64_t n_rows, co
     if (p->n_expert <= 256) return ROUTE(8, true);
     return ROUTE(QR_CUDA_MOE_MAX_EXPERT / 32, true);
 #undef ROUTE
+}
+
+/* ---- the MoE layer's norm, router and routing in one launch (decode rows) ---- */
+
+/* One CTA a row, each thread 8 values (norm_dev.cuh): x += b_scale b; y = rmsnorm(x) * w (QK >= 0: also y's
+ * codes for the expert mat-vec); logits = Wr y (+ br), Wr F32 [n_expert][dim]; then the routing (route_row)
+ * by warp 0. The router rows of this thread's 8 columns are prefetched into L2 before the dependency wait
+ * (loaded into registers after it). The three kernels this replaces (norm, router mat-vec, routing) cost
+ * three launches and the router rows' load from memory on the critical path. n_expert <= 8, dim <= 4096.
+ * The logits are sums of per-thread fmaf chains, then per warp, then over the warps in order: another order
+ * than the router mat-vec's, so they may differ from it in the last bits. */
+#define NR_ROUTE_NRE 8
+template <bool ADD, int QK>
+static __global__ void __launch_bounds__(512)
+    norm_route_kernel(float *x, const float *__restrict__ b, float b_scale, const float *__restrict__ w, int64_t dim,
+                      float eps, float *y, int8_t *q, float *qd, float *qs, int16_t *qg, const float *__restrict__ wr,
+                      const float *__restrict__ br, int n_expert, int k, int gating, bool norm, float scale,
+                      const float *__restrict__ sel_bias, float *logits, int32_t *ids, float *weights) {
+    __shared__ double sh[32];
+    __shared__ float part[16][NR_ROUTE_NRE];
+    __shared__ float lg[NR_ROUTE_NRE];
+    const int64_t i0 = (int64_t)threadIdx.x * 8;
+    const bool on = i0 < dim;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (int)(blockDim.x >> 5);
+    float g[8], v[8], rw[NR_ROUTE_NRE][8];
+    rmsnorm8_weights(w, dim, g);
+    if (on) /* a thread's 32 bytes of a row are one L2 sector */
+        for (int e = 0; e < n_expert; e++) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr + (int64_t)e * dim + i0));
+    const float sb = sel_bias && lane < n_expert ? __ldg(sel_bias + lane) : 0.0f;
+    const float be = br && (int)threadIdx.x < n_expert ? __ldg(br + threadIdx.x) : 0.0f;
+    pdl_enter();
+#pragma unroll
+    for (int e = 0; e < NR_ROUTE_NRE; e++) {
+        if (e < n_expert && on) {
+            const float4 a0 = __ldg((const float4 *)(wr + (int64_t)e * dim + i0));
+            const float4 a1 = __ldg((const float4 *)(wr + (int64_t)e * dim + i0 + 4));
+            rw[e][0] = a0.x, rw[e][1] = a0.y, rw[e][2] = a0.z, rw[e][3] = a0.w;
+            rw[e][4] = a1.x, rw[e][5] = a1.y, rw[e][6] = a1.z, rw[e][7] = a1.w;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) rw[e][j] = 0.0f;
+        }
+    }
+    rmsnorm8_row<ADD, QK>(x, b, b_scale, w != nullptr, g, dim, eps, y, q, qd, qs, qg, sh, v);
+#pragma unroll
+    for (int e = 0; e < NR_ROUTE_NRE; e++) {
+        if (e >= n_expert) break;
+        float p = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) p = fmaf(rw[e][j], v[j], p);
+        p = warp_sum(p);
+        if (lane == 0) part[warp][e] = p;
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < n_expert) {
+        float sum = part[0][threadIdx.x];
+        for (int i = 1; i < nw; i++) sum += part[i][threadIdx.x];
+        if (br) sum = __fadd_rn(sum, be);
+        lg[threadIdx.x] = sum;
+        logits[(int64_t)blockIdx.x * n_expert + threadIdx.x] = sum;
+    }
+    __syncthreads();
+    if (warp == 0)
+        route_row<1, true>(lg, n_expert, k, gating, norm, scale, sel_bias != nullptr, &sb, ids + (int64_t)blockIdx.x * k,
+                           weights + (int64_t)blockIdx.x * k, lane);
+}
+
+extern "C" bool qr_cuda_norm_route_supported(int64_t dim, int32_t n_expert, int32_t n_used) {
+    return dim % 8 == 0 && dim <= 4096 && n_expert >= 1 && n_expert <= NR_ROUTE_NRE && n_used >= 1 && n_used <= n_expert;
+}
+
+extern "C" cudaError_t qr_cuda_norm_route(float *x, const float *b, float b_scale, const float *w, int64_t n_rows,
+                                          int64_t dim, float eps, float *y, int qkind, int8_t *q, float *d, float *s,
+                                          int16_t *g, const float *wr, const float *br, const qr_moe_route_params *p,
+                                          const float *sel_bias, float *logits, int32_t *ids, float *weights, bool pdl,
+                                          cudaStream_t stream) {
+    if (n_rows <= 0) return cudaSuccess;
+    if (!qr_cuda_norm_route_supported(dim, p->n_expert, p->n_used) || qkind > 1 ||
+        (qkind >= 0 && dim % (qkind == 0 ? 32 : 256)) || n_rows > 65535)
+        return cudaErrorInvalidValue;
+    const dim3 grid((unsigned)n_rows), block((unsigned)((dim / 8 + 31) / 32 * 32));
+#define L(A, K)                                                                                                         \
+    return launch_k(norm_route_kernel<A, K>, grid, block, 0, stream, pdl, x, b, b_scale, w, dim, eps, y, q, d, s, g, wr, \
+                    br, (int)p->n_expert, (int)p->n_used, (int)p->gating, (bool)p->norm, p->scale, sel_bias, logits,  \
+                    ids, weights)
+    if (b) {
+        if (qkind == 0) L(true, 0);
+        if (qkind == 1) L(true, 1);
+        L(true, -1);
+    }
+    if (qkind == 0) L(false, 0);
+    if (qkind == 1) L(false, 1);
+    L(false, -1);
+#undef L
 }
 
 /* ---- indexed mat-vec ---- */

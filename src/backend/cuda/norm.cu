@@ -2,6 +2,7 @@
  * scalar path does, the final scale with IEEE-rounded division and square root. In place is fine:
  * every thread reads only the elements it later writes, and all reductions finish first. */
 #include "backend/cuda/act_quant.cuh"
+#include "backend/cuda/norm_dev.cuh"
 
 /* Each thread loads NORM_U elements (strided by the block size) before using any, so a row of a
  * decode step (one CTA) has its loads in flight together instead of one latency per element. */
@@ -74,66 +75,16 @@ static __global__ void rmsnorm_kernel(float *x, const float *__restrict__ b, flo
  * owns 8 consecutive values (dim % 8 == 0, dim <= 8192) held in registers from the first load to the
  * quantized codes, so the row costs one load latency instead of three; the norm weights are loaded
  * before waiting for the previous kernel (programmatic dependent launch). Same results as
- * rmsnorm_kernel: the sum of squares in double, the scale with IEEE division and square root, the
- * activation codes by the same rules (Q8_0 by groups of 4 lanes, Q8_K by whole warps). */
+ * rmsnorm_kernel (norm_dev.cuh). */
 template <bool ADD, int QK>
 static __global__ void __launch_bounds__(1024) rmsnorm_vec8_kernel(float *x, const float *__restrict__ b, float b_scale,
                                                                    const float *__restrict__ w, int64_t dim, float eps,
                                                                    float *y, int8_t *q, float *qd, float *qs, int16_t *qg) {
     __shared__ double sh[32];
-    const int64_t i0 = (int64_t)threadIdx.x * 8;
-    const bool on = i0 < dim;
-    float g[8];
-    if (w && on) {
-        const float4 g0 = __ldg((const float4 *)(w + i0)), g1 = __ldg((const float4 *)(w + i0 + 4));
-        g[0] = g0.x, g[1] = g0.y, g[2] = g0.z, g[3] = g0.w, g[4] = g1.x, g[5] = g1.y, g[6] = g1.z, g[7] = g1.w;
-    } else {
-#pragma unroll
-        for (int j = 0; j < 8; j++) g[j] = 1.0f;
-    }
+    float g[8], v[8];
+    rmsnorm8_weights(w, dim, g);
     pdl_enter();
-    float *xr = x + (int64_t)blockIdx.x * dim;
-    float v[8];
-    if (on) {
-        const float4 a0 = *(const float4 *)(xr + i0), a1 = *(const float4 *)(xr + i0 + 4);
-        v[0] = a0.x, v[1] = a0.y, v[2] = a0.z, v[3] = a0.w, v[4] = a1.x, v[5] = a1.y, v[6] = a1.z, v[7] = a1.w;
-        if (ADD) {
-            const float *br = b + (int64_t)blockIdx.x * dim + i0;
-            const float4 c0 = *(const float4 *)br, c1 = *(const float4 *)(br + 4);
-            const float bv[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-#pragma unroll
-            for (int j = 0; j < 8; j++) v[j] = __fadd_rn(v[j], b_scale == 1.0f ? bv[j] : __fmul_rn(b_scale, bv[j]));
-            *(float4 *)(xr + i0) = make_float4(v[0], v[1], v[2], v[3]);
-            *(float4 *)(xr + i0 + 4) = make_float4(v[4], v[5], v[6], v[7]);
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < 8; j++) v[j] = 0.0f;
-    }
-    double sum = 0.0;
-#pragma unroll
-    for (int j = 0; j < 8; j++) sum += (double)__fmul_rn(v[j], v[j]);
-    sum = block_sum_d(sum, sh);
-    const float mean = (float)(sum / (double)dim);
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const float t = __fmul_rn(v[j], scale);
-        v[j] = w ? __fmul_rn(t, g[j]) : t;
-    }
-    if (on) {
-        float *yr = y + (int64_t)blockIdx.x * dim + i0;
-        *(float4 *)yr = make_float4(v[0], v[1], v[2], v[3]);
-        *(float4 *)(yr + 4) = make_float4(v[4], v[5], v[6], v[7]);
-    }
-    if (QK < 0) return;
-    const int lane = threadIdx.x & 31;
-    if (QK == 0) { /* 4 lanes per 32-value block; a group of 4 is all on or all off (dim % 32 == 0) */
-        const int64_t blk = ((int64_t)blockIdx.x * dim + i0) / 32;
-        if ((int64_t)(threadIdx.x & ~31u) * 8 < dim) act_quant_oct32(v, blk, lane & 3, on, q, qd, qs, qg);
-    } else if ((int64_t)(threadIdx.x & ~31u) * 8 < dim) { /* a whole warp per 256-value block (dim % 256 == 0) */
-        act_quant_vals256(v, ((int64_t)blockIdx.x * dim + i0) / 256, lane, q, qd, qg);
-    }
+    rmsnorm8_row<ADD, QK>(x, b, b_scale, w != nullptr, g, dim, eps, y, q, qd, qs, qg, sh, v);
 }
 
 /* y = (x - mean) / sqrt(var + eps) (* w) (+ b). */
