@@ -203,8 +203,9 @@ static __global__ void __launch_bounds__(512)
     const float sb = sel_bias && lane < n_expert ? __ldg(sel_bias + lane) : 0.0f;
     const float be = br && (int)threadIdx.x < n_expert ? __ldg(br + threadIdx.x) : 0.0f;
     pdl_enter();
+    rmsnorm8_load<ADD>(x, b, b_scale, dim, v); /* the row first: the norm is the critical path */
 #pragma unroll
-    for (int e = 0; e < NR_ROUTE_NRE; e++) {
+    for (int e = 0; e < NR_ROUTE_NRE; e++) { /* 128 KB (mixtral) through one SM: they land during the norm */
         if (e < n_expert && on) {
             const float4 a0 = __ldg((const float4 *)(wr + (int64_t)e * dim + i0));
             const float4 a1 = __ldg((const float4 *)(wr + (int64_t)e * dim + i0 + 4));
@@ -215,7 +216,7 @@ static __global__ void __launch_bounds__(512)
             for (int j = 0; j < 8; j++) rw[e][j] = 0.0f;
         }
     }
-    rmsnorm8_row<ADD, QK>(x, b, b_scale, w != nullptr, g, dim, eps, y, q, qd, qs, qg, sh, v);
+    rmsnorm8_finish<ADD, QK>(x, w != nullptr, g, dim, eps, y, q, qd, qs, qg, sh, v);
 #pragma unroll
     for (int e = 0; e < NR_ROUTE_NRE; e++) {
         if (e >= n_expert) break;

@@ -15,18 +15,13 @@ static __device__ __forceinline__ void rmsnorm8_weights(const float *__restrict_
     }
 }
 
-/* Row blockIdx.x: x += b_scale * b (ADD; x written back), v = rmsnorm(x) * g left in registers and written
- * to y; QK >= 0: y quantized for the next mat-vec (Q8_0 rule per 32 by groups of 4 lanes, Q8_K per 256 by
- * whole warps) into q/qd/qs/qg. The sum of squares in double, the scale with IEEE division and square
- * root (as rmsnorm_kernel and the CPU). Every thread of the CTA calls it (a block reduction). */
-template <bool ADD, int QK>
-static __device__ __forceinline__ void rmsnorm8_row(float *x, const float *__restrict__ b, float b_scale, bool has_w,
-                                                    const float *g, int64_t dim, float eps, float *y, int8_t *q, float *qd,
-                                                    float *qs, int16_t *qg, double *sh, float *v) {
+/* Row blockIdx.x, first half: this thread's 8 values of x (+ b_scale * b with ADD) into v. */
+template <bool ADD>
+static __device__ __forceinline__ void rmsnorm8_load(const float *x, const float *__restrict__ b, float b_scale,
+                                                     int64_t dim, float *v) {
     const int64_t i0 = (int64_t)threadIdx.x * 8;
-    const bool on = i0 < dim;
-    float *xr = x + (int64_t)blockIdx.x * dim;
-    if (on) {
+    if (i0 < dim) {
+        const float *xr = x + (int64_t)blockIdx.x * dim;
         const float4 a0 = *(const float4 *)(xr + i0), a1 = *(const float4 *)(xr + i0 + 4);
         v[0] = a0.x, v[1] = a0.y, v[2] = a0.z, v[3] = a0.w, v[4] = a1.x, v[5] = a1.y, v[6] = a1.z, v[7] = a1.w;
         if (ADD) {
@@ -35,12 +30,27 @@ static __device__ __forceinline__ void rmsnorm8_row(float *x, const float *__res
             const float bv[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
 #pragma unroll
             for (int j = 0; j < 8; j++) v[j] = __fadd_rn(v[j], b_scale == 1.0f ? bv[j] : __fmul_rn(b_scale, bv[j]));
-            *(float4 *)(xr + i0) = make_float4(v[0], v[1], v[2], v[3]);
-            *(float4 *)(xr + i0 + 4) = make_float4(v[4], v[5], v[6], v[7]);
         }
     } else {
 #pragma unroll
         for (int j = 0; j < 8; j++) v[j] = 0.0f;
+    }
+}
+
+/* Second half: x written back (ADD: the residual stream), v = rmsnorm(v) * g left in registers and written
+ * to y; QK >= 0: y quantized for the next mat-vec (Q8_0 rule per 32 by groups of 4 lanes, Q8_K per 256 by
+ * whole warps) into q/qd/qs/qg. The sum of squares in double, the scale with IEEE division and square
+ * root (as rmsnorm_kernel and the CPU). Every thread of the CTA calls it (a block reduction). */
+template <bool ADD, int QK>
+static __device__ __forceinline__ void rmsnorm8_finish(float *x, bool has_w, const float *g, int64_t dim, float eps,
+                                                       float *y, int8_t *q, float *qd, float *qs, int16_t *qg, double *sh,
+                                                       float *v) {
+    const int64_t i0 = (int64_t)threadIdx.x * 8;
+    const bool on = i0 < dim;
+    if (ADD && on) {
+        float *xr = x + (int64_t)blockIdx.x * dim;
+        *(float4 *)(xr + i0) = make_float4(v[0], v[1], v[2], v[3]);
+        *(float4 *)(xr + i0 + 4) = make_float4(v[4], v[5], v[6], v[7]);
     }
     double sum = 0.0;
 #pragma unroll
@@ -66,4 +76,13 @@ static __device__ __forceinline__ void rmsnorm8_row(float *x, const float *__res
     } else if ((int64_t)(threadIdx.x & ~31u) * 8 < dim) { /* a whole warp per 256-value block (dim % 256 == 0) */
         act_quant_vals256(v, ((int64_t)blockIdx.x * dim + i0) / 256, lane, q, qd, qg);
     }
+}
+
+/* Both halves: x += b_scale * b (ADD; x written back), v = rmsnorm(x) * g in registers and in y (+ codes). */
+template <bool ADD, int QK>
+static __device__ __forceinline__ void rmsnorm8_row(float *x, const float *__restrict__ b, float b_scale, bool has_w,
+                                                    const float *g, int64_t dim, float eps, float *y, int8_t *q, float *qd,
+                                                    float *qs, int16_t *qg, double *sh, float *v) {
+    rmsnorm8_load<ADD>(x, b, b_scale, dim, v);
+    rmsnorm8_finish<ADD, QK>(x, has_w, g, dim, eps, y, q, qd, qs, qg, sh, v);
 }
