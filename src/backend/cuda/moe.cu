@@ -201,7 +201,7 @@ static __global__ void __launch_bounds__(512)
     if (on) /* a thread's 32 bytes of a row are one L2 sector */
         for (int e = 0; e < n_expert; e++) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr + (int64_t)e * dim + i0));
     const float sb = sel_bias && lane < n_expert ? __ldg(sel_bias + lane) : 0.0f;
-    const float be = br && (int)threadIdx.x < n_expert ? __ldg(br + threadIdx.x) : 0.0f;
+    const float be = br && (lane >> 2) < n_expert ? __ldg(br + (lane >> 2)) : 0.0f; /* warp 0's lanes 4e.. */
     pdl_enter();
     rmsnorm8_load<ADD>(x, b, b_scale, dim, v); /* the row first: the norm is the critical path */
 #pragma unroll
@@ -217,27 +217,47 @@ static __global__ void __launch_bounds__(512)
         }
     }
     rmsnorm8_finish<ADD, QK>(x, w != nullptr, g, dim, eps, y, q, qd, qs, qg, sh, v);
+    /* the 8 dot products, then a transposing warp reduction (9 shuffles instead of 8 x 5): after it lane l
+     * holds the warp's sum for expert 4 b4 + 2 b3 + b2 of its lane bits */
+    float p[NR_ROUTE_NRE];
 #pragma unroll
     for (int e = 0; e < NR_ROUTE_NRE; e++) {
-        if (e >= n_expert) break;
-        float p = 0.0f;
+        p[e] = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 8; j++) p = fmaf(rw[e][j], v[j], p);
-        p = warp_sum(p);
-        if (lane == 0) part[warp][e] = p;
+        for (int j = 0; j < 8; j++) p[e] = fmaf(rw[e][j], v[j], p[e]);
     }
+    const bool b4 = lane & 16, b3 = lane & 8, b2 = lane & 4;
+    float a4[4], a2[2];
+#pragma unroll
+    for (int j = 0; j < 4; j++) a4[j] = (b4 ? p[j + 4] : p[j]) + __shfl_xor_sync(0xffffffffu, b4 ? p[j] : p[j + 4], 16);
+#pragma unroll
+    for (int j = 0; j < 2; j++) a2[j] = (b3 ? a4[j + 2] : a4[j]) + __shfl_xor_sync(0xffffffffu, b3 ? a4[j] : a4[j + 2], 8);
+    float c = (b2 ? a2[1] : a2[0]) + __shfl_xor_sync(0xffffffffu, b2 ? a2[0] : a2[1], 4);
+    c += __shfl_xor_sync(0xffffffffu, c, 2);
+    c += __shfl_xor_sync(0xffffffffu, c, 1);
+    const int ce = (b4 ? 4 : 0) + (b3 ? 2 : 0) + (b2 ? 1 : 0);
+    if ((lane & 3) == 0) part[warp][ce] = c;
     __syncthreads();
-    if ((int)threadIdx.x < n_expert) {
-        float sum = part[0][threadIdx.x];
-        for (int i = 1; i < nw; i++) sum += part[i][threadIdx.x];
+    if (warp != 0) return;
+    /* warp 0: expert lane >> 2 over the warps (lane & 3) * 4 .. + 3, then over the 4 lanes; the logits to
+     * shared memory for the routing */
+    const int le = lane >> 2;
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int wi = (lane & 3) * 4 + i;
+        if (wi < nw) sum += part[wi][le];
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if ((lane & 3) == 0 && le < n_expert) {
         if (br) sum = __fadd_rn(sum, be);
-        lg[threadIdx.x] = sum;
-        logits[(int64_t)blockIdx.x * n_expert + threadIdx.x] = sum;
+        lg[le] = sum;
+        logits[(int64_t)blockIdx.x * n_expert + le] = sum;
     }
-    __syncthreads();
-    if (warp == 0)
-        route_row<1, true>(lg, n_expert, k, gating, norm, scale, sel_bias != nullptr, &sb, ids + (int64_t)blockIdx.x * k,
-                           weights + (int64_t)blockIdx.x * k, lane);
+    __syncwarp();
+    route_row<1, true>(lg, n_expert, k, gating, norm, scale, sel_bias != nullptr, &sb, ids + (int64_t)blockIdx.x * k,
+                       weights + (int64_t)blockIdx.x * k, lane);
 }
 
 extern "C" bool qr_cuda_norm_route_supported(int64_t dim, int32_t n_expert, int32_t n_used) {
