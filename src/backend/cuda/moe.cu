@@ -181,8 +181,9 @@ extern "C" cudaError_t qr_cuda_moe_route(const float *logits, int64_t n_rows, co
  * by warp 0. The router rows of this thread's 8 columns are prefetched into L2 before the dependency wait
  * (loaded into registers after it). The three kernels this replaces (norm, router mat-vec, routing) cost
  * three launches and the router rows' load from memory on the critical path. n_expert <= 8, dim <= 4096.
- * The logits are sums of per-thread fmaf chains, then per warp, then over the warps in order: another order
- * than the router mat-vec's, so they may differ from it in the last bits. */
+ * The logits are sums of per-thread fmaf chains, then over the warp (a transposing reduction), then over the
+ * warps in groups of 4: another order than the router mat-vec's, so they may differ from it in the last bits
+ * (the lab: within 2.7e-7 of the CPU's). */
 #define NR_ROUTE_NRE 8
 template <bool ADD, int QK>
 static __global__ void __launch_bounds__(512)
