@@ -825,6 +825,21 @@ static void cuda_rmsnorm(qr_backend *be, const float *x, const qr_weight *w, int
     cuda_ok(cb, qr_cuda_rmsnorm(x, wp, n_rows, dim, eps, y, cb->stream), "rmsnorm");
 }
 
+/* Where a norm's output y feeds a mat-vec over `next` that takes Q8 activations of this shape at decode sizes:
+ * the act scratch for the codes the norm kernel makes of y (*a) and their kind (0: per 32, 1: per 256); -1 for
+ * none; -2 on an error (raised). */
+static int norm_codes(cuda_backend *cb, const qr_weight *next, const float *x, float *y, int64_t n_rows, int64_t dim,
+                      const char *op, act_ptrs *a) {
+    if (!next || !next->device || !cb->tune.act_reuse || n_rows > cb->tune.mmvq_max_rows) return -1;
+    const cuda_weight *cn = prepared(cb, next, op);
+    if (!cn) return -2;
+    const int nk = qr_cuda_act_kind((qr_type)cn->v.type);
+    if (cn->v.nb <= 0 || cn->v.k != dim || nk > 1 || dim % (nk == 0 ? 32 : 256) != 0 ||
+        overlaps(x, n_rows * dim, y, n_rows * dim))
+        return -1;
+    return act_scratch(cb, nk, y, n_rows, dim, a) ? nk : -2;
+}
+
 /* x += b; y = rmsnorm(x) * w; when the next mat-vec's activations are Q8 (next's type) and the rows
  * are decode-sized, the same kernel quantizes y into the act scratch for it. */
 static void cuda_add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
@@ -832,8 +847,6 @@ static void cuda_add_rmsnorm(qr_backend *be, float *x, const float *b, float b_s
     cuda_backend *cb = CB(be);
     const float *wp = NULL;
     if (w && !(wp = vec_weight(cb, w, dim, "add_rmsnorm"))) return;
-    int kind = -1;
-    act_ptrs a = {};
     if (!cb->tune.fuse) {
         if (b && b_scale != 1.0f) { /* scale into y (free until the norm writes it), then add */
             cuda_ok(cb, qr_cuda_elementwise(CUDA_EW_SCALE, b, NULL, b_scale, n_rows * dim, y, cb->stream), "scale");
@@ -843,16 +856,9 @@ static void cuda_add_rmsnorm(qr_backend *be, float *x, const float *b, float b_s
         cuda_ok(cb, qr_cuda_rmsnorm(x, wp, n_rows, dim, eps, y, cb->stream), "rmsnorm");
         return;
     }
-    if (next && next->device && cb->tune.act_reuse && n_rows <= cb->tune.mmvq_max_rows) {
-        const cuda_weight *cn = prepared(cb, next, "add_rmsnorm");
-        if (!cn) return;
-        const int nk = qr_cuda_act_kind((qr_type)cn->v.type);
-        if (cn->v.nb > 0 && cn->v.k == dim && nk <= 1 && dim % (nk == 0 ? 32 : 256) == 0 &&
-            !overlaps(x, n_rows * dim, y, n_rows * dim)) {
-            if (!act_scratch(cb, nk, y, n_rows, dim, &a)) return;
-            kind = nk;
-        }
-    }
+    act_ptrs a = {};
+    const int kind = norm_codes(cb, next, x, y, n_rows, dim, "add_rmsnorm", &a);
+    if (kind == -2) return;
     if (!cuda_ok(cb, qr_cuda_add_rmsnorm(x, b, b_scale, wp, n_rows, dim, eps, y, kind, a.q, a.d, a.s, a.g, use_pdl(cb), cb->stream),
                  "add_rmsnorm"))
         return;
@@ -878,17 +884,9 @@ static bool cuda_add_rmsnorm_route(qr_backend *be, float *x, const float *b, flo
     if (p->sel_bias && !(sb = vec_weight(cb, p->sel_bias, p->n_expert, "add_rmsnorm_route"))) return true;
     const cuda_weight *cr = prepared(cb, router, "add_rmsnorm_route");
     if (!cr) return true;
-    int kind = -1;
     act_ptrs a = {};
-    if (next && next->device && cb->tune.act_reuse) {
-        const cuda_weight *cn = prepared(cb, next, "add_rmsnorm_route");
-        if (!cn) return true;
-        const int nk = qr_cuda_act_kind((qr_type)cn->v.type);
-        if (cn->v.nb > 0 && cn->v.k == dim && nk <= 1 && dim % (nk == 0 ? 32 : 256) == 0) {
-            if (!act_scratch(cb, nk, y, n_rows, dim, &a)) return true;
-            kind = nk;
-        }
-    }
+    const int kind = norm_codes(cb, next, x, y, n_rows, dim, "add_rmsnorm_route", &a);
+    if (kind == -2) return true;
     if (!cuda_ok(cb, qr_cuda_norm_route(x, b, b_scale, wp, n_rows, dim, eps, y, kind, a.q, a.d, a.s, a.g, (const float *)cr->v.p0, br,
                                         p, sb, logits, ids, weights, use_pdl(cb), cb->stream),
                  "add_rmsnorm_route"))
