@@ -277,6 +277,11 @@ typedef struct qr_backend_ops {
     /* rope(q, n_head), rope(k, n_head_kv), kv_store(kv, layer, k, v) (head_dim: of q and k). */
     void (*rope_kv_store)(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
                           int32_t head_dim, const qr_rope_params *p, qr_kv_storage *kv, int32_t layer);
+    /* rope_kv_store(q, k, v, p->n_head, p->n_head_kv, p->head_dim_k, rope, kv, layer), then attention(kv, layer,
+     * q, p, out), as one op. Returns false, having done nothing, where the backend does not take the pass;
+     * after true, q and k hold unspecified values. */
+    bool (*rope_attention)(qr_backend *be, float *q, float *k, const float *v, const qr_rope_params *rope,
+                           qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, float *out);
     /* A hint: x[n_rows][k] is not written until act_hold(be, NULL, 0, 0), so the backend may keep the
      * activations it prepares for x's matmuls (e.g. quantized) across the ops in between (the MoE block:
      * the shared expert, the router and the routed experts all multiply the normed input). */

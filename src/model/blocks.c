@@ -62,6 +62,13 @@ void qr_fused_rope_kv_store(qr_backend *be, float *q, float *k, const float *v, 
     be->ops->kv_store(be, kv, layer, k, v);
 }
 
+void qr_rope_store_attend(qr_backend *be, float *q, float *k, const float *v, const qr_rope_params *rope,
+                          qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, float *out) {
+    if (be->ops->rope_attention && be->ops->rope_attention(be, q, k, v, rope, kv, layer, p, out)) return;
+    qr_fused_rope_kv_store(be, q, k, v, p->n_head, p->n_head_kv, p->head_dim_k, rope, kv, layer);
+    be->ops->attention(be, kv, layer, q, p, out);
+}
+
 void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
     const qr_hparams *hp = &m->hp;
     const qr_layer *l = &m->layers[il];
@@ -77,8 +84,6 @@ void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
         be->ops->rmsnorm(be, f->k, &l->attn_k_norm, n * hp->n_head_kv, hp->head_dim_k, hp->norm_eps, f->k);
 
     const qr_rope_params rope = qr_layer_rope(m, il);
-    qr_fused_rope_kv_store(be, f->q, f->k, f->v, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, f->kv, il);
-    if (q_scale != 1.0f) be->ops->scale(be, f->q, q_scale, n * hp->n_head * hp->head_dim_k, f->q);
     const qr_attn_params ap = {
         .n_head = hp->n_head,
         .n_head_kv = hp->n_head_kv,
@@ -89,7 +94,13 @@ void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
         .window = l->swa ? hp->n_swa : 0,
         .next = &l->attn_out,
     };
-    be->ops->attention(be, f->kv, il, f->q, &ap, f->att);
+    if (q_scale == 1.0f) {
+        qr_rope_store_attend(be, f->q, f->k, f->v, &rope, f->kv, il, &ap, f->att);
+    } else { /* q scaled between rope and attention (gemma3's query_pre_attn_scalar) */
+        qr_fused_rope_kv_store(be, f->q, f->k, f->v, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, f->kv, il);
+        be->ops->scale(be, f->q, q_scale, n * hp->n_head * hp->head_dim_k, f->q);
+        be->ops->attention(be, f->kv, il, f->q, &ap, f->att);
+    }
     be->ops->matmul(be, &l->attn_out, f->att, n, f->xb2);
 }
 

@@ -17,12 +17,6 @@ void qr_block_attention_x(const qr_model *m, qr_fwd *f, int il, bool rope, float
                                  lx->v_b.host ? &lx->v_b : NULL};
     float *const qkv_out[3] = {f->q, f->k, f->v};
     qr_fused_matmul_multi(be, 3, qkv, qkv_b, f->xb, n, qkv_out);
-    if (rope) {
-        const qr_rope_params rp = qr_layer_rope(m, il);
-        qr_fused_rope_kv_store(be, f->q, f->k, f->v, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rp, f->kv, il);
-    } else {
-        be->ops->kv_store(be, f->kv, il, f->k, f->v);
-    }
     const qr_attn_params ap = {
         .n_head = hp->n_head,
         .n_head_kv = hp->n_head_kv,
@@ -34,7 +28,13 @@ void qr_block_attention_x(const qr_model *m, qr_fwd *f, int il, bool rope, float
         .sinks = lx->attn_sinks.host ? &lx->attn_sinks : NULL,
         .next = &l->attn_out,
     };
-    be->ops->attention(be, f->kv, il, f->q, &ap, f->att);
+    if (rope) {
+        const qr_rope_params rp = qr_layer_rope(m, il);
+        qr_rope_store_attend(be, f->q, f->k, f->v, &rp, f->kv, il, &ap, f->att);
+    } else {
+        be->ops->kv_store(be, f->kv, il, f->k, f->v);
+        be->ops->attention(be, f->kv, il, f->q, &ap, f->att);
+    }
     const qr_weight *o = &l->attn_out, *o_b = lx->o_b.host ? &lx->o_b : NULL;
     qr_fused_matmul_multi(be, 1, &o, &o_b, f->att, n, &f->xb2);
 }

@@ -392,8 +392,136 @@ static void time_kv_store(lab *L) {
     kvset_free(L, &S);
 }
 
+typedef struct rope_attn_run {
+    lab *L;
+    qr_kv_storage *kv;
+    float *q, *k;
+    const float *v;
+    qr_rope_params rope;
+    qr_attn_params p;
+    float *out;
+    bool fused, taken;
+} rope_attn_run;
+
+/* The fused op (rope_attention) or the plain GPU ops it stands for (rope_kv_store, attention). */
+static void run_rope_attn(void *ptr) {
+    rope_attn_run *a = ptr;
+    qr_backend *g = a->L->gpu;
+    if (a->fused) {
+        a->taken = g->ops->rope_attention(g, a->q, a->k, a->v, &a->rope, a->kv, 1, &a->p, a->out);
+        return;
+    }
+    g->ops->rope_kv_store(g, a->q, a->k, a->v, a->p.n_head, a->p.n_head_kv, a->p.head_dim_k, &a->rope, a->kv, 1);
+    g->ops->attention(g, a->kv, 1, a->q, &a->p, a->out);
+}
+
+/* rope_attention (attention_short.cu) for one decode row at position pos of sequence seq (the token after the
+ * cached ones) against the CPU's rope, rope, kv_store and attention; then plain attention with a fresh q on
+ * both backends at the same row, which reads the K/V row the fused op stored. Timed (with the plain GPU ops
+ * for comparison) when `time`. */
+static void rope_attn_check(lab *L, kvset *S, int32_t seq, int32_t pos, qr_rope_mode mode, int32_t n_rot, bool time,
+                            const char *label) {
+    const attn_cfg *c = &S->c;
+    const int qd = c->n_head * c->dk, kd = c->n_head_kv * c->dk, vd = c->n_head_kv * c->dv, od = c->n_head * c->dv;
+    float *q = malloc((size_t)qd * 4), *k = malloc((size_t)kd * 4), *v = malloc((size_t)vd * 4);
+    float *og = malloc((size_t)od * 4), *oc = malloc((size_t)od * 4);
+    lab_fill(L, q, qd, 1.5f);
+    lab_fill(L, k, kd, 1.5f);
+    lab_fill(L, v, vd, 1.0f);
+    float *q_d = lab_gpu_alloc(L, (size_t)qd * 4), *k_d = lab_gpu_alloc(L, (size_t)kd * 4);
+    float *v_d = lab_gpu_alloc(L, (size_t)vd * 4), *o_d = lab_gpu_alloc(L, (size_t)od * 4);
+    lab_upload(L, q_d, q, (size_t)qd * 4);
+    lab_upload(L, k_d, k, (size_t)kd * 4);
+    lab_upload(L, v_d, v, (size_t)vd * 4);
+    lab_poison(L, o_d, (size_t)od * 4);
+    plan_rows(L, S, 1, &seq, &pos, true, true);
+    rope_attn_run ar = {.L = L, .kv = S->kg, .q = q_d, .k = k_d, .v = v_d, .p = params_of(c), .out = o_d, .fused = true,
+                        .rope = {.mode = mode, .n_rot = n_rot, .freq_base = 10000.0f, .freq_scale = 1.0f, .attn_factor = 1.0f}};
+    run_rope_attn(&ar);
+    lab_check_errors(L, "rope_attention");
+    lab_download(L, og, o_d, (size_t)od * 4);
+    L->cpu->ops->rope(L->cpu, q, c->n_head, c->dk, &ar.rope);
+    L->cpu->ops->rope(L->cpu, k, c->n_head_kv, c->dk, &ar.rope);
+    L->cpu->ops->kv_store(L->cpu, S->kc, 1, k, v);
+    L->cpu->ops->attention(L->cpu, S->kc, 1, q, &ar.p, oc);
+    lab_check_errors(L, "rope_attention oracle");
+    double mx = 0, rel = 0;
+    const bool pass = ar.taken && lab_compare(og, oc, od, 1e-3, &mx, &rel);
+    char cfg[128];
+    snprintf(cfg, sizeof cfg, "%s %s%s", c->name, label, ar.taken ? "" : " NOT TAKEN");
+    lab_record(L, "rope_attention", cfg, mx, rel, 1e-3, pass, 0, 0, 0);
+    /* the stored row, through plain attention with a fresh q */
+    lab_fill(L, q, qd, 1.5f);
+    lab_upload(L, q_d, q, (size_t)qd * 4);
+    L->gpu->ops->attention(L->gpu, S->kg, 1, q_d, &ar.p, o_d);
+    L->cpu->ops->attention(L->cpu, S->kc, 1, q, &ar.p, oc);
+    lab_check_errors(L, "attention after rope_attention");
+    lab_download(L, og, o_d, (size_t)od * 4);
+    const bool pass2 = lab_compare(og, oc, od, 1e-3, &mx, &rel);
+    snprintf(cfg, sizeof cfg, "%s %s stored K/V", c->name, label);
+    lab_record(L, "rope_attention", cfg, mx, rel, 1e-3, pass2, 0, 0, 0);
+    if (time && ar.taken) { /* (the plain ops rope q and k in place again and again: timing only, last) */
+        const double us = lab_time(L, run_rope_attn, &ar, true);
+        qr_cuda_tune *tune = qr_cuda_backend_tune(L->gpu);
+        long long *d = (long long *)(void *)lab_gpu_alloc(L, 32 * sizeof(long long)), h[32];
+        lab_poison(L, d, 32 * sizeof(long long));
+        tune->attn_dbg = d;
+        run_rope_attn(&ar);
+        tune->attn_dbg = NULL;
+        lab_check_errors(L, "rope_attention phases");
+        lab_download(L, h, d, sizeof h);
+        lab_gpu_free(L, d);
+        static const char *names[9] = {"slots+cos/sin+issue", "pdl wait", "q/k/v + rope", "K/V landed", "scores+stats",
+                                       "merge + p", "p*V", "reduce", "output+quant"};
+        printf("phases rope_attention %s %s: ", c->name, label);
+        for (int i = 0; i < 9; i++) printf("%s %lld%s", names[i], h[i + 1] - h[i], i < 8 ? ", " : "");
+        printf(" (cycles of CTA 0; total %lld)\n", h[9] - h[0]);
+        ar.fused = false;
+        const double us_plain = lab_time(L, run_rope_attn, &ar, true);
+        lab_check_errors(L, "rope_attention plain");
+        snprintf(cfg, sizeof cfg, "%s %s", c->name, label);
+        lab_record(L, "rope_attention", cfg, 0, 0, 0, true, us, 0, 0);
+        snprintf(cfg, sizeof cfg, "%s %s plain rope_kv_store + attention", c->name, label);
+        lab_record(L, "rope_attention", cfg, 0, 0, 0, true, us_plain, 0, 0);
+    }
+    lab_gpu_free(L, q_d), lab_gpu_free(L, k_d), lab_gpu_free(L, v_d), lab_gpu_free(L, o_d);
+    free(q), free(k), free(v), free(og), free(oc);
+}
+
+static void rope_attn_cases(lab *L) {
+    static const attn_cfg cfgs[] = {
+        {"smollm 9/3x64 b16", 9, 3, 64, 64, 16, 0, 0.0f, QR_TYPE_F16},
+        {"mistral 32/8x128 b16", 32, 8, 128, 128, 16, 0, 0.0f, QR_TYPE_F16},
+        {"tinyllama 32/4x64 b16", 32, 4, 64, 64, 16, 0, 0.0f, QR_TYPE_F16},
+        {"qwen 28/4x128 b16 cap30", 28, 4, 128, 128, 16, 0, 30.0f, QR_TYPE_F16},
+        {"mha 4/4x64 b16 win24", 4, 4, 64, 64, 16, 24, 0.0f, QR_TYPE_F16},
+        {"gqa16 32/2x128 b16", 32, 2, 128, 128, 16, 0, 0.0f, QR_TYPE_F16},
+        {"gqa2 8/4x128 b7", 8, 4, 128, 128, 7, 0, 0.0f, QR_TYPE_F16},
+    };
+    const int len[2] = {37, 200};
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
+        kvset S;
+        kvset_init(L, &S, &cfgs[ci], 2, len);
+        rope_attn_check(L, &S, 0, len[0], QR_ROPE_NORMAL, cfgs[ci].dk, ci == 1 || ci == 2, "pos37 norm");
+        rope_attn_check(L, &S, 1, len[1], QR_ROPE_NEOX, cfgs[ci].dk / 2, ci == 1 || ci == 2, "pos200 neox half");
+        if (ci == 1 || ci == 5) { /* smaller head tiles: the same row again (the stores overwrite on both backends) */
+            qr_cuda_tune *tune = qr_cuda_backend_tune(L->gpu);
+            const int32_t saved = tune->attn_short_g;
+            for (int32_t g = 1; g <= 4; g *= 2) {
+                char label[32];
+                snprintf(label, sizeof label, "pos37 norm g%d", g);
+                tune->attn_short_g = g;
+                rope_attn_check(L, &S, 0, len[0], QR_ROPE_NORMAL, cfgs[ci].dk, ci == 1, label);
+            }
+            tune->attn_short_g = saved;
+        }
+        kvset_free(L, &S);
+    }
+}
+
 void lab_attention(lab *L) {
     small_cases(L);
+    rope_attn_cases(L);
     if (L->quick) return;
     big_cases(L);
     time_kv_store(L);

@@ -1003,19 +1003,115 @@ static void cuda_rope_kv_store(qr_backend *be, float *q, float *k, const float *
             "rope_kv_store");
 }
 
-static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *q, const qr_attn_params *p,
-                           float *out) {
-    cuda_backend *cb = CB(be);
-    if (!kv_valid(cb, kv, "attention")) return;
+/* attention's check of the head layout against the cache; false with an error raised. */
+static bool attn_layout_ok(cuda_backend *cb, const qr_kv_storage *kv, int32_t layer, const qr_attn_params *p) {
+    if (!kv_valid(cb, kv, "attention")) return false;
     const qr_kv_desc *d = &kv->desc;
     if (layer < 0 || layer >= d->n_layer || p->n_head < 1 || p->n_head_kv < 1 || p->n_head % p->n_head_kv ||
         p->head_dim_k < 1 || p->head_dim_v < 1 || p->head_dim_k > QR_CUDA_MAX_HEAD_DIM ||
         p->head_dim_v > QR_CUDA_MAX_HEAD_DIM || (int64_t)p->n_head_kv * p->head_dim_k != d->k_dim ||
         (int64_t)p->n_head_kv * p->head_dim_v != d->v_dim) {
         raise_error(cb, QR_ERR_INVALID_ARG, "attention: head layout does not match the KV cache");
-        return;
+        return false;
     }
+    return true;
+}
+
+/* Checks every row's key span in the block table (a row ends at last[r] when last is given, else at its
+ * position); returns the longest span, or 0 with an error raised. */
+static int32_t attn_max_span(cuda_backend *cb, const qr_kv_storage *kv, const qr_attn_params *p, const int32_t *last) {
+    const qr_kv_desc *d = &kv->desc;
     int32_t max_span = 1;
+    for (int32_t r = 0; r < cb->n_tokens; r++) {
+        const int32_t *bt = cb->h_block_table + (int64_t)cb->h_seq[r] * cb->max_blocks;
+        const int32_t pos = last ? last[r] : cb->h_pos[r], last_blk = pos / d->block_size;
+        if (last_blk >= cb->max_blocks) {
+            raise_error(cb, QR_ERR_INVALID_ARG, "attention: position beyond the block table");
+            return 0;
+        }
+        const int32_t first = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
+        for (int32_t b = first / d->block_size; b <= last_blk; b++) {
+            if (bt[b] < 0 || bt[b] >= d->n_blocks) {
+                raise_error(cb, QR_ERR_INVALID_ARG, "attention: block table entry missing or out of range");
+                return 0;
+            }
+        }
+        if (pos - first + 1 > max_span) max_span = pos - first + 1;
+    }
+    return max_span;
+}
+
+/* The kernel arguments every attention path shares (rows ending at their positions); false with an error
+ * raised. */
+static bool attn_args(cuda_backend *cb, qr_kv_storage *kv, int32_t layer, const float *q, const qr_attn_params *p,
+                      float *out, cuda_attn_args *ap) {
+    const qr_kv_desc *d = &kv->desc;
+    cuda_attn_args a;
+    a.q = q;
+    a.k_cache = kv->k + (size_t)layer * kv->k_layer;
+    a.v_cache = kv->v + (size_t)layer * kv->v_layer;
+    a.f16 = d->type == QR_TYPE_F16;
+    a.pos = cb->d_pos;
+    a.seq = cb->d_seq;
+    a.block_table = cb->d_block_table;
+    a.max_blocks = cb->max_blocks;
+    a.block_size = d->block_size;
+    a.n_tok = cb->n_tokens;
+    a.n_head = p->n_head;
+    a.n_head_kv = p->n_head_kv;
+    a.dk = p->head_dim_k;
+    a.dv = p->head_dim_v;
+    a.scale = p->scale;
+    a.softcap = p->softcap;
+    a.window = p->window;
+    a.n_splits = 1;
+    a.stats = a.partial = NULL;
+    a.out = out;
+    a.sinks = NULL;
+    a.q8_kind = -1;
+    a.cluster = 0;
+    a.dbg = cb->tune.attn_dbg;
+    a.q8 = NULL;
+    a.q8d = a.q8s = NULL;
+    a.q8g = NULL;
+    if (p->sinks) {
+        const cuda_weight *sw = prepared(cb, p->sinks, "attention sinks");
+        if (!sw) return false;
+        if (sw->v.type != QR_TYPE_F32 || p->sinks->ne[0] < p->n_head) {
+            raise_error(cb, QR_ERR_INVALID_ARG, "attention: sinks must be F32 [n_head]");
+            return false;
+        }
+        a.sinks = (const float *)sw->v.p0;
+    }
+    *ap = a;
+    return true;
+}
+
+/* Has a kernel that computes gq query heads a CTA also quantize its output for p->next (the output
+ * projection) into the activation scratch, when the mat-vec can reuse it; false with an error raised. */
+static bool attn_q8_out(cuda_backend *cb, const qr_attn_params *p, float *out, int gq, cuda_attn_args *a) {
+    const int group = p->n_head / p->n_head_kv;
+    const int64_t width = (int64_t)a->n_head * a->dv;
+    act_ptrs q8 = {};
+    if (!p->next || !p->next->device || !cb->tune.fuse || !cb->tune.act_reuse || a->n_tok > cb->tune.mmvq_max_rows ||
+        group % gq != 0)
+        return true;
+    const cuda_weight *cn = prepared(cb, p->next, "attention");
+    if (!cn) return false;
+    const int nk = qr_cuda_act_kind((qr_type)cn->v.type), bs = nk == 0 ? 32 : 256;
+    if (nk <= 1 && cn->v.nb > 0 && cn->v.k == width && ((int64_t)gq * a->dv) % bs == 0 &&
+        ((int64_t)group * a->dv) % bs == 0 && act_scratch(cb, nk, out, a->n_tok, width, &q8)) {
+        a->q8_kind = nk;
+        a->q8 = q8.q, a->q8d = q8.d, a->q8s = q8.s, a->q8g = q8.g;
+    }
+    return true;
+}
+
+static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *q, const qr_attn_params *p,
+                           float *out) {
+    cuda_backend *cb = CB(be);
+    if (!attn_layout_ok(cb, kv, layer, p)) return;
+    const qr_kv_desc *d = &kv->desc;
     int32_t *last = NULL; /* non-causal: [n_tokens] the last position of each row's sequence in the pass */
     if (p->non_causal) {
         last = (int32_t *)malloc((size_t)cb->n_tokens * 4);
@@ -1037,30 +1133,12 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
         for (int32_t r = 0; r < cb->n_tokens; r++) last[r] = seq_end[cb->h_seq[r]];
         free(seq_end);
     }
-    for (int32_t r = 0; r < cb->n_tokens; r++) {
-        const int32_t *bt = cb->h_block_table + (int64_t)cb->h_seq[r] * cb->max_blocks;
-        const int32_t pos = last ? last[r] : cb->h_pos[r], last_blk = pos / d->block_size;
-        if (last_blk >= cb->max_blocks) {
-            raise_error(cb, QR_ERR_INVALID_ARG, "attention: position beyond the block table");
-            free(last);
-            return;
-        }
-        const int32_t first = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
-        for (int32_t b = first / d->block_size; b <= last_blk; b++) {
-            if (bt[b] < 0 || bt[b] >= d->n_blocks) {
-                raise_error(cb, QR_ERR_INVALID_ARG, "attention: block table entry missing or out of range");
-                free(last);
-                return;
-            }
-        }
-        if (pos - first + 1 > max_span) max_span = pos - first + 1;
-    }
+    const int32_t max_span = attn_max_span(cb, kv, p, last);
     cuda_attn_args a;
-    a.q = q;
-    a.k_cache = kv->k + (size_t)layer * kv->k_layer;
-    a.v_cache = kv->v + (size_t)layer * kv->v_layer;
-    a.f16 = d->type == QR_TYPE_F16;
-    a.pos = cb->d_pos;
+    if (max_span == 0 || !attn_args(cb, kv, layer, q, p, out, &a)) {
+        free(last);
+        return;
+    }
     if (last) { /* the kernel reads a row's key range [first, pos[r]]: pass the sequence ends */
         const size_t bytes = (size_t)cb->n_tokens * 4;
         const bool ok = ensure_scratch(cb, &cb->tmp, &cb->tmp_cap, bytes, "non-causal attention") &&
@@ -1069,35 +1147,6 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
         free(last);
         if (!ok) return;
         a.pos = (const int32_t *)cb->tmp;
-    }
-    a.seq = cb->d_seq;
-    a.block_table = cb->d_block_table;
-    a.max_blocks = cb->max_blocks;
-    a.block_size = d->block_size;
-    a.n_tok = cb->n_tokens;
-    a.n_head = p->n_head;
-    a.n_head_kv = p->n_head_kv;
-    a.dk = p->head_dim_k;
-    a.dv = p->head_dim_v;
-    a.scale = p->scale;
-    a.softcap = p->softcap;
-    a.window = p->window;
-    a.out = out;
-    a.sinks = NULL;
-    a.q8_kind = -1;
-    a.cluster = 0;
-    a.dbg = cb->tune.attn_dbg;
-    a.q8 = NULL;
-    a.q8d = a.q8s = NULL;
-    a.q8g = NULL;
-    if (p->sinks) {
-        const cuda_weight *sw = prepared(cb, p->sinks, "attention sinks");
-        if (!sw) return;
-        if (sw->v.type != QR_TYPE_F32 || p->sinks->ne[0] < p->n_head) {
-            raise_error(cb, QR_ERR_INVALID_ARG, "attention: sinks must be F32 [n_head]");
-            return;
-        }
-        a.sinks = (const float *)sw->v.p0;
     }
     if (cb->exact) /* in a graph, scores for every key the block table can address */
         return cuda_exact_attention(cb, &a, cb->graph_mode ? (int32_t)(cb->max_blocks * d->block_size) : max_span);
@@ -1170,28 +1219,55 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
         }
         /* one split: the fused kernel can also quantize its output for the output projection (p->next) */
         const int gq = group < gmax ? group : gmax;
-        const int64_t width = (int64_t)a.n_head * a.dv;
-        act_ptrs q8 = {};
-        if ((ns == 1 || a.cluster) && p->next && p->next->device && cb->tune.fuse && cb->tune.act_reuse &&
-            a.n_tok <= cb->tune.mmvq_max_rows && group % gq == 0) {
-            const cuda_weight *cn = prepared(cb, p->next, "attention");
-            if (!cn) return;
-            const int nk = qr_cuda_act_kind((qr_type)cn->v.type), bs = nk == 0 ? 32 : 256;
-            if (nk <= 1 && cn->v.nb > 0 && cn->v.k == width && ((int64_t)gq * a.dv) % bs == 0 &&
-                ((int64_t)group * a.dv) % bs == 0 && act_scratch(cb, nk, out, a.n_tok, width, &q8)) {
-                a.q8_kind = nk;
-                a.q8 = q8.q, a.q8d = q8.d, a.q8s = q8.s, a.q8g = q8.g;
-            }
-        }
+        if ((ns == 1 || a.cluster) && !attn_q8_out(cb, p, out, gq, &a)) return;
         if (!cuda_ok(cb, qr_cuda_attention_decode(&a, scores, (int32_t)score_stride, cb->attn_cnt, use_pdl(cb),
                                                   cb->stream),
                      "attention (decode)"))
             return;
         cb->act_valid = false;
-        if (a.q8_kind >= 0) act_mark(cb, out, a.n_tok, width, a.q8_kind);
+        if (a.q8_kind >= 0) act_mark(cb, out, a.n_tok, (int64_t)a.n_head * a.dv, a.q8_kind);
         return;
     }
     cuda_ok(cb, qr_cuda_attention(&a, cb->stream), "attention");
+}
+
+/* rope + K/V store + attention as one launch (attention_short.cu) for a one-row decode pass whose every span
+ * fits the kernel: in a graph every key the block table can address (or the window), else the row's span.
+ * Declines (false) before raising anything; after true an error may have been raised. */
+static bool cuda_rope_attention(qr_backend *be, float *q, float *k, const float *v, const qr_rope_params *rope,
+                                qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, float *out) {
+    cuda_backend *cb = CB(be);
+    if (cb->exact || !cb->tune.fuse || !cb->tune.attn_short || cb->n_tokens != 1 || p->non_causal || !kv ||
+        kv->desc.type != QR_TYPE_F16 || p->head_dim_k != p->head_dim_v || p->n_head_kv < 1 || p->n_head % p->n_head_kv)
+        return false;
+    const qr_kv_desc *d = &kv->desc;
+    const int64_t kmax = qr_cuda_attn_short_keys(p->head_dim_k), addressable = (int64_t)cb->max_blocks * d->block_size;
+    const int group = p->n_head / p->n_head_kv;
+    if (kmax == 0 ||
+        (cb->graph_mode && addressable > kmax && (p->window <= 0 || p->window > kmax)))
+        return false;
+    if (!cb->graph_mode) { /* the row's span (the checks below raise on a bad table) */
+        const int32_t pos = cb->h_pos[0], first = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
+        if (pos - first + 1 > kmax) return false;
+    }
+    if (!attn_layout_ok(cb, kv, layer, p) || attn_max_span(cb, kv, p, NULL) == 0) return true;
+    cuda_rope_consts c;
+    const float *ff;
+    if (!rope_setup(cb, p->head_dim_k, rope, &c, &ff) || !kv_store_ok(cb, kv, layer, "rope_attention")) return true;
+    cuda_rope_attn_args r;
+    const int gq = group < cb->tune.attn_short_g ? group : cb->tune.attn_short_g;
+    if (!attn_args(cb, kv, layer, q, p, out, &r.a) || !attn_q8_out(cb, p, out, gq, &r.a)) return true;
+    r.k_new = k;
+    r.v_new = v;
+    r.slot = cb->d_kv_slot;
+    r.rope = c;
+    r.ff = ff;
+    r.kv_early = cb->capturing; /* a replay starts after every earlier pass has finished */
+    r.gmax = cb->tune.attn_short_g;
+    if (!cuda_ok(cb, qr_cuda_rope_attention(&r, use_pdl(cb), cb->stream), "rope_attention")) return true;
+    cb->act_valid = false;
+    if (r.a.q8_kind >= 0) act_mark(cb, out, 1, (int64_t)p->n_head * p->head_dim_v, r.a.q8_kind);
+    return true;
 }
 
 static void ew(qr_backend *be, cuda_ew_kind kind, const float *a, const float *b, float s, int64_t n, float *out,
@@ -1311,6 +1387,7 @@ static qr_backend_ops make_cuda_ops(void) {
     o.matmul_swiglu = cuda_matmul_swiglu;
     o.matmul_act = cuda_matmul_act;
     o.rope_kv_store = cuda_rope_kv_store;
+    o.rope_attention = cuda_rope_attention;
     o.act_hold = cuda_act_hold;
     o.ssm_gate_norm_next = cuda_ssm_gate_norm_next;
     o.moe_down_combine = cuda_moe_down_combine;
@@ -1338,6 +1415,7 @@ static qr_backend_ops make_cuda_ops_exact(void) {
     o.matmul_multi = NULL;
     o.matmul_swiglu = NULL;
     o.rope_kv_store = NULL;
+    o.rope_attention = NULL;
     o.act_hold = NULL;
     o.ssm_gate_norm_next = NULL;
     o.moe_down_combine = NULL;

@@ -37,6 +37,11 @@ typedef struct qr_cuda_tune {
                               * behind the backend's back; also QUARREL_CUDA_ACT_REUSE=0) */
     int32_t multi_pair;      /* 1 (default): q/k/v of two weight types (qr_cuda_multi_pair_supported) in one
                               * mat-vec launch; 0: a launch per type (QUARREL_CUDA_MULTI_PAIR=0) */
+    int32_t attn_short;      /* 1 (default): a one-row decode pass over a short span runs rope, the K/V store and
+                              * the attention as one launch (attention_short.cu); 0: rope_kv_store, then the
+                              * attention kernels (QUARREL_CUDA_ATTN_SHORT=0) */
+    int32_t attn_short_g;    /* that kernel's query heads a CTA at most: 1, 2 (default) or 4
+                              * (QUARREL_CUDA_ATTN_SHORT_G) */
     int32_t norm_route;      /* 1 (default): a MoE layer's decode norm, router mat-vec and routing in one launch
                               * (qr_cuda_norm_route); 0: three launches (QUARREL_CUDA_NORM_ROUTE=0) */
     int32_t fuse;            /* 1: the optional fused ops (add_rmsnorm + activation quantization, q/k/v in one

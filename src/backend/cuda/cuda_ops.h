@@ -183,6 +183,24 @@ int64_t qr_cuda_attn_decode_tiles(const cuda_attn_args *a);
 int qr_cuda_attn_cluster_splits(int64_t span, int32_t forced, int32_t keys_per_cta);
 /* attention_cluster.cu: the cluster kernel (a->cluster set; sm_90+). */
 cudaError_t qr_cuda_attention_cluster(const cuda_attn_args *a, bool pdl, cudaStream_t stream);
+/* attention_short.cu: rope(q), rope(k), the K/V store and the attention of a one-row decode pass whose span
+ * fits qr_cuda_attn_short_keys(dk), in one launch (a.q and k_new are the q/k/v output before rope; neither
+ * is written). */
+typedef struct cuda_rope_attn_args {
+    cuda_attn_args a;       /* n_tok 1, n_splits 1; q8_kind -1, 0 or 1 */
+    const float *k_new;     /* the row's k [n_head_kv * dk] before rope */
+    const float *v_new;     /* the row's v [n_head_kv * dv] */
+    const int32_t *slot;    /* device [1]: the row's cache slot */
+    cuda_rope_consts rope;
+    const float *ff;        /* rope frequency factors (device) or NULL */
+    int32_t kv_early;       /* 1: the cached keys were complete before the launch (a graph replay): their
+                             * loads start before the dependency wait */
+    int32_t gmax;           /* query heads a CTA at most (1, 2, 4 or 8) */
+} cuda_rope_attn_args;
+/* The longest key span the kernel takes for a head size (0: not taken). */
+int32_t qr_cuda_attn_short_keys(int32_t head_dim);
+bool qr_cuda_attn_short_supported(const cuda_attn_args *a);
+cudaError_t qr_cuda_rope_attention(const cuda_rope_attn_args *r, bool pdl, cudaStream_t stream);
 /* Writes row r of k/v ([n_tok][k_dim], [n_tok][v_dim]) into cache slot slots[r] (f16 or f32 cache). */
 cudaError_t qr_cuda_kv_store(const float *k, const float *v, int32_t n_tok, int32_t k_dim, int32_t v_dim,
                              const int32_t *slots, void *k_cache, void *v_cache, bool f16, cudaStream_t stream);

@@ -4,29 +4,9 @@
  * build the row's cos/sin table in shared memory with the CPU's float formula (theta iterated by
  * repeated multiplication, cos/sin through double so fast-math does not approximate them), then all
  * threads rotate the pairs of every head with separately rounded multiplies and adds. */
-#include "backend/cuda/cuda_dev.cuh"
+#include "backend/cuda/rope_dev.cuh"
 
 #define ROPE_THREADS 256
-
-static __device__ __forceinline__ float yarn_ramp_dev(float low, float high, int i0) {
-    const float y = __fdiv_rn((float)(i0 / 2) - low, fmaxf(0.001f, high - low));
-    return 1.0f - fminf(1.0f, fmaxf(0.0f, y));
-}
-
-/* The angle's cos and sin of pair i at position p (one pair of rope_table, computed by its own thread). */
-static __device__ __forceinline__ float2 rope_cs(int i, int32_t p, const cuda_rope_consts &c, const float *ff) {
-    float theta = (float)p;
-    for (int j = 0; j < i; j++) theta = __fmul_rn(theta, c.theta_scale);
-    const float f = ff ? ff[i] : 1.0f;
-    const float theta_extrap = __fdiv_rn(theta, f);
-    const float theta_interp = __fmul_rn(c.freq_scale, theta_extrap);
-    float th = theta_interp;
-    if (c.ext_factor != 0.0f) {
-        const float mix = __fmul_rn(yarn_ramp_dev(c.corr0, c.corr1, 2 * i), c.ext_factor);
-        th = __fadd_rn(__fmul_rn(theta_interp, __fsub_rn(1.0f, mix)), __fmul_rn(theta_extrap, mix));
-    }
-    return make_float2(__fmul_rn((float)cos((double)th), c.mscale), __fmul_rn((float)sin((double)th), c.mscale));
-}
 
 /* Fills cs[2i], cs[2i + 1] = cos, sin of pair i's angle at position p (threads of the CTA split the pairs). */
 static __device__ __forceinline__ void rope_table(float *cs, int32_t p, const cuda_rope_consts &c, const float *ff) {

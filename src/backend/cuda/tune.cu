@@ -29,6 +29,12 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->fuse = !env_is("QUARREL_CUDA_FUSE", "0");
     t->multi_pair = !env_is("QUARREL_CUDA_MULTI_PAIR", "0");
     t->norm_route = !env_is("QUARREL_CUDA_NORM_ROUTE", "0");
+    t->attn_short = !env_is("QUARREL_CUDA_ATTN_SHORT", "0");
+    {
+        const char *g = getenv("QUARREL_CUDA_ATTN_SHORT_G");
+        const int v = g ? atoi(g) : 2;
+        t->attn_short_g = v == 1 || v == 4 ? v : 2;
+    }
     t->gemm_q8_act = !env_is("QUARREL_CUDA_GEMM_Q8", "0");
     /* expert matmuls: QUARREL_CUDA_MOE = old | nogemm | loop | notiles | nomma */
     const bool loop = env_is("QUARREL_CUDA_MOE", "loop"), notiles = env_is("QUARREL_CUDA_MOE", "notiles");

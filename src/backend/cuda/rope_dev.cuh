@@ -1,0 +1,29 @@
+/* rope_dev.cuh — the angle of one rotary pair as the CPU computes it (ggml's frequency formula: theta
+ * iterated by repeated multiplication, YaRN ramp, cos/sin through double so fast-math does not approximate
+ * them), shared by rope.cu and the fused rope + attention kernel (attention_short.cu). */
+#ifndef QR_CUDA_ROPE_DEV_CUH
+#define QR_CUDA_ROPE_DEV_CUH
+
+#include "backend/cuda/cuda_dev.cuh"
+
+static __device__ __forceinline__ float yarn_ramp_dev(float low, float high, int i0) {
+    const float y = __fdiv_rn((float)(i0 / 2) - low, fmaxf(0.001f, high - low));
+    return 1.0f - fminf(1.0f, fmaxf(0.0f, y));
+}
+
+/* The angle's cos and sin of pair i at position p (one pair of rope_table, computed by its own thread). */
+static __device__ __forceinline__ float2 rope_cs(int i, int32_t p, const cuda_rope_consts &c, const float *ff) {
+    float theta = (float)p;
+    for (int j = 0; j < i; j++) theta = __fmul_rn(theta, c.theta_scale);
+    const float f = ff ? ff[i] : 1.0f;
+    const float theta_extrap = __fdiv_rn(theta, f);
+    const float theta_interp = __fmul_rn(c.freq_scale, theta_extrap);
+    float th = theta_interp;
+    if (c.ext_factor != 0.0f) {
+        const float mix = __fmul_rn(yarn_ramp_dev(c.corr0, c.corr1, 2 * i), c.ext_factor);
+        th = __fadd_rn(__fmul_rn(theta_interp, __fsub_rn(1.0f, mix)), __fmul_rn(theta_extrap, mix));
+    }
+    return make_float2(__fmul_rn((float)cos((double)th), c.mscale), __fmul_rn((float)sin((double)th), c.mscale));
+}
+
+#endif /* QR_CUDA_ROPE_DEV_CUH */
