@@ -30,6 +30,7 @@ struct qr_context {
     int32_t last_out;     /* output index of the last row with logits, -1 = none */
     int32_t *next_pos;    /* [n_seq_max] scratch: next position per sequence */
     int32_t *p_tok, *p_pos, *p_seq, *p_slot, *p_out; /* [n_batch] plan arrays */
+    int32_t *p_bt; /* [n_seq_max][max_blocks] the plan's block table (plan_table) */
 };
 
 qr_context_params qr_context_default_params(void) {
@@ -89,7 +90,7 @@ void qr_context_free(qr_context *c) {
     logits_free(c);
     free(c->row_out);
     free(c->next_pos);
-    free(c->p_tok), free(c->p_pos), free(c->p_seq), free(c->p_slot), free(c->p_out);
+    free(c->p_tok), free(c->p_pos), free(c->p_seq), free(c->p_slot), free(c->p_out), free(c->p_bt);
     free(c);
 }
 
@@ -164,8 +165,9 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     c->p_seq = malloc(nb * sizeof(int32_t));
     c->p_slot = malloc(nb * sizeof(int32_t));
     c->p_out = malloc(nb * sizeof(int32_t));
+    c->p_bt = malloc((size_t)c->n_seq_max * (size_t)c->kvc->max_blocks * sizeof(int32_t));
     if (!c->f.x || !c->f.xb || !c->f.xb2 || !c->f.q || !c->f.k || !c->f.v || !c->f.att || !c->f.ff_g || !c->f.ff_u ||
-        !c->next_pos || !c->p_tok || !c->p_pos || !c->p_seq || !c->p_slot || !c->p_out) {
+        !c->next_pos || !c->p_tok || !c->p_pos || !c->p_seq || !c->p_slot || !c->p_out || !c->p_bt) {
         st = qr_errf(err, err_len, QR_ERR_NOMEM, "context: cannot allocate activation buffers for n_batch %d", c->n_batch);
         goto fail;
     }
@@ -175,6 +177,22 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
 fail:
     qr_context_free(c);
     return st;
+}
+
+/* The plan's block table: the columns the rows of a pass reach (their last positions' blocks), rounded up to a
+ * power of two and at most the cache's, copied from the cache's table into c->p_bt. A decode graph is keyed by
+ * that width, so a short context gets launch shapes sized for it (the attention's split count, the short
+ * kernel) instead of the whole context's; a sequence that grows moves to the next size class. Returns it. */
+static int32_t plan_table(qr_context *c, const qr_kv_cache *kvc, const int32_t *pos, int32_t n) {
+    int32_t need = 1;
+    for (int32_t r = 0; r < n; r++)
+        if (pos[r] / kvc->block_size + 1 > need) need = pos[r] / kvc->block_size + 1;
+    int32_t mb = 1;
+    while (mb < need && mb < kvc->max_blocks) mb <<= 1;
+    if (mb > kvc->max_blocks) mb = kvc->max_blocks;
+    for (int32_t s = 0; s < kvc->n_seq_max; s++)
+        memcpy(c->p_bt + (size_t)s * mb, kvc->block_table + (size_t)s * kvc->max_blocks, (size_t)mb * sizeof(int32_t));
+    return mb;
 }
 
 int32_t qr_context_n_ctx(const qr_context *c) { return c->n_ctx; }
@@ -279,9 +297,10 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
             if (want) c->p_out[no++] = j;
         }
         if ((st = ensure_dev_out(c, no > 0 ? no : 1, err, err_len)) != QR_OK) return st;
+        const int32_t mb = plan_table(c, kvc, c->p_pos, nt);
         const qr_batch_plan plan = {.n_tokens = nt, .tokens = c->p_tok, .pos = c->p_pos, .seq = c->p_seq,
-                                    .kv_slot = c->p_slot, .n_seqs = c->n_seq_max, .max_blocks = kvc->max_blocks,
-                                    .block_table = kvc->block_table, .n_outputs = no, .output_rows = c->p_out};
+                                    .kv_slot = c->p_slot, .n_seqs = c->n_seq_max, .max_blocks = mb,
+                                    .block_table = c->p_bt, .n_outputs = no, .output_rows = c->p_out};
         if ((st = be->ops->set_batch(be, &plan, err, err_len)) != QR_OK) return st;
         c->f.n_tokens = nt;
         c->f.n_outputs = no;
@@ -289,7 +308,7 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
          * the block counters advance only when the forward pass runs on the host) */
         if (be->ops->run_graph && nt <= GRAPH_MAX_ROWS && !m->arch->encoder && !(c->f.ext && c->f.ext->stats_enabled)) {
             /* decode-sized passes replay a recorded graph per (rows, outputs, block-table shape) */
-            const uint64_t key = (uint64_t)nt | (uint64_t)no << 8 | (uint64_t)(uint32_t)kvc->max_blocks << 16 |
+            const uint64_t key = (uint64_t)nt | (uint64_t)no << 8 | (uint64_t)(uint32_t)mb << 16 |
                                  (uint64_t)(uint32_t)c->n_seq_max << 40;
             graph_pass gp = {.m = m, .f = &c->f};
             if ((st = be->ops->run_graph(be, c, key, run_forward, &gp, err, err_len)) != QR_OK) return st;
