@@ -31,6 +31,8 @@ struct qr_context {
     int32_t *next_pos;    /* [n_seq_max] scratch: next position per sequence */
     int32_t *p_tok, *p_pos, *p_seq, *p_slot, *p_out; /* [n_batch] plan arrays */
     int32_t *p_bt; /* [n_seq_max][max_blocks] the plan's block table (plan_table) */
+    double prof[6];   /* QUARREL_HOST_PROF=1: seconds in decode's host steps (prof_names), summed over passes */
+    int64_t prof_n;   /* passes profiled; -1: profiling off */
 };
 
 qr_context_params qr_context_default_params(void) {
@@ -79,8 +81,16 @@ static void free_buffers(qr_context *c) {
     c->f.ext = NULL;
 }
 
+static const char *const prof_names[6] = {"prepare", "set_batch", "forward / graph launch", "error check",
+                                           "logits read (waits for the GPU)", "commit"};
+
 void qr_context_free(qr_context *c) {
     if (!c) return;
+    if (c->prof_n > 0) {
+        fprintf(stderr, "quarrel: host profile over %lld passes (us a pass):", (long long)c->prof_n);
+        for (int i = 0; i < 6; i++) fprintf(stderr, "%s %s %.1f", i ? "," : "", prof_names[i], c->prof[i] * 1e6 / (double)c->prof_n);
+        fprintf(stderr, "\n");
+    }
     if (c->be) {
         if (c->be->ops->graph_release) c->be->ops->graph_release(c->be, c);
         free_buffers(c);
@@ -133,6 +143,10 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     c->n_ctx = (int32_t)n_ctx;
     c->n_batch = p.n_batch;
     c->n_seq_max = p.n_seq_max;
+    {
+        const char *hp_env = getenv("QUARREL_HOST_PROF");
+        c->prof_n = hp_env && strcmp(hp_env, "1") == 0 ? 0 : -1;
+    }
     c->last_out = -1;
     qr_backend *be = c->be;
     qr_status st;
@@ -238,6 +252,14 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
     if (!b || b->n_tokens < 1 || !b->token)
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "decode: empty batch");
     const int32_t n = b->n_tokens;
+    const bool prof = c->prof_n >= 0;
+    double t_mark = prof ? qr_time_s() : 0.0;
+#define PROF(i)                                  \
+    if (prof) {                                  \
+        const double t_now_ = qr_time_s();       \
+        c->prof[i] += t_now_ - t_mark;           \
+        t_mark = t_now_;                         \
+    }
     /* validate: token ids, sequence ids, positions continuing each sequence in order */
     for (int32_t s = 0; s < c->n_seq_max; s++) c->next_pos[s] = qr_kv_cache_seq_len(kvc, s);
     int32_t n_out = 0;
@@ -298,10 +320,12 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
         }
         if ((st = ensure_dev_out(c, no > 0 ? no : 1, err, err_len)) != QR_OK) return st;
         const int32_t mb = plan_table(c, kvc, c->p_pos, nt);
+        PROF(0);
         const qr_batch_plan plan = {.n_tokens = nt, .tokens = c->p_tok, .pos = c->p_pos, .seq = c->p_seq,
                                     .kv_slot = c->p_slot, .n_seqs = c->n_seq_max, .max_blocks = mb,
                                     .block_table = c->p_bt, .n_outputs = no, .output_rows = c->p_out};
         if ((st = be->ops->set_batch(be, &plan, err, err_len)) != QR_OK) return st;
+        PROF(1);
         c->f.n_tokens = nt;
         c->f.n_outputs = no;
         /* MoE / SSM models too, unless their stats are on (the expert counts read the routing back, and
@@ -315,6 +339,7 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
         } else {
             m->arch->forward(m, &c->f);
         }
+        PROF(2);
         if ((st = be->ops->last_error(be, err, err_len)) != QR_OK) {
             if (c->f.ext && c->f.ext->ssm) { /* recurrent states may have advanced: the sequences start over */
                 if (strstr(err ? err : "", "diverged")) c->f.ext->stats.ssm_divergence_total++;
@@ -325,15 +350,20 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
             }
             return st;
         }
+        PROF(3);
         if (no > 0)
             be->ops->read(be, c->logits + (size_t)out_done * hp->n_vocab, c->f.logits,
                           (size_t)no * hp->n_vocab * sizeof(float));
         out_done += no;
+        PROF(4);
     }
     /* commit */
     for (int32_t s = 0; s < c->n_seq_max; s++) qr_kv_cache_set_seq_len(kvc, s, c->next_pos[s]);
     c->n_rows_last = n;
     c->last_out = out_done - 1;
+    PROF(5);
+    if (prof) c->prof_n++;
+#undef PROF
     return QR_OK;
 }
 
