@@ -4,11 +4,11 @@
  * p = f16(exp(s - M) / L) with the row's final M and L, out = p . V) and the same rope arithmetic as
  * rope.cu (rope_dev.cuh).
  *
- *   1. Before the dependency wait: the cos/sin of the row's position, and (kv_early: the keys before the
- *      row were complete before the launch, a graph replay) the cached K and V rows of the span into shared
- *      memory by cp.async. After it (or there, otherwise): the tile's q heads and the new key are rotated
- *      from the q/k/v output, q rounded to f16, the new K and V rows rounded to f16 into shared memory
- *      and (first tile) into the cache slot.
+ *   1. Before the dependency wait: the cos/sin of the row's position (the last two warps) and, by the other
+ *      threads, (kv_early: the keys before the row were complete before the launch, a graph replay) the
+ *      cached K and V rows of the span into shared memory by cp.async. After it (or there, otherwise):
+ *      the tile's q heads and the new key are rotated from the q/k/v output, q rounded to f16, the new K
+ *      and V rows rounded to f16 into shared memory and (first tile) into the cache slot.
  *   2. Scores: warp w takes head w / WH, keys in rounds of 32 * WH, a lane a key (all D dims, q broadcast
  *      from shared memory); the warp's (max, exp-sum); barrier; each warp merges its head's WH pairs and
  *      writes the rounded probabilities; barrier.
@@ -22,6 +22,7 @@
 
 #define SH_THREADS 512
 #define SH_WARPS 16
+#define SH_LOADERS (SH_THREADS - 64) /* threads that load the slots and issue the copies before the wait */
 
 template <int D> struct sh_cfg {
     static constexpr int KMAX = D == 64 ? 512 : 256; /* keys */
@@ -68,18 +69,12 @@ static __global__ void __launch_bounds__(SH_THREADS) attn_short_kernel(const cud
 #define STAMP(i) \
     if (dbg) dbg[i] = clock64()
     STAMP(0);
-    /* the cached keys' slots (one block-table load a key), then their K and V rows by cp.async */
+    /* the cached keys' slots (one block-table load a key), then their K and V rows by cp.async, by the first
+     * SH_LOADERS threads (a named barrier between); meanwhile the last two warps compute the angles (~1k cycles
+     * of serial float and double arithmetic a pair: D / 2 <= 64 pairs) */
     int32_t *slot_s = (int32_t *)&p_s[0][0]; /* the probabilities come much later */
-    for (int key = tid; key < np; key += SH_THREADS) {
-        const int p = first + key;
-        slot_s[key] = bt[p / a.block_size] * a.block_size + p % a.block_size;
-    }
-    const int half = r.rope.n_rot / 2; /* the angles by the last threads (the first ones load slots) */
-    for (int i = SH_THREADS - 1 - tid; i >= 0 && i < half; i -= SH_THREADS) cs_s[i] = rope_cs(i, pos, r.rope, r.ff);
-    const int64_t slot = r.slot[0];
-    __syncthreads();
-    auto issue = [&]() {
-        for (int i = tid; i < np * CPR; i += SH_THREADS) {
+    auto issue = [&](int t0, int nt) {
+        for (int i = t0; i < np * CPR; i += nt) {
             const int key = i / CPR, ch = i % CPR;
             const int64_t s = slot_s[key];
             cp_async16(kbuf + key * PITCH + ch * 16, kc + s * kvstride + ch * 8);
@@ -87,12 +82,25 @@ static __global__ void __launch_bounds__(SH_THREADS) attn_short_kernel(const cud
         }
         cp_async_commit();
     };
-    if (r.kv_early) issue();
+    const int half = r.rope.n_rot / 2;
+    if (tid < SH_LOADERS) {
+        for (int key = tid; key < np; key += SH_LOADERS) {
+            const int p = first + key;
+            slot_s[key] = bt[p / a.block_size] * a.block_size + p % a.block_size;
+        }
+        asm volatile("bar.sync 1, %0;" ::"r"(SH_LOADERS) : "memory");
+        if (r.kv_early) issue(tid, SH_LOADERS);
+    } else if (SH_THREADS - 1 - tid < half) {
+        const int i = SH_THREADS - 1 - tid;
+        cs_s[i] = rope_cs(i, pos, r.rope, r.ff);
+    }
+    const int64_t slot = r.slot[0];
     STAMP(1);
     pdl_wait();
     pdl_launch_dependents();
     STAMP(2);
-    if (!r.kv_early) issue();
+    __syncthreads(); /* slot_s, cs_s */
+    if (!r.kv_early) issue(tid, SH_THREADS);
 
     /* rope of the tile's q heads (hh < gn) and of the new key (hh == gn), pair by pair */
     const bool neox = r.rope.mode == QR_ROPE_NEOX;
@@ -146,7 +154,7 @@ static __global__ void __launch_bounds__(SH_THREADS) attn_short_kernel(const cud
 #pragma unroll
     for (int i = 0; i < R; i++) {
         const int key = (i * WH + wj) * KPW + kq;
-        if (!live || (i * WH + wj) * KPW >= nk) break; /* uniform over the warp */
+        if (!live || (i * WH + wj) * KPW >= nk) continue; /* uniform over the warp; no break: s stays in registers */
         if (key < nk) {
             float t = 0.0f;
 #pragma unroll
@@ -216,8 +224,7 @@ static __global__ void __launch_bounds__(SH_THREADS) attn_short_kernel(const cud
         half8_to_f32(*(const uint4 *)(vbuf + key * PITCH + dc * 16), vf);
 #pragma unroll
         for (int g = 0; g < G; g++) {
-            if (g >= gn) break;
-            const float pv = p_s[g][key];
+            const float pv = g < gn ? p_s[g][key] : 0.0f;
 #pragma unroll
             for (int e = 0; e < 8; e++) acc[g][e] = fmaf(pv, vf[e], acc[g][e]);
         }

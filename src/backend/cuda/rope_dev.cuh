@@ -23,7 +23,9 @@ static __device__ __forceinline__ float2 rope_cs(int i, int32_t p, const cuda_ro
         const float mix = __fmul_rn(yarn_ramp_dev(c.corr0, c.corr1, 2 * i), c.ext_factor);
         th = __fadd_rn(__fmul_rn(theta_interp, __fsub_rn(1.0f, mix)), __fmul_rn(theta_extrap, mix));
     }
-    return make_float2(__fmul_rn((float)cos((double)th), c.mscale), __fmul_rn((float)sin((double)th), c.mscale));
+    double sn, cn; /* one range reduction for both (the values of sin() and cos()) */
+    sincos((double)th, &sn, &cn);
+    return make_float2(__fmul_rn((float)cn, c.mscale), __fmul_rn((float)sn, c.mscale));
 }
 
 #endif /* QR_CUDA_ROPE_DEV_CUH */
