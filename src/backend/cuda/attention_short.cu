@@ -9,14 +9,16 @@
  *      cached K and V rows of the span into shared memory by cp.async. After it (or there, otherwise):
  *      the tile's q heads and the new key are rotated from the q/k/v output, q rounded to f16, the new K
  *      and V rows rounded to f16 into shared memory and (first tile) into the cache slot.
- *   2. Scores: warp w takes head w / WH, keys in rounds of 32 * WH, a lane a key (all D dims, q broadcast
- *      from shared memory); the warp's (max, exp-sum); barrier; each warp merges its head's WH pairs and
- *      writes the rounded probabilities; barrier.
+ *   2. Scores: warp w takes head w / WH, keys in rounds of KPW * WH, D / 32 lanes a key (32 dims each, the
+ *      chunks interleaved so that a step's rows hit different banks; q broadcast from shared memory); the
+ *      warp's (max, exp-sum); barrier; each warp merges its head's WH pairs and writes the rounded
+ *      probabilities; barrier.
  *   3. p * V: a thread per (key group, 8 dims); warp shuffles, then the 16 warps' sums through shared
  *      memory; the output written and quantized for the output projection (q8_kind 0 or 1).
- * Four block barriers after the wait, against ~12 phases for the cluster kernel; the rope + K/V store
+ * Five block barriers after the wait, against ~12 phases for the cluster kernel; the rope + K/V store
  * kernel before it goes away. The host takes it for one-row passes whose span (in a graph: every key the
- * block table can address) fits KMAX. */
+ * block table can address, or the window) fits KMAX; 2 query heads a CTA by default (QUARREL_CUDA_ATTN_SHORT_G).
+ * H100, session 14: mixtral 8-layer tg128 +4.3 %, tinyllama +16.6 % against the pair it replaces. */
 #include "backend/cuda/attention_dev.cuh"
 #include "backend/cuda/rope_dev.cuh"
 
