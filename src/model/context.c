@@ -194,11 +194,13 @@ fail:
 }
 
 /* The plan's block table: the columns the rows of a pass reach (their last positions' blocks), rounded up to a
- * power of two and at most the cache's, copied from the cache's table into c->p_bt. A decode graph is keyed by
- * that width, so a short context gets launch shapes sized for it (the attention's split count, the short
- * kernel) instead of the whole context's; a sequence that grows moves to the next size class. Returns it. */
+ * power of two of at least PLAN_MIN_KEYS keys' worth and at most the cache's, copied from the cache's table into
+ * c->p_bt. A decode graph is keyed by that width, so a short context gets launch shapes sized for it (the
+ * attention's split count, the short kernel) instead of the whole context's; a sequence that grows moves to the
+ * next size class (a few classes: a capture each). Returns it. */
+#define PLAN_MIN_KEYS 256
 static int32_t plan_table(qr_context *c, const qr_kv_cache *kvc, const int32_t *pos, int32_t n) {
-    int32_t need = 1;
+    int32_t need = (PLAN_MIN_KEYS + kvc->block_size - 1) / kvc->block_size;
     for (int32_t r = 0; r < n; r++)
         if (pos[r] / kvc->block_size + 1 > need) need = pos[r] / kvc->block_size + 1;
     int32_t mb = 1;
