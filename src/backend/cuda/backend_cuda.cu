@@ -1233,7 +1233,8 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
 
 /* rope + K/V store + attention as one launch (attention_short.cu) for a one-row decode pass whose every span
  * fits the kernel: in a graph every key the block table can address (or the window), else the row's span.
- * Declines (false) before raising anything; after true an error may have been raised. */
+ * Declines (false) before raising anything (the layout and table checks raise only what attention would); after
+ * true an error may have been raised. */
 static bool cuda_rope_attention(qr_backend *be, float *q, float *k, const float *v, const qr_rope_params *rope,
                                 qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, float *out) {
     cuda_backend *cb = CB(be);
@@ -1246,11 +1247,11 @@ static bool cuda_rope_attention(qr_backend *be, float *q, float *k, const float 
     if (kmax == 0 ||
         (cb->graph_mode && addressable > kmax && (p->window <= 0 || p->window > kmax)))
         return false;
-    if (!cb->graph_mode) { /* the row's span (the checks below raise on a bad table) */
-        const int32_t pos = cb->h_pos[0], first = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
-        if (pos - first + 1 > kmax) return false;
-    }
-    if (!attn_layout_ok(cb, kv, layer, p) || attn_max_span(cb, kv, p, NULL) == 0) return true;
+    /* the checks of attention itself (they raise what the plain ops would); outside a graph, the row's span */
+    if (!attn_layout_ok(cb, kv, layer, p)) return true;
+    const int32_t span = attn_max_span(cb, kv, p, NULL);
+    if (span == 0) return true;
+    if (!cb->graph_mode && span > kmax) return false;
     cuda_rope_consts c;
     const float *ff;
     if (!rope_setup(cb, p->head_dim_k, rope, &c, &ff) || !kv_store_ok(cb, kv, layer, "rope_attention")) return true;

@@ -195,7 +195,7 @@ typedef struct cuda_rope_attn_args {
     const float *ff;        /* rope frequency factors (device) or NULL */
     int32_t kv_early;       /* 1: the cached keys were complete before the launch (a graph replay): their
                              * loads start before the dependency wait */
-    int32_t gmax;           /* query heads a CTA at most (1, 2, 4 or 8) */
+    int32_t gmax;           /* query heads a CTA at most (1, 2 or 4) */
 } cuda_rope_attn_args;
 /* The longest key span the kernel takes for a head size (0: not taken). */
 int32_t qr_cuda_attn_short_keys(int32_t head_dim);
