@@ -85,6 +85,9 @@ touch "$RESULTS"
     nvcc --version 2>&1 | tail -1
 } > "$OUT/device.txt"
 cat "$OUT/device.txt"
+# the GPU's name, for the report's per-device baseline (bench/gpu_baseline.json)
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1)
+echo "{\"kind\": \"device\", \"name\": \"${GPU_NAME:-unknown}\"}" >> "$RESULTS"
 log "models: $MODELS; types: $TYPES; tests: $TESTS; depth $DEPTH; reps $REPS"
 
 # ---- 1. the bundle ----

@@ -5,9 +5,11 @@ Rows: one per (file, test) with quarrel's and llama.cpp's t/s, the ratio quarrel
 issue-5 target, and for decode the share of the bandwidth roofline: t/s x file bytes / measured
 device-to-device copy bandwidth (a decode step reads every weight once).
 
-The "vs last" column compares quarrel's figure with bench/gpu_baseline.json (the last accepted H100
-figures; another baseline with GPU_BASELINE=path, none with GPU_BASELINE=): a figure below 0.93x of
-it is marked DROP and counted at the end, so that a regression shows in the run that makes it.
+The "vs last" column compares quarrel's figure with bench/gpu_baseline.json (the last accepted figures
+of the GPU the run was on, by the name nvidia-smi gives: gpu.sh's "device" line, else llama-bench's
+gpu_info; another baseline file with GPU_BASELINE=path, none with GPU_BASELINE=): a figure below 0.93x
+of it is marked DROP and counted at the end, so that a regression shows in the run that makes it. A
+GPU with no figures there gets none (figures of one GPU say nothing about another's).
 
     python3 bench/gpu_report.py /tmp/gpu_bench/results.jsonl
 """
@@ -18,12 +20,17 @@ import sys
 DROP = 0.93  # below this share of the baseline a figure is a regression (run-to-run noise: +-3 %)
 
 
-def load_baseline():
+def load_baseline(device):
+    """The baseline figures of GPU `device` (its nvidia-smi name; None: unknown), and the name they are under."""
     path = os.environ.get("GPU_BASELINE", os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_baseline.json"))
-    if not path or not os.path.exists(path):
-        return {}
+    if not device or not path or not os.path.exists(path):
+        return {}, None
     with open(path) as f:
-        return json.load(f).get("figures", {})
+        devices = json.load(f).get("devices", {})
+    for name, figures in devices.items():
+        if name == device:
+            return figures, name
+    return {}, None
 
 # issue 5 acceptance: (file prefix, test) -> minimum ratio
 TARGETS = {
@@ -47,6 +54,7 @@ def target(stem, test, depth):
 def main(path):
     bw = None
     quarrel, llama, sizes, ab, active = {}, {}, {}, [], {}
+    device = None
     with open(path) as f:
         for line in f:
             line = line.strip()
@@ -57,7 +65,9 @@ def main(path):
             except json.JSONDecodeError as e:
                 print(f"skipping a bad line: {e}", file=sys.stderr)
                 continue
-            if r["kind"] == "active":
+            if r["kind"] == "device":
+                device = r.get("name") or device
+            elif r["kind"] == "active":
                 active[r["file"]] = r["active_bytes"]
             elif r["kind"] == "bandwidth":
                 bw = float(r["gbps"])
@@ -77,12 +87,15 @@ def main(path):
                 sizes[fn] = r["bytes"]
                 test, n = ("pp", r["n_prompt"]) if r["n_gen"] == 0 else ("tg", r["n_gen"])
                 llama[(fn, test, n, int(r.get("n_depth", 0)))] = (r["avg_ts"], r["stddev_ts"])
+                device = device or r.get("gpu") or None
     keys = sorted(set(quarrel) | set(llama), key=lambda k: (k[0], k[3], k[1], k[2]))
     print("# quarrel vs llama.cpp on the GPU (bench/gpu.sh)\n")
     print(f"Copy bandwidth (device to device, read + write): {bw if bw else '?'} GB/s. "
           "Roofline % = t/s x bytes per decode step / copy bandwidth (decode only; the file's tensor bytes, "
           "for MoE models with the expert tensors scaled by experts used / experts).\n")
-    base = load_baseline()
+    base, base_name = load_baseline(device)
+    print(f"GPU: {device or 'unknown'}; \"vs last\": "
+          + (f"bench/gpu_baseline.json's {base_name} figures.\n" if base_name else "no baseline figures for this GPU.\n"))
     print("| file | GiB | test | quarrel t/s | llama.cpp t/s | ratio | target | ok | quarrel % roof | llama % roof "
           "| vs last |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -80,7 +80,7 @@ def test_serve_smoke_cpu(quarrel_bin, tmp_path):
 def test_gpu_report_ratio_targets_and_drops(tmp_path):
     res = tmp_path / "results.jsonl"
     f = "gpt-oss-20b-MXFP4_MOE.gguf"
-    lines = [{"kind": "bandwidth", "gbps": 3000.0},
+    lines = [{"kind": "device", "name": "NVIDIA H100 80GB HBM3"}, {"kind": "bandwidth", "gbps": 3000.0},
              {"kind": "quarrel", "label": "std", "file": f, "bytes": 12 << 30,
               "result": {"n_prompt": 512, "n_gen": 128, "n_depth": 0, "pp_tps": 4512.7, "pp_sd": 10.0, "tg_tps": 489.0,
                          "tg_sd": 1.0}},
@@ -88,22 +88,39 @@ def test_gpu_report_ratio_targets_and_drops(tmp_path):
              {"kind": "llama", "file": f, "bytes": 12 << 30, "n_prompt": 0, "n_gen": 128, "avg_ts": 311.5, "stddev_ts": 1.0}]
     res.write_text("\n".join(json.dumps(l) for l in lines) + "\n")
     base = tmp_path / "base.json"
-    base.write_text(json.dumps({"figures": {"gpt-oss-20b-MXFP4_MOE pp512": 11669.5, "gpt-oss-20b-MXFP4_MOE tg128": 489.5}}))
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_report.py"), str(res)], capture_output=True, text=True,
-                       timeout=60, env={**os.environ, "GPU_BASELINE": str(base)})
-    assert r.returncode == 0, r.stderr
-    rows = {l.split("|")[3].strip(): [c.strip() for c in l.split("|")] for l in r.stdout.splitlines()
-            if l.startswith("| gpt-oss")}
+    base.write_text(json.dumps({"devices": {
+        "NVIDIA H100 80GB HBM3": {"gpt-oss-20b-MXFP4_MOE pp512": 11669.5, "gpt-oss-20b-MXFP4_MOE tg128": 489.5},
+        "NVIDIA H200": {"gpt-oss-20b-MXFP4_MOE pp512": 1.0, "gpt-oss-20b-MXFP4_MOE tg128": 1.0}}}))
+
+    def report():
+        r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_report.py"), str(res)], capture_output=True,
+                           text=True, timeout=60, env={**os.environ, "GPU_BASELINE": str(base)})
+        assert r.returncode == 0, r.stderr
+        rows = {l.split("|")[3].strip(): [c.strip() for c in l.split("|")] for l in r.stdout.splitlines()
+                if l.startswith("| gpt-oss")}
+        return r.stdout, rows
+
+    out, rows = report()
     assert rows["pp512"][6] == "0.52x" and rows["pp512"][8] == "NO" and rows["pp512"][11] == "0.39x DROP"
     assert rows["tg128"][6] == "1.57x" and rows["tg128"][8] == "yes" and rows["tg128"][11] == "1.00x"  # MoE: >= 1.5x
-    assert "Targets met: 1, missed: 1" in r.stdout
-    assert "gpt-oss-20b-MXFP4_MOE pp512: 4512.7 vs 11669.5" in r.stdout
+    assert "Targets met: 1, missed: 1" in out
+    assert "gpt-oss-20b-MXFP4_MOE pp512: 4512.7 vs 11669.5" in out
+    assert "NVIDIA H100 80GB HBM3 figures" in out
+    # another GPU is compared with its own figures only; one without figures gets none
+    res.write_text(res.read_text().replace("NVIDIA H100 80GB HBM3", "NVIDIA H200"))
+    out, rows = report()
+    assert rows["tg128"][11] == "489.00x" and "DROP" not in out
+    res.write_text(res.read_text().replace("NVIDIA H200", "NVIDIA B200"))
+    out, rows = report()
+    assert rows["tg128"][11] == "-" and rows["pp512"][11] == "-" and "no baseline figures for this GPU" in out
 
 
 def test_gpu_baseline_keys_match_report_labels():
-    figures = json.loads((ROOT / "bench" / "gpu_baseline.json").read_text())["figures"]
-    assert figures
-    for key, v in figures.items():
-        stem, _, label = key.partition(" ")
-        assert label in ("pp512", "tg128", "tg128 @ d16384"), key
-        assert isinstance(v, (int, float)) and v > 0, key
+    devices = json.loads((ROOT / "bench" / "gpu_baseline.json").read_text())["devices"]
+    assert set(devices) >= {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}
+    for figures in devices.values():
+        assert figures
+        for key, v in figures.items():
+            stem, _, label = key.partition(" ")
+            assert label in ("pp512", "tg128", "tg128 @ d16384"), key
+            assert isinstance(v, (int, float)) and v > 0, key
