@@ -22,18 +22,12 @@ CASES = sorted(MANIFEST["cases"])
 
 KL_MAX = 1e-3
 TOP1_MIN = 0.995
-GREEDY_MIN_MATCH = 7  # of 8 prompts
+GREEDY_MIN_MATCH = 8  # of 8 prompts: every generation identical
 
 # Cases that do not meet a target yet (issue: CPU engine). Each is a strict xfail: it is reported as
 # "xfailed", never as passed, and the run fails as soon as the gap closes, so the entry must then be
 # removed. The reason states what was measured on 2026-11-22.
-KNOWN_GAPS = {"kl": {}, "top1": {}, "greedy": {
-    "synth-nemotron_h_moe-tiny-q8_0": "2026-11-22: 6/8 greedy (teacher-forced logits bit-identical); the two "
-                                      "divergences are near-ties after 89 and 99 decode steps (top-2 logits 0.012 "
-                                      "and 0.003 apart). llama.cpp's one-row decode of hybrid models equals its prefill bit for bit while ours "
-                                      "takes the one-row kernel orders (attention's 32 lanes: forcing the 8-lane batch "
-                                      "order moves our first decode/prefill difference from row 10 to 27); not resolved (issue 9)",
-}}
+KNOWN_GAPS = {"kl": {}, "top1": {}, "greedy": {}}
 
 
 def cases(kind):

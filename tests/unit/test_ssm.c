@@ -281,6 +281,52 @@ static void test_ssm_passes_and_sequences(void **state) {
     }
 }
 
+/* The scan bit for bit against llama.cpp's x86 order of operations, written out here: dt = logf(1 + expf(dt +
+ * bias)), dA = expf(dt * A), state = fma(state, dA, B * (x * dt)) (its compiler contracts the vector mul + add),
+ * 32 FMA lanes of state * C reduced as ggml's AVX2 tree, then + x * D. A state update rounded twice instead
+ * (mul, then add) moves some outputs by an ulp from the second row on, and this check fails. */
+static void test_scan_matches_ggml_order(void **state) {
+    (void)state;
+    enum { T = 12 };
+    static float xbc[T * CD], dt[T * NH], dtbv[NH], Av[NH], Dv[NH], st[DI * NS], want_st[DI * NS], y[T * DI],
+        want_y[T * DI];
+    fill(xbc, T * CD, 1.0f);
+    fill(dt, T * NH, 2.0f);
+    fill(dtbv, NH, 1.0f);
+    for (int h = 0; h < NH; h++) Av[h] = -0.5f - (float)h, Dv[h] = 1.0f + 0.1f * (float)h;
+    memset(want_st, 0, sizeof want_st);
+    for (int r = 0; r < T; r++)
+        for (int h = 0; h < NH; h++) {
+            const int g = h / (NH / NG);
+            const float *row = xbc + r * CD, *B = row + DI + g * NS, *C = row + DI + NG * NS + g * NS;
+            const float d = logf(1.0f + expf(dt[r * NH + h] + dtbv[h])), dA = expf(d * Av[h]);
+            for (int i = 0; i < HP; i++) {
+                const float xv = row[h * HP + i], xdt = xv * d;
+                float *s = want_st + (h * HP + i) * NS, lane[32];
+                for (int n = 0; n < NS; n++) {
+                    s[n] = fmaf(s[n], dA, B[n] * xdt);
+                    lane[n] = s[n] * C[n];
+                }
+                float v8[8];
+                for (int k = 0; k < 8; k++) v8[k] = (lane[k] + lane[16 + k]) + (lane[8 + k] + lane[24 + k]);
+                const float t0 = v8[0] + v8[4], t1 = v8[1] + v8[5], t2 = v8[2] + v8[6], t3 = v8[3] + v8[7];
+                want_y[r * DI + h * HP + i] = ((t0 + t1) + (t2 + t3)) + xv * Dv[h];
+            }
+        }
+    const qr_weight dtb = f32w(dtbv, NH, 1, 1), A = f32w(Av, NH, 1, 1), D = f32w(Dv, NH, 1, 1);
+    int32_t seq[T] = {0};
+    for (int sc = 0; sc < 2; sc++) {
+        qr_backend *be = cpu(sc == 1);
+        memset(st, 0, sizeof st);
+        set_plan(be, seq, T, 1);
+        be->ops->ssm_scan(be, st, xbc, dt, NH, &dtb, &A, &D, &SP, y);
+        expect_ok(be);
+        assert_memory_equal(y, want_y, sizeof y);
+        assert_memory_equal(st, want_st, sizeof st);
+        qr_backend_free(be);
+    }
+}
+
 static void test_gate_norm(void **state) {
     (void)state;
     qr_backend *be = cpu(false);
@@ -344,6 +390,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_id_matches_dense),
         cmocka_unit_test(test_gate_up_combine_glu),
         cmocka_unit_test(test_ssm_passes_and_sequences),
+        cmocka_unit_test(test_scan_matches_ggml_order),
         cmocka_unit_test(test_gate_norm),
         cmocka_unit_test(test_state_pool),
     };

@@ -1,7 +1,7 @@
 /* ops_ssm.c — the CPU backend's Mamba2 ops: the causal depthwise conv1d with its rolling per-sequence
  * state, the selective state-space scan and the gated grouped RMSNorm. The scan takes the recurrent
- * form (ggml's order of operations: softplus of dt, dA = exp(dt * A), S = S * dA + B * (x * dt),
- * y = S . C, then + D * x); with QUARREL_SSM_SCAN=ssd, prefill runs of >= 32 rows of one sequence take
+ * form (ggml's order of operations: softplus of dt, dA = exp(dt * A), S = fma(S, dA, B * (x * dt)): the
+ * compiler of llama.cpp's x86 build contracts the vector mul + add into one FMA, y = S . C, then + D * x); with QUARREL_SSM_SCAN=ssd, prefill runs of >= 32 rows of one sequence take
  * the chunked SSD form instead (see ssd_enabled). Rows are applied in row order per sequence slot (the plan's seq[r]); the work is split
  * over channels (conv) and heads (scan), which are independent. */
 #include <math.h>
@@ -117,13 +117,13 @@ static void scan_row(const scan_task *t, int64_t h, int32_t r, float *S) {
         float lane[32] = {0};
         for (int32_t n0 = 0; n0 < np; n0 += 32)
             for (int32_t l = 0; l < 32; l++) {
-                const float v = s[n0 + l] * dA + B[n0 + l] * xdt;
+                const float v = fmaf(s[n0 + l], dA, B[n0 + l] * xdt); /* ggml's contracted mul + add */
                 s[n0 + l] = v;
                 lane[l] = fmaf(v, Cm[n0 + l], lane[l]);
             }
         float sum = np > 0 ? reduce32(lane) : 0.0f;
         for (int32_t n = np; n < N; n++) {
-            const float v = s[n] * dA + B[n] * xdt;
+            const float v = fmaf(s[n], dA, B[n] * xdt);
             s[n] = v;
             sum = fmaf(v, Cm[n], sum);
         }

@@ -355,7 +355,7 @@ static __global__ void qx_ssm_scan_kernel(float *state, const float *xbc, const 
         for (int l = 0; l < 32; l++) lane[l] = 0.0f;
         for (int32_t n0 = 0; n0 < np; n0 += 32)
             for (int l = 0; l < 32; l++) {
-                const float v = s[n0 + l] * dA + B[n0 + l] * xdt;
+                const float v = fmaf(s[n0 + l], dA, B[n0 + l] * xdt); /* the CPU's (ggml's) FMA */
                 s[n0 + l] = v;
                 bad |= !isfinite(v);
                 lane[l] = fmaf(v, Cm[n0 + l], lane[l]);
@@ -368,7 +368,7 @@ static __global__ void qx_ssm_scan_kernel(float *state, const float *xbc, const 
             sum = (t0 + t1) + (t2 + t3);
         }
         for (int32_t n = np; n < N; n++) {
-            const float v = s[n] * dA + B[n] * xdt;
+            const float v = fmaf(s[n], dA, B[n] * xdt);
             s[n] = v;
             bad |= !isfinite(v);
             sum = fmaf(v, Cm[n], sum);

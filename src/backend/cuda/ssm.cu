@@ -127,7 +127,7 @@ static __global__ void ssm_scan_kernel(float *__restrict__ state, const float *_
         const float xv = row[t], xdt = __fmul_rn(xv, sp);
         float sum = 0.0f;
         for (int32_t n = 0; n < N; n++) {
-            const float v = __fadd_rn(__fmul_rn(S[n], dA), __fmul_rn(B[n], xdt));
+            const float v = __fmaf_rn(S[n], dA, __fmul_rn(B[n], xdt)); /* as the CPU (ggml's FMA) */
             S[n] = v;
             bad |= !isfinite(v);
             sum = fmaf(v, Cm[n], sum);
@@ -198,7 +198,7 @@ static __global__ void __launch_bounds__(128) ssm_scan_warp_kernel(float *__rest
             float sum = 0.0f;
 #pragma unroll
             for (int j = 0; j < NPL; j++) {
-                const float v = __fadd_rn(__fmul_rn(st[j], dA), __fmul_rn(Bc[j], xdt));
+                const float v = __fmaf_rn(st[j], dA, __fmul_rn(Bc[j], xdt));
                 st[j] = v;
                 bad |= !isfinite(v);
                 sum = fmaf(v, Cc[j], sum);
