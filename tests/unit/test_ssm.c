@@ -166,6 +166,48 @@ static void test_matmul_id_matches_dense(void **state) {
     free(bias);
 }
 
+/* A K-quant llama.cpp does not repack on x86 (Q6_K): an expert with >= 8 tokens routed to it goes through its
+ * tiled GEMM, one with fewer through vec_dot, as a dense matmul of that many rows does. matmul_id must give,
+ * per expert, the dense matmul of the rows routed to it, bit for bit; on the SIMD backend the two paths
+ * differ somewhere, so the check tells them apart. */
+static void test_matmul_id_tiled_kquant(void **state) {
+    (void)state;
+    enum { NE = 2, K = 512, N = 16, R = 12 };
+    static float wf[NE * N * K], x[R * K], y[R * N], yd[R * N], xe[R * K], y1[N];
+    fill(wf, NE * N * K, 1.0f);
+    fill(x, R * K, 1.0f);
+    int32_t ids[R];
+    for (int i = 0; i < R; i++) ids[i] = i % 4 == 3 ? 1 : 0; /* expert 0: 9 tokens, expert 1: 3 */
+    const size_t rb = qr_type_row_size(QR_TYPE_Q6_K, K);
+    void *wq = malloc(rb * NE * N);
+    qr_quant_encode_rows(QR_TYPE_Q6_K, wf, wq, NE * N, K);
+    const qr_weight w = {.name = "exps", .type = QR_TYPE_Q6_K, .ne = {K, N, NE, 1}, .row_bytes = rb, .host = wq};
+    for (int sc = 0; sc < 2; sc++) {
+        qr_backend *be = cpu(sc == 1);
+        be->ops->matmul_id(be, &w, NULL, x, false, ids, R, 1, y);
+        expect_ok(be);
+        int tiled_differs = 0;
+        for (int e = 0; e < NE; e++) {
+            int32_t rows[R], n = 0;
+            for (int i = 0; i < R; i++)
+                if (ids[i] == e) rows[n++] = i;
+            for (int j = 0; j < n; j++) memcpy(xe + j * K, x + rows[j] * K, sizeof(float) * K);
+            qr_weight we = w;
+            we.ne[2] = 1;
+            we.host = (const char *)wq + (size_t)e * N * rb;
+            be->ops->matmul(be, &we, xe, n, yd);
+            for (int j = 0; j < n; j++) {
+                assert_memory_equal(y + rows[j] * N, yd + j * N, sizeof(float) * N);
+                be->ops->matmul(be, &we, xe + j * K, 1, y1);
+                tiled_differs += memcmp(y1, yd + j * N, sizeof y1) != 0;
+            }
+        }
+        if (sc == 0) assert_true(tiled_differs > 0); /* the 9-row expert took another path than one row */
+        qr_backend_free(be);
+    }
+    free(wq);
+}
+
 static void test_gate_up_combine_glu(void **state) {
     (void)state;
     qr_backend *be = cpu(false);
@@ -388,6 +430,7 @@ int main(void) {
         cmocka_unit_test(test_route_softmax_norm),
         cmocka_unit_test(test_route_sigmoid_bias_and_softmax_weight),
         cmocka_unit_test(test_matmul_id_matches_dense),
+        cmocka_unit_test(test_matmul_id_tiled_kquant),
         cmocka_unit_test(test_gate_up_combine_glu),
         cmocka_unit_test(test_ssm_passes_and_sequences),
         cmocka_unit_test(test_scan_matches_ggml_order),

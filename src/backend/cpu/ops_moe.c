@@ -163,12 +163,15 @@ static void groups_free(expert_groups *g) {
 }
 
 /* How one expert matrix is multiplied: ggml's mul_mat_id computes each token row on its own (the
- * repacked GEMV, or vec_dot), never the multi-row GEMM/sgemm orders, so each weight row is dotted
- * with every routed token here, in that single-row arithmetic; each weight row is read once per
- * group (tokens routed to one expert are computed together). */
+ * repacked GEMV, or vec_dot), never the multi-row GEMM/sgemm orders, except that an expert with at
+ * least QR_TILED_MIN_ROWS tokens routed to it over a K-quant it does not repack goes through its tiled
+ * GEMM, as a dense matmul of that many rows does (dot_tiled: its one-row arithmetic). Each weight row
+ * is dotted with every routed token here; each weight row is read once per group (tokens routed to
+ * one expert are computed together). */
 typedef struct xmm_kind {
     const qr_quant_traits *tr;
     qr_vec_dot_fn dot;
+    qr_vec_dot_fn dot_tiled; /* NULL: no tiled path for this weight */
     qr_from_float_fn act; /* NULL: vec_dot_type F32, activations used as they are */
     size_t xq_row;        /* bytes of one converted activation row */
 } xmm_kind;
@@ -179,8 +182,11 @@ static bool xmm_kind_of(qr_backend *be, const qr_weight *w, xmm_kind *kd) {
     if (!tr || !tr->vec_dot) return false;
     kd->tr = tr;
     kd->dot = tr->vec_dot;
-    if (tr->vec_dot_gemm && tr->vec_dot_gemv && tr->repack_rows > 0 && w->ne[1] % tr->repack_rows == 0)
+    kd->dot_tiled = tr->vec_dot_tiled;
+    if (tr->vec_dot_gemm && tr->vec_dot_gemv && tr->repack_rows > 0 && w->ne[1] % tr->repack_rows == 0) {
         kd->dot = tr->vec_dot_gemv;
+        kd->dot_tiled = NULL; /* repacked weights take the repacked kernels */
+    }
     kd->act = NULL;
     kd->xq_row = (size_t)w->ne[0] * sizeof(float);
     if (tr->vec_dot_type != QR_TYPE_F32) {
@@ -226,7 +232,8 @@ static void expert_mm(qr_backend *be, const qr_weight *w1, const qr_weight *w2, 
     cpu_backend *cb = CB(be);
     const size_t off = (size_t)e * (size_t)w1->ne[1] * w1->row_bytes;
     xmm_task t = {.w1 = (const char *)w1->host + off, .w2 = w2 ? (const char *)w2->host + off : NULL,
-                  .wrow = w1->row_bytes, .dot = kd->dot, .k = w1->ne[0], .n = w1->ne[1], .cnt = cnt, .xq = xq,
+                  .wrow = w1->row_bytes,
+                  .dot = kd->dot_tiled && cnt >= QR_TILED_MIN_ROWS ? kd->dot_tiled : kd->dot, .k = w1->ne[0], .n = w1->ne[1], .cnt = cnt, .xq = xq,
                   .xq_row = kd->xq_row, .y1 = y1, .y2 = y2};
     const int nth = cpu_pool_n_threads(cb->pool);
     const int64_t work = t.n * t.k * cnt * (w2 ? 2 : 1);

@@ -152,6 +152,8 @@ struct qxm_args {
     int32_t order, order_x4;
     int64_t n_x4;          /* rows t < n_x4 use order_x4 (the repacked GEMM's rows) */
     const int32_t *ids;    /* matmul_id: the expert of each slot */
+    const int32_t *counts; /* matmul_id: slots per expert, when an expert of >= QR_TILED_MIN_ROWS slots takes the
+                            * tiled order (the CPU's matmul_id over a K-quant it does not repack); else NULL */
     int32_t n_used;
     bool per_slot;
     const float *bias;
@@ -175,6 +177,7 @@ static __device__ qxm_pair qxm_pair_of(const qxm_args &A, int p, int pairs, int6
     P.o = t * A.n + wi;
     if (A.ids) {
         const int64_t e = A.ids[t];
+        if (A.counts && A.counts[e] >= QR_TILED_MIN_ROWS) P.order = QX_TILED;
         P.wrow = e * A.n + wi;
         P.xr = A.per_slot ? t : t / A.n_used;
         if (A.bias) P.bias = A.bias + e * A.bias_stride + wi;
@@ -689,6 +692,8 @@ struct cuda_exact {
     bool seq_sums;    /* QUARREL_CUDA_EXACT_SEQSUM=1: every double sum in the CPU's order (tests the fallback) */
     void *lacc;       /* attention's values pass of few rows: [row x head][lanes][dv] */
     size_t lacc_cap;
+    void *counts;     /* matmul_id: slots per expert [n_expert] */
+    size_t counts_cap;
 };
 
 static cuda_exact *exact_state(cuda_backend *cb) {
@@ -708,6 +713,7 @@ void cuda_exact_free(cuda_backend *cb) {
     cudaFree(ex->y);
     cudaFree(ex->gelu);
     cudaFree(ex->lacc);
+    cudaFree(ex->counts);
     free(ex);
     cb->ex = NULL;
 }
@@ -932,6 +938,12 @@ void cuda_exact_glu_oai(cuda_backend *cb, const float *g, const float *u, int64_
     cuda_ok(cb, cudaGetLastError(), "glu (exact)");
 }
 
+/* counts[e] += 1 for every slot routed to expert e (counts zeroed before). */
+static __global__ void qx_expert_counts_kernel(const int32_t *ids, int64_t n_slots, int32_t n_expert, int32_t *counts) {
+    const int64_t s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (s < n_slots && ids[s] >= 0 && ids[s] < n_expert) atomicAdd(&counts[ids[s]], 1);
+}
+
 void cuda_exact_matmul_id(cuda_backend *cb, const qr_weight *w, const cuda_weight *cw, const qr_weight *bias,
                           const float *b, const float *x, bool per_slot, const int32_t *ids, int64_t n_rows,
                           int32_t n_used, float *y) {
@@ -950,6 +962,17 @@ void cuda_exact_matmul_id(cuda_backend *cb, const qr_weight *w, const cuda_weigh
     A.n = n, A.n_t = n_slots;
     A.order = ord, A.order_x4 = ord;
     A.ids = ids, A.n_used = n_used, A.per_slot = per_slot;
+    /* as the CPU's matmul_id (ops_moe.c): an expert with >= QR_TILED_MIN_ROWS slots over a K-quant that is
+     * not repacked takes the tiled GEMM's order */
+    if (ord == QX_VEC && tr->vec_dot_tiled && n_slots >= QR_TILED_MIN_ROWS) {
+        const int32_t ne = (int32_t)w->ne[2];
+        if (!ensure_scratch(cb, &ex->counts, &ex->counts_cap, (size_t)ne * sizeof(int32_t), "exact expert counts")) return;
+        if (!cuda_ok(cb, cudaMemsetAsync(ex->counts, 0, (size_t)ne * sizeof(int32_t), cb->stream), "exact expert counts"))
+            return;
+        qx_expert_counts_kernel<<<blocks_for(n_slots, 256), 256, 0, cb->stream>>>(ids, n_slots, ne, (int32_t *)ex->counts);
+        if (!cuda_ok(cb, cudaGetLastError(), "exact expert counts")) return;
+        A.counts = (const int32_t *)ex->counts;
+    }
     A.bias = b, A.bias_stride = bias ? bias->ne[0] : 0;
     A.out = y;
     cuda_ok(cb, qxm_launch(A, cb->stream), "matmul_id (exact)");
