@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""tools/ref_sweep.py — our logits against llama.cpp's, live, on random token sequences, for every synth
-reference model of tests/data/ref/manifest.json (the golden-file tests cover one text; this looks for the
-rare rows where the two engines part, e.g. a rounding that flips one activation code in a few hundred rows).
+"""tools/ref_sweep.py — our logits against llama.cpp's, live, on random token sequences, for every
+reference model of tests/data/ref/manifest.json, synth and real (the golden-file tests cover one text;
+this looks for the rare rows where the two engines part, e.g. a rounding that flips one activation code
+in a few hundred rows).
 
-For each model (written by `quarrel synth` as the manifest says): N random sequences of L tokens, teacher
-forced through llama-cpp-python (n_ubatch = our `quarrel logits` micro-batch, 64, so that per-expert row
-counts match) and through `quarrel logits`; prints how many rows differ at all, the largest difference and
-the top-1 flips. 0 rows everywhere = bit-identical logits.
+For each model (a synth one written by `quarrel synth` as the manifest says, a real one from --models):
+N random sequences of L tokens, teacher forced through llama-cpp-python (n_ubatch = our `quarrel logits`
+micro-batch, 64, so that per-expert row counts match) and through `quarrel logits`; prints how many rows
+differ at all, the largest difference and the top-1 flips. 0 rows everywhere = bit-identical logits.
 
     .venv/bin/python tools/ref_sweep.py [--bin build/quarrel] [--seed 7] [--seqs 3] [--len 400] [--only mixtral,gpt-oss]
 
@@ -32,6 +33,8 @@ def main():
     ap.add_argument("--seqs", type=int, default=3)
     ap.add_argument("--len", type=int, default=400)
     ap.add_argument("--only", default="", help="comma-separated substrings of case names")
+    ap.add_argument("--models", default=os.environ.get("QUARREL_MODELS_DIR", os.path.expanduser("~/.cache/quarrel/models")),
+                    help="directory of the real models (the manifest's file cases)")
     a = ap.parse_args()
     import llama_cpp
 
@@ -41,11 +44,17 @@ def main():
     any_diff = False
     with tempfile.TemporaryDirectory() as tmp:
         for name, c in sorted(cases.items()):
-            if c["kind"] != "synth" or (only and not any(o in name for o in only)):
+            if only and not any(o in name for o in only):
                 continue
-            model = os.path.join(tmp, f"{name}.gguf")
-            subprocess.run([a.bin, "synth", "--arch", c["arch"], "--preset", c["preset"], "--type", c["type"],
-                            "--seed", str(c["seed"]), "-o", model], check=True, capture_output=True)
+            if c["kind"] == "file":  # a real model, from the models directory (scripts/setup.sh fetches them)
+                model = os.path.join(a.models, c["file"])
+                if not os.path.exists(model):
+                    print(f"{name}: skipped, {model} not found", flush=True)
+                    continue
+            else:
+                model = os.path.join(tmp, f"{name}.gguf")
+                subprocess.run([a.bin, "synth", "--arch", c["arch"], "--preset", c["preset"], "--type", c["type"],
+                                "--seed", str(c["seed"]), "-o", model], check=True, capture_output=True)
             llm = llama_cpp.Llama(model_path=model, n_ctx=a.len + 64, n_batch=512, n_ubatch=64, logits_all=True,
                                   n_threads=os.cpu_count(), verbose=False, seed=0)
             parts = []
