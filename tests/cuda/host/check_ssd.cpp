@@ -1,6 +1,7 @@
 /* check_ssd.cpp — runs the chunked (SSD) scan kernel of src/backend/cuda/ssm.cu on the host (a CTA = 256
  * std::threads, a barrier for __syncthreads) and compares y and the final state with the CPU backend's
- * recurrent scan (scalar). Built and run by tests/cuda/host/run.sh.
+ * recurrent scan (scalar), then runs the exact mode's recurrent scan of src/backend/cuda/exact.cu the same
+ * way and requires the CPU's outputs and states bit for bit. Built and run by tests/cuda/host/run.sh.
  *   check_ssd [n_head head_dim n_group d_state rows dt_bias_center [runs]]   (runs: sequences, one contiguous
  *   run of rows each, the last one 1 row long when runs > 1: a decode row next to prefills)
  */
@@ -17,6 +18,7 @@
 #include "backend/cuda/cuda_dev.cuh"
 static float *g_ssd_smem; /* the CTA's dynamic shared memory (CTAs run one after another) */
 #include "ssd_kernel.inc"  /* softplus_dev and ssm_scan_ssd_kernel of src/backend/cuda/ssm.cu, extracted by run.sh */
+#include "exact_scan_kernel.inc" /* qx_ssm_scan_kernel of src/backend/cuda/exact.cu (the exact mode's scan) */
 extern "C" {
 #include "util/util.h"
 }
@@ -98,5 +100,22 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sc.size(); i++) { double e = fabs(sg[i] - sc[i]); if (!(e <= es)) es = e; ms = fmax(ms, fabs(sc[i])); }
     printf("ssd scan H%d P%d G%d N%d rows %d runs %d dt bias %.0f: y max err %.3g (rel to max %.3g), state %.3g (%.3g)%s\n", nh,
            hp, ng, ns, rows, nr, dtc, ey, ey / my, es, es / fmax(ms, 1e-30), div ? " DIVERGED" : "");
-    return ey / my <= 1e-4 && es / fmax(ms, 1e-30) <= 1e-4 && !div ? 0 : 1;
+    /* the exact mode's scan (a thread per (head, channel), its softplus / exp factors made on the host as
+     * exact.cu makes them) must give the CPU's outputs and states bit for bit */
+    std::vector<float> dtv((size_t)rows * nh), dAv((size_t)rows * nh), se = s0, ye((size_t)rows * di, NAN);
+    for (int r = 0; r < rows; r++)
+        for (int h = 0; h < nh; h++) {
+            const float x = dt[(size_t)r * nh + h] + dtb[h], d = x > 20.0f ? x : logf(1.0f + expf(x));
+            dtv[(size_t)r * nh + h] = d, dAv[(size_t)r * nh + h] = expf(d * A[h]);
+        }
+    int div_exact = 0;
+    blockDim = {1, 1, 1};
+    threadIdx = {0, 0, 0};
+    for (unsigned g = 0; g < (unsigned)di; g++) {
+        blockIdx = {g, 0, 0};
+        qx_ssm_scan_kernel(se.data(), xbc.data(), dtv.data(), dAv.data(), D.data(), p, seq.data(), rows, ye.data(), &div_exact);
+    }
+    const bool exact_ok = memcmp(ye.data(), yc.data(), ye.size() * 4) == 0 && memcmp(se.data(), sc.data(), se.size() * 4) == 0;
+    printf("  exact-mode scan vs the CPU: %s\n", exact_ok ? "bit for bit" : "DIFFERS");
+    return ey / my <= 1e-4 && es / fmax(ms, 1e-30) <= 1e-4 && !div && exact_ok && !div_exact ? 0 : 1;
 }

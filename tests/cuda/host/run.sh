@@ -5,7 +5,8 @@
 # AVX2 CPU kernels). Needs g++ (C++20), the CUDA headers, and a build directory with the
 # quant, util and backend_cpu objects (default build-cuda; BUILD=... to change).
 #   tests/cuda/host/run.sh          # all four (~8 min on 2 cores: the decode and scan checks emulate CTAs with threads)
-#   tests/cuda/host/run.sh fast     # check_quant, the chunked scan and the int8 mma expert kernel (~1 min; `make test`)
+#   tests/cuda/host/run.sh fast     # check_quant, check_exact, the chunked and the exact scans, the int8 mma expert
+#                                   # kernel (~1 min; `make test`)
 #   tests/cuda/host/run.sh quant    # check_quant only (seconds)
 set -euo pipefail
 ONLY=${1:-all}
@@ -36,6 +37,9 @@ try:
     c, d = s.index('#define SSD_Q 64'), s.index('template <int N>\nstatic cudaError_t launch_ssd')
     k = (s[a:b] + s[c:d]).replace('extern __shared__ __align__(16) float sm[];', 'float *sm = g_ssd_smem;')
     open(t + '/ssd_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
+    s = open('src/backend/cuda/exact.cu').read()  # the exact mode's recurrent scan (check_ssd: bit for bit)
+    a, b = s.index('static __global__ void qx_ssm_scan_kernel'), s.index('/* Thread per (row, group): t = silu(z) y')
+    open(t + '/exact_scan_kernel.inc', 'w').write(s[a:b].replace('static __global__ void', 'static void'))
     s = open('src/backend/cuda/matmul_mma.cu').read()
     a, b = s.index('#define MMQ_THREADS'), s.index('#define MMQ_TYPES')
     c, d = s.index('/* Shared-memory layout of one stage'), s.index('template <class T, int NT>\nstatic cudaError_t launch_mmq')
@@ -65,7 +69,7 @@ run_ssd() { # the chunked scan (ssm.cu): n_head head_dim n_group d_state rows dt
 if [ -e "$T/attn_stale" ]; then
     "$T/check_quant" || exit 1
     echo "ERROR: the host checks of the kernels not built: the kernel text run.sh extracts from attention.cu /" \
-        "attention_decode.cu / ssm.cu / matmul_mma.cu moved (update the extraction); only check_quant ran" >&2
+        "attention_decode.cu / ssm.cu / exact.cu / matmul_mma.cu moved (update the extraction); only check_quant ran" >&2
     exit 2
 fi
 g++ $flags tests/cuda/host/check_ssd.cpp $cpu $objs -lm -lpthread -o "$T/check_ssd" 2>&1 | grep -v warning || true
