@@ -1,7 +1,8 @@
 /* ops_ssm.c — the CPU backend's Mamba2 ops: the causal depthwise conv1d with its rolling per-sequence
  * state, the selective state-space scan and the gated grouped RMSNorm. The scan takes the recurrent
- * form (ggml's order of operations: softplus of dt, dA = exp(dt * A), S = fma(S, dA, B * (x * dt)): the
- * compiler of llama.cpp's x86 build contracts the vector mul + add into one FMA, y = S . C, then + D * x); with QUARREL_SSM_SCAN=ssd, prefill runs of >= 32 rows of one sequence take
+ * form in ggml's order of operations: softplus of dt, dA = exp(dt * A), S = fma(S, dA, B * (x * dt))
+ * (the compiler of llama.cpp's x86 build contracts that vector mul + add into one FMA), y = S . C, then
+ * + D * x. With QUARREL_SSM_SCAN=ssd, prefill runs of >= 32 rows of one sequence take
  * the chunked SSD form instead (see ssd_enabled). Rows are applied in row order per sequence slot (the plan's seq[r]); the work is split
  * over channels (conv) and heads (scan), which are independent. */
 #include <math.h>

@@ -966,12 +966,13 @@ void cuda_exact_matmul_id(cuda_backend *cb, const qr_weight *w, const cuda_weigh
      * not repacked takes the tiled GEMM's order */
     if (ord == QX_VEC && tr->vec_dot_tiled && n_slots >= QR_TILED_MIN_ROWS) {
         const int32_t ne = (int32_t)w->ne[2];
-        if (!ensure_scratch(cb, &ex->counts, &ex->counts_cap, (size_t)ne * sizeof(int32_t), "exact expert counts")) return;
-        if (!cuda_ok(cb, cudaMemsetAsync(ex->counts, 0, (size_t)ne * sizeof(int32_t), cb->stream), "exact expert counts"))
-            return;
-        qx_expert_counts_kernel<<<blocks_for(n_slots, 256), 256, 0, cb->stream>>>(ids, n_slots, ne, (int32_t *)ex->counts);
+        const size_t bytes = (size_t)ne * sizeof(int32_t);
+        if (!ensure_scratch(cb, &ex->counts, &ex->counts_cap, bytes, "exact expert counts")) return;
+        int32_t *counts = (int32_t *)ex->counts;
+        if (!cuda_ok(cb, cudaMemsetAsync(counts, 0, bytes, cb->stream), "exact expert counts")) return;
+        qx_expert_counts_kernel<<<blocks_for(n_slots, 256), 256, 0, cb->stream>>>(ids, n_slots, ne, counts);
         if (!cuda_ok(cb, cudaGetLastError(), "exact expert counts")) return;
-        A.counts = (const int32_t *)ex->counts;
+        A.counts = counts;
     }
     A.bias = b, A.bias_stride = bias ? bias->ne[0] : 0;
     A.out = y;
