@@ -5,11 +5,13 @@ this looks for the rare rows where the two engines part, e.g. a rounding that fl
 in a few hundred rows).
 
 For each model (a synth one written by `quarrel synth` as the manifest says, a real one from --models):
-N random sequences of L tokens, teacher forced through llama-cpp-python (n_ubatch = our `quarrel logits`
-micro-batch, 64, so that per-expert row counts match) and through `quarrel logits`; prints how many rows
-differ at all, the largest difference and the top-1 flips. 0 rows everywhere = bit-identical logits.
+N random sequences of L tokens, teacher forced through llama-cpp-python and through `quarrel logits` at
+the same micro-batch (--ubatch, default 64 as `quarrel logits`: per-expert row counts then match; 1: the
+decode path); prints how many rows differ at all, the largest difference and the top-1 flips. 0 rows
+everywhere = bit-identical logits.
 
-    .venv/bin/python tools/ref_sweep.py [--bin build/quarrel] [--seed 7] [--seqs 3] [--len 400] [--only mixtral,gpt-oss]
+    .venv/bin/python tools/ref_sweep.py [--bin build/quarrel] [--seed 7] [--seqs 3] [--len 400] [--ubatch 64]
+                                        [--only mixtral,gpt-oss]
 
 Exit status 1 when any row differs (a dev tool, not a CI test: it runs llama.cpp live).
 """
@@ -33,6 +35,8 @@ def main():
     ap.add_argument("--seqs", type=int, default=3)
     ap.add_argument("--len", type=int, default=400)
     ap.add_argument("--only", default="", help="comma-separated substrings of case names")
+    ap.add_argument("--ubatch", type=int, default=64, choices=range(1, 65), metavar="1..64",
+                    help="micro-batch of both engines (1: the decode path, token by token)")
     ap.add_argument("--models", default=os.environ.get("QUARREL_MODELS_DIR", os.path.expanduser("~/.cache/quarrel/models")),
                     help="directory of the real models (the manifest's file cases)")
     a = ap.parse_args()
@@ -55,7 +59,7 @@ def main():
                 model = os.path.join(tmp, f"{name}.gguf")
                 subprocess.run([a.bin, "synth", "--arch", c["arch"], "--preset", c["preset"], "--type", c["type"],
                                 "--seed", str(c["seed"]), "-o", model], check=True, capture_output=True)
-            llm = llama_cpp.Llama(model_path=model, n_ctx=a.len + 64, n_batch=512, n_ubatch=64, logits_all=True,
+            llm = llama_cpp.Llama(model_path=model, n_ctx=a.len + 64, n_batch=512, n_ubatch=a.ubatch, logits_all=True,
                                   n_threads=os.cpu_count(), verbose=False, seed=0)
             parts = []
             for _ in range(a.seqs):
@@ -66,8 +70,8 @@ def main():
                 ids_path, out = os.path.join(tmp, "ids.json"), os.path.join(tmp, "ours.npy")
                 with open(ids_path, "w") as f:
                     json.dump(ids, f)
-                subprocess.run([a.bin, "logits", "-m", model, "--tokens", ids_path, "-o", out], check=True,
-                               capture_output=True)
+                subprocess.run([a.bin, "logits", "-m", model, "--tokens", ids_path, "-o", out, "--ubatch",
+                                str(a.ubatch)], check=True, capture_output=True)
                 ours = np.load(out)
                 rows = np.where((ours != ref).any(axis=1))[0]
                 any_diff |= len(rows) > 0
