@@ -26,11 +26,8 @@ def load_baseline(device):
     if not device or not path or not os.path.exists(path):
         return {}, None
     with open(path) as f:
-        devices = json.load(f).get("devices", {})
-    for name, figures in devices.items():
-        if name == device:
-            return figures, name
-    return {}, None
+        figures = json.load(f).get("devices", {}).get(device)
+    return (figures, device) if figures else ({}, None)
 
 # issue 5 acceptance: (file prefix, test) -> minimum ratio
 TARGETS = {
