@@ -10,6 +10,9 @@
  * a grid-stride form and register-pipelined forms no faster; the light form (2 chunks a lane) 47.5. Down +
  * combine 26.9 against a read 22.5; one register pipeline per warp (combine_pipe) 25.5. Neither moved the
  * mixtral decode step measurably (quarrel bench), so the engine kept its kernels.
+ * Session 16 (H200, docs/performance.md): read 132 MB 31.2 us, engine gate/up 43.5, persistent gate/up 35.2 (now
+ * the engine's, where it takes 42.0 in the decode step), down + combine 23.3, combine_pipe 21.1 (the engine's
+ * two-slot form now). The "16 layers' planes" lines (new) test whether weights spread over GBs stream slower.
  *
  *   build (device): nvcc -O3 -std=c++17 -arch=sm_90 -Iinclude -Isrc -o /tmp/mv_probe bench/mv_probe.cu
  *   run:            /tmp/mv_probe [k_gate_up n_ff n_expert]      (defaults 4096 14336 8)
@@ -634,6 +637,34 @@ int main(int argc, char **argv) {
                     };
                     chain(nm, gu_bytes, fn);
                     if (pdl) chk(nm, fn);
+                }
+            }
+            /* the engine's kernels (persistent gate/up: variant 1) on one set of planes and on 16 layers' planes
+             * (8.4 GB, as the engine's weights spread over many GB: does TLB reach explain the engine's 42 us
+             * against the probe's 35 on the H200? session 16) */
+            {
+                const int NL = 16;
+                std::vector<cuda_wview> lg(NL), lu(NL);
+                for (int l = 0; l < NL; l++) plane(NE * F, K, &lg[l]), plane(NE * F, K, &lu[l]);
+                CK(cudaDeviceSynchronize());
+                for (int spread = 0; spread < 2; spread++)
+                    for (int variant = 0; variant < 2; variant++) {
+                        snprintf(nm, sizeof nm, "engine gate/up %s, %s", variant ? "persistent" : "grid",
+                                 spread ? "16 layers' planes" : "one plane");
+                        chain(nm, gu_bytes, [&](int r) {
+                            qr_cuda_mv_id_args c = a;
+                            if (spread) c.w[0] = lg[r % NL], c.w[1] = lu[r % NL];
+                            c.ids = ids16 + 2 * r;
+                            c.y = y1;
+                            c.variant = variant;
+                            qr_cuda_matvec_id(&c, 1, &xg, 2, 1, true, 0);
+                        });
+                    }
+                for (int l = 0; l < NL; l++) {
+                    CK(cudaFree((void *)lg[l].p0));
+                    CK(cudaFree((void *)lg[l].p1));
+                    CK(cudaFree((void *)lu[l].p0));
+                    CK(cudaFree((void *)lu[l].p1));
                 }
             }
         }

@@ -200,6 +200,28 @@ static void check_block(lab *L, const qr_weight *up, const qr_weight *gate, cons
     const double tol = up->type == QR_TYPE_F16 ? 1e-2 : 4e-2;
     compare(L, "moe_block", cfg, out.h, out.d, rows * kin, tol, run_blk, &gc,
             (double)up->row_bytes * (double)n * (double)(rows * k) * (gate ? 3.0 : 2.0));
+    /* the persistent gate/up kernel (QUARREL_CUDA_GU_PERSIST) and the pipelined down + combine
+     * (QUARREL_CUDA_DC_PIPE) must give the other forms' bits, in the expert outputs h and after down + combine */
+    qr_cuda_tune *tune = qr_cuda_backend_tune(L->gpu);
+    const int32_t s_persist = tune->gu_persist, s_pipe = tune->dc_pipe;
+    const int64_t nh = rows * k * n, no = rows * kin;
+    float *ref = malloc((size_t)(nh + no) * 4), *got = malloc((size_t)(nh + no) * 4);
+    tune->gu_persist = 0, tune->dc_pipe = 0;
+    run_blk(&gc);
+    lab_check_errors(L, "moe_block");
+    lab_download(L, ref, h.d, (size_t)nh * 4), lab_download(L, ref + nh, out.d, (size_t)no * 4);
+    tune->gu_persist = 1, tune->dc_pipe = 1;
+    lab_poison(L, h.d, (size_t)nh * 4), lab_poison(L, out.d, (size_t)no * 4);
+    run_blk(&gc);
+    lab_check_errors(L, "moe_block variants");
+    lab_download(L, got, h.d, (size_t)nh * 4), lab_download(L, got + nh, out.d, (size_t)no * 4);
+    const bool same = memcmp(ref, got, (size_t)(nh + no) * 4) == 0;
+    char cfg2[160];
+    snprintf(cfg2, sizeof cfg2, "%s, gate/up persistent + down pipelined = not", cfg);
+    lab_record(L, "moe_block", cfg2, same ? 0.0 : 1.0, same ? 0.0 : 1.0, 0.0, same, lab_time(L, run_blk, &gc, true),
+               (double)up->row_bytes * (double)n * (double)(rows * k) * (gate ? 3.0 : 2.0), 0);
+    tune->gu_persist = s_persist, tune->dc_pipe = s_pipe;
+    free(ref), free(got);
     weight_free(L, &down);
     fb_free(L, &x), fb_free(L, &wt), fb_free(L, &h), fb_free(L, &out), fb_free(L, &scr);
 }

@@ -59,6 +59,7 @@ static void moe_matvec(cuda_backend *cb, const cuda_weight *w0, const cuda_weigh
     args.act = act;
     args.y = y;
     args.ids_early = ids_early(cb, ids);
+    args.variant = w1 ? cb->tune.gu_persist : 0;
     const int64_t rows = n_out * n_slots;
     const int32_t wpr = rows >= 4096 ? 1 : (rows >= 2048 || w1 ? 2 : 4);
     const cuda_xview xv = act_view(&a, 0);
@@ -414,6 +415,7 @@ void cuda_moe_down_combine(qr_backend *be, const qr_weight *w, const qr_weight *
     args.act = -1;
     args.y = out;
     args.ids_early = ids_early(cb, ids);
+    args.variant = cb->tune.dc_pipe ? 2 : 0;
     const cuda_xview xv = act_view(&a, 0);
     if (cuda_ok(cb, qr_cuda_matvec_id_combine(&args, &xv, weights, add, (int32_t)n_rows, use_pdl(cb), cb->stream),
                 "moe_down_combine"))

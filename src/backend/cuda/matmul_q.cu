@@ -465,12 +465,98 @@ static __global__ void __launch_bounds__(MMV_THREADS, 8)
     a.y[(int64_t)s * a.n_out + i] = r;
 }
 
+/* GLU at decode sizes, persistent: a grid of QR_CUDA_GU_PERSIST_CTAS CTAs an SM (one wave); warp gw takes the
+ * items (slot, row) gw, gw + GW, ... in order, streaming the item's gate row and up row together (twice the
+ * loads in flight a lane of matvec_id_kernel), and writes act(gate + bg, up + bu). No CTA launches or
+ * ramps between rows: on the H200 the one-row-a-warp grid (14 waves of short CTAs for mixtral) left the
+ * memory system idle between CTAs (docs/cuda-notes.md). The same sums bit for bit (each lane visits its
+ * chunks in matvec_row_part's order). */
+#define QR_CUDA_GU_PERSIST_CTAS 6
+template <class T>
+static __global__ void __launch_bounds__(MMV_THREADS, QR_CUDA_GU_PERSIST_CTAS)
+    matvec_id_glu_persist_kernel(const qr_cuda_mv_id_args a, const cuda_xview x, int32_t n_slots) {
+    constexpr int U = mmv_unroll<T, 1>::U;
+    const int lane = threadIdx.x & 31;
+    if (!a.ids_early) pdl_wait(); /* as matvec_id_kernel */
+    pdl_launch_dependents();
+    const int64_t GW = (int64_t)gridDim.x * (MMV_THREADS / 32);
+    const cuda_wview &wg = a.w[0], &wu = a.w[1];
+    const int nch = (int)wg.nb * T::CPB;
+    bool waited = false;
+    /* item gw: slot s, row i; the next item is GW rows on (n_out may be smaller than GW) */
+    int64_t i = (int64_t)blockIdx.x * (MMV_THREADS / 32) + (threadIdx.x >> 5);
+    int s = 0, es = -1, e = -1;
+    while (i >= a.n_out) i -= a.n_out, s++;
+    for (; s < n_slots;) {
+        if (s != es) { /* the slot's expert, read once per slot */
+            es = s;
+            e = a.ids_early ? __ldcg(a.ids + s) : a.ids[s];
+        }
+        const bool valid = e >= 0 && (int64_t)e * a.n_out < wg.n;
+        const cuda_xview xs = xview_row<T>(x, a.x_per_slot ? s : s / a.n_used);
+        float ag[1] = {0.0f}, au[1] = {0.0f};
+        if (valid) {
+            const int64_t gbase = ((int64_t)e * a.n_out + i) * wg.nb;
+            for (int c0 = lane; c0 < nch; c0 += 32 * U) {
+                typename T::W g[U], u[U];
+#pragma unroll
+                for (int k = 0; k < U; k++) {
+                    const int c = c0 + k * 32;
+                    if (c < nch) {
+                        g[k] = T::load(wg, gbase + c / T::CPB, c % T::CPB);
+                        u[k] = T::load(wu, gbase + c / T::CPB, c % T::CPB);
+                    }
+                }
+                if (!waited) { /* the weights are in flight: now wait for the activations */
+                    pdl_wait();
+                    waited = true;
+                }
+#pragma unroll
+                for (int k = 0; k < U; k++) {
+                    const int c = c0 + k * 32;
+                    if (c < nch) {
+                        T::template dot<1>(g[k], xs, c / T::CPB, c % T::CPB, ag);
+                        T::template dot<1>(u[k], xs, c / T::CPB, c % T::CPB, au);
+                    }
+                }
+            }
+        }
+        float gs = warp_sum(ag[0]), us = warp_sum(au[0]);
+        if (lane == 0 && valid) {
+            const int64_t bi = (int64_t)e * a.n_out + i;
+            if (a.bias[0]) gs = __fadd_rn(gs, a.bias[0][bi]);
+            if (a.bias[1]) us = __fadd_rn(us, a.bias[1][bi]);
+            a.y[(int64_t)s * a.n_out + i] = glu_act(a.act, gs, us);
+        }
+        i += GW;
+        while (i >= a.n_out) i -= a.n_out, s++;
+    }
+    if (!waited) pdl_wait();
+}
+
+static int sm_count() {
+    static int n = 0;
+    if (n <= 0) {
+        int d = 0;
+        if (cudaGetDevice(&d) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, d) != cudaSuccess)
+            n = 0;
+        if (n <= 0) n = 1;
+    }
+    return n;
+}
+
 template <class T>
 static cudaError_t launch_matvec_id(const qr_cuda_mv_id_args *a, int glu, const cuda_xview *x, int32_t n_slots,
                                     int32_t wpr, bool pdl, cudaStream_t stream) {
     const int rpc = (MMV_THREADS / 32) / wpr / (glu ? 2 : 1);
     const dim3 grid((unsigned)((a->n_out + rpc - 1) / rpc), (unsigned)n_slots), block(MMV_THREADS);
     const cuda_xview xv = *x;
+    if (glu && wpr == 1 && a->variant == 1) {
+        const int64_t warps = a->n_out * n_slots;
+        const int64_t need = (warps + MMV_THREADS / 32 - 1) / (MMV_THREADS / 32),
+                      wave = (int64_t)sm_count() * QR_CUDA_GU_PERSIST_CTAS, ctas = need < wave ? need : wave;
+        return launch_k(matvec_id_glu_persist_kernel<T>, dim3((unsigned)ctas), block, 0, stream, pdl, *a, xv, n_slots);
+    }
     if (glu) return launch_k(matvec_id_kernel<T, 1>, grid, block, 0, stream, pdl, *a, xv, (int)wpr);
     return launch_k(matvec_id_kernel<T, 0>, grid, block, 0, stream, pdl, *a, xv, (int)wpr);
 }
@@ -569,6 +655,72 @@ static __global__ void __launch_bounds__(MMV_THREADS, 8)
     a.y[o] = add ? __fadd_rn(acc_sum, add[o]) : acc_sum;
 }
 
+/* The same sums for NU slots a token, software-pipelined: each warp walks its slots in order, U chunks a lane a
+ * step, the next step's loads (the next slot's first step after a slot's last) issued before this step's dot
+ * products, so that a warp always has loads in flight. The slots are unrolled (their rows, validity and sums
+ * stay in registers). Each lane visits its chunks in matvec_row_part's order: bit-identical to the plain kernel
+ * (QUARREL_CUDA_DC_PIPE). */
+template <class T, int NU>
+static __global__ void __launch_bounds__(MMV_THREADS, 8)
+    matvec_id_combine_pipe_kernel(const qr_cuda_mv_id_args a, const cuda_xview x, const float *__restrict__ weights,
+                                  const float *add) {
+    constexpr int U = 2;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r = (int)blockIdx.y, s0 = r * NU;
+    if (!a.ids_early) pdl_wait(); /* the expert ids come from the routing kernel (as matvec_id_kernel) */
+    pdl_launch_dependents();
+    const int64_t i = (int64_t)blockIdx.x * (MMV_THREADS / 32) + warp;
+    const cuda_wview &w = a.w[0];
+    int64_t rb[NU];
+    int ev[NU];
+    bool ok[NU];
+#pragma unroll
+    for (int j = 0; j < NU; j++) {
+        const int e = a.ids_early ? __ldcg(a.ids + s0 + j) : a.ids[s0 + j];
+        ev[j] = e;
+        ok[j] = i < a.n_out && e >= 0 && (int64_t)e * a.n_out < w.n;
+        rb[j] = ok[j] ? ((int64_t)e * a.n_out + i) * w.nb : 0;
+    }
+    const int nch = (int)w.nb * T::CPB, steps = (nch + 32 * U - 1) / (32 * U);
+    typename T::W cur[U], nxt[U];
+    auto issue = [&](int64_t base, bool valid, int st, typename T::W *buf) {
+        if (!valid) return;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = st * 32 * U + u * 32 + lane;
+            if (c < nch) buf[u] = T::load(w, base + c / T::CPB, c % T::CPB);
+        }
+    };
+    issue(rb[0], ok[0], 0, cur);
+    pdl_wait(); /* the weights are in flight: now wait for the activations */
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NU; j++) {
+        const cuda_xview xs = xview_row<T>(x, s0 + j);
+        float acc[1] = {0.0f};
+        for (int st = 0; st < steps; st++) {
+            if (st + 1 < steps) issue(rb[j], ok[j], st + 1, nxt);
+            else if (j + 1 < NU) issue(rb[j + 1 < NU ? j + 1 : j], ok[j + 1 < NU ? j + 1 : j], 0, nxt);
+            if (ok[j]) {
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int c = st * 32 * U + u * 32 + lane;
+                    if (c < nch) T::template dot<1>(cur[u], xs, c / T::CPB, c % T::CPB, acc);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) cur[u] = nxt[u];
+        }
+        float yj = warp_sum(acc[0]);
+        if (a.bias[0] && ok[j]) yj = __fadd_rn(yj, a.bias[0][(int64_t)ev[j] * a.n_out + i]);
+        const float wy = __fmul_rn(yj, weights[s0 + j]);
+        sum = j == 0 ? wy : __fadd_rn(sum, wy);
+    }
+    if (lane != 0 || i >= a.n_out) return;
+    const int64_t o = (int64_t)r * a.n_out + i;
+    a.y[o] = add ? __fadd_rn(sum, add[o]) : sum;
+}
+
 extern "C" cudaError_t qr_cuda_matvec_id_combine(const qr_cuda_mv_id_args *a, const cuda_xview *x, const float *weights,
                                                  const float *add, int32_t n_rows, bool pdl, cudaStream_t stream) {
     if (n_rows <= 0) return cudaSuccess;
@@ -577,7 +729,11 @@ extern "C" cudaError_t qr_cuda_matvec_id_combine(const qr_cuda_mv_id_args *a, co
     const cuda_xview xv = *x;
     switch ((qr_type)a->w[0].type) {
 #define TY(E, T) \
-    case E: return launch_k(matvec_id_combine_kernel<T>, grid, dim3(MMV_THREADS), 0, stream, pdl, *a, xv, weights, add);
+    case E:                                                                                                           \
+        if (a->variant == 2 && a->n_used == 2)                                                                        \
+            return launch_k(matvec_id_combine_pipe_kernel<T, 2>, grid, dim3(MMV_THREADS), 0, stream, pdl, *a, xv,    \
+                            weights, add);                                                                            \
+        return launch_k(matvec_id_combine_kernel<T>, grid, dim3(MMV_THREADS), 0, stream, pdl, *a, xv, weights, add);
     MMV_TYPES(TY)
 #undef TY
     default: return cudaErrorInvalidValue;

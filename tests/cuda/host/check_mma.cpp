@@ -102,21 +102,8 @@ static int test(qr_type type, int64_t k, int64_t n_out, const std::vector<int> &
             tiles.push_back(int4{e, p0 + t0, counts[e] - t0 < 8 * NT ? counts[e] - t0 : 8 * NT, 0});
     }
     std::vector<float> y((size_t)n_x * n_out, NAN);
-    gridDim = {(unsigned)((n_out + MMQ_BM - 1) / MMQ_BM), (unsigned)tiles.size(), 1};
-    blockDim = {MMQ_THREADS, 1, 1};
-    for (unsigned by = 0; by < gridDim.y; by++)
-        for (unsigned bx = 0; bx < gridDim.x; bx++) {
-            std::barrier<> bb(MMQ_THREADS), wb0(32), wb1(32), wb2(32), wb3(32);
-            g_block_bar = &bb, g_warp_bar[0] = &wb0, g_warp_bar[1] = &wb1, g_warp_bar[2] = &wb2, g_warp_bar[3] = &wb3;
-            std::vector<std::thread> th;
-            for (unsigned t = 0; t < MMQ_THREADS; t++)
-                th.emplace_back([&, t] {
-                    threadIdx = {t, 0, 0};
-                    blockIdx = {bx, by, 0};
-                    mmq_tiles_kernel<T, NT>(w, xv, tiles.data(), n_out, y.data());
-                });
-            for (auto &x2 : th) x2.join();
-        }
+    host_run_grid((unsigned)((n_out + MMQ_BM - 1) / MMQ_BM), (unsigned)tiles.size(), MMQ_THREADS,
+                  [&] { mmq_tiles_kernel<T, NT>(w, xv, tiles.data(), n_out, y.data()); });
     int bad = 0;
     double worst = 0;
     for (int r = 0; r < n_x; r++)

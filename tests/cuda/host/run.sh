@@ -6,7 +6,7 @@
 # quant, util and backend_cpu objects (default build-cuda; BUILD=... to change).
 #   tests/cuda/host/run.sh          # all four (~8 min on 2 cores: the decode and scan checks emulate CTAs with threads)
 #   tests/cuda/host/run.sh fast     # check_quant, check_exact, the chunked and the exact scans, the int8 mma expert
-#                                   # kernel (~1 min; `make test`)
+#                                   # kernel, the decode expert mat-vecs' forms (check_mmv_id) (~1 min; `make test`)
 #   tests/cuda/host/run.sh quant    # check_quant only (seconds)
 set -euo pipefail
 ONLY=${1:-all}
@@ -45,6 +45,13 @@ try:
     c, d = s.index('/* Shared-memory layout of one stage'), s.index('template <class T, int NT>\nstatic cudaError_t launch_mmq')
     k = (s[a:b] + s[c:d]).replace('extern __shared__ __align__(16) uint8_t sm[];', 'uint8_t *sm = g_mmq_smem;')
     open(t + '/mma_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
+    s = open('src/backend/cuda/matmul_q.cu').read()  # the decode expert mat-vecs (check_mmv_id: forms bit for bit)
+    cuts = [('template <class T, int NR> struct mmv_unroll', '/* ---- activation quantizers'),
+            ('/* The partial dot products of one output row', '/* Writes row `row` of y'),
+            ('/* Activation row t of a prepared view', 'static int sm_count()'),
+            ('/* Grid (CTAs of 4 output rows, tokens); one warp per output row', 'extern "C" cudaError_t qr_cuda_matvec_id_combine(')]
+    k = '#define MMV_THREADS 128\n' + ''.join(s[s.index(a):s.index(b)] for a, b in cuts)
+    open(t + '/mmv_id_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
 except ValueError:  # the attention / ssm / mma sources moved on: the extraction below needs updating
     open(t + '/attn_stale', 'w').write('')
 PY
@@ -69,13 +76,14 @@ run_ssd() { # the chunked scan (ssm.cu): n_head head_dim n_group d_state rows dt
 if [ -e "$T/attn_stale" ]; then
     "$T/check_quant" || exit 1
     echo "ERROR: the host checks of the kernels not built: the kernel text run.sh extracts from attention.cu /" \
-        "attention_decode.cu / ssm.cu / exact.cu / matmul_mma.cu moved (update the extraction); only check_quant ran" >&2
+        "attention_decode.cu / ssm.cu / exact.cu / matmul_mma.cu / matmul_q.cu moved (update the extraction); only check_quant ran" >&2
     exit 2
 fi
 g++ $flags tests/cuda/host/check_ssd.cpp $cpu $objs -lm -lpthread -o "$T/check_ssd" 2>&1 | grep -v warning || true
 g++ $flags tests/cuda/host/check_mma.cpp $objs -lm -lpthread -o "$T/check_mma" 2>&1 | grep -v warning || true
+g++ $flags tests/cuda/host/check_mmv_id.cpp $objs -lm -lpthread -o "$T/check_mmv_id" 2>&1 | grep -v warning || true
 if [ "$ONLY" = fast ]; then
-    "$T/check_quant" && "$T/check_exact" && run_ssd && "$T/check_mma" && "$T/check_mma" 2880 256
+    "$T/check_quant" && "$T/check_exact" && run_ssd && "$T/check_mma" && "$T/check_mma" 2880 256 && "$T/check_mmv_id"
     exit $?
 fi
 g++ $flags tests/cuda/host/check_attention.cpp $cpu $objs -lm -lpthread -o "$T/check_attention" 2>&1 | grep -v warning || true
@@ -101,4 +109,5 @@ SINKS=1 LEN=70 "$T/check_attention_decode" 64 8 64 16 32 0 3 2 || rc=1   # gpt-o
 run_ssd || rc=1
 "$T/check_mma" || rc=1
 "$T/check_mma" 2880 256 || rc=1   # gpt-oss rows: 90 blocks, a partial last stage
+"$T/check_mmv_id" || rc=1
 exit $rc
