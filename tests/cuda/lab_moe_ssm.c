@@ -210,7 +210,7 @@ static void check_block(lab *L, const qr_weight *up, const qr_weight *gate, cons
     run_blk(&gc);
     lab_check_errors(L, "moe_block");
     lab_download(L, ref, h.d, (size_t)nh * 4), lab_download(L, ref + nh, out.d, (size_t)no * 4);
-    tune->gu_persist = 1, tune->dc_pipe = 1;
+    tune->gu_persist = 6, tune->dc_pipe = 1;
     lab_poison(L, h.d, (size_t)nh * 4), lab_poison(L, out.d, (size_t)no * 4);
     run_blk(&gc);
     lab_check_errors(L, "moe_block variants");

@@ -465,15 +465,17 @@ static __global__ void __launch_bounds__(MMV_THREADS, 8)
     a.y[(int64_t)s * a.n_out + i] = r;
 }
 
-/* GLU at decode sizes, persistent: a grid of QR_CUDA_GU_PERSIST_CTAS CTAs an SM (one wave); warp gw takes the
+/* GLU at decode sizes, persistent: a grid of CPS CTAs an SM (one wave; 6 by default, 80 registers, no spills; 7
+ * caps them at 72 with a few spilled, for shapes whose last round of items would be nearly empty at 6: mixtral's
+ * 28672 items over 3168 warps are 9.05 rounds, over 3696 warps 7.76, untested); warp gw takes the
  * items (slot, row) gw, gw + GW, ... in order, streaming the item's gate row and up row together (twice the
  * loads in flight a lane of matvec_id_kernel), and writes act(gate + bg, up + bu). No CTA launches or
  * ramps between rows: on the H200 the one-row-a-warp grid (14 waves of short CTAs for mixtral) left the
  * memory system idle between CTAs (docs/cuda-notes.md). The same sums bit for bit (each lane visits its
  * chunks in matvec_row_part's order). */
 #define QR_CUDA_GU_PERSIST_CTAS 6
-template <class T>
-static __global__ void __launch_bounds__(MMV_THREADS, QR_CUDA_GU_PERSIST_CTAS)
+template <class T, int CPS = QR_CUDA_GU_PERSIST_CTAS>
+static __global__ void __launch_bounds__(MMV_THREADS, CPS)
     matvec_id_glu_persist_kernel(const qr_cuda_mv_id_args a, const cuda_xview x, int32_t n_slots) {
     constexpr int U = mmv_unroll<T, 1>::U;
     const int lane = threadIdx.x & 31;
@@ -551,11 +553,14 @@ static cudaError_t launch_matvec_id(const qr_cuda_mv_id_args *a, int glu, const 
     const int rpc = (MMV_THREADS / 32) / wpr / (glu ? 2 : 1);
     const dim3 grid((unsigned)((a->n_out + rpc - 1) / rpc), (unsigned)n_slots), block(MMV_THREADS);
     const cuda_xview xv = *x;
-    if (glu && wpr == 1 && a->variant == 1) {
+    if (glu && wpr == 1 && (a->variant == 6 || a->variant == 7)) { /* the persistent kernel, variant CTAs an SM */
         const int64_t warps = a->n_out * n_slots;
         const int64_t need = (warps + MMV_THREADS / 32 - 1) / (MMV_THREADS / 32),
-                      wave = (int64_t)sm_count() * QR_CUDA_GU_PERSIST_CTAS, ctas = need < wave ? need : wave;
-        return launch_k(matvec_id_glu_persist_kernel<T>, dim3((unsigned)ctas), block, 0, stream, pdl, *a, xv, n_slots);
+                      wave = (int64_t)sm_count() * a->variant, ctas = need < wave ? need : wave;
+        if (a->variant == 7)
+            return launch_k(matvec_id_glu_persist_kernel<T, 7>, dim3((unsigned)ctas), block, 0, stream, pdl, *a, xv,
+                            n_slots);
+        return launch_k(matvec_id_glu_persist_kernel<T, 6>, dim3((unsigned)ctas), block, 0, stream, pdl, *a, xv, n_slots);
     }
     if (glu) return launch_k(matvec_id_kernel<T, 1>, grid, block, 0, stream, pdl, *a, xv, (int)wpr);
     return launch_k(matvec_id_kernel<T, 0>, grid, block, 0, stream, pdl, *a, xv, (int)wpr);
