@@ -27,7 +27,8 @@
 #     --ab   also run quarrel on each file with each CUDA knob turned off (graphs, flash-decoding, fusions,
 #            activation reuse; pp512 + tg128, one repetition each) to see what each one brings
 # Environment: OUT (default /tmp/gpu_bench), BUNDLE (build-gpu/bundle), LLAMA_TAR
-# (build-gpu/llama-src.tar.xz), LLAMA_BIN (a prebuilt llama-bench: skips the build), MODEL_DIR
+# (build-gpu/llama-src.tar.xz), LLAMA_BIN (a prebuilt llama-bench, or scripts/llama_bench_build.sh's .xz of
+# one: skips the build), MODEL_DIR
 # (/tmp/qr_models; existing files are reused, as is a llama-bench built by an earlier call into
 # /tmp/llama_build while the machine stays warm), JOBS (nproc), STEP_TIMEOUT (seconds per bench, 400),
 # QR_BACKEND (cuda; cpu = a dry run of this script on a machine without a GPU).
@@ -172,6 +173,11 @@ build_llama() {
     echo "llama-bench built in $(($(date +%s) - t0)) s"
 }
 if [ $RUN_LLAMA = 1 ]; then
+    if [ -n "${LLAMA_BIN:-}" ] && [ "${LLAMA_BIN%.xz}" != "$LLAMA_BIN" ] && [ -f "$LLAMA_BIN" ]; then
+        # scripts/llama_bench_build.sh's compressed binary (built on another machine)
+        xz -dc "$LLAMA_BIN" > /tmp/llama-bench.prebuilt && chmod +x /tmp/llama-bench.prebuilt &&
+            LLAMA_BIN=/tmp/llama-bench.prebuilt || err "cannot unpack $LLAMA_BIN"
+    fi
     if [ -z "${LLAMA_BIN:-}" ] && [ -x "$LB_DIR/build/bin/llama-bench" ] && [ "$LB_DIR/stamp" -nt "$LLAMA_TAR" ]; then
         LLAMA_BIN=$LB_DIR/build/bin/llama-bench # built by an earlier call on this (still warm) machine
     fi
