@@ -288,17 +288,25 @@ extern "C" cudaError_t qr_cuda_matvec(const cuda_wview *w, const cuda_xview *x, 
  * (q/k/v; a small model's gate/up): more of the grid resident, issuing its first loads before the dependency
  * wait. H100 tg128: tinyllama Q4_0 +3.8 % (q/k/v) and +4.6 % more (gate/up), mistral-7b Q4_0 +1.7 % (q/k/v;
  * its gate/up, 7168 CTAs, lost 0.8 %), mixtral q/k/v +1.5 %. QUARREL_CUDA_MMV_U2=0 turns it off. */
+/* The current device's SM count (0 when it cannot be read), looked up once. */
+static int sm_count() {
+    static int n = -1;
+    if (n < 0) {
+        int d = 0, v = 0;
+        const bool ok = cudaGetDevice(&d) == cudaSuccess &&
+                        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, d) == cudaSuccess;
+        n = ok ? v : 0;
+    }
+    return n;
+}
+
 static bool mmv_u2(int32_t ctas) {
-    static int n_sm = 0, off = -1;
+    static int off = -1;
     if (off < 0) {
         const char *v = getenv("QUARREL_CUDA_MMV_U2");
         off = v && strcmp(v, "0") == 0;
     }
-    if (n_sm == 0) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            n_sm = -1;
-    }
+    const int n_sm = sm_count();
     return !off && n_sm > 0 && ctas <= 2 * 12 * n_sm;
 }
 
@@ -536,17 +544,6 @@ static __global__ void __launch_bounds__(MMV_THREADS, CPS)
     if (!waited) pdl_wait();
 }
 
-static int sm_count() {
-    static int n = 0;
-    if (n <= 0) {
-        int d = 0;
-        if (cudaGetDevice(&d) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, d) != cudaSuccess)
-            n = 0;
-        if (n <= 0) n = 1;
-    }
-    return n;
-}
-
 template <class T>
 static cudaError_t launch_matvec_id(const qr_cuda_mv_id_args *a, int glu, const cuda_xview *x, int32_t n_slots,
                                     int32_t wpr, bool pdl, cudaStream_t stream) {
@@ -556,7 +553,7 @@ static cudaError_t launch_matvec_id(const qr_cuda_mv_id_args *a, int glu, const 
     if (glu && wpr == 1 && (a->variant == 6 || a->variant == 7)) { /* the persistent kernel, variant CTAs an SM */
         const int64_t warps = a->n_out * n_slots;
         const int64_t need = (warps + MMV_THREADS / 32 - 1) / (MMV_THREADS / 32),
-                      wave = (int64_t)sm_count() * a->variant, ctas = need < wave ? need : wave;
+                      wave = (int64_t)(sm_count() > 0 ? sm_count() : 1) * a->variant, ctas = need < wave ? need : wave;
         if (a->variant == 7)
             return launch_k(matvec_id_glu_persist_kernel<T, 7>, dim3((unsigned)ctas), block, 0, stream, pdl, *a, xv,
                             n_slots);

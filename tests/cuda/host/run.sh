@@ -48,9 +48,9 @@ try:
     s = open('src/backend/cuda/matmul_q.cu').read()  # the decode expert mat-vecs (check_mmv_id: forms bit for bit)
     cuts = [('template <class T, int NR> struct mmv_unroll', '/* ---- activation quantizers'),
             ('/* The partial dot products of one output row', '/* Writes row `row` of y'),
-            ('/* Activation row t of a prepared view', 'static int sm_count()'),
+            ('/* Activation row t of a prepared view', 'template <class T>\nstatic cudaError_t launch_matvec_id('),
             ('/* Grid (CTAs of 4 output rows, tokens); one warp per output row', 'extern "C" cudaError_t qr_cuda_matvec_id_combine(')]
-    k = '#define MMV_THREADS 128\n' + ''.join(s[s.index(a):s.index(b)] for a, b in cuts)
+    k = '#define MMV_THREADS 128\n' + ''.join(s[s.index(a):s.index(b, s.index(a))] for a, b in cuts)
     open(t + '/mmv_id_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
 except ValueError:  # the attention / ssm / mma sources moved on: the extraction below needs updating
     open(t + '/attn_stale', 'w').write('')
