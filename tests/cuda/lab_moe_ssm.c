@@ -198,8 +198,8 @@ static void check_block(lab *L, const qr_weight *up, const qr_weight *gate, cons
     char cfg[80];
     snprintf(cfg, sizeof cfg, "%s %s k%d rows %lld held", name, gate ? "gate+up" : "up", k, (long long)rows);
     const double tol = up->type == QR_TYPE_F16 ? 1e-2 : 4e-2;
-    compare(L, "moe_block", cfg, out.h, out.d, rows * kin, tol, run_blk, &gc,
-            (double)up->row_bytes * (double)n * (double)(rows * k) * (gate ? 3.0 : 2.0));
+    const double bytes = (double)up->row_bytes * (double)n * (double)(rows * k) * (gate ? 3.0 : 2.0);
+    compare(L, "moe_block", cfg, out.h, out.d, rows * kin, tol, run_blk, &gc, bytes);
     /* the persistent gate/up kernel (QUARREL_CUDA_GU_PERSIST) and the pipelined down + combine
      * (QUARREL_CUDA_DC_PIPE) must give the other forms' bits, in the expert outputs h and after down + combine */
     qr_cuda_tune *tune = qr_cuda_backend_tune(L->gpu);
@@ -218,8 +218,8 @@ static void check_block(lab *L, const qr_weight *up, const qr_weight *gate, cons
     const bool same = memcmp(ref, got, (size_t)(nh + no) * 4) == 0;
     char cfg2[160];
     snprintf(cfg2, sizeof cfg2, "%s, gate/up persistent + down pipelined = not", cfg);
-    lab_record(L, "moe_block", cfg2, same ? 0.0 : 1.0, same ? 0.0 : 1.0, 0.0, same, lab_time(L, run_blk, &gc, true),
-               (double)up->row_bytes * (double)n * (double)(rows * k) * (gate ? 3.0 : 2.0), 0);
+    lab_record(L, "moe_block", cfg2, same ? 0.0 : 1.0, same ? 0.0 : 1.0, 0.0, same, lab_time(L, run_blk, &gc, true), bytes,
+               0);
     tune->gu_persist = s_persist, tune->dc_pipe = s_pipe;
     free(ref), free(got);
     weight_free(L, &down);

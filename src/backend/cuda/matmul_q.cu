@@ -702,7 +702,9 @@ static __global__ void __launch_bounds__(MMV_THREADS, 8)
         float acc[1] = {0.0f};
         for (int st = 0; st < steps; st++) {
             if (st + 1 < steps) issue(rb[j], ok[j], st + 1, nxt);
-            else if (j + 1 < NU) issue(rb[j + 1 < NU ? j + 1 : j], ok[j + 1 < NU ? j + 1 : j], 0, nxt);
+            else if (j + 1 < NU) /* the next slot's first step (the index clamp only keeps the unrolled last slot's
+                                  * dead branch in bounds) */
+                issue(rb[j + 1 < NU ? j + 1 : j], ok[j + 1 < NU ? j + 1 : j], 0, nxt);
             if (ok[j]) {
 #pragma unroll
                 for (int u = 0; u < U; u++) {
