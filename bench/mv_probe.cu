@@ -235,8 +235,8 @@ static __global__ void __launch_bounds__(128, MINB)
             const int c = lane + 32 * u;
             if (c < nch) {
                 if (MODE == 3) {
-                    bg[buf][u].q = ld_stream16(wg.p0 + (row * wg.nb + c) * 16), bg[buf][u].d = 0.5f;
-                    bu[buf][u].q = ld_stream16(wu.p0 + (row * wu.nb + c) * 16), bu[buf][u].d = 0.5f;
+                    bg[buf][u].q = ld_stream16(wg.p0 + (row * wg.nb + c) * 16), bg[buf][u].d = 0x3800u;
+                    bu[buf][u].q = ld_stream16(wu.p0 + (row * wu.nb + c) * 16), bu[buf][u].d = 0x3800u;
                 } else {
                     bg[buf][u] = T::load(wg, row * wg.nb + c / T::CPB, c % T::CPB);
                     bu[buf][u] = T::load(wu, row * wu.nb + c / T::CPB, c % T::CPB);
@@ -254,8 +254,8 @@ static __global__ void __launch_bounds__(128, MINB)
             const int c = lane + 32 * u;
             if (c < nch) {
                 if (MODE == 1) {
-                    ag[0] += __int_as_float((int)(bg[buf][u].q.x ^ bg[buf][u].q.y ^ bg[buf][u].q.z ^ bg[buf][u].q.w)) + bg[buf][u].d;
-                    au[0] += __int_as_float((int)(bu[buf][u].q.x ^ bu[buf][u].q.y ^ bu[buf][u].q.z ^ bu[buf][u].q.w)) + bu[buf][u].d;
+                    ag[0] += __int_as_float((int)(bg[buf][u].q.x ^ bg[buf][u].q.y ^ bg[buf][u].q.z ^ bg[buf][u].q.w)) + (float)bg[buf][u].d;
+                    au[0] += __int_as_float((int)(bu[buf][u].q.x ^ bu[buf][u].q.y ^ bu[buf][u].q.z ^ bu[buf][u].q.w)) + (float)bu[buf][u].d;
                 } else {
                     T::template dot<1>(bg[buf][u], xs, c / T::CPB, c % T::CPB, ag);
                     T::template dot<1>(bu[buf][u], xs, c / T::CPB, c % T::CPB, au);

@@ -3,7 +3,11 @@
  *
  *   CPB         chunks per block: a chunk is what one thread handles in one step of the mat-vec,
  *               16 bytes of codes (32 of Q8_0), with its scales.
- *   W           the chunk's weight data, loaded first (load), several chunks in flight per thread.
+ *   W           the chunk's weight data, loaded first (load), several chunks in flight per thread. W holds
+ *               the bits as loaded (scales too: fp16 / e8m0 / int8 bits, converted in dot): a conversion in
+ *               load made the warp wait there for that load before it issued the next chunk's wherever the
+ *               compiler wrapped each chunk's guarded load in its own branch (the persistent expert gate/up
+ *               and the pipelined down + combine: 4 round trips an item instead of 1; session 17).
  *   dot<NR>     adds the chunk's contribution to acc[t] for the NR activation rows, with the same
  *               integer sums and the same scale products as the CPU's scalar vec_dot.
  *   deq8        dequantizes 8 consecutive values (v0 a multiple of 8 inside the block) with the
@@ -53,21 +57,22 @@ static __device__ __forceinline__ int dot16(uint32_t w0, uint32_t w1, uint32_t w
 /* Q4_0: p0 = qs[16], p1 = d (fp16). */
 struct TQ4_0 {
     static constexpr int CPB = 1, BS = 32, ACT = 0;
-    struct W { uint4 q; float d; };
+    struct W { uint4 q; uint32_t d; }; /* d: the fp16 bits (raw: see W in the header) */
     static __device__ __forceinline__ W load(const cuda_wview &w, int64_t g, int) {
         W r;
         r.q = ld_stream16(w.p0 + g * 16);
-        r.d = h2f(ld_ro16b(w.p1 + g * 2));
+        r.d = ld_ro16b(w.p1 + g * 2);
         return r;
     }
     template <int NR> static __device__ __forceinline__ void dot(const W &c, const cuda_xview &x, int b, int, float *acc) {
+        const float d = h2f((uint16_t)c.d);
 #pragma unroll
         for (int t = 0; t < NR; t++) {
             const int4 a0 = act_q16(x, t, b * 32), a1 = act_q16(x, t, b * 32 + 16);
             int s = dot16(c.q.x & M4, c.q.y & M4, c.q.z & M4, c.q.w & M4, a0);
             s += dot16((c.q.x >> 4) & M4, (c.q.y >> 4) & M4, (c.q.z >> 4) & M4, (c.q.w >> 4) & M4, a1);
             s -= 8 * act_sum32(x, t, b * 32);
-            acc[t] += (float)s * (c.d * act_d32(x, t, b));
+            acc[t] += (float)s * (d * act_d32(x, t, b));
         }
     }
     static __device__ __forceinline__ void deq8(const cuda_wview &w, int64_t g, int v0, float *o) {
@@ -82,22 +87,21 @@ struct TQ4_0 {
 /* Q4_1: p0 = qs[16], p1 = {d, m} (fp16). */
 struct TQ4_1 {
     static constexpr int CPB = 1, BS = 32, ACT = 0;
-    struct W { uint4 q; float d, m; };
+    struct W { uint4 q; uint32_t dm; }; /* {d, m} fp16 bits */
     static __device__ __forceinline__ W load(const cuda_wview &w, int64_t g, int) {
         W r;
         r.q = ld_stream16(w.p0 + g * 16);
-        const uint32_t dm = ld_ro32(w.p1 + g * 4);
-        r.d = h2f((uint16_t)(dm & 0xFFFF));
-        r.m = h2f((uint16_t)(dm >> 16));
+        r.dm = ld_ro32(w.p1 + g * 4);
         return r;
     }
     template <int NR> static __device__ __forceinline__ void dot(const W &c, const cuda_xview &x, int b, int, float *acc) {
+        const float d = h2f((uint16_t)(c.dm & 0xFFFF)), m = h2f((uint16_t)(c.dm >> 16));
 #pragma unroll
         for (int t = 0; t < NR; t++) {
             const int4 a0 = act_q16(x, t, b * 32), a1 = act_q16(x, t, b * 32 + 16);
             int s = dot16(c.q.x & M4, c.q.y & M4, c.q.z & M4, c.q.w & M4, a0);
             s += dot16((c.q.x >> 4) & M4, (c.q.y >> 4) & M4, (c.q.z >> 4) & M4, (c.q.w >> 4) & M4, a1);
-            acc[t] += (c.d * act_d32(x, t, b)) * (float)s + c.m * act_s32(x, t, b);
+            acc[t] += (d * act_d32(x, t, b)) * (float)s + m * act_s32(x, t, b);
         }
     }
     static __device__ __forceinline__ void deq8(const cuda_wview &w, int64_t g, int v0, float *o) {
@@ -121,15 +125,16 @@ static __device__ __forceinline__ uint32_t q5_hi(uint32_t q, uint32_t qh, int i)
 /* Q5_0: p0 = qs[16], p1 = qh (u32), p2 = d (fp16). */
 struct TQ5_0 {
     static constexpr int CPB = 1, BS = 32, ACT = 0;
-    struct W { uint4 q; uint32_t qh; float d; };
+    struct W { uint4 q; uint32_t qh, d; }; /* d: fp16 bits */
     static __device__ __forceinline__ W load(const cuda_wview &w, int64_t g, int) {
         W r;
         r.q = ld_stream16(w.p0 + g * 16);
         r.qh = ld_ro32(w.p1 + g * 4);
-        r.d = h2f(ld_ro16b(w.p2 + g * 2));
+        r.d = ld_ro16b(w.p2 + g * 2);
         return r;
     }
     template <int NR> static __device__ __forceinline__ void dot(const W &c, const cuda_xview &x, int b, int, float *acc) {
+        const float d = h2f((uint16_t)c.d);
         const uint32_t l0 = q5_lo(c.q.x, c.qh, 0), l1 = q5_lo(c.q.y, c.qh, 1), l2 = q5_lo(c.q.z, c.qh, 2),
                        l3 = q5_lo(c.q.w, c.qh, 3);
         const uint32_t h0 = q5_hi(c.q.x, c.qh, 0), h1 = q5_hi(c.q.y, c.qh, 1), h2 = q5_hi(c.q.z, c.qh, 2),
@@ -139,7 +144,7 @@ struct TQ5_0 {
             const int4 a0 = act_q16(x, t, b * 32), a1 = act_q16(x, t, b * 32 + 16);
             int s = dot16(l0, l1, l2, l3, a0) + dot16(h0, h1, h2, h3, a1);
             s -= 16 * act_sum32(x, t, b * 32);
-            acc[t] += (float)s * (c.d * act_d32(x, t, b));
+            acc[t] += (float)s * (d * act_d32(x, t, b));
         }
     }
     static __device__ __forceinline__ void deq8(const cuda_wview &w, int64_t g, int v0, float *o) {
@@ -158,17 +163,16 @@ struct TQ5_0 {
 /* Q5_1: p0 = qs[16], p1 = qh (u32), p2 = {d, m} (fp16). */
 struct TQ5_1 {
     static constexpr int CPB = 1, BS = 32, ACT = 0;
-    struct W { uint4 q; uint32_t qh; float d, m; };
+    struct W { uint4 q; uint32_t qh, dm; }; /* {d, m} fp16 bits */
     static __device__ __forceinline__ W load(const cuda_wview &w, int64_t g, int) {
         W r;
         r.q = ld_stream16(w.p0 + g * 16);
         r.qh = ld_ro32(w.p1 + g * 4);
-        const uint32_t dm = ld_ro32(w.p2 + g * 4);
-        r.d = h2f((uint16_t)(dm & 0xFFFF));
-        r.m = h2f((uint16_t)(dm >> 16));
+        r.dm = ld_ro32(w.p2 + g * 4);
         return r;
     }
     template <int NR> static __device__ __forceinline__ void dot(const W &c, const cuda_xview &x, int b, int, float *acc) {
+        const float d = h2f((uint16_t)(c.dm & 0xFFFF)), m = h2f((uint16_t)(c.dm >> 16));
         const uint32_t l0 = q5_lo(c.q.x, c.qh, 0), l1 = q5_lo(c.q.y, c.qh, 1), l2 = q5_lo(c.q.z, c.qh, 2),
                        l3 = q5_lo(c.q.w, c.qh, 3);
         const uint32_t h0 = q5_hi(c.q.x, c.qh, 0), h1 = q5_hi(c.q.y, c.qh, 1), h2 = q5_hi(c.q.z, c.qh, 2),
@@ -177,7 +181,7 @@ struct TQ5_1 {
         for (int t = 0; t < NR; t++) {
             const int4 a0 = act_q16(x, t, b * 32), a1 = act_q16(x, t, b * 32 + 16);
             const int s = dot16(l0, l1, l2, l3, a0) + dot16(h0, h1, h2, h3, a1);
-            acc[t] += (c.d * act_d32(x, t, b)) * (float)s + c.m * act_s32(x, t, b);
+            acc[t] += (d * act_d32(x, t, b)) * (float)s + m * act_s32(x, t, b);
         }
     }
     static __device__ __forceinline__ void deq8(const cuda_wview &w, int64_t g, int v0, float *o) {
@@ -197,20 +201,21 @@ struct TQ5_1 {
 /* Q8_0: p0 = qs[32], p1 = d (fp16). One chunk is the whole block (two 16-byte loads). */
 struct TQ8_0 {
     static constexpr int CPB = 1, BS = 32, ACT = 0;
-    struct W { uint4 q0, q1; float d; };
+    struct W { uint4 q0, q1; uint32_t d; }; /* d: fp16 bits */
     static __device__ __forceinline__ W load(const cuda_wview &w, int64_t g, int) {
         W r;
         r.q0 = ld_stream16(w.p0 + g * 32);
         r.q1 = ld_stream16(w.p0 + g * 32 + 16);
-        r.d = h2f(ld_ro16b(w.p1 + g * 2));
+        r.d = ld_ro16b(w.p1 + g * 2);
         return r;
     }
     template <int NR> static __device__ __forceinline__ void dot(const W &c, const cuda_xview &x, int b, int, float *acc) {
+        const float d = h2f((uint16_t)c.d);
 #pragma unroll
         for (int t = 0; t < NR; t++) {
             const int4 a0 = act_q16(x, t, b * 32), a1 = act_q16(x, t, b * 32 + 16);
             const int s = dot16(c.q0.x, c.q0.y, c.q0.z, c.q0.w, a0) + dot16(c.q1.x, c.q1.y, c.q1.z, c.q1.w, a1);
-            acc[t] += (float)s * (c.d * act_d32(x, t, b));
+            acc[t] += (float)s * (d * act_d32(x, t, b));
         }
     }
     static __device__ __forceinline__ void deq8(const cuda_wview &w, int64_t g, int v0, float *o) {
@@ -228,18 +233,21 @@ template <bool MX> struct TLut4 {
     static constexpr uint32_t T1 = MX ? QR_PK4(4, 6, 8, 12) : QR_PK4(-49, -35, -22, -10);
     static constexpr uint32_t T2 = MX ? QR_PK4(0, -1, -2, -3) : QR_PK4(1, 13, 25, 38);
     static constexpr uint32_t T3 = MX ? QR_PK4(-4, -6, -8, -12) : QR_PK4(53, 69, 89, 113);
-    struct W { uint4 q; float d; };
-    static __device__ __forceinline__ float scale(const cuda_wview &w, int64_t g) {
-        return MX ? e8m0_half(ld_ro8(w.p1 + g)) : h2f(ld_ro16b(w.p1 + g * 2));
+    struct W { uint4 q; uint32_t d; }; /* d: the e8m0 byte (MX) or the fp16 bits */
+    static __device__ __forceinline__ uint32_t scale_bits(const cuda_wview &w, int64_t g) {
+        return MX ? (uint32_t)ld_ro8(w.p1 + g) : (uint32_t)ld_ro16b(w.p1 + g * 2);
     }
+    static __device__ __forceinline__ float scale_of(uint32_t v) { return MX ? e8m0_half((uint8_t)v) : h2f((uint16_t)v); }
+    static __device__ __forceinline__ float scale(const cuda_wview &w, int64_t g) { return scale_of(scale_bits(w, g)); }
     static __device__ __forceinline__ W load(const cuda_wview &w, int64_t g, int) {
         W r;
         r.q = ld_stream16(w.p0 + g * 16);
-        r.d = scale(w, g);
+        r.d = scale_bits(w, g);
         return r;
     }
     static __device__ __forceinline__ uint32_t lu(uint32_t v) { return lut16(v, T0, T1, T2, T3); }
     template <int NR> static __device__ __forceinline__ void dot(const W &c, const cuda_xview &x, int b, int, float *acc) {
+        const float d = scale_of(c.d);
         uint32_t l0, l1, l2, l3, h0, h1, h2, h3;
         lut16x8(c.q.x, T0, T1, T2, T3, &l0, &h0);
         lut16x8(c.q.y, T0, T1, T2, T3, &l1, &h1);
@@ -249,7 +257,7 @@ template <bool MX> struct TLut4 {
         for (int t = 0; t < NR; t++) {
             const int4 a0 = act_q16(x, t, b * 32), a1 = act_q16(x, t, b * 32 + 16);
             const int s = dot16(l0, l1, l2, l3, a0) + dot16(h0, h1, h2, h3, a1);
-            acc[t] += (act_d32(x, t, b) * c.d) * (float)s;
+            acc[t] += (act_d32(x, t, b) * d) * (float)s;
         }
     }
     static __device__ __forceinline__ void deq8(const cuda_wview &w, int64_t g, int v0, float *o) {
@@ -273,17 +281,16 @@ typedef TLut4<false> TIQ4_NL;
  * (k < 4, l < 16), sub-block 8h + 2k + (i & 1). */
 struct TQ2_K {
     static constexpr int CPB = 4, BS = 256, ACT = 1;
-    struct W { uint4 q; uint2 sc; float d, dmin; };
+    struct W { uint4 q; uint2 sc; uint32_t dm; }; /* {d, dmin} fp16 bits */
     static __device__ __forceinline__ W load(const cuda_wview &w, int64_t g, int i) {
         W r;
         r.q = ld_stream16(w.p0 + g * 64 + i * 16);
         r.sc = __ldg((const uint2 *)(w.p1 + g * 16 + 8 * (i >> 1)));
-        const uint32_t dm = ld_ro32(w.p2 + g * 4);
-        r.d = h2f((uint16_t)(dm & 0xFFFF));
-        r.dmin = h2f((uint16_t)(dm >> 16));
+        r.dm = ld_ro32(w.p2 + g * 4);
         return r;
     }
     template <int NR> static __device__ __forceinline__ void dot(const W &c, const cuda_xview &x, int b, int i, float *acc) {
+        const float d = h2f((uint16_t)(c.dm & 0xFFFF)), dmin = h2f((uint16_t)(c.dm >> 16));
         const int h = i >> 1, j1 = i & 1;
         uint32_t sc[4];
 #pragma unroll
@@ -301,7 +308,7 @@ struct TQ2_K {
                 summs += (int)(sc[k] >> 4) * act_sum16(x, t, v);
             }
             const float dy = act_d256(x, t, b);
-            acc[t] += (dy * c.d) * (float)isum - (dy * c.dmin) * (float)summs;
+            acc[t] += (dy * d) * (float)isum - (dy * dmin) * (float)summs;
         }
     }
     static __device__ __forceinline__ void deq8(const cuda_wview &w, int64_t g, int v0, float *o) {
@@ -319,7 +326,7 @@ struct TQ2_K {
 /* Q3_K: p0 = hmask[32] | qs[64] (4 chunks over qs), p1 = scales[12], p2 = d (fp16). */
 struct TQ3_K {
     static constexpr int CPB = 4, BS = 256, ACT = 1;
-    struct W { uint4 q, hm; uint32_t s0, s1, s2; float d; };
+    struct W { uint4 q, hm; uint32_t s0, s1, s2, d; }; /* d: fp16 bits */
     static __device__ __forceinline__ W load(const cuda_wview &w, int64_t g, int i) {
         W r;
         const uint8_t *m = w.p0 + g * 96;
@@ -329,7 +336,7 @@ struct TQ3_K {
         r.s0 = ld_ro32(s);
         r.s1 = ld_ro32(s + 4);
         r.s2 = ld_ro32(s + 8);
-        r.d = h2f(ld_ro16b(w.p2 + g * 2));
+        r.d = ld_ro16b(w.p2 + g * 2);
         return r;
     }
     /* The signed 6-bit scale of sub-block j (= 8h + 2k + j1). */
@@ -362,7 +369,7 @@ struct TQ3_K {
                 const int s = dot16(v[k][0], v[k][1], v[k][2], v[k][3], act_q16(x, t, vv)) - 4 * act_sum16(x, t, vv);
                 isum += sc[k] * s;
             }
-            acc[t] += (c.d * act_d256(x, t, b)) * (float)isum;
+            acc[t] += (h2f((uint16_t)c.d) * act_d256(x, t, b)) * (float)isum;
         }
     }
     static __device__ __forceinline__ void deq8(const cuda_wview &w, int64_t g, int v0, float *o) {
@@ -466,7 +473,7 @@ typedef TQ45_K<true> TQ5_K;
  * l0 = 16 (jj & 1); qh bytes 32h + l0..; values 128h + 32k + l0 + l, sub-block 8h + 2k + (jj & 1). */
 struct TQ6_K {
     static constexpr int CPB = 8, BS = 256, ACT = 1;
-    struct W { uint4 ql, qh; int sc_lo, sc_hi; float d; };
+    struct W { uint4 ql, qh; uint32_t sc_lo, sc_hi, d; }; /* the scale bytes and the fp16 bits, raw */
     static __device__ __forceinline__ W load(const cuda_wview &w, int64_t g, int i) {
         W r;
         const int h = i >> 2, jj = i & 3, k = jj >> 1, j1 = jj & 1;
@@ -474,9 +481,9 @@ struct TQ6_K {
         r.ql = ld_stream16(m + 16 * i);
         r.qh = ld_stream16(m + 128 + 32 * h + 16 * j1);
         const int8_t *sc = (const int8_t *)(w.p1 + g * 16);
-        r.sc_lo = (int8_t)ld_ro8(sc + 8 * h + 2 * k + j1);
-        r.sc_hi = (int8_t)ld_ro8(sc + 8 * h + 2 * (k + 2) + j1);
-        r.d = h2f(ld_ro16b(w.p2 + g * 2));
+        r.sc_lo = ld_ro8(sc + 8 * h + 2 * k + j1);
+        r.sc_hi = ld_ro8(sc + 8 * h + 2 * (k + 2) + j1);
+        r.d = ld_ro16b(w.p2 + g * 2);
         return r;
     }
     template <int NR> static __device__ __forceinline__ void dot(const W &c, const cuda_xview &x, int b, int i, float *acc) {
@@ -493,7 +500,7 @@ struct TQ6_K {
             const int v1 = b * 256 + 128 * h + 32 * k + 16 * j1, v2 = v1 + 64;
             const int s1 = dot16(lo[0], lo[1], lo[2], lo[3], act_q16(x, t, v1)) - 32 * act_sum16(x, t, v1);
             const int s2 = dot16(hi[0], hi[1], hi[2], hi[3], act_q16(x, t, v2)) - 32 * act_sum16(x, t, v2);
-            acc[t] += (c.d * act_d256(x, t, b)) * (float)(c.sc_lo * s1 + c.sc_hi * s2);
+            acc[t] += (h2f((uint16_t)c.d) * act_d256(x, t, b)) * (float)((int)(int8_t)c.sc_lo * s1 + (int)(int8_t)c.sc_hi * s2);
         }
     }
     static __device__ __forceinline__ void deq8(const cuda_wview &w, int64_t g, int v0, float *o) {
