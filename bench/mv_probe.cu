@@ -639,7 +639,7 @@ int main(int argc, char **argv) {
                     if (pdl) chk(nm, fn);
                 }
             }
-            /* the engine's kernels (persistent gate/up: variant 6 or 7 CTAs an SM) on one set of planes and on 16 layers' planes
+            /* the engine's kernels (persistent gate/up: 6 CTAs an SM) on one set of planes and on 16 layers' planes
              * (8.4 GB, as the engine's weights spread over many GB: does TLB reach explain the engine's 42 us
              * against the probe's 35 on the H200? session 16) */
             {
@@ -648,7 +648,7 @@ int main(int argc, char **argv) {
                 for (int l = 0; l < NL; l++) plane(NE * F, K, &lg[l]), plane(NE * F, K, &lu[l]);
                 CK(cudaDeviceSynchronize());
                 for (int spread = 0; spread < 2; spread++)
-                    for (int variant : {0, 6, 7}) {
+                    for (int variant : {0, 6}) {
                         snprintf(nm, sizeof nm, "engine gate/up %s %d, %s", variant ? "persistent" : "grid", variant,
                                  spread ? "16 layers' planes" : "one plane");
                         chain(nm, gu_bytes, [&](int r) {

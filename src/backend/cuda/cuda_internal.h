@@ -71,8 +71,8 @@ typedef struct qr_cuda_tune {
     int32_t ids_early;       /* 1: an expert mat-vec whose ids are known complete reads them and starts streaming
                               * its weights before the dependency wait (cuda_backend.ids_unfenced); 0: always
                               * after (QUARREL_CUDA_IDS_EARLY=0) */
-    int32_t gu_persist;      /* MoE decode gate/up (one-row-a-warp shapes): 6 (default) or 7 the persistent kernel
-                              * with that many CTAs an SM, 0 a CTA a group of rows (QUARREL_CUDA_GU_PERSIST=0|6|7) */
+    int32_t gu_persist;      /* MoE decode gate/up (one-row-a-warp shapes): 6 (default) the persistent kernel with
+                              * 6 CTAs an SM, 0 a CTA a group of rows (QUARREL_CUDA_GU_PERSIST=0) */
     int32_t dc_pipe;         /* MoE decode down + combine of two slots a token: 1 (default) the software-pipelined
                               * kernel, 0 the plain one (QUARREL_CUDA_DC_PIPE=0) */
 } qr_cuda_tune;

@@ -252,7 +252,7 @@ typedef struct qr_cuda_mv_id_args {
     int32_t ids_early;     /* 1: the ids are complete when the kernel launches (the kernel that wrote them
                             * has been waited for by a later one): read them, and start streaming
                             * weights, before the dependency wait */
-    int32_t variant;       /* qr_cuda_matvec_id with glu and wpr 1: 6 or 7 = the persistent kernel with that many
+    int32_t variant;       /* qr_cuda_matvec_id with glu and wpr 1: 6 = the persistent kernel with 6
                             * CTAs an SM (one wave, a warp streams a row's gate and up together), 0 = a CTA a group
                             * of rows;
                             * qr_cuda_matvec_id_combine with n_used 2: 2 = the software-pipelined kernel, 0 = the

@@ -473,9 +473,8 @@ static __global__ void __launch_bounds__(MMV_THREADS, 8)
     a.y[(int64_t)s * a.n_out + i] = r;
 }
 
-/* GLU at decode sizes, persistent: a grid of CPS CTAs an SM (one wave; 6 by default, 80 registers, no spills; 7
- * caps them at 72 with a few spilled, for shapes whose last round of items would be nearly empty at 6: mixtral's
- * 28672 items over 3168 warps are 9.05 rounds, over 3696 warps 7.76, untested); warp gw takes the
+/* GLU at decode sizes, persistent: a grid of CPS CTAs an SM (one wave; 6: 80 registers, no spills; 7 CTAs, 72
+ * registers with a few spilled, measured -2.3 % on mixtral and was removed, session 17); warp gw takes the
  * items (slot, row) gw, gw + GW, ... in order, streaming the item's gate row and up row together (twice the
  * loads in flight a lane of matvec_id_kernel), and writes act(gate + bg, up + bu). No CTA launches or
  * ramps between rows: on the H200 the one-row-a-warp grid (14 waves of short CTAs for mixtral) left the
@@ -550,13 +549,11 @@ static cudaError_t launch_matvec_id(const qr_cuda_mv_id_args *a, int glu, const 
     const int rpc = (MMV_THREADS / 32) / wpr / (glu ? 2 : 1);
     const dim3 grid((unsigned)((a->n_out + rpc - 1) / rpc), (unsigned)n_slots), block(MMV_THREADS);
     const cuda_xview xv = *x;
-    if (glu && wpr == 1 && (a->variant == 6 || a->variant == 7)) { /* the persistent kernel, variant CTAs an SM */
+    if (glu && wpr == 1 && a->variant == QR_CUDA_GU_PERSIST_CTAS) { /* the persistent kernel */
         const int64_t warps = a->n_out * n_slots;
         const int64_t need = (warps + MMV_THREADS / 32 - 1) / (MMV_THREADS / 32),
-                      wave = (int64_t)(sm_count() > 0 ? sm_count() : 1) * a->variant, ctas = need < wave ? need : wave;
-        if (a->variant == 7)
-            return launch_k(matvec_id_glu_persist_kernel<T, 7>, dim3((unsigned)ctas), block, 0, stream, pdl, *a, xv,
-                            n_slots);
+                      wave = (int64_t)(sm_count() > 0 ? sm_count() : 1) * QR_CUDA_GU_PERSIST_CTAS,
+                      ctas = need < wave ? need : wave;
         return launch_k(matvec_id_glu_persist_kernel<T, 6>, dim3((unsigned)ctas), block, 0, stream, pdl, *a, xv, n_slots);
     }
     if (glu) return launch_k(matvec_id_kernel<T, 1>, grid, block, 0, stream, pdl, *a, xv, (int)wpr);

@@ -45,10 +45,7 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->moe_mma = !(loop || notiles || env_is("QUARREL_CUDA_MOE", "nomma"));
     t->moe_mma_max_rows = env_int("QUARREL_CUDA_MMQ_MAX_ROWS", 0, 1 << 30, 64);
     t->ids_early = !env_is("QUARREL_CUDA_IDS_EARLY", "0");
-    {
-        const int32_t v = env_int("QUARREL_CUDA_GU_PERSIST", 0, 7, 6);
-        t->gu_persist = v == 0 || v == 7 ? v : 6;
-    }
+    t->gu_persist = env_is("QUARREL_CUDA_GU_PERSIST", "0") ? 0 : 6;
     t->dc_pipe = !env_is("QUARREL_CUDA_DC_PIPE", "0");
     t->ssm_ssd = !env_is("QUARREL_CUDA_SSM_SCAN", "rec");
     t->ssm_ssd_min_rows = 32;

@@ -152,7 +152,7 @@ template <class T> static int test(qr_type type, int64_t k, int64_t n_out, int n
         std::vector<float> y2 = y0;
         std::fill(y2.begin(), y2.end(), NAN);
         a.y = y2.data();
-        run_grid(2, 1, [&] { matvec_id_glu_persist_kernel<T, 7>(a, xv, n_slots); });
+        run_grid(2, 1, [&] { matvec_id_glu_persist_kernel<T, 6>(a, xv, n_slots); }); /* fewer warps: more items each */
         const int64_t nd = differ(y0, y1) + differ(y0, y2);
         double worst = 0;
         int64_t unwritten = 0;
@@ -169,7 +169,7 @@ template <class T> static int test(qr_type type, int64_t k, int64_t n_out, int n
                 if (!(e <= worst)) worst = e;
             }
         const bool ok = nd == 0 && worst <= 1e-4 && unwritten == 0;
-        printf("gate/up %-5s k %ld n_out %ld: persistent (6, 7) vs grid: %ld of %ld differ; vs the CPU worst rel %.2g %s\n",
+        printf("gate/up %-5s k %ld n_out %ld: persistent (3, 2 CTAs) vs grid: %ld of %ld differ; vs the CPU worst rel %.2g %s\n",
                qr_type_name(type), (long)k, (long)n_out, (long)nd, (long)y0.size(), worst, ok ? "ok" : "FAIL");
         bad += !ok;
     }
