@@ -473,16 +473,16 @@ static __global__ void __launch_bounds__(MMV_THREADS, 8)
     a.y[(int64_t)s * a.n_out + i] = r;
 }
 
-/* GLU at decode sizes, persistent: a grid of CPS CTAs an SM (one wave; 6: 80 registers, no spills; 7 CTAs, 72
- * registers with a few spilled, measured -2.3 % on mixtral and was removed, session 17); warp gw takes the
- * items (slot, row) gw, gw + GW, ... in order, streaming the item's gate row and up row together (twice the
+/* GLU at decode sizes, persistent: a grid of QR_CUDA_GU_PERSIST_CTAS (6) CTAs an SM (one wave; 80 registers, no
+ * spills; 7 CTAs, 72 registers with a few spilled, measured -2.3 % on mixtral and was removed, session 17); warp gw
+ * takes the items (slot, row) gw, gw + GW, ... in order, streaming the item's gate row and up row together (twice the
  * loads in flight a lane of matvec_id_kernel), and writes act(gate + bg, up + bu). No CTA launches or
  * ramps between rows: on the H200 the one-row-a-warp grid (14 waves of short CTAs for mixtral) left the
  * memory system idle between CTAs (docs/cuda-notes.md). The same sums bit for bit (each lane visits its
  * chunks in matvec_row_part's order). */
 #define QR_CUDA_GU_PERSIST_CTAS 6
-template <class T, int CPS = QR_CUDA_GU_PERSIST_CTAS>
-static __global__ void __launch_bounds__(MMV_THREADS, CPS)
+template <class T>
+static __global__ void __launch_bounds__(MMV_THREADS, QR_CUDA_GU_PERSIST_CTAS)
     matvec_id_glu_persist_kernel(const qr_cuda_mv_id_args a, const cuda_xview x, int32_t n_slots) {
     constexpr int U = mmv_unroll<T, 1>::U;
     const int lane = threadIdx.x & 31;
@@ -554,7 +554,7 @@ static cudaError_t launch_matvec_id(const qr_cuda_mv_id_args *a, int glu, const 
         const int64_t need = (warps + MMV_THREADS / 32 - 1) / (MMV_THREADS / 32),
                       wave = (int64_t)(sm_count() > 0 ? sm_count() : 1) * QR_CUDA_GU_PERSIST_CTAS,
                       ctas = need < wave ? need : wave;
-        return launch_k(matvec_id_glu_persist_kernel<T, 6>, dim3((unsigned)ctas), block, 0, stream, pdl, *a, xv, n_slots);
+        return launch_k(matvec_id_glu_persist_kernel<T>, dim3((unsigned)ctas), block, 0, stream, pdl, *a, xv, n_slots);
     }
     if (glu) return launch_k(matvec_id_kernel<T, 1>, grid, block, 0, stream, pdl, *a, xv, (int)wpr);
     return launch_k(matvec_id_kernel<T, 0>, grid, block, 0, stream, pdl, *a, xv, (int)wpr);

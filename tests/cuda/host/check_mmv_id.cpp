@@ -148,11 +148,11 @@ template <class T> static int test(qr_type type, int64_t k, int64_t n_out, int n
         run_grid((unsigned)((n_out + 1) / 2), (unsigned)n_slots, [&] { matvec_id_kernel<T, 1>(a, xv, 1); });
         a.y = y1.data();
         /* 3 CTAs of 4 warps: each warp walks many items, across the slots */
-        run_grid(3, 1, [&] { matvec_id_glu_persist_kernel<T, 6>(a, xv, n_slots); });
+        run_grid(3, 1, [&] { matvec_id_glu_persist_kernel<T>(a, xv, n_slots); });
         std::vector<float> y2 = y0;
         std::fill(y2.begin(), y2.end(), NAN);
         a.y = y2.data();
-        run_grid(2, 1, [&] { matvec_id_glu_persist_kernel<T, 6>(a, xv, n_slots); }); /* fewer warps: more items each */
+        run_grid(2, 1, [&] { matvec_id_glu_persist_kernel<T>(a, xv, n_slots); }); /* fewer warps: more items each */
         const int64_t nd = differ(y0, y1) + differ(y0, y2);
         double worst = 0;
         int64_t unwritten = 0;
