@@ -23,6 +23,8 @@
 #                    (the four MoE files take ~60 GB together: more than the device's disk)
 #     --models "mistral-7b tinyllama-1.1b"   --types "Q4_K_M Q4_0 Q8_0 F16"
 #     --tests "pp tg depth"                  --depth 16384   --reps 3
+#     --tests ppdepth   pp512 after each depth of --pp-depths "0 4096 16384 32768" (prefill at depth, issue 29)
+#     --tests pplong    one prompt of --long-prompt 30000 tokens from an empty cache (-n 0)
 #     --no-llama (skip llama.cpp)            --no-quarrel    --keep-llama-build (copy llama-bench to $OUT)
 #     --ab   also run quarrel on each file with each CUDA knob turned off (graphs, flash-decoding, fusions,
 #            activation reuse; pp512 + tg128, one repetition each) to see what each one brings
@@ -45,6 +47,8 @@ MODELS="mistral-7b tinyllama-1.1b"
 TYPES="Q4_K_M Q4_0 Q8_0 F16"
 TESTS="pp tg depth"
 DEPTH=16384
+PP_DEPTHS="0 4096 16384 32768"
+LONG_PROMPT=30000
 REPS=3
 RUN_LLAMA=1
 RUN_QUARREL=1
@@ -57,6 +61,8 @@ while [ $# -gt 0 ]; do
     --types) TYPES=$2; shift ;;
     --tests) TESTS=$2; shift ;;
     --depth) DEPTH=$2; shift ;;
+    --pp-depths) PP_DEPTHS=$2; shift ;;
+    --long-prompt) LONG_PROMPT=$2; shift ;;
     --reps) REPS=$2; shift ;;
     --no-llama) RUN_LLAMA=0 ;;
     --no-quarrel) RUN_QUARREL=0 ;;
@@ -282,7 +288,8 @@ rows = json.load(open('$log_f.json'))
 for r in rows:
     print(json.dumps({'kind': 'llama', 'file': '$(basename "$f")', 'bytes': $(stat -c %s "$f"), 'label': '$label',
                       'n_prompt': r['n_prompt'], 'n_gen': r['n_gen'], 'n_depth': r.get('n_depth', 0),
-                      'avg_ts': r['avg_ts'], 'stddev_ts': r['stddev_ts'], 'gpu': r.get('gpu_info', '')}))
+                      'avg_ts': r['avg_ts'], 'stddev_ts': r['stddev_ts'], 'gpu': r.get('gpu_info', ''),
+                      'samples_ts': r.get('samples_ts', [])}))
 " >> "$RESULTS" || err "cannot parse $log_f.json"
         log "llama-bench $(basename "$f") $label: $(($(date +%s) - t0)) s"
     else
@@ -296,6 +303,10 @@ has_test tg && N=128
 bench_file() { # $1 file, $2 who
     if [ $P != 0 ] || [ $N != 0 ]; then run_$2 "$1" std -p $P -n $N -r "$REPS"; fi
     if has_test depth; then run_$2 "$1" depth -p 0 -n 128 -d "$DEPTH" -r "$REPS"; fi
+    if has_test ppdepth; then
+        for d in $PP_DEPTHS; do run_$2 "$1" "ppd$d" -p 512 -n 0 -d "$d" -r "$REPS"; done
+    fi
+    if has_test pplong; then run_$2 "$1" pplong -p "$LONG_PROMPT" -n 0 -r 2; fi
 }
 # synth every file first (CPU-bound, overlaps the llama-bench build), then wait for the build so
 # that the timed runs do not share the CPU with the compiler, then quarrel, then llama.cpp

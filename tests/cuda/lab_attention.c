@@ -169,20 +169,22 @@ static void attn_check(lab *L, kvset *S, int n, const int32_t *seq, const int32_
     /* 1e-3: the CPU rounds each softmax probability to f16 after float sums in another order, so
      * a probability now and then lands on the neighbouring f16 value (2^-11 relative) */
     const bool pass = lab_compare(got, want, (int64_t)nc * od, 1e-3, &mx, &rel);
-    double us = 0, bytes = 0;
+    double us = 0, bytes = 0, flops = 0;
     if (time) {
         us = lab_time(L, run_attn, &ar, true);
         const double es = c->kv_type == QR_TYPE_F16 ? 2 : 4;
         for (int r = 0; r < n; r++) {
             const int first = c->window > 0 && pos[r] - c->window + 1 > 0 ? pos[r] - c->window + 1 : 0;
             bytes += (double)(pos[r] - first + 1) * c->n_head_kv * (c->dk + c->dv) * es;
+            flops += 2.0 * (pos[r] - first + 1) * c->n_head * (c->dk + c->dv); /* q.k and p.v */
         }
+        if (n <= 8) flops = 0; /* decode: bandwidth is the measure */
         bytes += (double)n * (qd + od) * 4;
     }
     char cfg[96];
     snprintf(cfg, sizeof cfg, "%s %s%s", c->name, label, splits ? "" : " auto");
     if (splits) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " splits%d", splits);
-    lab_record(L, "attention", cfg, mx, rel, 1e-3, pass, us, bytes, 0);
+    lab_record(L, "attention", cfg, mx, rel, 1e-3, pass, us, bytes, flops);
     tune->attn_splits = saved;
     lab_gpu_free(L, qd_);
     lab_gpu_free(L, od_);
@@ -234,6 +236,13 @@ static void small_cases(lab *L) {
         const int n = all_rows(len, &seq, &pos);
         const int splits[] = {0, 1, 3, 16};
         for (int i = 0; i < 4; i++) attn_check(L, &S, n, seq, pos, n, NULL, splits[i], false, "all rows");
+        {
+            qr_cuda_tune *tune = qr_cuda_backend_tune(L->gpu);
+            const int32_t saved = tune->attn_flash;
+            tune->attn_flash = 0; /* the same rows through the flash-decoding kernel */
+            attn_check(L, &S, n, seq, pos, n, NULL, 0, false, "all rows noflash");
+            tune->attn_flash = saved;
+        }
         /* decode rows of both sequences, then kv_copy_block: move sequence 0's first block to the
          * spare block, point the table at it, and the results must not change */
         const int32_t dseq[2] = {0, 1}, dpos[2] = {len[0] - 1, len[1] - 1};
@@ -298,6 +307,28 @@ static void attn_phases(lab *L, kvset *S, const int32_t *seq, const int32_t *pos
     }
 }
 
+/* A 512-row prefill at the end of a ctx-position context (rows 0, 1, 255, 511 checked), timed: the flash
+ * kernel (the default), the flash-decoding kernel (noflash) and, with two_pass, the two-pass kernel. */
+static void prefill_at_depth(lab *L, kvset *S, int ctx, bool two_pass) {
+    static int32_t pseq[512], ppos[512];
+    for (int r = 0; r < 512; r++) pseq[r] = 0, ppos[r] = ctx - 512 + r;
+    const int32_t rows[4] = {0, 1, 255, 511};
+    char label[64];
+    snprintf(label, sizeof label, "prefill 512 @ctx%d", ctx);
+    attn_check(L, S, 512, pseq, ppos, 4, rows, 0, true, label);
+    qr_cuda_tune *tune = qr_cuda_backend_tune(L->gpu);
+    const int32_t saved_flash = tune->attn_flash, saved_kernel = tune->attn_kernel;
+    tune->attn_flash = 0;
+    snprintf(label, sizeof label, "prefill 512 @ctx%d noflash", ctx);
+    attn_check(L, S, 512, pseq, ppos, 4, rows, 0, true, label);
+    if (two_pass) {
+        tune->attn_kernel = 1;
+        snprintf(label, sizeof label, "prefill 512 @ctx%d two-pass", ctx);
+        attn_check(L, S, 512, pseq, ppos, 4, rows, 0, true, label);
+    }
+    tune->attn_flash = saved_flash, tune->attn_kernel = saved_kernel;
+}
+
 /* Decode at long contexts (timed), and a 512-row prefill at the end of a 4096 context. */
 static void big_cases(lab *L) {
     const attn_cfg mistral = {"mistral 32/8x128 b16", 32, 8, 128, 128, 16, 0, 0.0f, QR_TYPE_F16};
@@ -320,19 +351,11 @@ static void big_cases(lab *L) {
             attn_phases(L, &S, seq, pos, label);
         }
         snprintf(label, sizeof label, "decode ctx%d", ctxs[ci]);
+        if (ctxs[ci] == 16384) prefill_at_depth(L, &S, ctxs[ci], false);
         if (ctxs[ci] == 4096) {
             const int sp[] = {1, 8, 32, 128};
             for (int i = 0; i < 4; i++) attn_check(L, &S, 1, seq, pos, 1, NULL, sp[i], true, label);
-            /* prefill of the last 512 positions: check rows 0, 1, 255, 511 */
-            int32_t pseq[512], ppos[512];
-            for (int r = 0; r < 512; r++) pseq[r] = 0, ppos[r] = ctxs[ci] - 512 + r;
-            const int32_t rows[4] = {0, 1, 255, 511};
-            attn_check(L, &S, 512, pseq, ppos, 4, rows, 0, true, "prefill 512 @ctx4096");
-            qr_cuda_tune *tune = qr_cuda_backend_tune(L->gpu);
-            const int32_t saved = tune->attn_kernel;
-            tune->attn_kernel = 1;
-            attn_check(L, &S, 512, pseq, ppos, 4, rows, 0, true, "prefill 512 @ctx4096 two-pass");
-            tune->attn_kernel = saved;
+            prefill_at_depth(L, &S, ctxs[ci], true);
         }
         kvset_free(L, &S);
     }

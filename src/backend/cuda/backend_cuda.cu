@@ -119,6 +119,8 @@ static void cuda_destroy(qr_backend *be) {
     cudaFree(cb->attn_cnt);
     cudaFree(cb->zero_ids);
     cudaFree(cb->tmp);
+    cudaFree(cb->fa_tiles);
+    free(cb->h_fa_tiles);
     cudaFree(cb->moe);
     free(cb->h_moe);
     if (cb->diverged_h) cudaFreeHost(cb->diverged_h);
@@ -449,6 +451,7 @@ static qr_status cuda_set_batch(qr_backend *be, const qr_batch_plan *p, char *er
     if (p->n_outputs) memcpy(cb->h_output_rows, p->output_rows, (size_t)p->n_outputs * 4);
     memcpy(cb->h_block_table, p->block_table, nbt * 4);
     cb->n_tokens = p->n_tokens;
+    cb->plan_gen++;
     cb->n_seqs = p->n_seqs;
     cb->max_blocks = p->max_blocks;
     cb->n_outputs = p->n_outputs;
@@ -1107,6 +1110,40 @@ static bool attn_q8_out(cuda_backend *cb, const qr_attn_params *p, float *out, i
     return true;
 }
 
+/* The tensor-core flash attention (attention_flash.cu) for a prompt-like pass: more rows than a decode pass,
+ * runs of at least attn_flash_min_run rows a sequence on average, a layout the kernel takes, outside graphs.
+ * True when it ran (or raised an error); false to leave the pass to the other kernels. */
+static bool attn_flash(cuda_backend *cb, const cuda_attn_args *a) {
+    if (!cb->tune.attn_flash || cb->graph_mode || a->n_tok <= cb->tune.attn_decode_max_rows ||
+        !qr_cuda_attn_flash_supported(a))
+        return false;
+    int32_t n_runs = 0;
+    for (int32_t r = 0; r < cb->n_tokens; r++) n_runs += r == 0 || cb->h_seq[r] != cb->h_seq[r - 1];
+    if ((int64_t)n_runs * cb->tune.attn_flash_min_run > cb->n_tokens) return false;
+    const int32_t group = a->n_head / a->n_head_kv;
+    if (cb->fa_gen != cb->plan_gen || cb->fa_group != group) { /* once per batch plan, for all the layers */
+        const int32_t n = qr_cuda_attn_flash_tiles(cb->h_seq, cb->n_tokens, group, NULL, 0);
+        if ((size_t)n > cb->h_fa_cap) {
+            int32_t *h = (int32_t *)realloc(cb->h_fa_tiles, (size_t)n * 16);
+            if (!h) {
+                raise_error(cb, QR_ERR_NOMEM, "attention: out of memory");
+                return true;
+            }
+            cb->h_fa_tiles = h;
+            cb->h_fa_cap = (size_t)n;
+        }
+        qr_cuda_attn_flash_tiles(cb->h_seq, cb->n_tokens, group, cb->h_fa_tiles, n);
+        /* pageable source: the copy has read it when cudaMemcpyAsync returns */
+        if (!ensure_scratch(cb, &cb->fa_tiles, &cb->fa_tiles_cap, (size_t)n * 16, "attention tiles") ||
+            !cuda_ok(cb, cudaMemcpyAsync(cb->fa_tiles, cb->h_fa_tiles, (size_t)n * 16, cudaMemcpyHostToDevice, cb->stream),
+                     "attention tiles"))
+            return true;
+        cb->fa_gen = cb->plan_gen, cb->fa_group = group, cb->fa_n = n;
+    }
+    cuda_ok(cb, qr_cuda_attention_flash(a, (const int32_t *)cb->fa_tiles, cb->fa_n, cb->stream), "attention (flash)");
+    return true;
+}
+
 static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *q, const qr_attn_params *p,
                            float *out) {
     cuda_backend *cb = CB(be);
@@ -1150,6 +1187,7 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
     }
     if (cb->exact) /* in a graph, scores for every key the block table can address */
         return cuda_exact_attention(cb, &a, cb->graph_mode ? (int32_t)(cb->max_blocks * d->block_size) : max_span);
+    if (attn_flash(cb, &a)) return;
     /* splits: about four CTAs per SM (the key loop is latency-bound; measured on H100, decode at
      * 4096 keys: 1 split 2242 us, 8: 302, 32: 94, 128: 72), each split at least 32 keys */
     const int dmax = a.dk > a.dv ? a.dk : a.dv, gmax = dmax <= 128 ? 8 : (dmax <= 256 ? 4 : 2);

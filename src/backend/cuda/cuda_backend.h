@@ -104,6 +104,15 @@ typedef struct cuda_backend {
     bool exact;
     struct cuda_exact *ex;
     int32_t kv_block_size; /* the largest KV block size allocated (positions a graph's block table reaches) */
+    /* the flash attention of prompt batches (attention_flash.cu): its tile list, built on the host per batch
+     * plan (plan_gen) and GQA group, uploaded once for all the layers of the pass */
+    uint64_t plan_gen;      /* bumped by every set_batch */
+    int32_t *h_fa_tiles;    /* [fa_n][4] host copy */
+    size_t h_fa_cap;        /* tiles the host copy holds */
+    void *fa_tiles;         /* device copy */
+    size_t fa_tiles_cap;    /* bytes */
+    uint64_t fa_gen;        /* plan_gen of the uploaded list (0: none) */
+    int32_t fa_group, fa_n; /* its group and tile count */
 } cuda_backend;
 
 /* The tuning defaults, with the QUARREL_CUDA_* switches applied (tune.cu). */

@@ -24,6 +24,11 @@ typedef struct qr_cuda_tune {
                               * 1: the two-pass kernel only (also QUARREL_CUDA_ATTN=old); 2: flash-decoding for
                               * passes of <= attn_decode_max_rows rows only (QUARREL_CUDA_ATTN=decode) */
     int32_t attn_decode_max_rows; /* default 8 */
+    int32_t attn_flash;      /* 1 (default): passes of more than attn_decode_max_rows rows, at least
+                              * attn_flash_min_run rows a sequence on average, take the tensor-core flash
+                              * attention (attention_flash.cu) where it applies; 0: the kernels above
+                              * (QUARREL_CUDA_ATTN=noflash, old or decode) */
+    int32_t attn_flash_min_run; /* default 4 (QUARREL_CUDA_ATTN_FLASH_MIN_RUN) */
     int32_t pinned_host;     /* 1: host_alloc gives page-locked memory (the context's logits); 0: it gives
                               * none, so the context uses malloc (QUARREL_CUDA_PINNED=0) */
     long long *attn_dbg;     /* lab: device buffer of 32 clocks, see cuda_attn_args.dbg */

@@ -181,6 +181,15 @@ int64_t qr_cuda_attn_decode_tiles(const cuda_attn_args *a);
  * splits): about keys_per_cta keys a CTA (<= 0: 64); forced > 0: that count if the cluster kernel can
  * take it, else 0. */
 int qr_cuda_attn_cluster_splits(int64_t span, int32_t forced, int32_t keys_per_cta);
+/* attention_flash.cu: the attention of prompt batches on f16 tensor cores (flash attention over the paged
+ * cache), for f16 caches with dk == dv in {64, 128, 256} (qr_cuda_attn_flash_supported); any depth, window,
+ * softcap, sinks; a.n_splits, stats, partial and q8_kind are not used. tiles: [n_tiles][4] device ints from
+ * qr_cuda_attn_flash_tiles. */
+bool qr_cuda_attn_flash_supported(const cuda_attn_args *a);
+/* The tiles of a pass (host): each run of consecutive rows of one sequence, in 64-row pieces of its rows x
+ * group query heads; writes min(count, cap) tiles (tiles may be NULL) and returns the count. */
+int32_t qr_cuda_attn_flash_tiles(const int32_t *seq, int32_t n_tok, int32_t group, int32_t *tiles, int32_t cap);
+cudaError_t qr_cuda_attention_flash(const cuda_attn_args *a, const int32_t *tiles, int32_t n_tiles, cudaStream_t stream);
 /* attention_cluster.cu: the cluster kernel (a->cluster set; sm_90+). */
 cudaError_t qr_cuda_attention_cluster(const cuda_attn_args *a, bool pdl, cudaStream_t stream);
 /* attention_short.cu: rope(q), rope(k), the K/V store and the attention of a one-row decode pass whose span

@@ -51,6 +51,8 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->ssm_ssd_min_rows = 32;
     t->attn_kernel = env_is("QUARREL_CUDA_ATTN", "old") ? 1 : env_is("QUARREL_CUDA_ATTN", "decode") ? 2 : 0;
     t->attn_decode_max_rows = 8;
+    t->attn_flash = t->attn_kernel == 0 && !env_is("QUARREL_CUDA_ATTN", "noflash");
+    t->attn_flash_min_run = env_int("QUARREL_CUDA_ATTN_FLASH_MIN_RUN", 1, 1 << 20, 4);
     t->attn_cluster = !env_is("QUARREL_CUDA_ATTN", "nocluster");
     t->pinned_host = !env_is("QUARREL_CUDA_PINNED", "0");
     t->attn_cl_keys = env_int("QUARREL_CUDA_ATTN_CL_KEYS", 1, 2048, 64);

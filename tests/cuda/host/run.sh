@@ -52,6 +52,11 @@ try:
             ('/* Grid (CTAs of 4 output rows, tokens); one warp per output row', 'extern "C" cudaError_t qr_cuda_matvec_id_combine(')]
     k = '#define MMV_THREADS 128\n' + ''.join(s[s.index(a):s.index(b, s.index(a))] for a, b in cuts)
     open(t + '/mmv_id_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
+    s = open('src/backend/cuda/attention_flash.cu').read()  # the tensor-core flash attention (check_flash)
+    a, b = s.index('#define FA_THREADS'), s.index('template <int D, int BN>\nstatic cudaError_t launch_flash')
+    c, d = s.index('extern "C" int32_t qr_cuda_attn_flash_tiles'), s.index('extern "C" cudaError_t qr_cuda_attention_flash')
+    k = (s[a:b] + s[c:d]).replace('extern __shared__ __align__(16) __half fsm[];', '__half *fsm = g_fa_smem;')
+    open(t + '/flash_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void').replace('extern "C" ', ''))
 except ValueError:  # the attention / ssm / mma sources moved on: the extraction below needs updating
     open(t + '/attn_stale', 'w').write('')
 PY
@@ -76,14 +81,25 @@ run_ssd() { # the chunked scan (ssm.cu): n_head head_dim n_group d_state rows dt
 if [ -e "$T/attn_stale" ]; then
     "$T/check_quant" || exit 1
     echo "ERROR: the host checks of the kernels not built: the kernel text run.sh extracts from attention.cu /" \
-        "attention_decode.cu / ssm.cu / exact.cu / matmul_mma.cu / matmul_q.cu moved (update the extraction); only check_quant ran" >&2
+        "attention_decode.cu / ssm.cu / exact.cu / matmul_mma.cu / matmul_q.cu / attention_flash.cu moved (update the extraction); only check_quant ran" >&2
     exit 2
 fi
 g++ $flags tests/cuda/host/check_ssd.cpp $cpu $objs -lm -lpthread -o "$T/check_ssd" 2>&1 | grep -v warning || true
 g++ $flags tests/cuda/host/check_mma.cpp $objs -lm -lpthread -o "$T/check_mma" 2>&1 | grep -v warning || true
 g++ $flags tests/cuda/host/check_mmv_id.cpp $objs -lm -lpthread -o "$T/check_mmv_id" 2>&1 | grep -v warning || true
+g++ $flags tests/cuda/host/check_flash.cpp $cpu $objs -lm -lpthread -o "$T/check_flash" 2>&1 | grep -v warning || true
+run_flash() { # the flash attention kernel (attention_flash.cu): n_head n_head_kv d block_size window softcap rows0 rows1
+    local r=0
+    for a in "8 2 64 16 0 0 40 9" "32 8 128 16 0 0 20 17" "28 4 128 7 0 30 33 2" "4 4 256 32 0 0 70 1" \
+             "6 2 64 16 24 0 50 30"; do
+        "$T/check_flash" $a || r=1
+    done
+    SINKS=1 LEN=90 "$T/check_flash" 16 2 64 16 32 0 25 6 || r=1   # gpt-oss: sinks, window
+    LEN=300 "$T/check_flash" 8 8 64 16 0 0 130 0 || r=1            # one run, several key blocks and tiles
+    return $r
+}
 if [ "$ONLY" = fast ]; then
-    "$T/check_quant" && "$T/check_exact" && run_ssd && "$T/check_mma" && "$T/check_mma" 2880 256 && "$T/check_mmv_id"
+    "$T/check_quant" && "$T/check_exact" && run_ssd && "$T/check_mma" && "$T/check_mma" 2880 256 && "$T/check_mmv_id" && run_flash
     exit $?
 fi
 g++ $flags tests/cuda/host/check_attention.cpp $cpu $objs -lm -lpthread -o "$T/check_attention" 2>&1 | grep -v warning || true
@@ -110,4 +126,5 @@ run_ssd || rc=1
 "$T/check_mma" || rc=1
 "$T/check_mma" 2880 256 || rc=1   # gpt-oss rows: 90 blocks, a partial last stage
 "$T/check_mmv_id" || rc=1
+run_flash || rc=1
 exit $rc

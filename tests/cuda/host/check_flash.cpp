@@ -1,0 +1,152 @@
+/* check_flash.cpp — runs the tensor-core flash attention kernel of src/backend/cuda/attention_flash.cu on the
+ * host (a CTA = 128 std::threads; ldmatrix and mma.sync m16n8k16 emulated per warp with the PTX fragment
+ * layouts; cp.async copies at once) and compares it with the CPU backend's scalar attention on prompt-like
+ * passes: two sequences (two runs of rows) over one paged cache, GQA groups that do and do not divide the
+ * 64-row tile, windows, softcap, sinks. Built and run by tests/cuda/host/run.sh.
+ *   check_flash [n_head n_head_kv d block_size window softcap rows0 rows1]   (LEN = the first sequence's length)
+ */
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <string.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <atomic>
+#include <algorithm>
+#include "simt.h"
+#include "kernel_host.h"
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+#undef __shared__
+#define __shared__ static
+static int atomic_update(int *p, int v, bool take_min) {
+    std::atomic_ref<int> r(*p);
+    int old = r.load();
+    while ((take_min ? v < old : v > old) && !r.compare_exchange_weak(old, v)) {}
+    return old;
+}
+inline int atomicMin(int *p, int v) { return atomic_update(p, v, true); }
+inline int atomicMax(int *p, int v) { return atomic_update(p, v, false); }
+#define QR_CUDA_DEV_SKIP_BLOCK
+#include "backend/cuda/cuda_dev.cuh"
+using std::min; using std::max;
+
+/* ldmatrix .x4 (.trans): each lane publishes the row address it gives, the warp meets, each lane gathers its
+ * four registers, the warp meets again before the addresses are reused. */
+static const __half *g_ldsm_addr[4][32];
+static uint16_t half_bits(__half h) { uint16_t u; memcpy(&u, &h, 2); return u; }
+static void fa_host_ldsm(uint32_t (&r)[4], const __half *p, bool trans) {
+    const int w = (int)threadIdx.x / 32, l = (int)threadIdx.x % 32;
+    g_ldsm_addr[w][l] = p;
+    g_warp_bar[w]->arrive_and_wait();
+    for (int i = 0; i < 4; i++) {
+        __half lo, hi;
+        if (!trans) {
+            const __half *row = g_ldsm_addr[w][8 * i + (l >> 2)];
+            lo = row[2 * (l & 3)], hi = row[2 * (l & 3) + 1];
+        } else {
+            lo = g_ldsm_addr[w][8 * i + 2 * (l & 3)][l >> 2];
+            hi = g_ldsm_addr[w][8 * i + 2 * (l & 3) + 1][l >> 2];
+        }
+        r[i] = (uint32_t)half_bits(lo) | (uint32_t)half_bits(hi) << 16;
+    }
+    g_warp_bar[w]->arrive_and_wait();
+}
+/* mma.sync m16n8k16 f32 += f16 x f16 over the warp's published fragments. */
+static uint32_t g_mma_frag[4][32][6];
+static float frag_half(uint32_t w, int i) {
+    const uint16_t u = (uint16_t)(w >> (16 * i));
+    __half h;
+    memcpy(&h, &u, 2);
+    return __half2float(h);
+}
+static void fa_host_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    const int w = (int)threadIdx.x / 32, l = (int)threadIdx.x % 32, g = l >> 2, t = l & 3;
+    for (int i = 0; i < 4; i++) g_mma_frag[w][l][i] = a[i];
+    g_mma_frag[w][l][4] = b0, g_mma_frag[w][l][5] = b1;
+    g_warp_bar[w]->arrive_and_wait();
+    for (int o = 0; o < 4; o++) {
+        const int row = g + (o >= 2 ? 8 : 0), col = 2 * t + (o & 1);
+        float sum = 0.0f;
+        for (int k = 0; k < 16; k++) {
+            const float av = frag_half(g_mma_frag[w][(row % 8) * 4 + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2);
+            const float bv = frag_half(g_mma_frag[w][col * 4 + (k % 8) / 2][4 + (k >= 8)], k % 2);
+            sum += av * bv;
+        }
+        c[o] += sum;
+    }
+    g_warp_bar[w]->arrive_and_wait();
+}
+#define QR_FA_HOST
+static __half g_fa_smem[1 << 17]; /* the CTA's dynamic shared memory (CTAs run one after another) */
+#include "flash_kernel.inc" /* the kernel and the tile builder of src/backend/cuda/attention_flash.cu, extracted by run.sh */
+extern "C" {
+#include "backend/backend.h"
+#include "util/util.h"
+}
+static uint64_t rs = 777;
+static float frand() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (float)((rs >> 11) * 0x1p-53 * 2 - 1); }
+
+template <int D, int BN>
+static void run_grid(const cuda_attn_args &a, const int32_t *tiles, int n_tiles) {
+    host_run_grid((unsigned)n_tiles, (unsigned)a.n_head_kv, 128, [&] { attn_flash_kernel<D, BN>(a, (const int4 *)tiles); });
+}
+
+int main(int argc, char **argv) {
+    int n_head = 8, n_head_kv = 2, dd = 64, bs = 16, window = 0, rows0 = 40, rows1 = 9; float cap = 0;
+    if (argc > 1) { n_head = atoi(argv[1]); n_head_kv = atoi(argv[2]); dd = atoi(argv[3]); bs = atoi(argv[4]); window = atoi(argv[5]); cap = atof(argv[6]); rows0 = atoi(argv[7]); rows1 = atoi(argv[8]); }
+    const bool use_sinks = getenv("SINKS") && atoi(getenv("SINKS"));
+    char err[256];
+    qr_backend *cpu; qr_backend_cpu_params cp = {.n_threads = 1, .force_scalar = true};
+    qr_backend_cpu_create(&cp, &cpu, err, sizeof err);
+    /* sequence 0 holds len positions, sequence 1 the first len1 of the same blocks (its own block table row) */
+    const int len = getenv("LEN") ? atoi(getenv("LEN")) : 150, len1 = len / 2 + 3;
+    const int max_blocks = (len + bs - 1) / bs + 1, n_blocks = max_blocks + 2;
+    qr_kv_desc d = {.n_layer = 2, .n_blocks = n_blocks, .block_size = bs, .k_dim = n_head_kv * dd, .v_dim = n_head_kv * dd, .type = QR_TYPE_F16};
+    qr_kv_storage *kv = cpu->ops->kv_alloc(cpu, &d, err, sizeof err);
+    std::vector<int32_t> bt(2 * max_blocks);
+    for (int b = 0; b < max_blocks; b++) bt[b] = bt[max_blocks + b] = (max_blocks - 1 - b + 1) % n_blocks;
+    std::vector<int32_t> tok(len, 0), pos(len), seq(len, 0), slot(len);
+    for (int p = 0; p < len; p++) pos[p] = p, slot[p] = bt[p / bs] * bs + p % bs;
+    qr_batch_plan plan = {.n_tokens = len, .tokens = tok.data(), .pos = pos.data(), .seq = seq.data(), .kv_slot = slot.data(), .n_seqs = 1, .max_blocks = max_blocks, .block_table = bt.data()};
+    cpu->ops->set_batch(cpu, &plan, err, sizeof err);
+    std::vector<float> k((size_t)len * d.k_dim), v((size_t)len * d.v_dim);
+    for (auto &x : k) x = 1.5f * frand(); for (auto &x : v) x = frand();
+    cpu->ops->kv_store(cpu, kv, 1, k.data(), v.data());
+    /* the pass: the last rows0 positions of sequence 0, then the last rows1 of sequence 1 */
+    const int rows = rows0 + rows1;
+    std::vector<int32_t> dpos(rows), dseq(rows), dtok(rows, 0), dslot(rows);
+    for (int r = 0; r < rows0; r++) dpos[r] = len - rows0 + r, dseq[r] = 0;
+    for (int r = 0; r < rows1; r++) dpos[rows0 + r] = len1 - rows1 + r, dseq[rows0 + r] = 1;
+    for (int r = 0; r < rows; r++) dslot[r] = bt[dpos[r] / bs] * bs + dpos[r] % bs;
+    qr_batch_plan dplan = {.n_tokens = rows, .tokens = dtok.data(), .pos = dpos.data(), .seq = dseq.data(), .kv_slot = dslot.data(), .n_seqs = 2, .max_blocks = max_blocks, .block_table = bt.data()};
+    if (cpu->ops->set_batch(cpu, &dplan, err, sizeof err) != QR_OK) { fprintf(stderr, "set_batch: %s\n", err); return 1; }
+    std::vector<float> q((size_t)rows * n_head * dd), oc((size_t)rows * n_head * dd), og((size_t)rows * n_head * dd, NAN);
+    for (auto &x : q) x = 1.5f * frand();
+    qr_attn_params ap = {.n_head = n_head, .n_head_kv = n_head_kv, .head_dim_k = dd, .head_dim_v = dd, .scale = 1.0f / sqrtf((float)dd), .softcap = cap, .window = window};
+    std::vector<float> sinks(n_head);
+    for (auto &x : sinks) x = 2.0f * frand();
+    qr_weight sw = {.name = "sinks", .type = QR_TYPE_F32, .ne = {n_head, 1, 1, 1}, .row_bytes = (size_t)n_head * 4, .host = sinks.data()};
+    if (use_sinks) ap.sinks = &sw;
+    cpu->ops->attention(cpu, kv, 1, q.data(), &ap, oc.data());
+    const size_t slots = (size_t)n_blocks * bs;
+    std::vector<__half> kc(slots * d.k_dim), vc(slots * d.v_dim);
+    for (int r = 0; r < len; r++) for (int i = 0; i < d.k_dim; i++) kc[(size_t)slot[r] * d.k_dim + i] = __float2half_rn(k[(size_t)r * d.k_dim + i]);
+    for (int r = 0; r < len; r++) for (int i = 0; i < d.v_dim; i++) vc[(size_t)slot[r] * d.v_dim + i] = __float2half_rn(v[(size_t)r * d.v_dim + i]);
+    cuda_attn_args a = {};
+    a.q = q.data(); a.k_cache = kc.data(); a.v_cache = vc.data(); a.f16 = true; a.pos = dpos.data(); a.seq = dseq.data(); a.block_table = bt.data();
+    a.max_blocks = max_blocks; a.block_size = bs; a.n_tok = rows; a.n_head = n_head; a.n_head_kv = n_head_kv; a.dk = dd; a.dv = dd;
+    a.scale = ap.scale; a.softcap = cap; a.window = window; a.n_splits = 1; a.out = og.data();
+    a.sinks = use_sinks ? sinks.data() : NULL;
+    const int group = n_head / n_head_kv, n_tiles = qr_cuda_attn_flash_tiles(dseq.data(), rows, group, NULL, 0);
+    std::vector<int32_t> tiles(4 * n_tiles);
+    if (qr_cuda_attn_flash_tiles(dseq.data(), rows, group, tiles.data(), n_tiles) != n_tiles) { fprintf(stderr, "tile count changed\n"); return 1; }
+    if (dd == 64) run_grid<64, 64>(a, tiles.data(), n_tiles);
+    else if (dd == 128) run_grid<128, 64>(a, tiles.data(), n_tiles);
+    else run_grid<256, 32>(a, tiles.data(), n_tiles);
+    double mx = 0, mw = 0;
+    for (size_t i = 0; i < oc.size(); i++) { double e = fabs(og[i] - oc[i]); if (!(e <= mx)) mx = e; mw = fmax(mw, fabs(oc[i])); }
+    printf("flash attention h%d/%d d%d bs%d win%d cap%g rows %d+%d len%d tiles%d%s: max err %.3g (rel to max %.3g)\n", n_head, n_head_kv, dd, bs, window, cap, rows0, rows1, len, n_tiles, use_sinks ? " sinks" : "", mx, mx / mw);
+    return mx / mw <= 2e-3 ? 0 : 1;
+}
