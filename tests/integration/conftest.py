@@ -34,6 +34,16 @@ def quarrel_bin():
 
 
 @pytest.fixture(scope="session")
+def smollm2():
+    """The default model file (scripts/setup.sh puts it in $QUARREL_MODELS_DIR, default ~/.cache/quarrel/models)."""
+    d = pathlib.Path(os.environ.get("QUARREL_MODELS_DIR", pathlib.Path.home() / ".cache/quarrel/models"))
+    path = d / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.exists():
+        pytest.fail(f"model {path} not found: run scripts/setup.sh (or set QUARREL_MODELS_DIR)")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
 def flight_tool():
     return build_file("FLIGHT_TOOL", "flight-tool")
 

@@ -2,20 +2,9 @@
 llama-batched-bench), its bad values, and the median of the single-sequence mode. Small sizes: a few
 seconds on 2 cores."""
 import json
-import os
-import pathlib
 import subprocess
 
 import pytest
-
-
-@pytest.fixture(scope="module")
-def smollm2():
-    d = pathlib.Path(os.environ.get("QUARREL_MODELS_DIR", pathlib.Path.home() / ".cache/quarrel/models"))
-    path = d / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if not path.exists():
-        pytest.fail(f"model {path} not found: run scripts/setup.sh (or set QUARREL_MODELS_DIR)")
-    return str(path)
 
 
 def bench(quarrel_bin, model, *args):
