@@ -23,7 +23,8 @@ log() { echo "[gpu_bundle $(date +%T)] $*"; }
 
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH
 GEN=()
-command -v ninja > /dev/null && GEN=(-G Ninja)
+# ninja for a new build tree; an existing one keeps its generator (BUILD=build reuses `make build`'s tree)
+[ -f "$BUILD/CMakeCache.txt" ] || { command -v ninja > /dev/null && GEN=(-G Ninja); }
 log "configure $BUILD (Release, CUDA on, archs $ARCHS)"
 cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DQUARREL_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" -DQUARREL_TESTS=ON > "$BUILD.configure.log" 2>&1 ||

@@ -27,6 +27,9 @@
 #define FA_THREADS 128
 #define FA_BM 64 /* flat rows a CTA */
 #define FA_PAD 8 /* halves of padding a shared row: 8 rows of a ldmatrix fall in different banks */
+/* The launch forms (head size, keys a block, m16 tiles a warp); the backend picks MT (qr_cuda_tune.attn_flash_mt),
+ * 1 for head size 256 (the registers). */
+#define FA_FORMS(X) X(64, 64, 2) X(64, 64, 1) X(128, 32, 2) X(128, 64, 1) X(256, 32, 1)
 
 static __device__ __forceinline__ void fa_ldsm_x4(uint32_t (&r)[4], const __half *p) {
 #if defined(__CUDA_ARCH__)
@@ -72,23 +75,27 @@ static __device__ __forceinline__ float fa_quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-/* Shared memory of a CTA (halves): Q [64][D + PAD], then K and V [2 stages][BN][D + PAD] each. */
-template <int D, int BN> struct fa_cfg {
-    static constexpr int P = D + FA_PAD;
-    static constexpr int O_K = FA_BM * P, O_V = O_K + 2 * BN * P;
+/* Shared memory of a CTA (halves): Q [BM][D + PAD], then K and V [2 stages][BN][D + PAD] each. MT m16 tiles a
+ * warp (BM = 64 MT flat rows a CTA): the warp's tiles share every K and V fragment it loads. */
+template <int D, int BN, int MT> struct fa_cfg {
+    static constexpr int BM = 16 * MT * (FA_THREADS / 32), P = D + FA_PAD;
+    static constexpr int O_K = BM * P, O_V = O_K + 2 * BN * P;
     static constexpr int SMEM = (O_V + 2 * BN * P) * 2;
 };
 
-/* Grid (tiles, n_head_kv). tiles[b] = {first batch row of the run, rows in the run, first flat row, 0}.
- * a: q [n_tok][n_head * D] f32, the f16 cache, positions, sequences, block tables, window, softcap,
- * scale, sinks; out [n_tok][n_head * D] f32. dk == dv == D. */
-template <int D, int BN>
+/* Grid (tiles, n_head_kv, splits). tiles[b] = {first batch row of the run, rows in the run, first flat row, 0};
+ * split z of n computes the z-th of n equal shares of the tile's key blocks. a: q [n_tok][n_head * D] f32, the
+ * f16 cache, positions, sequences, block tables, window, softcap, scale, sinks; out [n_tok][n_head * D] f32.
+ * dk == dv == D. One split: out = the normalised output. Several: part[split][n_tok * n_head][D] = the split's
+ * unnormalised output and stats[split][n_tok * n_head] = {max (log2 domain), sum}, for attn_flash_combine. */
+template <int D, int BN, int MT>
 static __global__ void __launch_bounds__(FA_THREADS, 2)
-    attn_flash_kernel(const cuda_attn_args a, const int4 *__restrict__ tiles) {
-    typedef fa_cfg<D, BN> C;
-    constexpr int P = C::P;
+    attn_flash_kernel(const cuda_attn_args a, const int4 *__restrict__ tiles, float *__restrict__ part,
+                      float2 *__restrict__ stats) {
+    typedef fa_cfg<D, BN, MT> C;
+    constexpr int P = C::P, BM = C::BM;
     extern __shared__ __align__(16) __half fsm[];
-    __shared__ int s_pos[FA_BM], s_first[FA_BM], s_kmin, s_kmax;
+    __shared__ int s_pos[BM], s_first[BM], s_kmin, s_kmax;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int4 tl = tiles[blockIdx.x];
     const int row0 = tl.x, n_run = tl.y, f0 = tl.z, kvh = blockIdx.y;
@@ -96,8 +103,8 @@ static __global__ void __launch_bounds__(FA_THREADS, 2)
     const int64_t kdim = (int64_t)a.n_head_kv * D, qdim = (int64_t)a.n_head * D;
     if (tid == 0) s_kmin = 0x7fffffff, s_kmax = -1;
     __syncthreads();
-    if (tid < FA_BM) {
-        const int f = f0 + tid;
+    for (int i = tid; i < BM; i += FA_THREADS) {
+        const int f = f0 + i;
         int pos = -1, first = 0x7fffffff;
         if (f < n_flat) {
             pos = a.pos[row0 + f / G];
@@ -105,11 +112,11 @@ static __global__ void __launch_bounds__(FA_THREADS, 2)
             atomicMin(&s_kmin, first);
             atomicMax(&s_kmax, pos);
         }
-        s_pos[tid] = pos, s_first[tid] = first;
+        s_pos[i] = pos, s_first[i] = first;
     }
     /* Q: f32 -> f16 rows (the CPU rounds q to f16 too); flat rows past the run are zeros */
     __half *qs = fsm;
-    for (int i = tid; i < FA_BM * (D / 4); i += FA_THREADS) {
+    for (int i = tid; i < BM * (D / 4); i += FA_THREADS) {
         const int r = i / (D / 4), c = (i % (D / 4)) * 4, f = f0 + r;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (f < n_flat) v = *(const float4 *)(a.q + (int64_t)(row0 + f / G) * qdim + (int64_t)(kvh * G + f % G) * D + c);
@@ -120,43 +127,61 @@ static __global__ void __launch_bounds__(FA_THREADS, 2)
     __syncthreads();
     const int kmin = s_kmin, kmax = s_kmax;
     const int32_t *bt = a.block_table + (int64_t)a.seq[row0] * a.max_blocks;
-    const int kbase = (kmin / BN) * BN, n_blk = kmax < kmin ? 0 : (kmax - kbase) / BN + 1;
+    const int kbase = (kmin / BN) * BN, n_all = kmax < kmin ? 0 : (kmax - kbase) / BN + 1;
+    const int ns = gridDim.z, z = blockIdx.z;
+    const int jb = (int)((int64_t)n_all * z / ns), je = (int)((int64_t)n_all * (z + 1) / ns);
     const __half *kc = (const __half *)a.k_cache + (int64_t)kvh * D, *vc = (const __half *)a.v_cache + (int64_t)kvh * D;
 
+    /* K/V of key block j into stage j & 1: TPK threads a key (its slot looked up once), CPT 16-byte chunks each */
+    constexpr int TPK = FA_THREADS / BN, CPT = D / 8 / TPK;
+    static_assert(FA_THREADS % BN == 0 && (D / 8) % TPK == 0, "a key's chunks split evenly over its threads");
     auto load_kv = [&](int j) {
-        __half *ks = fsm + C::O_K + (j & 1) * BN * P, *vs = fsm + C::O_V + (j & 1) * BN * P;
-        const int k0 = kbase + j * BN;
+        const int key = tid / TPK, k0 = kbase + j * BN;
+        int p = k0 + key;
+        p = p < kmin ? kmin : (p > kmax ? kmax : p); /* masked keys read a valid slot: finite values */
+        const int64_t slot = (int64_t)bt[p / a.block_size] * a.block_size + p % a.block_size;
+        __half *ks = fsm + C::O_K + (j & 1) * BN * P + key * P, *vs = fsm + C::O_V + (j & 1) * BN * P + key * P;
+        const __half *kg = kc + slot * kdim, *vg = vc + slot * kdim;
 #pragma unroll
-        for (int i = tid; i < BN * (D / 8); i += FA_THREADS) {
-            const int key = i / (D / 8), c = (i % (D / 8)) * 8;
-            int p = k0 + key;
-            p = p < kmin ? kmin : (p > kmax ? kmax : p); /* masked keys read a valid slot: finite values */
-            const int64_t slot = (int64_t)bt[p / a.block_size] * a.block_size + p % a.block_size;
-            cp_async16(ks + key * P + c, kc + slot * kdim + c);
-            cp_async16(vs + key * P + c, vc + slot * kdim + c);
+        for (int i = 0; i < CPT; i++) {
+            const int c = (tid % TPK + i * TPK) * 8;
+            cp_async16(ks + c, kg + c);
+            cp_async16(vs + c, vg + c);
         }
         cp_async_commit();
     };
 
-    /* this thread's two rows (g and g + 8 of the warp's m16 tile) */
-    const int ra = warp * 16 + g, rb = ra + 8;
-    const int pos_a = s_pos[ra], pos_b = s_pos[rb], first_a = s_first[ra], first_b = s_first[rb];
-    int wmax = max(pos_a, pos_b), wmin = min(first_a, first_b);
+    /* this thread's rows: g and g + 8 of each of the warp's m16 tiles; the warp's key bounds over its valid
+     * rows: some key visible to some row (wmin..wmax), every key visible to every row (wfull_lo..wfull_hi) */
+    const int wr = warp * 16 * MT;
+    int wmax = -1, wmin = 0x7fffffff, wlo = 0, whi = 0x7fffffff;
 #pragma unroll
-    for (int o = 4; o < 32; o <<= 1) {
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = wr + mt * 16 + g + 8 * h, pos = s_pos[r], first = s_first[r];
+            if (pos >= 0) wmax = max(wmax, pos), wmin = min(wmin, first), whi = min(whi, pos), wlo = max(wlo, first);
+        }
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
         wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, o));
         wmin = min(wmin, __shfl_xor_sync(0xffffffffu, wmin, o));
+        whi = min(whi, __shfl_xor_sync(0xffffffffu, whi, o));
+        wlo = max(wlo, __shfl_xor_sync(0xffffffffu, wlo, o));
     }
     const float LOG2E = 1.4426950408889634f, scale2 = a.scale * LOG2E;
     const float inv_cap = a.softcap > 0.0f ? 1.0f / a.softcap : 0.0f;
-    float o[D / 8][4];
+    float o[MT][D / 8][4], m[MT][2], l[MT][2], c[MT][2]; /* m: running max of the raw (softcapped) scores */
 #pragma unroll
-    for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.0f;
+        m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
+    }
 
-    if (n_blk > 0) load_kv(0);
-    for (int j = 0; j < n_blk; j++) {
-        if (j + 1 < n_blk) {
+    if (jb < je) load_kv(jb);
+    for (int j = jb; j < je; j++) {
+        if (j + 1 < je) {
             load_kv(j + 1);
             cp_async_wait<1>();
         } else {
@@ -166,97 +191,163 @@ static __global__ void __launch_bounds__(FA_THREADS, 2)
         const int k0 = kbase + j * BN;
         if (k0 <= wmax && k0 + BN > wmin) { /* some key of the block is visible to some row of the warp */
             const __half *ks = fsm + C::O_K + (j & 1) * BN * P, *vs = fsm + C::O_V + (j & 1) * BN * P;
-            float s[BN / 8][4];
+            float s[MT][BN / 8][4];
 #pragma unroll
-            for (int n = 0; n < BN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int n = 0; n < BN / 8; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
-                uint32_t qa[4];
-                fa_ldsm_x4(qa, qs + (warp * 16 + (lane & 15)) * P + kk * 16 + (lane >> 4) * 8);
+                uint32_t qa[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    fa_ldsm_x4(qa[mt], qs + (wr + mt * 16 + (lane & 15)) * P + kk * 16 + (lane >> 4) * 8);
 #pragma unroll
                 for (int nn = 0; nn < BN / 16; nn++) {
                     uint32_t kb[4];
                     fa_ldsm_x4(kb, ks + (nn * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + kk * 16 + ((lane >> 3) & 1) * 8);
-                    fa_mma(s[2 * nn], qa, kb[0], kb[1]);
-                    fa_mma(s[2 * nn + 1], qa, kb[2], kb[3]);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        fa_mma(s[mt][2 * nn], qa[mt], kb[0], kb[1]);
+                        fa_mma(s[mt][2 * nn + 1], qa[mt], kb[2], kb[3]);
+                    }
                 }
             }
-            /* scores (log2 domain), mask, block max */
-            float bm_a = -INFINITY, bm_b = -INFINITY;
+            /* scores (softcapped; the scale applies in the exponent), the mask unless every key of the block is
+             * visible to every row, the block max; m and the exponents in units of the raw score */
+            const bool full = k0 >= wlo && k0 + BN - 1 <= whi;
+            bool same = true; /* no row's max moved: the output needs no rescale */
 #pragma unroll
-            for (int n = 0; n < BN / 8; n++)
+            for (int mt = 0; mt < MT; mt++) {
+                float bm[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = k0 + n * 8 + 2 * t + (e & 1);
-                    float v = s[n][e];
-                    if (a.softcap > 0.0f) v = tanhf(v * inv_cap) * a.softcap;
-                    v *= scale2;
-                    const bool vis = e < 2 ? (key >= first_a && key <= pos_a) : (key >= first_b && key <= pos_b);
-                    v = vis ? v : -INFINITY;
-                    s[n][e] = v;
-                    if (e < 2) bm_a = fmaxf(bm_a, v);
-                    else bm_b = fmaxf(bm_b, v);
+                for (int n = 0; n < BN / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float v = s[mt][n][e];
+                        if (a.softcap > 0.0f) v = tanhf(v * inv_cap) * a.softcap;
+                        if (!full) { /* the row's bounds from shared memory: registers are scarce */
+                            const int key = k0 + n * 8 + 2 * t + (e & 1), r = wr + mt * 16 + g + 8 * (e >> 1);
+                            v = key >= s_first[r] && key <= s_pos[r] ? v : -INFINITY;
+                        }
+                        s[mt][n][e] = v;
+                        bm[e >> 1] = fmaxf(bm[e >> 1], v);
+                    }
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float mn = fmaxf(m[mt][h], fa_quad_max(bm[h]));
+                    same = same && mn == m[mt][h];
+                    /* a row with no visible key yet keeps max -inf: exponents against 0 give zeros */
+                    const float mu = mn == -INFINITY ? 0.0f : mn * scale2;
+                    c[mt][h] = exp2f(fmaf(m[mt][h], scale2, -mu));
+                    m[mt][h] = mn, l[mt][h] *= c[mt][h], bm[h] = mu;
                 }
-            bm_a = fa_quad_max(bm_a), bm_b = fa_quad_max(bm_b);
-            const float mn_a = fmaxf(m_a, bm_a), mn_b = fmaxf(m_b, bm_b);
-            /* a row with no visible key yet keeps max -inf: exponents against 0 give zeros */
-            const float mu_a = mn_a == -INFINITY ? 0.0f : mn_a, mu_b = mn_b == -INFINITY ? 0.0f : mn_b;
-            const float c_a = exp2f(m_a - mu_a), c_b = exp2f(m_b - mu_b);
-            m_a = mn_a, m_b = mn_b;
-            l_a *= c_a, l_b *= c_b;
 #pragma unroll
-            for (int n = 0; n < D / 8; n++) o[n][0] *= c_a, o[n][1] *= c_a, o[n][2] *= c_b, o[n][3] *= c_b;
+                for (int n = 0; n < BN / 8; n++) {
+                    s[mt][n][0] = exp2f(fmaf(s[mt][n][0], scale2, -bm[0]));
+                    s[mt][n][1] = exp2f(fmaf(s[mt][n][1], scale2, -bm[0]));
+                    s[mt][n][2] = exp2f(fmaf(s[mt][n][2], scale2, -bm[1]));
+                    s[mt][n][3] = exp2f(fmaf(s[mt][n][3], scale2, -bm[1]));
+                    l[mt][0] += s[mt][n][0] + s[mt][n][1], l[mt][1] += s[mt][n][2] + s[mt][n][3];
+                }
+            }
+            if (!__all_sync(0xffffffffu, same)) {
 #pragma unroll
-            for (int n = 0; n < BN / 8; n++) {
-                s[n][0] = exp2f(s[n][0] - mu_a), s[n][1] = exp2f(s[n][1] - mu_a);
-                s[n][2] = exp2f(s[n][2] - mu_b), s[n][3] = exp2f(s[n][3] - mu_b);
-                l_a += s[n][0] + s[n][1], l_b += s[n][2] + s[n][3];
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int n = 0; n < D / 8; n++)
+                        o[mt][n][0] *= c[mt][0], o[mt][n][1] *= c[mt][0], o[mt][n][2] *= c[mt][1], o[mt][n][3] *= c[mt][1];
             }
             /* O += P V: P's accumulator layout is the A layout of the next mma */
 #pragma unroll
             for (int kk = 0; kk < BN / 16; kk++) {
-                uint32_t pa[4];
-                pa[0] = fa_pack(s[2 * kk][0], s[2 * kk][1]);
-                pa[1] = fa_pack(s[2 * kk][2], s[2 * kk][3]);
-                pa[2] = fa_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                pa[3] = fa_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+                uint32_t pa[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    pa[mt][0] = fa_pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pa[mt][1] = fa_pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pa[mt][2] = fa_pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pa[mt][3] = fa_pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                }
 #pragma unroll
                 for (int dn = 0; dn < D / 16; dn++) {
                     uint32_t vb[4];
                     fa_ldsm_x4_trans(vb, vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + dn * 16 + (lane >> 4) * 8);
-                    fa_mma(o[2 * dn], pa, vb[0], vb[1]);
-                    fa_mma(o[2 * dn + 1], pa, vb[2], vb[3]);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        fa_mma(o[mt][2 * dn], pa[mt], vb[0], vb[1]);
+                        fa_mma(o[mt][2 * dn + 1], pa[mt], vb[2], vb[3]);
+                    }
                 }
             }
         }
         __syncthreads(); /* the next iteration's load overwrites this buffer */
     }
-    l_a = fa_quad_sum(l_a), l_b = fa_quad_sum(l_b);
-    const int fa = f0 + ra, fb = f0 + rb;
-    if (a.sinks) {
-        if (fa < n_flat && m_a != -INFINITY) l_a += exp2f(a.sinks[kvh * G + fa % G] * LOG2E - m_a);
-        if (fb < n_flat && m_b != -INFINITY) l_b += exp2f(a.sinks[kvh * G + fb % G] * LOG2E - m_b);
-    }
-    const float ia = l_a > 0.0f ? 1.0f / l_a : 0.0f, ib = l_b > 0.0f ? 1.0f / l_b : 0.0f;
-    float *oa = fa < n_flat ? a.out + (int64_t)(row0 + fa / G) * qdim + (int64_t)(kvh * G + fa % G) * D : NULL;
-    float *ob = fb < n_flat ? a.out + (int64_t)(row0 + fb / G) * qdim + (int64_t)(kvh * G + fb % G) * D : NULL;
 #pragma unroll
-    for (int n = 0; n < D / 8; n++) {
-        if (oa) *(float2 *)(oa + n * 8 + 2 * t) = make_float2(o[n][0] * ia, o[n][1] * ia);
-        if (ob) *(float2 *)(ob + n * 8 + 2 * t) = make_float2(o[n][2] * ib, o[n][3] * ib);
-    }
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float lsum = fa_quad_sum(l[mt][h]);
+            const int f = f0 + wr + mt * 16 + g + 8 * h;
+            if (f >= n_flat) continue;
+            const int64_t rh = (int64_t)(row0 + f / G) * a.n_head + kvh * G + f % G; /* row * n_head + head */
+            if (ns > 1) { /* the split's share: unnormalised, with its max and sum */
+                float *dst = part + ((int64_t)z * a.n_tok * a.n_head + rh) * D;
+#pragma unroll
+                for (int n = 0; n < D / 8; n++)
+                    *(float2 *)(dst + n * 8 + 2 * t) = make_float2(o[mt][n][2 * h], o[mt][n][2 * h + 1]);
+                if (t == 0) stats[(int64_t)z * a.n_tok * a.n_head + rh] = make_float2(m[mt][h] * scale2, lsum);
+                continue;
+            }
+            float den = lsum;
+            if (a.sinks && m[mt][h] != -INFINITY) den += exp2f(a.sinks[kvh * G + f % G] * LOG2E - m[mt][h] * scale2);
+            const float inv = den > 0.0f ? 1.0f / den : 0.0f;
+            float *dst = a.out + rh * D;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+                *(float2 *)(dst + n * 8 + 2 * t) = make_float2(o[mt][n][2 * h] * inv, o[mt][n][2 * h + 1] * inv);
+        }
 }
 
-template <int D, int BN>
-static cudaError_t launch_flash(const cuda_attn_args *a, const int4 *tiles, int32_t n_tiles, cudaStream_t stream) {
-    typedef fa_cfg<D, BN> C;
+/* Grid n_tok * n_head, D threads: out[row][head] = the splits' shares merged (sums rescaled to the largest
+ * max, the sink in the denominator). */
+template <int D>
+static __global__ void __launch_bounds__(D) attn_flash_combine(const cuda_attn_args a, int ns, const float *__restrict__ part,
+                                                                const float2 *__restrict__ stats) {
+    const int64_t rh = blockIdx.x, nrh = (int64_t)a.n_tok * a.n_head;
+    const int d = threadIdx.x;
+    float mx = -INFINITY;
+    for (int z = 0; z < ns; z++) mx = fmaxf(mx, stats[z * nrh + rh].x);
+    const float mu = mx == -INFINITY ? 0.0f : mx;
+    float acc = 0.0f, den = 0.0f;
+    for (int z = 0; z < ns; z++) {
+        const float2 st = stats[z * nrh + rh];
+        const float w = exp2f(st.x - mu);
+        den += st.y * w;
+        acc += part[(z * nrh + rh) * D + d] * w;
+    }
+    if (a.sinks && mx != -INFINITY) den += exp2f(a.sinks[rh % a.n_head] * 1.4426950408889634f - mx);
+    a.out[rh * D + d] = den > 0.0f ? acc / den : 0.0f;
+}
+
+template <int D, int BN, int MT>
+static cudaError_t launch_flash(const cuda_attn_args *a, const int4 *tiles, int32_t n_tiles, int32_t ns, float *part,
+                                cudaStream_t stream) {
+    typedef fa_cfg<D, BN, MT> C;
     static bool attr_set = false; /* per instantiation; the dynamic shared memory above 48 KiB */
     if (!attr_set) {
-        const cudaError_t e = cudaFuncSetAttribute(attn_flash_kernel<D, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+        const cudaError_t e = cudaFuncSetAttribute(attn_flash_kernel<D, BN, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
         if (e != cudaSuccess) return e;
         attr_set = true;
     }
-    attn_flash_kernel<D, BN><<<dim3((unsigned)n_tiles, (unsigned)a->n_head_kv), FA_THREADS, C::SMEM, stream>>>(*a, tiles);
+    float2 *stats = ns > 1 ? (float2 *)(part + (size_t)ns * a->n_tok * a->n_head * D) : NULL;
+    attn_flash_kernel<D, BN, MT><<<dim3((unsigned)n_tiles, (unsigned)a->n_head_kv, (unsigned)ns), FA_THREADS, C::SMEM, stream>>>(
+        *a, tiles, part, stats);
+    if (ns > 1) {
+        const cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+        attn_flash_combine<D><<<(unsigned)((int64_t)a->n_tok * a->n_head), D, 0, stream>>>(*a, ns, part, stats);
+    }
     QR_CUDA_CHECK_LAUNCH();
 }
 
@@ -264,14 +355,22 @@ extern "C" bool qr_cuda_attn_flash_supported(const cuda_attn_args *a) {
     return a->f16 && a->dk == a->dv && (a->dk == 64 || a->dk == 128 || a->dk == 256);
 }
 
-extern "C" int32_t qr_cuda_attn_flash_tiles(const int32_t *seq, int32_t n_tok, int32_t group, int32_t *tiles,
-                                            int32_t cap) {
+extern "C" int32_t qr_cuda_attn_flash_rows(int32_t head_dim, int32_t mt) {
+    if (head_dim == 256) mt = 1;
+#define FORM(D, BN, MT) if (head_dim == D && mt == MT) return fa_cfg<D, BN, MT>::BM;
+    FA_FORMS(FORM)
+#undef FORM
+    return 0;
+}
+
+extern "C" int32_t qr_cuda_attn_flash_tiles(const int32_t *seq, int32_t n_tok, int32_t group, int32_t rows_per_tile,
+                                            int32_t *tiles, int32_t cap) {
     int32_t n = 0;
     for (int32_t r0 = 0; r0 < n_tok;) {
         int32_t r1 = r0 + 1;
         while (r1 < n_tok && seq[r1] == seq[r0]) r1++;
         const int64_t flat = (int64_t)(r1 - r0) * group;
-        for (int64_t f = 0; f < flat; f += FA_BM) {
+        for (int64_t f = 0; f < flat; f += rows_per_tile) {
             if (tiles && n < cap) {
                 tiles[4 * n] = r0, tiles[4 * n + 1] = r1 - r0, tiles[4 * n + 2] = (int32_t)f, tiles[4 * n + 3] = 0;
             }
@@ -282,13 +381,14 @@ extern "C" int32_t qr_cuda_attn_flash_tiles(const int32_t *seq, int32_t n_tok, i
     return n;
 }
 
-extern "C" cudaError_t qr_cuda_attention_flash(const cuda_attn_args *a, const int32_t *tiles, int32_t n_tiles,
-                                               cudaStream_t stream) {
-    if (!qr_cuda_attn_flash_supported(a) || n_tiles < 1) return cudaErrorInvalidValue;
+extern "C" cudaError_t qr_cuda_attention_flash(const cuda_attn_args *a, int32_t mt, const int32_t *tiles,
+                                               int32_t n_tiles, int32_t n_splits, float *part, cudaStream_t stream) {
+    if (!qr_cuda_attn_flash_supported(a) || n_tiles < 1 || n_splits < 1 || (n_splits > 1 && !part))
+        return cudaErrorInvalidValue;
     const int4 *t = (const int4 *)tiles;
-    switch (a->dk) {
-    case 64: return launch_flash<64, 64>(a, t, n_tiles, stream);
-    case 128: return launch_flash<128, 64>(a, t, n_tiles, stream);
-    default: return launch_flash<256, 32>(a, t, n_tiles, stream);
-    }
+    if (a->dk == 256) mt = 1;
+#define FORM(D, BN, MT) if (a->dk == D && mt == MT) return launch_flash<D, BN, MT>(a, t, n_tiles, n_splits, part, stream);
+    FA_FORMS(FORM)
+#undef FORM
+    return cudaErrorInvalidValue;
 }

@@ -1112,17 +1112,18 @@ static bool attn_q8_out(cuda_backend *cb, const qr_attn_params *p, float *out, i
 
 /* The tensor-core flash attention (attention_flash.cu) for a prompt-like pass: more rows than a decode pass,
  * runs of at least attn_flash_min_run rows a sequence on average, a layout the kernel takes, outside graphs.
- * True when it ran (or raised an error); false to leave the pass to the other kernels. */
-static bool attn_flash(cuda_backend *cb, const cuda_attn_args *a) {
+ * max_span: the longest key span of a row. True when it ran (or raised an error); false to leave the pass to
+ * the other kernels. */
+static bool attn_flash(cuda_backend *cb, const cuda_attn_args *a, int32_t max_span) {
     if (!cb->tune.attn_flash || cb->graph_mode || a->n_tok <= cb->tune.attn_decode_max_rows ||
         !qr_cuda_attn_flash_supported(a))
         return false;
     int32_t n_runs = 0;
     for (int32_t r = 0; r < cb->n_tokens; r++) n_runs += r == 0 || cb->h_seq[r] != cb->h_seq[r - 1];
     if ((int64_t)n_runs * cb->tune.attn_flash_min_run > cb->n_tokens) return false;
-    const int32_t group = a->n_head / a->n_head_kv;
-    if (cb->fa_gen != cb->plan_gen || cb->fa_group != group) { /* once per batch plan, for all the layers */
-        const int32_t n = qr_cuda_attn_flash_tiles(cb->h_seq, cb->n_tokens, group, NULL, 0);
+    const int32_t group = a->n_head / a->n_head_kv, mt = cb->tune.attn_flash_mt, bm = qr_cuda_attn_flash_rows(a->dk, mt);
+    if (cb->fa_gen != cb->plan_gen || cb->fa_group != group || cb->fa_rows != bm) { /* once per plan, for all layers */
+        const int32_t n = qr_cuda_attn_flash_tiles(cb->h_seq, cb->n_tokens, group, bm, NULL, 0);
         if ((size_t)n > cb->h_fa_cap) {
             int32_t *h = (int32_t *)realloc(cb->h_fa_tiles, (size_t)n * 16);
             if (!h) {
@@ -1132,15 +1133,36 @@ static bool attn_flash(cuda_backend *cb, const cuda_attn_args *a) {
             cb->h_fa_tiles = h;
             cb->h_fa_cap = (size_t)n;
         }
-        qr_cuda_attn_flash_tiles(cb->h_seq, cb->n_tokens, group, cb->h_fa_tiles, n);
+        qr_cuda_attn_flash_tiles(cb->h_seq, cb->n_tokens, group, bm, cb->h_fa_tiles, n);
         /* pageable source: the copy has read it when cudaMemcpyAsync returns */
         if (!ensure_scratch(cb, &cb->fa_tiles, &cb->fa_tiles_cap, (size_t)n * 16, "attention tiles") ||
             !cuda_ok(cb, cudaMemcpyAsync(cb->fa_tiles, cb->h_fa_tiles, (size_t)n * 16, cudaMemcpyHostToDevice, cb->stream),
                      "attention tiles"))
             return true;
-        cb->fa_gen = cb->plan_gen, cb->fa_group = group, cb->fa_n = n;
+        cb->fa_gen = cb->plan_gen, cb->fa_group = group, cb->fa_rows = bm, cb->fa_n = n;
     }
-    cuda_ok(cb, qr_cuda_attention_flash(a, (const int32_t *)cb->fa_tiles, cb->fa_n, cb->stream), "attention (flash)");
+    /* key splits: the count whose waves of CTAs (two an SM resident) finish the work soonest, fewest on a tie
+     * (each split costs its share of the partial outputs); each split at least 4 blocks of 64 keys */
+    int64_t ns = cb->tune.attn_flash_splits;
+    if (ns <= 0) {
+        const int64_t ctas = (int64_t)cb->fa_n * a->n_head_kv, slots = 2 * (int64_t)cb->n_sm;
+        int64_t by_len = max_span / 256;
+        if (by_len > 16) by_len = 16;
+        double best = 0;
+        ns = 1;
+        for (int64_t k = 1; k <= by_len || k == 1; k++) {
+            const double t = (double)((ctas * k + slots - 1) / slots) / (double)k; /* waves per unit of work */
+            if (k == 1 || t < best - 1e-9) best = t, ns = k;
+        }
+    }
+    float *part = NULL;
+    if (ns > 1) {
+        if (!ensure_scratch(cb, &cb->attn, &cb->attn_cap, qr_cuda_attn_flash_part_bytes(a, (int32_t)ns), "attention scratch"))
+            return true;
+        part = (float *)cb->attn;
+    }
+    cuda_ok(cb, qr_cuda_attention_flash(a, mt, (const int32_t *)cb->fa_tiles, cb->fa_n, (int32_t)ns, part, cb->stream),
+            "attention (flash)");
     return true;
 }
 
@@ -1187,7 +1209,7 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
     }
     if (cb->exact) /* in a graph, scores for every key the block table can address */
         return cuda_exact_attention(cb, &a, cb->graph_mode ? (int32_t)(cb->max_blocks * d->block_size) : max_span);
-    if (attn_flash(cb, &a)) return;
+    if (attn_flash(cb, &a, max_span)) return;
     /* splits: about four CTAs per SM (the key loop is latency-bound; measured on H100, decode at
      * 4096 keys: 1 split 2242 us, 8: 302, 32: 94, 128: 72), each split at least 32 keys */
     const int dmax = a.dk > a.dv ? a.dk : a.dv, gmax = dmax <= 128 ? 8 : (dmax <= 256 ? 4 : 2);

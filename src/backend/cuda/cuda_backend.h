@@ -112,7 +112,7 @@ typedef struct cuda_backend {
     void *fa_tiles;         /* device copy */
     size_t fa_tiles_cap;    /* bytes */
     uint64_t fa_gen;        /* plan_gen of the uploaded list (0: none) */
-    int32_t fa_group, fa_n; /* its group and tile count */
+    int32_t fa_group, fa_rows, fa_n; /* its group, rows a tile and tile count */
 } cuda_backend;
 
 /* The tuning defaults, with the QUARREL_CUDA_* switches applied (tune.cu). */

@@ -29,6 +29,10 @@ typedef struct qr_cuda_tune {
                               * attention (attention_flash.cu) where it applies; 0: the kernels above
                               * (QUARREL_CUDA_ATTN=noflash, old or decode) */
     int32_t attn_flash_min_run; /* default 4 (QUARREL_CUDA_ATTN_FLASH_MIN_RUN) */
+    int32_t attn_flash_mt;   /* m16 tiles a warp of the flash kernel (head sizes 64 and 128): 1 or 2 (default;
+                              * QUARREL_CUDA_ATTN_FLASH_MT) */
+    int32_t attn_flash_splits; /* key splits a tile of the flash kernel; 0 (default) = enough CTAs for two an SM,
+                                * each split >= 4 key blocks (QUARREL_CUDA_ATTN_FLASH_SPLITS) */
     int32_t pinned_host;     /* 1: host_alloc gives page-locked memory (the context's logits); 0: it gives
                               * none, so the context uses malloc (QUARREL_CUDA_PINNED=0) */
     long long *attn_dbg;     /* lab: device buffer of 32 clocks, see cuda_attn_args.dbg */

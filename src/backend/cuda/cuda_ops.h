@@ -184,12 +184,23 @@ int qr_cuda_attn_cluster_splits(int64_t span, int32_t forced, int32_t keys_per_c
 /* attention_flash.cu: the attention of prompt batches on f16 tensor cores (flash attention over the paged
  * cache), for f16 caches with dk == dv in {64, 128, 256} (qr_cuda_attn_flash_supported); any depth, window,
  * softcap, sinks; a.n_splits, stats, partial and q8_kind are not used. tiles: [n_tiles][4] device ints from
- * qr_cuda_attn_flash_tiles. */
+ * qr_cuda_attn_flash_tiles with qr_cuda_attn_flash_rows(dk) rows a tile. n_splits > 1 splits each tile's keys
+ * over that many CTAs and merges them in a second kernel: part is then device scratch of
+ * qr_cuda_attn_flash_part_bytes floats' bytes. */
 bool qr_cuda_attn_flash_supported(const cuda_attn_args *a);
-/* The tiles of a pass (host): each run of consecutive rows of one sequence, in 64-row pieces of its rows x
- * group query heads; writes min(count, cap) tiles (tiles may be NULL) and returns the count. */
-int32_t qr_cuda_attn_flash_tiles(const int32_t *seq, int32_t n_tok, int32_t group, int32_t *tiles, int32_t cap);
-cudaError_t qr_cuda_attention_flash(const cuda_attn_args *a, const int32_t *tiles, int32_t n_tiles, cudaStream_t stream);
+/* Flat rows (rows x query heads of a kv head) a tile of the kernel for head size head_dim with mt (1 or 2) m16
+ * tiles a warp (0: no such form). */
+int32_t qr_cuda_attn_flash_rows(int32_t head_dim, int32_t mt);
+/* The tiles of a pass (host): each run of consecutive rows of one sequence, in pieces of rows_per_tile of its
+ * rows x group query heads; writes min(count, cap) tiles (tiles may be NULL) and returns the count. */
+int32_t qr_cuda_attn_flash_tiles(const int32_t *seq, int32_t n_tok, int32_t group, int32_t rows_per_tile,
+                                 int32_t *tiles, int32_t cap);
+cudaError_t qr_cuda_attention_flash(const cuda_attn_args *a, int32_t mt, const int32_t *tiles, int32_t n_tiles,
+                                    int32_t n_splits, float *part, cudaStream_t stream);
+/* Bytes of split scratch: [n_splits][n_tok * n_head][dv] partial outputs, then [n_splits][n_tok * n_head] stats. */
+static inline size_t qr_cuda_attn_flash_part_bytes(const cuda_attn_args *a, int32_t n_splits) {
+    return (size_t)n_splits * (size_t)a->n_tok * (size_t)a->n_head * ((size_t)a->dv + 2) * 4;
+}
 /* attention_cluster.cu: the cluster kernel (a->cluster set; sm_90+). */
 cudaError_t qr_cuda_attention_cluster(const cuda_attn_args *a, bool pdl, cudaStream_t stream);
 /* attention_short.cu: rope(q), rope(k), the K/V store and the attention of a one-row decode pass whose span

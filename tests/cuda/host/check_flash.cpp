@@ -26,6 +26,15 @@ static int atomic_update(int *p, int v, bool take_min) {
     while ((take_min ? v < old : v > old) && !r.compare_exchange_weak(old, v)) {}
     return old;
 }
+inline int __all_sync(unsigned, int pred) { /* every lane's predicate, over the warp barrier */
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    g_warp_buf[w][l] = pred ? 1.0f : 0.0f;
+    g_warp_bar[w]->arrive_and_wait();
+    int all = 1;
+    for (int i = 0; i < 32; i++) all &= g_warp_buf[w][i] != 0.0f;
+    g_warp_bar[w]->arrive_and_wait();
+    return all;
+}
 inline int atomicMin(int *p, int v) { return atomic_update(p, v, true); }
 inline int atomicMax(int *p, int v) { return atomic_update(p, v, false); }
 #define QR_CUDA_DEV_SKIP_BLOCK
@@ -88,15 +97,21 @@ extern "C" {
 static uint64_t rs = 777;
 static float frand() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (float)((rs >> 11) * 0x1p-53 * 2 - 1); }
 
-template <int D, int BN>
-static void run_grid(const cuda_attn_args &a, const int32_t *tiles, int n_tiles) {
-    host_run_grid((unsigned)n_tiles, (unsigned)a.n_head_kv, 128, [&] { attn_flash_kernel<D, BN>(a, (const int4 *)tiles); });
+template <int D, int BN, int MT>
+static void run_grid(const cuda_attn_args &a, const int32_t *tiles, int n_tiles, int ns) {
+    std::vector<float> part((size_t)ns * a.n_tok * a.n_head * D, NAN);
+    std::vector<float2> stats((size_t)ns * a.n_tok * a.n_head);
+    host_run_grid((unsigned)n_tiles, (unsigned)a.n_head_kv, 128,
+                  [&] { attn_flash_kernel<D, BN, MT>(a, (const int4 *)tiles, part.data(), stats.data()); }, (unsigned)ns);
+    if (ns > 1)
+        host_run_grid((unsigned)(a.n_tok * a.n_head), 1, D, [&] { attn_flash_combine<D>(a, ns, part.data(), stats.data()); });
 }
 
 int main(int argc, char **argv) {
     int n_head = 8, n_head_kv = 2, dd = 64, bs = 16, window = 0, rows0 = 40, rows1 = 9; float cap = 0;
     if (argc > 1) { n_head = atoi(argv[1]); n_head_kv = atoi(argv[2]); dd = atoi(argv[3]); bs = atoi(argv[4]); window = atoi(argv[5]); cap = atof(argv[6]); rows0 = atoi(argv[7]); rows1 = atoi(argv[8]); }
     const bool use_sinks = getenv("SINKS") && atoi(getenv("SINKS"));
+    const int ns = getenv("SPLITS") ? atoi(getenv("SPLITS")) : 1;
     char err[256];
     qr_backend *cpu; qr_backend_cpu_params cp = {.n_threads = 1, .force_scalar = true};
     qr_backend_cpu_create(&cp, &cpu, err, sizeof err);
@@ -139,14 +154,15 @@ int main(int argc, char **argv) {
     a.max_blocks = max_blocks; a.block_size = bs; a.n_tok = rows; a.n_head = n_head; a.n_head_kv = n_head_kv; a.dk = dd; a.dv = dd;
     a.scale = ap.scale; a.softcap = cap; a.window = window; a.n_splits = 1; a.out = og.data();
     a.sinks = use_sinks ? sinks.data() : NULL;
-    const int group = n_head / n_head_kv, n_tiles = qr_cuda_attn_flash_tiles(dseq.data(), rows, group, NULL, 0);
+    const int mt = getenv("MT") ? atoi(getenv("MT")) : 2, group = n_head / n_head_kv, bm = qr_cuda_attn_flash_rows(dd, mt);
+    const int n_tiles = qr_cuda_attn_flash_tiles(dseq.data(), rows, group, bm, NULL, 0);
     std::vector<int32_t> tiles(4 * n_tiles);
-    if (qr_cuda_attn_flash_tiles(dseq.data(), rows, group, tiles.data(), n_tiles) != n_tiles) { fprintf(stderr, "tile count changed\n"); return 1; }
-    if (dd == 64) run_grid<64, 64>(a, tiles.data(), n_tiles);
-    else if (dd == 128) run_grid<128, 64>(a, tiles.data(), n_tiles);
-    else run_grid<256, 32>(a, tiles.data(), n_tiles);
+    if (qr_cuda_attn_flash_tiles(dseq.data(), rows, group, bm, tiles.data(), n_tiles) != n_tiles) { fprintf(stderr, "tile count changed\n"); return 1; }
+#define FORM(D, BN, MT) if (dd == D && bm == fa_cfg<D, BN, MT>::BM) run_grid<D, BN, MT>(a, tiles.data(), n_tiles, ns);
+    FA_FORMS(FORM)
+#undef FORM
     double mx = 0, mw = 0;
     for (size_t i = 0; i < oc.size(); i++) { double e = fabs(og[i] - oc[i]); if (!(e <= mx)) mx = e; mw = fmax(mw, fabs(oc[i])); }
-    printf("flash attention h%d/%d d%d bs%d win%d cap%g rows %d+%d len%d tiles%d%s: max err %.3g (rel to max %.3g)\n", n_head, n_head_kv, dd, bs, window, cap, rows0, rows1, len, n_tiles, use_sinks ? " sinks" : "", mx, mx / mw);
+    printf("flash attention h%d/%d d%d bs%d win%d cap%g rows %d+%d len%d tiles%d splits%d mt%d%s: max err %.3g (rel to max %.3g)\n", n_head, n_head_kv, dd, bs, window, cap, rows0, rows1, len, n_tiles, ns, bm / 64, use_sinks ? " sinks" : "", mx, mx / mw);
     return mx / mw <= 2e-3 ? 0 : 1;
 }

@@ -15,22 +15,23 @@ template <class T> static inline T __ldg(const T *p) { return *p; }
 static inline int __dp4a(int a, int b, int c) { return c; }
 static inline uint32_t __byte_perm(uint32_t x, uint32_t, uint32_t) { return x; }
 static inline int __float2int_rn(float x) { return (int)nearbyintf(x); } /* round half to even */
-/* Runs fn() as a grid of gx x gy CTAs of `threads` (<= 128: 4 warps) std::threads, one CTA after another (a CTA's
- * static arrays stand in for its shared memory), with the block and warp barriers simt.h's shuffles use. */
-template <class F> static void host_run_grid(unsigned gx, unsigned gy, unsigned threads, F fn) {
-    gridDim = {gx, gy, 1};
+/* Runs fn() as a grid of gx x gy (x gz) CTAs of `threads` (<= 128: 4 warps) std::threads, one CTA after another (a
+ * CTA's static arrays stand in for its shared memory), with the block and warp barriers simt.h's shuffles use. */
+template <class F> static void host_run_grid(unsigned gx, unsigned gy, unsigned threads, F fn, unsigned gz = 1) {
+    gridDim = {gx, gy, gz};
     blockDim = {threads, 1, 1};
-    for (unsigned by = 0; by < gy; by++)
-        for (unsigned bx = 0; bx < gx; bx++) {
-            std::barrier<> bb(threads), wb0(32), wb1(32), wb2(32), wb3(32);
-            g_block_bar = &bb, g_warp_bar[0] = &wb0, g_warp_bar[1] = &wb1, g_warp_bar[2] = &wb2, g_warp_bar[3] = &wb3;
-            std::vector<std::thread> th;
-            for (unsigned t = 0; t < threads; t++)
-                th.emplace_back([&, t] {
-                    threadIdx = {t, 0, 0};
-                    blockIdx = {bx, by, 0};
-                    fn();
-                });
-            for (auto &x : th) x.join();
-        }
+    for (unsigned bz = 0; bz < gz; bz++)
+        for (unsigned by = 0; by < gy; by++)
+            for (unsigned bx = 0; bx < gx; bx++) {
+                std::barrier<> bb(threads), wb0(32), wb1(32), wb2(32), wb3(32);
+                g_block_bar = &bb, g_warp_bar[0] = &wb0, g_warp_bar[1] = &wb1, g_warp_bar[2] = &wb2, g_warp_bar[3] = &wb3;
+                std::vector<std::thread> th;
+                for (unsigned t = 0; t < threads; t++)
+                    th.emplace_back([&, t] {
+                        threadIdx = {t, 0, 0};
+                        blockIdx = {bx, by, bz};
+                        fn();
+                    });
+                for (auto &x : th) x.join();
+            }
 }
