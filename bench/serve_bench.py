@@ -21,7 +21,8 @@ long prompt with the decode steps), the streams' median longest gap between chun
 usage:
     python3 bench/serve_bench.py --quarrel build/quarrel [--llama-server PATH] --model MODEL.gguf \\
         [--concurrency 1,64,256] [--prompt-tokens 128] [--max-tokens 256] [--reps 3] [--backend cuda|cpu] \\
-        [--threads N] [--port 8090] [--json OUT] [--mixed [--mixed-prompt-tokens 16000] [--mixed-delay 0.5]]
+        [--threads N] [--port 8090] [--json OUT] [--mixed [--mixed-prompt-tokens 16000] [--mixed-delay 0.5]] \
+        [--quarrel-arg=--prefill-chunk --quarrel-arg=128 ...] [--llama-arg=-ub --llama-arg=256 ...]
 Exit status 1 when a server does not start or a request fails.
 """
 import os
@@ -112,7 +113,7 @@ def server_cmd(kind, a, slots, ctx):
         cmd = [a.quarrel, "serve", "-m", a.model, "--parallel", str(slots), "--ctx", str(ctx), "--host", HOST,
                "--port", str(a.port), "--backend", a.backend, "--http-threads", str(max(256, slots + 16)),
                "--max-queue", str(max(64, slots + 16))]
-        return cmd + (["--threads", str(a.threads)] if a.threads else []), "/readyz"
+        return cmd + (["--threads", str(a.threads)] if a.threads else []) + a.quarrel_arg, "/readyz"
     cmd = [a.llama_server, "-m", a.model, "-np", str(slots), "-c", str(ctx), "-ngl",
            "99" if a.backend == "cuda" else "0", "-fa", "on", "--host", HOST, "--port", str(a.port)]
     if a.mixed:
@@ -317,6 +318,7 @@ def main():
     ap.add_argument("--mixed", action="store_true", help="also measure the streams while a long prompt arrives")
     ap.add_argument("--mixed-prompt-tokens", type=int, default=16000)
     ap.add_argument("--mixed-delay", type=float, default=0.5, help="seconds after every stream's first token")
+    ap.add_argument("--quarrel-arg", action="append", default=[], help="one more quarrel serve argument (repeatable)")
     ap.add_argument("--llama-arg", action="append", default=[], help="one more llama-server argument (repeatable)")
     ap.add_argument("--start-timeout", type=float, default=600, help="seconds for a server to load")
     ap.add_argument("--timeout", type=float, default=1800, help="socket timeout of a request, seconds")
