@@ -11,7 +11,7 @@
 #
 #   OUT=$OUT BUNDLE=$PWD/build-gpu/bundle bench/gpu_ab.sh --model mixtral-8x7b:Q4_0 \
 #       --set "" --set "QUARREL_CUDA_GU_PERSIST=7" --set "QUARREL_CUDA_DC_PIPE=0" [--rounds 2] [--tests tg|pp]
-#       [--reps 3] [--trace] [--arch ARCH]
+#       [--reps 3] [--trace] [--arch ARCH] [--depth D (the tests after D cached tokens: pp at depth)]
 # A setting is a space-separated list of VAR=VALUE ("" = the defaults). The architecture comes from the preset
 # name as in gpu.sh (granite-4.0-h-tiny, gpt-oss-20b, nemotron-3-nano-30b-a3b; others llama) unless --arch.
 # Environment: OUT (/tmp/gpu_ab), BUNDLE (build-gpu/bundle), MODEL_DIR (/tmp/qr_models), QR_BACKEND (cuda;
@@ -22,7 +22,7 @@ ROOT=$(pwd)
 OUT=${OUT:-/tmp/gpu_ab}
 BUNDLE=${BUNDLE:-$ROOT/build-gpu/bundle}
 MODEL_DIR=${MODEL_DIR:-/tmp/qr_models}
-MODEL="" ARCH="" ROUNDS=2 REPS=3 TEST=tg TRACE=0
+MODEL="" ARCH="" ROUNDS=2 REPS=3 TEST=tg TRACE=0 DEPTH=0
 SETS=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -33,6 +33,7 @@ while [ $# -gt 0 ]; do
     --reps) REPS=$2; shift ;;
     --tests) TEST=$2; shift ;;
     --trace) TRACE=1 ;;
+    --depth) DEPTH=$2; shift ;;
     *) echo "gpu_ab.sh: unknown argument $1" >&2; exit 2 ;;
     esac
     shift
@@ -46,6 +47,7 @@ tg) ARGS=(-p 0 -n 128) KEY=tg_tps ;;
 pp) ARGS=(-p 512 -n 0) KEY=pp_tps ;;
 *) echo "gpu_ab.sh: --tests is tg or pp" >&2; exit 2 ;;
 esac
+[ "$DEPTH" -gt 0 ] && ARGS+=(-d "$DEPTH")
 QR=$BUNDLE/quarrel
 mkdir -p "$OUT" "$MODEL_DIR"
 T0=$(date +%s)

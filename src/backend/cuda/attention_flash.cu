@@ -132,21 +132,21 @@ static __global__ void __launch_bounds__(FA_THREADS, 2)
     const int jb = (int)((int64_t)n_all * z / ns), je = (int)((int64_t)n_all * (z + 1) / ns);
     const __half *kc = (const __half *)a.k_cache + (int64_t)kvh * D, *vc = (const __half *)a.v_cache + (int64_t)kvh * D;
 
-    /* K/V of key block j into stage j & 1: TPK threads a key (its slot looked up once), CPT 16-byte chunks each */
-    constexpr int TPK = FA_THREADS / BN, CPT = D / 8 / TPK;
-    static_assert(FA_THREADS % BN == 0 && (D / 8) % TPK == 0, "a key's chunks split evenly over its threads");
+    /* K/V of key block j into stage j & 1, 16-byte chunks in row order (a warp reads whole cache rows); a power-of-2
+     * block size divides by shifts */
+    const int bs = a.block_size, bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
     auto load_kv = [&](int j) {
-        const int key = tid / TPK, k0 = kbase + j * BN;
-        int p = k0 + key;
-        p = p < kmin ? kmin : (p > kmax ? kmax : p); /* masked keys read a valid slot: finite values */
-        const int64_t slot = (int64_t)bt[p / a.block_size] * a.block_size + p % a.block_size;
-        __half *ks = fsm + C::O_K + (j & 1) * BN * P + key * P, *vs = fsm + C::O_V + (j & 1) * BN * P + key * P;
-        const __half *kg = kc + slot * kdim, *vg = vc + slot * kdim;
+        __half *ks = fsm + C::O_K + (j & 1) * BN * P, *vs = fsm + C::O_V + (j & 1) * BN * P;
+        const int k0 = kbase + j * BN;
 #pragma unroll
-        for (int i = 0; i < CPT; i++) {
-            const int c = (tid % TPK + i * TPK) * 8;
-            cp_async16(ks + c, kg + c);
-            cp_async16(vs + c, vg + c);
+        for (int i = tid; i < BN * (D / 8); i += FA_THREADS) {
+            const int key = i / (D / 8), c = (i % (D / 8)) * 8;
+            int p = k0 + key;
+            p = p < kmin ? kmin : (p > kmax ? kmax : p); /* masked keys read a valid slot: finite values */
+            const int64_t slot = bs_shift >= 0 ? ((int64_t)bt[p >> bs_shift] << bs_shift) + (p & (bs - 1))
+                                               : (int64_t)bt[p / bs] * bs + p % bs;
+            cp_async16(ks + key * P + c, kc + slot * kdim + c);
+            cp_async16(vs + key * P + c, vc + slot * kdim + c);
         }
         cp_async_commit();
     };

@@ -26,6 +26,7 @@ static int atomic_update(int *p, int v, bool take_min) {
     while ((take_min ? v < old : v > old) && !r.compare_exchange_weak(old, v)) {}
     return old;
 }
+inline int __ffs(int x) { return __builtin_ffs(x); }
 inline int __all_sync(unsigned, int pred) { /* every lane's predicate, over the warp barrier */
     const int w = threadIdx.x / 32, l = threadIdx.x % 32;
     g_warp_buf[w][l] = pred ? 1.0f : 0.0f;
