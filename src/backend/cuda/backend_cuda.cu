@@ -686,6 +686,47 @@ void act_mark(cuda_backend *cb, const float *x, int64_t n_rows, int64_t k, int k
 
 
 
+/* A batch of more rows than the mat-vec takes, up to mmq_dense_max_rows (batched decode), on the int8
+ * tensor-core kernel of the expert GEMM (matmul_mma.cu) for the types it supports: the weights are read once a
+ * tile of 64 rows in their block format instead of dequantized to f16 for cuBLAS. The rows are copied with the
+ * kernel's 64 rows of zero slack, quantized as the mat-vec's activations. True when it ran (or raised). */
+static bool matmul_mmq_dense(cuda_backend *cb, const cuda_weight *cw, const float *x, int64_t n_rows, int64_t n,
+                             float *y) {
+    const cuda_wview *v = &cw->v;
+    const int64_t k = v->k, slack = QR_CUDA_MMQ_TILE_ROWS;
+    if (!cb->tune.mmq_dense || n_rows > cb->tune.mmq_dense_max_rows || !qr_cuda_mmq_supported((qr_type)v->type) ||
+        v->nb <= 0 || k % 32)
+        return false;
+    const int32_t n_tiles = (int32_t)((n_rows + slack - 1) / slack);
+    int32_t h_tiles[4 * 64]; /* mmq_dense_max_rows <= 4096: at most 64 tiles */
+    if (n_tiles > 64) return false;
+    for (int32_t i = 0; i < n_tiles; i++) {
+        const int64_t p0 = (int64_t)i * slack;
+        h_tiles[4 * i] = 0, h_tiles[4 * i + 1] = (int32_t)p0;
+        h_tiles[4 * i + 2] = (int32_t)(n_rows - p0 < slack ? n_rows - p0 : slack), h_tiles[4 * i + 3] = 0;
+    }
+    const size_t o_x = 1024, bytes = o_x + (size_t)((n_rows + slack) * k) * 4;
+    if (!ensure_scratch(cb, &cb->moe, &cb->moe_cap, bytes, "matmul (mma)")) return true;
+    int32_t *d_tiles = (int32_t *)cb->moe;
+    float *xs = (float *)((uint8_t *)cb->moe + o_x);
+    /* the tiles from the stack (pageable: read when cudaMemcpyAsync returns) */
+    if (!cuda_ok(cb, cudaMemcpyAsync(d_tiles, h_tiles, (size_t)n_tiles * 16, cudaMemcpyHostToDevice, cb->stream),
+                 "matmul (mma tiles)") ||
+        !cuda_ok(cb, cudaMemcpyAsync(xs, x, (size_t)(n_rows * k) * 4, cudaMemcpyDeviceToDevice, cb->stream),
+                 "matmul (mma rows)") ||
+        !cuda_ok(cb, cudaMemsetAsync(xs + n_rows * k, 0, (size_t)(slack * k) * 4, cb->stream), "matmul (mma slack)"))
+        return true;
+    act_ptrs a;
+    if (!act_prepare(cb, (qr_type)v->type, xs, n_rows + slack, k, &a)) return true;
+    const cuda_xview xv = act_view(&a, 0);
+    cuda_wview wv = *v;
+    wv.n = n;
+    cuda_ok(cb, qr_cuda_mmq_tiles(&wv, &xv, d_tiles, n_tiles, (int32_t)(n_rows < slack ? n_rows : slack), n, y, cb->stream),
+            "matmul (mma)");
+    cb->act_valid = false;
+    return true;
+}
+
 static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y) {
     cuda_backend *cb = CB(be);
     const cuda_weight *cw = prepared(cb, w, "matmul");
@@ -697,6 +738,7 @@ static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int6
     const cuda_wview *v = &cw->v;
     const int64_t k = v->k, n = w->ne[1];
     const bool mmv = n_rows <= cb->tune.mmvq_max_rows && v->nb > 0;
+    if (!mmv && matmul_mmq_dense(cb, cw, x, n_rows, n, y)) return;
     if (!mmv) {
         const act_layout L = act_layout_of(n_rows, k);
         if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return;
