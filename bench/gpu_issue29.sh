@@ -11,6 +11,8 @@
 #       llama-bench -fa 1 on the same files and tests; the ratio table (bench/gpu_report.py: llama.cpp's
 #       median of samples_ts) over both calls' results.
 #
+# QUICK=1: only the prefill figures (Q4_K_M depths and long prompt, F16 pp512) and, on quarrel's side, the A/B of the
+# flash kernel's pipeline stages at depth 32768 (a shorter pair of calls).
 # Results accumulate in $G (default /tmp/g, on the device, kept while the machine stays warm); each call copies
 # a tarball of it and the table to $OUT. Environment: BUNDLE (build/bundle), LLAMA_BIN
 # (build-gpu/llama-bin/llama-bench.xz), G, REPS (3).
@@ -25,11 +27,21 @@ mkdir -p "$G" "$OUT"
 M=/tmp/qr_models
 log() { echo "[issue29 $(date +%T)] $*" | tee -a "$G/steps.txt"; }
 gpu() { BUNDLE=$B OUT=$G STEP_TIMEOUT=240 bench/gpu.sh "$@" >> "$G/gpu_sh.log" 2>&1; }
+PP_MODELS="mistral-7b:F16 mistral-7b:Q4_0"
+[ "${QUICK:-0}" = 1 ] && PP_MODELS="mistral-7b:F16"
 if [ "$MODE" = quarrel ]; then
     log "quarrel: depth sweep and long prompt (Q4_K_M)"
     gpu --models "mistral-7b:Q4_K_M" --tests "ppdepth pplong" --reps "$REPS" --no-llama
-    log "quarrel: pp512 (F16, Q4_0)"
-    gpu --models "mistral-7b:F16 mistral-7b:Q4_0" --tests pp --reps "$REPS" --no-llama
+    log "quarrel: pp512 ($PP_MODELS)"
+    gpu --models "$PP_MODELS" --tests pp --reps "$REPS" --no-llama
+    if [ "${QUICK:-0}" = 1 ]; then
+        log "A/B: flash kernel pipeline stages, pp512 @ d32768"
+        BUNDLE=$B OUT=$G/ab timeout 120 bench/gpu_ab.sh --model mistral-7b:Q4_K_M --tests pp --depth 32768 --rounds 2 \
+            --reps "$REPS" --set "" --set "QUARREL_CUDA_ATTN_FLASH_STAGES=2" > "$G/ab.log" 2>&1
+        tail -4 "$G/ab.log" | tee -a "$G/steps.txt"
+        tar czf "$OUT/issue29_$MODE.tgz" -C "$(dirname "$G")" "$(basename "$G")"
+        exit 0
+    fi
     log "A/B: flash kernel m16 tiles a warp, pp512 @ d16384"
     BUNDLE=$B OUT=$G/ab timeout 120 bench/gpu_ab.sh --model mistral-7b:Q4_K_M --tests pp --depth 16384 --rounds 1 \
         --reps "$REPS" --set "" --set "QUARREL_CUDA_ATTN_FLASH_MT=1" > "$G/ab.log" 2>&1
@@ -52,7 +64,7 @@ else
     LB=${LLAMA_BIN:-$PWD/build-gpu/llama-bin/llama-bench.xz}
     log "llama.cpp: the same files and tests"
     LLAMA_BIN=$LB gpu --models "mistral-7b:Q4_K_M" --tests "ppdepth pplong" --reps "$REPS" --no-quarrel
-    LLAMA_BIN=$LB gpu --models "mistral-7b:F16 mistral-7b:Q4_0" --tests pp --reps "$REPS" --no-quarrel
+    LLAMA_BIN=$LB gpu --models "$PP_MODELS" --tests pp --reps "$REPS" --no-quarrel
     python3 bench/gpu_report.py "$G/results.jsonl" > "$G/issue29.md" 2> "$G/report.log"
     cat "$G/issue29.md"
 fi

@@ -27,9 +27,10 @@
 #define FA_THREADS 128
 #define FA_BM 64 /* flat rows a CTA */
 #define FA_PAD 8 /* halves of padding a shared row: 8 rows of a ldmatrix fall in different banks */
-/* The launch forms (head size, keys a block, m16 tiles a warp); the backend picks MT (qr_cuda_tune.attn_flash_mt),
- * 1 for head size 256 (the registers). */
-#define FA_FORMS(X) X(64, 64, 2) X(64, 64, 1) X(128, 32, 2) X(128, 64, 1) X(256, 32, 1)
+/* The launch forms (head size, keys a block, m16 tiles a warp, K/V pipeline stages): the backend picks MT
+ * (qr_cuda_tune.attn_flash_mt; 1 for head size 256: the registers) and, where two forms differ only in them, the
+ * stages (attn_flash_stages); 3 stages where two CTAs an SM still fit the shared memory. */
+#define FA_FORMS(X) X(64, 64, 2, 3) X(64, 64, 1, 3) X(128, 32, 2, 3) X(128, 32, 2, 2) X(128, 64, 1, 2) X(256, 32, 1, 2)
 
 static __device__ __forceinline__ void fa_ldsm_x4(uint32_t (&r)[4], const __half *p) {
 #if defined(__CUDA_ARCH__)
@@ -75,12 +76,12 @@ static __device__ __forceinline__ float fa_quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-/* Shared memory of a CTA (halves): Q [BM][D + PAD], then K and V [2 stages][BN][D + PAD] each. MT m16 tiles a
+/* Shared memory of a CTA (halves): Q [BM][D + PAD], then K and V [ST stages][BN][D + PAD] each. MT m16 tiles a
  * warp (BM = 64 MT flat rows a CTA): the warp's tiles share every K and V fragment it loads. */
-template <int D, int BN, int MT> struct fa_cfg {
+template <int D, int BN, int MT, int ST> struct fa_cfg {
     static constexpr int BM = 16 * MT * (FA_THREADS / 32), P = D + FA_PAD;
-    static constexpr int O_K = BM * P, O_V = O_K + 2 * BN * P;
-    static constexpr int SMEM = (O_V + 2 * BN * P) * 2;
+    static constexpr int O_K = BM * P, O_V = O_K + ST * BN * P;
+    static constexpr int SMEM = (O_V + ST * BN * P) * 2;
 };
 
 /* Grid (tiles, n_head_kv, splits). tiles[b] = {first batch row of the run, rows in the run, first flat row, 0};
@@ -88,11 +89,11 @@ template <int D, int BN, int MT> struct fa_cfg {
  * f16 cache, positions, sequences, block tables, window, softcap, scale, sinks; out [n_tok][n_head * D] f32.
  * dk == dv == D. One split: out = the normalised output. Several: part[split][n_tok * n_head][D] = the split's
  * unnormalised output and stats[split][n_tok * n_head] = {max (log2 domain), sum}, for attn_flash_combine. */
-template <int D, int BN, int MT>
+template <int D, int BN, int MT, int ST>
 static __global__ void __launch_bounds__(FA_THREADS, 2)
     attn_flash_kernel(const cuda_attn_args a, const int4 *__restrict__ tiles, float *__restrict__ part,
                       float2 *__restrict__ stats) {
-    typedef fa_cfg<D, BN, MT> C;
+    typedef fa_cfg<D, BN, MT, ST> C;
     constexpr int P = C::P, BM = C::BM;
     extern __shared__ __align__(16) __half fsm[];
     __shared__ int s_pos[BM], s_first[BM], s_kmin, s_kmax;
@@ -132,11 +133,11 @@ static __global__ void __launch_bounds__(FA_THREADS, 2)
     const int jb = (int)((int64_t)n_all * z / ns), je = (int)((int64_t)n_all * (z + 1) / ns);
     const __half *kc = (const __half *)a.k_cache + (int64_t)kvh * D, *vc = (const __half *)a.v_cache + (int64_t)kvh * D;
 
-    /* K/V of key block j into stage j & 1, 16-byte chunks in row order (a warp reads whole cache rows); a power-of-2
+    /* K/V of key block j into stage j % ST, 16-byte chunks in row order (a warp reads whole cache rows); a power-of-2
      * block size divides by shifts */
     const int bs = a.block_size, bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
     auto load_kv = [&](int j) {
-        __half *ks = fsm + C::O_K + (j & 1) * BN * P, *vs = fsm + C::O_V + (j & 1) * BN * P;
+        __half *ks = fsm + C::O_K + (j % ST) * BN * P, *vs = fsm + C::O_V + (j % ST) * BN * P;
         const int k0 = kbase + j * BN;
 #pragma unroll
         for (int i = tid; i < BN * (D / 8); i += FA_THREADS) {
@@ -148,7 +149,6 @@ static __global__ void __launch_bounds__(FA_THREADS, 2)
             cp_async16(ks + key * P + c, kc + slot * kdim + c);
             cp_async16(vs + key * P + c, vc + slot * kdim + c);
         }
-        cp_async_commit();
     };
 
     /* this thread's rows: g and g + 8 of each of the warp's m16 tiles; the warp's key bounds over its valid
@@ -179,18 +179,21 @@ static __global__ void __launch_bounds__(FA_THREADS, 2)
         m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
     }
 
-    if (jb < je) load_kv(jb);
+    /* ST - 1 blocks in flight ahead of the one computed (a group committed every step, empty or not, keeps the
+     * wait count fixed); the barrier at the top of a step also ends every warp's use of the stage it reloads */
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        if (jb + i < je) load_kv(jb + i);
+        cp_async_commit();
+    }
     for (int j = jb; j < je; j++) {
-        if (j + 1 < je) {
-            load_kv(j + 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        cp_async_wait<ST - 2>();
         __syncthreads();
+        if (j + ST - 1 < je) load_kv(j + ST - 1);
+        cp_async_commit();
         const int k0 = kbase + j * BN;
         if (k0 <= wmax && k0 + BN > wmin) { /* some key of the block is visible to some row of the warp */
-            const __half *ks = fsm + C::O_K + (j & 1) * BN * P, *vs = fsm + C::O_V + (j & 1) * BN * P;
+            const __half *ks = fsm + C::O_K + (j % ST) * BN * P, *vs = fsm + C::O_V + (j % ST) * BN * P;
             float s[MT][BN / 8][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
@@ -281,8 +284,8 @@ static __global__ void __launch_bounds__(FA_THREADS, 2)
                 }
             }
         }
-        __syncthreads(); /* the next iteration's load overwrites this buffer */
     }
+    cp_async_wait<0>(); /* no copy outlives the CTA's shared memory */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -330,18 +333,18 @@ static __global__ void __launch_bounds__(D) attn_flash_combine(const cuda_attn_a
     a.out[rh * D + d] = den > 0.0f ? acc / den : 0.0f;
 }
 
-template <int D, int BN, int MT>
+template <int D, int BN, int MT, int ST>
 static cudaError_t launch_flash(const cuda_attn_args *a, const int4 *tiles, int32_t n_tiles, int32_t ns, float *part,
                                 cudaStream_t stream) {
-    typedef fa_cfg<D, BN, MT> C;
+    typedef fa_cfg<D, BN, MT, ST> C;
     static bool attr_set = false; /* per instantiation; the dynamic shared memory above 48 KiB */
     if (!attr_set) {
-        const cudaError_t e = cudaFuncSetAttribute(attn_flash_kernel<D, BN, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+        const cudaError_t e = cudaFuncSetAttribute(attn_flash_kernel<D, BN, MT, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
         if (e != cudaSuccess) return e;
         attr_set = true;
     }
     float2 *stats = ns > 1 ? (float2 *)(part + (size_t)ns * a->n_tok * a->n_head * D) : NULL;
-    attn_flash_kernel<D, BN, MT><<<dim3((unsigned)n_tiles, (unsigned)a->n_head_kv, (unsigned)ns), FA_THREADS, C::SMEM, stream>>>(
+    attn_flash_kernel<D, BN, MT, ST><<<dim3((unsigned)n_tiles, (unsigned)a->n_head_kv, (unsigned)ns), FA_THREADS, C::SMEM, stream>>>(
         *a, tiles, part, stats);
     if (ns > 1) {
         const cudaError_t e = cudaGetLastError();
@@ -357,7 +360,7 @@ extern "C" bool qr_cuda_attn_flash_supported(const cuda_attn_args *a) {
 
 extern "C" int32_t qr_cuda_attn_flash_rows(int32_t head_dim, int32_t mt) {
     if (head_dim == 256) mt = 1;
-#define FORM(D, BN, MT) if (head_dim == D && mt == MT) return fa_cfg<D, BN, MT>::BM;
+#define FORM(D, BN, MT, ST) if (head_dim == D && mt == MT) return fa_cfg<D, BN, MT, ST>::BM;
     FA_FORMS(FORM)
 #undef FORM
     return 0;
@@ -381,13 +384,18 @@ extern "C" int32_t qr_cuda_attn_flash_tiles(const int32_t *seq, int32_t n_tok, i
     return n;
 }
 
-extern "C" cudaError_t qr_cuda_attention_flash(const cuda_attn_args *a, int32_t mt, const int32_t *tiles,
+extern "C" cudaError_t qr_cuda_attention_flash(const cuda_attn_args *a, int32_t mt, int32_t stages, const int32_t *tiles,
                                                int32_t n_tiles, int32_t n_splits, float *part, cudaStream_t stream) {
     if (!qr_cuda_attn_flash_supported(a) || n_tiles < 1 || n_splits < 1 || (n_splits > 1 && !part))
         return cudaErrorInvalidValue;
     const int4 *t = (const int4 *)tiles;
     if (a->dk == 256) mt = 1;
-#define FORM(D, BN, MT) if (a->dk == D && mt == MT) return launch_flash<D, BN, MT>(a, t, n_tiles, n_splits, part, stream);
+    /* the form of (head size, mt) with these stages, else the first of (head size, mt) */
+#define FORM(D, BN, MT, ST) \
+    if (a->dk == D && mt == MT && ST == stages) return launch_flash<D, BN, MT, ST>(a, t, n_tiles, n_splits, part, stream);
+    FA_FORMS(FORM)
+#undef FORM
+#define FORM(D, BN, MT, ST) if (a->dk == D && mt == MT) return launch_flash<D, BN, MT, ST>(a, t, n_tiles, n_splits, part, stream);
     FA_FORMS(FORM)
 #undef FORM
     return cudaErrorInvalidValue;

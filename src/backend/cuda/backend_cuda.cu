@@ -1203,7 +1203,8 @@ static bool attn_flash(cuda_backend *cb, const cuda_attn_args *a, int32_t max_sp
             return true;
         part = (float *)cb->attn;
     }
-    cuda_ok(cb, qr_cuda_attention_flash(a, mt, (const int32_t *)cb->fa_tiles, cb->fa_n, (int32_t)ns, part, cb->stream),
+    cuda_ok(cb, qr_cuda_attention_flash(a, mt, cb->tune.attn_flash_stages, (const int32_t *)cb->fa_tiles, cb->fa_n,
+                                        (int32_t)ns, part, cb->stream),
             "attention (flash)");
     return true;
 }

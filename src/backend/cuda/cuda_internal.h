@@ -29,13 +29,16 @@ typedef struct qr_cuda_tune {
                               * attention (attention_flash.cu) where it applies; 0: the kernels above
                               * (QUARREL_CUDA_ATTN=noflash, old or decode) */
     int32_t attn_flash_min_run; /* default 4 (QUARREL_CUDA_ATTN_FLASH_MIN_RUN) */
-    int32_t mmq_dense;       /* 1 (default): a plain matmul of more rows than the mat-vec takes, up to
-                              * mmq_dense_max_rows, runs on the int8 tensor-core kernel (matmul_mma.cu) for the types
-                              * it supports (Q4_0, Q8_0, MXFP4, IQ4_NL) instead of dequantize + cuBLAS
-                              * (QUARREL_CUDA_MMQ_DENSE=0 turns it off) */
+    int32_t mmq_dense;       /* 1: a plain matmul of more rows than the mat-vec takes, up to mmq_dense_max_rows, runs
+                              * on the int8 tensor-core kernel of the expert GEMM (matmul_mma.cu) for the types it
+                              * supports (Q4_0, Q8_0, MXFP4, IQ4_NL) instead of dequantize + cuBLAS; 0 (default: its
+                              * grid of n_out / 128 x row tiles leaves most SMs idle on dense shapes, batched decode
+                              * at 64 rows measured 2x slower on the H200) (QUARREL_CUDA_MMQ_DENSE=1 turns it on) */
     int32_t mmq_dense_max_rows; /* default 256, at most 4096 (QUARREL_CUDA_MMQ_DENSE_MAX_ROWS) */
     int32_t attn_flash_mt;   /* m16 tiles a warp of the flash kernel (head sizes 64 and 128): 1 or 2 (default;
                               * QUARREL_CUDA_ATTN_FLASH_MT) */
+    int32_t attn_flash_stages; /* K/V pipeline stages of the flash kernel where a form has a choice (head size 128 with
+                                * two m16 tiles a warp): 3 (default) or 2 (QUARREL_CUDA_ATTN_FLASH_STAGES) */
     int32_t attn_flash_splits; /* key splits a tile of the flash kernel; 0 (default) = enough CTAs for two an SM,
                                 * each split >= 4 key blocks (QUARREL_CUDA_ATTN_FLASH_SPLITS) */
     int32_t pinned_host;     /* 1: host_alloc gives page-locked memory (the context's logits); 0: it gives

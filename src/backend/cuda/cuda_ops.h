@@ -195,8 +195,8 @@ int32_t qr_cuda_attn_flash_rows(int32_t head_dim, int32_t mt);
  * rows x group query heads; writes min(count, cap) tiles (tiles may be NULL) and returns the count. */
 int32_t qr_cuda_attn_flash_tiles(const int32_t *seq, int32_t n_tok, int32_t group, int32_t rows_per_tile,
                                  int32_t *tiles, int32_t cap);
-cudaError_t qr_cuda_attention_flash(const cuda_attn_args *a, int32_t mt, const int32_t *tiles, int32_t n_tiles,
-                                    int32_t n_splits, float *part, cudaStream_t stream);
+cudaError_t qr_cuda_attention_flash(const cuda_attn_args *a, int32_t mt, int32_t stages, const int32_t *tiles,
+                                    int32_t n_tiles, int32_t n_splits, float *part, cudaStream_t stream);
 /* Bytes of split scratch: [n_splits][n_tok * n_head][dv] partial outputs, then [n_splits][n_tok * n_head] stats. */
 static inline size_t qr_cuda_attn_flash_part_bytes(const cuda_attn_args *a, int32_t n_splits) {
     return (size_t)n_splits * (size_t)a->n_tok * (size_t)a->n_head * ((size_t)a->dv + 2) * 4;

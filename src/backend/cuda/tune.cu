@@ -55,7 +55,8 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->attn_flash_min_run = env_int("QUARREL_CUDA_ATTN_FLASH_MIN_RUN", 1, 1 << 20, 4);
     t->attn_flash_splits = env_int("QUARREL_CUDA_ATTN_FLASH_SPLITS", 0, 64, 0);
     t->attn_flash_mt = env_int("QUARREL_CUDA_ATTN_FLASH_MT", 1, 2, 2);
-    t->mmq_dense = !env_is("QUARREL_CUDA_MMQ_DENSE", "0");
+    t->attn_flash_stages = env_int("QUARREL_CUDA_ATTN_FLASH_STAGES", 2, 3, 3);
+    t->mmq_dense = env_is("QUARREL_CUDA_MMQ_DENSE", "1"); /* off: 2x slower than dequant + cuBLAS at 64 rows (H200) */
     t->mmq_dense_max_rows = env_int("QUARREL_CUDA_MMQ_DENSE_MAX_ROWS", 0, 4096, 256);
     t->attn_cluster = !env_is("QUARREL_CUDA_ATTN", "nocluster");
     t->pinned_host = !env_is("QUARREL_CUDA_PINNED", "0");

@@ -98,12 +98,12 @@ extern "C" {
 static uint64_t rs = 777;
 static float frand() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (float)((rs >> 11) * 0x1p-53 * 2 - 1); }
 
-template <int D, int BN, int MT>
+template <int D, int BN, int MT, int ST>
 static void run_grid(const cuda_attn_args &a, const int32_t *tiles, int n_tiles, int ns) {
     std::vector<float> part((size_t)ns * a.n_tok * a.n_head * D, NAN);
     std::vector<float2> stats((size_t)ns * a.n_tok * a.n_head);
     host_run_grid((unsigned)n_tiles, (unsigned)a.n_head_kv, 128,
-                  [&] { attn_flash_kernel<D, BN, MT>(a, (const int4 *)tiles, part.data(), stats.data()); }, (unsigned)ns);
+                  [&] { attn_flash_kernel<D, BN, MT, ST>(a, (const int4 *)tiles, part.data(), stats.data()); }, (unsigned)ns);
     if (ns > 1)
         host_run_grid((unsigned)(a.n_tok * a.n_head), 1, D, [&] { attn_flash_combine<D>(a, ns, part.data(), stats.data()); });
 }
@@ -159,7 +159,12 @@ int main(int argc, char **argv) {
     const int n_tiles = qr_cuda_attn_flash_tiles(dseq.data(), rows, group, bm, NULL, 0);
     std::vector<int32_t> tiles(4 * n_tiles);
     if (qr_cuda_attn_flash_tiles(dseq.data(), rows, group, bm, tiles.data(), n_tiles) != n_tiles) { fprintf(stderr, "tile count changed\n"); return 1; }
-#define FORM(D, BN, MT) if (dd == D && bm == fa_cfg<D, BN, MT>::BM) run_grid<D, BN, MT>(a, tiles.data(), n_tiles, ns);
+    const int stages = getenv("STAGES") ? atoi(getenv("STAGES")) : 3;
+    bool ran = false; /* the form of (head size, tile rows) with these stages, else the first such form */
+#define FORM(D, BN, MT, ST) if (!ran && dd == D && bm == fa_cfg<D, BN, MT, ST>::BM && ST == stages) run_grid<D, BN, MT, ST>(a, tiles.data(), n_tiles, ns), ran = true;
+    FA_FORMS(FORM)
+#undef FORM
+#define FORM(D, BN, MT, ST) if (!ran && dd == D && bm == fa_cfg<D, BN, MT, ST>::BM) run_grid<D, BN, MT, ST>(a, tiles.data(), n_tiles, ns), ran = true;
     FA_FORMS(FORM)
 #undef FORM
     double mx = 0, mw = 0;

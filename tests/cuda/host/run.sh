@@ -53,7 +53,7 @@ try:
     k = '#define MMV_THREADS 128\n' + ''.join(s[s.index(a):s.index(b, s.index(a))] for a, b in cuts)
     open(t + '/mmv_id_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
     s = open('src/backend/cuda/attention_flash.cu').read()  # the tensor-core flash attention (check_flash)
-    a, b = s.index('#define FA_THREADS'), s.index('template <int D, int BN, int MT>\nstatic cudaError_t launch_flash')
+    a, b = s.index('#define FA_THREADS'), s.index('template <int D, int BN, int MT, int ST>\nstatic cudaError_t launch_flash')
     c, d = s.index('extern "C" int32_t qr_cuda_attn_flash_rows'), s.index('extern "C" cudaError_t qr_cuda_attention_flash')
     k = (s[a:b] + s[c:d]).replace('extern __shared__ __align__(16) __half fsm[];', '__half *fsm = g_fa_smem;')
     open(t + '/flash_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void').replace('extern "C" ', ''))
@@ -101,6 +101,7 @@ run_flash() { # the flash attention kernel (attention_flash.cu): n_head n_head_k
     SPLITS=2 LEN=200 "$T/check_flash" 4 2 256 16 50 20 30 5 || r=1  # head 256, window, softcap
     MT=1 "$T/check_flash" 32 8 128 16 0 0 20 17 || r=1                 # one m16 tile a warp
     MT=1 SPLITS=2 SINKS=1 "$T/check_flash" 6 2 64 16 24 0 50 30 || r=1
+    STAGES=2 LEN=300 "$T/check_flash" 32 8 128 16 0 0 40 9 || r=1   # the two-stage pipeline form
     return $r
 }
 if [ "$ONLY" = fast ]; then
