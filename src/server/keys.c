@@ -1,6 +1,7 @@
 /* keys.c — the SQLite API key store (see keys.h). */
 #include "server/keys.h"
 
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <sqlite3.h>
@@ -8,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "util/util.h"
 
@@ -40,8 +43,21 @@ static int random_hex(char *out, size_t n_hex) {
     return 0;
 }
 
+/* The store holds key hashes and names: owner-only (0600). A new file is created 0600 before SQLite
+ * opens it (SQLite would create it 0644 under the usual umask); an existing one is tightened to 0600
+ * on every open (chmod fails harmlessly on a file owned by someone else). */
+static void restrict_mode(const char *path, bool create) {
+    if (create) {
+        const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (fd >= 0) close(fd);
+    }
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & 077)) chmod(path, 0600);
+}
+
 srv_keys *srv_keys_open(const char *path, bool create, char *err, size_t err_len) {
     sqlite3 *db = NULL;
+    restrict_mode(path, create);
     const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
     if (sqlite3_open_v2(path, &db, flags, NULL) != SQLITE_OK) {
         qr_errf(err, err_len, QR_ERR_IO, "key store %s: %s", path, db ? sqlite3_errmsg(db) : "cannot open");
