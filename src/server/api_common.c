@@ -256,14 +256,29 @@ int srv_h_models(srv_conn *rc) {
     return srv_send_json(rc, 200, json_pack("{s:o}", "models", a));
 }
 
-int srv_h_model_info(srv_conn *rc, const char *name) {
+/* Sends to_json(rc, m) of the loaded model named by the URL-encoded path segment name (never loads
+ * one); 404 MODEL_NOT_FOUND otherwise. */
+static int send_one_model(srv_conn *rc, const char *name, json_t *(*to_json)(const srv_conn *rc, const srv_model *m)) {
     char dec[1024];
     mg_url_decode(name, (int)strlen(name), dec, (int)sizeof dec, 0);
     srv_model *m = srv_acquire_model(rc, dec, false);
     if (!m) return rc->status;
-    json_t *j = own_model_json(m);
+    json_t *j = to_json(rc, m);
     srv_registry_release(rc->s->reg, m, false, 0);
     return srv_send_json(rc, 200, j);
+}
+
+static json_t *own_model_of(const srv_conn *rc, const srv_model *m) {
+    (void)rc;
+    return own_model_json(m);
+}
+
+int srv_h_model_info(srv_conn *rc, const char *name) { return send_one_model(rc, name, own_model_of); }
+
+/* The OpenAI model object of a loaded model named name. */
+static json_t *openai_model_json(const srv_conn *rc, const char *name) {
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", name, "object", "model", "created", (json_int_t)rc->s->started_at,
+                     "owned_by", "quarrel");
 }
 
 int srv_h_openai_models(srv_conn *rc) {
@@ -273,9 +288,12 @@ int srv_h_openai_models(srv_conn *rc) {
     size_t i;
     json_t *e;
     json_array_foreach(a, i, e) {
-        json_array_append_new(data, json_pack("{s:O, s:s, s:I, s:s}", "id", json_object_get(e, "name"), "object",
-                                              "model", "created", (json_int_t)rc->s->started_at, "owned_by", "quarrel"));
+        json_array_append_new(data, openai_model_json(rc, json_string_value(json_object_get(e, "name"))));
     }
     json_decref(a);
     return srv_send_json(rc, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
+
+static json_t *openai_model_of(const srv_conn *rc, const srv_model *m) { return openai_model_json(rc, m->name); }
+
+int srv_h_openai_model(srv_conn *rc, const char *id) { return send_one_model(rc, id, openai_model_of); }

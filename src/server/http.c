@@ -77,6 +77,41 @@ int srv_send_json(srv_conn *rc, int status, json_t *j) {
     return r;
 }
 
+/* OpenAI's error type for an HTTP status. */
+static const char *openai_error_type(int status) {
+    switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 429: return "rate_limit_error";
+    case 400: case 405: case 413: case 426: return "invalid_request_error";
+    default: return "server_error";
+    }
+}
+
+/* Ollama's own routes (the Ollama API, not Quarrel's /api/models, /api/stream). */
+static bool ollama_route(const char *path) {
+    static const char *const routes[] = {"/api/generate", "/api/chat", "/api/embed", "/api/embeddings",
+                                         "/api/tags", "/api/show", "/api/ps", "/api/version"};
+    for (size_t i = 0; path && i < sizeof routes / sizeof routes[0]; i++)
+        if (!strcmp(path, routes[i])) return true;
+    return false;
+}
+
+/* The error body: {"error": {"code", "message"}} (docs/api.md); OpenAI routes (/v1/...) add OpenAI's
+ * "type" and "param"; a 429 on an Ollama route is Ollama's {"error": "message"} (plus "code"). */
+static json_t *error_json(const srv_conn *rc, int status, const char *code, const char *msg) {
+    const char *path = rc->ri ? rc->ri->local_uri : NULL;
+    if (status == 429 && ollama_route(path)) return json_pack("{s:s, s:s}", "error", msg, "code", code);
+    json_t *j = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
+    if (j && path && !strncmp(path, "/v1/", 4)) {
+        json_t *e = json_object_get(j, "error");
+        json_object_set_new(e, "type", json_string(openai_error_type(status)));
+        json_object_set_new(e, "param", json_null());
+    }
+    return j;
+}
+
 int srv_send_error(srv_conn *rc, int status, const char *code, int retry_after_s, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
@@ -84,8 +119,8 @@ int srv_send_error(srv_conn *rc, int status, const char *code, int retry_after_s
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     rc->err_code = code;
-    json_t *j = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
-    if (!j) j = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", "(message not UTF-8)");
+    json_t *j = error_json(rc, status, code, msg);
+    if (!j) j = error_json(rc, status, code, "(message not UTF-8)");
     char extra[64] = "";
     if (retry_after_s > 0) snprintf(extra, sizeof extra, "Retry-After: %d\r\n", retry_after_s);
     char *s = json_dumps(j, JSON_COMPACT);

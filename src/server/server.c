@@ -316,9 +316,16 @@ static int handle(struct mg_connection *c, void *cbdata) {
             path_known = true;
             if (!strcmp(routes[i].method, method)) rt = &routes[i];
         }
+    int (*model_fn)(srv_conn *, const char *) = NULL; /* GET /api/models/{name}, GET /v1/models/{id} */
+    const char *model_route = NULL;
     if (!strncmp(path, "/api/models/", 12) && path[12]) {
         path_known = true;
         model_name = path + 12;
+        model_fn = srv_h_model_info, model_route = "/api/models/{name}";
+    } else if (!strncmp(path, "/v1/models/", 11) && path[11]) {
+        path_known = true;
+        model_name = path + 11;
+        model_fn = srv_h_openai_model, model_route = "/v1/models/{id}";
     }
     if (!strcmp(method, "OPTIONS")) { /* CORS preflight */
         rc.endpoint = "preflight";
@@ -349,7 +356,7 @@ static int handle(struct mg_connection *c, void *cbdata) {
         srv_send_error(&rc, 405, "INVALID_REQUEST", 0, "method %s is not allowed on %s", method, path);
         goto done;
     }
-    rc.endpoint = rt ? rt->path : "/api/models/{name}";
+    rc.endpoint = rt ? rt->path : model_route;
     if (!rt || !rt->public_) {
         int status, retry;
         const char *code;
@@ -365,7 +372,7 @@ static int handle(struct mg_connection *c, void *cbdata) {
     }
     if (rt && rt->body && read_body(&rc) < 0) goto done;
     if (rt) rt->fn(&rc);
-    else srv_h_model_info(&rc, model_name);
+    else model_fn(&rc, model_name);
     if (!rc.headers_sent) srv_send_error(&rc, 500, "INFERENCE_ERROR", 0, "no response");
 done:
     finish_request(&rc, method, path);

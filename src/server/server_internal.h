@@ -133,6 +133,8 @@ int srv_h_ollama_embeddings(srv_conn *rc);
 int srv_h_openai_chat(srv_conn *rc);
 int srv_h_openai_completions(srv_conn *rc);
 int srv_h_openai_models(srv_conn *rc);
+/* GET /v1/models/{id}: one OpenAI model object; 404 MODEL_NOT_FOUND for an id not loaded. */
+int srv_h_openai_model(srv_conn *rc, const char *id);
 int srv_h_openai_embeddings(srv_conn *rc);
 int srv_h_models(srv_conn *rc);
 int srv_h_model_info(srv_conn *rc, const char *name);

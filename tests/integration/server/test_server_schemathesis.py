@@ -31,5 +31,5 @@ def test_schemathesis(make_server, smollm, tmp_path):
     tail = r.stdout[-6000:]
     print(tail[-2500:])  # the summary (shown with pytest -s)
     assert r.returncode == 0, tail
-    assert "22/22" in r.stdout and "Tested: 22" in r.stdout, tail
+    assert "23/23" in r.stdout and "Tested: 23" in r.stdout, tail
     assert s.proc.poll() is None  # still up
