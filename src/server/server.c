@@ -102,12 +102,38 @@ static bool ws_protocol_key(const char *list, char *out, size_t cap) {
     return false;
 }
 
-int srv_check_auth(qr_server *s, const struct mg_connection *c, char *key_id, size_t key_cap, int *status,
-                   const char **code, char *msg, size_t msg_cap, int *retry_after) {
-    key_id[0] = 0;
-    *retry_after = 0;
-    double rpm = s->cfg.rate_rpm, tpm = s->cfg.rate_tpm;
-    const char *bucket = "anonymous";
+const char *srv_auth_bucket(const srv_auth *a) { return a->key_id[0] ? a->key_id : "anonymous"; }
+
+int srv_recheck_auth(qr_server *s, srv_auth *a) {
+    a->retry_after = 0;
+    a->rpm = s->cfg.rate_rpm, a->tpm = s->cfg.rate_tpm;
+    if (s->keys) {
+        srv_key_info ki;
+        if (!a->key[0]) {
+            a->status = 401, a->code = "UNAUTHORIZED";
+            snprintf(a->msg, sizeof a->msg, "an API key is required (Authorization: Bearer KEY or X-API-Key: KEY)");
+            return -1;
+        }
+        if (srv_keys_verify(s->keys, a->key, &ki) != 0) {
+            a->status = 401, a->code = "UNAUTHORIZED";
+            snprintf(a->msg, sizeof a->msg, "invalid or revoked API key");
+            return -1;
+        }
+        snprintf(a->key_id, sizeof a->key_id, "%s", ki.id);
+        if (ki.rpm > 0) a->rpm = ki.rpm;
+        if (ki.tpm > 0) a->tpm = ki.tpm;
+    }
+    const int wait = srv_ratelimit_request(s->rl, srv_auth_bucket(a), a->rpm, a->tpm);
+    if (wait > 0) {
+        a->status = 429, a->code = "RATE_LIMITED", a->retry_after = wait;
+        snprintf(a->msg, sizeof a->msg, "rate limit exceeded; retry in %d s", wait);
+        return -1;
+    }
+    return 0;
+}
+
+int srv_check_auth(qr_server *s, const struct mg_connection *c, srv_auth *a) {
+    memset(a, 0, sizeof *a);
     if (s->keys) {
         const char *auth = mg_get_header(c, "Authorization");
         const char *xkey = mg_get_header(c, "X-API-Key");
@@ -117,30 +143,11 @@ int srv_check_auth(qr_server *s, const struct mg_connection *c, char *key_id, si
         char proto_key[128];
         if (!presented && ws_protocol_key(mg_get_header(c, "Sec-WebSocket-Protocol"), proto_key, sizeof proto_key))
             presented = proto_key;
-        srv_key_info ki;
-        if (!presented) {
-            *status = 401, *code = "UNAUTHORIZED";
-            snprintf(msg, msg_cap, "an API key is required (Authorization: Bearer KEY or X-API-Key: KEY)");
-            return -1;
-        }
-        while (*presented == ' ') presented++;
-        if (srv_keys_verify(s->keys, presented, &ki) != 0) {
-            *status = 401, *code = "UNAUTHORIZED";
-            snprintf(msg, msg_cap, "invalid or revoked API key");
-            return -1;
-        }
-        snprintf(key_id, key_cap, "%s", ki.id);
-        bucket = key_id;
-        if (ki.rpm > 0) rpm = ki.rpm;
-        if (ki.tpm > 0) tpm = ki.tpm;
+        while (presented && *presented == ' ') presented++;
+        if (presented && strlen(presented) < sizeof a->key) snprintf(a->key, sizeof a->key, "%s", presented);
+        else if (presented) snprintf(a->key, sizeof a->key, "-"); /* too long to be a key: fails verification */
     }
-    const int wait = srv_ratelimit_request(s->rl, bucket, rpm, tpm);
-    if (wait > 0) {
-        *status = 429, *code = "RATE_LIMITED", *retry_after = wait;
-        snprintf(msg, msg_cap, "rate limit exceeded; retry in %d s", wait);
-        return -1;
-    }
-    return 0;
+    return srv_recheck_auth(s, a);
 }
 
 void srv_account_tokens(srv_conn *rc, int32_t n_prompt, int32_t n_gen, double ttft_s) {
@@ -157,12 +164,7 @@ void srv_account_tokens(srv_conn *rc, int32_t n_prompt, int32_t n_gen, double tt
         snprintf(lab, sizeof lab, "model=\"%s\"", esc);
         srv_metrics_observe(s->metrics, "quarrel_time_to_first_token_seconds", lab, ttft_s);
     }
-    double tpm = s->cfg.rate_tpm;
-    if (s->keys && rc->key_id[0]) {
-        srv_key_info ki; /* the per-key limit, if any, was applied at auth time; charge with the default */
-        (void)ki;
-    }
-    srv_ratelimit_tokens(s->rl, rc->key_id[0] ? rc->key_id : "anonymous", n_prompt + n_gen, tpm);
+    srv_ratelimit_tokens(s->rl, rc->key_id[0] ? rc->key_id : "anonymous", n_prompt + n_gen, rc->tpm);
 }
 
 srv_model *srv_acquire_model(srv_conn *rc, const char *name, bool may_load) {
@@ -358,11 +360,12 @@ static int handle(struct mg_connection *c, void *cbdata) {
     }
     rc.endpoint = rt ? rt->path : model_route;
     if (!rt || !rt->public_) {
-        int status, retry;
-        const char *code;
-        char msg[256];
-        if (srv_check_auth(s, c, rc.key_id, sizeof rc.key_id, &status, &code, msg, sizeof msg, &retry) < 0) {
-            srv_send_error(&rc, status, code, retry, "%s", msg);
+        srv_auth a;
+        const int ok = srv_check_auth(s, c, &a);
+        snprintf(rc.key_id, sizeof rc.key_id, "%s", a.key_id);
+        rc.tpm = a.tpm;
+        if (ok < 0) {
+            srv_send_error(&rc, a.status, a.code, a.retry_after, "%s", a.msg);
             goto done;
         }
         if (atomic_load(&s->draining)) {

@@ -51,6 +51,7 @@ typedef struct srv_conn {
     char *body;              /* request body (NUL-terminated), NULL when none */
     size_t body_len;
     char key_id[40];         /* authenticated key id, "" when auth is off */
+    double tpm;              /* the token limit charged (the key's own, else --rate-tpm; 0 = none) */
     bool headers_sent;
     char cors_origin[512];   /* Access-Control-Allow-Origin to send, "" = none */
     int32_t n_prompt, n_gen; /* tokens, for metrics and rate limits */
@@ -169,10 +170,25 @@ int srv_h_static(srv_conn *rc);
 void srv_ws_register(qr_server *s);
 
 /* ---- server.c: middleware used by ws.c ---- */
-/* Authenticates a request's headers (key store) and applies the request rate limit; on failure
- * fills status/code/message/retry. 0 ok. */
-int srv_check_auth(qr_server *s, const struct mg_connection *c, char *key_id, size_t key_cap, int *status,
-                   const char **code, char *msg, size_t msg_cap, int *retry_after);
+/* Who a request or a WebSocket message runs as, and the outcome of the last check. */
+typedef struct srv_auth {
+    char key[128];           /* the key presented ("" when auth is off or none was sent) */
+    char key_id[40];         /* its id once verified; "" when auth is off */
+    double rpm, tpm;         /* the limits that apply: the key's own, else --rate-rpm / --rate-tpm */
+    int status;              /* on failure: 401 or 429 */
+    const char *code;        /* on failure: UNAUTHORIZED or RATE_LIMITED */
+    char msg[256];
+    int retry_after;         /* seconds, with 429 */
+} srv_auth;
+
+/* Authenticates a request's headers (key store) and applies the request rate limit; fills *a (on
+ * failure status/code/msg/retry_after). 0 ok, -1 refused. */
+int srv_check_auth(qr_server *s, const struct mg_connection *c, srv_auth *a);
+/* Verifies a->key again (revoked or rotated keys fail; the key's limits are read again) and applies
+ * the request rate limit: what srv_check_auth does, for one more request on a WebSocket. */
+int srv_recheck_auth(qr_server *s, srv_auth *a);
+/* The rate-limit bucket of a: its key id, or "anonymous". */
+const char *srv_auth_bucket(const srv_auth *a);
 
 /* The embedded OpenAPI document. */
 extern const char qr_openapi_yaml[];

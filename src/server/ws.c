@@ -27,11 +27,8 @@ typedef struct ws_state {
     bool joinable;          /* writer thread started and not joined */
     pthread_t writer;
     srv_job job;
-    char key_id[40];
+    srv_auth auth;          /* the key and its limits */
     int auth_status;        /* != 0: refused at connect (sent in ready) */
-    const char *auth_code;
-    char auth_msg[256];
-    int auth_retry;
     char rid[72];
 } ws_state;
 
@@ -123,8 +120,8 @@ static void *writer_main(void *arg) {
         srv_metrics_add(w->s->metrics, "quarrel_tokens_total", lab, done->timing.n_prompt);
         snprintf(lab, sizeof lab, "model=\"%s\",kind=\"generated\"", esc);
         srv_metrics_add(w->s->metrics, "quarrel_tokens_total", lab, done->timing.n_gen);
-        srv_ratelimit_tokens(w->s->rl, w->key_id[0] ? w->key_id : "anonymous",
-                             done->timing.n_prompt + done->timing.n_gen, w->s->cfg.rate_tpm);
+        srv_ratelimit_tokens(w->s->rl, srv_auth_bucket(&w->auth), done->timing.n_prompt + done->timing.n_gen,
+                             w->auth.tpm);
     }
     if (ttft >= 0) {
         snprintf(lab, sizeof lab, "model=\"%s\"", esc);
@@ -170,7 +167,7 @@ static void on_inference(ws_state *w, json_t *payload) {
     if (busy) return ws_error(w, "INVALID_REQUEST", "a generation is already running on this connection; send stop first");
     join_writer(w); /* the previous one finished */
     if (atomic_load(&w->s->draining)) return ws_error(w, "OVERLOADED", "the server is shutting down");
-    const int wait = srv_ratelimit_request(w->s->rl, w->key_id[0] ? w->key_id : "anonymous", w->s->cfg.rate_rpm,
+    const int wait = srv_ratelimit_request(w->s->rl, srv_auth_bucket(&w->auth), w->s->cfg.rate_rpm,
                                            w->s->cfg.rate_tpm);
     if (wait > 0) return ws_error(w, "RATE_LIMITED", "rate limit exceeded; retry in %d s", wait);
     if (!json_is_object(payload)) return ws_error(w, "INVALID_REQUEST", "'payload' of an inference message must be an object");
@@ -249,12 +246,8 @@ static int ws_connect(const struct mg_connection *c, void *cbdata) {
     if (!w) return 1;
     w->s = s;
     pthread_mutex_init(&w->mu, NULL);
-    if (srv_check_auth(s, c, w->key_id, sizeof w->key_id, &w->auth_status, &w->auth_code, w->auth_msg,
-                       sizeof w->auth_msg, &w->auth_retry) < 0) {
-        /* accepted so that the client reads a clear error message before the close */
-    } else {
-        w->auth_status = 0;
-    }
+    /* a refused one is accepted so that the client reads a clear error message before the close */
+    w->auth_status = srv_check_auth(s, c, &w->auth) < 0 ? w->auth.status : 0;
     mg_set_user_connection_data(c, w);
     return 0;
 }
@@ -266,7 +259,7 @@ static void ws_ready(struct mg_connection *c, void *cbdata) {
     w->c = c;
     srv_metrics_add(w->s->metrics, "quarrel_connections_active", "kind=\"ws\"", 1);
     if (w->auth_status) {
-        ws_error(w, w->auth_code, "%s", w->auth_msg);
+        ws_error(w, w->auth.code, "%s", w->auth.msg);
         ws_close(w, 1008, "unauthorized");
     }
 }

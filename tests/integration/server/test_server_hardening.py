@@ -38,3 +38,28 @@ def test_openai_models_retrieve(server):
     assert r.status_code == 404 and e["code"] == "MODEL_NOT_FOUND" and e["type"] == "not_found_error"
     assert "no-such-model" in e["message"] and "param" in e
     assert requests.post(server.url + "/v1/models/" + MODEL_NAME, timeout=5).status_code == 405
+
+
+def test_key_token_limit_http(quarrel_bin, smollm, make_server, tmp_path):
+    """A key's own --tpm is charged on the HTTP routes of both APIs (not the server-wide --rate-tpm)."""
+    db = str(tmp_path / "keys.db")
+    c = keys(quarrel_bin, db, "create", "--name", "c", "--tpm", "40")
+    o = keys(quarrel_bin, db, "create", "--name", "o", "--tpm", "5")
+    s = make_server([smollm], ["--api-key-db", db])
+    body = {"model": MODEL_NAME, "prompt": "Hello there", "max_tokens": 30, "temperature": 0, "ignore_eos": True}
+    h = {"Authorization": "Bearer " + c["key"]}
+    codes = [requests.post(s.url + "/v1/completions", json=body, headers=h, timeout=60) for _ in range(4)]
+    assert [r.status_code for r in codes[:2]] == [200, 200] and codes[3].status_code == 429, [r.status_code for r in codes]
+    e = codes[3].json()["error"]
+    assert e["code"] == "RATE_LIMITED" and e["type"] == "rate_limit_error" and int(codes[3].headers["Retry-After"]) >= 1
+    client = openai.OpenAI(base_url=s.url + "/v1", api_key=c["key"], max_retries=0)
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    # Ollama route: charged too, and refused in Ollama's error shape
+    g = {"model": MODEL_NAME, "prompt": "Hello there, how are you today? Tell me a story.", "raw": True,
+         "stream": False, "options": {"num_predict": 4, "temperature": 0}}  # > 5 tokens
+    ho = {"X-API-Key": o["key"]}
+    assert requests.post(s.url + "/api/generate", json=g, headers=ho, timeout=60).status_code == 200
+    r = requests.post(s.url + "/api/generate", json=g, headers=ho, timeout=60)
+    assert r.status_code == 429 and isinstance(r.json()["error"], str) and r.json()["code"] == "RATE_LIMITED"
+    assert int(r.headers["Retry-After"]) >= 1
