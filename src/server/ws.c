@@ -4,6 +4,8 @@
  *   server -> client: inference {token, token_id, complete, tokens_per_sec} per token, then one
  *                     with complete = true (finish_reason, usage); status; metrics; error
  *                     {code, message}; pong
+ * Every inference message verifies the connection's key again and takes a request from its rate
+ * limits (the handshake took the first); a refusal is an in-band error {code, message}.
  * One generation at a time per connection; "stop" cancels it (its KV blocks free before the next
  * scheduler step). WebSocket ping frames are answered with pong frames. Frames larger than 1 MiB
  * close the connection with 1009, text that is not UTF-8 with 1007. */
@@ -167,9 +169,9 @@ static void on_inference(ws_state *w, json_t *payload) {
     if (busy) return ws_error(w, "INVALID_REQUEST", "a generation is already running on this connection; send stop first");
     join_writer(w); /* the previous one finished */
     if (atomic_load(&w->s->draining)) return ws_error(w, "OVERLOADED", "the server is shutting down");
-    const int wait = srv_ratelimit_request(w->s->rl, srv_auth_bucket(&w->auth), w->s->cfg.rate_rpm,
-                                           w->s->cfg.rate_tpm);
-    if (wait > 0) return ws_error(w, "RATE_LIMITED", "rate limit exceeded; retry in %d s", wait);
+    /* every inference message is a request: the key is verified again (revoked or rotated keys stop
+     * here) and its rpm / tpm apply; a refusal is an error message, the socket stays open */
+    if (srv_recheck_auth(w->s, &w->auth) < 0) return ws_error(w, w->auth.code, "%s", w->auth.msg);
     if (!json_is_object(payload)) return ws_error(w, "INVALID_REQUEST", "'payload' of an inference message must be an object");
     srv_gen_req req;
     char err[1024];

@@ -3,6 +3,7 @@ HTTP route, per-message limits and key validity on /ws, the /ws Origin check and
 import json
 import os
 import stat
+import subprocess
 import time
 
 import openai
@@ -63,3 +64,44 @@ def test_key_token_limit_http(quarrel_bin, smollm, make_server, tmp_path):
     r = requests.post(s.url + "/api/generate", json=g, headers=ho, timeout=60)
     assert r.status_code == 429 and isinstance(r.json()["error"], str) and r.json()["code"] == "RATE_LIMITED"
     assert int(r.headers["Retry-After"]) >= 1
+
+
+def ws_infer(ws, max_tokens=2):
+    """Sends one inference message; returns the final inference payload or the error payload."""
+    ws.send(json.dumps({"type": "inference", "payload": {"model": MODEL_NAME, "prompt": "Hi", "max_tokens": max_tokens,
+                                                         "temperature": 0, "stream": False}}))
+    while True:
+        m = json.loads(ws.recv(timeout=30))
+        if m["type"] == "error" or (m["type"] == "inference" and m["payload"].get("complete")):
+            return m
+
+
+def ws_alive(ws):
+    ws.send(json.dumps({"type": "ping", "payload": 7}))
+    return json.loads(ws.recv(timeout=10)) == {"type": "pong", "payload": 7}
+
+
+def test_ws_limits_per_message(quarrel_bin, smollm, make_server, tmp_path):
+    """/ws applies the key's rpm/tpm and checks the key on every inference message, not only at the
+    handshake; a refusal is an in-band error and the socket stays usable."""
+    from websockets.sync.client import connect
+    db = str(tmp_path / "keys.db")
+    slow = keys(quarrel_bin, db, "create", "--name", "slow", "--rpm", "3")
+    tok = keys(quarrel_bin, db, "create", "--name", "tok", "--tpm", "5")
+    gone = keys(quarrel_bin, db, "create", "--name", "gone")
+    s = make_server([smollm], ["--api-key-db", db])
+    ws_url = s.url.replace("http", "ws") + "/ws"
+    with connect(ws_url, additional_headers={"X-API-Key": slow["key"]}) as ws:  # the handshake is request 1
+        res = [ws_infer(ws) for _ in range(6)]
+        assert [m["type"] for m in res[:2]] == ["inference", "inference"], res
+        assert all(m["type"] == "error" and m["payload"]["code"] == "RATE_LIMITED" for m in res[2:]), res
+        assert "retry" in res[2]["payload"]["message"] and ws_alive(ws)
+    with connect(ws_url, additional_headers={"X-API-Key": tok["key"]}) as ws:
+        assert ws_infer(ws, 8)["type"] == "inference"  # spends more than 5 tokens
+        m = ws_infer(ws)
+        assert m["type"] == "error" and m["payload"]["code"] == "RATE_LIMITED" and ws_alive(ws)
+    with connect(ws_url, additional_headers={"X-API-Key": gone["key"]}) as ws:
+        assert ws_infer(ws)["type"] == "inference"
+        subprocess.run([quarrel_bin, "keys", "revoke", gone["id"], "--db", db], check=True, capture_output=True)
+        m = ws_infer(ws)
+        assert m["type"] == "error" and m["payload"]["code"] == "UNAUTHORIZED" and ws_alive(ws)
