@@ -211,6 +211,10 @@ static void cuda_weight_release(qr_backend *be, qr_weight *w) {
         cudaSetDevice(cb->device);
         cudaStreamSynchronize(cb->stream);
         cudaFree(cw->mem);
+        if (cw->f16) {
+            cudaFree(cw->f16);
+            cb->f16_cache_bytes -= (size_t)cw->v.n * (size_t)cw->v.k * 2;
+        }
         cw->magic = 0;
         free(cw);
     }
@@ -553,6 +557,37 @@ static void cuda_gather_outputs(qr_backend *be, const float *src, int64_t dim, f
 
 /* The GEMM path: y[n_rows][n] = x . w^T through cuBLAS (f16/bf16 tensor cores, f32 for F32 weights);
  * quantized weights are dequantized to f16 one tile of rows at a time. */
+/* The f16 copy of a quantized 2-D weight of n rows for the GEMM (made on first use: dequantized once, as the
+ * GEMM's tiles would be, so the results are the same), or NULL: the cache is off (QUARREL_CUDA_F16_CACHE=0), the
+ * copy would leave less free than max(f16_cache_reserve, a quarter of the device) (then not asked again), or a
+ * graph is being captured. Memory for speed: a batch of more rows than the mat-vec takes then reads the f16 matrix
+ * once instead of dequantizing it into tiles each time (batched decode, prefill chunks). */
+static const void *f16_cache(cuda_backend *cb, cuda_weight *cw, int64_t n) {
+    if (cw->f16 || !cb->tune.f16_cache || cw->f16_tried || cb->capturing || cw->v.n != n) return cw->f16;
+    cw->f16_tried = true;
+    const size_t bytes = (size_t)n * (size_t)cw->v.k * 2;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    const size_t reserve = (size_t)cb->tune.f16_cache_reserve_mib << 20, quarter = total_b / 4;
+    if (free_b < bytes || free_b - bytes < (reserve > quarter ? reserve : quarter)) return NULL;
+    if (cudaMalloc(&cw->f16, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cw->f16 = NULL;
+        return NULL;
+    }
+    if (!cuda_ok(cb, qr_cuda_dequant_f16(&cw->v, 0, n, cw->f16, cb->stream), "matmul (f16 cache)")) {
+        cudaStreamSynchronize(cb->stream);
+        cudaFree(cw->f16);
+        cw->f16 = NULL;
+        return NULL;
+    }
+    cb->f16_cache_bytes += bytes;
+    return cw->f16;
+}
+
 static void matmul_gemm(cuda_backend *cb, const cuda_weight *cw, const float *x, int64_t n_rows, int64_t n, float *y,
                         void *xh) {
     const cuda_wview *v = &cw->v;
@@ -576,6 +611,14 @@ static void matmul_gemm(cuda_backend *cb, const cuda_weight *cw, const float *x,
                                    (int)k, xh, dt, (int)k, &zero, y, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
                                    CUBLAS_GEMM_DEFAULT),
                   "matmul (gemm)");
+        return;
+    }
+    const void *wf16 = f16_cache(cb, (cuda_weight *)cw, n);
+    if (wf16) { /* the matrix dequantized once: one GEMM, no tiles */
+        cublas_ok(cb, cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)n_rows, (int)k, &one, wf16, CUDA_R_16F,
+                                   (int)k, xh, CUDA_R_16F, (int)k, &zero, y, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT),
+                  "matmul (gemm, f16 cache)");
         return;
     }
     const int64_t rows = gemm_tile_rows(cb, k, n);

@@ -16,6 +16,9 @@ typedef struct cuda_weight {
     uint32_t magic;
     cuda_wview v;
     void *mem; /* the device allocation holding the planes */
+    void *f16; /* [n][k] f16: the whole quantized matrix dequantized once for the GEMM of batches of more rows than
+                * the mat-vec takes (the f16 cache, matmul_gemm), or NULL */
+    bool f16_tried; /* the cache was declined for this weight (memory): not asked again */
 } cuda_weight;
 
 struct qr_kv_storage {
@@ -106,6 +109,7 @@ typedef struct cuda_backend {
     int32_t kv_block_size; /* the largest KV block size allocated (positions a graph's block table reaches) */
     /* the flash attention of prompt batches (attention_flash.cu): its tile list, built on the host per batch
      * plan (plan_gen) and GQA group, uploaded once for all the layers of the pass */
+    size_t f16_cache_bytes; /* device bytes the weights' f16 copies hold (cuda_weight.f16) */
     uint64_t plan_gen;      /* bumped by every set_batch */
     int32_t *h_fa_tiles;    /* [fa_n][4] host copy */
     size_t h_fa_cap;        /* tiles the host copy holds */

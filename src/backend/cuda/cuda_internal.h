@@ -35,6 +35,11 @@ typedef struct qr_cuda_tune {
                               * grid of n_out / 128 x row tiles leaves most SMs idle on dense shapes, batched decode
                               * at 64 rows measured 2x slower on the H200) (QUARREL_CUDA_MMQ_DENSE=1 turns it on) */
     int32_t mmq_dense_max_rows; /* default 256, at most 4096 (QUARREL_CUDA_MMQ_DENSE_MAX_ROWS) */
+    int32_t f16_cache;       /* 1 (default): a quantized 2-D weight multiplied by more rows than the mat-vec takes is
+                              * dequantized to f16 once and kept (cuda_weight.f16) while the device keeps
+                              * max(f16_cache_reserve_mib, a quarter of its memory) free; 0: f16 tiles each time
+                              * (QUARREL_CUDA_F16_CACHE=0) */
+    int32_t f16_cache_reserve_mib; /* default 8192 (QUARREL_CUDA_F16_CACHE_RESERVE_MIB) */
     int32_t attn_flash_mt;   /* m16 tiles a warp of the flash kernel (head sizes 64 and 128): 1 or 2 (default;
                               * QUARREL_CUDA_ATTN_FLASH_MT) */
     int32_t attn_flash_stages; /* K/V pipeline stages of the flash kernel where a form has a choice (head size 128 with

@@ -56,6 +56,8 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->attn_flash_splits = env_int("QUARREL_CUDA_ATTN_FLASH_SPLITS", 0, 64, 0);
     t->attn_flash_mt = env_int("QUARREL_CUDA_ATTN_FLASH_MT", 1, 2, 2);
     t->attn_flash_stages = env_int("QUARREL_CUDA_ATTN_FLASH_STAGES", 2, 3, 3);
+    t->f16_cache = !env_is("QUARREL_CUDA_F16_CACHE", "0");
+    t->f16_cache_reserve_mib = env_int("QUARREL_CUDA_F16_CACHE_RESERVE_MIB", 0, 1 << 30, 8192);
     t->mmq_dense = env_is("QUARREL_CUDA_MMQ_DENSE", "1"); /* off: 2x slower than dequant + cuBLAS at 64 rows (H200) */
     t->mmq_dense_max_rows = env_int("QUARREL_CUDA_MMQ_DENSE_MAX_ROWS", 0, 4096, 256);
     t->attn_cluster = !env_is("QUARREL_CUDA_ATTN", "nocluster");
