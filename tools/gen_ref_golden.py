@@ -128,8 +128,12 @@ def main():
     ap.add_argument("--quarrel", default=str(ROOT / "build" / "quarrel"))
     ap.add_argument("--workdir", default="/tmp/quarrel-golden")
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--any-isa", action="store_true", help="accept a llama.cpp that is not the AVX2 build")
     args = ap.parse_args()
     import llama_cpp
+
+    import llama_isa  # tools/: the golden files come from llama.cpp's AVX2 build (tools/build_llama_avx2.sh)
+    llama_isa.require_avx2_build(llama_cpp, "gen_ref_golden", args.any_isa)
 
     os.makedirs(args.workdir, exist_ok=True)
     manifest_path = DATA / "manifest.json"

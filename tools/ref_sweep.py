@@ -13,6 +13,9 @@ everywhere = bit-identical logits.
     .venv/bin/python tools/ref_sweep.py [--bin build/quarrel] [--seed 7] [--seqs 3] [--len 400] [--ubatch 64]
                                         [--only mixtral,gpt-oss]
 
+The reference is llama.cpp's AVX2 build (what our CPU backend reproduces): on an AVX-512 machine run
+tools/build_llama_avx2.sh first and set LLAMA_CPP_LIB_PATH (the tool refuses another build unless --any-isa).
+
 Exit status 1 when any row differs (a dev tool, not a CI test: it runs llama.cpp live).
 """
 import argparse
@@ -39,8 +42,12 @@ def main():
                     help="micro-batch of both engines (1: the decode path, token by token)")
     ap.add_argument("--models", default=os.environ.get("QUARREL_MODELS_DIR", os.path.expanduser("~/.cache/quarrel/models")),
                     help="directory of the real models (the manifest's file cases)")
+    ap.add_argument("--any-isa", action="store_true", help="accept a llama.cpp that is not the AVX2 build")
     a = ap.parse_args()
     import llama_cpp
+
+    import llama_isa  # tools/: our reference is llama.cpp's AVX2 build (tools/build_llama_avx2.sh)
+    llama_isa.require_avx2_build(llama_cpp, "ref_sweep", a.any_isa)
 
     cases = json.loads((ROOT / "tests/data/ref/manifest.json").read_text())["cases"]
     only = [o for o in a.only.split(",") if o]
