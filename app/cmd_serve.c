@@ -31,7 +31,8 @@ static const sopt opts[] = {
     {"ctx", 1, "KV cache tokens per model, shared by its sequences (default 4096 x parallel, max 32768)"},
     {"threads", 1, "CPU threads (default: all)"},
     {"api-key-db", 1, "SQLite key store (quarrel keys ...); without it auth is off"},
-    {"cors-origin", 1, "allowed CORS origin (repeatable, comma-separated, * = any)"},
+    {"cors-origin", 1, "allowed CORS origin (repeatable, comma-separated, * = any); also the Origins /ws accepts"},
+    {"allowed-host", 1, "Host name accepted besides the listen address and localhost (repeatable, comma-separated, * = any)"},
     {"max-queue", 1, "waiting requests per model before 503 OVERLOADED (default 64)"},
     {"max-body", 1, "request body limit in bytes (default 4194304)"},
     {"max-json-depth", 1, "JSON nesting limit (default 64)"},
@@ -59,6 +60,7 @@ static const sopt opts[] = {
 typedef struct serve_state {
     qr_server_config cfg;
     char cors[4096];
+    char allowed_hosts[2048];
     char *strs[256]; /* strdup'd values (freed at exit) */
     int n_strs;
 } serve_state;
@@ -78,6 +80,13 @@ static int num(const char *name, const char *v, double lo, double hi, double *ou
     }
     *out = d;
     return 0;
+}
+
+/* Appends v to the comma-separated list in buf[cap] (a repeatable option); returns buf. */
+static const char *append_list(char *buf, size_t cap, const char *v) {
+    if (buf[0]) strncat(buf, ",", cap - strlen(buf) - 1);
+    strncat(buf, v, cap - strlen(buf) - 1);
+    return buf;
 }
 
 /* Applies one option (from any source). Returns 0 or 2. */
@@ -107,11 +116,8 @@ static int apply(serve_state *st, const char *name, const char *v) {
     else if (!strcmp(name, "ctx")) NUM(64, 1 << 22, c->ctx, int32_t);
     else if (!strcmp(name, "threads")) NUM(0, 1024, c->n_threads, int32_t);
     else if (!strcmp(name, "api-key-db")) c->api_key_db = keep(st, v);
-    else if (!strcmp(name, "cors-origin")) {
-        if (st->cors[0]) strncat(st->cors, ",", sizeof st->cors - strlen(st->cors) - 1);
-        strncat(st->cors, v, sizeof st->cors - strlen(st->cors) - 1);
-        c->cors_origins = st->cors;
-    } else if (!strcmp(name, "max-queue")) NUM(1, 1 << 20, c->max_queue, int32_t);
+    else if (!strcmp(name, "cors-origin")) c->cors_origins = append_list(st->cors, sizeof st->cors, v);
+    else if (!strcmp(name, "allowed-host")) c->allowed_hosts = append_list(st->allowed_hosts, sizeof st->allowed_hosts, v); else if (!strcmp(name, "max-queue")) NUM(1, 1 << 20, c->max_queue, int32_t);
     else if (!strcmp(name, "max-body")) NUM(64, 1ull << 32, c->max_body, size_t);
     else if (!strcmp(name, "max-json-depth")) NUM(2, 10000, c->max_json_depth, int32_t);
     else if (!strcmp(name, "max-header-bytes")) NUM(1024, 1 << 20, c->max_header_bytes, int32_t);

@@ -1,6 +1,7 @@
 /* server.c — CivetWeb setup, routing, and the middleware every request goes through: request id,
  * CORS and preflight, API-key auth, per-key rate limits, body size limit, draining, structured JSON
  * access logs and request metrics. */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -68,20 +69,58 @@ static int log_message_cb(const struct mg_connection *c, const char *message) {
 
 /* ---- middleware ---- */
 
-static bool origin_allowed(const qr_server *s, const char *origin) {
-    if (!s->cors[0] || !origin) return false;
-    const char *p = s->cors;
-    const size_t ol = strlen(origin);
-    while (*p) {
+/* True when the comma-separated list holds "*" or item[0..len) (case-insensitive when nocase). */
+static bool in_list(const char *list, const char *item, size_t len, bool nocase) {
+    for (const char *p = list; p && *p;) {
         const char *e = strchr(p, ',');
         size_t n = e ? (size_t)(e - p) : strlen(p);
         while (n && isspace((unsigned char)*p)) p++, n--;
         while (n && isspace((unsigned char)p[n - 1])) n--;
-        if ((n == 1 && *p == '*') || (n == ol && !strncmp(p, origin, n))) return true;
+        if ((n == 1 && *p == '*') || (n == len && !(nocase ? strncasecmp(p, item, n) : strncmp(p, item, n)))) return true;
         if (!e) break;
         p = e + 1;
     }
     return false;
+}
+
+static bool origin_allowed(const qr_server *s, const char *origin) {
+    return origin && in_list(s->cors, origin, strlen(origin), false);
+}
+
+/* True when name[0..n) is an IPv4 literal or a bracketed IPv6 literal. */
+static bool ip_literal(const char *name, size_t n) {
+    char buf[64];
+    unsigned char addr[16];
+    if (n < 2 || n >= sizeof buf) return false;
+    const bool v6 = name[0] == '[' && name[n - 1] == ']';
+    memcpy(buf, name + v6, n - 2 * v6);
+    buf[n - 2 * v6] = 0;
+    return inet_pton(v6 ? AF_INET6 : AF_INET, buf, addr) == 1;
+}
+
+/* DNS rebinding guard: a Host header must name this server. Accepted: no Host (not a browser); the
+ * loopback names (any port); --allowed-host names ("*" = any); the listen address; and, when
+ * listening on a wildcard address, any IP literal, or any name at all without --allowed-host. */
+static bool host_allowed(const qr_server *s, const char *host) {
+    if (!host) return true;
+    size_t n = host[0] == '[' ? strcspn(host, "]") + 1 : strcspn(host, ":");
+    if (n > strlen(host)) return false; /* "[" without "]" */
+    const char *port = host + n;
+    if (*port && (*port != ':' || port[1 + strspn(port + 1, "0123456789")])) return false;
+    if (in_list("localhost,127.0.0.1,[::1]", host, n, true) || in_list(s->allowed_hosts, host, n, true)) return true;
+    const char *listen = s->host;
+    if (!strcmp(listen, "0.0.0.0") || !strcmp(listen, "::") || !strcmp(listen, "[::]") || !listen[0])
+        return !s->allowed_hosts[0] || ip_literal(host, n);
+    const size_t ln = strlen(listen);
+    return (n == ln && !strncasecmp(host, listen, n)) || (n == ln + 2 && host[0] == '[' && !strncasecmp(host + 1, listen, ln));
+}
+
+/* Cross-site WebSocket hijacking guard: a browser's Origin must be the page's own (scheme://Host)
+ * or in the CORS list; a client without Origin is not a browser. */
+static bool ws_origin_allowed(const qr_server *s, const char *origin, const char *host) {
+    if (!origin || origin_allowed(s, origin)) return true;
+    const char *rest = !strncasecmp(origin, "http://", 7) ? origin + 7 : !strncasecmp(origin, "https://", 8) ? origin + 8 : NULL;
+    return rest && host && !strcasecmp(rest, host);
 }
 
 /* Browsers cannot set headers on a WebSocket: the web UI offers the subprotocols "quarrel" and
@@ -299,6 +338,28 @@ static void finish_request(srv_conn *rc, const char *method, const char *path) {
     }
 }
 
+/* CivetWeb's begin_request: runs before every handler, the WebSocket upgrade included. Refuses
+ * with 403 FORBIDDEN a Host that does not name this server and a /ws upgrade from a foreign
+ * Origin; 0 lets the request through. */
+static int begin_request(struct mg_connection *c) {
+    const struct mg_request_info *ri = mg_get_request_info(c);
+    qr_server *s = ri->user_data;
+    const char *host = mg_get_header(c, "Host"), *origin = mg_get_header(c, "Origin");
+    const char *path = ri->local_uri ? ri->local_uri : "/", *upgrade = mg_get_header(c, "Upgrade");
+    srv_conn rc = {.c = c, .s = s, .ri = ri, .endpoint = "forbidden", .t0 = qr_time_s()};
+    if (host_allowed(s, host)) {
+        if (strcmp(path, "/ws") || !upgrade || !strcasestr(upgrade, "websocket") || ws_origin_allowed(s, origin, host))
+            return 0;
+        make_request_id(s, c, rc.rid, sizeof rc.rid);
+        srv_send_error(&rc, 403, "FORBIDDEN", 0, "Origin '%.200s' may not open /ws (see --cors-origin)", origin);
+    } else {
+        make_request_id(s, c, rc.rid, sizeof rc.rid);
+        srv_send_error(&rc, 403, "FORBIDDEN", 0, "Host '%.200s' does not name this server (see --allowed-host)", host);
+    }
+    finish_request(&rc, ri->request_method, path);
+    return 403;
+}
+
 static int handle(struct mg_connection *c, void *cbdata) {
     qr_server *s = cbdata;
     const struct mg_request_info *ri = mg_get_request_info(c);
@@ -435,6 +496,8 @@ qr_status qr_server_start(const qr_server_config *cfg, qr_server **out, char *er
     s->cfg = *cfg;
     snprintf(s->host, sizeof s->host, "%s", cfg->host ? cfg->host : "127.0.0.1");
     snprintf(s->cors, sizeof s->cors, "%s", cfg->cors_origins ? cfg->cors_origins : "");
+    snprintf(s->allowed_hosts, sizeof s->allowed_hosts, "%s", cfg->allowed_hosts ? cfg->allowed_hosts : "");
+    s->cfg.allowed_hosts = s->allowed_hosts;
     s->cfg.host = s->host;
     s->cfg.cors_origins = s->cors;
     s->started_at = srv_wall_now();
@@ -487,6 +550,7 @@ qr_status qr_server_start(const qr_server_config *cfg, qr_server **out, char *er
     struct mg_callbacks cb;
     memset(&cb, 0, sizeof cb);
     cb.log_message = log_message_cb;
+    cb.begin_request = begin_request;
     s->mg = mg_start(&cb, s, opts);
     if (!s->mg) {
         st = qr_errf(err, err_len, QR_ERR_IO, "cannot listen on %s (address in use or not available?)", ports);

@@ -31,6 +31,8 @@ typedef struct qr_server_config {
     int32_t gpu;
     const char *api_key_db;         /* SQLite key store; NULL = auth off */
     const char *cors_origins;       /* comma-separated allowed origins, "*" = any; NULL = no CORS headers */
+    const char *allowed_hosts;      /* comma-separated Host names accepted besides the listen address,
+                                       localhost, 127.0.0.1 and [::1]; "*" = any; NULL = none */
     size_t max_body;                /* bytes; default 4 MiB (413 above) */
     int32_t max_json_depth;         /* default 64 */
     int32_t max_header_bytes;       /* default 16384 */

@@ -20,7 +20,7 @@
 
 struct qr_server {
     qr_server_config cfg;
-    char host[256], cors[2048], key_db[4096], model_dir[4096];
+    char host[256], cors[2048], key_db[4096], model_dir[4096], allowed_hosts[2048];
     struct mg_context *mg;
     srv_registry *reg;
     srv_metrics *metrics;

@@ -105,3 +105,48 @@ def test_ws_limits_per_message(quarrel_bin, smollm, make_server, tmp_path):
         subprocess.run([quarrel_bin, "keys", "revoke", gone["id"], "--db", db], check=True, capture_output=True)
         m = ws_infer(ws)
         assert m["type"] == "error" and m["payload"]["code"] == "UNAUTHORIZED" and ws_alive(ws)
+
+
+def raw_status(port, host_header, path="/healthz", extra=""):
+    """Status code and body of a GET with this exact Host header (None: no Host line)."""
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        host = f"Host: {host_header}\r\n" if host_header is not None else ""
+        sock.sendall(f"GET {path} HTTP/1.1\r\n{host}{extra}Connection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def test_host_check(quarrel_bin, smollm, make_server):
+    s = make_server([smollm], ["--allowed-host", "api.example", "--allowed-host", "Other.Example"])
+    p = s.port
+    for ok in (f"127.0.0.1:{p}", "127.0.0.1", f"localhost:{p}", "LOCALHOST:1", "[::1]:9", "api.example",
+               f"api.example:{p}", "other.example:80"):
+        assert raw_status(p, ok)[0] == 200, ok
+    for bad in ("evil.example", f"evil.example:{p}", "api.example.evil", "10.1.2.3", "localhost.evil:80", "[::2]"):
+        st, body = raw_status(p, bad)
+        assert st == 403 and json.loads(body)["error"]["code"] == "FORBIDDEN", bad
+    assert raw_status(p, "evil.example", "/v1/models")[0] == 403
+    # the clients in use keep working
+    assert openai.OpenAI(base_url=f"http://localhost:{p}/v1", api_key="x", max_retries=0).models.list().data
+    assert requests.get(s.url + "/api/tags", timeout=5).status_code == 200
+
+
+def test_ws_origin_check(server):
+    """server runs with --cors-origin http://allowed.example."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+    ws_url = server.url.replace("http", "ws") + "/ws"
+    local = f"ws://localhost:{server.port}/ws"
+    for url, origin in ((ws_url, None), (ws_url, "http://allowed.example"), (ws_url, server.url),
+                        (local, f"http://localhost:{server.port}")):  # same origin: Origin names Host
+        with connect(url, additional_headers={"Origin": origin} if origin else {}, origin=None) as ws:
+            assert ws_alive(ws), origin
+    for origin in ("http://evil.example", "null", f"http://127.0.0.1:{server.port + 1}", "https://allowed.example"):
+        with pytest.raises(InvalidStatus) as e:
+            connect(ws_url, additional_headers={"Origin": origin})
+        assert e.value.response.status_code == 403, origin
+        assert json.loads(e.value.response.body)["error"]["code"] == "FORBIDDEN"
