@@ -26,23 +26,43 @@ static void tb_add(tbuf *b, const char *s, size_t n) {
     b->p[b->len] = 0;
 }
 
+/* The token string of a logprobs entry: the piece itself when it is valid UTF-8; else (a byte-level token
+ * that holds part of a character) "bytes:" followed by the piece with every byte outside printable ASCII,
+ * and the backslash, written \\xNN, so each such token keeps a distinct, safe name (`bytes` has the real
+ * values). out: at least 4 * strlen(piece) + 8 bytes. */
+static const char *lp_token(const char *piece, char *out, size_t cap) {
+    size_t len = strlen(piece);
+    if (srv_utf8_valid(piece, len)) return piece;
+    size_t o = (size_t)snprintf(out, cap, "bytes:");
+    for (const unsigned char *p = (const unsigned char *)piece; *p && o + 5 < cap; p++) {
+        if (*p >= 0x20 && *p < 0x7f && *p != '\\') out[o++] = (char)*p;
+        else o += (size_t)snprintf(out + o, cap - o, "\\x%02x", *p);
+    }
+    out[o] = 0;
+    return out;
+}
+
+/* The list of byte values of a piece (OpenAI's `bytes`). */
+static json_t *lp_bytes(const char *piece) {
+    json_t *b = json_array();
+    for (const unsigned char *p = (const unsigned char *)piece; *p; p++) json_array_append_new(b, json_integer(*p));
+    return b;
+}
+
 /* Chat logprobs entry: {token, logprob, bytes, top_logprobs:[...]} */
 static json_t *chat_lp(const srv_model *m, const srv_ev *e) {
-    char piece[256];
+    char piece[256], name[1040];
     srv_token_piece(m, e->token, piece, sizeof piece);
-    json_t *bytes = json_array(), *top = json_array();
-    for (const unsigned char *p = (const unsigned char *)piece; *p; p++) json_array_append_new(bytes, json_integer(*p));
+    json_t *top = json_array();
     for (int32_t k = 0; k < e->n_top; k++) {
-        char tp[256];
+        char tp[256], tn[1040];
         srv_token_piece(m, e->top[k].token, tp, sizeof tp);
-        json_t *tb = json_array();
-        for (const unsigned char *p = (const unsigned char *)tp; *p; p++) json_array_append_new(tb, json_integer(*p));
-        json_t *t = json_pack("{s:s%, s:f, s:o}", "token", tp, strlen(tp), "logprob", (double)e->top[k].logprob, "bytes", tb);
+        json_t *t = json_pack("{s:s, s:f, s:o}", "token", lp_token(tp, tn, sizeof tn), "logprob",
+                              (double)e->top[k].logprob, "bytes", lp_bytes(tp));
         if (t) json_array_append_new(top, t);
-        else json_decref(tb);
     }
-    json_t *r = json_pack("{s:s%, s:f, s:o, s:o}", "token", piece, strlen(piece), "logprob", (double)e->logprob, "bytes",
-                          bytes, "top_logprobs", top);
+    json_t *r = json_pack("{s:s, s:f, s:o, s:o}", "token", lp_token(piece, name, sizeof name), "logprob",
+                          (double)e->logprob, "bytes", lp_bytes(piece), "top_logprobs", top);
     return r ? r : json_pack("{s:s, s:f, s:[], s:[]}", "token", "", "logprob", (double)e->logprob, "bytes",
                              "top_logprobs");
 }
@@ -54,16 +74,17 @@ typedef struct comp_lp {
 } comp_lp;
 
 static void comp_lp_add(comp_lp *c, const srv_model *m, const srv_ev *e) {
-    char piece[256];
+    char piece[256], name[1040];
     srv_token_piece(m, e->token, piece, sizeof piece);
-    json_t *t = json_stringn(piece, strlen(piece));
+    json_t *t = json_string(lp_token(piece, name, sizeof name));
     json_array_append_new(c->tokens, t ? t : json_string(""));
     json_array_append_new(c->token_logprobs, json_real(e->logprob));
     json_t *top = json_object();
     for (int32_t k = 0; k < e->n_top; k++) {
-        char tp[256];
+        char tp[256], tn[1040];
         srv_token_piece(m, e->top[k].token, tp, sizeof tp);
-        if (json_object_get(top, tp) == NULL) json_object_set_new(top, tp, json_real(e->top[k].logprob));
+        const char *key = lp_token(tp, tn, sizeof tn);
+        if (json_object_get(top, key) == NULL) json_object_set_new(top, key, json_real(e->top[k].logprob));
     }
     json_array_append_new(c->top, top);
     json_array_append_new(c->offsets, json_integer((json_int_t)c->offset));

