@@ -98,6 +98,14 @@ static bool ollama_route(const char *path) {
     return false;
 }
 
+/* OpenAI's "param" of an error: the field a request-validation message starts with ('name' ...,
+ * e.g. 'messages[1].role'), else null. */
+static json_t *error_param(const char *msg) {
+    if (msg[0] != '\'') return json_null();
+    size_t n = strspn(msg + 1, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.[]");
+    return n > 0 && msg[1 + n] == '\'' ? json_stringn(msg + 1, n) : json_null();
+}
+
 /* The error body: {"error": {"code", "message"}} (docs/api.md); OpenAI routes (/v1/...) add OpenAI's
  * "type" and "param"; a 429 on an Ollama route is Ollama's {"error": "message"} (plus "code"). */
 static json_t *error_json(const srv_conn *rc, int status, const char *code, const char *msg) {
@@ -107,7 +115,7 @@ static json_t *error_json(const srv_conn *rc, int status, const char *code, cons
     if (j && path && !strncmp(path, "/v1/", 4)) {
         json_t *e = json_object_get(j, "error");
         json_object_set_new(e, "type", json_string(openai_error_type(status)));
-        json_object_set_new(e, "param", json_null());
+        json_object_set_new(e, "param", error_param(msg));
     }
     return j;
 }

@@ -417,7 +417,8 @@ int srv_render_chat(const srv_model *m, const void *messages_json, char **out, c
         qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "model '%s' has no chat template", m->name);
         return -1;
     }
-    /* content parts ([{type: text, text}]) become one string, as the templates expect */
+    /* content parts ([{type: text, text}]) become one string, as the templates expect; role "developer"
+     * becomes "system" */
     json_t *msgs = json_deep_copy((const json_t *)messages_json);
     if (!msgs) {
         qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
@@ -426,6 +427,9 @@ int srv_render_chat(const srv_model *m, const void *messages_json, char **out, c
     size_t i;
     json_t *msg;
     json_array_foreach(msgs, i, msg) {
+        /* OpenAI's "developer" is the system message of newer models; chat templates know "system" */
+        const char *role = json_string_value(json_object_get(msg, "role"));
+        if (role && !strcmp(role, "developer")) json_object_set_new(msg, "role", json_string("system"));
         json_t *c = json_object_get(msg, "content");
         if (json_is_array(c)) {
             size_t total = 0, k;

@@ -208,6 +208,11 @@ static int check_messages(json_t *m, char *err, size_t err_len) {
         if (!json_is_object(e)) FAIL("'messages[%zu]' must be an object", i);
         json_t *role = json_object_get(e, "role"), *content = json_object_get(e, "content");
         if (!json_is_string(role)) FAIL("'messages[%zu].role' must be a string", i);
+        const char *rs = json_string_value(role);
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool") &&
+            strcmp(rs, "developer"))
+            FAIL("'messages[%zu].role' must be one of system, user, assistant, tool, developer (got '%.64s')", i,
+                 rs);
         if (content && !json_is_null(content) && !json_is_string(content)) {
             /* OpenAI content parts: [{type: text, text: ...}] */
             if (!json_is_array(content)) FAIL("'messages[%zu].content' must be a string or an array of parts", i);

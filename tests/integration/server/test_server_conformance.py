@@ -49,3 +49,23 @@ def test_completions_top_logprobs_keep_partial_utf8(server):
         assert tok != "" and len(top) == 5, list(top)
         partial += sum(k.startswith("bytes:") for k in top)
     assert partial > 0
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/api/chat"])
+def test_unknown_role_refused(server, route):
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Hi"}, {"role": "wizard", "content": "x"}],
+            "max_tokens": 2, "stream": False}
+    r = requests.post(server.url + route, json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    e = r.json()["error"]
+    assert e["code"] == "INVALID_REQUEST" and "messages[1].role" in e["message"] and "wizard" in e["message"]
+    if route.startswith("/v1/"):
+        assert e["type"] == "invalid_request_error" and e["param"] == "messages[1].role"
+
+
+@pytest.mark.parametrize("role", ["system", "user", "assistant", "tool", "developer"])
+def test_known_roles_accepted(server, role):
+    msgs = [{"role": role, "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    r = requests.post(server.url + "/v1/chat/completions", timeout=30,
+                      json={"model": MODEL_NAME, "messages": msgs, "max_tokens": 2})
+    assert r.status_code == 200, r.text
