@@ -54,6 +54,7 @@ static int head(srv_conn *rc, int status, const char *ctype) {
     rc->headers_sent = true;
     int n = mg_printf(rc->c, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nX-Request-Id: %s\r\nCache-Control: no-store\r\n",
                       status, reason(status), ctype, rc->rid);
+    if (n > 0 && rc->allow) n = mg_printf(rc->c, "Allow: %s\r\n", rc->allow);
     if (n > 0 && rc->cors_origin[0])
         n = mg_printf(rc->c, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\nAccess-Control-Expose-Headers: "
                              "X-Request-Id, Retry-After\r\n", rc->cors_origin);
@@ -64,7 +65,7 @@ int srv_send(srv_conn *rc, int status, const char *ctype, const char *body, size
     if (rc->headers_sent) return -1;
     if (head(rc, status, ctype) < 0) return -1;
     if (mg_printf(rc->c, "%sContent-Length: %zu\r\n\r\n", extra ? extra : "", len) <= 0) return -1;
-    if (len && mg_write(rc->c, body, len) <= 0) return -1;
+    if (len && !rc->head_only && mg_write(rc->c, body, len) <= 0) return -1;
     return 0;
 }
 
@@ -109,7 +110,7 @@ static json_t *error_param(const char *msg) {
 /* The error body: {"error": {"code", "message"}} (docs/api.md); OpenAI routes (/v1/...) add OpenAI's
  * "type" and "param"; a 429 on an Ollama route is Ollama's {"error": "message"} (plus "code"). */
 static json_t *error_json(const srv_conn *rc, int status, const char *code, const char *msg) {
-    const char *path = rc->ri ? rc->ri->local_uri : NULL;
+    const char *path = rc->ri ? (rc->ri->local_uri ? rc->ri->local_uri : rc->ri->request_uri) : NULL;
     if (status == 429 && ollama_route(path)) return json_pack("{s:s, s:s}", "error", msg, "code", code);
     json_t *j = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
     if (j && path && !strncmp(path, "/v1/", 4)) {

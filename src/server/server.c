@@ -360,6 +360,52 @@ static int begin_request(struct mg_connection *c) {
     return 403;
 }
 
+#define ALLOW_GET "GET, HEAD, OPTIONS"
+#define ALLOW_POST "POST, OPTIONS"
+
+/* 405 INVALID_REQUEST with the path's Allow header (allow: NULL = none). */
+static void send_405(srv_conn *rc, const char *method, const char *path, const char *allow) {
+    rc->allow = allow;
+    srv_send_error(rc, 405, "INVALID_REQUEST", 0, "method %s is not allowed on %s", method, path);
+}
+
+/* The Allow header of a path (route table, model routes, web UI), NULL for an unknown path. */
+static const char *path_allow(const char *path) {
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (!strcmp(routes[i].path, path)) return strcmp(routes[i].method, "GET") ? ALLOW_POST : ALLOW_GET;
+    if ((!strncmp(path, "/api/models/", 12) && path[12]) || (!strncmp(path, "/v1/models/", 11) && path[11]))
+        return ALLOW_GET;
+    return srv_static_known(path) ? ALLOW_GET : NULL;
+}
+
+/* CivetWeb's http_error: an error CivetWeb answers itself, before any handler (a request line it
+ * cannot parse, an unknown method such as TRACE, headers over max_request_size). Answers it in our
+ * JSON shape instead of CivetWeb's text page: TRACE (which CivetWeb does not implement) is 405 with
+ * the path's Allow; anything else keeps CivetWeb's status with its message. The connection closes. */
+static int http_error_cb(struct mg_connection *c, int status, const char *errmsg) {
+    const struct mg_request_info *ri = mg_get_request_info(c);
+    qr_server *s = mg_get_user_data(mg_get_context(c));
+    if (!ri || !s) return 1;
+    srv_conn rc = {.c = c, .s = s, .ri = ri, .endpoint = "other", .t0 = qr_time_s()};
+    make_request_id(s, c, rc.rid, sizeof rc.rid);
+    const char *method = ri->request_method ? ri->request_method : "";
+    const char *path = ri->local_uri ? ri->local_uri : ri->request_uri ? ri->request_uri : "";
+    if (status == 400 && !strcmp(method, "TRACE")) {
+        rc.allow = path_allow(path);
+        if (!rc.allow) rc.allow = ALLOW_GET;
+        status = 405;
+    }
+    if (status == 405) srv_send_error(&rc, 405, "INVALID_REQUEST", 0, "method %s is not allowed on %.200s", method, path);
+    else if (status == 400) /* CivetWeb says "Bad request" / "Malformed message" alike for all of these */
+        srv_send_error(&rc, 400, "INVALID_REQUEST", 0,
+                       "%s: the request line or headers cannot be parsed, the method is unknown, or the headers "
+                       "exceed %d bytes (--max-header-bytes)", errmsg ? errmsg : "Bad request",
+                       s->cfg.max_header_bytes > 0 ? (int)s->cfg.max_header_bytes : 16384);
+    else srv_send_error(&rc, status, status >= 500 ? "INFERENCE_ERROR" : "INVALID_REQUEST", 0, "%s", errmsg ? errmsg : "");
+    finish_request(&rc, method[0] ? method : "-", path[0] ? path : "-");
+    return 0;
+}
+
 static int handle(struct mg_connection *c, void *cbdata) {
     qr_server *s = cbdata;
     const struct mg_request_info *ri = mg_get_request_info(c);
@@ -374,10 +420,13 @@ static int handle(struct mg_connection *c, void *cbdata) {
     const route *rt = NULL;
     bool path_known = false;
     const char *model_name = NULL;
+    /* HEAD is GET without the body (the same headers and Content-Length) */
+    const bool head_req = !strcmp(method, "HEAD"), get_like = head_req || !strcmp(method, "GET");
+    rc.head_only = head_req;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(routes[i].path, path)) {
             path_known = true;
-            if (!strcmp(routes[i].method, method)) rt = &routes[i];
+            if (!strcmp(routes[i].method, method) || (head_req && !strcmp(routes[i].method, "GET"))) rt = &routes[i];
         }
     int (*model_fn)(srv_conn *, const char *) = NULL; /* GET /api/models/{name}, GET /v1/models/{id} */
     const char *model_route = NULL;
@@ -390,6 +439,8 @@ static int handle(struct mg_connection *c, void *cbdata) {
         model_name = path + 11;
         model_fn = srv_h_openai_model, model_route = "/v1/models/{id}";
     }
+    const char *allow = path_allow(path); /* the Allow header of the path */
+    if (head_req || !strcmp(method, "OPTIONS")) rc.allow = allow;
     if (!strcmp(method, "OPTIONS")) { /* CORS preflight */
         rc.endpoint = "preflight";
         char extra[512] = "";
@@ -407,16 +458,16 @@ static int handle(struct mg_connection *c, void *cbdata) {
     }
     if (!path_known && srv_static_known(path)) { /* the web UI: public, GET only */
         rc.endpoint = "/ui";
-        if (strcmp(method, "GET")) srv_send_error(&rc, 405, "INVALID_REQUEST", 0, "method %s is not allowed on %s", method, path);
-        else srv_h_static(&rc);
+        if (get_like) srv_h_static(&rc);
+        else send_405(&rc, method, path, allow);
         goto done;
     }
     if (!path_known) {
         srv_send_error(&rc, 404, "INVALID_REQUEST", 0, "no route %s %s", method, path);
         goto done;
     }
-    if (!rt && !(model_name && !strcmp(method, "GET"))) {
-        srv_send_error(&rc, 405, "INVALID_REQUEST", 0, "method %s is not allowed on %s", method, path);
+    if (!rt && !(model_name && get_like)) {
+        send_405(&rc, method, path, allow);
         goto done;
     }
     rc.endpoint = rt ? rt->path : model_route;
@@ -551,6 +602,7 @@ qr_status qr_server_start(const qr_server_config *cfg, qr_server **out, char *er
     memset(&cb, 0, sizeof cb);
     cb.log_message = log_message_cb;
     cb.begin_request = begin_request;
+    cb.http_error = http_error_cb;
     s->mg = mg_start(&cb, s, opts);
     if (!s->mg) {
         st = qr_errf(err, err_len, QR_ERR_IO, "cannot listen on %s (address in use or not available?)", ports);

@@ -53,6 +53,8 @@ typedef struct srv_conn {
     char key_id[40];         /* authenticated key id, "" when auth is off */
     double tpm;              /* the token limit charged (the key's own, else --rate-tpm; 0 = none) */
     bool headers_sent;
+    bool head_only;          /* a HEAD request: headers (Content-Length of the GET body) without the body */
+    const char *allow;       /* Allow header to send (HEAD, OPTIONS and 405 answers), NULL = none */
     char cors_origin[512];   /* Access-Control-Allow-Origin to send, "" = none */
     int32_t n_prompt, n_gen; /* tokens, for metrics and rate limits */
 } srv_conn;

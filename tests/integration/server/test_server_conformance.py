@@ -69,3 +69,66 @@ def test_known_roles_accepted(server, role):
     r = requests.post(server.url + "/v1/chat/completions", timeout=30,
                       json={"model": MODEL_NAME, "messages": msgs, "max_tokens": 2})
     assert r.status_code == 200, r.text
+
+
+def allow_set(r):
+    assert "Allow" in r.headers, dict(r.headers)
+    return {m.strip() for m in r.headers["Allow"].split(",")}
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/healthz", "/v1/models/" + MODEL_NAME, "/"])
+def test_head_on_get_routes(server, path):
+    g = requests.get(server.url + path, timeout=10)
+    r = requests.head(server.url + path, timeout=10)
+    assert r.status_code == 200 and r.content == b""
+    assert r.headers["Content-Type"] == g.headers["Content-Type"]
+    assert int(r.headers["Content-Length"]) > 0
+    assert allow_set(r) == {"GET", "HEAD", "OPTIONS"}
+
+
+@pytest.mark.parametrize("method,path,allow", [
+    ("PUT", "/v1/models", {"GET", "HEAD", "OPTIONS"}),
+    ("DELETE", "/v1/models/" + MODEL_NAME, {"GET", "HEAD", "OPTIONS"}),
+    ("GET", "/v1/chat/completions", {"POST", "OPTIONS"}),
+    ("HEAD", "/api/generate", {"POST", "OPTIONS"}),
+    ("POST", "/index.html", {"GET", "HEAD", "OPTIONS"}),
+])
+def test_405_carries_allow(server, method, path, allow):
+    r = requests.request(method, server.url + path, timeout=10)
+    assert r.status_code == 405
+    assert allow_set(r) == allow
+    if method != "HEAD":
+        assert r.json()["error"]["code"] == "INVALID_REQUEST"
+
+
+def test_trace_is_405_json(server):
+    r = requests.request("TRACE", server.url + "/v1/models", timeout=10)
+    assert r.status_code == 405, r.text
+    assert r.headers["Content-Type"].startswith("application/json")
+    assert r.json()["error"]["code"] == "INVALID_REQUEST" and "TRACE" in r.json()["error"]["message"]
+    assert "TRACE" not in allow_set(r) and "GET" in allow_set(r)
+    assert r.json()["error"]["type"] == "invalid_request_error"  # an OpenAI route's error shape
+    assert requests.get(server.url + "/healthz", timeout=10).status_code == 200
+
+
+def test_options_carries_allow(server):
+    r = requests.options(server.url + "/v1/completions", timeout=10)
+    assert r.status_code == 204 and allow_set(r) == {"POST", "OPTIONS"}
+
+
+def test_head_keeps_the_connection_usable(server):
+    with requests.Session() as s:
+        for _ in range(3):
+            assert s.head(server.url + "/v1/models", timeout=10).status_code == 200
+            assert s.get(server.url + "/v1/models", timeout=10).json()["object"] == "list"
+
+
+def test_civetweb_errors_are_json(server):
+    """Requests CivetWeb refuses before any handler (headers over --max-header-bytes, an unknown
+    method) are answered in the JSON error shape, not CivetWeb's text page."""
+    big = requests.get(server.url + "/healthz", headers={"X-Big": "a" * 40000}, timeout=10)
+    assert big.status_code in (400, 431) and big.headers["Content-Type"].startswith("application/json")
+    assert big.json()["error"]["code"] == "INVALID_REQUEST" and "max-header-bytes" in big.json()["error"]["message"]
+    brew = requests.request("BREW", server.url + "/v1/models", timeout=10)
+    assert brew.status_code == 400 and brew.json()["error"]["code"] == "INVALID_REQUEST"
+    assert requests.get(server.url + "/healthz", timeout=10).status_code == 200
