@@ -3,7 +3,6 @@
  * access logs and request metrics. */
 #include <arpa/inet.h>
 #include <ctype.h>
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,19 +12,6 @@
 
 #include "server/server_internal.h"
 #include "util/util.h"
-
-/* CivetWeb creates its threads with 100 KiB stacks (its USE_STACK_SIZE, not configurable in the
- * Debian build). glibc refuses such a stack when the process's static TLS is larger (the CPU
- * backend keeps 128 KiB of per-thread attention scratch), and JSON handling wants more room anyway.
- * This definition interposes the libc one for every caller in the process and only raises stack
- * sizes below 1 MiB to 1 MiB; larger requests pass through unchanged. */
-#define SRV_MIN_STACK (1u << 20)
-int pthread_attr_setstacksize(pthread_attr_t *attr, size_t size) {
-    static int (*real)(pthread_attr_t *, size_t);
-    if (!real) *(void **)&real = dlsym(RTLD_NEXT, "pthread_attr_setstacksize");
-    if (!real) return 0; /* keep the default stack */
-    return real(attr, size < SRV_MIN_STACK ? SRV_MIN_STACK : size);
-}
 
 void qr_server_config_default(qr_server_config *c) {
     memset(c, 0, sizeof *c);

@@ -57,6 +57,7 @@ static void cpu_destroy(qr_backend *be) {
     free(cb->block_table);
     free(cb->wdata);
     free(cb->scores);
+    free(cb->attn_acc);
     free(cb->seq_last);
     free(cb);
     free(be);
@@ -592,6 +593,7 @@ static void attn_task_fn(void *arg, int64_t lo, int64_t hi, int ith) {
     const qr_kv_desc *d = &t->kv->desc;
     const int32_t group = p->n_head / p->n_head_kv;
     float *scores = cb->scores + (size_t)ith * cb->scores_cap;
+    float *acc = cb->attn_acc + (size_t)ith * QR_CPU_ATTN_LANES * QR_CPU_MAX_HEAD_DIM;
     for (int64_t jb = lo; jb < hi; jb++) {
         const int32_t r = (int32_t)(jb / p->n_head), h = (int32_t)(jb % p->n_head), kvh = h / group;
         const int32_t pos = cb->pos[r], last = p->non_causal ? cb->seq_last[cb->seq[r]] : pos;
@@ -616,6 +618,7 @@ static void attn_task_fn(void *arg, int64_t lo, int64_t hi, int ith) {
             .has_sink = p->sinks != NULL,
             .sink = p->sinks ? ((const float *)p->sinks->host)[h] : 0.0f,
             .scores = scores,
+            .acc = acc,
             .out = t->out + ((int64_t)r * p->n_head + h) * p->head_dim_v,
         };
         cb->k->attn_head(&job);
@@ -682,6 +685,19 @@ static void cpu_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, cons
         cb->scores = ns;
         cb->scores_cap = cap;
         cb->scores_nth = nth;
+    }
+    /* per-thread lane accumulators (the caller is thread 0): allocated when the pool first needs them
+     * or grows, freed with the backend */
+    if (!cb->attn_acc || nth > cb->acc_nth) {
+        const size_t per_thread = sizeof(float) * QR_CPU_ATTN_LANES * QR_CPU_MAX_HEAD_DIM; /* a multiple of 64 */
+        float *na = aligned_alloc(64, per_thread * (size_t)nth);
+        if (!na) {
+            raise_error(cb, QR_ERR_NOMEM, "attention: cannot allocate the lane accumulators");
+            return;
+        }
+        free(cb->attn_acc);
+        cb->attn_acc = na;
+        cb->acc_nth = nth;
     }
     cpu_pool_for(cb->pool, t.n_jobs, 1, attn_task_fn, &t);
 }

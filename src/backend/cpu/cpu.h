@@ -12,8 +12,10 @@
 #include "backend/backend.h"
 #include "quant/quant.h"
 
-/* Largest head size the attention kernels accept (stack buffers). */
+/* Largest head size the attention kernels accept (their q copy and the per-thread lane scratch). */
 #define QR_CPU_MAX_HEAD_DIM 512
+/* Lane accumulators of one attention head: [QR_CPU_ATTN_LANES][QR_CPU_MAX_HEAD_DIM] floats per thread. */
+#define QR_CPU_ATTN_LANES 32
 
 /* ---- thread pool (threadpool.c) ---- */
 
@@ -91,6 +93,8 @@ typedef struct cpu_attn_job {
     bool has_sink;               /* the softmax also counts exp(sink) in its denominator (gpt-oss sinks) */
     float sink;
     float *scores;               /* scratch, [last - first + 1] floats */
+    float *acc;                  /* scratch, [QR_CPU_ATTN_LANES][QR_CPU_MAX_HEAD_DIM] floats, 64-byte aligned,
+                                    owned by the calling thread (heap, not thread-local: see architecture.md) */
     float *out;                  /* [head_dim_v] */
 } cpu_attn_job;
 
@@ -161,6 +165,10 @@ typedef struct cpu_backend {
     float *scores;
     size_t scores_cap;
     int scores_nth;           /* threads the scratch was sized for */
+    /* attention lane accumulators: per thread, [QR_CPU_ATTN_LANES][QR_CPU_MAX_HEAD_DIM] floats each,
+     * 64-byte aligned (aligned_alloc), [acc_nth] threads */
+    float *attn_acc;
+    int acc_nth;
     /* non-causal attention: the last position of each sequence in the pass, [seq_last_cap] */
     int32_t *seq_last;
     size_t seq_last_cap;

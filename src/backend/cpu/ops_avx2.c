@@ -231,7 +231,7 @@ static inline void axpy_v(float *acc, float e, const void *v, qr_type t, int32_t
 }
 
 static void attn_head_avx2(const cpu_attn_job *j) {
-    static _Thread_local _Alignas(32) float acc[32][QR_CPU_MAX_HEAD_DIM];
+    float (*acc)[QR_CPU_MAX_HEAD_DIM] = (float (*)[QR_CPU_MAX_HEAD_DIM])j->acc; /* 64-byte aligned */
     float q[QR_CPU_MAX_HEAD_DIM];
     const int32_t dk = j->head_dim_k, dv = j->head_dim_v, lanes = j->single ? 32 : 8;
     int32_t i = 0;

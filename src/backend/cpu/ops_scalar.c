@@ -160,7 +160,7 @@ static float attn_dot_scalar(const cpu_attn_job *j, const float *q, int64_t base
  * (see attn_dot_scalar); in the weighted sum the key at position p goes to lane p % 8 (tinyBLAS) or
  * p % 32 (one-row passes). */
 static void attn_head_scalar(const cpu_attn_job *j) {
-    static _Thread_local float acc[32][QR_CPU_MAX_HEAD_DIM];
+    float (*acc)[QR_CPU_MAX_HEAD_DIM] = (float (*)[QR_CPU_MAX_HEAD_DIM])j->acc; /* [QR_CPU_ATTN_LANES] rows */
     float q[QR_CPU_MAX_HEAD_DIM];
     const int32_t dk = j->head_dim_k, dv = j->head_dim_v, lanes = j->single ? 32 : 8;
     for (int32_t i = 0; i < dk; i++) q[i] = qr_fp16_to_fp32(qr_fp32_to_fp16(j->q[i]));
