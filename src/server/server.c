@@ -531,6 +531,7 @@ qr_status qr_server_start(const qr_server_config *cfg, qr_server **out, char *er
     qr_server *s = calloc(1, sizeof *s);
     if (!s) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
     s->cfg = *cfg;
+    pthread_mutex_init(&s->ws_mu, NULL);
     snprintf(s->host, sizeof s->host, "%s", cfg->host ? cfg->host : "127.0.0.1");
     snprintf(s->cors, sizeof s->cors, "%s", cfg->cors_origins ? cfg->cors_origins : "");
     snprintf(s->allowed_hosts, sizeof s->allowed_hosts, "%s", cfg->allowed_hosts ? cfg->allowed_hosts : "");
@@ -628,11 +629,13 @@ void qr_server_stop(qr_server *s, double drain_s) {
      * joined, and only then the models go */
     srv_registry_cancel_all(s->reg);
     for (int i = 0; i < 250 && atomic_load(&s->inflight) > 0; i++) usleep(20 * 1000); /* their error replies */
+    srv_ws_close_all(s); /* 1001 "going away" to every open /ws, after its generation's last message */
     mg_stop(s->mg);
     srv_registry_free(s->reg);
     s->reg = NULL;
     srv_keys_close(s->keys);
     srv_metrics_free(s->metrics);
     srv_ratelimit_free(s->rl);
+    pthread_mutex_destroy(&s->ws_mu);
     free(s);
 }

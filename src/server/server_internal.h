@@ -35,6 +35,8 @@ struct qr_server {
     atomic_bool stop_janitor;
     /* (cfg.max_tokens caps every request's generation length; 0 = no cap) */
     double started_at;
+    pthread_mutex_t ws_mu;   /* guards ws_list */
+    struct ws_state *ws_list; /* open /ws connections (ws.c), for the close frame on shutdown */
 };
 
 /* One HTTP request being handled. */
@@ -170,6 +172,9 @@ int srv_h_static(srv_conn *rc);
 
 /* ---- ws.c ---- */
 void srv_ws_register(qr_server *s);
+/* Shutdown: waits (up to 1 s) for the /ws generations to send their last message, then sends every
+ * open /ws a close frame 1001 (going away). */
+void srv_ws_close_all(qr_server *s);
 
 /* ---- server.c: middleware used by ws.c ---- */
 /* Who a request or a WebSocket message runs as, and the outcome of the last check. */

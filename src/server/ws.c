@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server/api_common.h"
 #include "util/util.h"
@@ -32,6 +33,8 @@ typedef struct ws_state {
     srv_auth auth;          /* the key and its limits */
     int auth_status;        /* != 0: refused at connect (sent in ready) */
     char rid[72];
+    bool stopped;           /* the client sent "stop" for the running generation */
+    struct ws_state *next;  /* s->ws_list, under s->ws_mu */
 } ws_state;
 
 static int ws_send_text(ws_state *w, const char *s, size_t n) {
@@ -114,7 +117,15 @@ static void *writer_main(void *arg) {
     }
     int http = 200;
     const char *ecode = done ? srv_done_error_code(done, &http) : "INFERENCE_ERROR";
-    if (done && done->end == QR_SCHED_END_CANCELLED) ecode = NULL; /* "stop": a normal end */
+    /* "stop" is a normal end; cut by a shutdown (cancelled while draining, or the scheduler stopped)
+     * is SHUTTING_DOWN */
+    pthread_mutex_lock(&w->mu);
+    const bool stopped = w->stopped;
+    pthread_mutex_unlock(&w->mu);
+    if (done && ((done->end == QR_SCHED_END_CANCELLED && !stopped && atomic_load(&w->s->draining)) ||
+                 done->end == QR_SCHED_END_SHUTDOWN))
+        ecode = "SHUTTING_DOWN", http = 503;
+    else if (done && done->end == QR_SCHED_END_CANCELLED) ecode = NULL;
     char lab[300], esc[200];
     srv_metrics_escape(j->m ? j->m->name : "", esc, sizeof esc);
     if (done) {
@@ -140,7 +151,11 @@ static void *writer_main(void *arg) {
     pthread_mutex_unlock(&w->mu);
     if (!gone) {
         if (ecode) {
-            ws_error(w, ecode, "%s", done && done->error ? done->error : "generation ended early");
+            ws_error(w, ecode, "%s",
+                     done && done->error                 ? done->error
+                     : !strcmp(ecode, "SHUTTING_DOWN")   ? "the server is shutting down"
+                     : !strcmp(ecode, "TIMEOUT")         ? "the request's timeout passed"
+                                                         : "generation ended early");
         } else if (done) {
             json_t *p = srv_native_done_json(done, t_first);
             if (p && !j->req.stream) json_object_set_new(p, "token", json_stringn(text ? text : "", text_len));
@@ -168,7 +183,7 @@ static void on_inference(ws_state *w, json_t *payload) {
     pthread_mutex_unlock(&w->mu);
     if (busy) return ws_error(w, "INVALID_REQUEST", "a generation is already running on this connection; send stop first");
     join_writer(w); /* the previous one finished */
-    if (atomic_load(&w->s->draining)) return ws_error(w, "OVERLOADED", "the server is shutting down");
+    if (atomic_load(&w->s->draining)) return ws_error(w, "SHUTTING_DOWN", "the server is shutting down");
     /* every inference message is a request: the key is verified again (revoked or rotated keys stop
      * here) and its rpm / tpm apply; a refusal is an error message, the socket stays open */
     if (srv_recheck_auth(w->s, &w->auth) < 0) return ws_error(w, w->auth.code, "%s", w->auth.msg);
@@ -185,6 +200,7 @@ static void on_inference(ws_state *w, json_t *payload) {
         return ws_error(w, code, "%s", err);
     pthread_mutex_lock(&w->mu);
     w->busy = true;
+    w->stopped = false;
     if (pthread_create(&w->writer, NULL, writer_main, w) == 0) {
         w->joinable = true;
         pthread_mutex_unlock(&w->mu);
@@ -216,7 +232,7 @@ static void on_message(ws_state *w, const char *data, size_t len) {
     } else if (!strcmp(t, "stop")) {
         pthread_mutex_lock(&w->mu);
         const bool busy = w->busy;
-        if (busy) srv_gen_cancel(&w->job.g);
+        if (busy) srv_gen_cancel(&w->job.g), w->stopped = true;
         pthread_mutex_unlock(&w->mu);
         if (!busy) ws_send(w, "status", json_pack("{s:b, s:s}", "busy", 0, "message", "nothing to stop"));
     } else if (!strcmp(t, "status")) {
@@ -259,6 +275,10 @@ static void ws_ready(struct mg_connection *c, void *cbdata) {
     ws_state *w = mg_get_user_connection_data(c);
     if (!w) return;
     w->c = c;
+    pthread_mutex_lock(&w->s->ws_mu);
+    w->next = w->s->ws_list;
+    w->s->ws_list = w;
+    pthread_mutex_unlock(&w->s->ws_mu);
     srv_metrics_add(w->s->metrics, "quarrel_connections_active", "kind=\"ws\"", 1);
     if (w->auth_status) {
         ws_error(w, w->auth.code, "%s", w->auth.msg);
@@ -308,6 +328,13 @@ static void ws_closed(const struct mg_connection *c, void *cbdata) {
     if (w->busy) srv_gen_cancel(&w->job.g); /* the client went away: free its KV blocks now */
     pthread_mutex_unlock(&w->mu);
     join_writer(w);
+    pthread_mutex_lock(&w->s->ws_mu);
+    for (ws_state **p = &w->s->ws_list; *p; p = &(*p)->next)
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    pthread_mutex_unlock(&w->s->ws_mu);
     if (w->c) srv_metrics_add(w->s->metrics, "quarrel_connections_active", "kind=\"ws\"", -1);
     pthread_mutex_destroy(&w->mu);
     free(w);
@@ -321,4 +348,22 @@ static struct mg_websocket_subprotocols ws_protocols = {1, ws_protocol_names};
 
 void srv_ws_register(qr_server *s) {
     mg_set_websocket_handler_with_subprotocols(s->mg, "/ws", &ws_protocols, ws_connect, ws_ready, ws_data, ws_closed, s);
+}
+
+void srv_ws_close_all(qr_server *s) {
+    for (int i = 0; i < 50; i++) { /* the cancelled generations' last messages */
+        bool busy = false;
+        pthread_mutex_lock(&s->ws_mu);
+        for (ws_state *w = s->ws_list; w && !busy; w = w->next) {
+            pthread_mutex_lock(&w->mu);
+            busy = w->busy;
+            pthread_mutex_unlock(&w->mu);
+        }
+        pthread_mutex_unlock(&s->ws_mu);
+        if (!busy) break;
+        usleep(20 * 1000);
+    }
+    pthread_mutex_lock(&s->ws_mu);
+    for (ws_state *w = s->ws_list; w; w = w->next) ws_close(w, 1001, "server shutting down");
+    pthread_mutex_unlock(&s->ws_mu);
 }

@@ -1,7 +1,10 @@
 """Issue 32 items 7 and 8 (API conformance): logprobs keep tokens whose piece is not valid UTF-8 alone
 (`bytes` + a `bytes:\\xNN` token string), unknown chat roles are refused with 400, `Allow` on HEAD and 405
-answers, TRACE answered 405 JSON."""
-import http.client
+answers, TRACE answered 405 JSON, CivetWeb's own refusals in JSON, close 1001 and SHUTTING_DOWN on /ws
+at shutdown."""
+import json
+import signal
+import time
 
 import pytest
 import requests
@@ -132,3 +135,59 @@ def test_civetweb_errors_are_json(server):
     brew = requests.request("BREW", server.url + "/v1/models", timeout=10)
     assert brew.status_code == 400 and brew.json()["error"]["code"] == "INVALID_REQUEST"
     assert requests.get(server.url + "/healthz", timeout=10).status_code == 200
+
+
+def ws_messages_until_close(ws, limit=20):
+    """The messages a socket gets until it closes, and the close code the server sent (None: no frame)."""
+    from websockets.exceptions import ConnectionClosed
+    out = []
+    try:
+        while True:
+            out.append(json.loads(ws.recv(timeout=limit)))
+    except ConnectionClosed as e:
+        return out, e.rcvd.code if e.rcvd else None
+
+
+def test_ws_shutdown_sends_1001_and_shutting_down(quarrel_bin, smollm):
+    from websockets.sync.client import connect
+    from conftest import Server
+    s = Server(quarrel_bin, [smollm], ["--parallel", "1", "--drain", "1"])
+    try:
+        url = s.url.replace("http://", "ws://") + "/ws"
+        with connect(url) as idle, connect(url) as running, connect(url) as queued:
+            body = {"model": MODEL_NAME, "prompt": "Count: 1, 2, 3,", "max_tokens": 100000, "ignore_eos": True,
+                    "temperature": 0, "stream": True}
+            running.send(json.dumps({"type": "inference", "payload": body}))
+            assert json.loads(running.recv(timeout=30))["type"] == "inference"  # it runs
+            queued.send(json.dumps({"type": "inference", "payload": body}))  # waits for the one sequence
+            time.sleep(0.3)
+            s.proc.send_signal(signal.SIGTERM)
+            _, code = ws_messages_until_close(idle)
+            assert code == 1001
+            for ws in (running, queued):
+                msgs, code = ws_messages_until_close(ws)
+                assert code == 1001
+                errs = [m["payload"] for m in msgs if m["type"] == "error"]
+                assert errs and errs[-1]["code"] == "SHUTTING_DOWN", msgs[-3:]
+        assert s.proc.wait(timeout=30) == 0
+    finally:
+        s.stop()
+
+
+def test_cut_streams_say_timeout(make_server, smollm):
+    """A stream cut by --request-timeout reports TIMEOUT in-band (SSE and /ws), not OVERLOADED."""
+    from websockets.sync.client import connect
+    s = make_server([smollm], ["--request-timeout", "1"])
+    body = {"model": MODEL_NAME, "prompt": "Count: 1, 2, 3,", "max_tokens": 100000, "ignore_eos": True,
+            "temperature": 0, "stream": True}
+    r = requests.post(s.url + "/v1/completions", json=body, timeout=30)
+    frames = [json.loads(l[6:]) for l in r.text.splitlines() if l.startswith("data: {")]
+    assert frames[-1]["error"]["code"] == "TIMEOUT", frames[-1]
+    with connect(s.url.replace("http://", "ws://") + "/ws") as ws:
+        ws.send(json.dumps({"type": "inference", "payload": body}))
+        while True:
+            m = json.loads(ws.recv(timeout=30))
+            if m["type"] == "error" or m["payload"].get("complete"):
+                break
+        assert m["type"] == "error" and m["payload"]["code"] == "TIMEOUT", m
+        assert "timeout" in m["payload"]["message"]
