@@ -84,14 +84,22 @@ void srv_job_end(srv_conn *rc, srv_job *j, qr_server *s) {
 
 const char *srv_finish_str(const srv_ev *done) { return done->finish == QR_FINISH_LENGTH ? "length" : "stop"; }
 
-const char *srv_done_error_code(const srv_ev *done, int *http_status) {
+const char *srv_done_error_code(const qr_server *s, const srv_ev *done, int *http_status) {
     switch (done->end) {
     case QR_SCHED_END_FINISHED: return NULL;
     case QR_SCHED_END_TIMEOUT: *http_status = 504; return "TIMEOUT";
-    case QR_SCHED_END_CANCELLED: *http_status = 503; return "OVERLOADED";
-    case QR_SCHED_END_SHUTDOWN: *http_status = 503; return "OVERLOADED";
+    case QR_SCHED_END_CANCELLED: *http_status = 503; return atomic_load(&s->draining) ? "SHUTTING_DOWN" : "OVERLOADED";
+    case QR_SCHED_END_SHUTDOWN: *http_status = 503; return "SHUTTING_DOWN";
     default: *http_status = 500; return "INFERENCE_ERROR";
     }
+}
+
+const char *srv_done_error_message(const srv_ev *done, const char *code) {
+    if (done && done->error) return done->error;
+    if (!strcmp(code, "TIMEOUT")) return "the request's timeout passed (--request-timeout)";
+    if (!strcmp(code, "SHUTTING_DOWN")) return "the server is shutting down";
+    if (!strcmp(code, "OVERLOADED")) return "the generation was cancelled (the client did not keep up)";
+    return "generation ended early";
 }
 
 void srv_token_piece(const srv_model *m, int32_t id, char *buf, size_t cap) {

@@ -26,8 +26,12 @@ void srv_job_end(srv_conn *rc, srv_job *j, qr_server *s);
 
 /* Finish reason string for OpenAI / Ollama ("stop", "length"). */
 const char *srv_finish_str(const srv_ev *done);
-/* Error code for a DONE event that did not finish normally (NULL when it did). */
-const char *srv_done_error_code(const srv_ev *done, int *http_status);
+/* Error code for a DONE event that did not finish normally (NULL when it did): TIMEOUT 504 (the
+ * request's timeout), SHUTTING_DOWN 503 (ended by the server's shutdown, or cancelled while it
+ * drains), OVERLOADED 503 (cancelled otherwise: a client too slow to read), INFERENCE_ERROR 500. */
+const char *srv_done_error_code(const qr_server *s, const srv_ev *done, int *http_status);
+/* The message of that error: the scheduler's own, else one that names the cause. */
+const char *srv_done_error_message(const srv_ev *done, const char *code);
 
 /* Token piece text (for logprobs), NUL-terminated into buf. */
 void srv_token_piece(const srv_model *m, int32_t id, char *buf, size_t cap);

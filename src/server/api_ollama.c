@@ -72,12 +72,12 @@ static int ollama(srv_conn *rc, bool chat) {
         srv_ev_free(e);
     }
     int http = 200;
-    const char *ecode = done ? srv_done_error_code(done, &http) : "INFERENCE_ERROR";
+    const char *ecode = done ? srv_done_error_code(rc->s, done, &http) : "INFERENCE_ERROR";
     srv_account_tokens(rc, done ? done->timing.n_prompt : 0, done ? done->timing.n_gen : 0, ttft);
     if (gone) {
         rc->status = 499;
     } else if (ecode) {
-        const char *msg = done && done->error ? done->error : ecode;
+        const char *msg = srv_done_error_message(done, ecode);
         if (!rc->headers_sent) {
             srv_send_error(rc, http, ecode, http == 503 ? 2 : 0, "%s", msg);
         } else {
@@ -226,7 +226,7 @@ static int embeddings(srv_conn *rc, embed_api api) {
     if (st == QR_ERR_INVALID_ARG) {
         srv_send_error(rc, 400, "INVALID_REQUEST", 0, "%s", ej.err);
     } else if (st == QR_ERR_UNSUPPORTED) {
-        srv_send_error(rc, 503, "OVERLOADED", 2, "the server is shutting down");
+        srv_send_error(rc, 503, "SHUTTING_DOWN", 2, "the server is shutting down");
     } else if (st != QR_OK) {
         srv_send_error(rc, 500, "INFERENCE_ERROR", 0, "%s", ej.err[0] ? ej.err : qr_status_str(st));
     } else {

@@ -169,20 +169,19 @@ static int openai(srv_conn *rc, bool chat) {
         srv_ev_free(e);
     }
     int http = 200;
-    const char *ecode = done ? srv_done_error_code(done, &http) : "INFERENCE_ERROR";
+    const char *ecode = done ? srv_done_error_code(rc->s, done, &http) : "INFERENCE_ERROR";
     const int32_t np = done ? done->timing.n_prompt : 0, ng = done ? done->timing.n_gen : 0;
     if (done && done->len) tb_add(&text, done->text, done->len);
     srv_account_tokens(rc, np, ng, ttft);
     if (gone) {
         rc->status = 499; /* client closed the request */
     } else if (ecode && !(stream && rc->headers_sent)) {
-        srv_send_error(rc, http, ecode, http == 503 ? 2 : 0, "%s",
-                       done && done->error ? done->error : ecode);
+        srv_send_error(rc, http, ecode, http == 503 ? 2 : 0, "%s", srv_done_error_message(done, ecode));
     } else if (stream) {
         if (ecode) {
             rc->err_code = ecode;
             srv_stream_sse_json(rc, json_pack("{s:{s:s, s:s}}", "error", "code", ecode, "message",
-                                              done && done->error ? done->error : "generation ended early"));
+                                              srv_done_error_message(done, ecode)));
         } else {
             json_t *choice = chat ? json_pack("{s:i, s:{s:s%}, s:n, s:s}", "index", 0, "delta", "content",
                                               done->text, done->len, "logprobs", "finish_reason", srv_finish_str(done))

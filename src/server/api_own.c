@@ -54,7 +54,7 @@ int srv_h_stream(srv_conn *rc) {
         srv_ev_free(e);
     }
     int http = 200;
-    const char *ecode = done ? srv_done_error_code(done, &http) : "INFERENCE_ERROR";
+    const char *ecode = done ? srv_done_error_code(rc->s, done, &http) : "INFERENCE_ERROR";
     srv_account_tokens(rc, done ? done->timing.n_prompt : 0, done ? done->timing.n_gen : 0, ttft);
     if (gone) {
         rc->status = 499;
@@ -62,7 +62,7 @@ int srv_h_stream(srv_conn *rc) {
         if (ecode) {
             rc->err_code = ecode;
             srv_stream_sse_json(rc, json_pack("{s:{s:s, s:s}}", "error", "code", ecode, "message",
-                                              done && done->error ? done->error : "generation ended early"));
+                                              srv_done_error_message(done, ecode)));
         } else {
             srv_stream_sse_json(rc, srv_native_done_json(done, t_first));
         }

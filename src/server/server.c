@@ -467,7 +467,7 @@ static int handle(struct mg_connection *c, void *cbdata) {
             goto done;
         }
         if (atomic_load(&s->draining)) {
-            srv_send_error(&rc, 503, "OVERLOADED", 5, "the server is shutting down");
+            srv_send_error(&rc, 503, "SHUTTING_DOWN", 5, "the server is shutting down");
             goto done;
         }
     }

@@ -116,16 +116,12 @@ static void *writer_main(void *arg) {
         srv_ev_free(e);
     }
     int http = 200;
-    const char *ecode = done ? srv_done_error_code(done, &http) : "INFERENCE_ERROR";
-    /* "stop" is a normal end; cut by a shutdown (cancelled while draining, or the scheduler stopped)
-     * is SHUTTING_DOWN */
+    const char *ecode = done ? srv_done_error_code(w->s, done, &http) : "INFERENCE_ERROR";
+    /* "stop" is a normal end (cut by a shutdown is SHUTTING_DOWN, above) */
     pthread_mutex_lock(&w->mu);
     const bool stopped = w->stopped;
     pthread_mutex_unlock(&w->mu);
-    if (done && ((done->end == QR_SCHED_END_CANCELLED && !stopped && atomic_load(&w->s->draining)) ||
-                 done->end == QR_SCHED_END_SHUTDOWN))
-        ecode = "SHUTTING_DOWN", http = 503;
-    else if (done && done->end == QR_SCHED_END_CANCELLED) ecode = NULL;
+    if (done && done->end == QR_SCHED_END_CANCELLED && (stopped || !atomic_load(&w->s->draining))) ecode = NULL;
     char lab[300], esc[200];
     srv_metrics_escape(j->m ? j->m->name : "", esc, sizeof esc);
     if (done) {
@@ -151,11 +147,7 @@ static void *writer_main(void *arg) {
     pthread_mutex_unlock(&w->mu);
     if (!gone) {
         if (ecode) {
-            ws_error(w, ecode, "%s",
-                     done && done->error                 ? done->error
-                     : !strcmp(ecode, "SHUTTING_DOWN")   ? "the server is shutting down"
-                     : !strcmp(ecode, "TIMEOUT")         ? "the request's timeout passed"
-                                                         : "generation ended early");
+            ws_error(w, ecode, "%s", srv_done_error_message(done, ecode));
         } else if (done) {
             json_t *p = srv_native_done_json(done, t_first);
             if (p && !j->req.stream) json_object_set_new(p, "token", json_stringn(text ? text : "", text_len));

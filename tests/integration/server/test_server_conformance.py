@@ -191,3 +191,30 @@ def test_cut_streams_say_timeout(make_server, smollm):
                 break
         assert m["type"] == "error" and m["payload"]["code"] == "TIMEOUT", m
         assert "timeout" in m["payload"]["message"]
+
+
+def test_http_cut_by_shutdown_says_shutting_down(quarrel_bin, smollm):
+    """An SSE stream cut when the drain ends reports SHUTTING_DOWN in-band, a request arriving while
+    the server drains gets 503 SHUTTING_DOWN (not OVERLOADED, which means a full queue)."""
+    import threading
+    from conftest import Server
+    s = Server(quarrel_bin, [smollm], ["--parallel", "1", "--drain", "2"])
+    try:
+        body = {"model": MODEL_NAME, "prompt": "Count: 1, 2, 3,", "max_tokens": 100000, "ignore_eos": True,
+                "temperature": 0, "stream": True}
+        out = {}
+        t = threading.Thread(target=lambda: out.update(r=requests.post(s.url + "/v1/completions", json=body,
+                                                                         timeout=60)))
+        t.start()
+        time.sleep(0.5)
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        late = requests.post(s.url + "/v1/completions", json=body, timeout=10)
+        assert late.status_code == 503 and late.json()["error"]["code"] == "SHUTTING_DOWN"
+        assert int(late.headers["Retry-After"]) >= 1
+        t.join(30)
+        frames = [json.loads(l[6:]) for l in out["r"].text.splitlines() if l.startswith("data: {")]
+        assert frames[-1]["error"]["code"] == "SHUTTING_DOWN", frames[-1]
+        assert s.proc.wait(timeout=30) == 0
+    finally:
+        s.stop()
