@@ -9,7 +9,7 @@ import time
 import pytest
 import requests
 
-from conftest import MODEL_NAME
+from conftest import MODEL_NAME, Server  # at import: a later `from conftest` can find another directory's conftest
 
 CJK = "请用中文回答：日本的首都是哪里？东京是日本的首都。北京是中国的首都。"
 
@@ -150,7 +150,6 @@ def ws_messages_until_close(ws, limit=20):
 
 def test_ws_shutdown_sends_1001_and_shutting_down(quarrel_bin, smollm):
     from websockets.sync.client import connect
-    from conftest import Server
     s = Server(quarrel_bin, [smollm], ["--parallel", "1", "--drain", "1"])
     try:
         url = s.url.replace("http://", "ws://") + "/ws"
@@ -197,7 +196,6 @@ def test_http_cut_by_shutdown_says_shutting_down(quarrel_bin, smollm):
     """An SSE stream cut when the drain ends reports SHUTTING_DOWN in-band, a request arriving while
     the server drains gets 503 SHUTTING_DOWN (not OVERLOADED, which means a full queue)."""
     import threading
-    from conftest import Server
     s = Server(quarrel_bin, [smollm], ["--parallel", "1", "--drain", "2"])
     try:
         body = {"model": MODEL_NAME, "prompt": "Count: 1, 2, 3,", "max_tokens": 100000, "ignore_eos": True,
