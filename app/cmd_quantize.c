@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "commands.h"
-#include "runtime/quantize_model.h"
+#include "convert/quantize_model.h"
 #include "util/util.h"
 
 static void usage(FILE *f) {

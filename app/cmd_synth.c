@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "commands.h"
-#include "runtime/quantize_model.h"
-#include "runtime/synth.h"
+#include "convert/quantize_model.h"
+#include "convert/synth.h"
 #include "util/util.h"
 
 static void usage(FILE *f) {

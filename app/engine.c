@@ -10,7 +10,7 @@
 
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "runtime/model_path.h"
+#include "model/model_path.h"
 #include "template/template.h"
 #include "util/util.h"
 

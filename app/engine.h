@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "quarrel.h"
-#include "runtime/sampler.h"
+#include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct app_engine {

@@ -18,7 +18,7 @@
  *
  * Paged KV cache. K and V rows live in fixed-size blocks of `block_size` token slots owned by the
  * backend (ops->kv_alloc). Slot s is block s / block_size, offset s % block_size. The bookkeeping
- * (which blocks a sequence uses, free list, refcounts) is the runtime's (src/runtime/kv_cache.h);
+ * (which blocks a sequence uses, free list, refcounts) is the KV layer's (src/kv/kv_cache.h);
  * the backend only sees, per batch, the slot each row's K/V is written to (kv_slot) and each
  * sequence's block table. Invariant: position p of a sequence lives at logical index p of its
  * block table, i.e. in block block_table[seq][p / block_size], offset p % block_size.

@@ -7,7 +7,7 @@
 
 #include "model/hybrid.h"
 #include "model/model.h"
-#include "runtime/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "util/util.h"
 
 #define KV_BLOCK_SIZE 32 /* token slots per KV block */

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "model/model.h"
-#include "runtime/kv_cache.h"
+#include "kv/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 #include "util/util.h"
 

@@ -8,7 +8,7 @@
 #define QR_MODEL_HYBRID_H
 
 #include "model/model.h"
-#include "runtime/ssm_state.h"
+#include "kv/ssm_state.h"
 
 /* What a layer's mixer and FFN are. */
 typedef enum qr_layer_kind {
@@ -108,7 +108,7 @@ struct qr_fwd_x {
 qr_status qr_model_x_load(qr_model *m, char *err, size_t err_len);
 void qr_model_x_free(struct qr_model_x *x);
 
-/* ---- per-context state (ssm_state.c in runtime/, qr_fwd_x in moe.c) ---- */
+/* ---- per-context state (ssm_state.c in kv/, qr_fwd_x in moe.c) ---- */
 
 /* Allocates f->x for a context of n_batch rows and n_seq_max sequences (NULL when the model has no
  * experts and no SSM layers). */

@@ -259,6 +259,9 @@ qr_status qr_context_embd_pass(qr_context *ctx, const int32_t *tok, const int32_
 /* The context's model, rows per pass and sequence count. */
 qr_model *qr_context_model(const qr_context *ctx);
 int32_t qr_context_n_batch(const qr_context *ctx);
+/* The bookkeeping of a context's KV cache (kv/kv_cache.h). The caller may use the prefix-cache functions
+ * on it between qr_decode calls, from the thread that decodes. */
+struct qr_kv_cache *qr_context_kv_cache(qr_context *ctx);
 int32_t qr_context_n_seq_max(const qr_context *ctx);
 
 /* The model's GGUF (for the tokenizer and templates). */

@@ -12,7 +12,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "quant/types.h"
-#include "runtime/model_path.h"
+#include "model/model_path.h"
 #include "server/server.h"
 #include "util/util.h"
 

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "quarrel.h"
-#include "runtime/scheduler.h"
+#include "sched/scheduler.h"
 #include "server/arch_metrics.h"
 #include "template/template.h"
 #include "tokenizer/tokenizer.h"

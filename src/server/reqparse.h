@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/sampler.h"
+#include "sampling/sampler.h"
 
 #define SRV_MAX_STOPS 16
 

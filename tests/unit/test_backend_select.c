@@ -21,7 +21,7 @@
 
 #include "backend/backend.h"
 #include "quarrel.h"
-#include "runtime/synth.h"
+#include "convert/synth.h"
 
 static char g_path[256];
 

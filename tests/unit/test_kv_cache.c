@@ -8,7 +8,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "runtime/kv_cache.h"
+#include "kv/kv_cache.h"
 
 /* Every block is either free (refcount 0, on the free list once) or held by exactly refcount
  * table entries; no sequence holds a block twice. */

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "runtime/sampler.h"
+#include "sampling/sampler.h"
 
 static qr_sampler *make(const qr_sampler_params *p, int32_t n_vocab) {
     qr_sampler *s = NULL;

@@ -14,10 +14,10 @@
 #include <cmocka.h>
 
 #include "model/model.h"
-#include "runtime/kv_cache.h"
-#include "runtime/sampler.h"
-#include "runtime/scheduler.h"
-#include "runtime/synth.h"
+#include "kv/kv_cache.h"
+#include "sampling/sampler.h"
+#include "sched/scheduler.h"
+#include "convert/synth.h"
 #include "tokenizer/tokenizer.h"
 #include "util/util.h"
 

@@ -21,8 +21,8 @@
 
 #include "backend/backend.h"
 #include "quant/quant.h"
-#include "runtime/quantize_model.h"
-#include "runtime/ssm_state.h"
+#include "convert/quantize_model.h"
+#include "kv/ssm_state.h"
 
 static uint64_t rng = 0x243F6A8885A308D3ull;
 static float frand(void) {

@@ -12,9 +12,9 @@
 #include <cmocka.h>
 
 #include "gguf/gguf.h"
-#include "runtime/gguf_stream.h"
-#include "runtime/quantize_model.h"
-#include "runtime/synth.h"
+#include "convert/gguf_stream.h"
+#include "convert/quantize_model.h"
+#include "convert/synth.h"
 #include "util/util.h"
 
 static char tmpdir[256];

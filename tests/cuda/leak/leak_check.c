@@ -15,7 +15,7 @@
 
 #include "backend/backend.h"
 #include "quarrel.h"
-#include "runtime/synth.h"
+#include "convert/synth.h"
 
 #define SLACK_BYTES ((long long)2 << 20)
 

@@ -1,7 +1,7 @@
 /* synth.c — `quarrel synth`: architecture table (tensor lists + hyper-parameter keys), deterministic
  * weight generation, and the streaming writer loop. */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/synth.h"
+#include "convert/synth.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,16 +10,16 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
-#include "runtime/gguf_stream.h"
-#include "runtime/quantize_model.h"
-#include "runtime/synth_internal.h"
+#include "convert/gguf_stream.h"
+#include "convert/quantize_model.h"
+#include "convert/synth_internal.h"
 #include "util/util.h"
 
 /* Floats generated per chunk of rows (bounded memory). */
 #define CHUNK_FLOATS (8u << 20)
 #define QUANTIZATION_VERSION 2
 
-/* init_kind, synth_tensor, tensor_list: runtime/synth_internal.h (shared with synth_hybrid.c) */
+/* init_kind, synth_tensor, tensor_list: convert/synth_internal.h (shared with synth_hybrid.c) */
 
 /* ---- architectures --------------------------------------------------------------------------- */
 

@@ -1,5 +1,5 @@
 /* model_path.c — model name resolution: file paths and Ollama manifest names. */
-#include "runtime/model_path.h"
+#include "model/model_path.h"
 
 #include <ctype.h>
 #include <jansson.h>

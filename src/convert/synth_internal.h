@@ -1,16 +1,16 @@
 /* synth_internal.h — what the architecture rows of `quarrel synth` share between synth.c (the
  * writer, llama / gemma3 / bert rows) and synth_hybrid.c (the MoE and hybrid rows): the tensor list
  * and how each tensor is initialised. */
-#ifndef QR_RUNTIME_SYNTH_INTERNAL_H
-#define QR_RUNTIME_SYNTH_INTERNAL_H
+#ifndef QR_CONVERT_SYNTH_INTERNAL_H
+#define QR_CONVERT_SYNTH_INTERNAL_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "gguf/gguf.h"
 #include "quant/types.h"
-#include "runtime/gguf_stream.h"
-#include "runtime/synth.h"
+#include "convert/gguf_stream.h"
+#include "convert/synth.h"
 
 typedef enum init_kind {
     INIT_NORMAL,     /* scale * z, z ~ approximately N(0, 1), bounded to |z| < 3.47 */
@@ -43,4 +43,4 @@ bool qr_synth_add(tensor_list *l, init_kind init, float scale, float center, uin
 bool qr_synth_hybrid_tensors(const qr_synth_preset *p, tensor_list *l);
 void qr_synth_hybrid_hparams(const qr_synth_preset *p, qr_gguf_stream *s);
 
-#endif /* QR_RUNTIME_SYNTH_INTERNAL_H */
+#endif /* QR_CONVERT_SYNTH_INTERNAL_H */

@@ -13,8 +13,8 @@
  *
  * Output bytes equal what ggml's gguf writer produces for the same key/values and tensors.
  */
-#ifndef QR_RUNTIME_GGUF_STREAM_H
-#define QR_RUNTIME_GGUF_STREAM_H
+#ifndef QR_CONVERT_GGUF_STREAM_H
+#define QR_CONVERT_GGUF_STREAM_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -68,4 +68,4 @@ size_t qr_gguf_stream_current_tensor(const qr_gguf_stream *s);
 /* Checks that every tensor is complete, flushes, and renames the file to `path`. */
 qr_status qr_gguf_stream_finish(qr_gguf_stream *s, char *err, size_t err_len);
 
-#endif /* QR_RUNTIME_GGUF_STREAM_H */
+#endif /* QR_CONVERT_GGUF_STREAM_H */

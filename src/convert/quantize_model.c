@@ -1,6 +1,6 @@
 /* quantize_model.c — row conversion, a small parallel-for, and the `quarrel quantize` driver. */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/quantize_model.h"
+#include "convert/quantize_model.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 
 #include "gguf/gguf.h"
 #include "quant/quant.h"
-#include "runtime/gguf_stream.h"
+#include "convert/gguf_stream.h"
 #include "util/util.h"
 
 /* Floats converted per chunk of rows (bounded memory: this many floats + their encoded bytes). */

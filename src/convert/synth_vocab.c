@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/synth.h"
+#include "convert/synth.h"
 #include "util/util.h"
 
 #define MAX_PIECE_BYTES 16

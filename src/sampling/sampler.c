@@ -1,6 +1,6 @@
 /* sampler.c — the sampler chain: logit bias, penalties, top-k, top-p, min-p, temperature, draw.
  * The stop-string checker lives in sampler_stop.c. */
-#include "runtime/sampler.h"
+#include "sampling/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/sampler.h"
+#include "sampling/sampler.h"
 #include "util/util.h"
 
 struct qr_stop {

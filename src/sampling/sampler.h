@@ -15,8 +15,8 @@
  * across token boundaries) or that ends in an incomplete UTF-8 sequence, and tells the caller how
  * much text is safe to emit. It also enforces max_tokens and end-of-generation tokens.
  */
-#ifndef QR_RUNTIME_SAMPLER_H
-#define QR_RUNTIME_SAMPLER_H
+#ifndef QR_SAMPLING_SAMPLER_H
+#define QR_SAMPLING_SAMPLER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -156,4 +156,4 @@ int32_t qr_stop_n_tokens(const qr_stop *s);
 size_t qr_stop_safe_prefix(const char *const *stops, int32_t n_stops, const char *text, size_t len,
                            int32_t *matched);
 
-#endif /* QR_RUNTIME_SAMPLER_H */
+#endif /* QR_SAMPLING_SAMPLER_H */

@@ -1,5 +1,5 @@
 /* ssm_state.c — per-sequence Mamba2 conv and scan states in backend memory (see ssm_state.h). */
-#include "runtime/ssm_state.h"
+#include "kv/ssm_state.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -18,15 +18,15 @@
  * they copy what they need. After the QR_SCHED_EV_DONE event of a request, the scheduler never
  * touches its callback or user pointer again; every accepted request gets exactly one DONE event.
  */
-#ifndef QR_RUNTIME_SCHEDULER_H
-#define QR_RUNTIME_SCHEDULER_H
+#ifndef QR_SCHED_SCHEDULER_H
+#define QR_SCHED_SCHEDULER_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "quarrel.h"
-#include "runtime/sampler.h"
+#include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct qr_scheduler qr_scheduler;
@@ -158,4 +158,4 @@ void qr_sched_get_stats(qr_scheduler *s, qr_sched_stats *out);
 /* Longest prompt (tokens) a request may have: the per-sequence context minus one. */
 int32_t qr_sched_max_prompt(const qr_scheduler *s);
 
-#endif /* QR_RUNTIME_SCHEDULER_H */
+#endif /* QR_SCHED_SCHEDULER_H */

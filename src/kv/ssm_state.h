@@ -4,8 +4,8 @@
  * s uses slot s, so a batch that mixes sequences reads and writes each row's own state. Unlike K/V,
  * a recurrent state cannot be cut back to an earlier position: a sequence is either continued or
  * reset to zero (its start). */
-#ifndef QR_RUNTIME_SSM_STATE_H
-#define QR_RUNTIME_SSM_STATE_H
+#ifndef QR_KV_SSM_STATE_H
+#define QR_KV_SSM_STATE_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -27,4 +27,4 @@ float *qr_ssm_state_scan(const qr_ssm_state *s, int32_t il);
 /* Bytes of state held (all layers, all sequences). */
 uint64_t qr_ssm_state_bytes(const qr_ssm_state *s);
 
-#endif /* QR_RUNTIME_SSM_STATE_H */
+#endif /* QR_KV_SSM_STATE_H */

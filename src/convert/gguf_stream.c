@@ -1,6 +1,6 @@
 /* gguf_stream.c — streaming GGUF v3 writer: header first (offsets precomputed), then tensor data. */
 #define _POSIX_C_SOURCE 200809L
-#include "runtime/gguf_stream.h"
+#include "convert/gguf_stream.h"
 
 #include <errno.h>
 #include <stdio.h>

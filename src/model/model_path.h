@@ -1,8 +1,8 @@
 /* model_path.h — turns what a user typed as MODEL into a GGUF path: a file path, or an Ollama name
  * ("smollm2:135m", "mistral", "user/model:tag", "host/ns/model:tag") resolved through Ollama's
  * manifest store ($OLLAMA_MODELS, else ~/.ollama/models). */
-#ifndef QR_RUNTIME_MODEL_PATH_H
-#define QR_RUNTIME_MODEL_PATH_H
+#ifndef QR_MODEL_MODEL_PATH_H
+#define QR_MODEL_MODEL_PATH_H
 
 #include <stddef.h>
 
@@ -16,4 +16,4 @@
  * QR_ERR_FORMAT for a manifest that is not valid JSON or has no model layer. */
 qr_status qr_model_resolve_path(const char *name, char *out, size_t cap, char *err, size_t err_len);
 
-#endif /* QR_RUNTIME_MODEL_PATH_H */
+#endif /* QR_MODEL_MODEL_PATH_H */

@@ -1,6 +1,6 @@
 /* kv_cache.c — paged KV cache bookkeeping: block tables, free list, refcounts, copy-on-write, and the
  * prefix cache (chain hashes of full blocks, LRU list of evictable cached blocks). */
-#include "runtime/kv_cache.h"
+#include "kv/kv_cache.h"
 
 #include <stdlib.h>
 #include <string.h>

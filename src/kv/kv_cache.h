@@ -11,8 +11,8 @@
  * sequence its own copy (copy-on-write) and reports the (src, dst) pair, which the caller copies
  * with the backend's kv_copy_block.
  */
-#ifndef QR_RUNTIME_KV_CACHE_H
-#define QR_RUNTIME_KV_CACHE_H
+#ifndef QR_KV_KV_CACHE_H
+#define QR_KV_KV_CACHE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -119,8 +119,4 @@ int32_t qr_kv_cache_prefix_commit(qr_kv_cache *kv, int32_t seq, const int32_t *t
 /* Blocks that an allocation can take now: free list + evictable cached blocks. */
 int32_t qr_kv_cache_n_available(const qr_kv_cache *kv);
 
-/* The bookkeeping of a context's KV cache (implemented in model/context.c). The caller may use the
- * prefix-cache functions on it between qr_decode calls, from the thread that decodes. */
-qr_kv_cache *qr_context_kv_cache(qr_context *ctx);
-
-#endif /* QR_RUNTIME_KV_CACHE_H */
+#endif /* QR_KV_KV_CACHE_H */

@@ -12,8 +12,8 @@
  * Presets are rows of a table (synth_presets.c); an architecture is a row of a second table that
  * knows its tensor list and hyper-parameter keys. New architectures are added as rows.
  */
-#ifndef QR_RUNTIME_SYNTH_H
-#define QR_RUNTIME_SYNTH_H
+#ifndef QR_CONVERT_SYNTH_H
+#define QR_CONVERT_SYNTH_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -121,4 +121,4 @@ typedef struct qr_synth_stats {
  * so memory stays bounded (a few chunks of rows per thread). stats may be NULL. */
 qr_status qr_synth_write(const qr_synth_options *o, const char *path, qr_synth_stats *stats, char *err, size_t err_len);
 
-#endif /* QR_RUNTIME_SYNTH_H */
+#endif /* QR_CONVERT_SYNTH_H */

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "runtime/quantize_model.h"
+#include "convert/quantize_model.h"
 
 /* llama.cpp's enum llama_ftype values. */
 enum {

@@ -11,8 +11,8 @@
  * ("_norm.weight"), MoE router inputs (ffn_gate_inp), position/type embeddings, ssm_conv1d and a
  * few other small ones; everything else keeps its type.
  */
-#ifndef QR_RUNTIME_QUANTIZE_MODEL_H
-#define QR_RUNTIME_QUANTIZE_MODEL_H
+#ifndef QR_CONVERT_QUANTIZE_MODEL_H
+#define QR_CONVERT_QUANTIZE_MODEL_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -115,4 +115,4 @@ typedef struct qr_quantize_stats {
 qr_status qr_quantize_model(const char *in_path, const char *out_path, const qr_quantize_options *opt,
                             qr_quantize_stats *stats, char *err, size_t err_len);
 
-#endif /* QR_RUNTIME_QUANTIZE_MODEL_H */
+#endif /* QR_CONVERT_QUANTIZE_MODEL_H */

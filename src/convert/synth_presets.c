@@ -2,7 +2,7 @@
  * Shapes of the real-model presets follow /work/shared/anchors.md and the models' configs. */
 #include <string.h>
 
-#include "runtime/synth.h"
+#include "convert/synth.h"
 
 #define BPE QR_SYNTH_VOCAB_BPE
 #define SPM QR_SYNTH_VOCAB_SPM

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/synth_internal.h"
+#include "convert/synth_internal.h"
 
 #define NORM_SCALE 0.1f
 #define BIAS_SCALE 0.1f

@@ -1,13 +1,14 @@
 /* scheduler.c — continuous batching: request queue, admission, chunked prefill, preemption by
  * recompute, sampling and streaming callbacks (see scheduler.h). */
-#include "runtime/scheduler.h"
+#include "sched/scheduler.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/kv_cache.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
 #include "util/util.h"
 
 typedef struct sreq {
