@@ -104,8 +104,8 @@ qr_status qr_sampler_params_validate(const qr_sampler_params *p, int32_t n_vocab
                        (double)p->temperature);
     if (p->top_k < 0)
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: top_k must be >= 0 (0 = off), got %d", p->top_k);
-    if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
-        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: top_p must be in (0, 1] (1 = off), got %g",
+    if (!(p->top_p >= 0.0f && p->top_p <= 1.0f))
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: top_p must be in [0, 1] (1 = off), got %g",
                        (double)p->top_p);
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: min_p must be in [0, 1] (0 = off), got %g",

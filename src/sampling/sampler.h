@@ -38,7 +38,7 @@ typedef struct qr_logit_bias {
 typedef struct qr_sampler_params {
     float temperature;       /* >= 0; 0 = greedy (argmax). default 0.8 */
     int32_t top_k;           /* >= 0; 0 = off. default 40 */
-    float top_p;             /* in (0, 1]; 1 = off. default 0.95 */
+    float top_p;             /* in [0, 1]; 1 = off, 0 = the top token only. default 0.95 */
     float min_p;             /* in [0, 1]; 0 = off. default 0.05 */
     float repeat_penalty;    /* > 0; 1 = off. positive logits are divided by it, negative multiplied */
     float frequency_penalty; /* any finite value; 0 = off. subtracted once per occurrence in the window */

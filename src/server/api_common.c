@@ -226,12 +226,12 @@ int srv_h_ollama_show(srv_conn *rc) {
     char err[512];
     if (srv_json_parse(rc->body ? rc->body : "", rc->body_len, rc->s->cfg.max_json_depth, &root, err, sizeof err) < 0)
         return srv_send_error(rc, 400, "INVALID_REQUEST", 0, "%s", err);
-    json_t *name = json_object_get(root, "model");
-    if (!name) name = json_object_get(root, "name");
-    if (!json_is_string(name)) {
+    json_t *model = json_object_get(root, "model"), *legacy = json_object_get(root, "name");
+    if ((model && !json_is_string(model)) || (legacy && !json_is_string(legacy)) || (!model && !legacy)) {
         json_decref(root);
-        return srv_send_error(rc, 400, "INVALID_REQUEST", 0, "'model' must be a string");
+        return srv_send_error(rc, 400, "INVALID_REQUEST", 0, "'model' (or Ollama's older 'name') must be a string");
     }
+    json_t *name = model ? model : legacy;
     srv_model *m = srv_acquire_model(rc, json_string_value(name), false);
     json_decref(root);
     if (!m) return rc->status;

@@ -20,10 +20,35 @@ static json_t *timings(const srv_job *j, const srv_ev *done) {
                      "prompt_eval_duration", prompt_ns, "eval_count", t->n_gen, "eval_duration", eval_ns);
 }
 
+/* Ollama's /api/generate without a prompt: loads the model (done_reason "load"), or with keep_alive 0
+ * unloads it ("unload"), and generates nothing. Takes req. */
+static int ollama_load_only(srv_conn *rc, srv_gen_req *req) {
+    srv_model *m = srv_acquire_model(rc, req->model ? req->model : "", true);
+    if (m) {
+        const bool unload = req->has_keep_alive && req->keep_alive_s == 0;
+        char ts[64];
+        srv_iso_time(srv_wall_now(), ts, sizeof ts);
+        srv_send_json(rc, 200, json_pack("{s:s, s:s, s:s, s:b, s:s}", "model", m->name, "created_at", ts, "response", "",
+                                         "done", 1, "done_reason", unload ? "unload" : "load"));
+        srv_registry_release(rc->s->reg, m, req->has_keep_alive, req->keep_alive_s);
+    }
+    srv_gen_req_free(req);
+    return rc->status;
+}
+
 /* Ollama generate (chat == false) or chat. */
 static int ollama(srv_conn *rc, bool chat) {
     srv_job j;
-    if (srv_job_begin(rc, chat ? SRV_API_OLLAMA_CHAT : SRV_API_OLLAMA_GENERATE, &j) < 0) return rc->status;
+    const srv_api api = chat ? SRV_API_OLLAMA_CHAT : SRV_API_OLLAMA_GENERATE;
+    srv_gen_req req;
+    char err[1024];
+    if (srv_gen_req_parse(rc->body ? rc->body : "", rc->body_len, api, rc->s->cfg.max_json_depth, &req, err,
+                          sizeof err) < 0) {
+        srv_gen_req_free(&req);
+        return srv_send_error(rc, 400, "INVALID_REQUEST", 0, "%s", err);
+    }
+    if (!chat && (!req.prompt || !req.prompt[0])) return ollama_load_only(rc, &req);
+    if (srv_job_begin_req(rc, api, &req, &j, rc->s, NULL, NULL, NULL, 0) < 0) return rc->status;
     const srv_model *m = j.m;
     const bool stream = j.req.stream;
     char *text = NULL;
@@ -166,6 +191,27 @@ static qr_status embed_fn(void *arg, qr_context *ctx) {
 
 typedef enum embed_api { EMBED_OLLAMA, EMBED_OLLAMA_LEGACY, EMBED_OPENAI } embed_api;
 
+/* OpenAI's encoding_format "base64": the float32 vector's little-endian bytes in standard base64. */
+static json_t *base64_floats(const float *v, int32_t n) {
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *b = (const unsigned char *)v; /* x86 and the GPUs' hosts are little-endian */
+    const size_t len = (size_t)n * sizeof *v, out_len = (len + 2) / 3 * 4;
+    char *o = malloc(out_len + 1);
+    if (!o) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < len; i += 3) {
+        const unsigned x = (unsigned)b[i] << 16 | (i + 1 < len ? (unsigned)b[i + 1] << 8 : 0) | (i + 2 < len ? b[i + 2] : 0);
+        o[k++] = tab[x >> 18 & 63];
+        o[k++] = tab[x >> 12 & 63];
+        o[k++] = i + 1 < len ? tab[x >> 6 & 63] : '=';
+        o[k++] = i + 2 < len ? tab[x & 63] : '=';
+    }
+    o[k] = 0;
+    json_t *j = json_string(o);
+    free(o);
+    return j;
+}
+
 static int embeddings(srv_conn *rc, embed_api api) {
     json_t *root;
     char err[512];
@@ -176,8 +222,21 @@ static int embeddings(srv_conn *rc, embed_api api) {
     const char **texts = NULL;
     int32_t n = 0;
     int status = 0;
-    if (model && !json_is_string(model)) {
+    if (model && !json_is_string(model) && !json_is_null(model)) {
         status = srv_send_error(rc, 400, "INVALID_REQUEST", 0, "'model' must be a string");
+        goto out;
+    }
+    json_t *ka = api == EMBED_OPENAI ? NULL : json_object_get(root, "keep_alive");
+    double keep_alive_s = 0;
+    if (ka && !json_is_null(ka) && srv_parse_duration(ka, &keep_alive_s) < 0) {
+        status = srv_send_error(rc, 400, "INVALID_REQUEST", 0,
+                                "'keep_alive' must be a number of seconds or a duration such as \"5m\"");
+        goto out;
+    }
+    json_t *fmt = api == EMBED_OPENAI ? json_object_get(root, "encoding_format") : NULL;
+    const bool b64 = json_is_string(fmt) && !strcmp(json_string_value(fmt), "base64");
+    if (fmt && !json_is_null(fmt) && !b64 && !(json_is_string(fmt) && !strcmp(json_string_value(fmt), "float"))) {
+        status = srv_send_error(rc, 400, "INVALID_REQUEST", 0, "'encoding_format' must be \"float\" or \"base64\"");
         goto out;
     }
     if (json_is_string(in)) {
@@ -208,7 +267,7 @@ static int embeddings(srv_conn *rc, embed_api api) {
             status = srv_send_error(rc, 400, "INVALID_REQUEST", 0, "'%s' must not contain empty strings", field);
             goto out;
         }
-    srv_model *m = srv_acquire_model(rc, model ? json_string_value(model) : "", true);
+    srv_model *m = srv_acquire_model(rc, json_is_string(model) ? json_string_value(model) : "", true);
     if (!m) goto out;
     const int32_t dim = qr_model_n_embd_out(m->model);
     embed_job ej = {.m = m, .texts = texts, .n = n, .normalize = api != EMBED_OLLAMA_LEGACY};
@@ -233,8 +292,8 @@ static int embeddings(srv_conn *rc, embed_api api) {
         srv_account_tokens(rc, n_tok, 0, -1);
         json_t *vecs = json_array();
         for (int32_t i = 0; i < n; i++) {
-            json_t *v = json_array();
-            for (int32_t d = 0; d < dim; d++) json_array_append_new(v, json_real(ej.out[(size_t)i * dim + d]));
+            json_t *v = b64 ? base64_floats(ej.out + (size_t)i * dim, dim) : json_array();
+            for (int32_t d = 0; !b64 && d < dim; d++) json_array_append_new(v, json_real(ej.out[(size_t)i * dim + d]));
             if (api == EMBED_OPENAI)
                 json_array_append_new(vecs, json_pack("{s:s, s:i, s:o}", "object", "embedding", "index", i, "embedding", v));
             else
@@ -256,7 +315,7 @@ static int embeddings(srv_conn *rc, embed_api api) {
         srv_send_json(rc, 200, o);
     }
     free(ej.out);
-    srv_registry_release(rc->s->reg, m, false, 0);
+    srv_registry_release(rc->s->reg, m, ka && !json_is_null(ka), keep_alive_s);
 out:
     free(texts);
     json_decref(root);

@@ -100,6 +100,8 @@ int srv_h_tokenize(srv_conn *rc) {
     if (!content) content = json_object_get(root, "text");
     json_t *as = json_object_get(root, "add_special"), *ps = json_object_get(root, "parse_special"),
            *wp = json_object_get(root, "with_pieces");
+    /* null = absent */
+    as = json_is_null(as) ? NULL : as, ps = json_is_null(ps) ? NULL : ps, wp = json_is_null(wp) ? NULL : wp;
     if (!json_is_string(content) || (as && !json_is_boolean(as)) || (ps && !json_is_boolean(ps)) ||
         (wp && !json_is_boolean(wp))) {
         srv_send_error(rc, 400, "INVALID_REQUEST", 0,

@@ -34,20 +34,63 @@ bool srv_utf8_valid(const char *s, size_t len) {
     return true;
 }
 
+/* Whether d is integral and strictly inside int64, so that (json_int_t)d is exact. -2^63 itself is left out:
+ * as a real it is also what an integer literal just below int64 (which jansson could not parse) rounds to. */
+static bool real_is_int64(double d) { return d == floor(d) && d > -9223372036854775808.0 && d < 9223372036854775808.0; }
+
+/* Integral reals (1.0, 1e3, and integers past int64 parsed as reals) within int64 become integers. */
+static void reals_to_ints(json_t *j) {
+    if (json_is_object(j)) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(j, k, v) {
+            if (json_is_real(v)) {
+                const double d = json_real_value(v);
+                if (real_is_int64(d)) json_object_set_new(j, k, json_integer((json_int_t)d));
+            } else {
+                reals_to_ints(v);
+            }
+        }
+    } else if (json_is_array(j)) {
+        for (size_t i = 0; i < json_array_size(j); i++) {
+            json_t *v = json_array_get(j, i);
+            if (json_is_real(v)) {
+                const double d = json_real_value(v);
+                if (real_is_int64(d)) json_array_set_new(j, i, json_integer((json_int_t)d));
+            } else {
+                reals_to_ints(v);
+            }
+        }
+    }
+}
+
 int srv_json_parse(const char *body, size_t len, int max_depth, json_t **root, char *err, size_t err_len) {
     *root = NULL;
-    /* nesting depth outside strings, before jansson sees it (its own limit is 2048) */
+    /* Nesting depth outside strings, before jansson sees it (its own limit is 2048). A \u0000 escape (in a
+     * key or a value) reads as U+FFFD: C strings end at NUL and jansson cannot hold it in a key. */
     int depth = 0;
     bool in_str = false;
+    char *copy = NULL; /* body with \u0000 rewritten, made at the first one */
     for (size_t i = 0; i < len; i++) {
         const char c = body[i];
         if (in_str) {
-            if (c == '\\') i++;
-            else if (c == '"') in_str = false;
+            if (c == '\\') {
+                if (i + 5 < len && !memcmp(body + i + 1, "u0000", 5)) {
+                    if (!copy) {
+                        if (!(copy = malloc(len))) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory"), -1;
+                        body = memcpy(copy, body, len);
+                    }
+                    memcpy(copy + i + 1, "ufffd", 5);
+                }
+                i++;
+            } else if (c == '"') {
+                in_str = false;
+            }
         } else if (c == '"') {
             in_str = true;
         } else if (c == '{' || c == '[') {
             if (++depth > max_depth) {
+                free(copy);
                 qr_errf(err, err_len, QR_ERR_INVALID_ARG, "JSON nesting deeper than %d levels", max_depth);
                 return -1;
             }
@@ -57,6 +100,10 @@ int srv_json_parse(const char *body, size_t len, int max_depth, json_t **root, c
     }
     json_error_t je;
     json_t *r = json_loadb(body, len, 0, &je);
+    if (!r && json_error_code(&je) == json_error_numeric_overflow) /* an integer beyond int64, maybe in a field */
+        r = json_loadb(body, len, JSON_DECODE_INT_AS_REAL, &je);    /* we do not even read: numbers as reals */
+    if (r) reals_to_ints(r); /* 5.0 is an integer, as JSON Schema says */
+    free(copy);
     if (!r) {
         qr_errf(err, err_len, QR_ERR_INVALID_ARG, "malformed JSON at line %d, column %d: %s", je.line, je.column,
                 je.text);
@@ -97,12 +144,13 @@ static int get_num(json_t *o, const char *key, double lo, double hi, double *out
 static int get_int(json_t *o, const char *key, double lo, double hi, int64_t *out, char *err, size_t err_len) {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) return 0;
-    double d;
-    if (json_is_integer(v)) d = (double)json_integer_value(v);
-    else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v))) d = json_real_value(v);
-    else FAIL("'%s' must be an integer", key);
-    if (d < lo || d > hi) FAIL("'%s' must be in [%.0f, %.0f]", key, lo, hi);
-    *out = (int64_t)d;
+    /* integral reals within int64 were made integers by srv_json_parse: a real left is a fraction or past int64 */
+    if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)))
+        FAIL("'%s' must be in [%.0f, %.0f]", key, lo, hi);
+    if (!json_is_integer(v)) FAIL("'%s' must be an integer", key);
+    const json_int_t x = json_integer_value(v);
+    if ((double)x < lo || (double)x > hi) FAIL("'%s' must be in [%.0f, %.0f]", key, lo, hi);
+    *out = (int64_t)x;
     return 1;
 }
 
@@ -152,7 +200,7 @@ static int sampler_fields(json_t *o, srv_gen_req *r, bool openai, char *err, siz
     if ((rc = get_num(o, "temperature", 0, openai ? 2 : 100, &d, err, err_len)) < 0) return -1;
     if (rc) r->sp.temperature = (float)d;
     if ((rc = get_num(o, "top_p", 0, 1, &d, err, err_len)) < 0) return -1;
-    if (rc) r->sp.top_p = d <= 0 ? 1e-6f : (float)d;
+    if (rc) r->sp.top_p = (float)d; /* 0: the top token alone */
     if ((rc = get_int(o, "top_k", 0, 1e9, &i, err, err_len)) < 0) return -1;
     if (rc) r->sp.top_k = (int32_t)i;
     if ((rc = get_num(o, "min_p", 0, 1, &d, err, err_len)) < 0) return -1;
@@ -165,10 +213,31 @@ static int sampler_fields(json_t *o, srv_gen_req *r, bool openai, char *err, siz
     if (rc) r->sp.presence_penalty = (float)d;
     if ((rc = get_num(o, "frequency_penalty", -2, 2, &d, err, err_len)) < 0) return -1;
     if (rc) r->sp.frequency_penalty = (float)d;
-    if ((rc = get_int(o, "seed", -9.2e18, 9.2e18, &i, err, err_len)) < 0) return -1;
+    if ((rc = get_int(o, "seed", -9223372036854775808.0, 9223372036854775807.0, &i, err, err_len)) < 0) return -1;
     if (rc) r->sp.seed = (uint64_t)i;
     if (get_stops(o, "stop", r, err, err_len) < 0) return -1;
     return 0;
+}
+
+/* One group of a duration: digits, optionally '.' digits, optionally a unit (ms, h, m, s). Advances *p,
+ * adds the group's seconds to *total; *unit says whether it had a unit. Returns false on no digits. */
+static bool duration_group(const char **p, double *total, bool *unit) {
+    const char *s = *p, *start = s;
+    while (*s >= '0' && *s <= '9') s++;
+    if (s == start) return false;
+    if (*s == '.' && s[1] >= '0' && s[1] <= '9')
+        for (s++; *s >= '0' && *s <= '9'; s++) {}
+    const double x = strtod(start, NULL); /* the digits just checked: a plain decimal */
+    double scale = 1;
+    *unit = true;
+    if (!strncmp(s, "ms", 2)) scale = 1e-3, s += 2;
+    else if (*s == 'h') scale = 3600, s++;
+    else if (*s == 'm') scale = 60, s++;
+    else if (*s == 's') s++;
+    else *unit = false;
+    *total += x * scale;
+    *p = s;
+    return true;
 }
 
 int srv_parse_duration(const json_t *v, double *seconds) {
@@ -177,24 +246,18 @@ int srv_parse_duration(const json_t *v, double *seconds) {
         return isfinite(*seconds) ? 0 : -1;
     }
     if (!json_is_string(v)) return -1;
+    /* -?(N(.N)?UNIT)+ or a lone -?N(.N)? (seconds): the KeepAlive pattern of openapi.yaml */
     const char *s = json_string_value(v);
-    char *end;
+    const bool neg = *s == '-';
+    if (neg) s++;
     double total = 0;
-    bool neg = false;
-    if (*s == '-') neg = true, s++;
-    if (!*s) return -1;
+    bool unit = false;
+    int groups = 0;
     while (*s) {
-        double x = strtod(s, &end);
-        if (end == s || !isfinite(x)) return -1;
-        s = end;
-        double unit = 1;
-        if (!strncmp(s, "ms", 2)) unit = 1e-3, s += 2;
-        else if (*s == 'h') unit = 3600, s++;
-        else if (*s == 'm') unit = 60, s++;
-        else if (*s == 's') unit = 1, s++;
-        else if (*s) return -1;
-        total += x * unit;
+        if (!duration_group(&s, &total, &unit) || (!unit && (groups > 0 || *s))) return -1;
+        groups++;
     }
+    if (groups == 0 || !isfinite(total)) return -1;
     *seconds = neg ? -total : total;
     return 0;
 }
@@ -292,13 +355,15 @@ int srv_gen_req_from_json(json_t *root, srv_api api, srv_gen_req *r, char *err, 
             FAIL("'prompt' must be a string, an array of one string, or an array of token ids");
         }
         break;
-    case SRV_API_NATIVE:
+    case SRV_API_NATIVE: /* prompt or messages (messages win); a prompt given is a non-empty string either way */
+        if (get_str(root, "prompt", &r->prompt, err, err_len) < 0) return -1;
+        if (r->prompt && !r->prompt[0]) FAIL("the prompt is empty");
         if (msgs && !json_is_null(msgs)) {
             if (check_messages(msgs, err, err_len) < 0) return -1;
             r->messages = msgs;
-        } else {
-            if (get_str(root, "prompt", &r->prompt, err, err_len) < 0) return -1;
-            if (!r->prompt) FAIL("'prompt' or 'messages' is required");
+            r->prompt = NULL;
+        } else if (!r->prompt) {
+            FAIL("'prompt' or 'messages' is required");
         }
         break;
     }

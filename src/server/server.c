@@ -361,13 +361,23 @@ static const char *path_allow(const char *path) {
         if (!strcmp(routes[i].path, path)) return strcmp(routes[i].method, "GET") ? ALLOW_POST : ALLOW_GET;
     if ((!strncmp(path, "/api/models/", 12) && path[12]) || (!strncmp(path, "/v1/models/", 11) && path[11]))
         return ALLOW_GET;
-    return srv_static_known(path) ? ALLOW_GET : NULL;
+    return srv_static_known(path) || !strcmp(path, "/ws") ? ALLOW_GET : NULL;
+}
+
+/* Whether m is an RFC 9110 method token (1-32 of A-Z, a-z, 0-9 and !#$%&'*+-.^_`|~). */
+static bool method_token(const char *m) {
+    size_t n = strlen(m);
+    if (n == 0 || n > 32) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)m[i]) && !strchr("!#$%&'*+-.^_`|~", m[i])) return false;
+    return true;
 }
 
 /* CivetWeb's http_error: an error CivetWeb answers itself, before any handler (a request line it
  * cannot parse, an unknown method such as TRACE, headers over max_request_size). Answers it in our
  * JSON shape instead of CivetWeb's text page: TRACE (which CivetWeb does not implement) is 405 with
- * the path's Allow; anything else keeps CivetWeb's status with its message. The connection closes. */
+ * the path's Allow, as is any other well-formed method it does not know (QUERY, ...) on a known path;
+ * anything else keeps CivetWeb's status with its message. The connection closes. */
 static int http_error_cb(struct mg_connection *c, int status, const char *errmsg) {
     const struct mg_request_info *ri = mg_get_request_info(c);
     qr_server *s = mg_get_user_data(mg_get_context(c));
@@ -379,6 +389,9 @@ static int http_error_cb(struct mg_connection *c, int status, const char *errmsg
     if (status == 400 && !strcmp(method, "TRACE")) {
         rc.allow = path_allow(path);
         if (!rc.allow) rc.allow = ALLOW_GET;
+        status = 405;
+    } else if (status == 400 && method_token(method) && path_allow(path)) {
+        rc.allow = path_allow(path); /* a well-formed method CivetWeb does not know (QUERY, ...) on a route */
         status = 405;
     }
     if (status == 405) srv_send_error(&rc, 405, "INVALID_REQUEST", 0, "method %s is not allowed on %.200s", method, path);
@@ -439,7 +452,8 @@ static int handle(struct mg_connection *c, void *cbdata) {
     }
     if (!strcmp(path, "/ws")) { /* a WebSocket upgrade never reaches this handler */
         rc.endpoint = "/ws";
-        srv_send_error(&rc, 426, "INVALID_REQUEST", 0, "/ws is a WebSocket endpoint: send an Upgrade: websocket request");
+        if (!get_like) send_405(&rc, method, path, ALLOW_GET);
+        else srv_send_error(&rc, 426, "INVALID_REQUEST", 0, "/ws is a WebSocket endpoint: send an Upgrade: websocket request");
         goto done;
     }
     if (!path_known && srv_static_known(path)) { /* the web UI: public, GET only */

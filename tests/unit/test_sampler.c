@@ -50,7 +50,7 @@ static void test_invalid_params(void **state) {
     p.top_k = -1;
     expect_invalid(&p, "top_k");
     qr_sampler_params_default(&p);
-    p.top_p = 0.0f;
+    p.top_p = -0.01f;
     expect_invalid(&p, "top_p");
     p.top_p = 1.5f;
     expect_invalid(&p, "top_p");
@@ -239,6 +239,9 @@ static void test_top_p_small(void **state) {
     assert_int_equal(counts[0], 0);
     assert_true(counts[2] > 0);
     p.top_p = 0.4f; /* the top token alone */
+    histogram(&p, l, 4, 1000, counts);
+    assert_int_equal(counts[1], 1000);
+    p.top_p = 0.0f; /* OpenAI's and llama.cpp's top_p 0: the top token alone */
     histogram(&p, l, 4, 1000, counts);
     assert_int_equal(counts[1], 1000);
 }

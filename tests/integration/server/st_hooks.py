@@ -1,12 +1,34 @@
 """Schemathesis hooks (SCHEMATHESIS_HOOKS=st_hooks): half of the generated requests name the real
 model (from $QUARREL_ST_MODEL) so that the cases reach tokenization, the scheduler and the
-response encoders instead of stopping at 404 MODEL_NOT_FOUND."""
+response encoders instead of stopping at 404 MODEL_NOT_FOUND; token ids at or past the model's
+vocabulary ($QUARREL_ST_VOCAB, which the schema cannot know) are folded into it (negative ids, which
+the schema forbids, are left for the negative cases)."""
 import os
 import zlib
 
 import schemathesis
 
 MODEL = os.environ.get("QUARREL_ST_MODEL", "")
+VOCAB = int(os.environ.get("QUARREL_ST_VOCAB", "0"))
+
+
+def _fold(t):
+    """t folded into the vocabulary when it is an integral number at or past it, else t."""
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or t != t or t in (float("inf"), float("-inf")):
+        return t
+    return int(t) % VOCAB if t >= VOCAB and t == int(t) else t
+
+
+def _fold_ids(ids):
+    if VOCAB and isinstance(ids, list):
+        for i, t in enumerate(ids):
+            ids[i] = _fold(t)
+
+
+def _fold_bias(bias):
+    if VOCAB and isinstance(bias, dict):
+        for k in [k for k in bias if k.isdigit() and k.isascii() and int(k) >= VOCAB]:
+            bias[str(int(k) % VOCAB)] = bias.pop(k)
 
 
 def _pick(value):
@@ -17,6 +39,10 @@ def _pick(value):
 def map_body(ctx, body):
     if isinstance(body, dict) and isinstance(body.get("model"), str) and _pick(body):
         body["model"] = MODEL
+    if isinstance(body, dict):
+        _fold_ids(body.get("tokens"))  # /detokenize
+        _fold_ids(body.get("prompt"))  # /v1/completions: a prompt of token ids
+        _fold_bias(body.get("logit_bias"))  # OpenAI: token id -> bias
     return body
 
 

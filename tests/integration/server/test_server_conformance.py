@@ -132,7 +132,10 @@ def test_civetweb_errors_are_json(server):
     big = requests.get(server.url + "/healthz", headers={"X-Big": "a" * 40000}, timeout=10)
     assert big.status_code in (400, 431) and big.headers["Content-Type"].startswith("application/json")
     assert big.json()["error"]["code"] == "INVALID_REQUEST" and "max-header-bytes" in big.json()["error"]["message"]
-    brew = requests.request("BREW", server.url + "/v1/models", timeout=10)
+    brew = requests.request("BREW", server.url + "/v1/models", timeout=10)  # a method CivetWeb does not know
+    assert brew.status_code == 405 and brew.json()["error"]["code"] == "INVALID_REQUEST"
+    assert brew.headers["Allow"] == "GET, HEAD, OPTIONS"
+    brew = requests.request("BREW", server.url + "/no/such/path", timeout=10)  # ... on a path we do not serve
     assert brew.status_code == 400 and brew.json()["error"]["code"] == "INVALID_REQUEST"
     assert requests.get(server.url + "/healthz", timeout=10).status_code == 200
 
