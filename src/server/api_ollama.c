@@ -223,12 +223,9 @@ static int embeddings(srv_conn *rc, embed_api api) {
     const double t0 = qr_time_s();
     qr_status st = ej.out ? qr_sched_run_job(m->sched, embed_fn, &ej) : QR_ERR_NOMEM;
     const double dt = qr_time_s() - t0;
-    if (st == QR_ERR_INVALID_ARG) {
-        srv_send_error(rc, 400, "INVALID_REQUEST", 0, "%s", ej.err);
-    } else if (st == QR_ERR_UNSUPPORTED) {
-        srv_send_error(rc, 503, "SHUTTING_DOWN", 2, "the server is shutting down");
-    } else if (st != QR_OK) {
-        srv_send_error(rc, 500, "INFERENCE_ERROR", 0, "%s", ej.err[0] ? ej.err : qr_status_str(st));
+    if (st == QR_ERR_SHUTDOWN && !ej.err[0]) snprintf(ej.err, sizeof ej.err, "the server is shutting down");
+    if (st != QR_OK) {
+        srv_send_status(rc, st, 2, ej.err[0] ? ej.err : qr_status_str(st));
     } else {
         srv_account_tokens(rc, n_tok, 0, -1);
         json_t *vecs = json_array();

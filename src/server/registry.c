@@ -243,7 +243,7 @@ static uint64_t used_bytes_locked(const srv_registry *r) {
     return u;
 }
 
-srv_model *srv_registry_acquire(srv_registry *r, const char *name, bool may_load, int *http_status, char *err,
+srv_model *srv_registry_acquire(srv_registry *r, const char *name, bool may_load, qr_status *why, char *err,
                                 size_t err_len) {
     pthread_mutex_lock(&r->mu);
     srv_model *m = find_locked(r, name);
@@ -255,9 +255,8 @@ srv_model *srv_registry_acquire(srv_registry *r, const char *name, bool may_load
         return m;
     }
     pthread_mutex_unlock(&r->mu);
-    *http_status = 404;
     if (!r->o.allow_load || !may_load || !*name) {
-        qr_errf(err, err_len, QR_ERR_NOT_FOUND, "model '%s' is not loaded", name);
+        *why = qr_errf(err, err_len, QR_ERR_NOT_FOUND, "model '%s' is not loaded", name);
         return NULL;
     }
     /* hot swap: load it (one load at a time), evicting idle on-demand models to fit the budget */
@@ -276,7 +275,7 @@ srv_model *srv_registry_acquire(srv_registry *r, const char *name, bool may_load
     char lerr[512];
     if (load_model(r, name, &nm, lerr, sizeof lerr) != QR_OK) {
         pthread_mutex_unlock(&r->load_mu);
-        qr_errf(err, err_len, QR_ERR_NOT_FOUND, "model '%s' not found: %s", name, lerr);
+        *why = qr_errf(err, err_len, QR_ERR_NOT_FOUND, "model '%s' not found: %s", name, lerr);
         return NULL;
     }
     srv_model *evict[QR_SERVER_MAX_MODELS];
@@ -297,8 +296,7 @@ srv_model *srv_registry_acquire(srv_registry *r, const char *name, bool may_load
         const uint64_t used = used_bytes_locked(r);
         pthread_mutex_unlock(&r->mu);
         pthread_mutex_unlock(&r->load_mu);
-        *http_status = 503;
-        qr_errf(err, err_len, QR_ERR_NOMEM,
+        *why = qr_errf(err, err_len, QR_ERR_BUSY,
                 "model '%s' needs %.1f MiB but %.1f MiB of the %.1f MiB budget are held by busy or pinned models",
                 name, need / 1048576.0, used / 1048576.0, r->o.mem_budget / 1048576.0);
         model_free(nm);

@@ -193,13 +193,12 @@ void srv_account_tokens(srv_conn *rc, int32_t n_prompt, int32_t n_gen, double tt
 }
 
 srv_model *srv_acquire_model(srv_conn *rc, const char *name, bool may_load) {
-    int status = 404;
+    qr_status why = QR_ERR_NOT_FOUND;
     char err[1024];
-    srv_model *m = srv_registry_acquire(rc->s->reg, name ? name : "", may_load, &status, err, sizeof err);
+    srv_model *m = srv_registry_acquire(rc->s->reg, name ? name : "", may_load, &why, err, sizeof err);
     if (!m) {
         snprintf(rc->model, sizeof rc->model, "%s", name ? name : "");
-        if (status == 503) srv_send_error(rc, 503, "OVERLOADED", 30, "%s", err);
-        else srv_send_error(rc, 404, "MODEL_NOT_FOUND", 0, "%s", err);
+        srv_send_status(rc, why, 30, err); /* 503: wait for busy models to go idle */
         return NULL;
     }
     snprintf(rc->model, sizeof rc->model, "%s", m->name);
