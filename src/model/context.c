@@ -39,6 +39,11 @@ qr_context_params qr_context_default_params(void) {
     return (qr_context_params){.n_ctx = 0, .n_batch = 512, .n_seq_max = 1, .n_threads = 0};
 }
 
+int32_t qr_model_n_ctx_capped(const qr_model *model, int32_t cap) {
+    const int32_t train = qr_model_n_ctx_train(model);
+    return train > 0 && train < cap ? train : cap;
+}
+
 /* Bytes of memory available to this process (MemAvailable), 0 when unknown. */
 static uint64_t mem_available(void) {
     FILE *f = fopen("/proc/meminfo", "r");

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/model.h"
 #include "server/api_common.h"
 #include "util/util.h"
 
@@ -150,9 +151,8 @@ static qr_status embed_fn(void *arg, qr_context *ctx) {
     srv_model *m = ej->m;
     if (!m->embed_ctx) {
         qr_context_params cp = qr_context_default_params();
-        int32_t train = qr_model_n_ctx_train(m->model);
-        cp.n_ctx = train > 0 && train < 2048 ? train : 2048;
-        cp.n_seq_max = 8;
+        cp.n_ctx = qr_model_n_ctx_capped(m->model, SRV_EMBED_SCRATCH_CTX);
+        cp.n_seq_max = SRV_EMBED_SEQS;
         qr_status st = qr_context_create(m->model, &cp, &m->embed_ctx, ej->err, sizeof ej->err);
         if (st != QR_OK) return st;
         if (m->arch) qr_context_set_arch_stats(m->embed_ctx, true);

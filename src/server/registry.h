@@ -40,6 +40,15 @@ typedef struct srv_model {
     bool unloading;
 } srv_model;
 
+/* Server contexts: the KV cache of a generating model holds QR_N_CTX_DEFAULT tokens a sequence when
+ * --ctx is not given, at most SRV_CTX_MAX_DEFAULT; embeddings run on a context of SRV_EMBED_SEQS
+ * sequences of at most SRV_ENCODER_CTX (an encoder's own context) or SRV_EMBED_SCRATCH_CTX (the
+ * scratch context of a generating model) tokens, or the model's training context when smaller. */
+#define SRV_CTX_MAX_DEFAULT 32768
+#define SRV_ENCODER_CTX 8192
+#define SRV_EMBED_SCRATCH_CTX 2048
+#define SRV_EMBED_SEQS 8
+
 typedef struct srv_registry srv_registry;
 
 typedef struct srv_registry_opts {

@@ -15,17 +15,19 @@
 
 void qr_server_config_default(qr_server_config *c) {
     memset(c, 0, sizeof *c);
+    qr_sched_params sp; /* the scheduler's defaults are the server's */
+    qr_sched_params_default(&sp);
     c->host = "127.0.0.1";
     c->port = 8080;
-    c->parallel = 4;
-    c->max_queue = 64;
+    c->parallel = sp.n_seq;
+    c->max_queue = sp.max_queue;
     c->http_threads = 256;
-    c->prefill_chunk = 256;
+    c->prefill_chunk = sp.prefill_chunk;
     c->max_body = 4u << 20;
     c->max_json_depth = 64;
     c->max_header_bytes = 16384;
     c->io_timeout_ms = 10000;
-    c->request_timeout_s = 300;
+    c->request_timeout_s = sp.default_timeout_s;
     c->keep_alive_s = 300;
     c->allow_load = true;
     c->drain_s = 30;
