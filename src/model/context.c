@@ -8,6 +8,7 @@
 #include "model/hybrid.h"
 #include "model/model.h"
 #include "kv/kv_cache.h"
+#include "util/knobs.h"
 #include "util/util.h"
 
 #define KV_BLOCK_SIZE 32 /* token slots per KV block */
@@ -148,10 +149,7 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     c->n_ctx = (int32_t)n_ctx;
     c->n_batch = p.n_batch;
     c->n_seq_max = p.n_seq_max;
-    {
-        const char *hp_env = getenv("QUARREL_HOST_PROF");
-        c->prof_n = hp_env && strcmp(hp_env, "1") == 0 ? 0 : -1;
-    }
+    c->prof_n = qr_knob_int(QR_KNOB_HOST_PROF) ? 0 : -1;
     c->last_out = -1;
     qr_backend *be = c->be;
     qr_status st;
