@@ -38,8 +38,7 @@ int app_engine_open(app_engine *e, const app_engine_opts *o) {
         return 1;
     }
     qr_context_params cp = qr_context_default_params();
-    int32_t train = qr_model_n_ctx_train(e->model);
-    cp.n_ctx = o->n_ctx > 0 ? o->n_ctx : (train > 0 && train < 4096 ? train : 4096);
+    cp.n_ctx = o->n_ctx > 0 ? o->n_ctx : qr_model_n_ctx_capped(e->model, QR_N_CTX_DEFAULT);
     if (o->n_batch > 0) cp.n_batch = o->n_batch;
     if (o->n_seq_max > 0) cp.n_seq_max = o->n_seq_max;
     cp.n_threads = o->n_threads;

@@ -24,7 +24,7 @@ typedef struct app_engine {
 typedef struct app_engine_opts {
     const char *model; /* path or Ollama name */
     int32_t n_threads; /* <= 0: all CPUs */
-    int32_t n_ctx;     /* 0: min(training context, 4096) */
+    int32_t n_ctx;     /* 0: min(training context, QR_N_CTX_DEFAULT) */
     int32_t n_batch;   /* 0: 512 */
     int32_t n_seq_max; /* 0: 1 */
     qr_backend_kind backend; /* --backend: auto (0, default), cpu, cuda */

@@ -33,6 +33,8 @@ typedef enum qr_status {
     QR_ERR_NOMEM = 5,         /* allocation failed */
     QR_ERR_NOT_FOUND = 6,     /* a named key/tensor/model does not exist */
     QR_ERR_INTERNAL = 7,      /* a bug: an invariant did not hold */
+    QR_ERR_BUSY = 8,          /* a bounded queue or budget is full right now: retry later */
+    QR_ERR_SHUTDOWN = 9,      /* shutting down or draining: takes no new work */
 } qr_status;
 
 /* Static string naming a status ("ok", "invalid argument", ...). Never NULL. */

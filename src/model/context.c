@@ -8,6 +8,7 @@
 #include "model/hybrid.h"
 #include "model/model.h"
 #include "kv/kv_cache.h"
+#include "util/knobs.h"
 #include "util/util.h"
 
 #define KV_BLOCK_SIZE 32 /* token slots per KV block */
@@ -37,6 +38,11 @@ struct qr_context {
 
 qr_context_params qr_context_default_params(void) {
     return (qr_context_params){.n_ctx = 0, .n_batch = 512, .n_seq_max = 1, .n_threads = 0};
+}
+
+int32_t qr_model_n_ctx_capped(const qr_model *model, int32_t cap) {
+    const int32_t train = qr_model_n_ctx_train(model);
+    return train > 0 && train < cap ? train : cap;
 }
 
 /* Bytes of memory available to this process (MemAvailable), 0 when unknown. */
@@ -143,10 +149,7 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     c->n_ctx = (int32_t)n_ctx;
     c->n_batch = p.n_batch;
     c->n_seq_max = p.n_seq_max;
-    {
-        const char *hp_env = getenv("QUARREL_HOST_PROF");
-        c->prof_n = hp_env && strcmp(hp_env, "1") == 0 ? 0 : -1;
-    }
+    c->prof_n = qr_knob_int(QR_KNOB_HOST_PROF) ? 0 : -1;
     c->last_out = -1;
     qr_backend *be = c->be;
     qr_status st;

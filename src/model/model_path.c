@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "util/knobs.h"
 #include "util/util.h"
 
 static int is_regular_file(const char *path) {
@@ -17,13 +18,13 @@ static int is_regular_file(const char *path) {
 
 /* The Ollama store folder: $OLLAMA_MODELS or $HOME/.ollama/models. */
 static void ollama_store(char *out, size_t cap) {
-    const char *env = getenv("OLLAMA_MODELS");
-    if (env && *env) {
+    const char *env = qr_knob_str(QR_KNOB_OLLAMA_MODELS);
+    if (*env) {
         snprintf(out, cap, "%s", env);
         return;
     }
-    const char *home = getenv("HOME");
-    snprintf(out, cap, "%s/.ollama/models", home && *home ? home : ".");
+    const char *home = qr_knob_str(QR_KNOB_HOME);
+    snprintf(out, cap, "%s/.ollama/models", *home ? home : ".");
 }
 
 /* A name part may hold letters, digits and ._- only (no path tricks such as ".." or "/"). */

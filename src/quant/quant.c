@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "quant/quant_internal.h"
+#include "util/knobs.h"
 
 #define TRAITS(t, tf, ff, vd, vdt) [t] = {.type = t, .to_float = tf, .from_float = ff, .vec_dot = vd, .vec_dot_type = vdt}
 /* a 32-value format against Q8_0 that ggml repacks 8 rows at a time on AVX2 (one order for its GEMV
@@ -124,8 +125,7 @@ static bool cpu_has_avx2(void) {
 /* Fills best_traits once: the reference table, then the overrides of the best supported ISA. */
 static void init_best(void) {
     memcpy(best_traits, ref_traits, sizeof best_traits);
-    const char *env = getenv("QUARREL_SIMD");
-    if (env && strcmp(env, "scalar") == 0) return;
+    if (qr_knob_int(QR_KNOB_SIMD) == QR_SIMD_SCALAR) return;
     if (cpu_has_avx2()) {
         qr_quant_avx2_init();
         for (size_t i = 0; i < sizeof avx2_overrides / sizeof avx2_overrides[0]; i++) {

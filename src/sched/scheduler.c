@@ -166,12 +166,12 @@ qr_status qr_sched_submit(qr_scheduler *s, const qr_sched_request *q, uint64_t *
     pthread_mutex_lock(&s->mu);
     if (s->stopping || s->draining) {
         pthread_mutex_unlock(&s->mu);
-        st = qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "the server is shutting down");
+        st = qr_errf(err, err_len, QR_ERR_SHUTDOWN, "the server is shutting down");
         goto fail;
     }
     if (s->n_waiting >= s->p.max_queue) {
         pthread_mutex_unlock(&s->mu);
-        st = qr_errf(err, err_len, QR_ERR_NOMEM, "queue full: %d requests are waiting", s->p.max_queue);
+        st = qr_errf(err, err_len, QR_ERR_BUSY, "queue full: %d requests are waiting", s->p.max_queue);
         goto fail;
     }
     r->id = ++s->next_id;
@@ -475,7 +475,7 @@ static void *thread_main(void *arg) {
         }
         for (sjob *j = jobs; j;) {
             sjob *next = j->next;
-            const qr_status res = stopping ? QR_ERR_UNSUPPORTED : j->fn(j->arg, s->ctx);
+            const qr_status res = stopping ? QR_ERR_SHUTDOWN : j->fn(j->arg, s->ctx);
             pthread_mutex_lock(&s->mu);
             j->result = res;
             j->done = true;
@@ -611,7 +611,7 @@ qr_status qr_sched_run_job(qr_scheduler *s, qr_status (*fn)(void *arg, qr_contex
     pthread_mutex_lock(&s->mu);
     if (s->stopping) {
         pthread_mutex_unlock(&s->mu);
-        return QR_ERR_UNSUPPORTED;
+        return QR_ERR_SHUTDOWN;
     }
     sjob **pp = &s->jobs;
     while (*pp) pp = &(*pp)->next;

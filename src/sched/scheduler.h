@@ -131,9 +131,9 @@ qr_status qr_sched_create(qr_model *model, qr_context *ctx, const qr_tokenizer *
 void qr_sched_free(qr_scheduler *s);
 
 /* Queues a request; *id receives its id (> 0). Errors: QR_ERR_INVALID_ARG (bad params, a prompt
- * longer than the context can hold; message says which), QR_ERR_NOMEM with "queue full" when
- * max_queue requests already wait (the caller answers 503), QR_ERR_UNSUPPORTED when the
- * scheduler is draining. On error no callback is ever made. */
+ * longer than the context can hold; message says which), QR_ERR_BUSY when max_queue requests
+ * already wait (the caller answers 503), QR_ERR_SHUTDOWN when the scheduler is draining or
+ * stopping. On error no callback is ever made. */
 qr_status qr_sched_submit(qr_scheduler *s, const qr_sched_request *r, uint64_t *id, char *err, size_t err_len);
 
 /* Asks the scheduler to end request id (DONE with QR_SCHED_END_CANCELLED follows from the thread,
@@ -144,7 +144,7 @@ void qr_sched_cancel(qr_scheduler *s, uint64_t id);
 void qr_sched_cancel_all(qr_scheduler *s);
 
 /* Runs fn(arg, ctx) on the scheduler thread between two steps (for work that needs the context,
- * such as embeddings) and waits for it. Returns fn's status, or QR_ERR_UNSUPPORTED when the
+ * such as embeddings) and waits for it. Returns fn's status, or QR_ERR_SHUTDOWN when the
  * scheduler is stopping. */
 qr_status qr_sched_run_job(qr_scheduler *s, qr_status (*fn)(void *arg, qr_context *ctx), void *arg);
 

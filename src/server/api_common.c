@@ -16,15 +16,14 @@ int srv_job_begin_req(srv_conn *rc, srv_api api, srv_gen_req *req, srv_job *j, q
     memset(req, 0, sizeof *req);
     const int32_t cap = s->cfg.max_tokens;
     if (cap > 0 && (j->req.max_tokens < 0 || j->req.max_tokens > cap)) j->req.max_tokens = cap;
-    int status = 404;
     if (rc) {
         j->m = srv_acquire_model(rc, j->req.model, true);
         if (!j->m) goto fail_sent;
     } else {
-        j->m = srv_registry_acquire(s->reg, j->req.model, true, &status, err, err_len);
+        qr_status why = QR_ERR_NOT_FOUND;
+        j->m = srv_registry_acquire(s->reg, j->req.model, true, &why, err, err_len);
         if (!j->m) {
-            *http_status = status;
-            *code = status == 503 ? "OVERLOADED" : "MODEL_NOT_FOUND";
+            *http_status = srv_status_http(why, code);
             goto fail;
         }
     }
@@ -35,11 +34,10 @@ int srv_job_begin_req(srv_conn *rc, srv_api api, srv_gen_req *req, srv_job *j, q
         else *http_status = 400, *code = "INVALID_REQUEST", snprintf(err, err_len, "%s", e);
         goto fail_release;
     }
-    int st = 0;
-    const char *c = NULL;
-    if (srv_gen_start(&j->g, j->m, ids, n, &j->req, s->cfg.request_timeout_s, &st, &c, e, sizeof e) < 0) {
-        if (rc) srv_send_error(rc, st, c, st == 503 ? 2 : 0, "%s", e);
-        else *http_status = st, *code = c, snprintf(err, err_len, "%s", e);
+    const qr_status st = srv_gen_start(&j->g, j->m, ids, n, &j->req, s->cfg.request_timeout_s, e, sizeof e);
+    if (st != QR_OK) {
+        if (rc) srv_send_status(rc, st, 2, e);
+        else *http_status = srv_status_http(st, code), snprintf(err, err_len, "%s", e);
         srv_gen_close(&j->g);
         free(ids);
         goto fail_release;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/model.h"
 #include "server/api_common.h"
 #include "util/util.h"
 
@@ -175,9 +176,8 @@ static qr_status embed_fn(void *arg, qr_context *ctx) {
     srv_model *m = ej->m;
     if (!m->embed_ctx) {
         qr_context_params cp = qr_context_default_params();
-        int32_t train = qr_model_n_ctx_train(m->model);
-        cp.n_ctx = train > 0 && train < 2048 ? train : 2048;
-        cp.n_seq_max = 8;
+        cp.n_ctx = qr_model_n_ctx_capped(m->model, SRV_EMBED_SCRATCH_CTX);
+        cp.n_seq_max = SRV_EMBED_SEQS;
         qr_status st = qr_context_create(m->model, &cp, &m->embed_ctx, ej->err, sizeof ej->err);
         if (st != QR_OK) return st;
         if (m->arch) qr_context_set_arch_stats(m->embed_ctx, true);
@@ -282,12 +282,9 @@ static int embeddings(srv_conn *rc, embed_api api) {
     const double t0 = qr_time_s();
     qr_status st = ej.out ? qr_sched_run_job(m->sched, embed_fn, &ej) : QR_ERR_NOMEM;
     const double dt = qr_time_s() - t0;
-    if (st == QR_ERR_INVALID_ARG) {
-        srv_send_error(rc, 400, "INVALID_REQUEST", 0, "%s", ej.err);
-    } else if (st == QR_ERR_UNSUPPORTED) {
-        srv_send_error(rc, 503, "SHUTTING_DOWN", 2, "the server is shutting down");
-    } else if (st != QR_OK) {
-        srv_send_error(rc, 500, "INFERENCE_ERROR", 0, "%s", ej.err[0] ? ej.err : qr_status_str(st));
+    if (st == QR_ERR_SHUTDOWN && !ej.err[0]) snprintf(ej.err, sizeof ej.err, "the server is shutting down");
+    if (st != QR_OK) {
+        srv_send_status(rc, st, 2, ej.err[0] ? ej.err : qr_status_str(st));
     } else {
         srv_account_tokens(rc, n_tok, 0, -1);
         json_t *vecs = json_array();

@@ -111,8 +111,8 @@ static void on_event(void *user, const qr_sched_event *ev) {
     pthread_mutex_unlock(&g->mu);
 }
 
-int srv_gen_start(srv_gen *g, srv_model *m, int32_t *prompt, int32_t n_prompt, const srv_gen_req *req,
-                  double timeout_s, int *http_status, const char **code, char *err, size_t err_len) {
+qr_status srv_gen_start(srv_gen *g, srv_model *m, int32_t *prompt, int32_t n_prompt, const srv_gen_req *req,
+                        double timeout_s, char *err, size_t err_len) {
     memset(g, 0, sizeof *g);
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
@@ -121,30 +121,16 @@ int srv_gen_start(srv_gen *g, srv_model *m, int32_t *prompt, int32_t n_prompt, c
     g->n_prompt = n_prompt;
     g->t_start = qr_time_s();
     g->done_ev = calloc(1, sizeof *g->done_ev);
-    if (!g->done_ev) {
-        *http_status = 500;
-        *code = "INFERENCE_ERROR";
-        qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
-        return -1;
-    }
-    if (!m->can_generate) {
-        *http_status = 400;
-        *code = "INVALID_REQUEST";
-        qr_errf(err, err_len, QR_ERR_INVALID_ARG, "model '%s' is an embedding model and cannot generate", m->name);
-        return -1;
-    }
+    if (!g->done_ev) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
+    if (!m->can_generate)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "model '%s' is an embedding model and cannot generate",
+                       m->name);
     qr_sched_request q = {.prompt = prompt, .n_prompt = n_prompt, .sampler = req->sp, .stops = req->stops,
                           .n_stops = req->n_stops, .ignore_eos = req->ignore_eos,
                           .priority = req->priority ? QR_SCHED_BATCH : QR_SCHED_INTERACTIVE, .timeout_s = timeout_s,
                           .cb = on_event, .user = g};
     q.max_tokens = req->max_tokens > 0 ? req->max_tokens : 1 << 30;
-    const qr_status st = qr_sched_submit(m->sched, &q, &g->id, err, err_len);
-    if (st == QR_OK) return 0;
-    if (st == QR_ERR_NOMEM && strstr(err, "queue full")) *http_status = 503, *code = "OVERLOADED";
-    else if (st == QR_ERR_UNSUPPORTED) *http_status = 503, *code = "OVERLOADED";
-    else if (st == QR_ERR_INVALID_ARG) *http_status = 400, *code = "INVALID_REQUEST";
-    else *http_status = 500, *code = "INFERENCE_ERROR";
-    return -1;
+    return qr_sched_submit(m->sched, &q, &g->id, err, err_len);
 }
 
 srv_ev *srv_gen_next(srv_gen *g) {

@@ -143,6 +143,34 @@ int srv_send_error(srv_conn *rc, int status, const char *code, int retry_after_s
     return r;
 }
 
+/* How a failed call is answered, by its status (statuses not listed: 500 INFERENCE_ERROR). */
+static const struct {
+    qr_status st;
+    int http;
+    const char *code;
+} status_http[] = {
+    {QR_ERR_INVALID_ARG, 400, "INVALID_REQUEST"},
+    {QR_ERR_NOT_FOUND, 404, "MODEL_NOT_FOUND"},
+    {QR_ERR_BUSY, 503, "OVERLOADED"},
+    {QR_ERR_SHUTDOWN, 503, "SHUTTING_DOWN"},
+};
+
+int srv_status_http(qr_status st, const char **code) {
+    for (size_t i = 0; i < sizeof status_http / sizeof status_http[0]; i++)
+        if (status_http[i].st == st) {
+            *code = status_http[i].code;
+            return status_http[i].http;
+        }
+    *code = "INFERENCE_ERROR";
+    return 500;
+}
+
+int srv_send_status(srv_conn *rc, qr_status st, int retry_after_s, const char *msg) {
+    const char *code;
+    const int http = srv_status_http(st, &code);
+    return srv_send_error(rc, http, code, http == 503 ? retry_after_s : 0, "%s", msg);
+}
+
 int srv_stream_begin(srv_conn *rc, const char *ctype) {
     if (rc->headers_sent) return -1;
     if (head(rc, 200, ctype) < 0) return -1;

@@ -150,23 +150,22 @@ static qr_status load_model(const srv_registry *r, const char *source, srv_model
             snprintf(m->eos, sizeof m->eos, "%.*s", (int)len, p);
     }
     if (m->can_generate) {
+        qr_sched_params sp;
+        qr_sched_params_default(&sp);
+        if (r->o.parallel > 0) sp.n_seq = r->o.parallel;
         qr_context_params cp = qr_context_default_params();
-        const int32_t parallel = r->o.parallel > 0 ? r->o.parallel : 4;
         int32_t n_ctx = r->o.ctx;
         if (n_ctx <= 0) {
-            const int64_t want = 4096ll * parallel;
-            n_ctx = (int32_t)(want > 32768 ? 32768 : want);
+            const int64_t want = (int64_t)QR_N_CTX_DEFAULT * sp.n_seq;
+            n_ctx = (int32_t)(want > SRV_CTX_MAX_DEFAULT ? SRV_CTX_MAX_DEFAULT : want);
         }
         cp.n_ctx = n_ctx;
-        cp.n_seq_max = parallel;
+        cp.n_seq_max = sp.n_seq;
         cp.n_threads = r->o.n_threads;
         if ((st = qr_context_create(m->model, &cp, &m->ctx, err, err_len)) != QR_OK) goto fail;
         if ((st = srv_arch_metrics_create(m->ctx, &m->arch, err, err_len)) != QR_OK) goto fail;
         const int64_t kdim = (int64_t)hp->n_head_kv * hp->head_dim_k, vdim = (int64_t)hp->n_head_kv * hp->head_dim_v;
         m->kv_bytes = (uint64_t)qr_context_n_ctx(m->ctx) * (uint64_t)hp->n_layer * (uint64_t)(kdim + vdim) * 2u;
-        qr_sched_params sp;
-        qr_sched_params_default(&sp);
-        sp.n_seq = parallel;
         if (r->o.max_queue > 0) sp.max_queue = r->o.max_queue;
         if (r->o.prefill_chunk > 0) sp.prefill_chunk = r->o.prefill_chunk;
         sp.no_prefix_cache = r->o.no_prefix_cache;
@@ -175,8 +174,8 @@ static qr_status load_model(const srv_registry *r, const char *source, srv_model
     } else {
         /* encoders: a scheduler over a one-sequence context serializes the embedding jobs */
         qr_context_params cp = qr_context_default_params();
-        cp.n_ctx = hp->n_ctx_train > 0 && hp->n_ctx_train < 8192 ? hp->n_ctx_train : 8192;
-        cp.n_seq_max = 8;
+        cp.n_ctx = qr_model_n_ctx_capped(m->model, SRV_ENCODER_CTX);
+        cp.n_seq_max = SRV_EMBED_SEQS;
         cp.n_threads = r->o.n_threads;
         if ((st = qr_context_create(m->model, &cp, &m->ctx, err, err_len)) != QR_OK) goto fail;
         qr_sched_params sp;
@@ -243,7 +242,7 @@ static uint64_t used_bytes_locked(const srv_registry *r) {
     return u;
 }
 
-srv_model *srv_registry_acquire(srv_registry *r, const char *name, bool may_load, int *http_status, char *err,
+srv_model *srv_registry_acquire(srv_registry *r, const char *name, bool may_load, qr_status *why, char *err,
                                 size_t err_len) {
     pthread_mutex_lock(&r->mu);
     srv_model *m = find_locked(r, name);
@@ -255,9 +254,8 @@ srv_model *srv_registry_acquire(srv_registry *r, const char *name, bool may_load
         return m;
     }
     pthread_mutex_unlock(&r->mu);
-    *http_status = 404;
     if (!r->o.allow_load || !may_load || !*name) {
-        qr_errf(err, err_len, QR_ERR_NOT_FOUND, "model '%s' is not loaded", name);
+        *why = qr_errf(err, err_len, QR_ERR_NOT_FOUND, "model '%s' is not loaded", name);
         return NULL;
     }
     /* hot swap: load it (one load at a time), evicting idle on-demand models to fit the budget */
@@ -276,7 +274,7 @@ srv_model *srv_registry_acquire(srv_registry *r, const char *name, bool may_load
     char lerr[512];
     if (load_model(r, name, &nm, lerr, sizeof lerr) != QR_OK) {
         pthread_mutex_unlock(&r->load_mu);
-        qr_errf(err, err_len, QR_ERR_NOT_FOUND, "model '%s' not found: %s", name, lerr);
+        *why = qr_errf(err, err_len, QR_ERR_NOT_FOUND, "model '%s' not found: %s", name, lerr);
         return NULL;
     }
     srv_model *evict[QR_SERVER_MAX_MODELS];
@@ -297,8 +295,7 @@ srv_model *srv_registry_acquire(srv_registry *r, const char *name, bool may_load
         const uint64_t used = used_bytes_locked(r);
         pthread_mutex_unlock(&r->mu);
         pthread_mutex_unlock(&r->load_mu);
-        *http_status = 503;
-        qr_errf(err, err_len, QR_ERR_NOMEM,
+        *why = qr_errf(err, err_len, QR_ERR_BUSY,
                 "model '%s' needs %.1f MiB but %.1f MiB of the %.1f MiB budget are held by busy or pinned models",
                 name, need / 1048576.0, used / 1048576.0, r->o.mem_budget / 1048576.0);
         model_free(nm);

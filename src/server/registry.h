@@ -40,6 +40,15 @@ typedef struct srv_model {
     bool unloading;
 } srv_model;
 
+/* Server contexts: the KV cache of a generating model holds QR_N_CTX_DEFAULT tokens a sequence when
+ * --ctx is not given, at most SRV_CTX_MAX_DEFAULT; embeddings run on a context of SRV_EMBED_SEQS
+ * sequences of at most SRV_ENCODER_CTX (an encoder's own context) or SRV_EMBED_SCRATCH_CTX (the
+ * scratch context of a generating model) tokens, or the model's training context when smaller. */
+#define SRV_CTX_MAX_DEFAULT 32768
+#define SRV_ENCODER_CTX 8192
+#define SRV_EMBED_SCRATCH_CTX 2048
+#define SRV_EMBED_SEQS 8
+
 typedef struct srv_registry srv_registry;
 
 typedef struct srv_registry_opts {
@@ -63,9 +72,9 @@ void srv_registry_free(srv_registry *r);
 qr_status srv_registry_load(srv_registry *r, const char *source, char *err, size_t err_len);
 
 /* Finds (or, when allowed, loads) a model by name, path or Ollama name and takes a reference.
- * name "" means the first loaded model; may_load = false never loads. On failure *http_status is 404 (MODEL_NOT_FOUND) or 503
- * (does not fit the memory budget), with a message. */
-srv_model *srv_registry_acquire(srv_registry *r, const char *name, bool may_load, int *http_status, char *err,
+ * name "" means the first loaded model; may_load = false never loads. On failure *why is QR_ERR_NOT_FOUND
+ * or QR_ERR_BUSY (does not fit the memory budget while other models are busy or pinned), with a message. */
+srv_model *srv_registry_acquire(srv_registry *r, const char *name, bool may_load, qr_status *why, char *err,
                                 size_t err_len);
 /* Drops the reference; keep_alive_s (when has_keep_alive) replaces the keep-alive of a model
  * loaded on demand (0 = unload as soon as idle); models loaded at start stay. */

@@ -15,17 +15,19 @@
 
 void qr_server_config_default(qr_server_config *c) {
     memset(c, 0, sizeof *c);
+    qr_sched_params sp; /* the scheduler's defaults are the server's */
+    qr_sched_params_default(&sp);
     c->host = "127.0.0.1";
     c->port = 8080;
-    c->parallel = 4;
-    c->max_queue = 64;
+    c->parallel = sp.n_seq;
+    c->max_queue = sp.max_queue;
     c->http_threads = 256;
-    c->prefill_chunk = 256;
+    c->prefill_chunk = sp.prefill_chunk;
     c->max_body = 4u << 20;
     c->max_json_depth = 64;
     c->max_header_bytes = 16384;
     c->io_timeout_ms = 10000;
-    c->request_timeout_s = 300;
+    c->request_timeout_s = sp.default_timeout_s;
     c->keep_alive_s = 300;
     c->allow_load = true;
     c->drain_s = 30;
@@ -193,13 +195,12 @@ void srv_account_tokens(srv_conn *rc, int32_t n_prompt, int32_t n_gen, double tt
 }
 
 srv_model *srv_acquire_model(srv_conn *rc, const char *name, bool may_load) {
-    int status = 404;
+    qr_status why = QR_ERR_NOT_FOUND;
     char err[1024];
-    srv_model *m = srv_registry_acquire(rc->s->reg, name ? name : "", may_load, &status, err, sizeof err);
+    srv_model *m = srv_registry_acquire(rc->s->reg, name ? name : "", may_load, &why, err, sizeof err);
     if (!m) {
         snprintf(rc->model, sizeof rc->model, "%s", name ? name : "");
-        if (status == 503) srv_send_error(rc, 503, "OVERLOADED", 30, "%s", err);
-        else srv_send_error(rc, 404, "MODEL_NOT_FOUND", 0, "%s", err);
+        srv_send_status(rc, why, 30, err); /* 503: wait for busy models to go idle */
         return NULL;
     }
     snprintf(rc->model, sizeof rc->model, "%s", m->name);

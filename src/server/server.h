@@ -19,9 +19,10 @@ typedef struct qr_server_config {
     int32_t port;                   /* 0 = any free port (qr_server_port tells which); default 8080 */
     const char *models[QR_SERVER_MAX_MODELS]; /* paths or Ollama names, loaded at start */
     int32_t n_models;
-    int32_t parallel;               /* sequences decoded together per model; default 4 */
-    int32_t ctx;                    /* KV cache tokens per model (shared by its sequences); 0 = 4096 * parallel,
-                                       capped to 32768 */
+    int32_t parallel;               /* sequences decoded together per model; default qr_sched_params_default's
+                                       n_seq (4) */
+    int32_t ctx;                    /* KV cache tokens per model (shared by its sequences); 0 = QR_N_CTX_DEFAULT
+                                       (4096) * parallel, capped to SRV_CTX_MAX_DEFAULT (32768) */
     int32_t n_threads;              /* CPU threads; <= 0 = all */
     int32_t max_queue;              /* waiting requests per model before 503; default 64 */
     int32_t http_threads;           /* CivetWeb worker threads (one per open connection); default 256 */

@@ -69,6 +69,12 @@ int srv_send_json(srv_conn *rc, int status, json_t *j);
 /* Sends {"error":{"code":code,"message":...}}; 429/503 carry Retry-After: retry_after_s (> 0). */
 int srv_send_error(srv_conn *rc, int status, const char *code, int retry_after_s, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* The HTTP status (returned) and API error code (*code) that answer a call failed with st; the one
+ * table of every route: QR_ERR_INVALID_ARG 400 INVALID_REQUEST, QR_ERR_NOT_FOUND 404 MODEL_NOT_FOUND,
+ * QR_ERR_BUSY 503 OVERLOADED, QR_ERR_SHUTDOWN 503 SHUTTING_DOWN, any other 500 INFERENCE_ERROR. */
+int srv_status_http(qr_status st, const char **code);
+/* srv_send_error with st's status and code (srv_status_http); a 503 carries Retry-After: retry_after_s. */
+int srv_send_status(srv_conn *rc, qr_status st, int retry_after_s, const char *msg);
 /* Starts a chunked streaming response. */
 int srv_stream_begin(srv_conn *rc, const char *ctype);
 /* Writes one chunk; -1 when the client is gone. */
@@ -116,9 +122,10 @@ typedef struct srv_gen {
  * status (400) and message. */
 int srv_build_prompt(const srv_model *m, const srv_gen_req *req, srv_api api, int32_t **ids, int32_t *n,
                      char *err, size_t err_len);
-/* Submits; on failure fills *http_status (400 / 503 / 500), *code and err. */
-int srv_gen_start(srv_gen *g, srv_model *m, int32_t *prompt, int32_t n_prompt, const srv_gen_req *req,
-                  double timeout_s, int *http_status, const char **code, char *err, size_t err_len);
+/* Submits. Errors (srv_status_http answers them): QR_ERR_INVALID_ARG (an embedding model, a bad
+ * request), QR_ERR_BUSY (queue full), QR_ERR_SHUTDOWN (draining), QR_ERR_NOMEM; message in err. */
+qr_status srv_gen_start(srv_gen *g, srv_model *m, int32_t *prompt, int32_t n_prompt, const srv_gen_req *req,
+                        double timeout_s, char *err, size_t err_len);
 /* Next event (blocks); NULL after DONE was returned. Free with srv_ev_free. */
 srv_ev *srv_gen_next(srv_gen *g);
 void srv_ev_free(srv_ev *e);

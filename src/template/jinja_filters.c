@@ -11,32 +11,10 @@
 
 #include "template/jinja.h"
 
-enum {
-    F_ABS, F_ATTR, F_BATCH, F_CAPITALIZE, F_CENTER, F_DEFAULT, F_DICTSORT, F_ESCAPE, F_FIRST, F_FLOAT,
-    F_FORCEESCAPE, F_FORMAT, F_GROUPBY, F_INDENT, F_INT, F_ITEMS, F_JOIN, F_LAST, F_LENGTH, F_LIST, F_LOWER,
-    F_MAP, F_MAX, F_MIN, F_REJECT, F_REJECTATTR, F_REPLACE, F_REVERSE, F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR,
-    F_SLICE, F_SORT, F_STRING, F_SUM, F_TITLE, F_TOJSON, F_TRIM, F_TRUNCATE, F_UNIQUE, F_UPPER, F_WORDCOUNT,
-};
-
 typedef struct named {
     const char *name;
     int id;
 } named;
-
-static const named filter_names[] = {
-    {"abs", F_ABS}, {"attr", F_ATTR}, {"batch", F_BATCH}, {"capitalize", F_CAPITALIZE}, {"center", F_CENTER},
-    {"count", F_LENGTH}, {"d", F_DEFAULT}, {"default", F_DEFAULT}, {"dictsort", F_DICTSORT}, {"e", F_ESCAPE},
-    {"escape", F_ESCAPE}, {"filesizeformat", -2}, {"first", F_FIRST}, {"float", F_FLOAT},
-    {"forceescape", F_FORCEESCAPE}, {"format", F_FORMAT}, {"groupby", F_GROUPBY}, {"indent", F_INDENT},
-    {"int", F_INT}, {"items", F_ITEMS}, {"join", F_JOIN}, {"last", F_LAST}, {"length", F_LENGTH},
-    {"list", F_LIST}, {"lower", F_LOWER}, {"map", F_MAP}, {"max", F_MAX}, {"min", F_MIN}, {"pprint", -2},
-    {"random", -2}, {"reject", F_REJECT}, {"rejectattr", F_REJECTATTR}, {"replace", F_REPLACE},
-    {"reverse", F_REVERSE}, {"round", F_ROUND}, {"safe", F_SAFE}, {"select", F_SELECT},
-    {"selectattr", F_SELECTATTR}, {"slice", F_SLICE}, {"sort", F_SORT}, {"string", F_STRING},
-    {"striptags", -2}, {"sum", F_SUM}, {"title", F_TITLE}, {"tojson", F_TOJSON}, {"trim", F_TRIM},
-    {"truncate", F_TRUNCATE}, {"unique", F_UNIQUE}, {"upper", F_UPPER}, {"urlencode", -2}, {"urlize", -2},
-    {"wordcount", F_WORDCOUNT}, {"wordwrap", -2}, {"xmlattr", -2}, {NULL, 0},
-};
 
 enum {
     T_DEFINED, T_UNDEFINED, T_NONE, T_BOOLEAN, T_FALSE, T_TRUE, T_INTEGER, T_FLOAT_, T_NUMBER, T_STRING_,
@@ -63,7 +41,6 @@ static int find_named(const named *t, const char *name) {
 }
 
 /* See jinja.h. */
-int jx_filter_id(const char *name) { return find_named(filter_names, name); }
 int jx_test_id(const char *name) { return find_named(test_names, name); }
 
 /* ---- helpers ----------------------------------------------------------------------------------- */
@@ -575,389 +552,567 @@ static jx_val escape_val(jx_rt *rt, int line, jx_val v, bool force) {
     return r;
 }
 
+/* A filter: its input and arguments; `name` as the template wrote it (an alias: "d", "e", "count"). */
+typedef jx_val (*filter_fn)(jx_rt *rt, int line, const char *name, jx_val in, const jx_args *args);
+#define FILTER(fn) static jx_val fn(jx_rt *rt, int line, const char *name, jx_val in, const jx_args *args)
+
+/* Binds the arguments by jinja2's parameter names into v[] and has[] (declared here, one per name). */
+#define ARGS(...)                                                                                              \
+    static const char *params_[] = {__VA_ARGS__};                                                             \
+    jx_val v[sizeof params_ / sizeof params_[0]];                                                              \
+    bool has[sizeof params_ / sizeof params_[0]];                                                              \
+    jx_bind(rt, line, name, args, params_, sizeof params_ / sizeof params_[0], v, has)
+/* The same into existing v[] and has[] (the tests' switch). */
 #define BIND(...)                                                                                              \
     do {                                                                                                       \
         static const char *params_[] = {__VA_ARGS__};                                                         \
         jx_bind(rt, line, name, args, params_, sizeof params_ / sizeof params_[0], v, has);                   \
     } while (0)
-#define NOARGS() jx_bind(rt, line, name, args, NULL, 0, v, has)
+/* No arguments allowed. */
+#define NOARGS() jx_bind(rt, line, name, args, NULL, 0, NULL, NULL)
+
+/* x|abs: the absolute value of an int, bool or float. */
+FILTER(f_abs) {
+    NOARGS();
+    if (in.t == JX_INT) {
+        if (in.i == INT64_MIN) jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "integer overflow");
+        return jx_int(in.i < 0 ? -in.i : in.i);
+    }
+    if (in.t == JX_BOOL) return jx_int(in.b);
+    if (in.t == JX_FLOAT) return jx_float(fabs(in.f));
+    jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "bad operand type for abs(): '%s'", jx_type_name(in));
+}
+
+/* x|attr(name): the attribute `name` (never a dict key). */
+FILTER(f_attr) {
+    ARGS("name");
+    if (!has[0]) ferr(rt, line, "attr() missing required argument 'name'%s", "");
+    jx_val nm = soft_str(rt, line, v[0]);
+    if (in.t == JX_UNDEF) jx_fail_undefined(rt, line, in);
+    if (in.t == JX_DICT) { /* attributes only: a dict's keys are not attributes */
+        int mid;
+        bool unsafe;
+        if (!jx_find_method(in, nm.s->data, &mid, &unsafe))
+            return jx_undefined(&rt->mem, nm, jx_obj_desc(&rt->mem, in), NULL);
+    }
+    return jx_getattr(rt, line, in, nm.s->data);
+}
+
+/* seq|batch(linecount, fill_with): lists of linecount items, the last padded with fill_with. */
+FILTER(f_batch) {
+    ARGS("linecount", "fill_with");
+    int64_t n = has[0] ? want_int(rt, line, name, v[0]) : 0;
+    if (n <= 0) ferr(rt, line, "batch: linecount must be positive%s", "");
+    jx_list *l = jx_iterate(rt, line, in);
+    jx_vec out, cur;
+    jx_vec_init(&out, &rt->mem);
+    jx_vec_init(&cur, &rt->mem);
+    for (size_t i = 0; i < l->n; i++) {
+        if ((int64_t)cur.n == n) {
+            jx_vec_push(&out, jx_vec_finish(&cur, false));
+            jx_vec_init(&cur, &rt->mem);
+        }
+        jx_vec_push(&cur, l->items[i]);
+    }
+    if (cur.n) {
+        if (has[1] && v[1].t != JX_NONE)
+            while ((int64_t)cur.n < n) jx_vec_push(&cur, v[1]);
+        jx_vec_push(&out, jx_vec_finish(&cur, false));
+    }
+    return jx_vec_finish(&out, false);
+}
+
+/* s|capitalize: first character upper case, the rest lower. */
+FILTER(f_capitalize) {
+    NOARGS();
+    return jx_case(rt, soft_str(rt, line, in), 2);
+}
+
+/* s|center(width=80): str.center. */
+FILTER(f_center) {
+    ARGS("width");
+    jx_args a = {.n = 1, .pos = v};
+    v[0] = has[0] ? v[0] : jx_int(80);
+    jx_val s = soft_str(rt, line, in);
+    jx_val m = jx_getattr(rt, line, s, "center");
+    return jx_call(rt, line, m, &a);
+}
+
+/* x|default(default_value="", boolean=false) (alias d): the default when x is undefined (or falsy). */
+FILTER(f_default) {
+    ARGS("default_value", "boolean");
+    if (in.t == JX_UNDEF || (has[1] && jx_truthy(v[1]) && !jx_truthy(in)))
+        return has[0] ? v[0] : jx_str_new(&rt->mem, "", 0);
+    return in;
+}
+
+/* d|dictsort(case_sensitive, by="key", reverse): the (key, value) pairs sorted. */
+FILTER(f_dictsort) {
+    ARGS("case_sensitive", "by", "reverse");
+    if (in.t != JX_DICT) {
+        if (in.t == JX_UNDEF) jx_fail_undefined(rt, line, in);
+        jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "dictsort: expected a mapping, not %s", jx_type_name(in));
+    }
+    int pos = 0;
+    if (has[1]) {
+        jx_val by = soft_str(rt, line, v[1]);
+        if (!strcmp(by.s->data, "value")) pos = 1;
+        else if (strcmp(by.s->data, "key") != 0) ferr(rt, line, "You can only sort by either \"key\" or \"value\"%s", "");
+    }
+    bool cs = has[0] && jx_truthy(v[0]);
+    jx_val items = jx_list_new(&rt->mem, in.d->n, false);
+    jx_val *keys = jx_alloc(&rt->mem, (in.d->n + 1) * sizeof(jx_val));
+    for (size_t i = 0; i < in.d->n; i++) {
+        jx_val pair = jx_list_new(&rt->mem, 2, true);
+        pair.l->items[0] = in.d->keys[i];
+        pair.l->items[1] = in.d->vals[i];
+        items.l->items[i] = pair;
+        keys[i] = cs ? pair.l->items[pos] : ignore_case(rt, pair.l->items[pos]);
+    }
+    return sorted(rt, line, items.l, keys, has[2] && jx_truthy(v[2]));
+}
+
+/* x|escape (alias e): HTML-escaped Markup; Markup passes through. */
+FILTER(f_escape) {
+    NOARGS();
+    return escape_val(rt, line, in, false);
+}
+
+/* x|forceescape: HTML-escaped Markup, Markup included. */
+FILTER(f_forceescape) {
+    NOARGS();
+    return escape_val(rt, line, in, true);
+}
+
+/* seq|first: the first item, undefined when empty. */
+FILTER(f_first) {
+    NOARGS();
+    return first_last(rt, line, in, false);
+}
+
+/* seq|last: the last item, undefined when empty. */
+FILTER(f_last) {
+    NOARGS();
+    return first_last(rt, line, in, true);
+}
+
+/* x|float(default=0.0): x as a float, the default when it does not convert. */
+FILTER(f_float) {
+    ARGS("default");
+    return float_of(rt, line, in, has[0] ? v[0] : jx_float(0.0));
+}
+
+/* x|int(default=0, base=10): x as an int, the default when it does not convert. */
+FILTER(f_int) {
+    ARGS("default", "base");
+    return int_of(rt, line, in, has[0] ? v[0] : jx_int(0), has[1] ? want_int(rt, line, name, v[1]) : 10);
+}
+
+/* s|format(args...): printf-style formatting (positional or keyword arguments). */
+FILTER(f_format) {
+    if (args->n && args->nkw) ferr(rt, line, "can't handle positional and keyword arguments at the same time%s", "");
+    jx_val fmt = soft_str(rt, line, in);
+    jx_val a;
+    if (args->nkw) {
+        a = jx_dict_new(&rt->mem, args->nkw);
+        for (size_t k = 0; k < args->nkw; k++) jx_dict_set(&rt->mem, a.d, jx_cstr(&rt->mem, args->kwnames[k]), args->kw[k]);
+    } else {
+        a = jx_list_new(&rt->mem, args->n, true);
+        if (args->n) memcpy(a.l->items, args->pos, args->n * sizeof(jx_val));
+    }
+    return jx_percent_format(rt, line, fmt.s, a);
+}
+
+/* seq|groupby(attribute, default, case_sensitive): (grouper, list) pairs, sorted by the attribute. */
+FILTER(f_groupby) {
+    ARGS("attribute", "default", "case_sensitive");
+    if (!has[0]) ferr(rt, line, "groupby() missing required argument 'attribute'%s", "");
+    bool cs = has[2] && jx_truthy(v[2]);
+    jx_val deflt = has[1] ? v[1] : (jx_val){.t = JX_UNDEF};
+    getter g = make_getter(rt, v[0], deflt, !cs), og = make_getter(rt, v[0], deflt, false);
+    jx_list *l = jx_iterate(rt, line, in);
+    jx_val *keys = jx_alloc(&rt->mem, (l->n + 1) * sizeof(jx_val));
+    for (size_t i = 0; i < l->n; i++) keys[i] = get(rt, line, &g, l->items[i]);
+    jx_val s = sorted(rt, line, l, keys, false);
+    jx_vec groups;
+    jx_vec_init(&groups, &rt->mem);
+    size_t i = 0;
+    while (i < s.l->n) {
+        jx_val k = get(rt, line, &g, s.l->items[i]);
+        jx_vec members;
+        jx_vec_init(&members, &rt->mem);
+        size_t j = i;
+        while (j < s.l->n && jx_eq(get(rt, line, &g, s.l->items[j]), k)) jx_vec_push(&members, s.l->items[j++]);
+        jx_val pair = jx_list_new(&rt->mem, 2, true);
+        pair.l->group = true;
+        pair.l->items[0] = cs ? k : get(rt, line, &og, s.l->items[i]);
+        pair.l->items[1] = jx_vec_finish(&members, false);
+        jx_vec_push(&groups, pair);
+        i = j;
+    }
+    return jx_vec_finish(&groups, false);
+}
+
+/* s|indent(width=4, first=false, blank=false): lines after the first (or all) indented. */
+FILTER(f_indent) {
+    ARGS("width", "first", "blank");
+    return indent(rt, line, in, v, has);
+}
+
+/* d|items: the (key, value) pairs; an empty list for undefined. */
+FILTER(f_items) {
+    NOARGS();
+    if (in.t == JX_UNDEF) return jx_list_new(&rt->mem, 0, false);
+    if (in.t != JX_DICT) ferr(rt, line, "Can only get item pairs from a mapping.%s", "");
+    jx_val l = jx_list_new(&rt->mem, in.d->n, false);
+    for (size_t i = 0; i < in.d->n; i++) {
+        jx_val pair = jx_list_new(&rt->mem, 2, true);
+        pair.l->items[0] = in.d->keys[i];
+        pair.l->items[1] = in.d->vals[i];
+        l.l->items[i] = pair;
+    }
+    return l;
+}
+
+/* seq|join(d="", attribute): the items (or their attribute) as strings, joined. */
+FILTER(f_join) {
+    ARGS("d", "attribute");
+    jx_list *l = jx_iterate(rt, line, in);
+    getter g = make_getter(rt, has[1] ? v[1] : (jx_val){.t = JX_UNDEF}, (jx_val){.t = JX_UNDEF}, false);
+    jx_val sep = has[0] ? soft_str(rt, line, v[0]) : jx_str_new(&rt->mem, "", 0);
+    jx_buf b;
+    jx_buf_init(&b, &rt->mem, 0);
+    for (size_t i = 0; i < l->n; i++) {
+        if (i) jx_buf_add(&b, sep.s->data, sep.s->len);
+        jx_str_into(rt, line, &b, get(rt, line, &g, l->items[i]));
+    }
+    return jx_buf_finish(&b);
+}
+
+/* x|length (alias count): len(x). */
+FILTER(f_length) {
+    NOARGS();
+    return jx_int(jx_len(rt, line, in));
+}
+
+/* x|list: the items of x as a new list. */
+FILTER(f_list) {
+    NOARGS();
+    jx_list *l = jx_iterate(rt, line, in);
+    jx_val r = jx_list_new(&rt->mem, l->n, false);
+    if (l->n) memcpy(r.l->items, l->items, l->n * sizeof(jx_val));
+    return r;
+}
+
+/* s|lower: lower case. */
+FILTER(f_lower) {
+    NOARGS();
+    return jx_case(rt, soft_str(rt, line, in), 0);
+}
+
+/* s|upper: upper case. */
+FILTER(f_upper) {
+    NOARGS();
+    return jx_case(rt, soft_str(rt, line, in), 1);
+}
+
+/* seq|map(attribute=..., default=...) or seq|map('filter', args...). */
+FILTER(f_map) {
+    return map_items(rt, line, in, args);
+}
+
+/* seq|max(case_sensitive, attribute): the largest item. */
+FILTER(f_max) {
+    ARGS("case_sensitive", "attribute");
+    return min_max(rt, line, in, v, has, true);
+}
+
+/* seq|min(case_sensitive, attribute): the smallest item. */
+FILTER(f_min) {
+    ARGS("case_sensitive", "attribute");
+    return min_max(rt, line, in, v, has, false);
+}
+
+/* seq|select('test', args...): the items that pass the test. */
+FILTER(f_select) {
+    return select_items(rt, line, in, args, false, true);
+}
+
+/* seq|reject('test', args...): the items that fail the test. */
+FILTER(f_reject) {
+    return select_items(rt, line, in, args, false, false);
+}
+
+/* seq|selectattr(attribute, 'test', args...): the items whose attribute passes the test. */
+FILTER(f_selectattr) {
+    return select_items(rt, line, in, args, true, true);
+}
+
+/* seq|rejectattr(attribute, 'test', args...): the items whose attribute fails the test. */
+FILTER(f_rejectattr) {
+    return select_items(rt, line, in, args, true, false);
+}
+
+/* s|replace(old, new, count): str.replace. */
+FILTER(f_replace) {
+    ARGS("old", "new", "count");
+    if (!has[0] || !has[1]) ferr(rt, line, "replace() missing required arguments%s", "");
+    int64_t count = has[2] && v[2].t != JX_NONE ? want_int(rt, line, name, v[2]) : -1;
+    return jx_str_replace(rt, line, soft_str(rt, line, in).s, soft_str(rt, line, v[0]).s,
+                          soft_str(rt, line, v[1]).s, count);
+}
+
+/* x|reverse: a string reversed, or the items in reverse order. */
+FILTER(f_reverse) {
+    NOARGS();
+    if (in.t == JX_STR) {
+        jx_slice sl = {jx_none(), jx_none(), jx_int(-1)};
+        return jx_slice_apply(rt, line, in, &sl);
+    }
+    jx_list *l = jx_iterate(rt, line, in);
+    jx_val r = jx_list_new(&rt->mem, l->n, false);
+    for (size_t i = 0; i < l->n; i++) r.l->items[i] = l->items[l->n - 1 - i];
+    return r;
+}
+
+/* x|round(precision=0, method="common"): Python round (ties to even), or ceil / floor at that precision. */
+FILTER(f_round) {
+    ARGS("precision", "method");
+    int64_t p = has[0] ? want_int(rt, line, name, v[0]) : 0;
+    const char *method = "common";
+    if (has[1]) method = soft_str(rt, line, v[1]).s->data;
+    if (strcmp(method, "common") && strcmp(method, "ceil") && strcmp(method, "floor"))
+        ferr(rt, line, "method must be common, ceil or floor%s", "");
+    if (in.t != JX_INT && in.t != JX_BOOL && in.t != JX_FLOAT) {
+        if (in.t == JX_UNDEF) jx_fail_undefined(rt, line, in);
+        jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "type %s doesn't define __round__ method", jx_type_name(in));
+    }
+    if (!strcmp(method, "common")) {
+        if (in.t != JX_FLOAT) {
+            int64_t x = in.t == JX_BOOL ? in.b : in.i;
+            if (p >= 0) return jx_int(x);
+            if (p < -18) return jx_int(0);
+            int64_t m = 1;
+            for (int64_t k = 0; k < -p; k++) m *= 10;
+            int64_t q = x / m, r = x % m;
+            if (r < 0) {
+                r += m;
+                q--;
+            }
+            if (2 * r > m || (2 * r == m && (q & 1))) q++;
+            int64_t res;
+            if (__builtin_mul_overflow(q, m, &res))
+                jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "integer overflow (values beyond 64 bits are not supported)");
+            return jx_int(res);
+        }
+        return jx_float(round_float(in.f, p));
+    }
+    double x = in.t == JX_FLOAT ? in.f : (double)(in.t == JX_BOOL ? in.b : in.i);
+    double scale = pow(10.0, (double)p);
+    double r = !strcmp(method, "ceil") ? ceil(x * scale) : floor(x * scale);
+    return jx_float(r / scale);
+}
+
+/* s|safe: s as Markup (not escaped again). */
+FILTER(f_safe) {
+    NOARGS();
+    jx_val s = soft_str(rt, line, in);
+    jx_val r = jx_str_new(&rt->mem, s.s->data, s.s->len);
+    r.s->markup = true;
+    return r;
+}
+
+/* seq|slice(slices, fill_with): the items in that many columns. */
+FILTER(f_slice) {
+    ARGS("slices", "fill_with");
+    int64_t slices = has[0] ? want_int(rt, line, name, v[0]) : 0;
+    if (slices <= 0 || slices > 100000) ferr(rt, line, "slice: slices must be positive%s", "");
+    jx_list *l = jx_iterate(rt, line, in);
+    int64_t len = (int64_t)l->n, per = len / slices, extra = len % slices, offset = 0;
+    jx_vec out;
+    jx_vec_init(&out, &rt->mem);
+    for (int64_t k = 0; k < slices; k++) {
+        int64_t start = offset + k * per;
+        if (k < extra) offset++;
+        int64_t end = offset + (k + 1) * per;
+        jx_vec part;
+        jx_vec_init(&part, &rt->mem);
+        for (int64_t i = start; i < end; i++) jx_vec_push(&part, l->items[i]);
+        if (has[1] && v[1].t != JX_NONE && k >= extra) jx_vec_push(&part, v[1]);
+        jx_vec_push(&out, jx_vec_finish(&part, false));
+    }
+    return jx_vec_finish(&out, false);
+}
+
+/* seq|sort(reverse, case_sensitive, attribute): the items sorted (stable), attribute "a,b" by several. */
+FILTER(f_sort) {
+    ARGS("reverse", "case_sensitive", "attribute");
+    jx_list *l = jx_iterate(rt, line, in);
+    bool cs = has[1] && jx_truthy(v[1]);
+    jx_val attrs = has[2] ? v[2] : (jx_val){.t = JX_NONE};
+    /* make_multi_attrgetter: "a,b" sorts by several attributes */
+    jx_vec specs;
+    jx_vec_init(&specs, &rt->mem);
+    if (attrs.t == JX_STR) {
+        size_t a = 0;
+        for (size_t i = 0; i <= attrs.s->len; i++)
+            if (i == attrs.s->len || attrs.s->data[i] == ',') {
+                jx_vec_push(&specs, jx_str_new(&rt->mem, attrs.s->data + a, i - a));
+                a = i + 1;
+            }
+    } else {
+        jx_vec_push(&specs, attrs);
+    }
+    getter *gs = jx_alloc(&rt->mem, specs.n * sizeof(getter));
+    for (size_t k = 0; k < specs.n; k++) gs[k] = make_getter(rt, specs.items[k], (jx_val){.t = JX_UNDEF}, !cs);
+    jx_val *keys = jx_alloc(&rt->mem, (l->n + 1) * sizeof(jx_val));
+    for (size_t i = 0; i < l->n; i++) {
+        jx_val key = jx_list_new(&rt->mem, specs.n, false);
+        for (size_t k = 0; k < specs.n; k++) key.l->items[k] = get(rt, line, &gs[k], l->items[i]);
+        keys[i] = key;
+    }
+    return sorted(rt, line, l, keys, has[0] && jx_truthy(v[0]));
+}
+
+/* x|string: str(x), Markup kept. */
+FILTER(f_string) {
+    NOARGS();
+    return soft_str(rt, line, in);
+}
+
+/* seq|sum(attribute, start=0): the sum of the items (or their attribute). */
+FILTER(f_sum) {
+    ARGS("attribute", "start");
+    jx_list *l = jx_iterate(rt, line, in);
+    getter g = make_getter(rt, has[0] ? v[0] : (jx_val){.t = JX_UNDEF}, (jx_val){.t = JX_UNDEF}, false);
+    jx_val acc = has[1] ? v[1] : jx_int(0);
+    if (acc.t == JX_STR) ferr(rt, line, "sum() can't sum strings [use ''.join(seq) instead]%s", "");
+    for (size_t i = 0; i < l->n; i++) acc = jx_binop_eval(rt, line, B_ADD, acc, get(rt, line, &g, l->items[i]));
+    return acc;
+}
+
+/* s|title: jinja2's title case. */
+FILTER(f_title) {
+    NOARGS();
+    return title(rt, soft_str(rt, line, in));
+}
+
+/* x|tojson(ensure_ascii, indent, separators, sort_keys): JSON text (Hugging Face's override). */
+FILTER(f_tojson) {
+    ARGS("ensure_ascii", "indent", "separators", "sort_keys");
+    return tojson(rt, line, in, v, has);
+}
+
+/* s|trim(chars): str.strip. */
+FILTER(f_trim) {
+    ARGS("chars");
+    const jx_str *chars = NULL;
+    if (has[0] && v[0].t != JX_NONE) {
+        if (v[0].t != JX_STR) jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "strip arg must be None or str");
+        chars = v[0].s;
+    }
+    return jx_strip(rt, soft_str(rt, line, in), chars, true, true);
+}
+
+/* s|truncate(length=255, killwords=false, end="...", leeway=5): s cut to length, at a word unless killwords. */
+FILTER(f_truncate) {
+    ARGS("length", "killwords", "end", "leeway");
+    if (in.t == JX_UNDEF) return in; /* len(Undefined) == 0: returned unchanged */
+    if (in.t != JX_STR) {
+        jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "object of type '%s' has no len()", jx_type_name(in));
+    }
+    int64_t length = has[0] ? want_int(rt, line, name, v[0]) : 255;
+    jx_val end = has[2] ? v[2] : jx_cstr(&rt->mem, "...");
+    if (end.t != JX_STR) ferr(rt, line, "truncate: end must be a string%s", "");
+    int64_t leeway = has[3] && v[3].t != JX_NONE ? want_int(rt, line, name, v[3]) : 5;
+    int64_t endlen = jx_str_ncp(end.s), slen = jx_str_ncp(in.s);
+    if (length < endlen) jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "expected length >= %lld, got %lld", (long long)endlen, (long long)length);
+    if (leeway < 0) jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "expected leeway >= 0, got %lld", (long long)leeway);
+    if (slen <= length || slen - length <= leeway) return in;
+    size_t cut = jx_str_cp_offset(in.s, length - endlen);
+    jx_buf b;
+    jx_buf_init(&b, &rt->mem, 0);
+    if (has[1] && jx_truthy(v[1])) {
+        jx_buf_add(&b, in.s->data, cut);
+    } else {
+        size_t k = cut;
+        while (k > 0 && in.s->data[k - 1] != ' ') k--;
+        jx_buf_add(&b, in.s->data, k > 0 ? k - 1 : cut);
+    }
+    jx_buf_add(&b, end.s->data, end.s->len);
+    return jx_buf_finish(&b);
+}
+
+/* seq|unique(case_sensitive, attribute): the first item of each distinct value. */
+FILTER(f_unique) {
+    ARGS("case_sensitive", "attribute");
+    jx_list *l = jx_iterate(rt, line, in);
+    getter g = make_getter(rt, has[1] ? v[1] : (jx_val){.t = JX_UNDEF}, (jx_val){.t = JX_UNDEF},
+                           !(has[0] && jx_truthy(v[0])));
+    jx_vec out, seen;
+    jx_vec_init(&out, &rt->mem);
+    jx_vec_init(&seen, &rt->mem);
+    for (size_t i = 0; i < l->n; i++) {
+        jx_val k = get(rt, line, &g, l->items[i]);
+        if (k.t == JX_DICT || (k.t == JX_LIST && !k.l->tuple))
+            jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "unhashable type: '%s'", jx_type_name(k));
+        bool dup = false;
+        for (size_t j = 0; j < seen.n && !dup; j++) dup = jx_eq(seen.items[j], k);
+        if (!dup) {
+            jx_vec_push(&seen, k);
+            jx_vec_push(&out, l->items[i]);
+        }
+    }
+    return jx_vec_finish(&out, false);
+}
+
+/* s|wordcount: the number of words. */
+FILTER(f_wordcount) {
+    NOARGS();
+    jx_val s = soft_str(rt, line, in);
+    int64_t count = 0;
+    bool inword = false;
+    size_t i = 0;
+    while (i < s.s->len) {
+        uint32_t cp;
+        i = jx_utf8_next(s.s->data, s.s->len, i, &cp);
+        bool w = is_word_cp(cp);
+        if (w && !inword) count++;
+        inword = w;
+    }
+    return jx_int(count);
+}
+
+/* Every filter name jinja2 knows (aliases included), with its function; NULL: jinja2 has it, we do not. */
+static const struct filter {
+    const char *name;
+    filter_fn fn;
+} filters[] = {
+    {"abs", f_abs}, {"attr", f_attr}, {"batch", f_batch}, {"capitalize", f_capitalize}, {"center", f_center},
+    {"count", f_length}, {"d", f_default}, {"default", f_default}, {"dictsort", f_dictsort}, {"e", f_escape},
+    {"escape", f_escape}, {"filesizeformat", NULL}, {"first", f_first}, {"float", f_float},
+    {"forceescape", f_forceescape}, {"format", f_format}, {"groupby", f_groupby}, {"indent", f_indent},
+    {"int", f_int}, {"items", f_items}, {"join", f_join}, {"last", f_last}, {"length", f_length}, {"list", f_list},
+    {"lower", f_lower}, {"map", f_map}, {"max", f_max}, {"min", f_min}, {"pprint", NULL}, {"random", NULL},
+    {"reject", f_reject}, {"rejectattr", f_rejectattr}, {"replace", f_replace}, {"reverse", f_reverse},
+    {"round", f_round}, {"safe", f_safe}, {"select", f_select}, {"selectattr", f_selectattr}, {"slice", f_slice},
+    {"sort", f_sort}, {"string", f_string}, {"striptags", NULL}, {"sum", f_sum}, {"title", f_title},
+    {"tojson", f_tojson}, {"trim", f_trim}, {"truncate", f_truncate}, {"unique", f_unique}, {"upper", f_upper},
+    {"urlencode", NULL}, {"urlize", NULL}, {"wordcount", f_wordcount}, {"wordwrap", NULL}, {"xmlattr", NULL},
+};
+
+/* See jinja.h: the id is the position in filters[]. */
+int jx_filter_id(const char *name) {
+    for (size_t i = 0; i < sizeof filters / sizeof filters[0]; i++)
+        if (!strcmp(filters[i].name, name)) return filters[i].fn ? (int)i : -2;
+    return -1;
+}
 
 /* Runs filter `id` on `in` with its arguments. */
 static jx_val apply_filter_id(jx_rt *rt, int line, int id, const char *name, jx_val in, const jx_args *args) {
-    jx_val v[6];
-    bool has[6];
     jx_step(rt, line);
-    switch (id) {
-    case F_ABS:
-        NOARGS();
-        if (in.t == JX_INT) {
-            if (in.i == INT64_MIN) jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "integer overflow");
-            return jx_int(in.i < 0 ? -in.i : in.i);
-        }
-        if (in.t == JX_BOOL) return jx_int(in.b);
-        if (in.t == JX_FLOAT) return jx_float(fabs(in.f));
-        jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "bad operand type for abs(): '%s'", jx_type_name(in));
-    case F_ATTR: {
-        BIND("name");
-        if (!has[0]) ferr(rt, line, "attr() missing required argument 'name'%s", "");
-        jx_val nm = soft_str(rt, line, v[0]);
-        if (in.t == JX_UNDEF) jx_fail_undefined(rt, line, in);
-        if (in.t == JX_DICT) { /* attributes only: a dict's keys are not attributes */
-            int mid;
-            bool unsafe;
-            if (!jx_find_method(in, nm.s->data, &mid, &unsafe))
-                return jx_undefined(&rt->mem, nm, jx_obj_desc(&rt->mem, in), NULL);
-        }
-        return jx_getattr(rt, line, in, nm.s->data);
-    }
-    case F_BATCH: {
-        BIND("linecount", "fill_with");
-        int64_t n = has[0] ? want_int(rt, line, name, v[0]) : 0;
-        if (n <= 0) ferr(rt, line, "batch: linecount must be positive%s", "");
-        jx_list *l = jx_iterate(rt, line, in);
-        jx_vec out, cur;
-        jx_vec_init(&out, &rt->mem);
-        jx_vec_init(&cur, &rt->mem);
-        for (size_t i = 0; i < l->n; i++) {
-            if ((int64_t)cur.n == n) {
-                jx_vec_push(&out, jx_vec_finish(&cur, false));
-                jx_vec_init(&cur, &rt->mem);
-            }
-            jx_vec_push(&cur, l->items[i]);
-        }
-        if (cur.n) {
-            if (has[1] && v[1].t != JX_NONE)
-                while ((int64_t)cur.n < n) jx_vec_push(&cur, v[1]);
-            jx_vec_push(&out, jx_vec_finish(&cur, false));
-        }
-        return jx_vec_finish(&out, false);
-    }
-    case F_CAPITALIZE: NOARGS(); return jx_case(rt, soft_str(rt, line, in), 2);
-    case F_CENTER: {
-        BIND("width");
-        jx_args a = {.n = 1, .pos = v};
-        v[0] = has[0] ? v[0] : jx_int(80);
-        jx_val s = soft_str(rt, line, in);
-        jx_val m = jx_getattr(rt, line, s, "center");
-        return jx_call(rt, line, m, &a);
-    }
-    case F_DEFAULT:
-        BIND("default_value", "boolean");
-        if (in.t == JX_UNDEF || (has[1] && jx_truthy(v[1]) && !jx_truthy(in)))
-            return has[0] ? v[0] : jx_str_new(&rt->mem, "", 0);
-        return in;
-    case F_DICTSORT: {
-        BIND("case_sensitive", "by", "reverse");
-        if (in.t != JX_DICT) {
-            if (in.t == JX_UNDEF) jx_fail_undefined(rt, line, in);
-            jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "dictsort: expected a mapping, not %s", jx_type_name(in));
-        }
-        int pos = 0;
-        if (has[1]) {
-            jx_val by = soft_str(rt, line, v[1]);
-            if (!strcmp(by.s->data, "value")) pos = 1;
-            else if (strcmp(by.s->data, "key") != 0) ferr(rt, line, "You can only sort by either \"key\" or \"value\"%s", "");
-        }
-        bool cs = has[0] && jx_truthy(v[0]);
-        jx_val items = jx_list_new(&rt->mem, in.d->n, false);
-        jx_val *keys = jx_alloc(&rt->mem, (in.d->n + 1) * sizeof(jx_val));
-        for (size_t i = 0; i < in.d->n; i++) {
-            jx_val pair = jx_list_new(&rt->mem, 2, true);
-            pair.l->items[0] = in.d->keys[i];
-            pair.l->items[1] = in.d->vals[i];
-            items.l->items[i] = pair;
-            keys[i] = cs ? pair.l->items[pos] : ignore_case(rt, pair.l->items[pos]);
-        }
-        return sorted(rt, line, items.l, keys, has[2] && jx_truthy(v[2]));
-    }
-    case F_ESCAPE: NOARGS(); return escape_val(rt, line, in, false);
-    case F_FORCEESCAPE: NOARGS(); return escape_val(rt, line, in, true);
-    case F_FIRST: NOARGS(); return first_last(rt, line, in, false);
-    case F_LAST: NOARGS(); return first_last(rt, line, in, true);
-    case F_FLOAT: BIND("default"); return float_of(rt, line, in, has[0] ? v[0] : jx_float(0.0));
-    case F_INT:
-        BIND("default", "base");
-        return int_of(rt, line, in, has[0] ? v[0] : jx_int(0), has[1] ? want_int(rt, line, name, v[1]) : 10);
-    case F_FORMAT: {
-        if (args->n && args->nkw) ferr(rt, line, "can't handle positional and keyword arguments at the same time%s", "");
-        jx_val fmt = soft_str(rt, line, in);
-        jx_val a;
-        if (args->nkw) {
-            a = jx_dict_new(&rt->mem, args->nkw);
-            for (size_t k = 0; k < args->nkw; k++) jx_dict_set(&rt->mem, a.d, jx_cstr(&rt->mem, args->kwnames[k]), args->kw[k]);
-        } else {
-            a = jx_list_new(&rt->mem, args->n, true);
-            if (args->n) memcpy(a.l->items, args->pos, args->n * sizeof(jx_val));
-        }
-        return jx_percent_format(rt, line, fmt.s, a);
-    }
-    case F_GROUPBY: {
-        BIND("attribute", "default", "case_sensitive");
-        if (!has[0]) ferr(rt, line, "groupby() missing required argument 'attribute'%s", "");
-        bool cs = has[2] && jx_truthy(v[2]);
-        jx_val deflt = has[1] ? v[1] : (jx_val){.t = JX_UNDEF};
-        getter g = make_getter(rt, v[0], deflt, !cs), og = make_getter(rt, v[0], deflt, false);
-        jx_list *l = jx_iterate(rt, line, in);
-        jx_val *keys = jx_alloc(&rt->mem, (l->n + 1) * sizeof(jx_val));
-        for (size_t i = 0; i < l->n; i++) keys[i] = get(rt, line, &g, l->items[i]);
-        jx_val s = sorted(rt, line, l, keys, false);
-        jx_vec groups;
-        jx_vec_init(&groups, &rt->mem);
-        size_t i = 0;
-        while (i < s.l->n) {
-            jx_val k = get(rt, line, &g, s.l->items[i]);
-            jx_vec members;
-            jx_vec_init(&members, &rt->mem);
-            size_t j = i;
-            while (j < s.l->n && jx_eq(get(rt, line, &g, s.l->items[j]), k)) jx_vec_push(&members, s.l->items[j++]);
-            jx_val pair = jx_list_new(&rt->mem, 2, true);
-            pair.l->group = true;
-            pair.l->items[0] = cs ? k : get(rt, line, &og, s.l->items[i]);
-            pair.l->items[1] = jx_vec_finish(&members, false);
-            jx_vec_push(&groups, pair);
-            i = j;
-        }
-        return jx_vec_finish(&groups, false);
-    }
-    case F_INDENT: BIND("width", "first", "blank"); return indent(rt, line, in, v, has);
-    case F_ITEMS: {
-        NOARGS();
-        if (in.t == JX_UNDEF) return jx_list_new(&rt->mem, 0, false);
-        if (in.t != JX_DICT) ferr(rt, line, "Can only get item pairs from a mapping.%s", "");
-        jx_val l = jx_list_new(&rt->mem, in.d->n, false);
-        for (size_t i = 0; i < in.d->n; i++) {
-            jx_val pair = jx_list_new(&rt->mem, 2, true);
-            pair.l->items[0] = in.d->keys[i];
-            pair.l->items[1] = in.d->vals[i];
-            l.l->items[i] = pair;
-        }
-        return l;
-    }
-    case F_JOIN: {
-        BIND("d", "attribute");
-        jx_list *l = jx_iterate(rt, line, in);
-        getter g = make_getter(rt, has[1] ? v[1] : (jx_val){.t = JX_UNDEF}, (jx_val){.t = JX_UNDEF}, false);
-        jx_val sep = has[0] ? soft_str(rt, line, v[0]) : jx_str_new(&rt->mem, "", 0);
-        jx_buf b;
-        jx_buf_init(&b, &rt->mem, 0);
-        for (size_t i = 0; i < l->n; i++) {
-            if (i) jx_buf_add(&b, sep.s->data, sep.s->len);
-            jx_str_into(rt, line, &b, get(rt, line, &g, l->items[i]));
-        }
-        return jx_buf_finish(&b);
-    }
-    case F_LENGTH: NOARGS(); return jx_int(jx_len(rt, line, in));
-    case F_LIST: {
-        NOARGS();
-        jx_list *l = jx_iterate(rt, line, in);
-        jx_val r = jx_list_new(&rt->mem, l->n, false);
-        if (l->n) memcpy(r.l->items, l->items, l->n * sizeof(jx_val));
-        return r;
-    }
-    case F_LOWER: NOARGS(); return jx_case(rt, soft_str(rt, line, in), 0);
-    case F_UPPER: NOARGS(); return jx_case(rt, soft_str(rt, line, in), 1);
-    case F_MAP: return map_items(rt, line, in, args);
-    case F_MAX: BIND("case_sensitive", "attribute"); return min_max(rt, line, in, v, has, true);
-    case F_MIN: BIND("case_sensitive", "attribute"); return min_max(rt, line, in, v, has, false);
-    case F_SELECT: return select_items(rt, line, in, args, false, true);
-    case F_REJECT: return select_items(rt, line, in, args, false, false);
-    case F_SELECTATTR: return select_items(rt, line, in, args, true, true);
-    case F_REJECTATTR: return select_items(rt, line, in, args, true, false);
-    case F_REPLACE: {
-        BIND("old", "new", "count");
-        if (!has[0] || !has[1]) ferr(rt, line, "replace() missing required arguments%s", "");
-        int64_t count = has[2] && v[2].t != JX_NONE ? want_int(rt, line, name, v[2]) : -1;
-        return jx_str_replace(rt, line, soft_str(rt, line, in).s, soft_str(rt, line, v[0]).s,
-                              soft_str(rt, line, v[1]).s, count);
-    }
-    case F_REVERSE: {
-        NOARGS();
-        if (in.t == JX_STR) {
-            jx_slice sl = {jx_none(), jx_none(), jx_int(-1)};
-            return jx_slice_apply(rt, line, in, &sl);
-        }
-        jx_list *l = jx_iterate(rt, line, in);
-        jx_val r = jx_list_new(&rt->mem, l->n, false);
-        for (size_t i = 0; i < l->n; i++) r.l->items[i] = l->items[l->n - 1 - i];
-        return r;
-    }
-    case F_ROUND: {
-        BIND("precision", "method");
-        int64_t p = has[0] ? want_int(rt, line, name, v[0]) : 0;
-        const char *method = "common";
-        if (has[1]) method = soft_str(rt, line, v[1]).s->data;
-        if (strcmp(method, "common") && strcmp(method, "ceil") && strcmp(method, "floor"))
-            ferr(rt, line, "method must be common, ceil or floor%s", "");
-        if (in.t != JX_INT && in.t != JX_BOOL && in.t != JX_FLOAT) {
-            if (in.t == JX_UNDEF) jx_fail_undefined(rt, line, in);
-            jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "type %s doesn't define __round__ method", jx_type_name(in));
-        }
-        if (!strcmp(method, "common")) {
-            if (in.t != JX_FLOAT) {
-                int64_t x = in.t == JX_BOOL ? in.b : in.i;
-                if (p >= 0) return jx_int(x);
-                if (p < -18) return jx_int(0);
-                int64_t m = 1;
-                for (int64_t k = 0; k < -p; k++) m *= 10;
-                int64_t q = x / m, r = x % m;
-                if (r < 0) {
-                    r += m;
-                    q--;
-                }
-                if (2 * r > m || (2 * r == m && (q & 1))) q++;
-                int64_t res;
-                if (__builtin_mul_overflow(q, m, &res))
-                    jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "integer overflow (values beyond 64 bits are not supported)");
-                return jx_int(res);
-            }
-            return jx_float(round_float(in.f, p));
-        }
-        double x = in.t == JX_FLOAT ? in.f : (double)(in.t == JX_BOOL ? in.b : in.i);
-        double scale = pow(10.0, (double)p);
-        double r = !strcmp(method, "ceil") ? ceil(x * scale) : floor(x * scale);
-        return jx_float(r / scale);
-    }
-    case F_SAFE: {
-        NOARGS();
-        jx_val s = soft_str(rt, line, in);
-        jx_val r = jx_str_new(&rt->mem, s.s->data, s.s->len);
-        r.s->markup = true;
-        return r;
-    }
-    case F_SLICE: {
-        BIND("slices", "fill_with");
-        int64_t slices = has[0] ? want_int(rt, line, name, v[0]) : 0;
-        if (slices <= 0 || slices > 100000) ferr(rt, line, "slice: slices must be positive%s", "");
-        jx_list *l = jx_iterate(rt, line, in);
-        int64_t len = (int64_t)l->n, per = len / slices, extra = len % slices, offset = 0;
-        jx_vec out;
-        jx_vec_init(&out, &rt->mem);
-        for (int64_t k = 0; k < slices; k++) {
-            int64_t start = offset + k * per;
-            if (k < extra) offset++;
-            int64_t end = offset + (k + 1) * per;
-            jx_vec part;
-            jx_vec_init(&part, &rt->mem);
-            for (int64_t i = start; i < end; i++) jx_vec_push(&part, l->items[i]);
-            if (has[1] && v[1].t != JX_NONE && k >= extra) jx_vec_push(&part, v[1]);
-            jx_vec_push(&out, jx_vec_finish(&part, false));
-        }
-        return jx_vec_finish(&out, false);
-    }
-    case F_SORT: {
-        BIND("reverse", "case_sensitive", "attribute");
-        jx_list *l = jx_iterate(rt, line, in);
-        bool cs = has[1] && jx_truthy(v[1]);
-        jx_val attrs = has[2] ? v[2] : (jx_val){.t = JX_NONE};
-        /* make_multi_attrgetter: "a,b" sorts by several attributes */
-        jx_vec specs;
-        jx_vec_init(&specs, &rt->mem);
-        if (attrs.t == JX_STR) {
-            size_t a = 0;
-            for (size_t i = 0; i <= attrs.s->len; i++)
-                if (i == attrs.s->len || attrs.s->data[i] == ',') {
-                    jx_vec_push(&specs, jx_str_new(&rt->mem, attrs.s->data + a, i - a));
-                    a = i + 1;
-                }
-        } else {
-            jx_vec_push(&specs, attrs);
-        }
-        getter *gs = jx_alloc(&rt->mem, specs.n * sizeof(getter));
-        for (size_t k = 0; k < specs.n; k++) gs[k] = make_getter(rt, specs.items[k], (jx_val){.t = JX_UNDEF}, !cs);
-        jx_val *keys = jx_alloc(&rt->mem, (l->n + 1) * sizeof(jx_val));
-        for (size_t i = 0; i < l->n; i++) {
-            jx_val key = jx_list_new(&rt->mem, specs.n, false);
-            for (size_t k = 0; k < specs.n; k++) key.l->items[k] = get(rt, line, &gs[k], l->items[i]);
-            keys[i] = key;
-        }
-        return sorted(rt, line, l, keys, has[0] && jx_truthy(v[0]));
-    }
-    case F_STRING: NOARGS(); return soft_str(rt, line, in);
-    case F_SUM: {
-        BIND("attribute", "start");
-        jx_list *l = jx_iterate(rt, line, in);
-        getter g = make_getter(rt, has[0] ? v[0] : (jx_val){.t = JX_UNDEF}, (jx_val){.t = JX_UNDEF}, false);
-        jx_val acc = has[1] ? v[1] : jx_int(0);
-        if (acc.t == JX_STR) ferr(rt, line, "sum() can't sum strings [use ''.join(seq) instead]%s", "");
-        for (size_t i = 0; i < l->n; i++) acc = jx_binop_eval(rt, line, B_ADD, acc, get(rt, line, &g, l->items[i]));
-        return acc;
-    }
-    case F_TITLE: NOARGS(); return title(rt, soft_str(rt, line, in));
-    case F_TOJSON: BIND("ensure_ascii", "indent", "separators", "sort_keys"); return tojson(rt, line, in, v, has);
-    case F_TRIM: {
-        BIND("chars");
-        const jx_str *chars = NULL;
-        if (has[0] && v[0].t != JX_NONE) {
-            if (v[0].t != JX_STR) jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "strip arg must be None or str");
-            chars = v[0].s;
-        }
-        return jx_strip(rt, soft_str(rt, line, in), chars, true, true);
-    }
-    case F_TRUNCATE: {
-        BIND("length", "killwords", "end", "leeway");
-        if (in.t == JX_UNDEF) return in; /* len(Undefined) == 0: returned unchanged */
-        if (in.t != JX_STR) {
-            jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "object of type '%s' has no len()", jx_type_name(in));
-        }
-        int64_t length = has[0] ? want_int(rt, line, name, v[0]) : 255;
-        jx_val end = has[2] ? v[2] : jx_cstr(&rt->mem, "...");
-        if (end.t != JX_STR) ferr(rt, line, "truncate: end must be a string%s", "");
-        int64_t leeway = has[3] && v[3].t != JX_NONE ? want_int(rt, line, name, v[3]) : 5;
-        int64_t endlen = jx_str_ncp(end.s), slen = jx_str_ncp(in.s);
-        if (length < endlen) jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "expected length >= %lld, got %lld", (long long)endlen, (long long)length);
-        if (leeway < 0) jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "expected leeway >= 0, got %lld", (long long)leeway);
-        if (slen <= length || slen - length <= leeway) return in;
-        size_t cut = jx_str_cp_offset(in.s, length - endlen);
-        jx_buf b;
-        jx_buf_init(&b, &rt->mem, 0);
-        if (has[1] && jx_truthy(v[1])) {
-            jx_buf_add(&b, in.s->data, cut);
-        } else {
-            size_t k = cut;
-            while (k > 0 && in.s->data[k - 1] != ' ') k--;
-            jx_buf_add(&b, in.s->data, k > 0 ? k - 1 : cut);
-        }
-        jx_buf_add(&b, end.s->data, end.s->len);
-        return jx_buf_finish(&b);
-    }
-    case F_UNIQUE: {
-        BIND("case_sensitive", "attribute");
-        jx_list *l = jx_iterate(rt, line, in);
-        getter g = make_getter(rt, has[1] ? v[1] : (jx_val){.t = JX_UNDEF}, (jx_val){.t = JX_UNDEF},
-                               !(has[0] && jx_truthy(v[0])));
-        jx_vec out, seen;
-        jx_vec_init(&out, &rt->mem);
-        jx_vec_init(&seen, &rt->mem);
-        for (size_t i = 0; i < l->n; i++) {
-            jx_val k = get(rt, line, &g, l->items[i]);
-            if (k.t == JX_DICT || (k.t == JX_LIST && !k.l->tuple))
-                jx_fail(&rt->err, QR_ERR_INVALID_ARG, line, "unhashable type: '%s'", jx_type_name(k));
-            bool dup = false;
-            for (size_t j = 0; j < seen.n && !dup; j++) dup = jx_eq(seen.items[j], k);
-            if (!dup) {
-                jx_vec_push(&seen, k);
-                jx_vec_push(&out, l->items[i]);
-            }
-        }
-        return jx_vec_finish(&out, false);
-    }
-    case F_WORDCOUNT: {
-        NOARGS();
-        jx_val s = soft_str(rt, line, in);
-        int64_t count = 0;
-        bool inword = false;
-        size_t i = 0;
-        while (i < s.s->len) {
-            uint32_t cp;
-            i = jx_utf8_next(s.s->data, s.s->len, i, &cp);
-            bool w = is_word_cp(cp);
-            if (w && !inword) count++;
-            inword = w;
-        }
-        return jx_int(count);
-    }
-    default: jx_fail(&rt->err, QR_ERR_UNSUPPORTED, line, "the '%s' filter is not supported", name);
-    }
+    if (id < 0) jx_fail(&rt->err, QR_ERR_UNSUPPORTED, line, "the '%s' filter is not supported", name);
+    return filters[id].fn(rt, line, name, in, args);
 }
 
 /* See jinja.h. */

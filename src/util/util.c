@@ -21,6 +21,8 @@ const char *qr_status_str(qr_status status) {
     case QR_ERR_NOMEM: return "out of memory";
     case QR_ERR_NOT_FOUND: return "not found";
     case QR_ERR_INTERNAL: return "internal error";
+    case QR_ERR_BUSY: return "busy";
+    case QR_ERR_SHUTDOWN: return "shutting down";
     }
     return "unknown status";
 }

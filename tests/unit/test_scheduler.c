@@ -215,8 +215,9 @@ static void test_cancel_frees_blocks(void **state) {
     qr_context_free(ctx);
 }
 
-/* With one slot and a queue of one, the third request is refused with "queue full"; freeing the
- * scheduler ends the others with SHUTDOWN. Timeouts end a request with TIMEOUT. */
+/* With one slot and a queue of one, the third request is refused with QR_ERR_BUSY (the server's 503
+ * OVERLOADED); freeing the scheduler ends the others with SHUTDOWN. Timeouts end a request with TIMEOUT.
+ * A draining scheduler refuses new requests with QR_ERR_SHUTDOWN. */
 static void test_queue_bound_and_timeout(void **state) {
     (void)state;
     qr_context *ctx;
@@ -238,7 +239,7 @@ static void test_queue_bound_and_timeout(void **state) {
     qr_sampler_params_greedy(&q.sampler);
     uint64_t id;
     char err[256];
-    assert_int_equal(qr_sched_submit(s, &q, &id, err, sizeof err), QR_ERR_NOMEM);
+    assert_int_equal(qr_sched_submit(s, &q, &id, err, sizeof err), QR_ERR_BUSY);
     assert_non_null(strstr(err, "queue full"));
     /* a prompt longer than the context is refused up front */
     int32_t *big = calloc(600, sizeof(int32_t));
@@ -266,6 +267,10 @@ static void test_queue_bound_and_timeout(void **state) {
     assert_int_equal(qr_sched_submit(s, &q, &id, err, sizeof err), QR_OK);
     result_wait(&c);
     assert_int_equal(c.end, QR_SCHED_END_TIMEOUT);
+    /* draining (nothing left to wait for): new work is refused with QR_ERR_SHUTDOWN, not BUSY */
+    assert_int_equal(qr_sched_drain(s, 5.0), 0);
+    q.timeout_s = 0;
+    assert_int_equal(qr_sched_submit(s, &q, &id, err, sizeof err), QR_ERR_SHUTDOWN);
     qr_sched_free(s);
     qr_context_free(ctx);
 }

@@ -11,7 +11,10 @@
 #endif
 
 #include "backend/cpu/cpu.h"
+#include "util/knobs.h"
 #include "util/util.h"
+
+_Static_assert(QR_KNOB_TILE_MAX == QR_TILE_MAX, "QUARREL_TILE's range (util/knobs.h) is the kernels' tile limit");
 
 /* Below this many elements an elementwise/row op runs on the calling thread only. */
 #define PAR_MIN_ELEMS 32768
@@ -888,15 +891,10 @@ qr_status qr_backend_cpu_create(const qr_backend_cpu_params *params, qr_backend 
     be->impl = cb;
     cb->scalar = params && params->force_scalar;
     cb->k = (!cb->scalar && qr_cpu_has_avx2()) ? &qr_cpu_kernels_avx2 : &qr_cpu_kernels_scalar;
-    cb->tile_r = 3; /* measured best or near it for Q4_1 / Q5_0 rows of 576..640 (tools: tile sweep) */
-    cb->tile_c = 4;
-    const char *tile_env = getenv("QUARREL_TILE");
-    int tr = 0, tc = 0;
-    if (tile_env && sscanf(tile_env, "%dx%d", &tr, &tc) == 2 && tr >= 1 && tr <= QR_TILE_MAX && tc >= 1 &&
-        tc <= QR_TILE_MAX) {
-        cb->tile_r = tr;
-        cb->tile_c = tc;
-    }
+    int32_t tile_r, tile_c; /* QUARREL_TILE, default 3x4 (util/knobs.c says why) */
+    qr_knob_dims(QR_KNOB_TILE, &tile_r, &tile_c);
+    cb->tile_r = tile_r;
+    cb->tile_c = tile_c;
     cb->gelu_tab = malloc(65536 * sizeof(float));
     if (!cb->gelu_tab) goto oom;
     qr_cpu_gelu_table_init(cb->gelu_tab);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
+#include "util/knobs.h"
 
 static inline cpu_backend *CB(qr_backend *be) { return (cpu_backend *)be->impl; }
 
@@ -204,14 +205,7 @@ static void scan_ssd_run(const scan_task *t, int64_t h, int32_t r0, int32_t T, f
 /* QUARREL_SSM_SCAN=ssd: prefill runs in the chunked form. Not the default on the CPU: it does the same
  * multiply-adds as the recurrence at SSD_Q = 64, d_state = 128 and measured 2.5x slower (nemotron-shaped
  * heads, 512 rows, 2-core AVX2); the recurrence also keeps ggml's order of operations bit for bit. */
-static bool ssd_enabled(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("QUARREL_SSM_SCAN");
-        v = e && strcmp(e, "ssd") == 0;
-    }
-    return v == 1;
-}
+static bool ssd_enabled(void) { return qr_knob_int(QR_KNOB_SSM_SCAN) == QR_SSM_SCAN_SSD; }
 
 /* Heads [lo, hi): the rows in order, run by run (a run: consecutive rows of one sequence). */
 static void scan_fn(void *arg, int64_t lo, int64_t hi, int ith) {

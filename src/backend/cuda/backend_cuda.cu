@@ -1645,16 +1645,14 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
              prop.minor, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
     cb->has_pdl = prop.major >= 9;
     cuda_tune_defaults(&cb->tune);
-    const char *xenv = getenv("QUARREL_CUDA_EXACT");
-    if (xenv && strcmp(xenv, "1") == 0) {
+    if (cb->tune.exact) {
         cb->exact = true;
         be->ops = &cuda_ops_exact;
         if (strcmp(qr_quant_simd_level(), "avx2") != 0)
             fprintf(stderr, "quarrel: exact GPU mode reproduces the AVX2 CPU path; this CPU runs the %s one\n",
                     qr_quant_simd_level());
     }
-    const char *genv = getenv("QUARREL_CUDA_GRAPH");
-    if (genv && strcmp(genv, "0") == 0) {
+    if (!cb->tune.graphs) {
         cb->graphs_off = true;
         snprintf(cb->graph_note, sizeof cb->graph_note, "CUDA graphs disabled by QUARREL_CUDA_GRAPH=0");
     }

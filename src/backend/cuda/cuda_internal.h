@@ -97,6 +97,12 @@ typedef struct qr_cuda_tune {
                               * 6 CTAs an SM, 0 a CTA a group of rows (QUARREL_CUDA_GU_PERSIST=0) */
     int32_t dc_pipe;         /* MoE decode down + combine of two slots a token: 1 (default) the software-pipelined
                               * kernel, 0 the plain one (QUARREL_CUDA_DC_PIPE=0) */
+    int32_t exact;           /* 1: exact mode, the CPU backend's arithmetic op for op (QUARREL_CUDA_EXACT=1; read
+                              * when the backend is created, changing it later has no effect) */
+    int32_t exact_seq_sums;  /* exact mode: every double sum in the CPU's sequential order instead of the parallel
+                              * sum proven to round the same (QUARREL_CUDA_EXACT_SEQSUM=1) */
+    int32_t graphs;          /* 1 (default): decode steps replay CUDA graphs; 0: op by op (QUARREL_CUDA_GRAPH=0;
+                              * read when the backend is created) */
 } qr_cuda_tune;
 
 /* The backend's knobs (writable; read at each op). be must be a CUDA backend. */

@@ -102,6 +102,9 @@ bool qr_cuda_multi_supported(int32_t nr, int glu);
 bool qr_cuda_multi_pair_supported(int32_t type_a, int32_t type_b);
 cudaError_t qr_cuda_matvec_multi(const cuda_wview *w, int32_t n_mat, const cuda_xview *x, int32_t nr, float *const *y,
                                  const float *const *b, int32_t wpr, int glu, bool pdl, cudaStream_t stream);
+/* QUARREL_CUDA_MMV_U2 is not "0": one-row multi mat-vecs may take their light form (these launchers see
+ * no backend, so not a qr_cuda_tune field); read once per process (tune.cu, with the other switches). */
+bool cuda_tune_mmv_u2(void);
 
 /* ---- norm.cu ---- */
 cudaError_t qr_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t dim, float eps, float *y,

@@ -699,8 +699,7 @@ struct cuda_exact {
 static cuda_exact *exact_state(cuda_backend *cb) {
     if (!cb->ex) {
         cb->ex = (cuda_exact *)calloc(1, sizeof(cuda_exact));
-        const char *e = getenv("QUARREL_CUDA_EXACT_SEQSUM");
-        if (cb->ex) cb->ex->seq_sums = e && strcmp(e, "1") == 0;
+        if (cb->ex) cb->ex->seq_sums = cb->tune.exact_seq_sums != 0;
     }
     if (!cb->ex) raise_error(cb, QR_ERR_NOMEM, "exact mode: out of memory");
     return cb->ex;

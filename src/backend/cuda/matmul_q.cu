@@ -301,13 +301,8 @@ static int sm_count() {
 }
 
 static bool mmv_u2(int32_t ctas) {
-    static int off = -1;
-    if (off < 0) {
-        const char *v = getenv("QUARREL_CUDA_MMV_U2");
-        off = v && strcmp(v, "0") == 0;
-    }
     const int n_sm = sm_count();
-    return !off && n_sm > 0 && ctas <= 2 * 12 * n_sm;
+    return cuda_tune_mmv_u2() && n_sm > 0 && ctas <= 2 * 12 * n_sm;
 }
 
 /* The arguments of a multi-matrix launch of rpc rows per CTA; returns the CTA count. */

@@ -1,5 +1,5 @@
 /* tune.cu — the CUDA backend's tuning defaults and their A/B switches (QUARREL_CUDA_* environment
- * variables; docs/operations.md lists them, docs/cuda-notes.md says what each measured). */
+ * variables; docs/knobs.md lists them, docs/cuda-notes.md says what each measured). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,4 +64,12 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->pinned_host = !env_is("QUARREL_CUDA_PINNED", "0");
     t->attn_cl_keys = env_int("QUARREL_CUDA_ATTN_CL_KEYS", 1, 2048, 64);
     t->attn_ctas_per_sm = env_int("QUARREL_CUDA_ATTN_CTAS_PER_SM", 1, 64, 4);
+    t->exact = env_is("QUARREL_CUDA_EXACT", "1");
+    t->exact_seq_sums = env_is("QUARREL_CUDA_EXACT_SEQSUM", "1");
+    t->graphs = !env_is("QUARREL_CUDA_GRAPH", "0");
+}
+
+bool cuda_tune_mmv_u2(void) {
+    static const bool on = !env_is("QUARREL_CUDA_MMV_U2", "0"); /* C++: initialized once, thread-safe */
+    return on;
 }

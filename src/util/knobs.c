@@ -1,0 +1,145 @@
+/* knobs.c — the table of environment switches and its one-time, thread-safe reading (knobs.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "util/knobs.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "util/util.h"
+
+const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
+    [QR_KNOB_SIMD] = {"QUARREL_SIMD", QR_KNOB_CHOICE, "auto", 0, 0, "auto|scalar", "quant (kernel choice), CPU backend",
+                      "`scalar`: the scalar reference kernels only (diagnosis; much slower); `auto`: the best "
+                      "instruction set the CPU has (AVX2)"},
+    [QR_KNOB_TILE] = {"QUARREL_TILE", QR_KNOB_DIMS, "3x4", 1, QR_KNOB_TILE_MAX, NULL, "CPU backend",
+                      "prefill GEMM tile shape, weight rows x token rows (tuning experiments; 3x4 measured best or "
+                      "near it for Q4_1 / Q5_0 rows of 576..640)"},
+    [QR_KNOB_SSM_SCAN] = {"QUARREL_SSM_SCAN", QR_KNOB_CHOICE, "rec", 0, 0, "rec|ssd|recurrent", "CPU backend (Mamba2)",
+                          "`ssd`: prefill runs of >= 32 rows of one sequence in the chunked SSD form; `rec` "
+                          "(or `recurrent`): the recurrence row by row, ggml's order bit for bit (2.5x faster "
+                          "on the CPU)"},
+    [QR_KNOB_HOST_PROF] = {"QUARREL_HOST_PROF", QR_KNOB_BOOL, "0", 0, 0, NULL, "contexts (any backend)",
+                           "prints, when a context is freed, where `qr_decode`'s host time went per pass (prepare, "
+                           "set_batch, forward or graph launch, error check, logits read, commit)"},
+    [QR_KNOB_OLLAMA_MODELS] = {"OLLAMA_MODELS", QR_KNOB_STRING, "", 0, 0, NULL, "model name resolution",
+                               "the Ollama store searched for names like `smollm2:135m` (unset: "
+                               "`$HOME/.ollama/models`)"},
+    [QR_KNOB_HOME] = {"HOME", QR_KNOB_STRING, "", 0, 0, NULL, "model name resolution",
+                      "the parent of the default Ollama store (unset: the current directory)"},
+};
+
+static qr_knob_value g_values[QR_KNOB_COUNT]; /* written once under g_once, read-only afterwards */
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* A decimal int32 that is the whole of [s, end) (end NULL: the whole string), into *v. */
+static bool parse_int(const char *s, const char *end, int32_t *v) {
+    if (s == end || !*s) return false;
+    errno = 0;
+    char *stop;
+    const long x = strtol(s, &stop, 10);
+    if (errno || stop == s || (end ? stop != end : *stop != 0) || x < INT32_MIN || x > INT32_MAX) return false;
+    *v = (int32_t)x;
+    return true;
+}
+
+/* The position of name in the '|'-separated list, or -1. */
+static int32_t choice_index(const char *choices, const char *name) {
+    const size_t n = strlen(name);
+    int32_t i = 0;
+    for (const char *p = choices; p; i++) {
+        const char *bar = strchr(p, '|');
+        const size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return i;
+        p = bar ? bar + 1 : NULL;
+    }
+    return -1;
+}
+
+/* Parses text (not NULL) into *v; false with why when it is not a valid value of d. */
+static bool parse_value(const qr_knob_def *d, const char *text, qr_knob_value *v, char *why, size_t why_len) {
+    switch (d->type) {
+    case QR_KNOB_BOOL: {
+        static const char *const on[] = {"1", "true", "yes", "on"}, *const off[] = {"0", "false", "no", "off"};
+        for (int k = 0; k < 4; k++) {
+            if (!strcasecmp(text, on[k])) return v->i[0] = 1, true;
+            if (!strcasecmp(text, off[k])) return v->i[0] = 0, true;
+        }
+        qr_errf(why, why_len, QR_ERR_INVALID_ARG, "not a boolean (1/0, true/false, yes/no, on/off)");
+        return false;
+    }
+    case QR_KNOB_INT:
+        if (!parse_int(text, NULL, &v->i[0]) || v->i[0] < d->lo || v->i[0] > d->hi) {
+            qr_errf(why, why_len, QR_ERR_INVALID_ARG, "not an integer in [%d, %d]", d->lo, d->hi);
+            return false;
+        }
+        return true;
+    case QR_KNOB_CHOICE:
+        if ((v->i[0] = choice_index(d->choices, text)) < 0) {
+            qr_errf(why, why_len, QR_ERR_INVALID_ARG, "not one of %s", d->choices);
+            return false;
+        }
+        return true;
+    case QR_KNOB_DIMS: {
+        const char *x = strchr(text, 'x');
+        if (!x || !parse_int(text, x, &v->i[0]) || !parse_int(x + 1, NULL, &v->i[1]) || v->i[0] < d->lo ||
+            v->i[0] > d->hi || v->i[1] < d->lo || v->i[1] > d->hi) {
+            qr_errf(why, why_len, QR_ERR_INVALID_ARG, "not AxB with A and B in [%d, %d]", d->lo, d->hi);
+            return false;
+        }
+        return true;
+    }
+    case QR_KNOB_STRING: v->s = text; return true;
+    }
+    qr_errf(why, why_len, QR_ERR_INTERNAL, "unknown knob type %d", (int)d->type);
+    return false;
+}
+
+bool qr_knob_parse(const qr_knob_def *d, const char *text, qr_knob_value *out, char *why, size_t why_len) {
+    qr_knob_value def = {{0, 0}, NULL};
+    char ignored[160];
+    if (!parse_value(d, d->def, &def, ignored, sizeof ignored)) def.s = NULL; /* a table bug: unit-tested */
+    *out = def;
+    if (!text || !*text) return true;
+    qr_knob_value v = def;
+    if (!parse_value(d, text, &v, why, why_len)) return false;
+    *out = v;
+    return true;
+}
+
+/* Reads every knob from the environment (once). STRING values are copied: the environment may change. */
+static void load_all(void) {
+    for (int k = 0; k < QR_KNOB_COUNT; k++) {
+        const qr_knob_def *d = &qr_knob_defs[k];
+        const char *text = getenv(d->name);
+        char why[160];
+        if (!qr_knob_parse(d, text, &g_values[k], why, sizeof why))
+            qr_log(QR_LOG_WARN, "%s=%s ignored: %s; using the default %s", d->name, text, why, d->def);
+        if (d->type == QR_KNOB_STRING) {
+            char *copy = strdup(g_values[k].s ? g_values[k].s : "");
+            g_values[k].s = copy ? copy : d->def;
+        }
+    }
+}
+
+/* The loaded value of k. */
+static const qr_knob_value *value(qr_knob k) {
+    pthread_once(&g_once, load_all);
+    return &g_values[k];
+}
+
+int32_t qr_knob_int(qr_knob k) { return value(k)->i[0]; }
+
+void qr_knob_dims(qr_knob k, int32_t *a, int32_t *b) {
+    const qr_knob_value *v = value(k);
+    *a = v->i[0];
+    *b = v->i[1];
+}
+
+const char *qr_knob_str(qr_knob k) {
+    const char *s = value(k)->s;
+    return s ? s : "";
+}
