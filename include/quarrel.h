@@ -107,7 +107,7 @@ QR_API qr_status qr_model_resolve_path(const char *name, char *out, size_t cap, 
  * *out is owned by the caller (qr_model_free). Failures name the file and the problem: unknown
  * architecture, a missing metadata key, a missing tensor or one of the wrong shape or type. */
 QR_API qr_status qr_model_load(const char *path, const qr_model_params *params, qr_model **out, char *err,
-                        size_t err_len);
+                               size_t err_len);
 QR_API void qr_model_free(qr_model *model);
 
 /* Model info. */
@@ -137,8 +137,8 @@ typedef struct qr_context_params {
 QR_API qr_context_params qr_context_default_params(void);
 
 /* Creates a context. params may be NULL. Ownership: qr_context_free (before the model). */
-QR_API qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr_context **out, char *err,
-                            size_t err_len);
+QR_API qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr_context **out,
+                                   char *err, size_t err_len);
 QR_API void qr_context_free(qr_context *ctx);
 /* The KV cache size in tokens actually used (after the memory cap). */
 QR_API int32_t qr_context_n_ctx(const qr_context *ctx);
@@ -435,8 +435,8 @@ QR_API int32_t qr_model_n_embd_out(const qr_model *m);
  * [CLS] ... [SEP] or BOS ...) into out[n_texts][qr_model_n_embd_out]. p may be NULL (defaults). The
  * context's KV cache is used as scratch: it is empty afterwards. Errors: QR_ERR_INVALID_ARG (no texts,
  * a text with no tokens, a text too long without truncate, pooling none), or a backend error. */
-QR_API qr_status qr_embed(qr_context *ctx, const char *const *texts, int32_t n_texts, const qr_embed_params *p, float *out,
-                   char *err, size_t err_len);
+QR_API qr_status qr_embed(qr_context *ctx, const char *const *texts, int32_t n_texts, const qr_embed_params *p,
+                          float *out, char *err, size_t err_len);
 
 /* Counters of the MoE and Mamba2 (SSM) blocks of a context, accumulated over its qr_decode calls
  * (the server's /metrics and `quarrel run --stats` print them). Times are wall-clock seconds of

@@ -25,13 +25,15 @@ qr_status qr_generate(qr_context *ctx, const qr_tokenizer *tok, qr_sampler_chain
     qr_generate_result r = {0};
     if (res) *res = r;
     if (!ctx || !tok || !smp || !prompt || n_prompt == 0)
-        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "qr_generate: %s", n_prompt ? "NULL argument" : "empty prompt");
-    if (p.n_predict < 1) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "n_predict must be >= 1 (got %d)", p.n_predict);
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "qr_generate: %s",
+                       n_prompt ? "NULL argument" : "empty prompt");
+    if (p.n_predict < 1)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "n_predict must be >= 1 (got %d)", p.n_predict);
     const int32_t n_ctx = qr_context_n_ctx(ctx), past = qr_kv_seq_len(ctx, p.seq_id);
     if (p.seq_id < 0) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "seq_id must be >= 0 (got %d)", p.seq_id);
     if ((int64_t)past + (int64_t)n_prompt >= n_ctx)
-        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "the prompt is %zu tokens but the context holds %d (%d already used)",
-                       n_prompt, n_ctx, past);
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG,
+                       "the prompt is %zu tokens but the context holds %d (%d already used)", n_prompt, n_ctx, past);
     qr_status st = QR_OK;
     qr_stop *stop = NULL;
     qr_detok_stream *ds = qr_detok_stream_create(tok, p.special);

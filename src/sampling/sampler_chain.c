@@ -48,7 +48,8 @@ static qr_status internal_params(const qr_sampler_chain_params *c, qr_sampler_pa
     if (c->n_logit_bias > 0) {
         if (!(*bias = malloc(sizeof **bias * (size_t)c->n_logit_bias)))
             return qr_errf(err, err_len, QR_ERR_NOMEM, "sampler: out of memory");
-        for (int32_t i = 0; i < c->n_logit_bias; i++) (*bias)[i] = (qr_logit_bias){c->logit_bias[i].token, c->logit_bias[i].bias};
+        for (int32_t i = 0; i < c->n_logit_bias; i++)
+            (*bias)[i] = (qr_logit_bias){c->logit_bias[i].token, c->logit_bias[i].bias};
     }
     sp->logit_bias = *bias;
     sp->n_logit_bias = c->n_logit_bias;
@@ -100,7 +101,8 @@ void qr_sampler_chain_free(qr_sampler_chain *s) {
 
 qr_status qr_sampler_chain_sample(qr_sampler_chain *s, const float *logits, qr_token *out, char *err,
                                   size_t err_len) {
-    if (!s || !logits || !out) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "qr_sampler_chain_sample: NULL argument");
+    if (!s || !logits || !out)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "qr_sampler_chain_sample: NULL argument");
     qr_sample_result r;
     qr_status st = qr_sampler_sample(s->sampler, logits, &r, err, err_len);
     if (st == QR_OK) *out = r.token;
