@@ -21,11 +21,7 @@
 
 #include "commands.h"
 #include "engine.h"
-#include "model/model.h"
-#include "util/util.h"
-#ifdef QUARREL_HAVE_CUDA
-#include "backend/cuda/cuda_internal.h"
-#endif
+#include "internal.h" /* the CUDA backend's device name and graph counters */
 
 static uint32_t lcg(uint32_t *s) {
     *s = *s * 1664525u + 1013904223u;
@@ -58,7 +54,7 @@ static int fill_depth(app_engine *e, const int32_t *toks, int32_t depth, int32_t
 static double run_pp(app_engine *e, const int32_t *toks, int32_t n, int32_t n_batch, int32_t depth) {
     char err[1024];
     reset_to_depth(e, depth);
-    double t0 = qr_time_s();
+    double t0 = app_time_s();
     for (int32_t at = 0; at < n; at += n_batch) {
         int32_t m = n - at < n_batch ? n - at : n_batch;
         qr_batch b = {.n_tokens = m, .token = toks + at};
@@ -68,14 +64,14 @@ static double run_pp(app_engine *e, const int32_t *toks, int32_t n, int32_t n_ba
         }
     }
     (void)qr_get_logits(e->ctx, -1);
-    return qr_time_s() - t0;
+    return app_time_s() - t0;
 }
 
 /* Times n single-token decodes after `depth` cached tokens. */
 static double run_tg(app_engine *e, const int32_t *toks, int32_t n, int32_t depth) {
     char err[1024];
     reset_to_depth(e, depth);
-    double t0 = qr_time_s();
+    double t0 = app_time_s();
     for (int32_t i = 0; i < n; i++) {
         qr_batch b = {.n_tokens = 1, .token = toks + i};
         if (qr_decode(e->ctx, &b, err, sizeof err) != QR_OK) {
@@ -84,7 +80,7 @@ static double run_tg(app_engine *e, const int32_t *toks, int32_t n, int32_t dept
         }
         (void)qr_get_logits(e->ctx, -1);
     }
-    return qr_time_s() - t0;
+    return app_time_s() - t0;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -169,10 +165,10 @@ static int par_reset(par_bench *b) {
  * of each into *t_pp, *t_tg. 0 ok, 1 error. */
 static int par_run(par_bench *b, int32_t n_gen, double *t_pp, double *t_tg) {
     if (par_reset(b)) return 1;
-    double t0 = qr_time_s();
+    double t0 = app_time_s();
     if (b->n_prompt > 0 && par_prefill(b, b->depth, b->n_prompt, "prompt")) return 1;
-    *t_pp = qr_time_s() - t0;
-    t0 = qr_time_s();
+    *t_pp = app_time_s() - t0;
+    t0 = app_time_s();
     for (int32_t i = 0; i < n_gen; i++) {
         const int32_t p = b->depth + b->n_prompt + i;
         for (int32_t s = 0; s < b->np; s++) {
@@ -183,7 +179,7 @@ static int par_run(par_bench *b, int32_t n_gen, double *t_pp, double *t_tg) {
         }
         if (par_decode_rows(b, b->np, b->np, "decode")) return 1;
     }
-    *t_tg = qr_time_s() - t0;
+    *t_tg = app_time_s() - t0;
     return 0;
 }
 
@@ -288,10 +284,10 @@ static int bench_parallel(app_engine *e, const app_engine_opts *eo, int32_t np, 
     }
     uint32_t seed = 42;
     for (size_t i = 0; i < n_toks; i++) b.toks[i] = (int32_t)(lcg(&seed) % (uint32_t)n_vocab);
-    double t_fill = qr_time_s(), t_pp = 0, t_tg = 0;
+    double t_fill = app_time_s(), t_pp = 0, t_tg = 0;
     qr_kv_clear(e->ctx);
     if (depth > 0 && par_prefill(&b, 0, depth, "depth fill")) goto done;
-    t_fill = qr_time_s() - t_fill;
+    t_fill = app_time_s() - t_fill;
     if (par_run(&b, n_gen < 16 ? n_gen : 16, &t_pp, &t_tg)) goto done; /* warm-up */
     for (int32_t r = 0; r < reps; r++) {
         if (par_run(&b, n_gen, &t_pp, &t_tg)) goto done;
@@ -420,12 +416,12 @@ usage_done:
     uint32_t seed = 42;
     for (int32_t i = 0; i < n_tok; i++) toks[i] = (int32_t)(lcg(&seed) % (uint32_t)n_vocab);
     /* the depth prefix (once), then a warm-up of each test */
-    double t_fill = qr_time_s();
+    double t_fill = app_time_s();
     if (depth > 0 && fill_depth(&e, toks, depth, n_batch)) {
         rc = 1;
         goto done;
     }
-    t_fill = qr_time_s() - t_fill;
+    t_fill = app_time_s() - t_fill;
     const int32_t *run_toks = toks + depth;
     if ((n_prompt && run_pp(&e, run_toks, n_prompt, n_batch, depth) < 0) ||
         (n_gen && run_tg(&e, run_toks, n_gen < 16 ? n_gen : 16, depth) < 0)) {

@@ -10,7 +10,6 @@
 
 #include "commands.h"
 #include "embed_io.h"
-#include "util/util.h"
 
 /* ---- texts ---- */
 
@@ -272,7 +271,7 @@ int cmd_embed(int argc, char **argv) {
         fprintf(stderr, "embed: out of memory for %lld embeddings\n", (long long)texts.n);
         rc = 1;
     }
-    double t0 = qr_time_s();
+    double t0 = app_time_s();
     char err[1024];
     for (int64_t i = 0; rc == 0 && i < texts.n; i += batch) {
         const int32_t nb = (int32_t)(texts.n - i < batch ? texts.n - i : batch);
@@ -281,7 +280,7 @@ int cmd_embed(int argc, char **argv) {
             rc = 1;
         }
     }
-    const double dt = qr_time_s() - t0;
+    const double dt = app_time_s() - t0;
     if (rc == 0) {
         if (output) {
             rc = write_npy(output, emb, texts.n, dim);

@@ -8,8 +8,7 @@
 #include <string.h>
 
 #include "commands.h"
-#include "gguf/gguf.h"
-#include "util/util.h"
+#include "internal.h" /* GGUF metadata and tensors */
 
 #define ARRAY_PREVIEW 8   /* array elements shown unless --full */
 #define STRING_PREVIEW 96 /* bytes of a string shown in text mode unless --full */

@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "commands.h"
-#include "server/keys.h"
+#include "internal.h" /* the server's API key store */
 
 static void usage(FILE *f) {
     fprintf(f, "usage: quarrel keys create --db PATH [--name NAME] [--rpm N] [--tpm N]\n"

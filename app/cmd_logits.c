@@ -8,7 +8,6 @@
 
 #include "commands.h"
 #include "engine.h"
-#include "util/util.h"
 
 /* Rows per qr_decode call when every row wants logits (bounds the logits buffer). */
 #define LOGITS_CHUNK 64
@@ -240,13 +239,14 @@ int cmd_perplexity(int argc, char **argv) {
         rc = 1;
         goto done;
     }
-    const qr_tokenizer_info *ti = qr_tokenizer_get_info(e.tok);
+    const qr_token bos = qr_tokenizer_special(e.tok, QR_SPECIAL_BOS);
+    const bool add_bos = qr_tokenizer_add_bos(e.tok);
     ppl_sink s = {.n_ctx = n_ctx, .first = n_ctx / 2, .n_vocab = qr_model_n_vocab(e.model)};
-    double t0 = qr_time_s();
+    double t0 = app_time_s();
     for (int64_t k = 0; k < n_chunks && !rc; k++) {
         int32_t *chunk = ids + k * n_ctx;
         int32_t saved = chunk[0];
-        if (ti->add_bos && ti->special.bos >= 0) chunk[0] = ti->special.bos;
+        if (add_bos && bos >= 0) chunk[0] = bos;
         s.chunk = chunk;
         rc = forward_all(&e, chunk, (size_t)n_ctx, LOGITS_CHUNK, ppl_row, &s);
         chunk[0] = saved;
@@ -257,7 +257,7 @@ int cmd_perplexity(int argc, char **argv) {
         double var = s.nll2 / (double)s.count - mean * mean;
         double ppl = exp(mean), err = s.count > 1 ? ppl * sqrt(var / (double)(s.count - 1)) : 0;
         printf("\nPPL = %.4f +/- %.5f over %lld chunks of %d tokens (%.1f s)\n", ppl, err, (long long)n_chunks, n_ctx,
-               qr_time_s() - t0);
+               app_time_s() - t0);
     }
 done:
     free(ids);

@@ -15,9 +15,7 @@
 
 #include "commands.h"
 #include "embed_io.h"
-#include "flight/embed_batch.h"
-#include "flight/flight_client.h"
-#include "util/util.h"
+#include "internal.h" /* the Arrow Flight client and its embedding record batches */
 
 #define QUEUE_CAP 4 /* record batches between the embedding thread and the Flight stream */
 
@@ -122,9 +120,9 @@ static void *producer(void *arg) {
     for (int64_t i0 = 0; st == QR_OK && i0 < p->n_todo; i0 += p->batch) {
         const int32_t nb = (int32_t)(p->n_todo - i0 < p->batch ? p->n_todo - i0 : p->batch);
         for (int32_t j = 0; j < nb; j++) tx[j] = p->texts->text[p->todo[i0 + j]];
-        const double t = qr_time_s();
+        const double t = app_time_s();
         st = qr_embed(p->e->ctx, tx, nb, &p->ep, vec, p->prod_err, sizeof p->prod_err);
-        p->embed_s += qr_time_s() - t;
+        p->embed_s += app_time_s() - t;
         if (st != QR_OK) break;
         qr_embed_batch *b = NULL;
         st = qr_embed_batch_create(p->dim, nb, true, true, &b);
@@ -180,7 +178,7 @@ static qr_status next_batch(void *user, const qr_arrow_batch **out, char *err, s
         return QR_OK;
     }
     p->rows_sent += qr_embed_batch_rows(p->current);
-    const double dt = qr_time_s() - p->t0;
+    const double dt = app_time_s() - p->t0;
     fprintf(stderr, "\rpush: %lld/%lld rows, %.0f rows/s ", (long long)p->rows_sent, (long long)p->n_todo,
             dt > 0 ? (double)p->rows_sent / dt : 0.0);
     *out = qr_embed_batch_view(p->current);
@@ -320,7 +318,7 @@ int cmd_push(int argc, char **argv) {
     p.ep = ep;
     pthread_mutex_init(&p.mu, NULL);
     pthread_cond_init(&p.cv, NULL);
-    p.t0 = qr_time_s();
+    p.t0 = app_time_s();
     if (n_todo > 0) {
         pthread_t th;
         if (pthread_create(&th, NULL, producer, &p) != 0) {
@@ -356,7 +354,7 @@ int cmd_push(int argc, char **argv) {
         goto done_sync;
     }
     {
-        const double dt = qr_time_s() - p.t0;
+        const double dt = app_time_s() - p.t0;
         fprintf(stderr, "push: %lld rows (%lld skipped), dim %d, %.2f s, %.1f rows/s (embedding %.2f s)\n",
                 (long long)p.rows_sent, (long long)skipped, p.dim, dt, dt > 0 ? (double)p.rows_sent / dt : 0.0,
                 p.embed_s);

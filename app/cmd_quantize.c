@@ -6,8 +6,7 @@
 #include <string.h>
 
 #include "commands.h"
-#include "convert/quantize_model.h"
-#include "util/util.h"
+#include "internal.h" /* the GGUF converter */
 
 static void usage(FILE *f) {
     fprintf(f,

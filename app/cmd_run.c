@@ -7,7 +7,6 @@
 
 #include "commands.h"
 #include "engine.h"
-#include "util/util.h"
 
 #define MAX_STOPS 16
 
@@ -25,93 +24,73 @@ typedef struct gen_stats {
     double prefill_s, decode_s;
 } gen_stats;
 
+/* Where generate()'s callback puts what qr_generate hands it. */
+typedef struct gen_sink {
+    FILE *out;        /* the text goes here (unless ids_only) */
+    bool ids_only;
+    int32_t *ids;     /* [cap] the generated ids */
+    int32_t n_ids, cap;
+    char **reply;     /* the text is appended to *reply (for chat history) when not NULL */
+    size_t *reply_len;
+} gen_sink;
+
+/* qr_token_callback: streams the text, collects the id; never stops generation. */
+static bool on_token(qr_token token, const char *text, size_t len, void *user_data) {
+    gen_sink *k = user_data;
+    if (token != QR_TOKEN_NULL && k->n_ids < k->cap) k->ids[k->n_ids++] = token;
+    if (!k->ids_only && len) {
+        fwrite(text, 1, len, k->out);
+        fflush(k->out);
+    }
+    if (k->reply && len) {
+        char *nr = realloc(*k->reply, *k->reply_len + len + 1);
+        if (nr) {
+            memcpy(nr + *k->reply_len, text, len);
+            *k->reply_len += len;
+            nr[*k->reply_len] = 0;
+            *k->reply = nr;
+        }
+    }
+    return true;
+}
+
 /* Appends the sequence `ids` (continuing sequence 0 from its current length) and generates up to
- * o->n_predict tokens, streaming text to `out` (or collecting ids). Text generated is appended to
- * *reply when reply != NULL (for chat history). Returns an exit code. */
-static int generate(app_engine *e, const int32_t *ids, size_t n_ids, qr_sampler *smp, const gen_opts *o,
+ * o->n_predict tokens with qr_generate, streaming text to `out` (or collecting ids). Text generated is
+ * appended to *reply when reply != NULL (for chat history). Returns an exit code. */
+static int generate(app_engine *e, const int32_t *ids, size_t n_ids, qr_sampler_chain *smp, const gen_opts *o,
                     FILE *out, gen_stats *stats, char **reply, size_t *reply_len) {
     char err[1024];
-    int rc = 0;
     int32_t n_ctx = qr_context_n_ctx(e->ctx), past = qr_kv_seq_len(e->ctx, 0);
     if ((int64_t)past + (int64_t)n_ids >= n_ctx) {
         fprintf(stderr, "quarrel: the prompt is %zu tokens but the context holds %d (%d already used); "
                         "shorten the prompt or raise --ctx\n", n_ids, n_ctx, past);
         return 1;
     }
-    qr_stop *stop = NULL;
-    qr_detok_stream *ds = qr_detok_stream_create(e->tok, false);
-    int32_t *gen_ids = malloc(sizeof(int32_t) * (size_t)o->n_predict);
-    if (!ds || !gen_ids || qr_stop_create(o->stops, o->n_stops, o->n_predict, &stop, err, sizeof err) != QR_OK) {
-        fprintf(stderr, "quarrel: %s\n", ds && gen_ids ? err : "out of memory");
-        rc = 1;
-        goto done;
+    gen_sink k = {.out = out, .ids_only = o->ids_only, .cap = o->n_predict, .reply = reply, .reply_len = reply_len};
+    if (!(k.ids = malloc(sizeof(int32_t) * (size_t)o->n_predict))) {
+        fprintf(stderr, "quarrel: out of memory\n");
+        return 1;
     }
-    for (size_t i = 0; i < n_ids; i++) qr_sampler_accept(smp, ids[i]);
-
-    double t0 = qr_time_s();
-    qr_batch b = {.n_tokens = (int32_t)n_ids, .token = ids};
-    if (qr_decode(e->ctx, &b, err, sizeof err) != QR_OK) {
-        fprintf(stderr, "quarrel: decode: %s\n", err);
-        rc = 1;
-        goto done;
-    }
-    stats->prefill_s += qr_time_s() - t0;
-    stats->n_prompt += (int32_t)n_ids;
-
-    double t1 = qr_time_s();
-    int32_t n_gen = 0;
-    for (;;) {
-        qr_sample_result r;
-        const float *logits = qr_get_logits(e->ctx, -1);
-        if (!logits || qr_sampler_sample(smp, logits, &r, err, sizeof err) != QR_OK) {
-            fprintf(stderr, "quarrel: sampling: %s\n", logits ? err : "no logits");
-            rc = 1;
-            break;
-        }
-        gen_ids[n_gen++] = r.token;
-        bool eog = !o->ignore_eos && qr_token_is_eog(e->tok, r.token);
-        const char *piece = "";
-        size_t piece_len = 0;
-        if (!eog) qr_detok_stream_push(ds, r.token, &piece, &piece_len);
-        qr_stop_result sr;
-        qr_stop_feed(stop, piece, piece_len, eog, &sr);
-        if (!o->ids_only && sr.emit_len) {
-            fwrite(sr.emit, 1, sr.emit_len, out);
-            fflush(out);
-        }
-        if (reply && sr.emit_len) {
-            char *nr = realloc(*reply, *reply_len + sr.emit_len + 1);
-            if (nr) {
-                memcpy(nr + *reply_len, sr.emit, sr.emit_len);
-                *reply_len += sr.emit_len;
-                nr[*reply_len] = 0;
-                *reply = nr;
-            }
-        }
-        if (sr.finish != QR_FINISH_NONE) break;
-        if (qr_kv_seq_len(e->ctx, 0) + 1 >= n_ctx) {
-            fprintf(stderr, "\nquarrel: context full (%d tokens)\n", n_ctx);
-            break;
-        }
-        qr_batch nb = {.n_tokens = 1, .token = &r.token};
-        if (qr_decode(e->ctx, &nb, err, sizeof err) != QR_OK) {
-            fprintf(stderr, "quarrel: decode: %s\n", err);
-            rc = 1;
-            break;
-        }
-    }
-    stats->decode_s += qr_time_s() - t1;
-    stats->n_gen += n_gen;
-    if (o->ids_only) {
+    qr_generate_params gp = qr_generate_default_params();
+    gp.n_predict = o->n_predict;
+    gp.ignore_eos = o->ignore_eos;
+    gp.stops = o->stops;
+    gp.n_stops = o->n_stops;
+    qr_generate_result r;
+    qr_status st = qr_generate(e->ctx, e->tok, smp, ids, n_ids, &gp, on_token, &k, &r, err, sizeof err);
+    if (st != QR_OK) fprintf(stderr, "quarrel: %s\n", err);
+    else if (r.end == QR_GENERATE_CONTEXT_FULL) fprintf(stderr, "\nquarrel: context full (%d tokens)\n", n_ctx);
+    stats->prefill_s += r.prefill_seconds;
+    stats->n_prompt += r.n_prompt;
+    stats->decode_s += r.decode_seconds;
+    stats->n_gen += r.n_generated;
+    if (o->ids_only && r.n_prompt > 0) { /* the ids so far, also after an error in the loop */
         fputc('[', out);
-        for (int32_t i = 0; i < n_gen; i++) fprintf(out, i ? ",%d" : "%d", gen_ids[i]);
+        for (int32_t i = 0; i < k.n_ids; i++) fprintf(out, i ? ",%d" : "%d", k.ids[i]);
         fputs("]\n", out);
     }
-done:
-    free(gen_ids);
-    qr_stop_free(stop);
-    qr_detok_stream_free(ds);
-    return rc;
+    free(k.ids);
+    return st == QR_OK ? 0 : 1;
 }
 
 static void print_timing(const app_engine *e, const gen_stats *s) {
@@ -181,8 +160,7 @@ int cmd_run(int argc, char **argv) {
         {"ids-only", 0, 0, 'I' + 256}, {"quiet", 0, 0, 'q'}, {"stats", 0, 0, 'Z' + 256}, {"help", 0, 0, 'h'}, APP_SAMPLER_LONGOPTS, APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
     app_engine_opts eo = {0};
     gen_opts go = {.n_predict = 128};
-    qr_sampler_params sp;
-    qr_sampler_params_default(&sp);
+    qr_sampler_chain_params sp = qr_sampler_chain_default_params();
     const char *prompt = NULL, *file = NULL, *tokens = NULL, *system = NULL;
     bool chat = false, arch_stats = false;
     int c, rc;
@@ -229,7 +207,7 @@ int cmd_run(int argc, char **argv) {
         return 2;
     }
     char err[1024];
-    if (qr_sampler_params_validate(&sp, 0, err, sizeof err) != QR_OK) {
+    if (qr_sampler_chain_params_validate(&sp, 0, err, sizeof err) != QR_OK) {
         fprintf(stderr, "quarrel: %s\n", err);
         return 2;
     }
@@ -250,7 +228,7 @@ int cmd_run(int argc, char **argv) {
     int32_t *ids = NULL;
     size_t n_ids = 0;
     char *rendered = NULL;
-    qr_sampler *smp = NULL;
+    qr_sampler_chain *smp = NULL;
     if (tokens) {
         rc = app_read_ids_json(tokens, qr_model_n_vocab(e.model), &ids, &n_ids);
         if (!rc && n_ids == 0) {
@@ -263,7 +241,7 @@ int cmd_run(int argc, char **argv) {
     } else {
         rc = app_tokenize(&e, prompt ? prompt : text, text_len, true, false, &ids, &n_ids);
     }
-    if (!rc && qr_sampler_create(&sp, qr_model_n_vocab(e.model), &smp, err, sizeof err) != QR_OK) {
+    if (!rc && qr_sampler_chain_create(qr_model_n_vocab(e.model), &sp, &smp, err, sizeof err) != QR_OK) {
         fprintf(stderr, "quarrel: %s\n", err);
         rc = 2;
     }
@@ -273,7 +251,7 @@ int cmd_run(int argc, char **argv) {
     if (!rc && !go.ids_only) fputc('\n', stdout);
     if (!rc && !go.quiet) print_timing(&e, &st);
     if (!rc && arch_stats) print_arch_stats(&e);
-    qr_sampler_free(smp);
+    qr_sampler_chain_free(smp);
     free(ids);
     free(rendered);
     free(text);
@@ -293,8 +271,7 @@ int cmd_chat(int argc, char **argv) {
                                              APP_SAMPLER_LONGOPTS, APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
     app_engine_opts eo = {0};
     gen_opts go = {.n_predict = 512, .quiet = true};
-    qr_sampler_params sp;
-    qr_sampler_params_default(&sp);
+    qr_sampler_chain_params sp = qr_sampler_chain_default_params();
     const char *system = NULL;
     int c, rc;
     optind = 1;
@@ -320,14 +297,14 @@ int cmd_chat(int argc, char **argv) {
         return 2;
     }
     char err[1024];
-    if (qr_sampler_params_validate(&sp, 0, err, sizeof err) != QR_OK) {
+    if (qr_sampler_chain_params_validate(&sp, 0, err, sizeof err) != QR_OK) {
         fprintf(stderr, "quarrel: %s\n", err);
         return 2;
     }
     app_engine e;
     if ((rc = app_engine_open(&e, &eo))) return rc;
-    qr_sampler *smp = NULL;
-    if (qr_sampler_create(&sp, qr_model_n_vocab(e.model), &smp, err, sizeof err) != QR_OK) {
+    qr_sampler_chain *smp = NULL;
+    if (qr_sampler_chain_create(qr_model_n_vocab(e.model), &sp, &smp, err, sizeof err) != QR_OK) {
         fprintf(stderr, "quarrel: %s\n", err);
         app_engine_close(&e);
         return 2;
@@ -369,7 +346,7 @@ int cmd_chat(int argc, char **argv) {
     fprintf(stderr, "\n");
     if (st.n_gen) print_timing(&e, &st);
     json_decref(history);
-    qr_sampler_free(smp);
+    qr_sampler_chain_free(smp);
     app_engine_close(&e);
     return rc;
 }

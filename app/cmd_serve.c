@@ -13,8 +13,7 @@
 
 #include "commands.h"
 #include "engine.h"
-#include "server/server.h"
-#include "util/util.h"
+#include "internal.h" /* the HTTP server */
 
 /* One option: flag name (also the config key and, upper-cased with '_', the QUARREL_ variable). */
 typedef struct sopt {

@@ -6,9 +6,7 @@
 #include <string.h>
 
 #include "commands.h"
-#include "convert/quantize_model.h"
-#include "convert/synth.h"
-#include "util/util.h"
+#include "internal.h" /* the synthetic model writer */
 
 static void usage(FILE *f) {
     fprintf(f,

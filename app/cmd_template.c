@@ -7,8 +7,7 @@
 #include <jansson.h>
 
 #include "commands.h"
-#include "gguf/gguf.h"
-#include "template/template.h"
+#include "internal.h" /* GGUF metadata; the template interpreter's tools, documents and extra variables */
 
 /* Prints the command's help. */
 static void usage(FILE *f) {

@@ -6,23 +6,15 @@
 #include <string.h>
 
 #include "commands.h"
-#include "gguf/gguf.h"
-#include "tokenizer/tokenizer.h"
-#include "util/util.h"
+#include "engine.h"
+#include "internal.h" /* --info: the tokenizer's type, merges, flags and end-of-generation ids */
 
-/* Loads the tokenizer of the GGUF at path (the file is closed again); prints errors. */
+/* Loads the tokenizer of the GGUF at path (a vocabulary-only read); prints errors. */
 static qr_tokenizer *load_tokenizer(const char *cmd, const char *path) {
     char err[512] = "";
-    qr_gguf *g = NULL;
-    if (qr_gguf_open(path, &g, err, sizeof err) != QR_OK) {
-        fprintf(stderr, "%s: %s\n", cmd, err);
-        return NULL;
-    }
     qr_tokenizer *tok = NULL;
-    qr_status st = qr_tokenizer_create(g, &tok, err, sizeof err);
-    qr_gguf_close(g);
-    if (st != QR_OK) {
-        fprintf(stderr, "%s: %s: %s\n", cmd, path, err);
+    if (qr_tokenizer_load(path, &tok, err, sizeof err) != QR_OK) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
         return NULL;
     }
     return tok;
@@ -279,9 +271,9 @@ int cmd_tokenize(int argc, char **argv) {
     }
     int32_t *ids = NULL;
     size_t n = 0;
-    double t0 = qr_time_s();
+    double t0 = app_time_s();
     qr_status st = tokenize_alloc(tok, text, len, add_special, parse_special, &ids, &n);
-    double t1 = qr_time_s();
+    double t1 = app_time_s();
     if (st != QR_OK) {
         fprintf(stderr, "tokenize: %s\n", qr_status_str(st));
         rc = 1;

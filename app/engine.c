@@ -1,4 +1,4 @@
-/* engine.c — shared plumbing of the generation commands (see engine.h). */
+/* engine.c — shared plumbing of the generation commands (see engine.h), on the public API only. */
 #include "engine.h"
 
 #include <errno.h>
@@ -7,17 +7,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "gguf/gguf.h"
-#include "model/model.h"
-#include "model/model_path.h"
-#include "template/template.h"
-#include "util/util.h"
+double app_time_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 int app_engine_open(app_engine *e, const app_engine_opts *o) {
     char err[1024];
     memset(e, 0, sizeof *e);
-    double t0 = qr_time_s();
+    double t0 = app_time_s();
     if (qr_model_resolve_path(o->model, e->path, sizeof e->path, err, sizeof err) != QR_OK) {
         fprintf(stderr, "quarrel: %s\n", err);
         return 1;
@@ -32,7 +33,7 @@ int app_engine_open(app_engine *e, const app_engine_opts *o) {
     }
     const char *note = qr_model_backend_note(e->model);
     if (note[0]) fprintf(stderr, "quarrel: %s, using the CPU\n", note);
-    if (qr_tokenizer_create(qr_model_gguf(e->model), &e->tok, err, sizeof err) != QR_OK) {
+    if (qr_tokenizer_from_model(e->model, &e->tok, err, sizeof err) != QR_OK) {
         fprintf(stderr, "quarrel: %s: tokenizer: %s\n", e->path, err);
         app_engine_close(e);
         return 1;
@@ -47,7 +48,7 @@ int app_engine_open(app_engine *e, const app_engine_opts *o) {
         app_engine_close(e);
         return 1;
     }
-    e->load_ms = (qr_time_s() - t0) * 1e3;
+    e->load_ms = (app_time_s() - t0) * 1e3;
     return 0;
 }
 
@@ -153,39 +154,25 @@ int app_read_ids_json(const char *path, int32_t n_vocab, int32_t **ids, size_t *
     return 0;
 }
 
-/* The template source and the bos/eos texts of the model; 1 when the model has no template. */
-static int chat_template_of(const app_engine *e, qr_gguf_str *src, char *bos, char *eos, size_t cap) {
-    const qr_gguf *g = qr_model_gguf(e->model);
-    if (!qr_gguf_get_str(g, "tokenizer.chat_template", src)) {
-        fprintf(stderr, "quarrel: %s has no chat template (tokenizer.chat_template)\n", e->path);
-        return 1;
-    }
-    const qr_tokenizer_info *ti = qr_tokenizer_get_info(e->tok);
-    bos[0] = eos[0] = 0;
-    size_t len;
-    const char *p;
-    if (ti->special.bos >= 0 && (p = qr_token_text(e->tok, ti->special.bos, &len)))
-        snprintf(bos, cap, "%.*s", (int)len, p);
-    if (ti->special.eos >= 0 && (p = qr_token_text(e->tok, ti->special.eos, &len)))
-        snprintf(eos, cap, "%.*s", (int)len, p);
-    return 0;
-}
-
 int app_render_messages(const app_engine *e, const void *messages_json, char **out) {
-    qr_gguf_str src;
-    char bos[256], eos[256], err[1024];
-    if (chat_template_of(e, &src, bos, eos, sizeof bos)) return 1;
-    qr_chat_options opt = {0};
-    opt.add_generation_prompt = true;
-    opt.bos_token = bos;
-    opt.eos_token = eos;
-    size_t out_len;
-    if (qr_chat_render_json(src.data, (size_t)src.len, (const json_t *)messages_json, &opt, out, &out_len, err,
-                            sizeof err) != QR_OK) {
-        fprintf(stderr, "quarrel: chat template: %s\n", err);
+    const json_t *arr = messages_json;
+    size_t n = json_array_size(arr);
+    qr_chat_message *msgs = calloc(n ? n : 1, sizeof *msgs);
+    if (!msgs) {
+        fprintf(stderr, "quarrel: out of memory\n");
         return 1;
     }
-    return 0;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *m = json_array_get(arr, i);
+        msgs[i].role = json_string_value(json_object_get(m, "role"));
+        msgs[i].content = json_string_value(json_object_get(m, "content"));
+    }
+    char err[1024];
+    qr_status st = qr_chat_apply_template(e->model, e->tok, msgs, n, true, out, NULL, err, sizeof err);
+    free(msgs);
+    if (st == QR_ERR_NOT_FOUND) fprintf(stderr, "quarrel: %s: %s\n", e->path, err);
+    else if (st != QR_OK) fprintf(stderr, "quarrel: chat template: %s\n", err);
+    return st == QR_OK ? 0 : 1;
 }
 
 int app_render_chat(const app_engine *e, const char *system, const char *user, char **out) {
@@ -253,7 +240,7 @@ int app_engine_opt(int id, const char *arg, app_engine_opts *o) {
     }
 }
 
-int app_sampler_opt(int id, const char *arg, qr_sampler_params *p) {
+int app_sampler_opt(int id, const char *arg, qr_sampler_chain_params *p) {
     switch (id) {
     case 1000: return app_parse_float("--temp", arg, &p->temperature);
     case 1001: return app_parse_int("--top-k", arg, -1000000, 1000000000, &p->top_k);

@@ -1,6 +1,7 @@
 /* engine.h — what the generation commands (run, chat, logits, perplexity, bench) share: opening a
  * model with its tokenizer and a context, reading prompt files / id lists, chat rendering, and the
- * sampler options. Every function prints its own error to stderr and returns an exit code
+ * sampler options; and a clock for the commands that time things. Built on the public API
+ * (quarrel.h) only. Every function prints its own error to stderr and returns an exit code
  * (0 ok, 1 runtime failure, 2 usage error). */
 #ifndef QR_APP_ENGINE_H
 #define QR_APP_ENGINE_H
@@ -10,8 +11,6 @@
 #include <stdint.h>
 
 #include "quarrel.h"
-#include "sampling/sampler.h"
-#include "tokenizer/tokenizer.h"
 
 typedef struct app_engine {
     char path[4096];   /* resolved GGUF path */
@@ -36,6 +35,9 @@ typedef struct app_engine_opts {
 int app_engine_open(app_engine *e, const app_engine_opts *o);
 void app_engine_close(app_engine *e);
 
+/* Monotonic time in seconds. */
+double app_time_s(void);
+
 /* Tokenizes text; *ids is malloc'd (caller frees). */
 int app_tokenize(const app_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
                  int32_t **ids, size_t *n);
@@ -45,7 +47,7 @@ int app_read_file(const char *path, char **buf, size_t *len);
 int app_read_ids_json(const char *path, int32_t n_vocab, int32_t **ids, size_t *n);
 /* Renders the model's chat template for [system,] user with add_generation_prompt; *out malloc'd. */
 int app_render_chat(const app_engine *e, const char *system, const char *user, char **out);
-/* Renders a JSON array of messages (jansson json_t *) with add_generation_prompt. */
+/* Renders a JSON array of {"role", "content"} messages (jansson json_t *) with add_generation_prompt. */
 int app_render_messages(const app_engine *e, const void *messages_json, char **out);
 
 /* Parses a number option strictly; prints "OPT: bad value" and returns 2 on failure. */
@@ -59,7 +61,7 @@ int app_parse_u64(const char *opt, const char *s, uint64_t *out);
     {"temp", 1, 0, 1000}, {"top-k", 1, 0, 1001}, {"top-p", 1, 0, 1002}, {"min-p", 1, 0, 1003},          \
         {"repeat-penalty", 1, 0, 1004}, {"repeat-last-n", 1, 0, 1005}, {"presence-penalty", 1, 0, 1006}, \
         {"frequency-penalty", 1, 0, 1007}, {"seed", 1, 0, 1008}
-int app_sampler_opt(int id, const char *arg, qr_sampler_params *p);
+int app_sampler_opt(int id, const char *arg, qr_sampler_chain_params *p);
 #define APP_SAMPLER_HELP                                                                                 \
     "  --temp T             temperature (0 = greedy; default 0.8)\n"                                    \
     "  --top-k K            top-k (0 = off; default 40)\n"                                              \

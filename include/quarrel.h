@@ -1,11 +1,15 @@
 /*
- * quarrel.h — public C API of libquarrel.
+ * quarrel.h — public C API of libquarrel: models, contexts and batched decoding, the tokenizer, chat
+ * templates, a sampler chain, a generate loop with a per-token callback, embeddings, errors, logging and
+ * the version. docs/api-c.md is the guide, with a complete example program (docs/examples/generate.c).
  *
  * Conventions:
  *  - Every function that can fail returns a qr_status and, when `err` is non-NULL, writes a
  *    NUL-terminated message of at most `err_len` bytes describing the failure.
- *  - Whoever calls *_create / *_open calls the matching *_free / *_close.
+ *  - Whoever calls *_create / *_load / *_open calls the matching *_free / *_close.
  *  - The library never prints to stdout and never calls exit() or abort() on bad input.
+ *  - Every function of this header carries QR_API: those, and only those, are what the shared library
+ *    libquarrel.so exports (tests/unit/check_public_exports.sh checks it).
  */
 #ifndef QUARREL_H
 #define QUARREL_H
@@ -18,10 +22,20 @@
 extern "C" {
 #endif
 
+/* Marks the public functions: the names libquarrel.so exports (its link keeps every other name local). */
+#if defined(__GNUC__)
+#define QR_API __attribute__((visibility("default")))
+#else
+#define QR_API
+#endif
+
 #define QUARREL_VERSION_MAJOR 0
 #define QUARREL_VERSION_MINOR 1
 #define QUARREL_VERSION_PATCH 0
 #define QUARREL_VERSION_STRING "0.1.0"
+/* MAJOR * 10000 + MINOR * 100 + PATCH, what qr_version_number() returns for the library this header
+ * belongs to: a program can compare the two to catch a header / library mismatch. */
+#define QUARREL_VERSION_NUMBER (QUARREL_VERSION_MAJOR * 10000 + QUARREL_VERSION_MINOR * 100 + QUARREL_VERSION_PATCH)
 
 /* Result of every fallible call. QR_OK is zero; every error is non-zero. */
 typedef enum qr_status {
@@ -38,10 +52,19 @@ typedef enum qr_status {
 } qr_status;
 
 /* Static string naming a status ("ok", "invalid argument", ...). Never NULL. */
-const char *qr_status_str(qr_status status);
+QR_API const char *qr_status_str(qr_status status);
 
 /* Library version string, e.g. "0.1.0". */
-const char *qr_version(void);
+QR_API const char *qr_version(void);
+/* The library's QUARREL_VERSION_NUMBER (of the build that made it, not of the header in use). */
+QR_API int32_t qr_version_number(void);
+
+/* Verbosity of the library's own diagnostics, which go to stderr only ("quarrel: warn: ..."): warnings
+ * such as a context capped to free memory or an embedding input cut to length. Process-wide. */
+typedef enum { QR_LOG_DEBUG = 0, QR_LOG_INFO = 1, QR_LOG_WARN = 2, QR_LOG_ERROR = 3, QR_LOG_NONE = 4 } qr_log_level;
+/* Messages below `level` are dropped; QR_LOG_NONE silences the library. Default QR_LOG_INFO. */
+QR_API void qr_log_set_level(qr_log_level level);
+QR_API qr_log_level qr_log_get_level(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Models and contexts.
@@ -53,6 +76,7 @@ const char *qr_version(void);
  * decode at the same time. Token ids are int32.
  */
 typedef int32_t qr_token;
+#define QR_TOKEN_NULL (-1) /* "no token": a special token the model lacks */
 typedef struct qr_model qr_model;
 typedef struct qr_context qr_context;
 
@@ -72,29 +96,36 @@ typedef struct qr_model_params {
 } qr_model_params;
 
 /* Defaults: backend auto on GPU 0, all CPUs, SIMD kernels. */
-qr_model_params qr_model_default_params(void);
+QR_API qr_model_params qr_model_default_params(void);
+
+/* Turns what a user typed as MODEL into a GGUF path, written to out[0..cap): an existing file path is
+ * returned as is; anything else is read as an Ollama name ("smollm2:135m", "user/model:tag"; default
+ * host registry.ollama.ai, namespace library, tag latest) and resolved through Ollama's manifest store
+ * ($OLLAMA_MODELS, else ~/.ollama/models) to the blob of its model layer. Errors: QR_ERR_NOT_FOUND
+ * naming what was looked for, QR_ERR_FORMAT for a manifest without a model layer. */
+QR_API qr_status qr_model_resolve_path(const char *name, char *out, size_t cap, char *err, size_t err_len);
 
 /* Loads a GGUF model (llama, gemma3, bert, nomic-bert architectures). params may be NULL (defaults). On success
  * *out is owned by the caller (qr_model_free). Failures name the file and the problem: unknown
  * architecture, a missing metadata key, a missing tensor or one of the wrong shape or type. */
-qr_status qr_model_load(const char *path, const qr_model_params *params, qr_model **out, char *err,
-                        size_t err_len);
-void qr_model_free(qr_model *model);
+QR_API qr_status qr_model_load(const char *path, const qr_model_params *params, qr_model **out, char *err,
+                               size_t err_len);
+QR_API void qr_model_free(qr_model *model);
 
 /* Model info. */
-int32_t qr_model_n_vocab(const qr_model *model);     /* rows of the output matrix */
-int32_t qr_model_n_ctx_train(const qr_model *model); /* {arch}.context_length */
-int32_t qr_model_n_embd(const qr_model *model);      /* {arch}.embedding_length */
-int32_t qr_model_n_layer(const qr_model *model);     /* {arch}.block_count */
-const char *qr_model_arch(const qr_model *model);    /* general.architecture, e.g. "llama" */
+QR_API int32_t qr_model_n_vocab(const qr_model *model);     /* rows of the output matrix */
+QR_API int32_t qr_model_n_ctx_train(const qr_model *model); /* {arch}.context_length */
+QR_API int32_t qr_model_n_embd(const qr_model *model);      /* {arch}.embedding_length */
+QR_API int32_t qr_model_n_layer(const qr_model *model);     /* {arch}.block_count */
+QR_API const char *qr_model_arch(const qr_model *model);    /* general.architecture, e.g. "llama" */
 /* The backend the model runs on: "cpu" or "cuda". */
-const char *qr_model_backend_name(const qr_model *model);
+QR_API const char *qr_model_backend_name(const qr_model *model);
 /* Why a QR_BACKEND_AUTO load runs on the CPU although this build has CUDA, e.g. "no CUDA device
  * found" or "the model needs 14.2 GiB of GPU memory, 7.9 GiB are free"; "" when it runs where
  * asked (and in builds without CUDA). For one log line by the caller; the library prints nothing. */
-const char *qr_model_backend_note(const qr_model *model);
+QR_API const char *qr_model_backend_note(const qr_model *model);
 /* One-line description ("llama: 30 layers, 576 embd, 9/3 heads, 49152 vocab, Q4_1"), into buf. */
-void qr_model_desc(const qr_model *model, char *buf, size_t buf_len);
+QR_API void qr_model_desc(const qr_model *model, char *buf, size_t buf_len);
 
 typedef struct qr_context_params {
     int32_t n_ctx;     /* KV cache size in tokens, shared by all sequences; 0 = n_ctx_train. Capped
@@ -105,14 +136,14 @@ typedef struct qr_context_params {
 } qr_context_params;
 
 /* Defaults: n_ctx 0 (training context), n_batch 512, n_seq_max 1, n_threads 0. */
-qr_context_params qr_context_default_params(void);
+QR_API qr_context_params qr_context_default_params(void);
 
 /* Creates a context. params may be NULL. Ownership: qr_context_free (before the model). */
-qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr_context **out, char *err,
-                            size_t err_len);
-void qr_context_free(qr_context *ctx);
+QR_API qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr_context **out,
+                                   char *err, size_t err_len);
+QR_API void qr_context_free(qr_context *ctx);
 /* The KV cache size in tokens actually used (after the memory cap). */
-int32_t qr_context_n_ctx(const qr_context *ctx);
+QR_API int32_t qr_context_n_ctx(const qr_context *ctx);
 
 /* A batch of rows for qr_decode. Row i is token[i] at position pos[i] of sequence seq_id[i].
  * For each sequence, its rows must continue it in order: the first has position = the sequence's
@@ -128,19 +159,246 @@ typedef struct qr_batch {
 
 /* Runs the model on a batch, appending every row's K/V to its sequence's cache and computing the
  * logits of the requested rows. On error the sequences keep their previous length. */
-qr_status qr_decode(qr_context *ctx, const qr_batch *batch, char *err, size_t err_len);
+QR_API qr_status qr_decode(qr_context *ctx, const qr_batch *batch, char *err, size_t err_len);
 
 /* Logits ([n_vocab] floats, valid until the next qr_decode) of row `row` of the last batch;
  * row -1 = the last row that requested logits. NULL when that row did not request logits. */
-const float *qr_get_logits(const qr_context *ctx, int32_t row);
+QR_API const float *qr_get_logits(const qr_context *ctx, int32_t row);
 
 /* Positions stored for sequence seq. */
-int32_t qr_kv_seq_len(const qr_context *ctx, int32_t seq);
+QR_API int32_t qr_kv_seq_len(const qr_context *ctx, int32_t seq);
 /* Removes positions [p0, p1) of sequence seq (seq < 0: all; p1 < 0: to the end). Only a suffix
  * can be removed; returns false otherwise. */
-bool qr_kv_seq_rm(qr_context *ctx, int32_t seq, int32_t p0, int32_t p1);
+QR_API bool qr_kv_seq_rm(qr_context *ctx, int32_t seq, int32_t p0, int32_t p1);
 /* Empties every sequence. */
-void qr_kv_clear(qr_context *ctx);
+QR_API void qr_kv_clear(qr_context *ctx);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tokenizer.
+ *
+ * Text <-> token ids exactly as llama.cpp tokenizes (SPM, byte-level BPE and WordPiece vocabularies),
+ * built from the model's `tokenizer.ggml.*` metadata. A qr_tokenizer is immutable: every function
+ * below may be called from several threads at once on one tokenizer. Token ids are qr_token.
+ */
+typedef struct qr_tokenizer qr_tokenizer;
+
+/* Makes the tokenizer of a loaded model (the model may be freed before the tokenizer: everything is
+ * copied). Ownership: qr_tokenizer_free. Errors name the offending metadata key. */
+QR_API qr_status qr_tokenizer_from_model(const qr_model *model, qr_tokenizer **out, char *err, size_t err_len);
+/* Makes the tokenizer of the GGUF file at path without loading its weights (a vocabulary-only read).
+ * Ownership: qr_tokenizer_free. */
+QR_API qr_status qr_tokenizer_load(const char *path, qr_tokenizer **out, char *err, size_t err_len);
+QR_API void qr_tokenizer_free(qr_tokenizer *tok);
+
+/* Number of tokens; ids are 0 .. n_vocab-1. */
+QR_API int32_t qr_tokenizer_n_vocab(const qr_tokenizer *tok);
+
+/* The special tokens a model may name. */
+typedef enum qr_special_token {
+    QR_SPECIAL_BOS = 0,  /* beginning of sequence (also BERT's [CLS]) */
+    QR_SPECIAL_EOS = 1,  /* end of sequence */
+    QR_SPECIAL_EOT = 2,  /* end of turn (e.g. <|eot_id|>) */
+    QR_SPECIAL_EOM = 3,  /* end of message */
+    QR_SPECIAL_UNK = 4,  /* unknown */
+    QR_SPECIAL_SEP = 5,  /* separator ([SEP]) */
+    QR_SPECIAL_PAD = 6,  /* padding */
+    QR_SPECIAL_MASK = 7, /* [MASK] */
+    QR_SPECIAL_NL = 8,   /* the token of "\n" */
+} qr_special_token;
+
+/* The id of a special token, or QR_TOKEN_NULL when the model has none (or `which` is unknown). */
+QR_API qr_token qr_tokenizer_special(const qr_tokenizer *tok, qr_special_token which);
+/* Whether qr_tokenize with add_special puts BOS in front / EOS at the end (the model's add_* flags). */
+QR_API bool qr_tokenizer_add_bos(const qr_tokenizer *tok);
+QR_API bool qr_tokenizer_add_eos(const qr_tokenizer *tok);
+
+/* Tokenizes text[0..len) (any bytes; invalid UTF-8 is handled as llama.cpp does).
+ * add_special: add BOS/EOS/SEP as the model's add_* flags say. parse_special: text that spells a
+ * control token (e.g. "<|im_start|>") becomes that token; user-defined tokens are always matched.
+ * Writes min(n, cap) ids to out (out may be NULL when cap == 0) and sets *n_out = n, the total
+ * number of tokens; a caller whose cap was too small calls again with cap >= *n_out.
+ * Errors: QR_ERR_NOMEM; QR_ERR_NOT_FOUND when a byte has no token to fall back to. */
+QR_API qr_status qr_tokenize(const qr_tokenizer *tok, const char *text, size_t len, bool add_special,
+                             bool parse_special, qr_token *out, size_t cap, size_t *n_out);
+
+/* Token ids -> text, as llama.cpp's llama_detokenize: remove_special drops a leading BOS / trailing
+ * EOS that the model adds; unparse_special renders control tokens as their text. SPM models drop
+ * the space that tokenization put before the first word; clean_spaces models tidy " ." etc.
+ * Writes min(n, cap) bytes (no NUL) and sets *n_out = n. Errors: QR_ERR_INVALID_ARG for an id out
+ * of range (with no output). */
+QR_API qr_status qr_detokenize(const qr_tokenizer *tok, const qr_token *ids, size_t n_ids, bool remove_special,
+                               bool unparse_special, char *buf, size_t cap, size_t *n_out);
+
+/* The text of token `id` (special = true: control/unknown tokens give their text; false: they give
+ * ""). Writes min(n, cap) bytes to buf (no NUL) and returns n, the piece's full length; returns -1
+ * when id is out of range. */
+QR_API int32_t qr_token_to_piece(const qr_tokenizer *tok, qr_token id, bool special, char *buf, size_t cap);
+/* End of generation (eos, eot, eom, <|im_end|>, ... as llama.cpp decides). */
+QR_API bool qr_token_is_eog(const qr_tokenizer *tok, qr_token id);
+/* A control token (rendered as "" unless asked for its text). */
+QR_API bool qr_token_is_control(const qr_tokenizer *tok, qr_token id);
+
+/* Streaming detokenizer: feed tokens one at a time and get back only whole UTF-8 characters.
+ * Bytes of a character split across tokens are held until the character is complete; bytes that
+ * can never form a valid character come out as U+FFFD. The first token loses its leading space
+ * when the model adds a space prefix (as qr_detokenize does). No clean_spaces pass. The stream
+ * borrows tok, which must outlive it. */
+typedef struct qr_detok_stream qr_detok_stream;
+
+/* special: render control tokens as their text. NULL on OOM. Ownership: qr_detok_stream_free. */
+QR_API qr_detok_stream *qr_detok_stream_create(const qr_tokenizer *tok, bool special);
+QR_API void qr_detok_stream_free(qr_detok_stream *s);
+/* Adds token `id`; *text and *len receive the bytes that are now complete (valid until the next call
+ * on s). Errors: QR_ERR_INVALID_ARG for an id out of range, QR_ERR_NOMEM. */
+QR_API qr_status qr_detok_stream_push(qr_detok_stream *s, qr_token id, const char **text, size_t *len);
+/* Ends the stream: a pending incomplete character comes out as U+FFFD. The stream is reset. */
+QR_API qr_status qr_detok_stream_flush(qr_detok_stream *s, const char **text, size_t *len);
+QR_API void qr_detok_stream_reset(qr_detok_stream *s);
+
+/* ---------------------------------------------------------------------------------------------
+ * Chat templates.
+ *
+ * A model's `tokenizer.chat_template` (Jinja) rendered byte for byte as Hugging Face transformers'
+ * apply_chat_template(tokenize=False) renders it, with bos_token / eos_token from the tokenizer.
+ */
+
+/* One chat message. */
+typedef struct qr_chat_message {
+    const char *role;       /* "system", "user", "assistant", "tool", ... (NUL-terminated UTF-8) */
+    const char *content;    /* NUL-terminated UTF-8; NULL makes content None */
+    const char *extra_json; /* optional JSON object text whose fields are added to the message
+                               (tool_calls, tool_call_id, name, thinking, or a list-valued
+                               content); NULL for none */
+} qr_chat_message;
+
+/* Renders msgs[0..n_msgs) with the model's chat template; add_generation_prompt ends the text with the
+ * header of an assistant turn. tok (may be NULL: made for the call) gives bos_token and eos_token. On
+ * success *out is a malloc'd NUL-terminated string of *out_len bytes (out_len may be NULL); the caller
+ * free()s it. The result is text: tokenize it with parse_special = true. Errors: QR_ERR_NOT_FOUND when
+ * the model has no chat template; QR_ERR_FORMAT / QR_ERR_UNSUPPORTED for a template that does not parse,
+ * raises, or uses what the interpreter lacks (the message names the template line). */
+QR_API qr_status qr_chat_apply_template(const qr_model *model, const qr_tokenizer *tok, const qr_chat_message *msgs,
+                                        size_t n_msgs, bool add_generation_prompt, char **out, size_t *out_len,
+                                        char *err, size_t err_len);
+
+/* ---------------------------------------------------------------------------------------------
+ * Sampler chain.
+ *
+ * Turns a row of logits into the next token, in llama.cpp's default order:
+ *     logit bias -> penalties (repeat, frequency, presence over the last penalty_last_n tokens)
+ *       -> top-k -> top-p -> min-p -> temperature -> a draw from the softmax (own seeded PRNG)
+ * temperature 0 makes it greedy: the argmax of the biased, penalised logits (ties: the lowest id).
+ * The same seed, parameters, accepted history and logits give the same tokens on every machine.
+ * A chain is not thread-safe; use one per generation stream.
+ */
+typedef struct qr_sampler_chain qr_sampler_chain;
+
+#define QR_SEED_RANDOM UINT64_MAX /* qr_sampler_chain_params.seed: pick a random seed at create time */
+
+/* A bias added to one token's logit before anything else; -INFINITY bans the token. */
+typedef struct qr_token_bias {
+    qr_token token; /* 0 <= token < n_vocab */
+    float bias;     /* finite or -INFINITY, never NaN */
+} qr_token_bias;
+
+typedef struct qr_sampler_chain_params {
+    float temperature;       /* >= 0; 0 = greedy. default 0.8 */
+    int32_t top_k;           /* >= 0; 0 = off. default 40 */
+    float top_p;             /* in (0, 1]; 1 = off. default 0.95 */
+    float min_p;             /* in [0, 1]; 0 = off. default 0.05 */
+    float repeat_penalty;    /* > 0; 1 = off (default). positive logits are divided by it, negative multiplied */
+    float frequency_penalty; /* finite; 0 = off (default). subtracted once per occurrence in the window */
+    float presence_penalty;  /* finite; 0 = off (default). subtracted once if the token is in the window */
+    int32_t penalty_last_n;  /* >= 0: the penalty window of most recent accepted tokens; 0 = off. default 64 */
+    uint64_t seed;           /* PRNG seed; QR_SEED_RANDOM (default) = random */
+    const qr_token_bias *logit_bias; /* [n_logit_bias], copied by qr_sampler_chain_create; may be NULL */
+    int32_t n_logit_bias;
+} qr_sampler_chain_params;
+
+/* llama.cpp's defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalties, window 64,
+ * random seed, no bias. */
+QR_API qr_sampler_chain_params qr_sampler_chain_default_params(void);
+
+/* Checks every field of p: QR_ERR_INVALID_ARG names a field out of range or NaN, or a bias token outside
+ * [0, n_vocab) (n_vocab <= 0 skips that check, for a check before the model is loaded). */
+QR_API qr_status qr_sampler_chain_params_validate(const qr_sampler_chain_params *p, int32_t n_vocab, char *err,
+                                                  size_t err_len);
+
+/* Creates a chain for logits rows of n_vocab floats (qr_model_n_vocab). p may be NULL (defaults). Every
+ * field is checked first: QR_ERR_INVALID_ARG names a field out of range, NaN, or a bias token outside
+ * [0, n_vocab). Ownership: qr_sampler_chain_free. */
+QR_API qr_status qr_sampler_chain_create(int32_t n_vocab, const qr_sampler_chain_params *p, qr_sampler_chain **out,
+                                         char *err, size_t err_len);
+QR_API void qr_sampler_chain_free(qr_sampler_chain *s);
+
+/* Picks the next token from logits[0..n_vocab) (not modified) and accepts it into the penalty history.
+ * Errors: QR_ERR_INVALID_ARG when a logit is NaN or no token has a finite biased logit. */
+QR_API qr_status qr_sampler_chain_sample(qr_sampler_chain *s, const float *logits, qr_token *out, char *err,
+                                         size_t err_len);
+/* Appends a token to the penalty history without sampling (prompt tokens). QR_ERR_INVALID_ARG when
+ * token is outside [0, n_vocab). */
+QR_API qr_status qr_sampler_chain_accept(qr_sampler_chain *s, qr_token token);
+/* Forgets the penalty history and restarts the PRNG from the seed. */
+QR_API void qr_sampler_chain_reset(qr_sampler_chain *s);
+/* The seed in use (the random one when params.seed was QR_SEED_RANDOM). */
+QR_API uint64_t qr_sampler_chain_seed(const qr_sampler_chain *s);
+
+/* ---------------------------------------------------------------------------------------------
+ * Generation.
+ *
+ * qr_generate runs the whole loop on one sequence of a context: prefill the prompt, then sample, stream
+ * text and decode one token at a time until a stop rule holds. Every sampled token is handed to a
+ * callback together with the text that became safe to show: whole UTF-8 characters, with anything that
+ * could still turn into a stop string held back until it is decided.
+ */
+
+/* Why qr_generate ended. */
+typedef enum qr_generate_end {
+    QR_GENERATE_EOG = 1,          /* an end-of-generation token came (its text is not emitted) */
+    QR_GENERATE_STOP_STRING = 2,  /* a stop string matched (it and what follows are not emitted) */
+    QR_GENERATE_LENGTH = 3,       /* n_predict tokens were generated */
+    QR_GENERATE_CONTEXT_FULL = 4, /* the sequence filled the context */
+    QR_GENERATE_CANCELLED = 5,    /* the callback returned false */
+} qr_generate_end;
+
+/* Called once per sampled token with the text[0..len) that is now safe to emit (often the token's own
+ * text, sometimes empty, sometimes more: text held back earlier). text is not NUL-terminated and is valid
+ * only during the call. When generation ends for a reason the stop rules do not see (context full), one
+ * last call with token == QR_TOKEN_NULL hands over the text still held back. Return false to stop. */
+typedef bool (*qr_token_callback)(qr_token token, const char *text, size_t len, void *user_data);
+
+typedef struct qr_generate_params {
+    int32_t n_predict;        /* most tokens to generate, >= 1. default 128 */
+    int32_t seq_id;           /* the context's sequence to continue, 0 .. n_seq_max-1. default 0 */
+    bool ignore_eos;          /* keep going through end-of-generation tokens. default false */
+    bool special;             /* render control tokens as their text. default false */
+    const char *const *stops; /* [n_stops] non-empty stop strings (default none) */
+    int32_t n_stops;
+} qr_generate_params;
+
+/* Defaults: n_predict 128, sequence 0, stop at end-of-generation tokens, no stop strings. */
+QR_API qr_generate_params qr_generate_default_params(void);
+
+/* What qr_generate did. */
+typedef struct qr_generate_result {
+    qr_generate_end end;
+    int32_t n_prompt;       /* prompt tokens decoded */
+    int32_t n_generated;    /* tokens sampled (each one was passed to the callback) */
+    double prefill_seconds; /* wall-clock time of the prompt's qr_decode */
+    double decode_seconds;  /* wall-clock time of the sampling / decoding loop */
+} qr_generate_result;
+
+/* Appends prompt[0..n_prompt) (n_prompt >= 1) to sequence p->seq_id of ctx (after what it holds), feeds
+ * the prompt to the sampler's penalty history, then generates up to p->n_predict tokens with smp, calling
+ * cb (may be NULL) for each. The sequence keeps every token decoded (the prompt and the generated tokens
+ * but the last, which was not decoded); continue it with another call, or clear it (qr_kv_seq_rm).
+ * tok detokenizes and tells end-of-generation tokens; smp must have been made for the model's n_vocab.
+ * p may be NULL (defaults); res may be NULL. Errors: QR_ERR_INVALID_ARG for a bad parameter or a prompt
+ * that does not fit in the context with room for one more token; a decode or sampling error (the
+ * message says which). res is filled on success and on errors after the prompt was decoded. */
+QR_API qr_status qr_generate(qr_context *ctx, const qr_tokenizer *tok, qr_sampler_chain *smp, const qr_token *prompt,
+                             size_t n_prompt, const qr_generate_params *p, qr_token_callback cb, void *user_data,
+                             qr_generate_result *res, char *err, size_t err_len);
 
 /* ---------------------------------------------------------------------------------------------
  * Embeddings.
@@ -170,17 +428,17 @@ typedef struct qr_embed_params {
 } qr_embed_params;
 
 /* Defaults: pooling from the model, normalize, truncate. */
-qr_embed_params qr_embed_default_params(void);
+QR_API qr_embed_params qr_embed_default_params(void);
 
 /* Length of one embedding (n_embd). */
-int32_t qr_model_n_embd_out(const qr_model *m);
+QR_API int32_t qr_model_n_embd_out(const qr_model *m);
 
 /* Embeds n_texts >= 1 NUL-terminated UTF-8 texts (tokenized with the model's special tokens, e.g.
  * [CLS] ... [SEP] or BOS ...) into out[n_texts][qr_model_n_embd_out]. p may be NULL (defaults). The
  * context's KV cache is used as scratch: it is empty afterwards. Errors: QR_ERR_INVALID_ARG (no texts,
  * a text with no tokens, a text too long without truncate, pooling none), or a backend error. */
-qr_status qr_embed(qr_context *ctx, const char *const *texts, int32_t n_texts, const qr_embed_params *p, float *out,
-                   char *err, size_t err_len);
+QR_API qr_status qr_embed(qr_context *ctx, const char *const *texts, int32_t n_texts, const qr_embed_params *p,
+                          float *out, char *err, size_t err_len);
 
 /* Counters of the MoE and Mamba2 (SSM) blocks of a context, accumulated over its qr_decode calls
  * (the server's /metrics and `quarrel run --stats` print them). Times are wall-clock seconds of
@@ -200,14 +458,14 @@ typedef struct qr_arch_stats {
 } qr_arch_stats;
 
 /* The context's MoE / SSM counters (valid until the context is freed); never NULL. */
-const qr_arch_stats *qr_context_arch_stats(const qr_context *ctx);
+QR_API const qr_arch_stats *qr_context_arch_stats(const qr_context *ctx);
 
 /* Turns the expert-selection counts (qr_arch_stats.expert_selection) on or off for non-CPU
  * backends, where each MoE layer of each pass then reads its routing back from the device (a small
  * read that waits for the device), and every pass runs the forward function on the host (no
  * recorded decode graph), so that all the counters advance. The CPU backend always counts. Off by
  * default; a no-op for models without experts or SSM layers. */
-void qr_context_set_arch_stats(qr_context *ctx, bool on);
+QR_API void qr_context_set_arch_stats(qr_context *ctx, bool on);
 
 #ifdef __cplusplus
 }

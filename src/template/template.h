@@ -31,14 +31,7 @@
 #define QR_CHAT_DEFAULT_MAX_STEPS 20000000u     /* evaluation steps per render */
 #define QR_CHAT_DEFAULT_MAX_DEPTH 128           /* nested macro calls / recursive loops */
 
-/* One chat message for qr_chat_render. */
-typedef struct qr_chat_message {
-    const char *role;       /* "system", "user", "assistant", "tool", ... (NUL-terminated UTF-8) */
-    const char *content;    /* NUL-terminated UTF-8; NULL makes content None */
-    const char *extra_json; /* optional JSON object text whose fields are added to the message
-                               (tool_calls, tool_call_id, name, thinking, or a list-valued
-                               content); NULL for none */
-} qr_chat_message;
+/* qr_chat_message (one message for qr_chat_render) is public: declared in quarrel.h. */
 
 /* Render options. Zero-initialize, then set what you need. */
 typedef struct qr_chat_options {

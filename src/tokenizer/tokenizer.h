@@ -21,9 +21,9 @@
 #include "quarrel.h"
 #include "gguf/gguf.h"
 
-#define QR_TOKEN_NULL (-1)
-
-typedef struct qr_tokenizer qr_tokenizer;
+/* Public, declared in quarrel.h: qr_tokenizer (the type), QR_TOKEN_NULL, qr_tokenizer_free, qr_tokenize,
+ * qr_detokenize, qr_token_to_piece, qr_token_is_eog, qr_token_is_control and the streaming detokenizer
+ * qr_detok_stream_*. This header adds what the library itself needs. */
 
 typedef enum qr_vocab_type {
     QR_VOCAB_SPM = 1, /* "llama" */
@@ -73,60 +73,19 @@ typedef struct qr_tokenizer_info {
  * everything is copied). Errors name the offending key, e.g.
  *   "tokenizer.ggml.merges: entry 12 ('a b'): 'b' is not a token". */
 qr_status qr_tokenizer_create(const qr_gguf *g, qr_tokenizer **out, char *err, size_t err_len);
-void qr_tokenizer_free(qr_tokenizer *tok);
 
 const qr_tokenizer_info *qr_tokenizer_get_info(const qr_tokenizer *tok);
 
-/* Tokenizes text[0..len) (any bytes; invalid UTF-8 is handled as llama.cpp does).
- * add_special: add BOS/EOS/SEP as the model's add_* flags say. parse_special: text that spells a
- * control token (e.g. "<|im_start|>") becomes that token; user-defined tokens are always matched.
- * Writes min(n, cap) ids to out (out may be NULL when cap == 0) and sets *n_out = n, the total
- * number of tokens; a caller whose cap was too small calls again with cap >= *n_out.
- * Errors: QR_ERR_NOMEM; QR_ERR_NOT_FOUND when a byte has no token to fall back to. */
-qr_status qr_tokenize(const qr_tokenizer *tok, const char *text, size_t len, bool add_special,
-                      bool parse_special, int32_t *out, size_t cap, size_t *n_out);
-
-/* The text of token `id` (special = true: control/unknown tokens give their text; false: they give
- * ""). Writes min(n, cap) bytes to buf (no NUL) and returns n, the piece's full length; returns -1
- * when id is out of range. */
-int32_t qr_token_to_piece(const qr_tokenizer *tok, int32_t id, bool special, char *buf, size_t cap);
-/* Zero-copy view of the same piece with special = true; NULL when id is out of range. */
+/* Zero-copy view of the piece qr_token_to_piece gives with special = true; NULL when id is out of range. */
 const char *qr_token_piece(const qr_tokenizer *tok, int32_t id, size_t *len);
 /* The raw vocabulary string of a token (as stored in the GGUF); NULL when out of range. */
 const char *qr_token_text(const qr_tokenizer *tok, int32_t id, size_t *len);
 /* A token's attributes (qr_token_attr bits); QR_TOKEN_ATTR_UNDEFINED when out of range. */
 uint32_t qr_token_get_attr(const qr_tokenizer *tok, int32_t id);
 float qr_token_score(const qr_tokenizer *tok, int32_t id);
-/* End of generation (eos, eot, eom, <|im_end|>, ... as llama.cpp decides). */
-bool qr_token_is_eog(const qr_tokenizer *tok, int32_t id);
-bool qr_token_is_control(const qr_tokenizer *tok, int32_t id);
 /* The id of an exact vocabulary string, or QR_TOKEN_NULL. */
 int32_t qr_token_lookup(const qr_tokenizer *tok, const char *text, size_t len);
 /* All end-of-generation ids, ascending; *n receives their count. */
 const int32_t *qr_tokenizer_eog_ids(const qr_tokenizer *tok, size_t *n);
-
-/* Token ids -> text, as llama.cpp's llama_detokenize: remove_special drops a leading BOS / trailing
- * EOS that the model adds; unparse_special renders control tokens as their text. SPM models drop
- * the space that tokenization put before the first word; clean_spaces models tidy " ." etc.
- * Writes min(n, cap) bytes (no NUL) and sets *n_out = n. Errors: QR_ERR_INVALID_ARG for an id out
- * of range (with no output). */
-qr_status qr_detokenize(const qr_tokenizer *tok, const int32_t *ids, size_t n_ids, bool remove_special,
-                        bool unparse_special, char *buf, size_t cap, size_t *n_out);
-
-/* Streaming detokenizer: feed tokens one at a time and get back only whole UTF-8 characters.
- * Bytes of a character split across tokens are held until the character is complete; bytes that
- * can never form a valid character come out as U+FFFD. The first token loses its leading space
- * when the model adds a space prefix (as qr_detokenize does). No clean_spaces pass. */
-typedef struct qr_detok_stream qr_detok_stream;
-
-/* special: render control tokens as their text. NULL on OOM. */
-qr_detok_stream *qr_detok_stream_create(const qr_tokenizer *tok, bool special);
-void qr_detok_stream_free(qr_detok_stream *s);
-/* Adds token `id`; *text and *len receive the bytes that are now complete (valid until the next call
- * on s). Errors: QR_ERR_INVALID_ARG for an id out of range, QR_ERR_NOMEM. */
-qr_status qr_detok_stream_push(qr_detok_stream *s, int32_t id, const char **text, size_t *len);
-/* Ends the stream: a pending incomplete character comes out as U+FFFD. The stream is reset. */
-qr_status qr_detok_stream_flush(qr_detok_stream *s, const char **text, size_t *len);
-void qr_detok_stream_reset(qr_detok_stream *s);
 
 #endif /* QR_TOKENIZER_H */

@@ -28,6 +28,7 @@ const char *qr_status_str(qr_status status) {
 }
 
 const char *qr_version(void) { return QUARREL_VERSION_STRING; }
+int32_t qr_version_number(void) { return QUARREL_VERSION_NUMBER; }
 
 qr_status qr_errf(char *err, size_t err_len, qr_status status, const char *fmt, ...) {
     if (err && err_len > 0) {

@@ -19,10 +19,7 @@
  * err may be NULL (then nothing is written). */
 qr_status qr_errf(char *err, size_t err_len, qr_status status, const char *fmt, ...) QR_PRINTF(4, 5);
 
-/* Log levels for qr_log. Messages go to stderr only. */
-typedef enum { QR_LOG_DEBUG = 0, QR_LOG_INFO = 1, QR_LOG_WARN = 2, QR_LOG_ERROR = 3, QR_LOG_NONE = 4 } qr_log_level;
-void qr_log_set_level(qr_log_level level);
-qr_log_level qr_log_get_level(void);
+/* Logs a message to stderr at `level` (qr_log_level, qr_log_set_level: public in quarrel.h). */
 void qr_log(qr_log_level level, const char *fmt, ...) QR_PRINTF(2, 3);
 
 /* IEEE half <-> float, exact (round-to-nearest-even on the way down). */

@@ -1,9 +1,10 @@
 """Shared pytest fixtures of the integration tests.
 
-Flight: the `flight_tool` test driver (built from tests/integration/flight_tool.c), the shared
-library (for the C Data Interface test) and `longbow`, a factory that starts
+Flight: the `flight_tool` test driver (built from tests/integration/flight_tool.c), the internal
+shared library libquarrel_dev.so (for the C Data Interface test: qr_embed_batch_* are not public, so the
+installed libquarrel.so does not export them) and `longbow`, a factory that starts
 tests/integration/longbow_server.py on free loopback ports.
-Paths come from $FLIGHT_TOOL / $QUARREL_LIB, else build/ (run `make build` first).
+Paths come from $FLIGHT_TOOL / $QUARREL_DEV_LIB, else build/ (run `make build` first).
 """
 import json
 import os
@@ -50,7 +51,7 @@ def flight_tool():
 
 @pytest.fixture(scope="session")
 def quarrel_lib():
-    return build_file("QUARREL_LIB", "libquarrel.so")
+    return build_file("QUARREL_DEV_LIB", "libquarrel_dev.so")
 
 
 class LongbowServer:

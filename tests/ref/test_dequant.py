@@ -1,6 +1,6 @@
 """Our quantization formats against the reference implementations, bit for bit.
 
-- to_float (qr_quant_traits_ref(type)->to_float, called through ctypes on libquarrel.so) equals
+- to_float (qr_quant_traits_ref(type)->to_float, called through ctypes on libquarrel_dev.so) equals
   gguf-py's `gguf.quants.dequantize` on whole real tensors of both test models (every type present,
   several tensors per type) and on synthetic blocks of every type both sides support.
 - from_float equals gguf-py's `gguf.quants.quantize` where gguf-py implements one.
@@ -9,7 +9,8 @@
   shared library that llama-cpp-python ships.
 - vec_dot agrees with ggml's CPU vec_dot on the same quantized rows.
 
-The library comes from $QUARREL_LIB (default build/libquarrel.so).
+The library comes from $QUARREL_DEV_LIB (default build/libquarrel_dev.so): the quant traits are internal,
+so the installed libquarrel.so does not export them (docs/architecture.md, "The public API").
 """
 import ctypes
 import os
@@ -99,9 +100,9 @@ class QuarrelQuant:
 
 @pytest.fixture(scope="session")
 def qq():
-    path = os.environ.get("QUARREL_LIB") or str(ROOT / "build" / "libquarrel.so")
+    path = os.environ.get("QUARREL_DEV_LIB") or str(ROOT / "build" / "libquarrel_dev.so")
     if not os.path.exists(path):
-        pytest.fail(f"libquarrel not found at {path}: build the quarrel_shared target or set QUARREL_LIB")
+        pytest.fail(f"libquarrel_dev not found at {path}: build the quarrel_dev target or set QUARREL_DEV_LIB")
     return QuarrelQuant(path)
 
 

@@ -7,9 +7,11 @@ prometheus, promtool, pkg-config and man from Debian (scripts/setup.sh). A missi
 with the install step to run; it is never skipped.
 """
 import importlib.util
+import os
 import pathlib
 import re
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -58,3 +60,21 @@ def find_tool(name, how=SETUP):
     if not found:
         pytest.fail(f"{name} not found: {how}")
     return found
+
+
+# ---- an installed tree (`cmake --install` into a temporary prefix: the `prefix` fixture of conftest.py) ----
+
+def libdir(prefix):
+    """The library directory of an installed tree (lib or lib64): where its pkgconfig/quarrel.pc is."""
+    pcs = list(prefix.rglob("pkgconfig/quarrel.pc"))
+    assert len(pcs) == 1, pcs
+    return pcs[0].parent.parent
+
+
+def pkg_config(prefix, *args):
+    """`pkg-config ARGS quarrel` against the installed tree's quarrel.pc, split into words."""
+    env = dict(os.environ, PKG_CONFIG_PATH=str(libdir(prefix) / "pkgconfig"))
+    r = subprocess.run([find_tool("pkg-config", "apt-get install pkg-config"), *args, "quarrel"], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()

@@ -7,9 +7,7 @@ import pathlib
 import shutil
 import subprocess
 
-import pytest
-
-from ops_helpers import find_tool
+from ops_helpers import find_tool, libdir, pkg_config
 
 PROGRAM = r"""
 #include <quarrel.h>
@@ -57,21 +55,6 @@ int main(int argc, char **argv) {
 """
 
 
-@pytest.fixture(scope="module")
-def prefix(build_dir, tmp_path_factory):
-    p = tmp_path_factory.mktemp("prefix")
-    r = subprocess.run(["cmake", "--install", str(build_dir), "--prefix", str(p)], capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return p
-
-
-def libdir(prefix):
-    pcs = list(prefix.rglob("pkgconfig/quarrel.pc"))
-    assert len(pcs) == 1, pcs
-    return pcs[0].parent.parent
-
-
 def test_install_layout(prefix, quarrel_bin):
     lib = libdir(prefix)
     assert os.access(prefix / "bin" / "quarrel", os.X_OK)
@@ -82,14 +65,6 @@ def test_install_layout(prefix, quarrel_bin):
     assert (prefix / "share" / "man" / "man1" / "quarrel.1").is_file()
     v = subprocess.run([str(prefix / "bin" / "quarrel"), "--version"], capture_output=True, text=True, check=True)
     assert v.stdout == subprocess.run([quarrel_bin, "--version"], capture_output=True, text=True).stdout
-
-
-def pkg_config(prefix, *args):
-    env = dict(os.environ, PKG_CONFIG_PATH=str(libdir(prefix) / "pkgconfig"))
-    r = subprocess.run([find_tool("pkg-config", "apt-get install pkg-config"), *args, "quarrel"], env=env,
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return r.stdout.split()
 
 
 def compile_program(prefix, out, flags):
