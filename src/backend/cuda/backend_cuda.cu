@@ -1602,6 +1602,8 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
         free(cb);
         return qr_errf(err, err_len, QR_ERR_NOMEM, "cannot allocate the cuda backend");
     }
+    be->name = "cuda";
+    be->ops = &cuda_ops; /* the backend's own table until qr_backend_init below puts the checks above it */
     be->impl = cb;
     cb->device = gpu;
     cb->n_sm = prop.multiProcessorCount;
@@ -1612,12 +1614,11 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
     const char *xenv = getenv("QUARREL_CUDA_EXACT");
     if (xenv && strcmp(xenv, "1") == 0) {
         cb->exact = true;
+        be->ops = &cuda_ops_exact;
         if (strcmp(qr_quant_simd_level(), "avx2") != 0)
             fprintf(stderr, "quarrel: exact GPU mode reproduces the AVX2 CPU path; this CPU runs the %s one\n",
                     qr_quant_simd_level());
     }
-    const qr_backend_caps caps = cuda_caps(cb->exact);
-    qr_backend_init(be, "cuda", cb->exact ? &cuda_ops_exact : &cuda_ops, &caps);
     const char *genv = getenv("QUARREL_CUDA_GRAPH");
     if (genv && strcmp(genv, "0") == 0) {
         cb->graphs_off = true;
@@ -1640,6 +1641,8 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
         if (e != cudaSuccess) return qr_errf(err, err_len, QR_ERR_INTERNAL, "cuda backend %s: %s", what, cudaGetErrorString(e));
         return qr_errf(err, err_len, QR_ERR_INTERNAL, "cuBLAS initialisation failed (status %d)", (int)bs);
     }
+    const qr_backend_caps caps = cuda_caps(cb->exact);
+    qr_backend_init(be, "cuda", be->ops, &caps);
     *out = be;
     return QR_OK;
 }
