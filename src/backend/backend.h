@@ -2,6 +2,11 @@
  *
  * A backend is a small table of function pointers (qr_backend_ops) plus the memory it owns.
  * The model code (src/model/) calls `be->ops->op(be, ...)`; it never touches backend memory itself.
+ * be->ops is the checked table (backend_check.c, set up by qr_backend_init): each op's arguments are
+ * validated there once (shapes against each other, NULL pointers, weight types against be->caps, the
+ * batch plan's rows), then the backend's own table (be->impl_ops) runs; a bad argument is raised as
+ * the op's error (last_error), never a crash. What a backend can do is described by be->caps and by
+ * which optional slots it fills: callers ask these, never the backend's name (be->name is for logs).
  *
  * Memory. Activation buffers are plain pointers in the backend's address space, obtained from
  * ops->alloc (host memory on the CPU backend, device memory on CUDA). Only the CPU backend's
@@ -82,8 +87,14 @@ typedef struct qr_kv_desc {
     qr_type type;       /* QR_TYPE_F16 (default, as llama.cpp) or QR_TYPE_F32 */
 } qr_kv_desc;
 
-/* Opaque KV storage owned by a backend. */
+/* Opaque KV storage owned by a backend. Every backend's struct qr_kv_storage begins with its qr_kv_desc
+ * (a _Static_assert in each says so), which the argument checks read through qr_kv_storage_desc. */
 typedef struct qr_kv_storage qr_kv_storage;
+
+/* The layout of KV storage made by any backend's kv_alloc. */
+static inline const qr_kv_desc *qr_kv_storage_desc(const qr_kv_storage *kv) {
+    return (const qr_kv_desc *)(const void *)kv;
+}
 
 typedef enum qr_rope_mode {
     QR_ROPE_NORMAL = 0, /* rotate adjacent pairs (x[2i], x[2i+1]): llama */
@@ -156,6 +167,112 @@ typedef struct qr_ssm_params {
     int32_t conv_dim; /* channels through the conv: d_inner + 2 * n_group * d_state (x | B | C) */
 } qr_ssm_params;
 
+/* What a backend can do, filled once by its create (qr_backend_init) and read by the model and by the
+ * argument checks. Which optional ops (fusions, graphs, MoE, Mamba2) it has is told by the op table's
+ * non-NULL slots, not repeated here. */
+typedef struct qr_backend_caps {
+    bool host_memory;      /* true: alloc'd buffers are host memory the caller may read directly (CPU);
+                            * false: device memory, reached through read / write only */
+    bool exact;            /* true: the ops follow the CPU oracle's arithmetic order (CPU; CUDA's exact mode,
+                            * QUARREL_CUDA_EXACT=1: no fusions, logits equal to the AVX2 CPU path's) */
+    int32_t max_head_dim;  /* largest head_dim_k / head_dim_v attention takes */
+    uint64_t matmul_types; /* bit t set: matmul, matmul_id and the fused matmuls take weights of qr_type t */
+    uint64_t kv_types;     /* bit t set: kv_alloc takes KV storage of qr_type t */
+} qr_backend_caps;
+
+/* The bit of qr_type t in a caps type mask. */
+#define QR_TYPE_BIT(t) ((uint64_t)1 << (unsigned)(t))
+
+/* A summary of the current batch plan, kept by the checked set_batch for the O(1) checks of the ops
+ * that read it (get_rows' token ids, kv_store's slots, add_row's positions). */
+typedef struct qr_plan_summary {
+    int32_t n_tokens;             /* rows; 0 before the first set_batch */
+    int32_t min_token, max_token; /* range of tokens[] */
+    int32_t max_pos;              /* largest pos[] */
+    int32_t max_slot;             /* largest kv_slot[] */
+} qr_plan_summary;
+
+/* ---- parameters of the ops with many arguments ---- */
+
+/* add_rmsnorm: x += b_scale * b, then y = rmsnorm(x) * w; with router set, also the MoE router and routing
+ * on y (logits = y . router^T (+ router_b), then moe_route(logits, route) into ids / weights). */
+typedef struct qr_add_rmsnorm_args {
+    float *x;                        /* [n_rows][dim] residual, updated in place */
+    const float *b;                  /* [n_rows][dim] added to x first, or NULL: none */
+    float b_scale;                   /* b's factor (1 = plain add; != 1: as scale then add) */
+    const qr_weight *w;              /* F32 [dim] norm weight, or NULL: none */
+    int64_t n_rows, dim;
+    float eps;
+    float *y;                        /* [n_rows][dim] the normed rows; may not alias x */
+    const qr_weight *next;           /* hint: the weight y is multiplied with next (the backend may prepare
+                                      * y's activations for it), or NULL */
+    /* the MoE routing (all NULL: none) */
+    const qr_weight *router;         /* F32 [n_expert][dim] */
+    const qr_weight *router_b;       /* F32 [n_expert] or NULL */
+    const qr_moe_route_params *route;
+    float *logits;                   /* [n_rows][n_expert] */
+    int32_t *ids;                    /* [n_rows][n_used] */
+    float *weights;                  /* [n_rows][n_used] */
+} qr_add_rmsnorm_args;
+
+/* rope_attention: rope(q, n_head), rope(k, n_head_kv), kv_store(kv, layer, k, v), then (out set) attention
+ * over the layer into out. */
+typedef struct qr_rope_attn_args {
+    float *q;                    /* [n_tok][n_head * head_dim_k], roped in place (then unspecified with out) */
+    float *k;                    /* [n_tok][n_head_kv * head_dim_k], roped in place */
+    const float *v;              /* [n_tok][n_head_kv * head_dim_v] */
+    const qr_rope_params *rope;
+    qr_kv_storage *kv;
+    int32_t layer;
+    const qr_attn_params *attn;  /* the heads (n_head, n_head_kv, head_dim_k: also of the rope and the store);
+                                  * with out NULL only those three are read */
+    float *out;                  /* [n_tok][n_head * head_dim_v], or NULL: rope + kv_store only */
+} qr_rope_attn_args;
+
+/* The expert matmuls (matmul_id, moe_gate_up, moe_down_combine): slot (r, j) of row r < n_rows,
+ * j < n_used uses expert e = ids[r][j]. Weights are [n_expert][n_out][n_in] (ne = {n_in, n_out, n_expert});
+ * biases F32 [n_expert][n_out] or NULL. */
+typedef struct qr_moe_matmul_args {
+    const qr_weight *w, *w_b;       /* the expert matrix (moe_gate_up: up) and its bias */
+    const qr_weight *gate, *gate_b; /* moe_gate_up: the gate matrix and its bias (gate NULL: QR_GLU_RELU2 only) */
+    qr_glu_kind act;                /* moe_gate_up: h = act(gate x + gate_b, w x + w_b) */
+    const float *x;                 /* [n_rows][n_in], or with x_per_slot [n_rows][n_used][n_in] */
+    bool x_per_slot;                /* matmul_id: slot (r, j) reads x[r][j] (moe_down_combine: always) */
+    const int32_t *ids;             /* [n_rows][n_used] expert ids (backend memory) */
+    int64_t n_rows;
+    int32_t n_used;
+    float *y;                       /* matmul_id, moe_gate_up: [n_rows][n_used][n_out];
+                                     * moe_down_combine: [n_rows][n_out], may be add */
+    /* moe_down_combine only */
+    const float *weights;           /* [n_rows][n_used] slot weights */
+    const float *add;               /* [n_rows][n_out] added after the sum (the shared expert), or NULL */
+    float *scratch;                 /* [n_rows][n_used][n_out], may be written */
+} qr_moe_matmul_args;
+
+/* ssm_scan (see the op). */
+typedef struct qr_ssm_scan_args {
+    float *state;                  /* [n_slots][n_head][head_dim][d_state], updated */
+    const float *xbc;              /* [n_tok][conv_dim] = x | B | C */
+    const float *dt;               /* [n_tok][dt_stride], n_head values from dt[r][0] */
+    int64_t dt_stride;
+    const qr_weight *dt_bias, *A, *D; /* F32 [n_head] each; dt_bias and D may be NULL (0) */
+    const qr_ssm_params *p;
+    float *y;                      /* [n_tok][d_inner] */
+} qr_ssm_scan_args;
+
+/* ssm_gate_norm (see the op). */
+typedef struct qr_ssm_gate_norm_args {
+    const float *y;        /* [n_rows][d_inner] */
+    const float *z;        /* [n_rows][z_stride], the gate at z[r][0..d_inner) */
+    int64_t z_stride;
+    const qr_weight *w;    /* F32 [d_inner] (or [n_group][d_inner / n_group]), or NULL: out = y * silu(z) */
+    int64_t n_rows;
+    const qr_ssm_params *p;
+    float eps;
+    float *out;            /* [n_rows][d_inner], may alias y */
+    const qr_weight *next; /* hint: the weight out is multiplied with next, or NULL */
+} qr_ssm_gate_norm_args;
+
 typedef struct qr_backend_ops {
     /* ---- lifetime and memory ---- */
     /* Frees the backend, its pools and everything it allocated. */
@@ -183,6 +300,11 @@ typedef struct qr_backend_ops {
     qr_status (*last_error)(qr_backend *be, char *err, size_t err_len);
     /* Changes the worker count (CPU); ignored by backends without threads. n_threads >= 1. */
     qr_status (*set_n_threads)(qr_backend *be, int32_t n_threads, char *err, size_t err_len);
+    /* Records an op error as the ops do (the first since last_error is kept); the argument checks use it. */
+    void (*raise)(qr_backend *be, qr_status st, const char *msg);
+    /* Free and total bytes of the memory this backend allocates from; NULL where that is host memory
+     * (the caller then asks the OS). False when unavailable. */
+    bool (*mem_info)(qr_backend *be, size_t *free_bytes, size_t *total_bytes);
 
     /* ---- KV storage ---- */
     /* Allocates zeroed paged K/V storage; NULL with a message on failure. */
@@ -251,18 +373,10 @@ typedef struct qr_backend_ops {
     void (*graph_release)(qr_backend *be, const void *owner);
 
     /* ---- optional fusions (NULL: the model composes the plain ops; model/blocks.c qr_fused_*) ---- */
-    /* x += b_scale * b (b may be NULL: none; b_scale != 1: as scale then add), then y = rmsnorm(x) * w,
-     * as [scale +] add + rmsnorm. next: the weight y is multiplied with next (a hint, may be NULL: the
-     * backend may prepare y's activations for it). */
-    void (*add_rmsnorm)(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
-                        int64_t dim, float eps, float *y, const qr_weight *next);
-    /* add_rmsnorm, then the MoE router and routing on y: logits = y . router^T (+ router_b), then
-     * moe_route(logits, p) into ids / weights: the three ops in one. Returns false, having done nothing,
-     * where the backend does not take the shape (the caller then runs the plain ops). */
-    bool (*add_rmsnorm_route)(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
-                              int64_t dim, float eps, float *y, const qr_weight *next, const qr_weight *router,
-                              const qr_weight *router_b, const qr_moe_route_params *p, float *logits, int32_t *ids,
-                              float *weights);
+    /* add + rmsnorm as one op, and with a->router also the MoE router and moe_route (qr_add_rmsnorm_args).
+     * Returns false, having done nothing, where the backend does not take the routed form (the caller then
+     * runs the plain ops); the unrouted form is always taken. */
+    bool (*add_rmsnorm)(qr_backend *be, const qr_add_rmsnorm_args *a);
     /* y[i] = x . w[i]^T for i < n_w (1..3), as n_w matmul calls on the same x; b (may be NULL, as may
      * each b[i]): then add_row(y[i], b[i], 0) for each bias (F32 [w[i]->ne[1]]). */
     void (*matmul_multi)(qr_backend *be, int32_t n_w, const qr_weight *const *w, const qr_weight *const *b,
@@ -274,42 +388,30 @@ typedef struct qr_backend_ops {
      * scratch [n_rows][n] may be written. */
     void (*matmul_act)(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, qr_glu_kind act, float *out,
                        float *scratch);
-    /* rope(q, n_head), rope(k, n_head_kv), kv_store(kv, layer, k, v) (head_dim: of q and k). */
-    void (*rope_kv_store)(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
-                          int32_t head_dim, const qr_rope_params *p, qr_kv_storage *kv, int32_t layer);
-    /* rope_kv_store(q, k, v, p->n_head, p->n_head_kv, p->head_dim_k, rope, kv, layer), then attention(kv, layer,
-     * q, p, out), as one op. Returns false, having done nothing, where the backend does not take the pass;
-     * after true, q and k hold unspecified values. */
-    bool (*rope_attention)(qr_backend *be, float *q, float *k, const float *v, const qr_rope_params *rope,
-                           qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, float *out);
+    /* rope + kv_store, then (a->out set) attention, as one op (qr_rope_attn_args). Returns false, having
+     * done nothing, where the backend does not take the pass with attention (the caller then runs the plain
+     * ops); the form without attention is always taken. After true with out, q and k hold unspecified values. */
+    bool (*rope_attention)(qr_backend *be, const qr_rope_attn_args *a);
     /* A hint: x[n_rows][k] is not written until act_hold(be, NULL, 0, 0), so the backend may keep the
      * activations it prepares for x's matmuls (e.g. quantized) across the ops in between (the MoE block:
      * the shared expert, the router and the routed experts all multiply the normed input). */
     void (*act_hold)(qr_backend *be, const float *x, int64_t n_rows, int64_t k);
-    /* ssm_gate_norm, with next: the weight that multiplies out (a hint, may be NULL). */
-    void (*ssm_gate_norm_next)(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
-                               int64_t n_rows, const qr_ssm_params *p, float eps, float *out, const qr_weight *next);
-    /* matmul_id(w, bias, x, x_per_slot = true, ids, ...) into a scratch y, then moe_combine(y, weights, add, out). */
-    void (*moe_down_combine)(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x,
-                             const int32_t *ids, const float *weights, int64_t n_rows, int32_t n_used, const float *add,
-                             float *out, float *scratch);
+    /* matmul_id(a->w, a->w_b, a->x, x_per_slot = true, a->ids, ...) into a->scratch, then moe_combine(scratch,
+     * a->weights, a->add, a->y) (qr_moe_matmul_args). */
+    void (*moe_down_combine)(qr_backend *be, const qr_moe_matmul_args *a);
 
     /* ---- MoE (cpu/ops_moe.c, cuda/moe.cu) ---- */
     /* Routing: logits[n_rows][n_expert] -> ids[n_rows][n_used] (int32, backend memory; expert ids in the
      * order of decreasing score) and weights[n_rows][n_used], per p (see qr_moe_gating). */
     void (*moe_route)(qr_backend *be, const float *logits, int64_t n_rows, const qr_moe_route_params *p, int32_t *ids,
                       float *weights);
-    /* Indexed matmul (ggml's mul_mat_id): y[r][j][n_out] = W[e] . x_r (+ bias[e]), e = ids[r][j], for
-     * r < n_rows, j < n_used; w: [n_expert][n_out][n_in] (ne = {n_in, n_out, n_expert}); bias: F32
-     * [n_expert][n_out] or NULL; x_r = x[r] ([n_rows][n_in]) or, with x_per_slot, x[r][j]
-     * ([n_rows][n_used][n_in]). Tokens routed to the same expert are computed together. */
-    void (*matmul_id)(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x, bool x_per_slot,
-                      const int32_t *ids, int64_t n_rows, int32_t n_used, float *y);
-    /* The fused expert up-projection: h[r][j][n_ff] = act(G[e] x[r] + gb[e], U[e] x[r] + ub[e]), e = ids[r][j];
-     * gate may be NULL for QR_GLU_RELU2 (then act applies to U[e] x[r]); biases may be NULL. */
-    void (*moe_gate_up)(qr_backend *be, const qr_weight *gate, const qr_weight *gate_b, const qr_weight *up,
-                        const qr_weight *up_b, const float *x, const int32_t *ids, int64_t n_rows, int32_t n_used,
-                        qr_glu_kind act, float *h);
+    /* Indexed matmul (ggml's mul_mat_id, qr_moe_matmul_args): y[r][j][n_out] = W[e] . x_r (+ w_b[e]),
+     * e = ids[r][j]; x_r = x[r] or, with x_per_slot, x[r][j]. Tokens routed to the same expert are computed
+     * together. */
+    void (*matmul_id)(qr_backend *be, const qr_moe_matmul_args *a);
+    /* The fused expert up-projection: y[r][j][n_out] = act(G[e] x[r] + gate_b[e], W[e] x[r] + w_b[e]),
+     * e = ids[r][j]; gate may be NULL for QR_GLU_RELU2 (then act applies to W[e] x[r]). */
+    void (*moe_gate_up)(qr_backend *be, const qr_moe_matmul_args *a);
     /* out[r][i] = sum_j w[r][j] * y[r][j][i] (j in order) [+ add[r][i] after the sum, when add is not NULL:
      * the shared expert], r < n_rows, i < dim. out may not alias y; it may be add. */
     void (*moe_combine)(qr_backend *be, const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim,
@@ -332,22 +434,27 @@ typedef struct qr_backend_ops {
      *              + D[h] * x[r][h][i].
      * xbc: [n_tok][conv_dim] = x (d_inner) | B (n_group * d_state) | C (n_group * d_state); dt: [n_tok][dt_stride]
      * (n_head values from dt[r][0]); state: [n_slots][n_head][head_dim][d_state], updated; y: [n_tok][d_inner].
-     * A, D, dt_bias: F32 [n_head]. A state that becomes NaN/Inf raises an error ("ssm state diverged"). */
-    void (*ssm_scan)(qr_backend *be, float *state, const float *xbc, const float *dt, int64_t dt_stride,
-                     const qr_weight *dt_bias, const qr_weight *A, const qr_weight *D, const qr_ssm_params *p,
-                     float *y);
-    /* Gated grouped RMSNorm: t = y * silu(z); out[r][g] = t[r][g] / sqrt(mean(t[r][g]^2) + eps) * w[g] over groups
-     * of d_inner / n_group; y, out: [n_rows][d_inner]; z: [n_rows][z_stride]; w: F32 [d_inner] or NULL (then
-     * out = t, no norm). out may alias y. */
-    void (*ssm_gate_norm)(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
-                          int64_t n_rows, const qr_ssm_params *p, float eps, float *out);
+     * A, D, dt_bias: F32 [n_head]. A state that becomes NaN/Inf raises an error ("ssm state diverged").
+     * Arguments: qr_ssm_scan_args. */
+    void (*ssm_scan)(qr_backend *be, const qr_ssm_scan_args *a);
+    /* Gated grouped RMSNorm (qr_ssm_gate_norm_args): t = y * silu(z); out[r][g] = t[r][g] / sqrt(mean(t[r][g]^2)
+     * + eps) * w[g] over groups of d_inner / n_group (w NULL: out = t, no norm). next: a hint, as add_rmsnorm's. */
+    void (*ssm_gate_norm)(qr_backend *be, const qr_ssm_gate_norm_args *a);
 } qr_backend_ops;
 
 struct qr_backend {
-    const char *name;          /* "cpu" or "cuda" (static string) */
-    const qr_backend_ops *ops; /* the op table (static) */
-    void *impl;                /* backend-private state */
+    const char *name;               /* "cpu" or "cuda" (static string): for logs and messages only */
+    const qr_backend_ops *ops;      /* the op table callers use: &checked (qr_backend_init) */
+    qr_backend_caps caps;           /* what the backend can do */
+    void *impl;                     /* backend-private state */
+    const qr_backend_ops *impl_ops; /* the backend's own op table (static), run after the checks */
+    qr_backend_ops checked;         /* impl_ops with each op that has checks wrapped by them (NULL stays NULL) */
+    qr_plan_summary plan;           /* the current batch plan, as far as the checks need it */
 };
+
+/* Sets up be for a backend's create: name, caps, impl_ops = ops and be->ops = the checked table over
+ * them (backend_check.c). Call again to switch to another op table (e.g. CUDA's exact one). */
+void qr_backend_init(qr_backend *be, const char *name, const qr_backend_ops *ops, const qr_backend_caps *caps);
 
 /* Frees a backend (NULL is fine). */
 static inline void qr_backend_free(qr_backend *be) {

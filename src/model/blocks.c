@@ -28,7 +28,9 @@ qr_rope_params qr_layer_rope(const qr_model *m, int il) {
 void qr_fused_add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
                           int64_t dim, float eps, float *y, const qr_weight *next) {
     if (be->ops->add_rmsnorm) {
-        be->ops->add_rmsnorm(be, x, b, b_scale, w, n_rows, dim, eps, y, next);
+        const qr_add_rmsnorm_args a = {.x = x, .b = b, .b_scale = b_scale, .w = w, .n_rows = n_rows, .dim = dim,
+                                       .eps = eps, .y = y, .next = next};
+        be->ops->add_rmsnorm(be, &a); /* the unrouted form is always taken */
         return;
     }
     if (b && b_scale != 1.0f) { /* y is free until the norm writes it */
@@ -53,8 +55,10 @@ void qr_fused_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *const *
 
 void qr_fused_rope_kv_store(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
                                 int32_t head_dim, const qr_rope_params *rope, qr_kv_storage *kv, int32_t layer) {
-    if (be->ops->rope_kv_store) {
-        be->ops->rope_kv_store(be, q, k, v, n_head, n_head_kv, head_dim, rope, kv, layer);
+    if (be->ops->rope_attention) {
+        const qr_attn_params heads = {.n_head = n_head, .n_head_kv = n_head_kv, .head_dim_k = head_dim};
+        const qr_rope_attn_args a = {.q = q, .k = k, .v = v, .rope = rope, .kv = kv, .layer = layer, .attn = &heads};
+        be->ops->rope_attention(be, &a); /* without out: always taken */
         return;
     }
     be->ops->rope(be, q, n_head, head_dim, rope);
@@ -64,7 +68,8 @@ void qr_fused_rope_kv_store(qr_backend *be, float *q, float *k, const float *v, 
 
 void qr_rope_store_attend(qr_backend *be, float *q, float *k, const float *v, const qr_rope_params *rope,
                           qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, float *out) {
-    if (be->ops->rope_attention && be->ops->rope_attention(be, q, k, v, rope, kv, layer, p, out)) return;
+    const qr_rope_attn_args a = {.q = q, .k = k, .v = v, .rope = rope, .kv = kv, .layer = layer, .attn = p, .out = out};
+    if (be->ops->rope_attention && be->ops->rope_attention(be, &a)) return;
     qr_fused_rope_kv_store(be, q, k, v, p->n_head, p->n_head_kv, p->head_dim_k, rope, kv, layer);
     be->ops->attention(be, kv, layer, q, p, out);
 }

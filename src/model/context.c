@@ -128,8 +128,8 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     const uint64_t per_tok = (uint64_t)hp->n_layer * (uint64_t)(kdim + vdim) * 2u; /* F16 */
     int64_t n_ctx = ((int64_t)p.n_ctx + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE * KV_BLOCK_SIZE;
     uint64_t avail = mem_available();
-    size_t gpu_free = 0, gpu_total = 0; /* the cache lives in GPU memory on the CUDA backend */
-    if (!strcmp(model->be->name, "cuda")) avail = qr_cuda_mem_info(model->gpu, &gpu_free, &gpu_total) ? gpu_free : 0;
+    size_t dev_free = 0, dev_total = 0; /* the cache lives in the backend's memory where it has its own (GPU) */
+    if (model->be->ops->mem_info) avail = model->be->ops->mem_info(model->be, &dev_free, &dev_total) ? dev_free : 0;
     if (avail > 0 && (uint64_t)n_ctx * per_tok > avail / 10 * 8) {
         const int64_t fit = (int64_t)(avail / 10 * 8 / per_tok) / KV_BLOCK_SIZE * KV_BLOCK_SIZE;
         if (fit < KV_BLOCK_SIZE)

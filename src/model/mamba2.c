@@ -17,14 +17,16 @@ void qr_block_mamba2(const qr_model *m, qr_fwd *f, int il) {
     be->ops->ssm_conv(be, x->zxbcdt + p->d_inner, d_in_proj, qr_ssm_state_conv(x->ssm, il), &lx->ssm_conv1d,
                       lx->ssm_conv1d_b.host ? &lx->ssm_conv1d_b : NULL, p, x->xbc);
     const double t1 = qr_time_s();
-    be->ops->ssm_scan(be, qr_ssm_state_scan(x->ssm, il), x->xbc, x->zxbcdt + p->d_inner + p->conv_dim, d_in_proj,
-                      &lx->ssm_dt_b, &lx->ssm_a, &lx->ssm_d, p, x->y);
+    const qr_ssm_scan_args sa = {.state = qr_ssm_state_scan(x->ssm, il), .xbc = x->xbc,
+                                 .dt = x->zxbcdt + p->d_inner + p->conv_dim, .dt_stride = d_in_proj,
+                                 .dt_bias = &lx->ssm_dt_b, .A = &lx->ssm_a, .D = &lx->ssm_d, .p = p, .y = x->y};
+    be->ops->ssm_scan(be, &sa);
     const double t2 = qr_time_s();
     const qr_weight *nw = lx->ssm_norm.host ? &lx->ssm_norm : NULL;
-    if (be->ops->ssm_gate_norm_next) /* the backend may prepare out_proj's activations on the way */
-        be->ops->ssm_gate_norm_next(be, x->y, x->zxbcdt, d_in_proj, nw, n, p, m->hp.norm_eps, x->y, &lx->ssm_out);
-    else
-        be->ops->ssm_gate_norm(be, x->y, x->zxbcdt, d_in_proj, nw, n, p, m->hp.norm_eps, x->y);
+    const qr_ssm_gate_norm_args ga = {.y = x->y, .z = x->zxbcdt, .z_stride = d_in_proj, .w = nw, .n_rows = n, .p = p,
+                                      .eps = m->hp.norm_eps, .out = x->y,
+                                      .next = &lx->ssm_out}; /* the backend may prepare out_proj's activations */
+    be->ops->ssm_gate_norm(be, &ga);
     be->ops->matmul(be, &lx->ssm_out, x->y, n, f->xb2);
     x->stats.ssm_calls++;
     x->stats.ssm_conv_seconds += t1 - t0;

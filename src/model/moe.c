@@ -15,7 +15,7 @@ static void count_selection(const qr_model *m, qr_fwd *f, int il, int64_t n) {
     const qr_hparams_x *h = &m->ext->hp;
     if (!x->sel_counts) return;
     const int32_t *ids = x->ids;
-    if (strcmp(f->be->name, "cpu") != 0) {
+    if (!f->be->caps.host_memory) {
         if (!x->stats_enabled || !x->ids_host) return; /* a device read is a sync: only when asked */
         f->be->ops->read(f->be, x->ids_host, x->ids, (size_t)n * (size_t)h->n_expert_used * sizeof(int32_t));
         ids = x->ids_host;
@@ -48,11 +48,13 @@ void qr_ffn_norm(const qr_model *m, qr_fwd *f, int il, const float *b, float b_s
     const int64_t E = m->hp.n_embd;
     if (x) x->routed_layer = -1;
     /* the fused op's routing is not timed on its own: with the MoE counters on, the plain ops run */
-    if (x && lx && lx->gate_inp.host && be->ops->add_rmsnorm_route && !x->stats_enabled) {
+    if (x && lx && lx->gate_inp.host && be->ops->add_rmsnorm && !x->stats_enabled) {
         const qr_moe_route_params rp = route_params(m, il);
         const qr_weight *gb = lx->gate_inp_b.host ? &lx->gate_inp_b : NULL;
-        if (be->ops->add_rmsnorm_route(be, f->x, b, b_scale, w, n, E, eps, f->xb, qr_ffn_in(m, il), &lx->gate_inp, gb,
-                                       &rp, x->router, x->ids, x->weights)) {
+        const qr_add_rmsnorm_args a = {.x = f->x, .b = b, .b_scale = b_scale, .w = w, .n_rows = n, .dim = E, .eps = eps,
+                                       .y = f->xb, .next = qr_ffn_in(m, il), .router = &lx->gate_inp, .router_b = gb,
+                                       .route = &rp, .logits = x->router, .ids = x->ids, .weights = x->weights};
+        if (be->ops->add_rmsnorm(be, &a)) {
             x->routed_layer = il;
             return;
         }
@@ -105,15 +107,22 @@ void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
         be->ops->matmul(be, &lx->down_shexp, g, n, f->xb2);
     }
     /* experts: fused gate+up+act, then down, then the weighted sum (+ the shared expert's output) */
-    be->ops->moe_gate_up(be, lx->gate_exps.host ? &lx->gate_exps : NULL, lx->gate_exps_b.host ? &lx->gate_exps_b : NULL,
-                         &lx->up_exps, lx->up_exps_b.host ? &lx->up_exps_b : NULL, f->xb, x->ids, n, k, h->expert_act,
-                         x->eh);
+    const qr_moe_matmul_args gu = {.w = &lx->up_exps, .w_b = lx->up_exps_b.host ? &lx->up_exps_b : NULL,
+                                   .gate = lx->gate_exps.host ? &lx->gate_exps : NULL,
+                                   .gate_b = lx->gate_exps_b.host ? &lx->gate_exps_b : NULL, .act = h->expert_act,
+                                   .x = f->xb, .ids = x->ids, .n_rows = n, .n_used = k, .y = x->eh};
+    be->ops->moe_gate_up(be, &gu);
     const qr_weight *db = lx->down_exps_b.host ? &lx->down_exps_b : NULL;
     const float *add = lx->up_shexp.host ? f->xb2 : NULL;
     if (be->ops->moe_down_combine) {
-        be->ops->moe_down_combine(be, &lx->down_exps, db, x->eh, x->ids, x->weights, n, k, add, f->xb2, x->eo);
+        const qr_moe_matmul_args dc = {.w = &lx->down_exps, .w_b = db, .x = x->eh, .x_per_slot = true, .ids = x->ids,
+                                       .n_rows = n, .n_used = k, .y = f->xb2, .weights = x->weights, .add = add,
+                                       .scratch = x->eo};
+        be->ops->moe_down_combine(be, &dc);
     } else {
-        be->ops->matmul_id(be, &lx->down_exps, db, x->eh, true, x->ids, n, k, x->eo);
+        const qr_moe_matmul_args dn = {.w = &lx->down_exps, .w_b = db, .x = x->eh, .x_per_slot = true, .ids = x->ids,
+                                       .n_rows = n, .n_used = k, .y = x->eo};
+        be->ops->matmul_id(be, &dn);
         be->ops->moe_combine(be, x->eo, x->weights, n, k, E, add, f->xb2);
     }
     if (be->ops->act_hold) be->ops->act_hold(be, NULL, 0, 0);

@@ -128,6 +128,12 @@ static void digest_of(const srv_model *m, char out[72]) {
     snprintf(out, 72, "sha256:%s", hex);
 }
 
+/* Whether the model's weights and cache live in device memory (a backend without host memory: the GPU). */
+static bool device_resident(const srv_model *m) {
+    const qr_backend *be = m->model ? qr_model_backend(m->model) : NULL;
+    return be && !be->caps.host_memory;
+}
+
 static json_t *model_entry(const srv_model *m, bool ps) {
     char digest[72], mod[48];
     digest_of(m, digest);
@@ -142,7 +148,7 @@ static json_t *model_entry(const srv_model *m, bool ps) {
                                               : srv_wall_now() + m->keep_alive_s;
         srv_iso_time(e, exp, sizeof exp);
         json_object_set_new(j, "expires_at", json_string(exp));
-        json_object_set_new(j, "size_vram", json_integer(strcmp(qr_model_backend_name(m->model), "cuda") ? 0 : (json_int_t)(m->file_bytes + m->kv_bytes)));
+        json_object_set_new(j, "size_vram", json_integer(device_resident(m) ? (json_int_t)(m->file_bytes + m->kv_bytes) : 0));
     }
     return j;
 }

@@ -426,15 +426,18 @@ typedef struct rope_attn_run {
     bool fused, taken;
 } rope_attn_run;
 
-/* The fused op (rope_attention) or the plain GPU ops it stands for (rope_kv_store, attention). */
+/* The fused op (rope_attention) or the plain GPU ops it stands for (rope_attention without out: rope_kv_store,
+ * then attention). */
 static void run_rope_attn(void *ptr) {
     rope_attn_run *a = ptr;
     qr_backend *g = a->L->gpu;
     if (a->fused) {
-        a->taken = g->ops->rope_attention(g, a->q, a->k, a->v, &a->rope, a->kv, 1, &a->p, a->out);
+        a->taken = g->ops->rope_attention(g, &(qr_rope_attn_args){.q = a->q, .k = a->k, .v = a->v, .rope = &a->rope,
+                                                                 .kv = a->kv, .layer = 1, .attn = &a->p, .out = a->out});
         return;
     }
-    g->ops->rope_kv_store(g, a->q, a->k, a->v, a->p.n_head, a->p.n_head_kv, a->p.head_dim_k, &a->rope, a->kv, 1);
+    g->ops->rope_attention(g, &(qr_rope_attn_args){.q = a->q, .k = a->k, .v = a->v, .rope = &a->rope, .kv = a->kv,
+                                                   .layer = 1, .attn = &a->p}); /* without out: rope_kv_store */
     g->ops->attention(g, a->kv, 1, a->q, &a->p, a->out);
 }
 

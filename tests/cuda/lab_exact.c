@@ -36,7 +36,9 @@ typedef struct ex_run {
 
 static void run_ex(void *p) {
     ex_run *r = p;
-    if (r->ids) r->be->ops->matmul_id(r->be, r->w, r->b, r->x, false, r->ids, r->nr, r->n_used, r->y);
+    if (r->ids)
+        r->be->ops->matmul_id(r->be, &(qr_moe_matmul_args){.w = r->w, .w_b = r->b, .x = r->x, .ids = r->ids,
+                                                           .n_rows = r->nr, .n_used = r->n_used, .y = r->y});
     else r->be->ops->matmul(r->be, r->w, r->x, r->nr, r->y);
 }
 

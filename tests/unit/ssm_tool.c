@@ -117,8 +117,9 @@ int main(int argc, char **argv) {
         for (int32_t r0 = 0; r0 < n_tok && rc == 0; r0 += n_batch) {
             const int32_t n = n_tok - r0 < n_batch ? n_tok - r0 : n_batch;
             if (set_plan(be, seq + r0, n, n_seq, scratch)) rc = 1;
-            else be->ops->ssm_scan(be, state, xbc + (size_t)r0 * C, dt + (size_t)r0 * NH, NH, &wb, &wa, &wd, &p,
-                                   y + (size_t)r0 * DI);
+            else be->ops->ssm_scan(be, &(qr_ssm_scan_args){.state = state, .xbc = xbc + (size_t)r0 * C,
+                                                           .dt = dt + (size_t)r0 * NH, .dt_stride = NH, .dt_bias = &wb,
+                                                           .A = &wa, .D = &wd, .p = &p, .y = y + (size_t)r0 * DI});
             if (be->ops->last_error(be, err, sizeof err) != QR_OK) fprintf(stderr, "ssm-tool: %s\n", err), rc = 2;
         }
         fwrite(y, sizeof(float), (size_t)n_tok * DI, out);

@@ -143,7 +143,7 @@ static void test_matmul_id_matches_dense(void **state) {
         for (int sc = 0; sc < 2; sc++) {
             qr_backend *be = cpu(sc == 1);
             float *y = malloc(sizeof(float) * R * KU * N), *yr = malloc(sizeof(float) * N);
-            be->ops->matmul_id(be, &w, &bw, x, false, ids, R, KU, y);
+            be->ops->matmul_id(be, &(qr_moe_matmul_args){.w = &w, .w_b = &bw, .x = x, .ids = ids, .n_rows = R, .n_used = KU, .y = y});
             expect_ok(be);
             for (int64_t s = 0; s < R * KU; s++) {
                 qr_weight we = w;
@@ -184,7 +184,7 @@ static void test_matmul_id_tiled_kquant(void **state) {
     const qr_weight w = {.name = "exps", .type = QR_TYPE_Q6_K, .ne = {K, N, NE, 1}, .row_bytes = rb, .host = wq};
     for (int sc = 0; sc < 2; sc++) {
         qr_backend *be = cpu(sc == 1);
-        be->ops->matmul_id(be, &w, NULL, x, false, ids, R, 1, y);
+        be->ops->matmul_id(be, &(qr_moe_matmul_args){.w = &w, .x = x, .ids = ids, .n_rows = R, .n_used = 1, .y = y});
         expect_ok(be);
         int tiled_differs = 0;
         for (int e = 0; e < NE; e++) {
@@ -222,9 +222,10 @@ static void test_gate_up_combine_glu(void **state) {
     float h[6 * 2 * 16], hg[6 * 2 * 16], hu[6 * 2 * 16];
     for (int a = 0; a < 3; a++) {
         const qr_glu_kind act = (qr_glu_kind)a;
-        be->ops->moe_gate_up(be, act == QR_GLU_RELU2 ? NULL : &gw, NULL, &uw, NULL, x, ids, R, KU, act, h);
-        be->ops->matmul_id(be, &gw, NULL, x, false, ids, R, KU, hg);
-        be->ops->matmul_id(be, &uw, NULL, x, false, ids, R, KU, hu);
+        be->ops->moe_gate_up(be, &(qr_moe_matmul_args){.w = &uw, .gate = act == QR_GLU_RELU2 ? NULL : &gw, .act = act,
+                                                       .x = x, .ids = ids, .n_rows = R, .n_used = KU, .y = h});
+        be->ops->matmul_id(be, &(qr_moe_matmul_args){.w = &gw, .x = x, .ids = ids, .n_rows = R, .n_used = KU, .y = hg});
+        be->ops->matmul_id(be, &(qr_moe_matmul_args){.w = &uw, .x = x, .ids = ids, .n_rows = R, .n_used = KU, .y = hu});
         expect_ok(be);
         for (int64_t i = 0; i < R * KU * F; i++) {
             double want;
@@ -266,8 +267,9 @@ static void run_mixer(qr_backend *be, const float *x, const int32_t *seq, int32_
         const int32_t m = n - r0 < step ? n - r0 : step;
         set_plan(be, seq + r0, m, n_seq);
         be->ops->ssm_conv(be, x + (int64_t)r0 * CD, CD, conv_state, cw, cb, &SP, xbc + (int64_t)r0 * CD);
-        be->ops->ssm_scan(be, scan_state, xbc + (int64_t)r0 * CD, dt + (int64_t)r0 * NH, NH, dtb, A, D, &SP,
-                          y + (int64_t)r0 * DI);
+        be->ops->ssm_scan(be, &(qr_ssm_scan_args){.state = scan_state, .xbc = xbc + (int64_t)r0 * CD,
+                                                  .dt = dt + (int64_t)r0 * NH, .dt_stride = NH, .dt_bias = dtb, .A = A,
+                                                  .D = D, .p = &SP, .y = y + (int64_t)r0 * DI});
     }
 }
 
@@ -361,7 +363,8 @@ static void test_scan_matches_ggml_order(void **state) {
         qr_backend *be = cpu(sc == 1);
         memset(st, 0, sizeof st);
         set_plan(be, seq, T, 1);
-        be->ops->ssm_scan(be, st, xbc, dt, NH, &dtb, &A, &D, &SP, y);
+        be->ops->ssm_scan(be, &(qr_ssm_scan_args){.state = st, .xbc = xbc, .dt = dt, .dt_stride = NH, .dt_bias = &dtb, .A = &A,
+                                                  .D = &D, .p = &SP, .y = y});
         expect_ok(be);
         assert_memory_equal(y, want_y, sizeof y);
         assert_memory_equal(st, want_st, sizeof st);
@@ -378,7 +381,8 @@ static void test_gate_norm(void **state) {
     fill(z, R * 2 * DI, 2.0f);
     fill(w, DI, 1.0f);
     const qr_weight ww = f32w(w, DI, 1, 1);
-    be->ops->ssm_gate_norm(be, y, z, 2 * DI, &ww, R, &SP, 1e-5f, out);
+    be->ops->ssm_gate_norm(be, &(qr_ssm_gate_norm_args){.y = y, .z = z, .z_stride = 2 * DI, .w = &ww, .n_rows = R, .p = &SP,
+                                                       .eps = 1e-5f, .out = out});
     expect_ok(be);
     const int gs = DI / NG;
     for (int r = 0; r < R; r++)

@@ -1,6 +1,7 @@
 /* backend_cpu.c — the CPU backend: memory, paged KV storage, batch plan, and the op table, each op
  * split over the thread pool and computed by the per-ISA kernels (ops_scalar.c / ops_avx2.c). */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,14 +139,8 @@ static void cpu_kv_free(qr_backend *be, qr_kv_storage *kv) {
     free(kv);
 }
 
+/* d: checked by backend_check.c (a type of caps.kv_types). */
 static qr_kv_storage *cpu_kv_alloc(qr_backend *be, const qr_kv_desc *d, char *err, size_t err_len) {
-    if (d->n_layer < 0 || d->n_blocks < 1 || d->block_size < 1 || d->k_dim < 1 || d->v_dim < 1 ||
-        (d->type != QR_TYPE_F16 && d->type != QR_TYPE_F32)) {
-        qr_errf(err, err_len, QR_ERR_INVALID_ARG,
-                "bad kv layout: n_layer %d, n_blocks %d, block_size %d, k_dim %d, v_dim %d, type %s", d->n_layer,
-                d->n_blocks, d->block_size, d->k_dim, d->v_dim, qr_type_name(d->type));
-        return NULL;
-    }
     qr_kv_storage *kv = calloc(1, sizeof *kv);
     if (!kv) goto oom;
     kv->desc = *d;
@@ -173,11 +168,8 @@ oom:
 }
 
 static void cpu_kv_copy_block(qr_backend *be, qr_kv_storage *kv, int32_t src, int32_t dst) {
+    (void)be;
     const qr_kv_desc *d = &kv->desc;
-    if (src < 0 || dst < 0 || src >= d->n_blocks || dst >= d->n_blocks) {
-        raise_error(CB(be), QR_ERR_INVALID_ARG, "kv_copy_block: block id out of range");
-        return;
-    }
     const size_t es = kv_elem_size(d->type), bk = (size_t)d->block_size * (size_t)d->k_dim * es,
                  bv = (size_t)d->block_size * (size_t)d->v_dim * es;
     for (int32_t l = 0; l < d->n_layer; l++) {
@@ -196,11 +188,9 @@ static bool grow_i32(int32_t **arr, size_t *cap, size_t need) {
     return true;
 }
 
+/* p: checked by backend_check.c (counts, rows, output rows). */
 static qr_status cpu_set_batch(qr_backend *be, const qr_batch_plan *p, char *err, size_t err_len) {
     cpu_backend *cb = CB(be);
-    if (p->n_tokens < 1 || p->n_seqs < 1 || p->max_blocks < 1 || p->n_outputs < 0 || p->n_outputs > p->n_tokens)
-        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad batch plan: n_tokens %d, n_seqs %d, max_blocks %d, n_outputs %d",
-                       p->n_tokens, p->n_seqs, p->max_blocks, p->n_outputs);
     const size_t nt = (size_t)p->n_tokens, nbt = (size_t)p->n_seqs * (size_t)p->max_blocks;
     size_t cap = cb->plan_cap_tok;
     bool ok = true;
@@ -213,14 +203,6 @@ static qr_status cpu_set_batch(qr_backend *be, const qr_batch_plan *p, char *err
     ok = ok && grow_i32(&cb->block_table, &cb->plan_cap_bt, nbt);
     if (ok && nbt > cb->plan_cap_bt) cb->plan_cap_bt = nbt;
     if (!ok) return qr_errf(err, err_len, QR_ERR_NOMEM, "cannot copy a batch plan of %d rows", p->n_tokens);
-    for (int32_t r = 0; r < p->n_tokens; r++) {
-        if (p->seq[r] < 0 || p->seq[r] >= p->n_seqs || p->pos[r] < 0 || p->kv_slot[r] < 0)
-            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad batch plan row %d: seq %d, pos %d, kv_slot %d", r,
-                           p->seq[r], p->pos[r], p->kv_slot[r]);
-    }
-    for (int32_t o = 0; o < p->n_outputs; o++)
-        if (p->output_rows[o] < 0 || p->output_rows[o] >= p->n_tokens)
-            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad batch plan: output row %d out of range", p->output_rows[o]);
     memcpy(cb->tokens, p->tokens, nt * sizeof(int32_t));
     memcpy(cb->pos, p->pos, nt * sizeof(int32_t));
     memcpy(cb->seq, p->seq, nt * sizeof(int32_t));
@@ -286,12 +268,6 @@ static void cpu_get_rows(qr_backend *be, const qr_weight *table, float *out) {
     if (table->type != QR_TYPE_F32 && (!tr || !tr->to_float)) {
         raise_error(cb, QR_ERR_UNSUPPORTED, "get_rows: the table's type cannot be dequantized");
         return;
-    }
-    for (int32_t r = 0; r < cb->n_tokens; r++) {
-        if (cb->tokens[r] < 0 || cb->tokens[r] >= table->ne[1]) {
-            raise_error(cb, QR_ERR_INVALID_ARG, "get_rows: token id out of range");
-            return;
-        }
     }
     rows_task t = {.cb = cb, .w = table, .y = out, .n_rows = cb->n_tokens, .dim = table->ne[0], .tr = tr};
     run_items(cb, get_rows_task, &t, cb->n_tokens, table->ne[0]);
@@ -383,11 +359,7 @@ static void mm_dot_task(void *arg, int64_t lo, int64_t hi, int ith) {
  * tiled order from QR_TILED_MIN_ROWS rows; else the sgemm order from 2 rows; else vec_dot. */
 static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y) {
     cpu_backend *cb = CB(be);
-    const qr_quant_traits *tr = cpu_traits(cb, w->type);
-    if (!tr || !tr->vec_dot) {
-        raise_error(cb, QR_ERR_UNSUPPORTED, "matmul: weight type has no dot product");
-        return;
-    }
+    const qr_quant_traits *tr = cpu_traits(cb, w->type); /* has a vec_dot: w->type is in caps.matmul_types */
     if (n_rows <= 0) return;
     mm_task t = {.w = w, .tr = tr, .x = x, .y = y, .n_tok = n_rows, .k = w->ne[0], .n = w->ne[1], .dot = tr->vec_dot};
     /* llama.cpp's CPU backend repacks such weights and runs whole groups of 4 rows through its GEMM,
@@ -474,10 +446,6 @@ static void rmsnorm_task(void *arg, int64_t lo, int64_t hi, int ith) {
 static void cpu_rmsnorm(qr_backend *be, const float *x, const qr_weight *w, int64_t n_rows, int64_t dim, float eps,
                         float *y) {
     cpu_backend *cb = CB(be);
-    if (w && (w->type != QR_TYPE_F32 || w->ne[0] != dim)) {
-        raise_error(cb, QR_ERR_INVALID_ARG, "rmsnorm: weight must be F32 [dim]");
-        return;
-    }
     rows_task t = {.cb = cb, .w = w ? w->host : NULL, .x = x, .y = y, .n_rows = n_rows, .dim = dim, .f0 = eps};
     run_items(cb, rmsnorm_task, &t, n_rows, dim);
 }
@@ -511,10 +479,6 @@ static void layernorm_task(void *arg, int64_t lo, int64_t hi, int ith) {
 static void cpu_layernorm(qr_backend *be, const float *x, const qr_weight *w, const qr_weight *b, int64_t n_rows,
                           int64_t dim, float eps, float *y) {
     cpu_backend *cb = CB(be);
-    if ((w && (w->type != QR_TYPE_F32 || w->ne[0] != dim)) || (b && (b->type != QR_TYPE_F32 || b->ne[0] != dim))) {
-        raise_error(cb, QR_ERR_INVALID_ARG, "layernorm: weight and bias must be F32 [dim]");
-        return;
-    }
     rows_task t = {.cb = cb, .w = w ? w->host : NULL, .w2 = b ? b->host : NULL, .x = x, .y = y, .n_rows = n_rows,
                    .dim = dim, .f0 = eps};
     run_items(cb, layernorm_task, &t, n_rows, dim);
@@ -542,8 +506,7 @@ static void rope_task_fn(void *arg, int64_t lo, int64_t hi, int ith) {
 
 static void cpu_rope(qr_backend *be, float *x, int32_t n_head, int32_t head_dim, const qr_rope_params *p) {
     cpu_backend *cb = CB(be);
-    if (p->n_rot < 2 || p->n_rot % 2 || p->n_rot > head_dim || head_dim > QR_CPU_MAX_HEAD_DIM ||
-        (p->freq_factors && (p->freq_factors->type != QR_TYPE_F32 || p->freq_factors->ne[0] < p->n_rot / 2))) {
+    if (head_dim > QR_CPU_MAX_HEAD_DIM) { /* n_rot and freq_factors: checked by backend_check.c */
         raise_error(cb, QR_ERR_INVALID_ARG, "rope: bad n_rot/head_dim/freq_factors");
         return;
     }
@@ -556,18 +519,9 @@ static void cpu_rope(qr_backend *be, float *x, int32_t n_head, int32_t head_dim,
 
 static void cpu_kv_store(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *k, const float *v) {
     cpu_backend *cb = CB(be);
-    const qr_kv_desc *d = &kv->desc;
-    if (layer < 0 || layer >= d->n_layer) {
-        raise_error(cb, QR_ERR_INVALID_ARG, "kv_store: layer out of range");
-        return;
-    }
-    const int64_t n_slots = (int64_t)d->n_blocks * d->block_size;
+    const qr_kv_desc *d = &kv->desc; /* layer and slots: checked by backend_check.c */
     for (int32_t r = 0; r < cb->n_tokens; r++) {
         const int64_t s = cb->kv_slot[r];
-        if (s >= n_slots) {
-            raise_error(cb, QR_ERR_INVALID_ARG, "kv_store: slot out of range");
-            return;
-        }
         if (d->type == QR_TYPE_F16) {
             cb->k->to_f16(k + (int64_t)r * d->k_dim, (uint16_t *)kv->k[layer] + s * d->k_dim, d->k_dim);
             cb->k->to_f16(v + (int64_t)r * d->v_dim, (uint16_t *)kv->v[layer] + s * d->v_dim, d->v_dim);
@@ -631,14 +585,7 @@ static void attn_task_fn(void *arg, int64_t lo, int64_t hi, int ith) {
 static void cpu_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *q, const qr_attn_params *p,
                           float *out) {
     cpu_backend *cb = CB(be);
-    const qr_kv_desc *d = &kv->desc;
-    if (layer < 0 || layer >= d->n_layer || p->n_head < 1 || p->n_head_kv < 1 || p->n_head % p->n_head_kv ||
-        p->head_dim_k < 1 || p->head_dim_v < 1 || p->head_dim_k > QR_CPU_MAX_HEAD_DIM ||
-        p->head_dim_v > QR_CPU_MAX_HEAD_DIM || (int64_t)p->n_head_kv * p->head_dim_k != d->k_dim ||
-        (int64_t)p->n_head_kv * p->head_dim_v != d->v_dim) {
-        raise_error(cb, QR_ERR_INVALID_ARG, "attention: head layout does not match the KV cache");
-        return;
-    }
+    const qr_kv_desc *d = &kv->desc; /* the head layout: checked by backend_check.c; the block table here */
     if (p->non_causal) { /* each sequence's last position in this pass */
         if ((size_t)cb->n_seqs > cb->seq_last_cap) {
             int32_t *nl = realloc(cb->seq_last, (size_t)cb->n_seqs * sizeof(int32_t));
@@ -762,10 +709,6 @@ static void cpu_scale(qr_backend *be, const float *x, float s, int64_t n, float 
     ew_run(be, EW_SCALE, x, NULL, s, n, out);
 }
 static void cpu_softcap(qr_backend *be, const float *x, float cap, int64_t n, float *out) {
-    if (cap <= 0.0f) {
-        raise_error(CB(be), QR_ERR_INVALID_ARG, "softcap: cap must be > 0");
-        return;
-    }
     ew_run(be, EW_SOFTCAP, x, NULL, cap, n, out);
 }
 static void cpu_copy(qr_backend *be, const float *src, int64_t n, float *dst) { ew_run(be, EW_COPY, src, NULL, 0, n, dst); }
@@ -807,17 +750,7 @@ static void cpu_add_row(qr_backend *be, const float *x, const qr_weight *table, 
     if (table->type != QR_TYPE_F32 && (!tr || !tr->to_float)) {
         raise_error(cb, QR_ERR_UNSUPPORTED, "add_row: the table's type cannot be dequantized");
         return;
-    }
-    if (row < -1 || row >= table->ne[1] || (row == -1 && n_rows > cb->n_tokens)) {
-        raise_error(cb, QR_ERR_INVALID_ARG, "add_row: row out of range");
-        return;
-    }
-    if (row == -1)
-        for (int64_t r = 0; r < n_rows; r++)
-            if (cb->pos[r] >= table->ne[1]) {
-                raise_error(cb, QR_ERR_INVALID_ARG, "add_row: position beyond the table (text longer than the model's context)");
-                return;
-            }
+    } /* row and positions: checked by backend_check.c */
     add_row_task t = {.cb = cb, .x = x, .table = table, .tr = tr, .row = row, .out = out};
     run_items(cb, add_row_task_fn, &t, n_rows, table->ne[0]);
 }
@@ -834,6 +767,27 @@ static void cpu_softmax(qr_backend *be, const float *x, int64_t n_rows, int64_t 
     run_items(cb, softmax_task, &t, n_rows, dim);
 }
 
+/* What the CPU backend can do: host memory, the oracle's arithmetic, and a matmul for every type with a
+ * dot product whose activations it can convert (as cpu_matmul picks them). */
+static qr_backend_caps cpu_caps(const cpu_backend *cb) {
+    qr_backend_caps c = {.host_memory = true, .exact = true, .max_head_dim = QR_CPU_MAX_HEAD_DIM,
+                         .kv_types = QR_TYPE_BIT(QR_TYPE_F16) | QR_TYPE_BIT(QR_TYPE_F32)};
+    for (int t = 0; t < QR_TYPE_COUNT; t++) {
+        const qr_quant_traits *tr = cpu_traits(cb, (qr_type)t);
+        if (!tr || !tr->vec_dot) continue;
+        if (tr->vec_dot_type != QR_TYPE_F32) {
+            const qr_quant_traits *vtr = cpu_traits(cb, tr->vec_dot_type);
+            const qr_from_float_fn act = (cb->k == &qr_cpu_kernels_avx2 ? qr_cpu_act_quantizer_avx2
+                                                                         : qr_cpu_act_quantizer)(tr->vec_dot_type);
+            if (!act && !(vtr && vtr->from_float)) continue;
+        }
+        c.matmul_types |= QR_TYPE_BIT(t);
+    }
+    return c;
+}
+
+_Static_assert(offsetof(struct qr_kv_storage, desc) == 0, "KV storage begins with its layout (backend.h)");
+
 static const qr_backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
@@ -845,6 +799,7 @@ static const qr_backend_ops cpu_ops = {
     .weight_release = cpu_weight_release,
     .last_error = cpu_last_error,
     .set_n_threads = cpu_set_n_threads,
+    .raise = qr_cpu_raise,
     .kv_alloc = cpu_kv_alloc,
     .kv_free = cpu_kv_free,
     .kv_copy_block = cpu_kv_copy_block,
@@ -866,6 +821,7 @@ static const qr_backend_ops cpu_ops = {
     .softmax = cpu_softmax,
     .copy = cpu_copy,
     .add_row = cpu_add_row,
+    .mem_info = NULL, /* host memory: the caller asks the OS */
     .moe_route = qr_cpu_moe_route,
     .matmul_id = qr_cpu_matmul_id,
     .moe_gate_up = qr_cpu_moe_gate_up,
@@ -886,11 +842,11 @@ qr_status qr_backend_cpu_create(const qr_backend_cpu_params *params, qr_backend 
     qr_backend *be = calloc(1, sizeof *be);
     cpu_backend *cb = calloc(1, sizeof *cb);
     if (!be || !cb) goto oom;
-    be->name = "cpu";
-    be->ops = &cpu_ops;
     be->impl = cb;
     cb->scalar = params && params->force_scalar;
     cb->k = (!cb->scalar && qr_cpu_has_avx2()) ? &qr_cpu_kernels_avx2 : &qr_cpu_kernels_scalar;
+    const qr_backend_caps caps = cpu_caps(cb);
+    qr_backend_init(be, "cpu", &cpu_ops, &caps);
     int32_t tile_r, tile_c; /* QUARREL_TILE, default 3x4 (util/knobs.c says why) */
     qr_knob_dims(QR_KNOB_TILE, &tile_r, &tile_c);
     cb->tile_r = tile_r;

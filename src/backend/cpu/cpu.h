@@ -191,20 +191,15 @@ struct qr_kv_storage {
  * backend.h; they read the batch plan and raise errors through the cpu_backend above. ---- */
 void qr_cpu_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const qr_moe_route_params *p, int32_t *ids,
                       float *weights);
-void qr_cpu_matmul_id(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x, bool x_per_slot,
-                      const int32_t *ids, int64_t n_rows, int32_t n_used, float *y);
-void qr_cpu_moe_gate_up(qr_backend *be, const qr_weight *gate, const qr_weight *gate_b, const qr_weight *up,
-                        const qr_weight *up_b, const float *x, const int32_t *ids, int64_t n_rows, int32_t n_used,
-                        qr_glu_kind act, float *h);
+void qr_cpu_matmul_id(qr_backend *be, const qr_moe_matmul_args *a);
+void qr_cpu_moe_gate_up(qr_backend *be, const qr_moe_matmul_args *a);
 void qr_cpu_moe_combine(qr_backend *be, const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim,
                         const float *add, float *out);
 void qr_cpu_glu(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out);
 void qr_cpu_ssm_conv(qr_backend *be, const float *x, int64_t x_stride, float *conv_state, const qr_weight *w,
                      const qr_weight *b, const qr_ssm_params *p, float *out);
-void qr_cpu_ssm_scan(qr_backend *be, float *state, const float *xbc, const float *dt, int64_t dt_stride,
-                     const qr_weight *dt_bias, const qr_weight *A, const qr_weight *D, const qr_ssm_params *p, float *y);
-void qr_cpu_ssm_gate_norm(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
-                          int64_t n_rows, const qr_ssm_params *p, float eps, float *out);
+void qr_cpu_ssm_scan(qr_backend *be, const qr_ssm_scan_args *a);
+void qr_cpu_ssm_gate_norm(qr_backend *be, const qr_ssm_gate_norm_args *a);
 /* Records the first op error of the CPU backend (reported by last_error). */
 void qr_cpu_raise(qr_backend *be, qr_status st, const char *msg);
 

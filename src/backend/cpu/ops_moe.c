@@ -38,8 +38,7 @@ void qr_cpu_glu(qr_backend *be, const float *g, const float *u, int64_t n, qr_gl
     case QR_GLU_RELU2:
         for (int64_t i = 0; i < n; i++) out[i] = relu2_f(g[i]);
         return;
-    }
-    qr_cpu_raise(be, QR_ERR_INVALID_ARG, "glu: unknown activation");
+    } /* act: one of the above (backend_check.c) */
 }
 
 /* ---- routing ---- */
@@ -69,8 +68,7 @@ static void router_softmax(const float *x, int64_t n, float *y) {
 void qr_cpu_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const qr_moe_route_params *p, int32_t *ids,
                       float *weights) {
     const int32_t ne = p->n_expert, k = p->n_used;
-    if (ne < 1 || k < 1 || k > ne || ne > 4096 || (p->sel_bias && (p->sel_bias->type != QR_TYPE_F32 ||
-                                                                    p->sel_bias->ne[0] != ne))) {
+    if (ne > 4096) { /* the counts and the bias: checked by backend_check.c; this, the buffers below */
         qr_cpu_raise(be, QR_ERR_INVALID_ARG, "moe_route: bad expert counts or selection bias");
         return;
     }
@@ -257,15 +255,6 @@ static void gather_convert(const xmm_kind *kd, const float *x, int64_t k, bool p
     }
 }
 
-static bool check_expert_weight(qr_backend *be, const qr_weight *w, const qr_weight *bias, const char *what) {
-    if (!w || !w->host || w->ne[2] < 1 || w->ne[3] != 1 ||
-        (bias && (bias->type != QR_TYPE_F32 || bias->ne[0] != w->ne[1] || bias->ne[1] < w->ne[2]))) {
-        qr_cpu_raise(be, QR_ERR_INVALID_ARG, what);
-        return false;
-    }
-    return true;
-}
-
 /* Adds bias row e to y[n] (a no-op without bias). */
 static void add_bias(const qr_weight *bias, int32_t e, float *y, int64_t n) {
     if (!bias) return;
@@ -280,10 +269,16 @@ static int32_t max_group(const expert_groups *g) {
     return m;
 }
 
-void qr_cpu_matmul_id(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x, bool x_per_slot,
-                      const int32_t *ids, int64_t n_rows, int32_t n_used, float *y) {
+/* The expert weights' shapes and types: checked by backend_check.c. */
+void qr_cpu_matmul_id(qr_backend *be, const qr_moe_matmul_args *a) {
+    const qr_weight *w = a->w, *bias = a->w_b;
+    const float *x = a->x;
+    const bool x_per_slot = a->x_per_slot;
+    const int32_t *ids = a->ids;
+    const int64_t n_rows = a->n_rows;
+    const int32_t n_used = a->n_used;
+    float *y = a->y;
     if (n_rows <= 0) return;
-    if (!check_expert_weight(be, w, bias, "matmul_id: bad expert weight or bias")) return;
     xmm_kind kd;
     if (!xmm_kind_of(be, w, &kd)) {
         qr_cpu_raise(be, QR_ERR_UNSUPPORTED, "matmul_id: weight type has no dot product");
@@ -316,18 +311,16 @@ done:
     groups_free(&g);
 }
 
-void qr_cpu_moe_gate_up(qr_backend *be, const qr_weight *gate, const qr_weight *gate_b, const qr_weight *up,
-                        const qr_weight *up_b, const float *x, const int32_t *ids, int64_t n_rows, int32_t n_used,
-                        qr_glu_kind act, float *h) {
+/* The weights' shapes and types, the activation: checked by backend_check.c. */
+void qr_cpu_moe_gate_up(qr_backend *be, const qr_moe_matmul_args *a) {
+    const qr_weight *gate = a->gate, *gate_b = a->gate_b, *up = a->w, *up_b = a->w_b;
+    const float *x = a->x;
+    const int32_t *ids = a->ids;
+    const int64_t n_rows = a->n_rows;
+    const int32_t n_used = a->n_used;
+    const qr_glu_kind act = a->act;
+    float *h = a->y;
     if (n_rows <= 0) return;
-    if (!check_expert_weight(be, up, up_b, "moe_gate_up: bad up weight") ||
-        (gate && !check_expert_weight(be, gate, gate_b, "moe_gate_up: bad gate weight")))
-        return;
-    if ((!gate && act != QR_GLU_RELU2) ||
-        (gate && (gate->ne[0] != up->ne[0] || gate->ne[1] != up->ne[1] || gate->ne[2] != up->ne[2]))) {
-        qr_cpu_raise(be, QR_ERR_INVALID_ARG, "moe_gate_up: gate and up shapes differ (or a gated act without gate)");
-        return;
-    }
     xmm_kind ku, kg;
     if (!xmm_kind_of(be, up, &ku) || (gate && !xmm_kind_of(be, gate, &kg))) {
         qr_cpu_raise(be, QR_ERR_UNSUPPORTED, "moe_gate_up: weight type has no dot product");

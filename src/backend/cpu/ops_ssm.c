@@ -19,16 +19,6 @@ static inline float silu_f(float x) { return x / (1.0f + cpu_expf(-x)); }
 /* ggml_compute_softplus_f32: logf(1 + e^x) in float (not log1pf), the identity above 20. */
 static inline float softplus_f(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
 
-static bool check_params(qr_backend *be, const qr_ssm_params *p, const char *what) {
-    if (p->d_conv < 2 || p->d_conv > 16 || p->n_head < 1 || p->head_dim < 1 || p->n_group < 1 || p->d_state < 1 ||
-        p->n_head % p->n_group || p->d_inner != p->n_head * p->head_dim ||
-        p->conv_dim != p->d_inner + 2 * p->n_group * p->d_state) {
-        qr_cpu_raise(be, QR_ERR_INVALID_ARG, what);
-        return false;
-    }
-    return true;
-}
-
 /* ---- conv1d ---- */
 
 typedef struct conv_task {
@@ -66,13 +56,7 @@ static void conv_fn(void *arg, int64_t lo, int64_t hi, int ith) {
 
 void qr_cpu_ssm_conv(qr_backend *be, const float *x, int64_t x_stride, float *conv_state, const qr_weight *w,
                      const qr_weight *b, const qr_ssm_params *p, float *out) {
-    cpu_backend *cb = CB(be);
-    if (!check_params(be, p, "ssm_conv: bad shapes")) return;
-    if (!w || w->type != QR_TYPE_F32 || w->ne[0] != p->d_conv || w->ne[1] != p->conv_dim ||
-        (b && (b->type != QR_TYPE_F32 || b->ne[0] != p->conv_dim)) || x_stride < p->conv_dim) {
-        qr_cpu_raise(be, QR_ERR_INVALID_ARG, "ssm_conv: weight must be F32 [conv_dim][d_conv], bias F32 [conv_dim]");
-        return;
-    }
+    cpu_backend *cb = CB(be); /* p, w, b and x_stride: checked by backend_check.c */
     conv_task t = {.cb = cb, .x = x, .x_stride = x_stride, .state = conv_state, .w = w->host,
                    .b = b ? b->host : NULL, .p = p, .out = out};
     const int nth = cpu_pool_n_threads(cb->pool);
@@ -239,18 +223,13 @@ static void scan_fn(void *arg, int64_t lo, int64_t hi, int ith) {
     }
 }
 
-void qr_cpu_ssm_scan(qr_backend *be, float *state, const float *xbc, const float *dt, int64_t dt_stride,
-                     const qr_weight *dt_bias, const qr_weight *A, const qr_weight *D, const qr_ssm_params *p, float *y) {
+/* The shapes: checked by backend_check.c. */
+void qr_cpu_ssm_scan(qr_backend *be, const qr_ssm_scan_args *a) {
     cpu_backend *cb = CB(be);
-    if (!check_params(be, p, "ssm_scan: bad shapes")) return;
-    const qr_weight *vs[] = {dt_bias, A, D};
-    for (int i = 0; i < 3; i++)
-        if ((i == 1 && !vs[i]) || (vs[i] && (vs[i]->type != QR_TYPE_F32 || vs[i]->ne[0] * vs[i]->ne[1] != p->n_head))) {
-            qr_cpu_raise(be, QR_ERR_INVALID_ARG, "ssm_scan: A, D and dt_bias must be F32 [n_head]");
-            return;
-        }
-    scan_task t = {.cb = cb, .state = state, .xbc = xbc, .dt = dt, .dt_stride = dt_stride,
-                   .dt_bias = dt_bias ? dt_bias->host : NULL, .A = A->host, .D = D ? D->host : NULL, .p = p, .y = y};
+    const qr_ssm_params *p = a->p;
+    scan_task t = {.cb = cb, .state = a->state, .xbc = a->xbc, .dt = a->dt, .dt_stride = a->dt_stride,
+                   .dt_bias = a->dt_bias ? a->dt_bias->host : NULL, .A = a->A->host, .D = a->D ? a->D->host : NULL,
+                   .p = p, .y = a->y};
     atomic_init(&t.diverged, 0);
     const int nth = cpu_pool_n_threads(cb->pool);
     if (nth == 1 || (int64_t)p->d_inner * p->d_state * cb->n_tokens < 16384) scan_fn(&t, 0, p->n_head, 0);
@@ -260,14 +239,15 @@ void qr_cpu_ssm_scan(qr_backend *be, float *state, const float *xbc, const float
 
 /* ---- gated grouped RMSNorm ---- */
 
-void qr_cpu_ssm_gate_norm(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
-                          int64_t n_rows, const qr_ssm_params *p, float eps, float *out) {
+/* The shapes: checked by backend_check.c; the hint a->next is unused. */
+void qr_cpu_ssm_gate_norm(qr_backend *be, const qr_ssm_gate_norm_args *a) {
     cpu_backend *cb = CB(be);
-    if (!check_params(be, p, "ssm_gate_norm: bad shapes")) return;
-    if (w && (w->type != QR_TYPE_F32 || w->ne[0] * w->ne[1] != p->d_inner)) {
-        qr_cpu_raise(be, QR_ERR_INVALID_ARG, "ssm_gate_norm: weight must be F32 [d_inner]");
-        return;
-    }
+    const float *y = a->y, *z = a->z;
+    const int64_t z_stride = a->z_stride, n_rows = a->n_rows;
+    const qr_weight *w = a->w;
+    const qr_ssm_params *p = a->p;
+    const float eps = a->eps;
+    float *out = a->out;
     const int64_t di = p->d_inner, gs = di / p->n_group;
     const float *wf = w ? w->host : NULL;
     float *t = malloc((size_t)di * sizeof(float));

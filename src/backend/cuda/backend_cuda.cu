@@ -9,6 +9,7 @@
  * a CUDA graph later). Errors are sticky and reported by last_error. */
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -350,15 +351,9 @@ static void cuda_kv_free(qr_backend *be, qr_kv_storage *kv) {
     free(kv);
 }
 
+/* d: checked by backend_check.c (a type of caps.kv_types). */
 static qr_kv_storage *cuda_kv_alloc(qr_backend *be, const qr_kv_desc *d, char *err, size_t err_len) {
     cuda_backend *cb = CB(be);
-    if (d->n_layer < 0 || d->n_blocks < 1 || d->block_size < 1 || d->k_dim < 1 || d->v_dim < 1 ||
-        (d->type != QR_TYPE_F16 && d->type != QR_TYPE_F32)) {
-        qr_errf(err, err_len, QR_ERR_INVALID_ARG,
-                "bad kv layout: n_layer %d, n_blocks %d, block_size %d, k_dim %d, v_dim %d, type %s", d->n_layer,
-                d->n_blocks, d->block_size, d->k_dim, d->v_dim, qr_type_name(d->type));
-        return NULL;
-    }
     qr_kv_storage *kv = (qr_kv_storage *)calloc(1, sizeof *kv);
     if (!kv) {
         qr_errf(err, err_len, QR_ERR_NOMEM, "cannot allocate the KV cache descriptor");
@@ -400,11 +395,7 @@ static bool kv_valid(cuda_backend *cb, const qr_kv_storage *kv, const char *op) 
 static void cuda_kv_copy_block(qr_backend *be, qr_kv_storage *kv, int32_t src, int32_t dst) {
     cuda_backend *cb = CB(be);
     if (!kv_valid(cb, kv, "kv_copy_block")) return;
-    const qr_kv_desc *d = &kv->desc;
-    if (src < 0 || dst < 0 || src >= d->n_blocks || dst >= d->n_blocks) {
-        raise_error(cb, QR_ERR_INVALID_ARG, "kv_copy_block: block id out of range");
-        return;
-    }
+    const qr_kv_desc *d = &kv->desc; /* src, dst: checked by backend_check.c */
     if (src == dst || d->n_layer == 0) return;
     const size_t es = kv_elem(d->type), bk = (size_t)d->block_size * (size_t)d->k_dim * es,
                  bv = (size_t)d->block_size * (size_t)d->v_dim * es;
@@ -427,19 +418,9 @@ static bool grow_i32(int32_t **arr, size_t cap, size_t need) {
     return true;
 }
 
+/* p: checked by backend_check.c (counts, rows, output rows). */
 static qr_status cuda_set_batch(qr_backend *be, const qr_batch_plan *p, char *err, size_t err_len) {
     cuda_backend *cb = CB(be);
-    if (p->n_tokens < 1 || p->n_seqs < 1 || p->max_blocks < 1 || p->n_outputs < 0 || p->n_outputs > p->n_tokens)
-        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad batch plan: n_tokens %d, n_seqs %d, max_blocks %d, n_outputs %d",
-                       p->n_tokens, p->n_seqs, p->max_blocks, p->n_outputs);
-    for (int32_t r = 0; r < p->n_tokens; r++) {
-        if (p->seq[r] < 0 || p->seq[r] >= p->n_seqs || p->pos[r] < 0 || p->kv_slot[r] < 0)
-            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad batch plan row %d: seq %d, pos %d, kv_slot %d", r,
-                           p->seq[r], p->pos[r], p->kv_slot[r]);
-    }
-    for (int32_t o = 0; o < p->n_outputs; o++)
-        if (p->output_rows[o] < 0 || p->output_rows[o] >= p->n_tokens)
-            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad batch plan: output row %d out of range", p->output_rows[o]);
     const size_t nt = (size_t)p->n_tokens, nbt = (size_t)p->n_seqs * (size_t)p->max_blocks;
     bool ok = grow_i32(&cb->h_tokens, cb->cap_tok, nt) && grow_i32(&cb->h_pos, cb->cap_tok, nt) &&
               grow_i32(&cb->h_seq, cb->cap_tok, nt) && grow_i32(&cb->h_kv_slot, cb->cap_tok, nt) &&
@@ -532,13 +513,7 @@ static qr_status cuda_set_batch(qr_backend *be, const qr_batch_plan *p, char *er
 static void cuda_get_rows(qr_backend *be, const qr_weight *table, float *out) {
     cuda_backend *cb = CB(be);
     const cuda_weight *cw = prepared(cb, table, "get_rows");
-    if (!cw) return;
-    for (int32_t r = 0; r < cb->n_tokens; r++) {
-        if (cb->h_tokens[r] < 0 || cb->h_tokens[r] >= table->ne[1]) {
-            raise_error(cb, QR_ERR_INVALID_ARG, "get_rows: token id out of range");
-            return;
-        }
-    }
+    if (!cw) return; /* the token ids: checked by backend_check.c */
     if (cb->n_tokens > 65535) {
         raise_error(cb, QR_ERR_UNSUPPORTED, "get_rows: more than 65535 rows");
         return;
@@ -812,11 +787,7 @@ static void cuda_add_row(qr_backend *be, const float *x, const qr_weight *table,
  * F32 biases added in the same kernel. */
 static void cuda_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *const *w, const qr_weight *const *b,
                               const float *x, int64_t n_rows, float *const *y) {
-    cuda_backend *cb = CB(be);
-    if (n_w < 1 || n_w > QR_CUDA_MULTI_MAX) {
-        raise_error(cb, QR_ERR_INVALID_ARG, "matmul_multi: 1..%d weights", QR_CUDA_MULTI_MAX);
-        return;
-    }
+    cuda_backend *cb = CB(be); /* n_w in 1..QR_CUDA_MULTI_MAX: checked by backend_check.c */
     const cuda_weight *cw[QR_CUDA_MULTI_MAX];
     const float *bp[QR_CUDA_MULTI_MAX] = {NULL, NULL, NULL};
     bool fuse = cb->tune.fuse && qr_cuda_multi_supported((int32_t)n_rows, 0) && n_rows <= cb->tune.mmvq_max_rows;
@@ -893,15 +864,12 @@ static void cuda_matmul_swiglu(qr_backend *be, const qr_weight *gate, const qr_w
             "matmul_swiglu (mat-vec)");
 }
 
-/* The F32 [dim] vector of a norm weight, or NULL with an error raised. */
+/* The F32 [dim] vector of a norm weight (its type and size checked by backend_check.c), or NULL with an error
+ * raised where this backend did not prepare it. */
 static const float *vec_weight(cuda_backend *cb, const qr_weight *w, int64_t dim, const char *op) {
+    (void)dim;
     const cuda_weight *cw = prepared(cb, w, op);
-    if (!cw) return NULL;
-    if (w->type != QR_TYPE_F32 || w->ne[0] != dim) {
-        raise_error(cb, QR_ERR_INVALID_ARG, "%s: weight must be F32 [dim]", op);
-        return NULL;
-    }
-    return (const float *)cw->v.p0;
+    return cw ? (const float *)cw->v.p0 : NULL;
 }
 
 static void cuda_rmsnorm(qr_backend *be, const float *x, const qr_weight *w, int64_t n_rows, int64_t dim, float eps,
@@ -930,8 +898,8 @@ static int norm_codes(cuda_backend *cb, const qr_weight *next, const float *x, f
 
 /* x += b; y = rmsnorm(x) * w; when the next mat-vec's activations are Q8 (next's type) and the rows
  * are decode-sized, the same kernel quantizes y into the act scratch for it. */
-static void cuda_add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
-                             int64_t dim, float eps, float *y, const qr_weight *next) {
+static void add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
+                        int64_t dim, float eps, float *y, const qr_weight *next) {
     cuda_backend *cb = CB(be);
     const float *wp = NULL;
     if (w && !(wp = vec_weight(cb, w, dim, "add_rmsnorm"))) return;
@@ -956,10 +924,10 @@ static void cuda_add_rmsnorm(qr_backend *be, float *x, const float *b, float b_s
 
 /* add_rmsnorm + the MoE router (F32) + routing in one launch (qr_cuda_norm_route) at decode sizes; the
  * codes for `next` as cuda_add_rmsnorm makes them. Anything else: false, the model runs the three ops. */
-static bool cuda_add_rmsnorm_route(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
-                                   int64_t dim, float eps, float *y, const qr_weight *next, const qr_weight *router,
-                                   const qr_weight *router_b, const qr_moe_route_params *p, float *logits, int32_t *ids,
-                                   float *weights) {
+static bool add_rmsnorm_route(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
+                              int64_t dim, float eps, float *y, const qr_weight *next, const qr_weight *router,
+                              const qr_weight *router_b, const qr_moe_route_params *p, float *logits, int32_t *ids,
+                              float *weights) {
     cuda_backend *cb = CB(be);
     if (cb->exact || !cb->tune.fuse || !cb->tune.norm_route || n_rows > cb->tune.mmvq_max_rows ||
         !qr_cuda_norm_route_supported(dim, p->n_expert, p->n_used) || router->type != QR_TYPE_F32 ||
@@ -985,6 +953,15 @@ static bool cuda_add_rmsnorm_route(qr_backend *be, float *x, const float *b, flo
     return true;
 }
 
+/* The add_rmsnorm slot: the routed form where a->router is set (false: declined), else the plain one. */
+static bool cuda_add_rmsnorm(qr_backend *be, const qr_add_rmsnorm_args *a) {
+    if (a->router)
+        return add_rmsnorm_route(be, a->x, a->b, a->b_scale, a->w, a->n_rows, a->dim, a->eps, a->y, a->next, a->router,
+                                 a->router_b, a->route, a->logits, a->ids, a->weights);
+    add_rmsnorm(be, a->x, a->b, a->b_scale, a->w, a->n_rows, a->dim, a->eps, a->y, a->next);
+    return true;
+}
+
 static void cuda_layernorm(qr_backend *be, const float *x, const qr_weight *w, const qr_weight *b, int64_t n_rows,
                            int64_t dim, float eps, float *y) {
     cuda_backend *cb = CB(be);
@@ -1002,8 +979,7 @@ static float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) 
 /* The kernel constants and device frequency factors of a rope call; false with an error raised. */
 static bool rope_setup(cuda_backend *cb, int32_t head_dim, const qr_rope_params *p, cuda_rope_consts *c,
                        const float **ff) {
-    if (p->n_rot < 2 || p->n_rot % 2 || p->n_rot > head_dim || head_dim > 4096 ||
-        (p->freq_factors && (p->freq_factors->type != QR_TYPE_F32 || p->freq_factors->ne[0] < p->n_rot / 2))) {
+    if (head_dim > 4096) { /* n_rot and freq_factors: checked by backend_check.c */
         raise_error(cb, QR_ERR_INVALID_ARG, "rope: bad n_rot/head_dim/freq_factors");
         return false;
     }
@@ -1039,22 +1015,11 @@ static void cuda_rope(qr_backend *be, float *x, int32_t n_head, int32_t head_dim
     cuda_ok(cb, qr_cuda_rope(x, cb->n_tokens, n_head, head_dim, cb->d_pos, &c, ff, cb->stream), "rope");
 }
 
-/* kv_store's checks: the layer and every slot of the plan; false with an error raised. */
+/* kv_store's check that this backend made kv (the layer and the slots: backend_check.c); false with an error
+ * raised. */
 static bool kv_store_ok(cuda_backend *cb, qr_kv_storage *kv, int32_t layer, const char *op) {
-    if (!kv_valid(cb, kv, op)) return false;
-    const qr_kv_desc *d = &kv->desc;
-    if (layer < 0 || layer >= d->n_layer) {
-        raise_error(cb, QR_ERR_INVALID_ARG, "%s: layer out of range", op);
-        return false;
-    }
-    const int64_t n_slots = (int64_t)d->n_blocks * d->block_size;
-    for (int32_t r = 0; r < cb->n_tokens; r++) {
-        if (cb->h_kv_slot[r] >= n_slots) {
-            raise_error(cb, QR_ERR_INVALID_ARG, "%s: slot out of range", op);
-            return false;
-        }
-    }
-    return true;
+    (void)layer;
+    return kv_valid(cb, kv, op);
 }
 
 static void cuda_kv_store(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *k, const float *v) {
@@ -1066,8 +1031,8 @@ static void cuda_kv_store(qr_backend *be, qr_kv_storage *kv, int32_t layer, cons
             "kv_store");
 }
 
-static void cuda_rope_kv_store(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
-                               int32_t head_dim, const qr_rope_params *p, qr_kv_storage *kv, int32_t layer) {
+static void rope_kv_store(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
+                          int32_t head_dim, const qr_rope_params *p, qr_kv_storage *kv, int32_t layer) {
     cuda_backend *cb = CB(be);
     cuda_rope_consts c;
     const float *ff;
@@ -1078,11 +1043,7 @@ static void cuda_rope_kv_store(qr_backend *be, float *q, float *k, const float *
         return;
     }
     if (!rope_setup(cb, head_dim, p, &c, &ff) || !kv_store_ok(cb, kv, layer, "rope_kv_store")) return;
-    const qr_kv_desc *d = &kv->desc;
-    if ((int64_t)n_head_kv * head_dim != d->k_dim) {
-        raise_error(cb, QR_ERR_INVALID_ARG, "rope_kv_store: k heads do not match the KV cache");
-        return;
-    }
+    const qr_kv_desc *d = &kv->desc; /* the k heads against it: checked by backend_check.c */
     cuda_ok(cb,
             qr_cuda_rope_kv_store(q, k, v, cb->n_tokens, n_head, n_head_kv, head_dim, d->v_dim, cb->d_pos,
                                   cb->d_kv_slot, &c, ff, kv->k + (size_t)layer * kv->k_layer,
@@ -1091,18 +1052,11 @@ static void cuda_rope_kv_store(qr_backend *be, float *q, float *k, const float *
             "rope_kv_store");
 }
 
-/* attention's check of the head layout against the cache; false with an error raised. */
+/* attention's check that this backend made kv (the head layout against it, up to caps.max_head_dim =
+ * QR_CUDA_MAX_HEAD_DIM: backend_check.c); false with an error raised. */
 static bool attn_layout_ok(cuda_backend *cb, const qr_kv_storage *kv, int32_t layer, const qr_attn_params *p) {
-    if (!kv_valid(cb, kv, "attention")) return false;
-    const qr_kv_desc *d = &kv->desc;
-    if (layer < 0 || layer >= d->n_layer || p->n_head < 1 || p->n_head_kv < 1 || p->n_head % p->n_head_kv ||
-        p->head_dim_k < 1 || p->head_dim_v < 1 || p->head_dim_k > QR_CUDA_MAX_HEAD_DIM ||
-        p->head_dim_v > QR_CUDA_MAX_HEAD_DIM || (int64_t)p->n_head_kv * p->head_dim_k != d->k_dim ||
-        (int64_t)p->n_head_kv * p->head_dim_v != d->v_dim) {
-        raise_error(cb, QR_ERR_INVALID_ARG, "attention: head layout does not match the KV cache");
-        return false;
-    }
-    return true;
+    (void)layer, (void)p;
+    return kv_valid(cb, kv, "attention");
 }
 
 /* Checks every row's key span in the block table (a row ends at last[r] when last is given, else at its
@@ -1163,12 +1117,8 @@ static bool attn_args(cuda_backend *cb, qr_kv_storage *kv, int32_t layer, const 
     a.q8d = a.q8s = NULL;
     a.q8g = NULL;
     if (p->sinks) {
-        const cuda_weight *sw = prepared(cb, p->sinks, "attention sinks");
+        const cuda_weight *sw = prepared(cb, p->sinks, "attention sinks"); /* F32 [n_head]: backend_check.c */
         if (!sw) return false;
-        if (sw->v.type != QR_TYPE_F32 || p->sinks->ne[0] < p->n_head) {
-            raise_error(cb, QR_ERR_INVALID_ARG, "attention: sinks must be F32 [n_head]");
-            return false;
-        }
         a.sinks = (const float *)sw->v.p0;
     }
     *ap = a;
@@ -1381,8 +1331,8 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
  * fits the kernel: in a graph every key the block table can address (or the window), else the row's span.
  * Declines (false) before raising anything (the layout and table checks raise only what attention would); after
  * true an error may have been raised. */
-static bool cuda_rope_attention(qr_backend *be, float *q, float *k, const float *v, const qr_rope_params *rope,
-                                qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, float *out) {
+static bool rope_attention(qr_backend *be, float *q, float *k, const float *v, const qr_rope_params *rope,
+                           qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, float *out) {
     cuda_backend *cb = CB(be);
     if (cb->exact || !cb->tune.fuse || !cb->tune.attn_short || cb->n_tokens != 1 || p->non_causal || !kv ||
         kv->desc.type != QR_TYPE_F16 || p->head_dim_k != p->head_dim_v || p->n_head_kv < 1 || p->n_head % p->n_head_kv)
@@ -1417,6 +1367,16 @@ static bool cuda_rope_attention(qr_backend *be, float *q, float *k, const float 
     return true;
 }
 
+/* The rope_attention slot: rope + K/V store alone where a->out is NULL (always taken), else with attention. */
+static bool cuda_rope_attention(qr_backend *be, const qr_rope_attn_args *a) {
+    const qr_attn_params *p = a->attn;
+    if (!a->out) {
+        rope_kv_store(be, a->q, a->k, a->v, p->n_head, p->n_head_kv, p->head_dim_k, a->rope, a->kv, a->layer);
+        return true;
+    }
+    return rope_attention(be, a->q, a->k, a->v, a->rope, a->kv, a->layer, p, a->out);
+}
+
 static void ew(qr_backend *be, cuda_ew_kind kind, const float *a, const float *b, float s, int64_t n, float *out,
                const char *what) {
     cuda_backend *cb = CB(be);
@@ -1440,10 +1400,6 @@ static void cuda_scale(qr_backend *be, const float *x, float s, int64_t n, float
     ew(be, CUDA_EW_SCALE, x, NULL, s, n, out, "scale");
 }
 static void cuda_softcap(qr_backend *be, const float *x, float cap, int64_t n, float *out) {
-    if (cap <= 0.0f) {
-        raise_error(CB(be), QR_ERR_INVALID_ARG, "softcap: cap must be > 0");
-        return;
-    }
     ew(be, CUDA_EW_SOFTCAP, x, NULL, cap, n, out, "softcap");
 }
 
@@ -1474,19 +1430,33 @@ static void cuda_add_row(qr_backend *be, const float *x, const qr_weight *table,
     if (cw->v.type != QR_TYPE_F32 && cw->v.type != QR_TYPE_F16) {
         raise_error(cb, QR_ERR_UNSUPPORTED, "add_row: table %s must be F32 or F16", table->name ? table->name : "?");
         return;
-    }
-    if (row < -1 || row >= table->ne[1] || (row == -1 && n_rows > cb->n_tokens)) {
-        raise_error(cb, QR_ERR_INVALID_ARG, "add_row: row out of range");
-        return;
-    }
-    if (row == -1)
-        for (int64_t r = 0; r < n_rows; r++)
-            if (cb->h_pos[r] >= table->ne[1]) {
-                raise_error(cb, QR_ERR_INVALID_ARG, "add_row: position beyond the table");
-                return;
-            }
+    } /* row and positions: checked by backend_check.c */
     cuda_ok(cb, qr_cuda_add_row(x, &cw->v, row, cb->d_pos, n_rows, out, cb->stream), "add_row");
 }
+
+/* Records an op error (the argument checks' slot). */
+static void cuda_raise(qr_backend *be, qr_status st, const char *msg) { raise_error(CB(be), st, "%s", msg); }
+
+/* Free and total memory of this backend's GPU. */
+static bool cuda_mem_info(qr_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    return qr_cuda_mem_info(CB(be)->device, free_bytes, total_bytes);
+}
+
+/* What the CUDA backend can do: device memory, its fusions unless exact, and a matmul for every weight type
+ * weight_prepare takes (those with a plane layout). */
+static qr_backend_caps cuda_caps(bool exact) {
+    qr_backend_caps c;
+    memset(&c, 0, sizeof c);
+    c.host_memory = false;
+    c.exact = exact;
+    c.max_head_dim = QR_CUDA_MAX_HEAD_DIM;
+    c.kv_types = QR_TYPE_BIT(QR_TYPE_F16) | QR_TYPE_BIT(QR_TYPE_F32);
+    for (int t = 0; t < QR_TYPE_COUNT; t++)
+        if (qr_cuda_plane_desc((qr_type)t).n_planes > 0) c.matmul_types |= QR_TYPE_BIT(t);
+    return c;
+}
+
+static_assert(offsetof(struct qr_kv_storage, desc) == 0, "KV storage begins with its layout (backend.h)");
 
 /* The op table, filled by name: ops added to qr_backend_ops later stay NULL (not implemented on CUDA)
  * until this backend gets them. */
@@ -1505,6 +1475,8 @@ static qr_backend_ops make_cuda_ops(void) {
     o.weight_release = cuda_weight_release;
     o.last_error = cuda_last_error;
     o.set_n_threads = cuda_set_n_threads;
+    o.raise = cuda_raise;
+    o.mem_info = cuda_mem_info;
     o.kv_alloc = cuda_kv_alloc;
     o.kv_free = cuda_kv_free;
     o.kv_copy_block = cuda_kv_copy_block;
@@ -1529,14 +1501,11 @@ static qr_backend_ops make_cuda_ops(void) {
     o.run_graph = cuda_run_graph;
     o.graph_release = cuda_graph_release;
     o.add_rmsnorm = cuda_add_rmsnorm;
-    o.add_rmsnorm_route = cuda_add_rmsnorm_route;
     o.matmul_multi = cuda_matmul_multi;
     o.matmul_swiglu = cuda_matmul_swiglu;
     o.matmul_act = cuda_matmul_act;
-    o.rope_kv_store = cuda_rope_kv_store;
     o.rope_attention = cuda_rope_attention;
     o.act_hold = cuda_act_hold;
-    o.ssm_gate_norm_next = cuda_ssm_gate_norm_next;
     o.moe_down_combine = cuda_moe_down_combine;
     o.moe_route = cuda_moe_route;
     o.matmul_id = cuda_matmul_id;
@@ -1558,14 +1527,11 @@ static const qr_backend_ops cuda_ops = make_cuda_ops();
 static qr_backend_ops make_cuda_ops_exact(void) {
     qr_backend_ops o = make_cuda_ops();
     o.add_rmsnorm = NULL;
-    o.add_rmsnorm_route = NULL;
     o.matmul_multi = NULL;
     o.matmul_swiglu = NULL;
-    o.rope_kv_store = NULL;
     o.rope_attention = NULL;
     o.act_hold = NULL;
-    o.ssm_gate_norm_next = NULL;
-    o.moe_down_combine = NULL;
+    o.moe_down_combine = NULL; /* ssm_gate_norm stays: in exact mode it ignores its hint */
     return o;
 }
 
@@ -1637,7 +1603,7 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
         return qr_errf(err, err_len, QR_ERR_NOMEM, "cannot allocate the cuda backend");
     }
     be->name = "cuda";
-    be->ops = &cuda_ops;
+    be->ops = &cuda_ops; /* the backend's own table until qr_backend_init below puts the checks above it */
     be->impl = cb;
     cb->device = gpu;
     cb->n_sm = prop.multiProcessorCount;
@@ -1673,6 +1639,8 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
         if (e != cudaSuccess) return qr_errf(err, err_len, QR_ERR_INTERNAL, "cuda backend %s: %s", what, cudaGetErrorString(e));
         return qr_errf(err, err_len, QR_ERR_INTERNAL, "cuBLAS initialisation failed (status %d)", (int)bs);
     }
+    const qr_backend_caps caps = cuda_caps(cb->exact);
+    qr_backend_init(be, "cuda", be->ops, &caps);
     *out = be;
     return QR_OK;
 }

@@ -9,12 +9,12 @@
 
 #include "backend/cuda/cuda_backend.h"
 
-/* Device pointer of a prepared F32 vector / matrix (NULL for w == NULL; raises on a bad weight). */
+/* Device pointer of a prepared F32 vector / matrix (NULL for w == NULL; raises on a weight this backend did
+ * not prepare). Its type and shape: checked by backend_check.c. */
 static const float *f32_of(cuda_backend *cb, const qr_weight *w, const char *op, bool *ok) {
     if (!w) return NULL;
     const cuda_weight *cw = prepared(cb, w, op);
-    if (!cw || cw->v.type != QR_TYPE_F32) {
-        if (cw) raise_error(cb, QR_ERR_INVALID_ARG, "%s: %s must be F32", op, w->name ? w->name : "?");
+    if (!cw) {
         *ok = false;
         return NULL;
     }
@@ -295,8 +295,8 @@ static int moe_path(const cuda_backend *cb, const cuda_weight *w, int64_t n_rows
     return 0;
 }
 
-void cuda_matmul_id(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x, bool x_per_slot,
-                    const int32_t *ids, int64_t n_rows, int32_t n_used, float *y) {
+static void matmul_id(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x, bool x_per_slot,
+                      const int32_t *ids, int64_t n_rows, int32_t n_used, float *y) {
     cuda_backend *cb = CB(be);
     const cuda_weight *cw = prepared(cb, w, "matmul_id");
     bool ok = cw != NULL;
@@ -310,6 +310,10 @@ void cuda_matmul_id(qr_backend *be, const qr_weight *w, const qr_weight *bias, c
     default:
         cuda_ok(cb, qr_cuda_matmul_id(&cw->v, n_out, b, x, x_per_slot, ids, n_rows, n_used, y, cb->stream), "matmul_id");
     }
+}
+
+void cuda_matmul_id(qr_backend *be, const qr_moe_matmul_args *a) {
+    matmul_id(be, a->w, a->w_b, a->x, a->x_per_slot, a->ids, a->n_rows, a->n_used, a->y);
 }
 
 /* out = act(w x): at decode sizes the expert mat-vec with every row on "expert" 0 (its epilogue applies the
@@ -347,9 +351,9 @@ void cuda_glu(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_
     cuda_ok(cb, qr_cuda_glu(g, u, n, (int)act, out, use_pdl(cb), cb->stream), "glu");
 }
 
-void cuda_moe_gate_up(qr_backend *be, const qr_weight *gate, const qr_weight *gate_b, const qr_weight *up,
-                      const qr_weight *up_b, const float *x, const int32_t *ids, int64_t n_rows, int32_t n_used,
-                      qr_glu_kind act, float *h) {
+static void moe_gate_up(qr_backend *be, const qr_weight *gate, const qr_weight *gate_b, const qr_weight *up,
+                        const qr_weight *up_b, const float *x, const int32_t *ids, int64_t n_rows, int32_t n_used,
+                        qr_glu_kind act, float *h) {
     cuda_backend *cb = CB(be);
     const cuda_weight *cu = prepared(cb, up, "moe_gate_up"), *cg = gate ? prepared(cb, gate, "moe_gate_up") : NULL;
     bool ok = cu != NULL && (!gate || cg != NULL);
@@ -368,14 +372,18 @@ void cuda_moe_gate_up(qr_backend *be, const qr_weight *gate, const qr_weight *ga
     }
     const size_t bytes = (size_t)n_rows * (size_t)n_used * (size_t)n_out * sizeof(float);
     if (!gate) { /* relu^2 experts: h = act(up x) */
-        cuda_matmul_id(be, up, up_b, x, false, ids, n_rows, n_used, h);
+        matmul_id(be, up, up_b, x, false, ids, n_rows, n_used, h);
         cuda_glu(be, h, NULL, (int64_t)(bytes / sizeof(float)), act, h);
         return;
     }
     if (!ensure_scratch(cb, &cb->tmp, &cb->tmp_cap, bytes, "moe_gate_up")) return;
-    cuda_matmul_id(be, gate, gate_b, x, false, ids, n_rows, n_used, h);
-    cuda_matmul_id(be, up, up_b, x, false, ids, n_rows, n_used, (float *)cb->tmp);
+    matmul_id(be, gate, gate_b, x, false, ids, n_rows, n_used, h);
+    matmul_id(be, up, up_b, x, false, ids, n_rows, n_used, (float *)cb->tmp);
     cuda_glu(be, h, (const float *)cb->tmp, (int64_t)(bytes / sizeof(float)), act, h);
+}
+
+void cuda_moe_gate_up(qr_backend *be, const qr_moe_matmul_args *a) {
+    moe_gate_up(be, a->gate, a->gate_b, a->w, a->w_b, a->x, a->ids, a->n_rows, a->n_used, a->act, a->y);
 }
 
 void cuda_moe_combine(qr_backend *be, const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim,
@@ -387,10 +395,14 @@ void cuda_moe_combine(qr_backend *be, const float *y, const float *w, int64_t n_
 /* The expert down projection and the weighted sum in one launch at decode sizes (each warp computes one
  * output row for every slot of its token, in slot order, and sums them as moe_combine does); otherwise
  * matmul_id + moe_combine through scratch. */
-void cuda_moe_down_combine(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x,
-                           const int32_t *ids, const float *weights, int64_t n_rows, int32_t n_used,
-                           const float *add, float *out, float *scratch) {
+void cuda_moe_down_combine(qr_backend *be, const qr_moe_matmul_args *a) {
     cuda_backend *cb = CB(be);
+    const qr_weight *w = a->w, *bias = a->w_b;
+    const float *x = a->x, *weights = a->weights, *add = a->add;
+    const int32_t *ids = a->ids;
+    const int64_t n_rows = a->n_rows;
+    const int32_t n_used = a->n_used;
+    float *out = a->y, *scratch = a->scratch;
     const cuda_weight *cw = prepared(cb, w, "moe_down_combine");
     bool ok = cw != NULL;
     const float *b = f32_of(cb, bias, "moe_down_combine", &ok);
@@ -398,12 +410,12 @@ void cuda_moe_down_combine(qr_backend *be, const qr_weight *w, const qr_weight *
     const int64_t n_out = w->ne[1];
     if (!cb->tune.fuse || moe_path(cb, cw, n_rows, n_out) != 1 || n_used > QR_CUDA_COMBINE_MAX_USED ||
         overlaps(x, n_rows * n_used * cw->v.k, out, n_rows * n_out)) {
-        cuda_matmul_id(be, w, bias, x, true, ids, n_rows, n_used, scratch);
+        matmul_id(be, w, bias, x, true, ids, n_rows, n_used, scratch);
         cuda_moe_combine(be, scratch, weights, n_rows, n_used, n_out, add, out);
         return;
     }
-    act_ptrs a;
-    if (!act_prepare(cb, (qr_type)cw->v.type, x, n_rows * n_used, cw->v.k, &a)) return;
+    act_ptrs ap;
+    if (!act_prepare(cb, (qr_type)cw->v.type, x, n_rows * n_used, cw->v.k, &ap)) return;
     qr_cuda_mv_id_args args;
     memset(&args, 0, sizeof args);
     args.w[0] = args.w[1] = cw->v;
@@ -416,7 +428,7 @@ void cuda_moe_down_combine(qr_backend *be, const qr_weight *w, const qr_weight *
     args.y = out;
     args.ids_early = ids_early(cb, ids);
     args.variant = cb->tune.dc_pipe ? 2 : 0;
-    const cuda_xview xv = act_view(&a, 0);
+    const cuda_xview xv = act_view(&ap, 0);
     if (cuda_ok(cb, qr_cuda_matvec_id_combine(&args, &xv, weights, add, (int32_t)n_rows, use_pdl(cb), cb->stream),
                 "moe_down_combine"))
         ids_launched(cb, args.ids_early);
@@ -425,12 +437,8 @@ void cuda_moe_down_combine(qr_backend *be, const qr_weight *w, const qr_weight *
 void cuda_ssm_conv(qr_backend *be, const float *x, int64_t x_stride, float *conv_state, const qr_weight *w,
                    const qr_weight *b, const qr_ssm_params *p, float *out) {
     cuda_backend *cb = CB(be);
-    bool ok = w != NULL;
+    bool ok = true; /* the shapes: checked by backend_check.c */
     const float *wd = f32_of(cb, w, "ssm_conv", &ok), *bd = f32_of(cb, b, "ssm_conv", &ok);
-    if (ok && (w->ne[0] != p->d_conv || w->ne[1] != p->conv_dim)) {
-        raise_error(cb, QR_ERR_INVALID_ARG, "ssm_conv: weight shape does not match");
-        ok = false;
-    }
     if (ok && cb->exact) return cuda_exact_ssm_conv(cb, x, x_stride, conv_state, wd, bd, p, out);
     /* the parallel conv when each sequence's rows are one run (host plan; never baked into a graph) */
     const bool runs = cb->seq_runs && !cb->graph_mode && !cb->capturing;
@@ -438,11 +446,14 @@ void cuda_ssm_conv(qr_backend *be, const float *x, int64_t x_stride, float *conv
                     "ssm_conv");
 }
 
-void cuda_ssm_scan(qr_backend *be, float *state, const float *xbc, const float *dt, int64_t dt_stride,
-                   const qr_weight *dt_bias, const qr_weight *A, const qr_weight *D, const qr_ssm_params *p,
-                   float *y) {
+void cuda_ssm_scan(qr_backend *be, const qr_ssm_scan_args *args) {
     cuda_backend *cb = CB(be);
-    bool ok = A != NULL;
+    float *state = args->state, *y = args->y;
+    const float *xbc = args->xbc, *dt = args->dt;
+    const int64_t dt_stride = args->dt_stride;
+    const qr_weight *dt_bias = args->dt_bias, *A = args->A, *D = args->D;
+    const qr_ssm_params *p = args->p;
+    bool ok = true; /* the shapes: checked by backend_check.c */
     const float *bd = f32_of(cb, dt_bias, "ssm_scan", &ok), *ad = f32_of(cb, A, "ssm_scan", &ok),
                 *dd = f32_of(cb, D, "ssm_scan", &ok);
     if (ok && !cb->diverged_h) { /* a mapped host flag the scan raises on a NaN/Inf state (checked by last_error) */
@@ -481,9 +492,8 @@ void cuda_ssm_scan(qr_backend *be, float *state, const float *xbc, const float *
             "ssm_scan");
 }
 
-void cuda_ssm_gate_norm_next(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
-                             int64_t n_rows, const qr_ssm_params *p, float eps, float *out,
-                             const qr_weight *next) {
+static void gate_norm_next(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
+                           int64_t n_rows, const qr_ssm_params *p, float eps, float *out, const qr_weight *next) {
     cuda_backend *cb = CB(be);
     bool ok = true;
     const float *wd = f32_of(cb, w, "ssm_gate_norm", &ok);
@@ -509,17 +519,14 @@ void cuda_ssm_gate_norm_next(qr_backend *be, const float *y, const float *z, int
     if (kind >= 0) act_mark(cb, out, n_rows, p->d_inner, kind);
 }
 
-void cuda_ssm_gate_norm(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
-                        int64_t n_rows, const qr_ssm_params *p, float eps, float *out) {
+/* Exact mode ignores the hint a->next (it has no fusions); the shapes: checked by backend_check.c. */
+void cuda_ssm_gate_norm(qr_backend *be, const qr_ssm_gate_norm_args *a) {
     cuda_backend *cb = CB(be);
     if (cb->exact) {
         bool ok = true;
-        const float *wd = f32_of(cb, w, "ssm_gate_norm", &ok);
-        if (ok && p->n_group > 0 && p->d_inner % p->n_group == 0)
-            cuda_exact_ssm_gate_norm(cb, y, z, z_stride, wd, n_rows, p, eps, out);
-        else if (ok)
-            raise_error(cb, QR_ERR_INVALID_ARG, "ssm_gate_norm: bad shapes");
+        const float *wd = f32_of(cb, a->w, "ssm_gate_norm", &ok);
+        if (ok) cuda_exact_ssm_gate_norm(cb, a->y, a->z, a->z_stride, wd, a->n_rows, a->p, a->eps, a->out);
         return;
     }
-    cuda_ssm_gate_norm_next(be, y, z, z_stride, w, n_rows, p, eps, out, NULL);
+    gate_norm_next(be, a->y, a->z, a->z_stride, a->w, a->n_rows, a->p, a->eps, a->out, a->next);
 }

@@ -22,8 +22,8 @@ typedef struct cuda_weight {
 } cuda_weight;
 
 struct qr_kv_storage {
+    qr_kv_desc desc;           /* first: the argument checks read it (backend.h qr_kv_storage_desc) */
     uint32_t magic;
-    qr_kv_desc desc;
     uint8_t *k, *v;            /* device: [n_layer][n_slots][k_dim], [n_layer][n_slots][v_dim] */
     size_t k_layer, v_layer;   /* bytes of one layer */
 };
@@ -168,8 +168,7 @@ static inline int32_t mmv_wpr(const cuda_backend *cb, int64_t n) {
 /* ---- the MoE and Mamba2 ops (backend_cuda_hybrid.cu), as backend.h describes them ---- */
 void cuda_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const qr_moe_route_params *p, int32_t *ids,
                     float *weights);
-void cuda_matmul_id(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x, bool x_per_slot,
-                    const int32_t *ids, int64_t n_rows, int32_t n_used, float *y);
+void cuda_matmul_id(qr_backend *be, const qr_moe_matmul_args *a);
 void cuda_matmul_act(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, qr_glu_kind act, float *out,
                      float *scratch);
 void cuda_glu(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out);
@@ -177,22 +176,14 @@ void cuda_glu(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_
 void cuda_graph_release(qr_backend *be, const void *owner);
 qr_status cuda_run_graph(qr_backend *be, const void *owner, uint64_t key, void (*fn)(void *), void *arg, char *err,
                          size_t err_len);
-void cuda_moe_gate_up(qr_backend *be, const qr_weight *gate, const qr_weight *gate_b, const qr_weight *up,
-                      const qr_weight *up_b, const float *x, const int32_t *ids, int64_t n_rows, int32_t n_used,
-                      qr_glu_kind act, float *h);
+void cuda_moe_gate_up(qr_backend *be, const qr_moe_matmul_args *a);
 void cuda_moe_combine(qr_backend *be, const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim,
                       const float *add, float *out);
-void cuda_moe_down_combine(qr_backend *be, const qr_weight *w, const qr_weight *bias, const float *x, const int32_t *ids,
-                           const float *weights, int64_t n_rows, int32_t n_used, const float *add, float *out,
-                           float *scratch);
+void cuda_moe_down_combine(qr_backend *be, const qr_moe_matmul_args *a);
 void cuda_ssm_conv(qr_backend *be, const float *x, int64_t x_stride, float *conv_state, const qr_weight *w,
                    const qr_weight *b, const qr_ssm_params *p, float *out);
-void cuda_ssm_scan(qr_backend *be, float *state, const float *xbc, const float *dt, int64_t dt_stride,
-                   const qr_weight *dt_bias, const qr_weight *A, const qr_weight *D, const qr_ssm_params *p, float *y);
-void cuda_ssm_gate_norm(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
-                        int64_t n_rows, const qr_ssm_params *p, float eps, float *out);
-void cuda_ssm_gate_norm_next(qr_backend *be, const float *y, const float *z, int64_t z_stride, const qr_weight *w,
-                             int64_t n_rows, const qr_ssm_params *p, float eps, float *out, const qr_weight *next);
+void cuda_ssm_scan(qr_backend *be, const qr_ssm_scan_args *a);
+void cuda_ssm_gate_norm(qr_backend *be, const qr_ssm_gate_norm_args *a);
 
 /* ---- exact mode (exact.cu) ---- */
 void cuda_exact_matmul(cuda_backend *cb, const qr_weight *w, const cuda_weight *cw, const float *x, int64_t n_rows,

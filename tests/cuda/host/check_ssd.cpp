@@ -91,7 +91,10 @@ int main(int argc, char **argv) {
     for (auto &x : s0) x = 0.1f * frand();
     std::vector<float> sc = s0, sg = s0, yc((size_t)rows * di), yg((size_t)rows * di, NAN);
     qr_weight wdtb = vec("dt_bias", dtb), wA = vec("A", A), wD = vec("D", D);
-    cpu->ops->ssm_scan(cpu, sc.data(), xbc.data(), dt.data(), nh, &wdtb, &wA, &wD, &p, yc.data());
+    qr_ssm_scan_args sa = {};
+    sa.state = sc.data(), sa.xbc = xbc.data(), sa.dt = dt.data(), sa.dt_stride = nh;
+    sa.dt_bias = &wdtb, sa.A = &wA, sa.D = &wD, sa.p = &p, sa.y = yc.data();
+    cpu->ops->ssm_scan(cpu, &sa);
     int div = 0;
     if (ns == 64) run_grid<64>(sg.data(), xbc.data(), dt.data(), dtb.data(), A.data(), D.data(), runs, p, yg.data(), &div);
     else run_grid<128>(sg.data(), xbc.data(), dt.data(), dtb.data(), A.data(), D.data(), runs, p, yg.data(), &div);

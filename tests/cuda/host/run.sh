@@ -3,7 +3,7 @@
 # block decoders of quant_dev.cuh (check_quant) and the attention kernels (check_attention), both
 # against the CPU scalar oracle, and the exact mode's arithmetic (check_exact, bit for bit against the
 # AVX2 CPU kernels). Needs g++ (C++20), the CUDA headers, and a build directory with the
-# quant, util and backend_cpu objects (default build-cuda; BUILD=... to change).
+# quant, util, backend and backend_cpu objects (default build-cuda; BUILD=... to change).
 #   tests/cuda/host/run.sh          # all four (~8 min on 2 cores: the decode and scan checks emulate CTAs with threads)
 #   tests/cuda/host/run.sh fast     # check_quant, check_exact, the chunked and the exact scans, the int8 mma expert
 #                                   # kernel, the decode expert mat-vecs' forms (check_mmv_id) (~1 min; `make test`)
@@ -61,10 +61,10 @@ except ValueError:  # the attention / ssm / mma sources moved on: the extraction
     open(t + '/attn_stale', 'w').write('')
 PY
 objs=$(ls $BUILD/CMakeFiles/qr_quant.dir/src/quant/*.o $BUILD/CMakeFiles/qr_util.dir/src/util/*.o)
-cpu=$(ls $BUILD/CMakeFiles/qr_backend_cpu.dir/src/backend/cpu/*.o)
+cpu=$(ls $BUILD/CMakeFiles/qr_backend.dir/src/backend/*.o $BUILD/CMakeFiles/qr_backend_cpu.dir/src/backend/cpu/*.o)
 flags="-std=c++20 -O1 -D__device__= -D__global__= -I$T -Itests/cuda/host -I$CUDA/include -Iinclude -Isrc"
 g++ $flags -include shim.h tests/cuda/host/check_quant.cpp $objs -lm -lpthread -o "$T/check_quant" 2>&1 | grep -v warning || true
-g++ $flags -ffp-contract=off tests/cuda/host/check_exact.cpp $(ls $BUILD/CMakeFiles/qr_backend_cpu.dir/src/backend/cpu/*.o) $objs \
+g++ $flags -ffp-contract=off tests/cuda/host/check_exact.cpp $cpu $objs \
     -lm -lpthread -o "$T/check_exact" 2>&1 | grep -v warning || true
 if [ "$ONLY" = quant ]; then
     "$T/check_quant" && "$T/check_exact"
