@@ -115,6 +115,12 @@ QR_API void qr_model_free(qr_model *model);
 /* Model info. */
 QR_API int32_t qr_model_n_vocab(const qr_model *model);     /* rows of the output matrix */
 QR_API int32_t qr_model_n_ctx_train(const qr_model *model); /* {arch}.context_length */
+/* Context size (tokens, per sequence) of a client whose user sets none: quarrel run, chat, bench and
+ * logits take qr_model_n_ctx_capped(model, QR_N_CTX_DEFAULT); quarrel serve this many per sequence. */
+#define QR_N_CTX_DEFAULT 4096
+/* The model's training context, or cap when that is larger or unknown (qr_context_params.n_ctx = 0
+ * is the uncapped training context). */
+QR_API int32_t qr_model_n_ctx_capped(const qr_model *model, int32_t cap);
 QR_API int32_t qr_model_n_embd(const qr_model *model);      /* {arch}.embedding_length */
 QR_API int32_t qr_model_n_layer(const qr_model *model);     /* {arch}.block_count */
 QR_API const char *qr_model_arch(const qr_model *model);    /* general.architecture, e.g. "llama" */

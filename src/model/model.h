@@ -248,15 +248,6 @@ void qr_nemotron_h_forward(const qr_model *m, qr_fwd *f);
 void qr_gpt_oss_forward(const qr_model *m, qr_fwd *f);
 void qr_nemotron_forward(const qr_model *m, qr_fwd *f);
 
-/* ---- context sizes (context.c) ---- */
-
-/* Context size (tokens, per sequence) of a client whose user sets none: quarrel run, chat, bench and
- * logits take qr_model_n_ctx_capped(model, QR_N_CTX_DEFAULT); quarrel serve this many per sequence. */
-#define QR_N_CTX_DEFAULT 4096
-/* The model's training context, or cap when that is larger or unknown (qr_context_params.n_ctx = 0
- * is the uncapped training context). */
-int32_t qr_model_n_ctx_capped(const qr_model *model, int32_t cap);
-
 /* ---- embeddings (context.c, used by embed.c) ---- */
 
 /* One embeddings pass over whole sequences: empties the KV cache, runs rows r < n (token tok[r] of
