@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/hybrid.h"
+#include "model/model.h"
 #include "quant/quant.h"
 #include "util/util.h"
 
@@ -101,18 +101,15 @@ static bool xtype_ok(qr_type t, xuse use) {
 }
 
 static char *xname_slot(qr_model *m) {
-    struct qr_model_x *x = m->ext;
-    if (x->names_used + XNAME_CAP > x->names_cap) return NULL;
-    char *s = x->names + x->names_used;
-    x->names_used += XNAME_CAP;
-    return s;
+    if (m->name_used >= m->name_cap) return NULL;
+    return m->name_arena + (size_t)m->name_used++ * XNAME_CAP;
 }
 
 /* Binds tensor `name` to *w with shape {ne0, ne1, ne2} (ne1/ne2 = 1 for fewer dims; a tensor of
  * shape {1, n} also binds as a vector {n} when ne0 == n and ne1 == 1). required false: a missing
- * tensor leaves w->host NULL. reg: record w for prepare/release (weights of qr_layer_x). */
+ * tensor leaves w->host NULL. */
 static qr_status xbind(xloader *L, const char *name, bool required, int64_t ne0, int64_t ne1, int64_t ne2, xuse use,
-                       qr_weight *w, bool reg) {
+                       qr_weight *w) {
     qr_model *m = L->m;
     memset(w, 0, sizeof *w);
     const qr_gguf_tensor *t = qr_gguf_get_tensor(L->g, name);
@@ -142,12 +139,6 @@ static qr_status xbind(xloader *L, const char *name, bool required, int64_t ne0,
     snprintf(slot, XNAME_CAP, "%s", name);
     *w = (qr_weight){.name = slot, .type = t->type, .ne = {ne0, n_all / ne0 / ne2, ne2, 1}, .row_bytes = rb,
                      .host = t->data};
-    if (reg) {
-        struct qr_model_x *x = m->ext;
-        if (x->n_weights == x->cap_weights)
-            return qr_errf(L->err, L->err_len, QR_ERR_INTERNAL, "%s: weight list full", m->path);
-        x->weights[x->n_weights++] = w;
-    }
     return QR_OK;
 }
 
@@ -168,17 +159,9 @@ static bool has_tensor_prefix(const qr_gguf *g, const char *needle) {
     return false;
 }
 
-void qr_model_x_free(struct qr_model_x *x) {
-    if (!x) return;
-    free(x->layers);
-    free(x->weights);
-    free(x->names);
-    free(x);
-}
-
 static qr_status load_x_hparams(xloader *L) {
     qr_model *m = L->m;
-    qr_hparams_x *h = &m->ext->hp;
+    qr_hparams *h = &m->hp;
     const qr_arch a = m->arch->arch;
     qr_status st;
 #define TRY(e)                                                                                                         \
@@ -248,7 +231,6 @@ static qr_status load_x_hparams(xloader *L) {
         TRY(xfloat(L, "embedding_scale", 0.0f, &h->f_embedding_scale));
         TRY(xfloat(L, "residual_scale", 0.0f, &h->f_residual_scale));
         TRY(xfloat(L, "logit_scale", 0.0f, &h->f_logit_scale));
-        TRY(xfloat(L, "attention.scale", 0.0f, &h->f_attention_scale));
         h->use_rope = xbool(L, "rope.scaling.finetuned", true);
     } else {
         h->use_rope = a != QR_ARCH_NEMOTRON_H && a != QR_ARCH_NEMOTRON_H_MOE;
@@ -264,10 +246,10 @@ static qr_status load_layer_kinds(xloader *L) {
     const qr_arch a = m->arch->arch;
     qr_status st;
     for (int il = 0; il < m->hp.n_layer; il++) {
-        qr_layer_x *lx = &m->ext->layers[il];
+        qr_layer *lx = &m->layers[il];
         lx->kind = QR_LAYER_ATTN;
         lx->n_ff = m->hp.n_ff;
-        if (!m->ext->hp.has_ssm) continue;
+        if (!m->hp.has_ssm) continue;
         int64_t hkv = m->hp.n_head_kv, ff = m->hp.n_ff;
         bool found;
         if ((st = xget_int(L, "attention.head_count_kv", il, &hkv, &found)) != QR_OK) return st;
@@ -288,15 +270,15 @@ static qr_status load_layer_kinds(xloader *L) {
 
 static qr_status bind_ffn_moe(xloader *L, int il, bool gate_needed) {
     qr_model *m = L->m;
-    const qr_hparams_x *h = &m->ext->hp;
-    qr_layer_x *lx = &m->ext->layers[il];
+    const qr_hparams *h = &m->hp;
+    qr_layer *lx = &m->layers[il];
     const int64_t E = m->hp.n_embd, NE = h->n_expert, F = h->n_ff_exp;
     char n[XNAME_CAP];
     qr_status st;
 #define B(base, sfx, req, a0, a1, a2, use, w)                                                                          \
     do {                                                                                                               \
         lname(n, sizeof n, il, base, sfx);                                                                             \
-        if ((st = xbind(L, n, req, a0, a1, a2, use, w, true)) != QR_OK) return st;                                     \
+        if ((st = xbind(L, n, req, a0, a1, a2, use, w)) != QR_OK) return st;                                     \
     } while (0)
     B("ffn_gate_inp", "weight", true, E, NE, 1, X_MATMUL, &lx->gate_inp);
     B("ffn_gate_inp", "bias", false, NE, 1, 1, X_F32, &lx->gate_inp_b);
@@ -329,15 +311,6 @@ qr_status qr_model_x_load(qr_model *m, char *err, size_t err_len) {
         if (!any && !has_tensor_prefix(m->gguf, "_exps.")) return QR_ERR_NOT_FOUND;
     }
     const int nl = hp->n_layer;
-    m->ext = calloc(1, sizeof *m->ext);
-    if (!m->ext) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
-    struct qr_model_x *x = m->ext;
-    x->layers = calloc((size_t)nl, sizeof *x->layers);
-    x->cap_weights = (int64_t)nl * 40 + 8;
-    x->weights = calloc((size_t)x->cap_weights, sizeof *x->weights);
-    x->names_cap = (size_t)(nl * 64 + 16) * XNAME_CAP;
-    x->names = calloc(x->names_cap, 1);
-    if (!x->layers || !x->weights || !x->names) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
     qr_status st;
 #define TRY(e)                                                                                                         \
     do {                                                                                                               \
@@ -345,39 +318,35 @@ qr_status qr_model_x_load(qr_model *m, char *err, size_t err_len) {
     } while (0)
     TRY(load_x_hparams(L));
     TRY(load_layer_kinds(L));
-    const qr_hparams_x *h = &x->hp;
+    const qr_hparams *h = hp;
     const int64_t E = hp->n_embd, V = hp->n_vocab;
     /* globals */
-    TRY(xbind(L, "token_embd.weight", true, E, V, 1, X_TABLE, &m->tok_embd, false));
-    TRY(xbind(L, "output_norm.weight", true, E, 1, 1, X_F32, &m->output_norm, false));
-    TRY(xbind(L, "output.weight", false, E, V, 1, X_MATMUL, &m->output, false));
+    TRY(xbind(L, "token_embd.weight", true, E, V, 1, X_TABLE, &m->tok_embd));
+    TRY(xbind(L, "output_norm.weight", true, E, 1, 1, X_F32, &m->output_norm));
+    TRY(xbind(L, "output.weight", false, E, V, 1, X_MATMUL, &m->output));
     if (!m->output.host) {
         if (!xtype_ok(m->tok_embd.type, X_MATMUL))
             return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "%s: no output.weight, and token_embd.weight (%s) cannot be "
                            "used as the output matrix", m->path, qr_type_name(m->tok_embd.type));
         m->output = m->tok_embd;
     }
-    TRY(xbind(L, "rope_freqs.weight", false, hp->n_rot / 2, 1, 1, X_F32, &m->rope_freqs, false));
-    if (a == QR_ARCH_NEMOTRON) TRY(xbind(L, "output_norm.bias", true, E, 1, 1, X_F32, &x->output_norm_b, true));
+    TRY(xbind(L, "rope_freqs.weight", false, hp->n_rot / 2, 1, 1, X_F32, &m->rope_freqs));
+    if (a == QR_ARCH_NEMOTRON) TRY(xbind(L, "output_norm.bias", true, E, 1, 1, X_F32, &m->output_norm_b));
     const int64_t QD = (int64_t)hp->n_head * hp->head_dim_k, KD = (int64_t)hp->n_head_kv * hp->head_dim_k,
                   VD = (int64_t)hp->n_head_kv * hp->head_dim_v, OD = (int64_t)hp->n_head * hp->head_dim_v;
     char n[XNAME_CAP];
 #define G(base, sfx, req, a0, a1, use, w)                                                                              \
     do {                                                                                                               \
         lname(n, sizeof n, il, base, sfx);                                                                             \
-        TRY(xbind(L, n, req, a0, a1, 1, use, w, false));                                                               \
+        TRY(xbind(L, n, req, a0, a1, 1, use, w));                                                                      \
     } while (0)
 #define X(base, sfx, req, a0, a1, use, w)                                                                              \
     do {                                                                                                               \
         lname(n, sizeof n, il, base, sfx);                                                                             \
-        TRY(xbind(L, n, req, a0, a1, 1, use, w, true));                                                                \
+        TRY(xbind(L, n, req, a0, a1, 1, use, w));                                                                      \
     } while (0)
     for (int il = 0; il < nl; il++) {
-        qr_layer *l = &m->layers[il];
-        qr_layer_x *lx = &x->layers[il];
-        const bool swa = l->swa; /* set by model_load.c from the sliding-window pattern */
-        memset(l, 0, sizeof *l);
-        l->swa = swa;
+        qr_layer *l = &m->layers[il], *lx = l;
         G("attn_norm", "weight", true, E, 1, X_F32, &l->attn_norm);
         if (a == QR_ARCH_NEMOTRON) X("attn_norm", "bias", true, E, 1, X_F32, &lx->attn_norm_b);
         if (lx->kind == QR_LAYER_SSM) {
@@ -390,7 +359,7 @@ qr_status qr_model_x_load(qr_model *m, char *err, size_t err_len) {
             X("ssm_a", NULL, true, p->n_head, 1, X_F32, &lx->ssm_a);
             X("ssm_d", NULL, true, p->n_head, 1, X_F32, &lx->ssm_d);
             lname(n, sizeof n, il, "ssm_norm", "weight");
-            TRY(xbind(L, n, false, p->d_inner / p->n_group, p->n_group, 1, X_F32, &lx->ssm_norm, true));
+            TRY(xbind(L, n, false, p->d_inner / p->n_group, p->n_group, 1, X_F32, &lx->ssm_norm));
             if (lx->ssm_norm.host) /* one F32 vector of d_inner: group g's gains at [g * d_inner / n_group] */
                 lx->ssm_norm.ne[0] = p->d_inner, lx->ssm_norm.ne[1] = 1, lx->ssm_norm.row_bytes = (size_t)p->d_inner * 4;
             X("ssm_out", "weight", true, p->d_inner, E, X_MATMUL, &lx->ssm_out);
@@ -399,10 +368,10 @@ qr_status qr_model_x_load(qr_model *m, char *err, size_t err_len) {
             G("attn_k", "weight", true, E, KD, X_MATMUL, &l->attn_k);
             G("attn_v", "weight", true, E, VD, X_MATMUL, &l->attn_v);
             G("attn_output", "weight", true, OD, E, X_MATMUL, &l->attn_out);
-            X("attn_q", "bias", false, QD, 1, X_F32, &lx->q_b);
-            X("attn_k", "bias", false, KD, 1, X_F32, &lx->k_b);
-            X("attn_v", "bias", false, VD, 1, X_F32, &lx->v_b);
-            X("attn_output", "bias", false, E, 1, X_F32, &lx->o_b);
+            X("attn_q", "bias", false, QD, 1, X_F32, &lx->attn_q_b);
+            X("attn_k", "bias", false, KD, 1, X_F32, &lx->attn_k_b);
+            X("attn_v", "bias", false, VD, 1, X_F32, &lx->attn_v_b);
+            X("attn_output", "bias", false, E, 1, X_F32, &lx->attn_out_b);
             X("attn_sinks", "weight", a == QR_ARCH_GPT_OSS, hp->n_head, 1, X_F32, &lx->attn_sinks);
             if (a == QR_ARCH_GPT_OSS) G("post_attention_norm", "weight", true, E, 1, X_F32, &l->attn_post_norm);
         }

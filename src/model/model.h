@@ -1,5 +1,6 @@
-/* model.h — internals of the engine: architecture table, hyper-parameters, weights, the forward
- * state shared by the per-architecture forward passes (llama.c, gemma3.c) and blocks.c. */
+/* model.h — internals of the engine: the architecture table, the one model description (hyper-parameters
+ * and per-layer weights of every family: dense, MoE, Mamba2 hybrids, encoders), the per-context forward
+ * state, and the blocks and forward passes built on them. */
 #ifndef QR_MODEL_H
 #define QR_MODEL_H
 
@@ -8,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "gguf/gguf.h"
+#include "kv/ssm_state.h"
 #include "quarrel.h"
 
 /* ---- architecture table (arch.c) ---- */
@@ -118,33 +120,81 @@ typedef struct qr_hparams {
     float embd_scale;     /* multiplier of the token embeddings (1 = none) */
     int32_t pooling_type; /* {arch}.pooling_type (llama.cpp numbering: 0 none, 1 mean, 2 cls, 3 last); -1 absent */
     bool causal;          /* {arch}.attention.causal (encoders: false) */
+    /* MoE ({arch}.expert_*) */
+    int32_t n_expert;         /* expert_count (0 = dense) */
+    int32_t n_expert_used;    /* expert_used_count (top-k) */
+    int32_t n_ff_exp;         /* expert_feed_forward_length (default: feed_forward_length) */
+    int32_t n_ff_shexp;       /* expert_shared_feed_forward_length (0 = no shared expert) */
+    qr_moe_gating gating;     /* per arch (softmax; gpt-oss softmax-weight; nemotron_h sigmoid) */
+    bool norm_w;              /* normalise the selected weights (expert_weights_norm / per arch) */
+    float w_scale;            /* expert_weights_scale (1 = none) */
+    qr_glu_kind expert_act;   /* SwiGLU, gpt-oss's clamped SwiGLU, or relu^2 (nemotron_h: no gate) */
+    /* Mamba2 ({arch}.ssm.*) */
+    qr_ssm_params ssm;        /* d_conv, d_inner, d_state, n_head (time_step_rank), n_group */
+    bool has_ssm;
+    /* granite multipliers (0 = absent) */
+    float f_embedding_scale;  /* {arch}.embedding_scale */
+    float f_residual_scale;   /* {arch}.residual_scale */
+    float f_logit_scale;      /* {arch}.logit_scale: logits /= it */
+    bool use_rope;            /* granite: rope.scaling.finetuned (default true); nemotron_h: false */
 } qr_hparams;
 
+/* What a layer's mixer is. */
+typedef enum qr_layer_kind {
+    QR_LAYER_ATTN = 0, /* self-attention (+ FFN for every arch but nemotron_h) */
+    QR_LAYER_SSM = 1,  /* Mamba2 mixer */
+    QR_LAYER_FFN = 2,  /* nemotron_h: an FFN-only block (dense or MoE) */
+} qr_layer_kind;
+
+/* One layer of any family. A weight a layer does not have keeps host == NULL (biases, norms, the
+ * experts of a dense FFN, the attention weights of a Mamba2 layer...). */
 typedef struct qr_layer {
+    qr_layer_kind kind;    /* attention, Mamba2 or FFN-only */
     bool swa;              /* sliding-window layer (window n_swa, rope_base_swa) */
+    int32_t n_ff;          /* this layer's feed_forward_length (hybrids: per layer; 0 = no FFN) */
     qr_weight attn_norm;   /* F32 [n_embd] */
+    qr_weight attn_norm_b; /* F32 [n_embd] (nemotron's LayerNorm) */
     qr_weight attn_q;      /* [n_head * head_dim_k rows][n_embd] */
     qr_weight attn_k;      /* [n_head_kv * head_dim_k][n_embd] */
     qr_weight attn_v;      /* [n_head_kv * head_dim_v][n_embd] */
     qr_weight attn_out;    /* [n_embd][n_head * head_dim_v] */
+    /* attention biases, F32 (bert, gpt-oss, granite, nemotron); nomic-bert's fused attn_qkv (and its bias)
+     * is bound as three row views: attn_q, attn_k, attn_v (attn_q_b, attn_k_b, attn_v_b) */
+    qr_weight attn_q_b, attn_k_b, attn_v_b; /* [n_head * head_dim_k], [n_head_kv * head_dim_k], [n_head_kv * head_dim_v] */
+    qr_weight attn_out_b;  /* [n_embd] */
+    qr_weight attn_sinks;  /* F32 [n_head] (gpt-oss) */
     qr_weight attn_q_norm; /* F32 [head_dim_k] (gemma3) */
     qr_weight attn_k_norm; /* F32 [head_dim_k] (gemma3) */
-    qr_weight attn_post_norm; /* F32 [n_embd] (gemma3) */
+    qr_weight attn_post_norm; /* F32 [n_embd] (gemma3; gpt-oss: the FFN's norm) */
     qr_weight ffn_norm;    /* F32 [n_embd] */
+    qr_weight ffn_norm_b;  /* F32 [n_embd] (nemotron's LayerNorm) */
     qr_weight ffn_gate;    /* [n_ff][n_embd] */
     qr_weight ffn_up;      /* [n_ff][n_embd] */
     qr_weight ffn_down;    /* [n_embd][n_ff] */
+    qr_weight ffn_up_b;    /* F32 [n_ff] */
+    qr_weight ffn_down_b;  /* F32 [n_embd] */
     qr_weight ffn_post_norm; /* F32 [n_embd] (gemma3) */
-    /* encoders (bert.c); biases F32, host NULL when absent. nomic-bert's fused attn_qkv is bound as
-     * three row views: attn_q, attn_k, attn_v above */
-    qr_weight attn_q_b, attn_k_b, attn_v_b; /* [n_embd] */
-    qr_weight attn_out_b;      /* [n_embd] */
-    qr_weight attn_out_norm;   /* LayerNorm after attention: F32 [n_embd] */
-    qr_weight attn_out_norm_b; /* [n_embd] */
-    qr_weight ffn_up_b;        /* [n_ff] */
-    qr_weight ffn_down_b;      /* [n_embd] */
-    qr_weight layer_out_norm;  /* LayerNorm after the FFN: F32 [n_embd] */
-    qr_weight layer_out_norm_b;/* [n_embd] */
+    /* encoders (bert.c): LayerNorms after the sub-blocks, F32 [n_embd] */
+    qr_weight attn_out_norm, attn_out_norm_b;
+    qr_weight layer_out_norm, layer_out_norm_b;
+    /* MoE FFN; gate_inp.host == NULL: a dense FFN (the ffn_* weights above) */
+    qr_weight gate_inp;           /* router [n_expert][n_embd] */
+    qr_weight gate_inp_b;         /* F32 [n_expert] (gpt-oss) */
+    qr_weight exp_probs_b;        /* F32 [n_expert] selection bias (nemotron_h_moe) */
+    qr_weight gate_exps, up_exps; /* [n_expert][n_ff_exp][n_embd]; gate_exps absent for relu^2 experts */
+    qr_weight down_exps;          /* [n_expert][n_embd][n_ff_exp] */
+    qr_weight gate_exps_b, up_exps_b, down_exps_b; /* F32 [n_expert][n_ff_exp] / [n_expert][n_embd] (gpt-oss) */
+    qr_weight gate_shexp, up_shexp; /* shared expert [n_ff_shexp][n_embd]; gate absent for relu^2 */
+    qr_weight down_shexp;         /* [n_embd][n_ff_shexp] */
+    /* Mamba2 */
+    qr_weight ssm_in;             /* [2 d_inner + 2 n_group d_state + n_head][n_embd]: z | xBC | dt */
+    qr_weight ssm_conv1d;         /* F32 [conv_dim][d_conv] */
+    qr_weight ssm_conv1d_b;       /* F32 [conv_dim] */
+    qr_weight ssm_dt_b;           /* F32 [n_head] */
+    qr_weight ssm_a;              /* F32 [n_head] (= -exp(A_log)) */
+    qr_weight ssm_d;              /* F32 [n_head] */
+    qr_weight ssm_norm;           /* F32 [d_inner] (n_group groups) */
+    qr_weight ssm_out;            /* [n_embd][d_inner] */
 } qr_layer;
 
 struct qr_model {
@@ -154,6 +204,7 @@ struct qr_model {
     qr_hparams hp;
     qr_weight tok_embd;         /* [n_vocab][n_embd] */
     qr_weight output_norm;      /* F32 [n_embd] */
+    qr_weight output_norm_b;    /* F32 [n_embd] bias of the final LayerNorm (nemotron), host NULL when absent */
     qr_weight output;           /* [n_vocab][n_embd]; == tok_embd's data when tied */
     qr_weight rope_freqs;       /* F32 [n_rot / 2], host == NULL when absent */
     qr_weight type_embd;        /* encoders: [n_token_types][n_embd] (row 0 is added), host NULL when absent */
@@ -165,12 +216,35 @@ struct qr_model {
     char backend_note[192];     /* why an auto load runs on the CPU ("" otherwise); qr_model_backend_note */
     int32_t gpu;                /* CUDA device index asked for (used when be is "cuda") */
     char *name_arena;           /* tensor names referenced by the qr_weights */
-    struct qr_model_x *ext;     /* MoE / SSM hyper-parameters and weights (hybrid.h), NULL for the others */
+    int32_t name_used, name_cap;/* slots of name_arena */
 };
 
 /* ---- forward state ---- */
 
-/* Buffers (backend memory, rows = the plan's n_tokens) and sizes of one forward pass. */
+/* Scratch of the MoE FFN block (moe.c), backend memory for n_batch rows; NULL when the model has no experts. */
+typedef struct qr_moe_scratch {
+    float *router;         /* [n_batch][n_expert] */
+    int32_t *ids;          /* [n_batch][n_used] */
+    float *weights;        /* [n_batch][n_used] */
+    float *eh;             /* [n_batch][n_used][n_ff_exp] expert hidden */
+    float *eo;             /* [n_batch][n_used][n_embd] expert outputs */
+    float *sh;             /* [2][n_batch][n_ff_shexp] shared expert gate | up */
+    int32_t *ids_host;     /* [n_batch][n_used] host copy of ids (non-CPU backends) */
+    uint64_t *sel_counts;  /* [n_layer][n_expert] (host) */
+    int32_t routed_layer;  /* the layer whose router and routing qr_ffn_norm already ran with the norm, or -1 */
+} qr_moe_scratch;
+
+/* Scratch of the Mamba2 mixer (mamba2.c), backend memory for n_batch rows, and the recurrent state;
+ * NULL when the model has no SSM layers. */
+typedef struct qr_mamba_scratch {
+    float *zxbcdt;         /* [n_batch][d_in_proj] */
+    float *xbc;            /* [n_batch][conv_dim] after the conv */
+    float *y;              /* [n_batch][d_inner] */
+    qr_ssm_state *ssm;     /* per-sequence conv and scan state */
+} qr_mamba_scratch;
+
+/* The per-context forward state: buffers (backend memory, rows = the plan's n_tokens, allocated for
+ * n_batch rows by qr_fwd_alloc) and sizes of one forward pass. */
 struct qr_fwd {
     qr_backend *be;
     qr_kv_storage *kv;
@@ -191,9 +265,21 @@ struct qr_fwd {
     float *ff_g;        /* [n_tokens][n_ff] */
     float *ff_u;        /* [n_tokens][n_ff] */
     float *xo;          /* [n_outputs][n_embd] gathered rows */
-    struct qr_fwd_x *ext; /* MoE / SSM scratch and recurrent state (hybrid.h), NULL for the others */
     float *logits;      /* [n_outputs][n_vocab] */
+    int32_t n_batch;    /* rows the buffers above (but xo / logits) hold */
+    qr_moe_scratch moe;     /* the MoE block's scratch */
+    qr_mamba_scratch mamba; /* the Mamba2 block's scratch and state */
+    qr_arch_stats stats;    /* MoE / SSM counters (expert_selection points into moe.sel_counts) */
+    bool stats_enabled;     /* non-CPU backends: read the routing back to count expert selection */
 };
+
+/* Allocates f's buffers on be for n_batch rows and n_seq_max sequences (the MoE / Mamba2 scratch and
+ * the SSM state only when the model has such layers; xo and logits are left to the caller). On failure
+ * what was allocated is freed. */
+qr_status qr_fwd_alloc(const qr_model *m, qr_backend *be, int32_t n_batch, int32_t n_seq_max, qr_fwd *f, char *err,
+                       size_t err_len);
+/* Frees what qr_fwd_alloc allocated, and xo / logits (safe on a partial or zeroed f). */
+void qr_fwd_free(qr_backend *be, qr_fwd *f);
 
 /* ---- shared blocks (blocks.c) ---- */
 
@@ -224,6 +310,24 @@ void qr_rope_store_attend(qr_backend *be, float *q, float *k, const float *v, co
  * act = SiLU or GELU. */
 void qr_block_ffn(const qr_model *m, qr_fwd *f, int il, bool gelu);
 
+/* The first weight that multiplies layer il's FFN input (the `next` hint of the norm before it): the shared
+ * expert's gate (or up) where there is one, else the routed experts' gate (or up); ffn_gate for a dense FFN.
+ * (The router, F32, reads the f32 input; the expert mat-vec then reuses the norm's quantized activations.) */
+const qr_weight *qr_ffn_in(const qr_model *m, int il);
+/* The norm before layer il's FFN: x += b_scale * b (b may be NULL), f->xb = rmsnorm(x) * w, as
+ * qr_fused_add_rmsnorm with qr_ffn_in's hint. For a MoE layer the backend may also run the router and the
+ * routing in the same op (add_rmsnorm_route); qr_block_moe then skips them. */
+void qr_ffn_norm(const qr_model *m, qr_fwd *f, int il, const float *b, float b_scale, const qr_weight *w, int64_t n,
+                 float eps);
+/* MoE FFN of layer il on the f->n_rows rows of f->xb, result in f->xb2 (+ the shared expert). */
+void qr_block_moe(const qr_model *m, qr_fwd *f, int il);
+/* Dense FFN of layer il for the relu^2 archs (nemotron, nemotron_h: up/down with optional biases, no gate). */
+void qr_block_ffn_relu2(const qr_model *m, qr_fwd *f, int il);
+/* Mamba2 mixer of layer il on f->xb (normed input, n_tokens rows), result in f->xb2. */
+void qr_block_mamba2(const qr_model *m, qr_fwd *f, int il);
+/* Self-attention with the optional extras (biases, sinks, no rope, own scale), f->xb -> f->xb2. */
+void qr_block_attention_x(const qr_model *m, qr_fwd *f, int il, bool rope, float scale);
+
 /* llama.cpp's last-layer pruning: after the last layer's attention, keeps only the output rows of
  * f->x and f->xb2 (compacted to rows 0..n_outputs-1; f->xb is clobbered) and sets f->n_rows =
  * n_outputs, so that the rest of the layer runs on the same row counts, hence through the same
@@ -235,13 +339,19 @@ void qr_block_keep_outputs(const qr_model *m, qr_fwd *f);
  * f->embd, only the final norm (into f->xo). */
 void qr_block_output(const qr_model *m, qr_fwd *f);
 
+/* ---- loading ---- */
+
+/* Loads the MoE / SSM hyper-parameters and every weight of an extended architecture (hybrid_load.c);
+ * QR_ERR_NOT_FOUND (no message) for a plain llama (no experts), which the common loader takes. */
+qr_status qr_model_x_load(qr_model *m, char *err, size_t err_len);
+
 /* ---- forward passes ---- */
 void qr_llama_forward(const qr_model *m, qr_fwd *f);
 void qr_gemma3_forward(const qr_model *m, qr_fwd *f);
 /* BERT and nomic-bert (bert.c): always an embeddings pass; the final hidden states of all rows are
  * left in f->xo ([n_tokens][n_embd]); the plan must have n_outputs == n_tokens. */
 void qr_bert_forward(const qr_model *m, qr_fwd *f);
-/* MoE and hybrid families (hybrid.h) */
+/* MoE and hybrid families */
 void qr_granite_forward(const qr_model *m, qr_fwd *f);
 void qr_granite_hybrid_forward(const qr_model *m, qr_fwd *f);
 void qr_nemotron_h_forward(const qr_model *m, qr_fwd *f);

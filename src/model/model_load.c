@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/hybrid.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "tokenizer/tokenizer.h"
@@ -20,8 +19,6 @@ typedef struct loader {
     const char *arch;
     char *err;
     size_t err_len;
-    int name_next; /* next free slot of m->name_arena */
-    int name_cap;  /* slots */
 } loader;
 
 static void key_name(const loader *L, const char *suffix, char *buf, size_t cap) {
@@ -130,9 +127,9 @@ static qr_status bind_name(loader *L, const char *name, bool required, int64_t n
     if (rb == 0 || rb * (size_t)want1 != t->nbytes)
         return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: tensor %s: %llu bytes do not match its shape and type %s",
                        L->m->path, name, (unsigned long long)t->nbytes, qr_type_name(t->type));
-    if (L->name_next >= L->name_cap)
+    if (L->m->name_used >= L->m->name_cap)
         return qr_errf(L->err, L->err_len, QR_ERR_INTERNAL, "%s: tensor name arena full", L->m->path);
-    char *slot = L->m->name_arena + (size_t)L->name_next++ * NAME_CAP;
+    char *slot = L->m->name_arena + (size_t)L->m->name_used++ * NAME_CAP;
     snprintf(slot, NAME_CAP, "%s", name);
     *w = (qr_weight){.name = slot, .type = t->type, .ne = {t->ne[0], want1, 1, 1}, .row_bytes = rb, .host = t->data};
     return QR_OK;
@@ -415,7 +412,7 @@ qr_model_params qr_model_default_params(void) {
  * tied output matrix (the same data as tok_embd) left out. Returns the count, or -1 when out of
  * memory. Add new weights here: prepare, release and the GPU memory check all use this list. */
 static int64_t model_weights(qr_model *m, qr_weight ***out) {
-    const int64_t cap = 16 + (int64_t)m->hp.n_layer * 64 + (m->ext ? m->ext->n_weights : 0); /* every qr_layer field */
+    const int64_t cap = 16 + (int64_t)m->hp.n_layer * 64; /* every qr_layer field */
     qr_weight **ws = malloc((size_t)cap * sizeof *ws);
     if (!ws) return -1;
     int64_t n = 0;
@@ -425,20 +422,24 @@ static int64_t model_weights(qr_model *m, qr_weight ***out) {
     } while (0)
     ADD(&m->tok_embd);
     ADD(&m->output_norm);
+    ADD(&m->output_norm_b);
     if (m->output.host != m->tok_embd.host) ADD(&m->output);
     ADD(&m->rope_freqs);
     ADD(&m->type_embd); /* encoders */
     ADD(&m->pos_embd);
     ADD(&m->tok_norm);
     ADD(&m->tok_norm_b);
-    for (int64_t i = 0; m->ext && i < m->ext->n_weights && n < cap; i++) ws[n++] = m->ext->weights[i];
     for (int il = 0; il < m->hp.n_layer; il++) {
         qr_layer *l = &m->layers[il];
-        qr_weight *lw[] = {&l->attn_norm, &l->attn_q, &l->attn_k, &l->attn_v, &l->attn_out, &l->attn_q_norm,
-                           &l->attn_k_norm, &l->attn_post_norm, &l->ffn_norm, &l->ffn_gate, &l->ffn_up, &l->ffn_down,
-                           &l->ffn_post_norm, &l->attn_q_b, &l->attn_k_b, &l->attn_v_b, &l->attn_out_b,
-                           &l->attn_out_norm, &l->attn_out_norm_b, &l->ffn_up_b, &l->ffn_down_b, &l->layer_out_norm,
-                           &l->layer_out_norm_b};
+        qr_weight *lw[] = {&l->attn_norm, &l->attn_norm_b, &l->attn_q, &l->attn_k, &l->attn_v, &l->attn_out,
+                           &l->attn_q_b, &l->attn_k_b, &l->attn_v_b, &l->attn_out_b, &l->attn_sinks, &l->attn_q_norm,
+                           &l->attn_k_norm, &l->attn_post_norm, &l->ffn_norm, &l->ffn_norm_b, &l->ffn_gate, &l->ffn_up,
+                           &l->ffn_down, &l->ffn_up_b, &l->ffn_down_b, &l->ffn_post_norm, &l->attn_out_norm,
+                           &l->attn_out_norm_b, &l->layer_out_norm, &l->layer_out_norm_b, &l->gate_inp,
+                           &l->gate_inp_b, &l->exp_probs_b, &l->gate_exps, &l->up_exps, &l->down_exps,
+                           &l->gate_exps_b, &l->up_exps_b, &l->down_exps_b, &l->gate_shexp, &l->up_shexp,
+                           &l->down_shexp, &l->ssm_in, &l->ssm_conv1d, &l->ssm_conv1d_b, &l->ssm_dt_b, &l->ssm_a,
+                           &l->ssm_d, &l->ssm_norm, &l->ssm_out};
         for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) ADD(lw[i]);
     }
 #undef ADD
@@ -496,7 +497,7 @@ static qr_status try_cuda(qr_model *m, int32_t gpu, char *why, size_t why_len) {
     qr_status st = qr_backend_cuda_create(&cp, &m->be, why, why_len);
     if (st != QR_OK) return st;
     const qr_backend_ops *o = m->be->ops;
-    if (m->ext && (!o->moe_route || !o->matmul_id || !o->moe_gate_up || !o->moe_combine || !o->glu || !o->ssm_conv ||
+    if ((m->hp.n_expert > 0 || m->hp.has_ssm) && (!o->moe_route || !o->matmul_id || !o->moe_gate_up || !o->moe_combine || !o->glu || !o->ssm_conv ||
                    !o->ssm_scan || !o->ssm_gate_norm)) { /* MoE / SSM ops the CUDA backend does not have yet */
         qr_backend_free(m->be);
         m->be = NULL;
@@ -570,8 +571,8 @@ qr_status qr_model_load(const char *path, const qr_model_params *params, qr_mode
     loader L = {.m = m, .g = m->gguf, .arch = m->arch->name, .err = err, .err_len = err_len};
     if ((st = load_hparams(&L)) != QR_OK) goto fail;
     m->layers = calloc((size_t)m->hp.n_layer, sizeof(qr_layer));
-    L.name_cap = m->hp.n_layer * (QR_T_COUNT + 10) + 16; /* weights and biases */
-    m->name_arena = calloc((size_t)L.name_cap, NAME_CAP);
+    m->name_cap = m->hp.n_layer * 64 + 32; /* every weight and bias of a layer */
+    m->name_arena = calloc((size_t)m->name_cap, NAME_CAP);
     if (!m->layers || !m->name_arena) {
         st = qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
         goto fail;
@@ -591,7 +592,6 @@ void qr_model_free(qr_model *m) {
     release_weights(m);
     qr_backend_free(m->be);
     qr_tokenizer_free(m->embed_tok);
-    qr_model_x_free(m->ext);
     qr_gguf_close(m->gguf);
     free(m->layers);
     free(m->name_arena);
