@@ -12,14 +12,13 @@
 #include "kv/ssm_state.h"
 #include "quarrel.h"
 
-/* ---- architecture table (arch.c) ---- */
+/* ---- architecture table (arch.c): each architecture as data ---- */
 
 typedef enum qr_arch {
-    QR_ARCH_LLAMA = 0, /* llama 2/3, mistral, tinyllama, smollm2 */
+    QR_ARCH_LLAMA = 0, /* llama 2/3, mistral, tinyllama, smollm2; with ffn_*_exps tensors: Mixtral */
     QR_ARCH_GEMMA3 = 1,
     QR_ARCH_BERT = 2,       /* BERT encoders (all-MiniLM, bge): learned positions, biases, post-norms */
     QR_ARCH_NOMIC_BERT = 3, /* nomic-embed-text: fused qkv, NeoX rope, SwiGLU, no biases */
-    /* MoE and hybrid families (hybrid.h): llama with ffn_*_exps tensors is Mixtral */
     QR_ARCH_GRANITE = 4,        /* granite 3.x: llama + embedding/residual/attention/logit multipliers */
     QR_ARCH_GRANITE_HYBRID = 5, /* granite 4.0-H: Mamba2 + attention layers, MoE + shared expert */
     QR_ARCH_NEMOTRON_H = 6,     /* Mamba2 / attention / relu^2-FFN blocks */
@@ -29,68 +28,124 @@ typedef enum qr_arch {
     QR_ARCH_COUNT
 } qr_arch;
 
-/* Tensors, named as llama.cpp's llama-arch names them ("blk.%d." prefix for per-layer ones). */
-typedef enum qr_tensor_id {
-    QR_T_TOKEN_EMBD,      /* token_embd */
-    QR_T_OUTPUT_NORM,     /* output_norm */
-    QR_T_OUTPUT,          /* output */
-    QR_T_ROPE_FREQS,      /* rope_freqs */
-    QR_T_ATTN_NORM,       /* blk.N.attn_norm */
-    QR_T_ATTN_Q,          /* blk.N.attn_q */
-    QR_T_ATTN_K,          /* blk.N.attn_k */
-    QR_T_ATTN_V,          /* blk.N.attn_v */
-    QR_T_ATTN_OUT,        /* blk.N.attn_output */
-    QR_T_ATTN_Q_NORM,     /* blk.N.attn_q_norm */
-    QR_T_ATTN_K_NORM,     /* blk.N.attn_k_norm */
-    QR_T_ATTN_POST_NORM,  /* blk.N.post_attention_norm */
-    QR_T_FFN_NORM,        /* blk.N.ffn_norm */
-    QR_T_FFN_GATE,        /* blk.N.ffn_gate */
-    QR_T_FFN_UP,          /* blk.N.ffn_up */
-    QR_T_FFN_DOWN,        /* blk.N.ffn_down */
-    QR_T_FFN_POST_NORM,   /* blk.N.post_ffw_norm */
-    /* encoders (bert.c) */
-    QR_T_ATTN_QKV,        /* blk.N.attn_qkv (nomic-bert: fused q, k, v rows) */
-    QR_T_ATTN_OUT_NORM,   /* blk.N.attn_output_norm */
-    QR_T_LAYER_OUT_NORM,  /* blk.N.layer_output_norm */
-    QR_T_TOKEN_TYPES,     /* token_types (global) */
-    QR_T_POS_EMBD,        /* position_embd (global) */
-    QR_T_TOKEN_EMBD_NORM, /* token_embd_norm (global) */
-    QR_T_COUNT
-} qr_tensor_id;
+/* A hyper-parameter "{arch}.<key>" and the qr_hparams field it fills (an int32_t, float or bool). An
+ * absent optional key gives `dflt`; the loader derives the defaults that depend on other keys (head_count_kv,
+ * key_length, rope.dimension_count, attention.scale, expert_feed_forward_length) where the key gave 0. Ints
+ * may be per-layer arrays (equal values, or the maximum with the arch's per_layer_max). */
+typedef enum qr_hp_type { QR_HP_INT, QR_HP_FLOAT, QR_HP_BOOL } qr_hp_type;
+typedef enum qr_hp_need {
+    QR_HP_OPT,     /* optional */
+    QR_HP_REQ,     /* required: "missing metadata key {arch}.<key>" */
+    QR_HP_REQ_MOE, /* required when expert_count > 0 */
+} qr_hp_need;
+typedef struct qr_hparam_spec {
+    const char *key;   /* after "{arch}." */
+    qr_hp_type type;
+    qr_hp_need need;
+    size_t field;      /* offsetof(qr_hparams, ...) */
+    double lo, hi;     /* accepted range of a present int */
+    double dflt;       /* value when absent */
+} qr_hparam_spec;
 
-/* Base name of a tensor ("attn_q"); per-layer tensors get "blk.N." in front, and ".weight". */
-const char *qr_tensor_base_name(qr_tensor_id id);
-/* True when the tensor is per layer (the encoder globals QR_T_TOKEN_TYPES.. are not). */
-bool qr_tensor_per_layer(qr_tensor_id id);
-/* Writes the full name ("blk.3.attn_q.weight"; layer ignored for global tensors) into buf. */
-void qr_tensor_name(qr_tensor_id id, int layer, char *buf, size_t cap);
+/* Where a tensor lives: the model (0), or the layers with one of these parts (a mask). */
+enum {
+    QR_IN_MODEL = 0,
+    QR_IN_ANY = 1,   /* every layer */
+    QR_IN_ATTN = 2,  /* layers with self-attention */
+    QR_IN_SSM = 4,   /* layers with a Mamba2 mixer */
+    QR_IN_FFN = 8,   /* layers with a dense FFN */
+    QR_IN_MOE = 16,  /* layers with an MoE FFN (those that have blk.N.ffn_gate_inp, when expert_count > 0) */
+    QR_IN_SHEXP = 32,/* MoE layers with a shared expert (expert_shared_feed_forward_length > 0) */
+};
+/* How a tensor is bound. */
+enum {
+    QR_TS_OPT = 0,        /* optional: host NULL when absent */
+    QR_TS_REQ = 1,        /* required: "missing tensor <name> (required by architecture <arch>)" */
+    QR_TS_SPLIT3 = 2,     /* rows (vector: elements) cut into three views, q | k | v sizes, bound to the field
+                           * and the two qr_weights after it (nomic-bert's fused attn_qkv) */
+    QR_TS_REQ_SPLIT3 = 3,
+    QR_TS_FLAT = 4,       /* optional F32 matrix bound as one vector of all its elements (ssm_norm's groups) */
+    QR_TS_TIED = 8,       /* optional; absent: token_embd's data (tied embeddings), which must suit a matmul */
+};
+/* What a tensor is used as: its types must suit that. */
+typedef enum qr_tensor_use { QR_USE_MATMUL, QR_USE_F32, QR_USE_TABLE } qr_tensor_use;
+/* A tensor dimension, from the hyper-parameters. */
+typedef enum qr_dim {
+    QR_D_1 = 0,      /* 1: a dimension the tensor does not have */
+    QR_D_EMBD,       /* n_embd */
+    QR_D_VOCAB,      /* n_vocab */
+    QR_D_Q,          /* n_head * head_dim_k */
+    QR_D_K,          /* n_head_kv * head_dim_k */
+    QR_D_V,          /* n_head_kv * head_dim_v */
+    QR_D_O,          /* n_head * head_dim_v */
+    QR_D_QKV,        /* Q + K + V */
+    QR_D_HEAD,       /* n_head */
+    QR_D_HEAD_K,     /* head_dim_k */
+    QR_D_ROT_HALF,   /* n_rot / 2 */
+    QR_D_FF,         /* the layer's n_ff */
+    QR_D_FF_EXP,     /* n_ff_exp */
+    QR_D_FF_SHEXP,   /* n_ff_shexp */
+    QR_D_EXPERT,     /* n_expert */
+    QR_D_CTX_TRAIN,  /* n_ctx_train */
+    QR_D_FILE,       /* whatever the file has (token_types' rows) */
+    QR_D_SSM_IN,     /* 2 d_inner + 2 n_group d_state + ssm n_head: z | xBC | dt */
+    QR_D_SSM_CONV,   /* d_conv */
+    QR_D_SSM_CONV_DIM, /* conv_dim */
+    QR_D_SSM_HEAD,   /* ssm n_head */
+    QR_D_SSM_INNER,  /* d_inner */
+    QR_D_SSM_GROUP_SIZE, /* d_inner / n_group */
+    QR_D_SSM_GROUP,  /* n_group */
+} qr_dim;
+/* A tensor: name, where, how, shape [dims[0] (row length), dims[1], dims[2]] and the qr_weight it binds. */
+typedef struct qr_tensor_spec {
+    const char *name;   /* "attn_q.weight"; per-layer tensors get "blk.N." in front */
+    uint8_t in;         /* QR_IN_* */
+    uint8_t flags;      /* QR_TS_* */
+    uint8_t use;        /* qr_tensor_use */
+    uint8_t dims[3];    /* qr_dim */
+    size_t field;       /* offsetof(qr_model, ...) for QR_IN_MODEL, else offsetof(qr_layer, ...) */
+} qr_tensor_spec;
+
+/* Which layers are attention, Mamba2 or FFN-only blocks: read from the per-layer head_count_kv and
+ * feed_forward_length arrays (as llama.cpp does), never from a hard-coded pattern. */
+typedef enum qr_layer_rule {
+    QR_LAYERS_ATTN = 0,       /* every layer: attention + FFN */
+    QR_LAYERS_SSM_OR_ATTN,    /* head_count_kv 0: Mamba2, else attention; every layer has an FFN (granitehybrid) */
+    QR_LAYERS_SSM_ATTN_FFN,   /* head_count_kv and feed_forward_length 0: Mamba2; feed_forward_length 0:
+                               * attention; else an FFN-only block (nemotron_h) */
+} qr_layer_rule;
 
 typedef struct qr_model qr_model;
 typedef struct qr_fwd qr_fwd;
 /* A forward pass over the current batch plan (set on the backend); see qr_fwd. */
 typedef void (*qr_forward_fn)(const qr_model *m, qr_fwd *f);
 
+/* One architecture: everything model_load.c needs to load it, and the forward pass that runs it. */
 typedef struct qr_arch_info {
     qr_arch arch;
     const char *name;        /* general.architecture value */
+    qr_forward_fn forward;
+    const qr_hparam_spec *const *hparams; /* groups of keys, NULL-terminated, read in order */
+    const qr_tensor_spec *const *tensors; /* groups of tensors, NULL-terminated */
+    qr_layer_rule layers;    /* attention / Mamba2 / FFN-only per layer */
+    bool per_layer_max;      /* per-layer integer arrays (head_count_kv, feed_forward_length) may differ by
+                              * layer (0 = no attention / FFN there): the loader keeps the maximum */
+    bool encoder;            /* BERT family: LayerNorm with biases, non-causal attention, no output head */
     qr_rope_mode rope_mode;  /* normal (llama) or neox (gemma3) */
-    bool has_qk_norm;        /* attn_q_norm / attn_k_norm required */
-    bool has_post_norms;     /* post_attention_norm / post_ffw_norm required */
-    bool gelu_ffn;           /* GeGLU (true) or SwiGLU (false) */
     bool scale_embd;         /* multiply embeddings by sqrt(n_embd) */
     int32_t swa_pattern;     /* default sliding-window period (gemma3: 6, every 6th layer global); 0 = none */
     float rope_base_swa;     /* rope base of sliding-window layers (gemma3: 10000) */
-    bool encoder;            /* BERT family: LayerNorm with biases, non-causal attention, no output head */
-    bool extended;           /* MoE / hybrid family: hybrid_load.c loads the weights (llama: when it has experts) */
-    bool per_layer_max;      /* per-layer integer arrays (head_count_kv, feed_forward_length) may differ by
-                              * layer (0 = no attention / FFN there): the common loader keeps the maximum */
-    qr_forward_fn forward;
+    /* MoE: how the router's choice is weighted (hyper-parameter keys may change norm_w and the scale) */
+    bool moe_every_layer;    /* with expert_count > 0 every FFN must be an MoE (llama: Mixtral; gpt-oss) */
+    qr_moe_gating gating;
+    bool norm_w;
+    qr_glu_kind expert_act;
 } qr_arch_info;
 
 /* Table row for a general.architecture name; NULL when unsupported. */
 const qr_arch_info *qr_arch_find(const char *name);
-/* Comma-separated list of supported architecture names (static). */
-const char *qr_arch_list(void);
+/* Writes the comma-separated names of the supported architectures (the table's rows) into buf. */
+void qr_arch_list(char *buf, size_t cap);
 
 /* ---- hyper-parameters and weights ---- */
 
@@ -136,7 +191,7 @@ typedef struct qr_hparams {
     float f_embedding_scale;  /* {arch}.embedding_scale */
     float f_residual_scale;   /* {arch}.residual_scale */
     float f_logit_scale;      /* {arch}.logit_scale: logits /= it */
-    bool use_rope;            /* granite: rope.scaling.finetuned (default true); nemotron_h: false */
+    bool use_rope;            /* granite: rope.scaling.finetuned (default true); true for the others */
 } qr_hparams;
 
 /* What a layer's mixer is. */
@@ -217,6 +272,9 @@ struct qr_model {
     int32_t gpu;                /* CUDA device index asked for (used when be is "cuda") */
     char *name_arena;           /* tensor names referenced by the qr_weights */
     int32_t name_used, name_cap;/* slots of name_arena */
+    qr_weight **weights;        /* [n_weights] every bound weight (the tied output matrix left out): what the
+                                 * backend prepares and releases */
+    int32_t n_weights, cap_weights;
 };
 
 /* ---- forward state ---- */
@@ -338,12 +396,6 @@ void qr_block_keep_outputs(const qr_model *m, qr_fwd *f);
 /* Final norm and output projection of the gathered rows: f->logits (with final softcap); with
  * f->embd, only the final norm (into f->xo). */
 void qr_block_output(const qr_model *m, qr_fwd *f);
-
-/* ---- loading ---- */
-
-/* Loads the MoE / SSM hyper-parameters and every weight of an extended architecture (hybrid_load.c);
- * QR_ERR_NOT_FOUND (no message) for a plain llama (no experts), which the common loader takes. */
-qr_status qr_model_x_load(qr_model *m, char *err, size_t err_len);
 
 /* ---- forward passes ---- */
 void qr_llama_forward(const qr_model *m, qr_fwd *f);
