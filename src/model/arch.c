@@ -1,106 +1,281 @@
-/* arch.c — the architecture table: which tensors and options each supported family has, in the
- * style of llama.cpp's llama-arch.cpp. Hyper-parameter keys are "{arch}.<suffix>" (model_load.c). */
+/* arch.c — the architecture table: each supported family as data, in the style of llama.cpp's
+ * llama-arch.cpp: its hyper-parameter keys ("{arch}.<key>": required or optional, ranges, defaults), its
+ * tensors (llama.cpp's names, per layer kind, required or optional, shapes from the hyper-parameters,
+ * the qr_weight each binds), its MoE constants and its forward pass. model_load.c loads every family
+ * from these rows; adding an architecture is a row here (mostly from the groups below) and a forward
+ * file (docs/architecture.md, "Adding an architecture"). */
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "model/model.h"
 
-static const char *const tensor_names[QR_T_COUNT] = {
-    [QR_T_TOKEN_EMBD] = "token_embd",
-    [QR_T_OUTPUT_NORM] = "output_norm",
-    [QR_T_OUTPUT] = "output",
-    [QR_T_ROPE_FREQS] = "rope_freqs",
-    [QR_T_ATTN_NORM] = "attn_norm",
-    [QR_T_ATTN_Q] = "attn_q",
-    [QR_T_ATTN_K] = "attn_k",
-    [QR_T_ATTN_V] = "attn_v",
-    [QR_T_ATTN_OUT] = "attn_output",
-    [QR_T_ATTN_Q_NORM] = "attn_q_norm",
-    [QR_T_ATTN_K_NORM] = "attn_k_norm",
-    [QR_T_ATTN_POST_NORM] = "post_attention_norm",
-    [QR_T_FFN_NORM] = "ffn_norm",
-    [QR_T_FFN_GATE] = "ffn_gate",
-    [QR_T_FFN_UP] = "ffn_up",
-    [QR_T_FFN_DOWN] = "ffn_down",
-    [QR_T_FFN_POST_NORM] = "post_ffw_norm",
-    [QR_T_ATTN_QKV] = "attn_qkv",
-    [QR_T_ATTN_OUT_NORM] = "attn_output_norm",
-    [QR_T_LAYER_OUT_NORM] = "layer_output_norm",
-    [QR_T_TOKEN_TYPES] = "token_types",
-    [QR_T_POS_EMBD] = "position_embd",
-    [QR_T_TOKEN_EMBD_NORM] = "token_embd_norm",
+/* ---- hyper-parameter groups ---- */
+
+#define HP(key, type, need, fld, lo, hi, dflt) {key, QR_HP_##type, QR_HP_##need, offsetof(qr_hparams, fld), lo, hi, dflt}
+
+/* every architecture */
+static const qr_hparam_spec hp_common[] = {
+    HP("context_length", INT, REQ, n_ctx_train, 1, INT32_MAX, 0),
+    HP("embedding_length", INT, REQ, n_embd, 1, 1 << 20, 0),
+    HP("block_count", INT, REQ, n_layer, 1, 4096, 0),
+    HP("feed_forward_length", INT, REQ, n_ff, 1, 1 << 22, 0),
+    HP("attention.head_count", INT, REQ, n_head, 1, 4096, 0),
+    HP("attention.head_count_kv", INT, OPT, n_head_kv, 1, 4096, 0),   /* default n_head */
+    HP("attention.key_length", INT, OPT, head_dim_k, 1, 512, 0),      /* default n_embd / n_head */
+    HP("attention.value_length", INT, OPT, head_dim_v, 1, 512, 0),    /* default n_embd / n_head */
+    HP("rope.dimension_count", INT, OPT, n_rot, 2, 512, 0),           /* default key_length */
+    HP("pooling_type", INT, OPT, pooling_type, 0, 4, -1),
+    HP("rope.freq_base", FLOAT, OPT, rope_base, 0, 0, 10000.0),
+    HP("attention.sliding_window", INT, OPT, n_swa, 0, INT32_MAX, 0),
+    HP("attn_logit_softcapping", FLOAT, OPT, attn_softcap, 0, 0, 0),
+    HP("final_logit_softcapping", FLOAT, OPT, final_softcap, 0, 0, 0),
+    HP("attention.scale", FLOAT, OPT, attn_scale, 0, 0, 0),           /* default 1 / sqrt(key_length) */
+    {0},
 };
+static const qr_hparam_spec hp_rms_eps[] = {HP("attention.layer_norm_rms_epsilon", FLOAT, REQ, norm_eps, 0, 0, 0), {0}};
+static const qr_hparam_spec hp_ln_eps[] = {HP("attention.layer_norm_epsilon", FLOAT, REQ, norm_eps, 0, 0, 0), {0}};
+static const qr_hparam_spec hp_causal[] = {HP("attention.causal", BOOL, OPT, causal, 0, 0, 1), {0}};
+static const qr_hparam_spec hp_non_causal[] = {HP("attention.causal", BOOL, OPT, causal, 0, 0, 0), {0}};
+/* experts (llama.cpp sizes llama's and granite's experts by feed_forward_length: no key for them) */
+static const qr_hparam_spec hp_moe[] = {
+    HP("expert_count", INT, OPT, n_expert, 0, 4096, 0),
+    HP("expert_used_count", INT, REQ_MOE, n_expert_used, 1, 4096, 0),
+    HP("expert_shared_feed_forward_length", INT, OPT, n_ff_shexp, 0, 1 << 22, 0),
+    {0},
+};
+static const qr_hparam_spec hp_moe_gpt_oss[] = {
+    HP("expert_count", INT, REQ, n_expert, 1, 4096, 0),
+    HP("expert_used_count", INT, REQ, n_expert_used, 1, 4096, 0),
+    HP("expert_feed_forward_length", INT, REQ, n_ff_exp, 1, 1 << 22, 0),
+    HP("expert_shared_feed_forward_length", INT, OPT, n_ff_shexp, 0, 1 << 22, 0),
+    {0},
+};
+static const qr_hparam_spec hp_moe_nemotron_h[] = {
+    HP("expert_feed_forward_length", INT, OPT, n_ff_exp, 1, 1 << 22, 0), /* default feed_forward_length */
+    HP("expert_weights_norm", BOOL, OPT, norm_w, 0, 0, 0),
+    HP("expert_weights_scale", FLOAT, OPT, w_scale, 0, 0, 1.0), /* 0 = 1 */
+    {0},
+};
+static const qr_hparam_spec hp_ssm[] = {
+    HP("ssm.conv_kernel", INT, REQ, ssm.d_conv, 2, 16, 0),
+    HP("ssm.inner_size", INT, REQ, ssm.d_inner, 1, 1 << 20, 0),
+    HP("ssm.state_size", INT, REQ, ssm.d_state, 1, 1024, 0),
+    HP("ssm.time_step_rank", INT, REQ, ssm.n_head, 1, 1 << 16, 0),
+    HP("ssm.group_count", INT, REQ, ssm.n_group, 1, 1 << 16, 0),
+    {0},
+};
+static const qr_hparam_spec hp_granite[] = {
+    HP("embedding_scale", FLOAT, OPT, f_embedding_scale, 0, 0, 0),
+    HP("residual_scale", FLOAT, OPT, f_residual_scale, 0, 0, 0),
+    HP("logit_scale", FLOAT, OPT, f_logit_scale, 0, 0, 0),
+    HP("rope.scaling.finetuned", BOOL, OPT, use_rope, 0, 0, 1),
+    {0},
+};
+#undef HP
 
-const char *qr_tensor_base_name(qr_tensor_id id) { return id < QR_T_COUNT ? tensor_names[id] : "?"; }
+/* ---- tensor groups ---- */
 
-bool qr_tensor_per_layer(qr_tensor_id id) {
-    if (id == QR_T_TOKEN_TYPES || id == QR_T_POS_EMBD || id == QR_T_TOKEN_EMBD_NORM) return false;
-    return id >= QR_T_ATTN_NORM && id < QR_T_COUNT;
-}
+#define G(flags, use, name, d0, d1, fld)                                                                              \
+    {name, QR_IN_MODEL, QR_TS_##flags, QR_USE_##use, {QR_D_##d0, QR_D_##d1, QR_D_1}, offsetof(qr_model, fld)}
+#define L(in, flags, use, name, d0, d1, d2, fld)                                                                      \
+    {name, in, QR_TS_##flags, QR_USE_##use, {QR_D_##d0, QR_D_##d1, QR_D_##d2}, offsetof(qr_layer, fld)}
+#define ATTN QR_IN_ATTN
+#define FFN QR_IN_FFN
+#define MOE QR_IN_MOE
+#define FFN_ANY (QR_IN_FFN | QR_IN_MOE)
 
-void qr_tensor_name(qr_tensor_id id, int layer, char *buf, size_t cap) {
-    if (qr_tensor_per_layer(id)) snprintf(buf, cap, "blk.%d.%s.weight", layer, qr_tensor_base_name(id));
-    else snprintf(buf, cap, "%s.weight", qr_tensor_base_name(id));
-}
+static const qr_tensor_spec t_decoder[] = {
+    G(REQ, TABLE, "token_embd.weight", EMBD, VOCAB, tok_embd),
+    G(REQ, F32, "output_norm.weight", EMBD, 1, output_norm),
+    G(TIED, MATMUL, "output.weight", EMBD, VOCAB, output),
+    G(OPT, F32, "rope_freqs.weight", ROT_HALF, 1, rope_freqs),
+    L(QR_IN_ANY, REQ, F32, "attn_norm.weight", EMBD, 1, 1, attn_norm),
+    {0},
+};
+static const qr_tensor_spec t_attention[] = {
+    L(ATTN, REQ, MATMUL, "attn_q.weight", EMBD, Q, 1, attn_q),
+    L(ATTN, REQ, MATMUL, "attn_k.weight", EMBD, K, 1, attn_k),
+    L(ATTN, REQ, MATMUL, "attn_v.weight", EMBD, V, 1, attn_v),
+    L(ATTN, REQ, MATMUL, "attn_output.weight", O, EMBD, 1, attn_out),
+    {0},
+};
+/* optional biases and sinks of qr_block_attention_x */
+static const qr_tensor_spec t_attn_bias[] = {
+    L(ATTN, OPT, F32, "attn_q.bias", Q, 1, 1, attn_q_b),
+    L(ATTN, OPT, F32, "attn_k.bias", K, 1, 1, attn_k_b),
+    L(ATTN, OPT, F32, "attn_v.bias", V, 1, 1, attn_v_b),
+    L(ATTN, OPT, F32, "attn_output.bias", EMBD, 1, 1, attn_out_b),
+    {0},
+};
+static const qr_tensor_spec t_attn_sinks[] = {L(ATTN, OPT, F32, "attn_sinks.weight", HEAD, 1, 1, attn_sinks), {0}};
+static const qr_tensor_spec t_ffn_norm[] = {L(FFN_ANY, REQ, F32, "ffn_norm.weight", EMBD, 1, 1, ffn_norm), {0}};
+static const qr_tensor_spec t_ffn_glu[] = { /* down(act(gate(x)) * up(x)) */
+    L(FFN, REQ, MATMUL, "ffn_gate.weight", EMBD, FF, 1, ffn_gate),
+    L(FFN, REQ, MATMUL, "ffn_up.weight", EMBD, FF, 1, ffn_up),
+    L(FFN, REQ, MATMUL, "ffn_down.weight", FF, EMBD, 1, ffn_down),
+    {0},
+};
+static const qr_tensor_spec t_ffn_relu2[] = { /* down(relu(up(x) + b)^2) + b */
+    L(FFN, REQ, MATMUL, "ffn_up.weight", EMBD, FF, 1, ffn_up),
+    L(FFN, REQ, MATMUL, "ffn_down.weight", FF, EMBD, 1, ffn_down),
+    L(FFN, OPT, F32, "ffn_up.bias", FF, 1, 1, ffn_up_b),
+    L(FFN, OPT, F32, "ffn_down.bias", EMBD, 1, 1, ffn_down_b),
+    {0},
+};
+/* the MoE FFN; `GATE` is REQ for gated experts, OPT for relu^2 ones */
+#define T_MOE(GATE)                                                                                                    \
+    L(MOE, REQ, MATMUL, "ffn_gate_inp.weight", EMBD, EXPERT, 1, gate_inp),                                             \
+    L(MOE, OPT, F32, "ffn_gate_inp.bias", EXPERT, 1, 1, gate_inp_b),                                                   \
+    L(MOE, OPT, F32, "exp_probs_b.bias", EXPERT, 1, 1, exp_probs_b),                                                   \
+    L(MOE, REQ, MATMUL, "ffn_up_exps.weight", EMBD, FF_EXP, EXPERT, up_exps),                                         \
+    L(MOE, GATE, MATMUL, "ffn_gate_exps.weight", EMBD, FF_EXP, EXPERT, gate_exps),                                    \
+    L(MOE, REQ, MATMUL, "ffn_down_exps.weight", FF_EXP, EMBD, EXPERT, down_exps),                                     \
+    L(MOE, OPT, F32, "ffn_up_exps.bias", FF_EXP, EXPERT, 1, up_exps_b),                                               \
+    L(MOE, OPT, F32, "ffn_gate_exps.bias", FF_EXP, EXPERT, 1, gate_exps_b),                                           \
+    L(MOE, OPT, F32, "ffn_down_exps.bias", EMBD, EXPERT, 1, down_exps_b),                                             \
+    L(QR_IN_SHEXP, REQ, MATMUL, "ffn_up_shexp.weight", EMBD, FF_SHEXP, 1, up_shexp),                                  \
+    L(QR_IN_SHEXP, GATE, MATMUL, "ffn_gate_shexp.weight", EMBD, FF_SHEXP, 1, gate_shexp),                             \
+    L(QR_IN_SHEXP, REQ, MATMUL, "ffn_down_shexp.weight", FF_SHEXP, EMBD, 1, down_shexp)
+static const qr_tensor_spec t_moe_glu[] = {T_MOE(REQ), {0}};
+static const qr_tensor_spec t_moe_relu2[] = {T_MOE(OPT), {0}};
+#undef T_MOE
+static const qr_tensor_spec t_mamba2[] = {
+    L(QR_IN_SSM, REQ, MATMUL, "ssm_in.weight", EMBD, SSM_IN, 1, ssm_in),
+    L(QR_IN_SSM, REQ, F32, "ssm_conv1d.weight", SSM_CONV, SSM_CONV_DIM, 1, ssm_conv1d),
+    L(QR_IN_SSM, OPT, F32, "ssm_conv1d.bias", SSM_CONV_DIM, 1, 1, ssm_conv1d_b),
+    L(QR_IN_SSM, REQ, F32, "ssm_dt.bias", SSM_HEAD, 1, 1, ssm_dt_b),
+    L(QR_IN_SSM, REQ, F32, "ssm_a", SSM_HEAD, 1, 1, ssm_a),
+    L(QR_IN_SSM, REQ, F32, "ssm_d", SSM_HEAD, 1, 1, ssm_d),
+    L(QR_IN_SSM, FLAT, F32, "ssm_norm.weight", SSM_GROUP_SIZE, SSM_GROUP, 1, ssm_norm),
+    L(QR_IN_SSM, REQ, MATMUL, "ssm_out.weight", SSM_INNER, EMBD, 1, ssm_out),
+    {0},
+};
+static const qr_tensor_spec t_gemma3[] = {
+    L(ATTN, REQ, F32, "attn_q_norm.weight", HEAD_K, 1, 1, attn_q_norm),
+    L(ATTN, REQ, F32, "attn_k_norm.weight", HEAD_K, 1, 1, attn_k_norm),
+    L(ATTN, REQ, F32, "post_attention_norm.weight", EMBD, 1, 1, attn_post_norm),
+    L(FFN, REQ, F32, "post_ffw_norm.weight", EMBD, 1, 1, ffn_post_norm),
+    {0},
+};
+static const qr_tensor_spec t_gpt_oss[] = {
+    L(ATTN, REQ, F32, "attn_sinks.weight", HEAD, 1, 1, attn_sinks),
+    L(ATTN, REQ, F32, "post_attention_norm.weight", EMBD, 1, 1, attn_post_norm), /* the FFN's norm */
+    {0},
+};
+static const qr_tensor_spec t_nemotron[] = { /* LayerNorm biases */
+    G(REQ, F32, "output_norm.bias", EMBD, 1, output_norm_b),
+    L(QR_IN_ANY, REQ, F32, "attn_norm.bias", EMBD, 1, 1, attn_norm_b),
+    L(FFN_ANY, REQ, F32, "ffn_norm.bias", EMBD, 1, 1, ffn_norm_b),
+    {0},
+};
+/* encoders: embeddings and their LayerNorm, post-norm blocks with optional biases */
+static const qr_tensor_spec t_encoder[] = {
+    G(REQ, TABLE, "token_embd.weight", EMBD, VOCAB, tok_embd),
+    G(OPT, TABLE, "token_types.weight", EMBD, FILE, type_embd),
+    G(REQ, F32, "token_embd_norm.weight", EMBD, 1, tok_norm),
+    G(OPT, F32, "token_embd_norm.bias", EMBD, 1, tok_norm_b),
+    L(ATTN, REQ, MATMUL, "attn_output.weight", O, EMBD, 1, attn_out),
+    L(ATTN, OPT, F32, "attn_output.bias", EMBD, 1, 1, attn_out_b),
+    L(ATTN, REQ, F32, "attn_output_norm.weight", EMBD, 1, 1, attn_out_norm),
+    L(ATTN, OPT, F32, "attn_output_norm.bias", EMBD, 1, 1, attn_out_norm_b),
+    L(FFN, REQ, MATMUL, "ffn_up.weight", EMBD, FF, 1, ffn_up),
+    L(FFN, OPT, F32, "ffn_up.bias", FF, 1, 1, ffn_up_b),
+    L(FFN, REQ, MATMUL, "ffn_down.weight", FF, EMBD, 1, ffn_down),
+    L(FFN, OPT, F32, "ffn_down.bias", EMBD, 1, 1, ffn_down_b),
+    L(FFN, REQ, F32, "layer_output_norm.weight", EMBD, 1, 1, layer_out_norm),
+    L(FFN, OPT, F32, "layer_output_norm.bias", EMBD, 1, 1, layer_out_norm_b),
+    {0},
+};
+static const qr_tensor_spec t_bert[] = {
+    G(REQ, TABLE, "position_embd.weight", EMBD, CTX_TRAIN, pos_embd),
+    L(ATTN, REQ, MATMUL, "attn_q.weight", EMBD, Q, 1, attn_q),
+    L(ATTN, REQ, MATMUL, "attn_k.weight", EMBD, K, 1, attn_k),
+    L(ATTN, REQ, MATMUL, "attn_v.weight", EMBD, V, 1, attn_v),
+    L(ATTN, OPT, F32, "attn_q.bias", Q, 1, 1, attn_q_b),
+    L(ATTN, OPT, F32, "attn_k.bias", K, 1, 1, attn_k_b),
+    L(ATTN, OPT, F32, "attn_v.bias", V, 1, 1, attn_v_b),
+    {0},
+};
+static const qr_tensor_spec t_nomic_bert[] = {
+    L(ATTN, REQ_SPLIT3, MATMUL, "attn_qkv.weight", EMBD, QKV, 1, attn_q), /* -> attn_q, attn_k, attn_v */
+    L(ATTN, SPLIT3, F32, "attn_qkv.bias", QKV, 1, 1, attn_q_b),          /* -> attn_q_b, attn_k_b, attn_v_b */
+    L(FFN, REQ, MATMUL, "ffn_gate.weight", EMBD, FF, 1, ffn_gate),
+    {0},
+};
+_Static_assert(offsetof(qr_layer, attn_k) == offsetof(qr_layer, attn_q) + sizeof(qr_weight) &&
+                   offsetof(qr_layer, attn_v) == offsetof(qr_layer, attn_k) + sizeof(qr_weight) &&
+                   offsetof(qr_layer, attn_k_b) == offsetof(qr_layer, attn_q_b) + sizeof(qr_weight) &&
+                   offsetof(qr_layer, attn_v_b) == offsetof(qr_layer, attn_k_b) + sizeof(qr_weight),
+               "QR_TS_SPLIT3 fields must follow each other");
+#undef G
+#undef L
+#undef ATTN
+#undef FFN
+#undef MOE
+#undef FFN_ANY
+
+/* ---- the architectures ---- */
+
+#define HPS(...) (const qr_hparam_spec *const[]){__VA_ARGS__, NULL}
+#define TS(...) (const qr_tensor_spec *const[]){__VA_ARGS__, NULL}
 
 static const qr_arch_info arch_table[QR_ARCH_COUNT] = {
-    [QR_ARCH_LLAMA] =
-        {
-            .arch = QR_ARCH_LLAMA,
-            .name = "llama",
-            .rope_mode = QR_ROPE_NORMAL,
-            .has_qk_norm = false,
-            .has_post_norms = false,
-            .gelu_ffn = false,
-            .scale_embd = false,
-            .swa_pattern = 0,
-            .rope_base_swa = 0.0f,
-            .extended = true, /* with ffn_*_exps tensors: Mixtral (hybrid_load.c) */
-            .forward = qr_llama_forward,
-        },
-    [QR_ARCH_GEMMA3] =
-        {
-            .arch = QR_ARCH_GEMMA3,
-            .name = "gemma3",
-            .rope_mode = QR_ROPE_NEOX,
-            .has_qk_norm = true,
-            .has_post_norms = true,
-            .gelu_ffn = true,
-            .scale_embd = true,
-            .swa_pattern = 6,
-            .rope_base_swa = 10000.0f,
-            .forward = qr_gemma3_forward,
-        },
-    [QR_ARCH_BERT] =
-        {
-            .arch = QR_ARCH_BERT,
-            .name = "bert",
-            .rope_mode = QR_ROPE_NORMAL, /* unused: learned positions */
-            .encoder = true,
-            .forward = qr_bert_forward,
-        },
-    [QR_ARCH_NOMIC_BERT] =
-        {
-            .arch = QR_ARCH_NOMIC_BERT,
-            .name = "nomic-bert",
-            .rope_mode = QR_ROPE_NEOX,
-            .encoder = true,
-            .forward = qr_bert_forward,
-        },
-    /* MoE and hybrid families: weights loaded by hybrid_load.c (hybrid.h) */
-    [QR_ARCH_GRANITE] = {.arch = QR_ARCH_GRANITE, .name = "granite", .rope_mode = QR_ROPE_NORMAL, .extended = true,
-                         .forward = qr_granite_forward},
-    [QR_ARCH_GRANITE_HYBRID] = {.arch = QR_ARCH_GRANITE_HYBRID, .name = "granitehybrid", .rope_mode = QR_ROPE_NORMAL,
-                                .extended = true, .per_layer_max = true, .forward = qr_granite_hybrid_forward},
-    [QR_ARCH_NEMOTRON_H] = {.arch = QR_ARCH_NEMOTRON_H, .name = "nemotron_h", .rope_mode = QR_ROPE_NORMAL,
-                            .extended = true, .per_layer_max = true, .forward = qr_nemotron_h_forward},
-    [QR_ARCH_NEMOTRON_H_MOE] = {.arch = QR_ARCH_NEMOTRON_H_MOE, .name = "nemotron_h_moe", .rope_mode = QR_ROPE_NORMAL,
-                                .extended = true, .per_layer_max = true, .forward = qr_nemotron_h_forward},
-    [QR_ARCH_GPT_OSS] = {.arch = QR_ARCH_GPT_OSS, .name = "gpt-oss", .rope_mode = QR_ROPE_NEOX, .swa_pattern = 2,
-                         .extended = true, .forward = qr_gpt_oss_forward},
-    [QR_ARCH_NEMOTRON] = {.arch = QR_ARCH_NEMOTRON, .name = "nemotron", .rope_mode = QR_ROPE_NEOX, .extended = true,
-                          .forward = qr_nemotron_forward},
+    [QR_ARCH_LLAMA] = {.arch = QR_ARCH_LLAMA, .name = "llama", .forward = qr_llama_forward,
+                       .hparams = HPS(hp_common, hp_rms_eps, hp_causal, hp_moe),
+                       .tensors = TS(t_decoder, t_attention, t_ffn_norm, t_ffn_glu, t_moe_glu),
+                       .rope_mode = QR_ROPE_NORMAL, .moe_every_layer = true, .gating = QR_MOE_SOFTMAX,
+                       .norm_w = true, .expert_act = QR_GLU_SWIGLU},
+    [QR_ARCH_GEMMA3] = {.arch = QR_ARCH_GEMMA3, .name = "gemma3", .forward = qr_gemma3_forward,
+                        .hparams = HPS(hp_common, hp_rms_eps, hp_causal),
+                        .tensors = TS(t_decoder, t_attention, t_gemma3, t_ffn_norm, t_ffn_glu),
+                        .rope_mode = QR_ROPE_NEOX, .scale_embd = true, .swa_pattern = 6, .rope_base_swa = 10000.0f},
+    [QR_ARCH_BERT] = {.arch = QR_ARCH_BERT, .name = "bert", .forward = qr_bert_forward,
+                      .hparams = HPS(hp_common, hp_ln_eps, hp_non_causal), .tensors = TS(t_encoder, t_bert),
+                      .encoder = true, .rope_mode = QR_ROPE_NORMAL /* unused: learned positions */},
+    [QR_ARCH_NOMIC_BERT] = {.arch = QR_ARCH_NOMIC_BERT, .name = "nomic-bert", .forward = qr_bert_forward,
+                            .hparams = HPS(hp_common, hp_ln_eps, hp_non_causal),
+                            .tensors = TS(t_encoder, t_nomic_bert), .encoder = true, .rope_mode = QR_ROPE_NEOX},
+    [QR_ARCH_GRANITE] = {.arch = QR_ARCH_GRANITE, .name = "granite", .forward = qr_granite_forward,
+                         .hparams = HPS(hp_common, hp_rms_eps, hp_causal, hp_moe, hp_granite),
+                         .tensors = TS(t_decoder, t_attention, t_attn_bias, t_attn_sinks, t_ffn_norm, t_ffn_glu,
+                                       t_moe_glu),
+                         .rope_mode = QR_ROPE_NORMAL, .gating = QR_MOE_SOFTMAX, .norm_w = true,
+                         .expert_act = QR_GLU_SWIGLU},
+    [QR_ARCH_GRANITE_HYBRID] = {.arch = QR_ARCH_GRANITE_HYBRID, .name = "granitehybrid",
+                                .forward = qr_granite_hybrid_forward,
+                                .hparams = HPS(hp_common, hp_rms_eps, hp_causal, hp_moe, hp_ssm, hp_granite),
+                                .tensors = TS(t_decoder, t_attention, t_attn_bias, t_attn_sinks, t_mamba2,
+                                              t_ffn_norm, t_ffn_glu, t_moe_glu),
+                                .layers = QR_LAYERS_SSM_OR_ATTN, .per_layer_max = true, .rope_mode = QR_ROPE_NORMAL,
+                                .gating = QR_MOE_SOFTMAX, .norm_w = true, .expert_act = QR_GLU_SWIGLU},
+    [QR_ARCH_NEMOTRON_H] = {.arch = QR_ARCH_NEMOTRON_H, .name = "nemotron_h", .forward = qr_nemotron_h_forward,
+                            .hparams = HPS(hp_common, hp_rms_eps, hp_causal, hp_moe, hp_moe_nemotron_h, hp_ssm),
+                            .tensors = TS(t_decoder, t_attention, t_attn_bias, t_attn_sinks, t_mamba2, t_ffn_relu2,
+                                          t_moe_relu2),
+                            .layers = QR_LAYERS_SSM_ATTN_FFN, .per_layer_max = true, .rope_mode = QR_ROPE_NORMAL,
+                            .gating = QR_MOE_SIGMOID, .expert_act = QR_GLU_RELU2},
+    [QR_ARCH_NEMOTRON_H_MOE] = {.arch = QR_ARCH_NEMOTRON_H_MOE, .name = "nemotron_h_moe",
+                                .forward = qr_nemotron_h_forward,
+                                .hparams = HPS(hp_common, hp_rms_eps, hp_causal, hp_moe, hp_moe_nemotron_h, hp_ssm),
+                                .tensors = TS(t_decoder, t_attention, t_attn_bias, t_attn_sinks, t_mamba2,
+                                              t_ffn_relu2, t_moe_relu2),
+                                .layers = QR_LAYERS_SSM_ATTN_FFN, .per_layer_max = true, .rope_mode = QR_ROPE_NORMAL,
+                                .gating = QR_MOE_SIGMOID, .expert_act = QR_GLU_RELU2},
+    [QR_ARCH_GPT_OSS] = {.arch = QR_ARCH_GPT_OSS, .name = "gpt-oss", .forward = qr_gpt_oss_forward,
+                         .hparams = HPS(hp_common, hp_rms_eps, hp_causal, hp_moe_gpt_oss),
+                         .tensors = TS(t_decoder, t_attention, t_attn_bias, t_gpt_oss, t_moe_glu),
+                         .rope_mode = QR_ROPE_NEOX, .swa_pattern = 2, .moe_every_layer = true,
+                         .gating = QR_MOE_SOFTMAX_WEIGHT, .norm_w = false, .expert_act = QR_GLU_SWIGLU_OAI},
+    [QR_ARCH_NEMOTRON] = {.arch = QR_ARCH_NEMOTRON, .name = "nemotron", .forward = qr_nemotron_forward,
+                          .hparams = HPS(hp_common, hp_ln_eps, hp_causal),
+                          .tensors = TS(t_decoder, t_nemotron, t_attention, t_attn_bias, t_attn_sinks, t_ffn_norm,
+                                        t_ffn_relu2),
+                          .rope_mode = QR_ROPE_NEOX},
 };
+#undef HPS
+#undef TS
 
 const qr_arch_info *qr_arch_find(const char *name) {
     for (int i = 0; i < QR_ARCH_COUNT; i++)
@@ -108,4 +283,11 @@ const qr_arch_info *qr_arch_find(const char *name) {
     return NULL;
 }
 
-const char *qr_arch_list(void) { return "llama, gemma3, bert, nomic-bert, granite, granitehybrid, nemotron_h, nemotron_h_moe, gpt-oss, nemotron"; }
+void qr_arch_list(char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < QR_ARCH_COUNT && used < cap; i++) {
+        const int n = snprintf(buf + used, cap - used, "%s%s", i ? ", " : "", arch_table[i].name);
+        used += n > 0 ? (size_t)n : 0;
+    }
+}

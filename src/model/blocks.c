@@ -1,6 +1,5 @@
 /* blocks.c — building blocks shared by the forward passes: self-attention over the paged cache,
  * the gated FFN and the output head. Each is a straight sequence of backend ops on qr_fwd buffers. */
-#include "model/hybrid.h"
 #include "model/model.h"
 
 qr_rope_params qr_layer_rope(const qr_model *m, int il) {
@@ -110,7 +109,7 @@ void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
 }
 
 void qr_block_ffn(const qr_model *m, qr_fwd *f, int il, bool gelu) {
-    if (m->ext && m->ext->layers[il].gate_inp.host) { /* a layer with experts (Mixtral): the MoE FFN (moe.c) */
+    if (m->layers[il].gate_inp.host) { /* a layer with experts (Mixtral): the MoE FFN (moe.c) */
         qr_block_moe(m, f, il);
         return;
     }

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/hybrid.h"
 #include "model/model.h"
 #include "kv/kv_cache.h"
 #include "util/knobs.h"
@@ -78,15 +77,6 @@ static void logits_free(qr_context *c) {
     c->logits_backend = false;
 }
 
-static void free_buffers(qr_context *c) {
-    qr_backend *be = c->be;
-    float *bufs[] = {c->f.x, c->f.xb, c->f.xb2, c->f.q, c->f.k, c->f.v, c->f.att, c->f.ff_g, c->f.ff_u, c->f.xo, c->f.logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i]) be->ops->free(be, bufs[i]);
-    qr_fwd_x_free(be, c->f.ext); /* MoE / SSM scratch and state (moe.c) */
-    c->f.ext = NULL;
-}
-
 static const char *const prof_names[6] = {"prepare", "set_batch", "forward / graph launch", "error check",
                                            "logits read (waits for the GPU)", "commit"};
 
@@ -99,7 +89,7 @@ void qr_context_free(qr_context *c) {
     }
     if (c->be) {
         if (c->be->ops->graph_release) c->be->ops->graph_release(c->be, c);
-        free_buffers(c);
+        qr_fwd_free(c->be, &c->f);
         if (c->kvs) c->be->ops->kv_free(c->be, c->kvs);
     }
     qr_kv_cache_free(c->kvc);
@@ -164,18 +154,9 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
         st = QR_ERR_NOMEM;
         goto fail;
     }
-    const size_t nb = (size_t)c->n_batch, fs = sizeof(float);
-    c->f.be = be;
+    const size_t nb = (size_t)c->n_batch;
     c->f.kv = c->kvs;
-    c->f.x = be->ops->alloc(be, nb * hp->n_embd * fs);
-    c->f.xb = be->ops->alloc(be, nb * hp->n_embd * fs);
-    c->f.xb2 = be->ops->alloc(be, nb * hp->n_embd * fs);
-    c->f.q = be->ops->alloc(be, nb * hp->n_head * hp->head_dim_k * fs);
-    c->f.k = be->ops->alloc(be, nb * (size_t)kdim * fs);
-    c->f.v = be->ops->alloc(be, nb * (size_t)vdim * fs);
-    c->f.att = be->ops->alloc(be, nb * hp->n_head * hp->head_dim_v * fs);
-    c->f.ff_g = be->ops->alloc(be, nb * hp->n_ff * fs);
-    c->f.ff_u = be->ops->alloc(be, nb * hp->n_ff * fs);
+    if ((st = qr_fwd_alloc(model, be, c->n_batch, c->n_seq_max, &c->f, err, err_len)) != QR_OK) goto fail;
     c->next_pos = calloc((size_t)c->n_seq_max, sizeof(int32_t));
     c->p_tok = malloc(nb * sizeof(int32_t));
     c->p_pos = malloc(nb * sizeof(int32_t));
@@ -183,12 +164,10 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     c->p_slot = malloc(nb * sizeof(int32_t));
     c->p_out = malloc(nb * sizeof(int32_t));
     c->p_bt = malloc((size_t)c->n_seq_max * (size_t)c->kvc->max_blocks * sizeof(int32_t));
-    if (!c->f.x || !c->f.xb || !c->f.xb2 || !c->f.q || !c->f.k || !c->f.v || !c->f.att || !c->f.ff_g || !c->f.ff_u ||
-        !c->next_pos || !c->p_tok || !c->p_pos || !c->p_seq || !c->p_slot || !c->p_out || !c->p_bt) {
+    if (!c->next_pos || !c->p_tok || !c->p_pos || !c->p_seq || !c->p_slot || !c->p_out || !c->p_bt) {
         st = qr_errf(err, err_len, QR_ERR_NOMEM, "context: cannot allocate activation buffers for n_batch %d", c->n_batch);
         goto fail;
     }
-    if ((st = qr_fwd_x_create(model, be, c->n_batch, c->n_seq_max, &c->f.ext, err, err_len)) != QR_OK) goto fail;
     *out = c;
     return QR_OK;
 fail:
@@ -335,7 +314,7 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
         c->f.n_outputs = no;
         /* MoE / SSM models too, unless their stats are on (the expert counts read the routing back, and
          * the block counters advance only when the forward pass runs on the host) */
-        if (be->ops->run_graph && nt <= GRAPH_MAX_ROWS && !m->arch->encoder && !(c->f.ext && c->f.ext->stats_enabled)) {
+        if (be->ops->run_graph && nt <= GRAPH_MAX_ROWS && !m->arch->encoder && !c->f.stats_enabled) {
             /* decode-sized passes replay a recorded graph per (rows, outputs, block-table shape) */
             const uint64_t key = (uint64_t)nt | (uint64_t)no << 8 | (uint64_t)(uint32_t)mb << 16 |
                                  (uint64_t)(uint32_t)c->n_seq_max << 40;
@@ -346,10 +325,10 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
         }
         PROF(2);
         if ((st = be->ops->last_error(be, err, err_len)) != QR_OK) {
-            if (c->f.ext && c->f.ext->ssm) { /* recurrent states may have advanced: the sequences start over */
-                if (strstr(err ? err : "", "diverged")) c->f.ext->stats.ssm_divergence_total++;
+            if (c->f.mamba.ssm) { /* recurrent states may have advanced: the sequences start over */
+                if (strstr(err ? err : "", "diverged")) c->f.stats.ssm_divergence_total++;
                 for (int32_t j = 0; j < nt; j++) {
-                    qr_ssm_state_reset(c->f.ext->ssm, c->p_seq[j]);
+                    qr_ssm_state_reset(c->f.mamba.ssm, c->p_seq[j]);
                     qr_kv_cache_seq_rm(kvc, c->p_seq[j], 0, -1);
                 }
             }
@@ -381,11 +360,11 @@ const float *qr_get_logits(const qr_context *c, int32_t row) {
 int32_t qr_kv_seq_len(const qr_context *c, int32_t seq) { return qr_kv_cache_seq_len(c->kvc, seq); }
 
 bool qr_kv_seq_rm(qr_context *c, int32_t seq, int32_t p0, int32_t p1) {
-    if (c->f.ext && c->f.ext->ssm) { /* a recurrent state can only be kept whole or reset (to position 0) */
+    if (c->f.mamba.ssm) { /* a recurrent state can only be kept whole or reset (to position 0) */
         const int32_t len = seq >= 0 ? qr_kv_cache_seq_len(c->kvc, seq) : 0;
         if (p0 > 0 && (seq < 0 || p0 < len)) return false;
         if (p0 <= 0 && !qr_kv_cache_seq_rm(c->kvc, seq, p0, p1)) return false;
-        if (p0 <= 0) qr_ssm_state_reset(c->f.ext->ssm, seq);
+        if (p0 <= 0) qr_ssm_state_reset(c->f.mamba.ssm, seq);
         return true;
     }
     return qr_kv_cache_seq_rm(c->kvc, seq, p0, p1);
@@ -393,16 +372,14 @@ bool qr_kv_seq_rm(qr_context *c, int32_t seq, int32_t p0, int32_t p1) {
 
 void qr_kv_clear(qr_context *c) {
     qr_kv_cache_clear(c->kvc);
-    if (c->f.ext) qr_ssm_state_reset(c->f.ext->ssm, -1);
+    if (c->f.mamba.ssm) qr_ssm_state_reset(c->f.mamba.ssm, -1);
 }
 
-const qr_arch_stats *qr_context_arch_stats(const qr_context *c) {
-    static const qr_arch_stats none = {0};
-    return c->f.ext ? &c->f.ext->stats : &none;
-}
+const qr_arch_stats *qr_context_arch_stats(const qr_context *c) { return &c->f.stats; }
 
 void qr_context_set_arch_stats(qr_context *c, bool on) {
-    if (c->f.ext) c->f.ext->stats_enabled = on;
+    const qr_hparams *hp = &c->model->hp; /* only MoE / SSM models have counters to keep */
+    c->f.stats_enabled = on && (hp->n_expert > 0 || hp->has_ssm);
 }
 
 qr_kv_cache *qr_context_kv_cache(qr_context *c) { return c->kvc; }

@@ -3,18 +3,17 @@
  * a sliding window on every other layer; the FFN is an MoE (softmax over the top-k router logits,
  * experts with biases and the clamped SwiGLU) normed by post_attention_norm. Also the attention
  * block with those extras, shared by the granite and nemotron_h forward passes. */
-#include "model/hybrid.h"
+#include "model/model.h"
 
 void qr_block_attention_x(const qr_model *m, qr_fwd *f, int il, bool rope, float scale) {
     const qr_hparams *hp = &m->hp;
     const qr_layer *l = &m->layers[il];
-    const qr_layer_x *lx = &m->ext->layers[il];
     qr_backend *be = f->be;
     const int64_t n = f->n_tokens;
     /* q/k/v with their biases (one launch where the backend fuses them), then rope + K/V store */
     const qr_weight *qkv[3] = {&l->attn_q, &l->attn_k, &l->attn_v};
-    const qr_weight *qkv_b[3] = {lx->q_b.host ? &lx->q_b : NULL, lx->k_b.host ? &lx->k_b : NULL,
-                                 lx->v_b.host ? &lx->v_b : NULL};
+    const qr_weight *qkv_b[3] = {l->attn_q_b.host ? &l->attn_q_b : NULL, l->attn_k_b.host ? &l->attn_k_b : NULL,
+                                 l->attn_v_b.host ? &l->attn_v_b : NULL};
     float *const qkv_out[3] = {f->q, f->k, f->v};
     qr_fused_matmul_multi(be, 3, qkv, qkv_b, f->xb, n, qkv_out);
     const qr_attn_params ap = {
@@ -25,7 +24,7 @@ void qr_block_attention_x(const qr_model *m, qr_fwd *f, int il, bool rope, float
         .scale = scale,
         .softcap = hp->attn_softcap,
         .window = l->swa ? hp->n_swa : 0,
-        .sinks = lx->attn_sinks.host ? &lx->attn_sinks : NULL,
+        .sinks = l->attn_sinks.host ? &l->attn_sinks : NULL,
         .next = &l->attn_out,
     };
     if (rope) {
@@ -35,7 +34,7 @@ void qr_block_attention_x(const qr_model *m, qr_fwd *f, int il, bool rope, float
         be->ops->kv_store(be, f->kv, il, f->k, f->v);
         be->ops->attention(be, f->kv, il, f->q, &ap, f->att);
     }
-    const qr_weight *o = &l->attn_out, *o_b = lx->o_b.host ? &lx->o_b : NULL;
+    const qr_weight *o = &l->attn_out, *o_b = l->attn_out_b.host ? &l->attn_out_b : NULL;
     qr_fused_matmul_multi(be, 1, &o, &o_b, f->att, n, &f->xb2);
 }
 

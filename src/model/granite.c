@@ -3,11 +3,11 @@
  * is MoE + shared expert or dense). llama.cpp's granite multipliers: embeddings *= embedding_scale,
  * each sub-block's output *= residual_scale before the residual add, q.k scaled by attention.scale,
  * logits /= logit_scale; rope only when rope.scaling.finetuned (default true). */
-#include "model/hybrid.h"
+#include "model/model.h"
 
 /* The first weight that multiplies a layer's normed input (the fused norm's hint). */
 static const qr_weight *mixer_in(const qr_model *m, int il) {
-    return m->ext->layers[il].kind == QR_LAYER_SSM ? &m->ext->layers[il].ssm_in : &m->layers[il].attn_q;
+    return m->layers[il].kind == QR_LAYER_SSM ? &m->layers[il].ssm_in : &m->layers[il].attn_q;
 }
 
 /* Each sub-block's output (xb2) is scaled by residual_scale and added to x inside the next norm
@@ -15,7 +15,7 @@ static const qr_weight *mixer_in(const qr_model *m, int il) {
  * fuses them), as llama.cpp's x + residual_scale * block(x) with the same roundings. */
 static void granite_forward(const qr_model *m, qr_fwd *f) {
     const qr_hparams *hp = &m->hp;
-    const qr_hparams_x *h = &m->ext->hp;
+    const qr_hparams *h = &m->hp;
     qr_backend *be = f->be;
     int64_t n = f->n_tokens;
     const float rs = h->f_residual_scale != 0.0f ? h->f_residual_scale : 1.0f;
@@ -28,7 +28,7 @@ static void granite_forward(const qr_model *m, qr_fwd *f) {
         const qr_layer *l = &m->layers[il];
         qr_fused_add_rmsnorm(be, f->x, pending ? f->xb2 : NULL, rs, &l->attn_norm, n, hp->n_embd, hp->norm_eps, f->xb,
                              mixer_in(m, il));
-        if (m->ext->layers[il].kind == QR_LAYER_SSM) qr_block_mamba2(m, f, il);
+        if (l->kind == QR_LAYER_SSM) qr_block_mamba2(m, f, il);
         else qr_block_attention_x(m, f, il, h->use_rope, hp->attn_scale);
         if (il == hp->n_layer - 1) {
             qr_block_keep_outputs(m, f);
@@ -36,7 +36,7 @@ static void granite_forward(const qr_model *m, qr_fwd *f) {
             if (n == 0) break;
         }
         qr_ffn_norm(m, f, il, f->xb2, rs, &l->ffn_norm, n, hp->norm_eps);
-        if (m->ext->layers[il].gate_inp.host) qr_block_moe(m, f, il);
+        if (l->gate_inp.host) qr_block_moe(m, f, il);
         else qr_block_ffn(m, f, il, false);
         pending = true;
     }

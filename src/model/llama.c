@@ -1,6 +1,5 @@
 /* llama.c — forward pass of the llama family (Llama 2/3, Mistral, TinyLlama, SmolLM2):
  * pre-norm blocks, RMSNorm, GQA attention with normal (adjacent-pair) rope, SwiGLU FFN. */
-#include "model/hybrid.h"
 #include "model/model.h"
 
 void qr_llama_forward(const qr_model *m, qr_fwd *f) {

@@ -1,14 +1,13 @@
 /* mamba2.c — the Mamba2 mixer block (llama.cpp's build_mamba2_layer): in-projection into z | xBC | dt,
  * causal depthwise conv1d with its rolling per-sequence state (+ bias, SiLU), the selective scan with
  * groups and the D skip, the gated grouped RMSNorm y * silu(z), and the out-projection. */
-#include "model/hybrid.h"
+#include "model/model.h"
 #include "util/util.h"
 
 void qr_block_mamba2(const qr_model *m, qr_fwd *f, int il) {
-    const qr_hparams_x *h = &m->ext->hp;
-    const qr_ssm_params *p = &h->ssm;
-    const qr_layer_x *lx = &m->ext->layers[il];
-    struct qr_fwd_x *x = f->ext;
+    const qr_ssm_params *p = &m->hp.ssm;
+    const qr_layer *lx = &m->layers[il];
+    qr_mamba_scratch *x = &f->mamba;
     qr_backend *be = f->be;
     const int64_t n = f->n_tokens;
     const int64_t d_in_proj = 2 * (int64_t)p->d_inner + 2 * (int64_t)p->n_group * p->d_state + p->n_head;
@@ -28,7 +27,7 @@ void qr_block_mamba2(const qr_model *m, qr_fwd *f, int il) {
                                       .next = &lx->ssm_out}; /* the backend may prepare out_proj's activations */
     be->ops->ssm_gate_norm(be, &ga);
     be->ops->matmul(be, &lx->ssm_out, x->y, n, f->xb2);
-    x->stats.ssm_calls++;
-    x->stats.ssm_conv_seconds += t1 - t0;
-    x->stats.ssm_scan_seconds += t2 - t1;
+    f->stats.ssm_calls++;
+    f->stats.ssm_conv_seconds += t1 - t0;
+    f->stats.ssm_scan_seconds += t2 - t1;
 }

@@ -1,5 +1,6 @@
-/* model.h — internals of the engine: architecture table, hyper-parameters, weights, the forward
- * state shared by the per-architecture forward passes (llama.c, gemma3.c) and blocks.c. */
+/* model.h — internals of the engine: the architecture table, the one model description (hyper-parameters
+ * and per-layer weights of every family: dense, MoE, Mamba2 hybrids, encoders), the per-context forward
+ * state, and the blocks and forward passes built on them. */
 #ifndef QR_MODEL_H
 #define QR_MODEL_H
 
@@ -8,16 +9,16 @@
 
 #include "backend/backend.h"
 #include "gguf/gguf.h"
+#include "kv/ssm_state.h"
 #include "quarrel.h"
 
-/* ---- architecture table (arch.c) ---- */
+/* ---- architecture table (arch.c): each architecture as data ---- */
 
 typedef enum qr_arch {
-    QR_ARCH_LLAMA = 0, /* llama 2/3, mistral, tinyllama, smollm2 */
+    QR_ARCH_LLAMA = 0, /* llama 2/3, mistral, tinyllama, smollm2; with ffn_*_exps tensors: Mixtral */
     QR_ARCH_GEMMA3 = 1,
     QR_ARCH_BERT = 2,       /* BERT encoders (all-MiniLM, bge): learned positions, biases, post-norms */
     QR_ARCH_NOMIC_BERT = 3, /* nomic-embed-text: fused qkv, NeoX rope, SwiGLU, no biases */
-    /* MoE and hybrid families (hybrid.h): llama with ffn_*_exps tensors is Mixtral */
     QR_ARCH_GRANITE = 4,        /* granite 3.x: llama + embedding/residual/attention/logit multipliers */
     QR_ARCH_GRANITE_HYBRID = 5, /* granite 4.0-H: Mamba2 + attention layers, MoE + shared expert */
     QR_ARCH_NEMOTRON_H = 6,     /* Mamba2 / attention / relu^2-FFN blocks */
@@ -27,68 +28,124 @@ typedef enum qr_arch {
     QR_ARCH_COUNT
 } qr_arch;
 
-/* Tensors, named as llama.cpp's llama-arch names them ("blk.%d." prefix for per-layer ones). */
-typedef enum qr_tensor_id {
-    QR_T_TOKEN_EMBD,      /* token_embd */
-    QR_T_OUTPUT_NORM,     /* output_norm */
-    QR_T_OUTPUT,          /* output */
-    QR_T_ROPE_FREQS,      /* rope_freqs */
-    QR_T_ATTN_NORM,       /* blk.N.attn_norm */
-    QR_T_ATTN_Q,          /* blk.N.attn_q */
-    QR_T_ATTN_K,          /* blk.N.attn_k */
-    QR_T_ATTN_V,          /* blk.N.attn_v */
-    QR_T_ATTN_OUT,        /* blk.N.attn_output */
-    QR_T_ATTN_Q_NORM,     /* blk.N.attn_q_norm */
-    QR_T_ATTN_K_NORM,     /* blk.N.attn_k_norm */
-    QR_T_ATTN_POST_NORM,  /* blk.N.post_attention_norm */
-    QR_T_FFN_NORM,        /* blk.N.ffn_norm */
-    QR_T_FFN_GATE,        /* blk.N.ffn_gate */
-    QR_T_FFN_UP,          /* blk.N.ffn_up */
-    QR_T_FFN_DOWN,        /* blk.N.ffn_down */
-    QR_T_FFN_POST_NORM,   /* blk.N.post_ffw_norm */
-    /* encoders (bert.c) */
-    QR_T_ATTN_QKV,        /* blk.N.attn_qkv (nomic-bert: fused q, k, v rows) */
-    QR_T_ATTN_OUT_NORM,   /* blk.N.attn_output_norm */
-    QR_T_LAYER_OUT_NORM,  /* blk.N.layer_output_norm */
-    QR_T_TOKEN_TYPES,     /* token_types (global) */
-    QR_T_POS_EMBD,        /* position_embd (global) */
-    QR_T_TOKEN_EMBD_NORM, /* token_embd_norm (global) */
-    QR_T_COUNT
-} qr_tensor_id;
+/* A hyper-parameter "{arch}.<key>" and the qr_hparams field it fills (an int32_t, float or bool). An
+ * absent optional key gives `dflt`; the loader derives the defaults that depend on other keys (head_count_kv,
+ * key_length, rope.dimension_count, attention.scale, expert_feed_forward_length) where the key gave 0. Ints
+ * may be per-layer arrays (equal values, or the maximum with the arch's per_layer_max). */
+typedef enum qr_hp_type { QR_HP_INT, QR_HP_FLOAT, QR_HP_BOOL } qr_hp_type;
+typedef enum qr_hp_need {
+    QR_HP_OPT,     /* optional */
+    QR_HP_REQ,     /* required: "missing metadata key {arch}.<key>" */
+    QR_HP_REQ_MOE, /* required when expert_count > 0 */
+} qr_hp_need;
+typedef struct qr_hparam_spec {
+    const char *key;   /* after "{arch}." */
+    qr_hp_type type;
+    qr_hp_need need;
+    size_t field;      /* offsetof(qr_hparams, ...) */
+    double lo, hi;     /* accepted range of a present int */
+    double dflt;       /* value when absent */
+} qr_hparam_spec;
 
-/* Base name of a tensor ("attn_q"); per-layer tensors get "blk.N." in front, and ".weight". */
-const char *qr_tensor_base_name(qr_tensor_id id);
-/* True when the tensor is per layer (the encoder globals QR_T_TOKEN_TYPES.. are not). */
-bool qr_tensor_per_layer(qr_tensor_id id);
-/* Writes the full name ("blk.3.attn_q.weight"; layer ignored for global tensors) into buf. */
-void qr_tensor_name(qr_tensor_id id, int layer, char *buf, size_t cap);
+/* Where a tensor lives: the model (0), or the layers with one of these parts (a mask). */
+enum {
+    QR_IN_MODEL = 0,
+    QR_IN_ANY = 1,   /* every layer */
+    QR_IN_ATTN = 2,  /* layers with self-attention */
+    QR_IN_SSM = 4,   /* layers with a Mamba2 mixer */
+    QR_IN_FFN = 8,   /* layers with a dense FFN */
+    QR_IN_MOE = 16,  /* layers with an MoE FFN (those that have blk.N.ffn_gate_inp, when expert_count > 0) */
+    QR_IN_SHEXP = 32,/* MoE layers with a shared expert (expert_shared_feed_forward_length > 0) */
+};
+/* How a tensor is bound. */
+enum {
+    QR_TS_OPT = 0,        /* optional: host NULL when absent */
+    QR_TS_REQ = 1,        /* required: "missing tensor <name> (required by architecture <arch>)" */
+    QR_TS_SPLIT3 = 2,     /* rows (vector: elements) cut into three views, q | k | v sizes, bound to the field
+                           * and the two qr_weights after it (nomic-bert's fused attn_qkv) */
+    QR_TS_REQ_SPLIT3 = 3,
+    QR_TS_FLAT = 4,       /* optional F32 matrix bound as one vector of all its elements (ssm_norm's groups) */
+    QR_TS_TIED = 8,       /* optional; absent: token_embd's data (tied embeddings), which must suit a matmul */
+};
+/* What a tensor is used as: its types must suit that. */
+typedef enum qr_tensor_use { QR_USE_MATMUL, QR_USE_F32, QR_USE_TABLE } qr_tensor_use;
+/* A tensor dimension, from the hyper-parameters. */
+typedef enum qr_dim {
+    QR_D_1 = 0,      /* 1: a dimension the tensor does not have */
+    QR_D_EMBD,       /* n_embd */
+    QR_D_VOCAB,      /* n_vocab */
+    QR_D_Q,          /* n_head * head_dim_k */
+    QR_D_K,          /* n_head_kv * head_dim_k */
+    QR_D_V,          /* n_head_kv * head_dim_v */
+    QR_D_O,          /* n_head * head_dim_v */
+    QR_D_QKV,        /* Q + K + V */
+    QR_D_HEAD,       /* n_head */
+    QR_D_HEAD_K,     /* head_dim_k */
+    QR_D_ROT_HALF,   /* n_rot / 2 */
+    QR_D_FF,         /* the layer's n_ff */
+    QR_D_FF_EXP,     /* n_ff_exp */
+    QR_D_FF_SHEXP,   /* n_ff_shexp */
+    QR_D_EXPERT,     /* n_expert */
+    QR_D_CTX_TRAIN,  /* n_ctx_train */
+    QR_D_FILE,       /* whatever the file has (token_types' rows) */
+    QR_D_SSM_IN,     /* 2 d_inner + 2 n_group d_state + ssm n_head: z | xBC | dt */
+    QR_D_SSM_CONV,   /* d_conv */
+    QR_D_SSM_CONV_DIM, /* conv_dim */
+    QR_D_SSM_HEAD,   /* ssm n_head */
+    QR_D_SSM_INNER,  /* d_inner */
+    QR_D_SSM_GROUP_SIZE, /* d_inner / n_group */
+    QR_D_SSM_GROUP,  /* n_group */
+} qr_dim;
+/* A tensor: name, where, how, shape [dims[0] (row length), dims[1], dims[2]] and the qr_weight it binds. */
+typedef struct qr_tensor_spec {
+    const char *name;   /* "attn_q.weight"; per-layer tensors get "blk.N." in front */
+    uint8_t in;         /* QR_IN_* */
+    uint8_t flags;      /* QR_TS_* */
+    uint8_t use;        /* qr_tensor_use */
+    uint8_t dims[3];    /* qr_dim */
+    size_t field;       /* offsetof(qr_model, ...) for QR_IN_MODEL, else offsetof(qr_layer, ...) */
+} qr_tensor_spec;
+
+/* Which layers are attention, Mamba2 or FFN-only blocks: read from the per-layer head_count_kv and
+ * feed_forward_length arrays (as llama.cpp does), never from a hard-coded pattern. */
+typedef enum qr_layer_rule {
+    QR_LAYERS_ATTN = 0,       /* every layer: attention + FFN */
+    QR_LAYERS_SSM_OR_ATTN,    /* head_count_kv 0: Mamba2, else attention; every layer has an FFN (granitehybrid) */
+    QR_LAYERS_SSM_ATTN_FFN,   /* head_count_kv and feed_forward_length 0: Mamba2; feed_forward_length 0:
+                               * attention; else an FFN-only block (nemotron_h) */
+} qr_layer_rule;
 
 typedef struct qr_model qr_model;
 typedef struct qr_fwd qr_fwd;
 /* A forward pass over the current batch plan (set on the backend); see qr_fwd. */
 typedef void (*qr_forward_fn)(const qr_model *m, qr_fwd *f);
 
+/* One architecture: everything model_load.c needs to load it, and the forward pass that runs it. */
 typedef struct qr_arch_info {
     qr_arch arch;
     const char *name;        /* general.architecture value */
+    qr_forward_fn forward;
+    const qr_hparam_spec *const *hparams; /* groups of keys, NULL-terminated, read in order */
+    const qr_tensor_spec *const *tensors; /* groups of tensors, NULL-terminated */
+    qr_layer_rule layers;    /* attention / Mamba2 / FFN-only per layer */
+    bool per_layer_max;      /* per-layer integer arrays (head_count_kv, feed_forward_length) may differ by
+                              * layer (0 = no attention / FFN there): the loader keeps the maximum */
+    bool encoder;            /* BERT family: LayerNorm with biases, non-causal attention, no output head */
     qr_rope_mode rope_mode;  /* normal (llama) or neox (gemma3) */
-    bool has_qk_norm;        /* attn_q_norm / attn_k_norm required */
-    bool has_post_norms;     /* post_attention_norm / post_ffw_norm required */
-    bool gelu_ffn;           /* GeGLU (true) or SwiGLU (false) */
     bool scale_embd;         /* multiply embeddings by sqrt(n_embd) */
     int32_t swa_pattern;     /* default sliding-window period (gemma3: 6, every 6th layer global); 0 = none */
     float rope_base_swa;     /* rope base of sliding-window layers (gemma3: 10000) */
-    bool encoder;            /* BERT family: LayerNorm with biases, non-causal attention, no output head */
-    bool extended;           /* MoE / hybrid family: hybrid_load.c loads the weights (llama: when it has experts) */
-    bool per_layer_max;      /* per-layer integer arrays (head_count_kv, feed_forward_length) may differ by
-                              * layer (0 = no attention / FFN there): the common loader keeps the maximum */
-    qr_forward_fn forward;
+    /* MoE: how the router's choice is weighted (hyper-parameter keys may change norm_w and the scale) */
+    bool moe_every_layer;    /* with expert_count > 0 every FFN must be an MoE (llama: Mixtral; gpt-oss) */
+    qr_moe_gating gating;
+    bool norm_w;
+    qr_glu_kind expert_act;
 } qr_arch_info;
 
 /* Table row for a general.architecture name; NULL when unsupported. */
 const qr_arch_info *qr_arch_find(const char *name);
-/* Comma-separated list of supported architecture names (static). */
-const char *qr_arch_list(void);
+/* Writes the comma-separated names of the supported architectures (the table's rows) into buf. */
+void qr_arch_list(char *buf, size_t cap);
 
 /* ---- hyper-parameters and weights ---- */
 
@@ -118,33 +175,81 @@ typedef struct qr_hparams {
     float embd_scale;     /* multiplier of the token embeddings (1 = none) */
     int32_t pooling_type; /* {arch}.pooling_type (llama.cpp numbering: 0 none, 1 mean, 2 cls, 3 last); -1 absent */
     bool causal;          /* {arch}.attention.causal (encoders: false) */
+    /* MoE ({arch}.expert_*) */
+    int32_t n_expert;         /* expert_count (0 = dense) */
+    int32_t n_expert_used;    /* expert_used_count (top-k) */
+    int32_t n_ff_exp;         /* expert_feed_forward_length (default: feed_forward_length) */
+    int32_t n_ff_shexp;       /* expert_shared_feed_forward_length (0 = no shared expert) */
+    qr_moe_gating gating;     /* per arch (softmax; gpt-oss softmax-weight; nemotron_h sigmoid) */
+    bool norm_w;              /* normalise the selected weights (expert_weights_norm / per arch) */
+    float w_scale;            /* expert_weights_scale (1 = none) */
+    qr_glu_kind expert_act;   /* SwiGLU, gpt-oss's clamped SwiGLU, or relu^2 (nemotron_h: no gate) */
+    /* Mamba2 ({arch}.ssm.*) */
+    qr_ssm_params ssm;        /* d_conv, d_inner, d_state, n_head (time_step_rank), n_group */
+    bool has_ssm;
+    /* granite multipliers (0 = absent) */
+    float f_embedding_scale;  /* {arch}.embedding_scale */
+    float f_residual_scale;   /* {arch}.residual_scale */
+    float f_logit_scale;      /* {arch}.logit_scale: logits /= it */
+    bool use_rope;            /* granite: rope.scaling.finetuned (default true); true for the others */
 } qr_hparams;
 
+/* What a layer's mixer is. */
+typedef enum qr_layer_kind {
+    QR_LAYER_ATTN = 0, /* self-attention (+ FFN for every arch but nemotron_h) */
+    QR_LAYER_SSM = 1,  /* Mamba2 mixer */
+    QR_LAYER_FFN = 2,  /* nemotron_h: an FFN-only block (dense or MoE) */
+} qr_layer_kind;
+
+/* One layer of any family. A weight a layer does not have keeps host == NULL (biases, norms, the
+ * experts of a dense FFN, the attention weights of a Mamba2 layer...). */
 typedef struct qr_layer {
+    qr_layer_kind kind;    /* attention, Mamba2 or FFN-only */
     bool swa;              /* sliding-window layer (window n_swa, rope_base_swa) */
+    int32_t n_ff;          /* this layer's feed_forward_length (hybrids: per layer; 0 = no FFN) */
     qr_weight attn_norm;   /* F32 [n_embd] */
+    qr_weight attn_norm_b; /* F32 [n_embd] (nemotron's LayerNorm) */
     qr_weight attn_q;      /* [n_head * head_dim_k rows][n_embd] */
     qr_weight attn_k;      /* [n_head_kv * head_dim_k][n_embd] */
     qr_weight attn_v;      /* [n_head_kv * head_dim_v][n_embd] */
     qr_weight attn_out;    /* [n_embd][n_head * head_dim_v] */
+    /* attention biases, F32 (bert, gpt-oss, granite, nemotron); nomic-bert's fused attn_qkv (and its bias)
+     * is bound as three row views: attn_q, attn_k, attn_v (attn_q_b, attn_k_b, attn_v_b) */
+    qr_weight attn_q_b, attn_k_b, attn_v_b; /* [n_head * head_dim_k], [n_head_kv * head_dim_k], [n_head_kv * head_dim_v] */
+    qr_weight attn_out_b;  /* [n_embd] */
+    qr_weight attn_sinks;  /* F32 [n_head] (gpt-oss) */
     qr_weight attn_q_norm; /* F32 [head_dim_k] (gemma3) */
     qr_weight attn_k_norm; /* F32 [head_dim_k] (gemma3) */
-    qr_weight attn_post_norm; /* F32 [n_embd] (gemma3) */
+    qr_weight attn_post_norm; /* F32 [n_embd] (gemma3; gpt-oss: the FFN's norm) */
     qr_weight ffn_norm;    /* F32 [n_embd] */
+    qr_weight ffn_norm_b;  /* F32 [n_embd] (nemotron's LayerNorm) */
     qr_weight ffn_gate;    /* [n_ff][n_embd] */
     qr_weight ffn_up;      /* [n_ff][n_embd] */
     qr_weight ffn_down;    /* [n_embd][n_ff] */
+    qr_weight ffn_up_b;    /* F32 [n_ff] */
+    qr_weight ffn_down_b;  /* F32 [n_embd] */
     qr_weight ffn_post_norm; /* F32 [n_embd] (gemma3) */
-    /* encoders (bert.c); biases F32, host NULL when absent. nomic-bert's fused attn_qkv is bound as
-     * three row views: attn_q, attn_k, attn_v above */
-    qr_weight attn_q_b, attn_k_b, attn_v_b; /* [n_embd] */
-    qr_weight attn_out_b;      /* [n_embd] */
-    qr_weight attn_out_norm;   /* LayerNorm after attention: F32 [n_embd] */
-    qr_weight attn_out_norm_b; /* [n_embd] */
-    qr_weight ffn_up_b;        /* [n_ff] */
-    qr_weight ffn_down_b;      /* [n_embd] */
-    qr_weight layer_out_norm;  /* LayerNorm after the FFN: F32 [n_embd] */
-    qr_weight layer_out_norm_b;/* [n_embd] */
+    /* encoders (bert.c): LayerNorms after the sub-blocks, F32 [n_embd] */
+    qr_weight attn_out_norm, attn_out_norm_b;
+    qr_weight layer_out_norm, layer_out_norm_b;
+    /* MoE FFN; gate_inp.host == NULL: a dense FFN (the ffn_* weights above) */
+    qr_weight gate_inp;           /* router [n_expert][n_embd] */
+    qr_weight gate_inp_b;         /* F32 [n_expert] (gpt-oss) */
+    qr_weight exp_probs_b;        /* F32 [n_expert] selection bias (nemotron_h_moe) */
+    qr_weight gate_exps, up_exps; /* [n_expert][n_ff_exp][n_embd]; gate_exps absent for relu^2 experts */
+    qr_weight down_exps;          /* [n_expert][n_embd][n_ff_exp] */
+    qr_weight gate_exps_b, up_exps_b, down_exps_b; /* F32 [n_expert][n_ff_exp] / [n_expert][n_embd] (gpt-oss) */
+    qr_weight gate_shexp, up_shexp; /* shared expert [n_ff_shexp][n_embd]; gate absent for relu^2 */
+    qr_weight down_shexp;         /* [n_embd][n_ff_shexp] */
+    /* Mamba2 */
+    qr_weight ssm_in;             /* [2 d_inner + 2 n_group d_state + n_head][n_embd]: z | xBC | dt */
+    qr_weight ssm_conv1d;         /* F32 [conv_dim][d_conv] */
+    qr_weight ssm_conv1d_b;       /* F32 [conv_dim] */
+    qr_weight ssm_dt_b;           /* F32 [n_head] */
+    qr_weight ssm_a;              /* F32 [n_head] (= -exp(A_log)) */
+    qr_weight ssm_d;              /* F32 [n_head] */
+    qr_weight ssm_norm;           /* F32 [d_inner] (n_group groups) */
+    qr_weight ssm_out;            /* [n_embd][d_inner] */
 } qr_layer;
 
 struct qr_model {
@@ -154,6 +259,7 @@ struct qr_model {
     qr_hparams hp;
     qr_weight tok_embd;         /* [n_vocab][n_embd] */
     qr_weight output_norm;      /* F32 [n_embd] */
+    qr_weight output_norm_b;    /* F32 [n_embd] bias of the final LayerNorm (nemotron), host NULL when absent */
     qr_weight output;           /* [n_vocab][n_embd]; == tok_embd's data when tied */
     qr_weight rope_freqs;       /* F32 [n_rot / 2], host == NULL when absent */
     qr_weight type_embd;        /* encoders: [n_token_types][n_embd] (row 0 is added), host NULL when absent */
@@ -165,12 +271,38 @@ struct qr_model {
     char backend_note[192];     /* why an auto load runs on the CPU ("" otherwise); qr_model_backend_note */
     int32_t gpu;                /* CUDA device index asked for (used when be is "cuda") */
     char *name_arena;           /* tensor names referenced by the qr_weights */
-    struct qr_model_x *ext;     /* MoE / SSM hyper-parameters and weights (hybrid.h), NULL for the others */
+    int32_t name_used, name_cap;/* slots of name_arena */
+    qr_weight **weights;        /* [n_weights] every bound weight (the tied output matrix left out): what the
+                                 * backend prepares and releases */
+    int32_t n_weights, cap_weights;
 };
 
 /* ---- forward state ---- */
 
-/* Buffers (backend memory, rows = the plan's n_tokens) and sizes of one forward pass. */
+/* Scratch of the MoE FFN block (moe.c), backend memory for n_batch rows; NULL when the model has no experts. */
+typedef struct qr_moe_scratch {
+    float *router;         /* [n_batch][n_expert] */
+    int32_t *ids;          /* [n_batch][n_used] */
+    float *weights;        /* [n_batch][n_used] */
+    float *eh;             /* [n_batch][n_used][n_ff_exp] expert hidden */
+    float *eo;             /* [n_batch][n_used][n_embd] expert outputs */
+    float *sh;             /* [2][n_batch][n_ff_shexp] shared expert gate | up */
+    int32_t *ids_host;     /* [n_batch][n_used] host copy of ids (non-CPU backends) */
+    uint64_t *sel_counts;  /* [n_layer][n_expert] (host) */
+    int32_t routed_layer;  /* the layer whose router and routing qr_ffn_norm already ran with the norm, or -1 */
+} qr_moe_scratch;
+
+/* Scratch of the Mamba2 mixer (mamba2.c), backend memory for n_batch rows, and the recurrent state;
+ * NULL when the model has no SSM layers. */
+typedef struct qr_mamba_scratch {
+    float *zxbcdt;         /* [n_batch][d_in_proj] */
+    float *xbc;            /* [n_batch][conv_dim] after the conv */
+    float *y;              /* [n_batch][d_inner] */
+    qr_ssm_state *ssm;     /* per-sequence conv and scan state */
+} qr_mamba_scratch;
+
+/* The per-context forward state: buffers (backend memory, rows = the plan's n_tokens, allocated for
+ * n_batch rows by qr_fwd_alloc) and sizes of one forward pass. */
 struct qr_fwd {
     qr_backend *be;
     qr_kv_storage *kv;
@@ -191,9 +323,21 @@ struct qr_fwd {
     float *ff_g;        /* [n_tokens][n_ff] */
     float *ff_u;        /* [n_tokens][n_ff] */
     float *xo;          /* [n_outputs][n_embd] gathered rows */
-    struct qr_fwd_x *ext; /* MoE / SSM scratch and recurrent state (hybrid.h), NULL for the others */
     float *logits;      /* [n_outputs][n_vocab] */
+    int32_t n_batch;    /* rows the buffers above (but xo / logits) hold */
+    qr_moe_scratch moe;     /* the MoE block's scratch */
+    qr_mamba_scratch mamba; /* the Mamba2 block's scratch and state */
+    qr_arch_stats stats;    /* MoE / SSM counters (expert_selection points into moe.sel_counts) */
+    bool stats_enabled;     /* non-CPU backends: read the routing back to count expert selection */
 };
+
+/* Allocates f's buffers on be for n_batch rows and n_seq_max sequences (the MoE / Mamba2 scratch and
+ * the SSM state only when the model has such layers; xo and logits are left to the caller). On failure
+ * what was allocated is freed. */
+qr_status qr_fwd_alloc(const qr_model *m, qr_backend *be, int32_t n_batch, int32_t n_seq_max, qr_fwd *f, char *err,
+                       size_t err_len);
+/* Frees what qr_fwd_alloc allocated, and xo / logits (safe on a partial or zeroed f). */
+void qr_fwd_free(qr_backend *be, qr_fwd *f);
 
 /* ---- shared blocks (blocks.c) ---- */
 
@@ -224,6 +368,24 @@ void qr_rope_store_attend(qr_backend *be, float *q, float *k, const float *v, co
  * act = SiLU or GELU. */
 void qr_block_ffn(const qr_model *m, qr_fwd *f, int il, bool gelu);
 
+/* The first weight that multiplies layer il's FFN input (the `next` hint of the norm before it): the shared
+ * expert's gate (or up) where there is one, else the routed experts' gate (or up); ffn_gate for a dense FFN.
+ * (The router, F32, reads the f32 input; the expert mat-vec then reuses the norm's quantized activations.) */
+const qr_weight *qr_ffn_in(const qr_model *m, int il);
+/* The norm before layer il's FFN: x += b_scale * b (b may be NULL), f->xb = rmsnorm(x) * w, as
+ * qr_fused_add_rmsnorm with qr_ffn_in's hint. For a MoE layer the backend may also run the router and the
+ * routing in the same op (add_rmsnorm_route); qr_block_moe then skips them. */
+void qr_ffn_norm(const qr_model *m, qr_fwd *f, int il, const float *b, float b_scale, const qr_weight *w, int64_t n,
+                 float eps);
+/* MoE FFN of layer il on the f->n_rows rows of f->xb, result in f->xb2 (+ the shared expert). */
+void qr_block_moe(const qr_model *m, qr_fwd *f, int il);
+/* Dense FFN of layer il for the relu^2 archs (nemotron, nemotron_h: up/down with optional biases, no gate). */
+void qr_block_ffn_relu2(const qr_model *m, qr_fwd *f, int il);
+/* Mamba2 mixer of layer il on f->xb (normed input, n_tokens rows), result in f->xb2. */
+void qr_block_mamba2(const qr_model *m, qr_fwd *f, int il);
+/* Self-attention with the optional extras (biases, sinks, no rope, own scale), f->xb -> f->xb2. */
+void qr_block_attention_x(const qr_model *m, qr_fwd *f, int il, bool rope, float scale);
+
 /* llama.cpp's last-layer pruning: after the last layer's attention, keeps only the output rows of
  * f->x and f->xb2 (compacted to rows 0..n_outputs-1; f->xb is clobbered) and sets f->n_rows =
  * n_outputs, so that the rest of the layer runs on the same row counts, hence through the same
@@ -241,7 +403,7 @@ void qr_gemma3_forward(const qr_model *m, qr_fwd *f);
 /* BERT and nomic-bert (bert.c): always an embeddings pass; the final hidden states of all rows are
  * left in f->xo ([n_tokens][n_embd]); the plan must have n_outputs == n_tokens. */
 void qr_bert_forward(const qr_model *m, qr_fwd *f);
-/* MoE and hybrid families (hybrid.h) */
+/* MoE and hybrid families */
 void qr_granite_forward(const qr_model *m, qr_fwd *f);
 void qr_granite_hybrid_forward(const qr_model *m, qr_fwd *f);
 void qr_nemotron_h_forward(const qr_model *m, qr_fwd *f);

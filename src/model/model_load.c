@@ -1,12 +1,12 @@
-/* model_load.c — qr_model_load: GGUF -> hyper-parameters (metadata only) + weight views (zero-copy
- * into the mapping), validated against the architecture table with messages that name the file,
- * the key or tensor, and what was expected. */
+/* model_load.c — qr_model_load: every architecture loaded from its row of the arch table (arch.c):
+ * GGUF -> hyper-parameters (metadata only, the row's keys) + weight views (zero-copy into the mapping,
+ * the row's tensors per layer kind), validated with messages that name the file, the key or tensor, and
+ * what was expected; then the backend, which prepares every bound weight. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/hybrid.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "tokenizer/tokenizer.h"
@@ -20,138 +20,377 @@ typedef struct loader {
     const char *arch;
     char *err;
     size_t err_len;
-    int name_next; /* next free slot of m->name_arena */
-    int name_cap;  /* slots */
 } loader;
+
+#define TRY(x)                                                                                                         \
+    do {                                                                                                               \
+        if ((st = (x)) != QR_OK) return st;                                                                            \
+    } while (0)
 
 static void key_name(const loader *L, const char *suffix, char *buf, size_t cap) {
     snprintf(buf, cap, "%s.%s", L->arch, suffix);
 }
 
-/* Reads an integer {arch}.suffix that may be a scalar or a per-layer array with equal values.
- * Returns QR_ERR_NOT_FOUND silently when absent (callers decide if it is required). */
-static qr_status get_int(loader *L, const char *suffix, int64_t lo, int64_t hi, int32_t *out) {
+/* ---- hyper-parameters ---- */
+
+/* Reads an integer {arch}.suffix that may be a scalar or a per-layer array: element il when il >= 0, else
+ * all elements equal (or their maximum with the arch's per_layer_max). Returns QR_ERR_NOT_FOUND silently
+ * when absent (callers decide if it is required). */
+static qr_status get_int(loader *L, const char *suffix, int il, int64_t *out) {
     char key[128];
     key_name(L, suffix, key, sizeof key);
     const qr_gguf_value *v = qr_gguf_get(L->g, key);
     if (!v) return QR_ERR_NOT_FOUND;
-    int64_t val;
     if (v->type == QR_GGUF_ARRAY) {
         if (v->arr.count == 0 || v->arr.elem_type == QR_GGUF_STRING || v->arr.elem_type == QR_GGUF_ARRAY ||
-            v->arr.elem_type == QR_GGUF_F32 || v->arr.elem_type == QR_GGUF_F64)
-            return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: metadata %s: expected an integer or integer array",
-                           L->m->path, key);
-        val = qr_gguf_arr_i64(v, 0);
-        if (L->m->arch->per_layer_max) /* hybrids: 0 marks layers without attention / FFN; keep the max */
-            for (uint64_t i = 1; i < v->arr.count; i++)
-                if (qr_gguf_arr_i64(v, i) > val) val = qr_gguf_arr_i64(v, i);
-        for (uint64_t i = 1; i < v->arr.count; i++)
-            if (qr_gguf_arr_i64(v, i) != val && !L->m->arch->per_layer_max)
+            v->arr.elem_type == QR_GGUF_F32 || v->arr.elem_type == QR_GGUF_F64 || (il >= 0 && (uint64_t)il >= v->arr.count))
+            return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: metadata %s: expected an integer or %d integers",
+                           L->m->path, key, L->m->hp.n_layer);
+        if (il >= 0) {
+            *out = qr_gguf_arr_i64(v, (uint64_t)il);
+            return QR_OK;
+        }
+        int64_t val = qr_gguf_arr_i64(v, 0);
+        const bool max = L->m->arch->per_layer_max; /* hybrids: 0 marks layers without attention / FFN */
+        for (uint64_t i = 1; i < v->arr.count; i++) {
+            const int64_t e = qr_gguf_arr_i64(v, i);
+            if (max && e > val) val = e;
+            else if (!max && e != val)
                 return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED,
                                "%s: metadata %s: per-layer values that differ are not supported", L->m->path, key);
-    } else {
-        uint64_t u;
-        int32_t i32;
-        if (qr_gguf_get_i32(L->g, key, &i32)) val = i32;
-        else if (qr_gguf_get_u64(L->g, key, &u) && u <= (uint64_t)INT64_MAX) val = (int64_t)u;
-        else
-            return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: metadata %s: expected an integer, found %s",
-                           L->m->path, key, qr_gguf_vtype_name(v->type));
+        }
+        *out = val;
+        return QR_OK;
     }
-    if (val < lo || val > hi)
-        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: metadata %s = %lld is out of range [%lld, %lld]",
-                       L->m->path, key, (long long)val, (long long)lo, (long long)hi);
-    *out = (int32_t)val;
+    uint64_t u;
+    int32_t i32;
+    if (qr_gguf_get_i32(L->g, key, &i32)) *out = i32;
+    else if (qr_gguf_get_u64(L->g, key, &u) && u <= (uint64_t)INT64_MAX) *out = (int64_t)u;
+    else
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: metadata %s: expected an integer, found %s", L->m->path,
+                       key, qr_gguf_vtype_name(v->type));
     return QR_OK;
 }
 
-static qr_status req_int(loader *L, const char *suffix, int64_t lo, int64_t hi, int32_t *out) {
-    qr_status st = get_int(L, suffix, lo, hi, out);
-    if (st == QR_ERR_NOT_FOUND)
-        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: missing metadata key %s.%s", L->m->path, L->arch, suffix);
-    return st;
-}
-
-static qr_status opt_int(loader *L, const char *suffix, int64_t lo, int64_t hi, int32_t *out) {
-    qr_status st = get_int(L, suffix, lo, hi, out);
-    return st == QR_ERR_NOT_FOUND ? QR_OK : st;
-}
-
-/* Optional float {arch}.suffix; a present key of a non-numeric type is an error. */
-static qr_status opt_float(loader *L, const char *suffix, float *out) {
+/* Reads one key of the arch table into its field of m->hp (absent and optional: the spec's default). */
+static qr_status read_hparam(loader *L, const qr_hparam_spec *s) {
+    qr_hparams *hp = &L->m->hp;
+    void *field = (char *)hp + s->field;
     char key[128];
-    key_name(L, suffix, key, sizeof key);
-    if (!qr_gguf_get(L->g, key)) return QR_OK;
-    if (!qr_gguf_get_f32(L->g, key, out) || !isfinite(*out))
-        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: metadata %s: expected a finite number", L->m->path, key);
+    key_name(L, s->key, key, sizeof key);
+    const bool present = qr_gguf_get(L->g, key) != NULL;
+    if (!present && (s->need == QR_HP_REQ || (s->need == QR_HP_REQ_MOE && hp->n_expert > 0)))
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: missing metadata key %s (required by architecture %s)",
+                       L->m->path, key, L->arch);
+    qr_status st;
+    switch (s->type) {
+    case QR_HP_INT: {
+        int64_t v = (int64_t)s->dflt;
+        if (present) {
+            TRY(get_int(L, s->key, -1, &v));
+            if (v < (int64_t)s->lo || v > (int64_t)s->hi)
+                return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: metadata %s = %lld is out of range [%lld, %lld]",
+                               L->m->path, key, (long long)v, (long long)s->lo, (long long)s->hi);
+        }
+        *(int32_t *)field = (int32_t)v;
+        break;
+    }
+    case QR_HP_FLOAT: {
+        float v = (float)s->dflt;
+        if (present && (!qr_gguf_get_f32(L->g, key, &v) || !isfinite(v)))
+            return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: metadata %s: expected a finite number", L->m->path,
+                           key);
+        *(float *)field = v;
+        break;
+    }
+    case QR_HP_BOOL: {
+        bool v = s->dflt != 0;
+        if (present && !qr_gguf_get_bool(L->g, key, &v)) v = s->dflt != 0; /* another type: the default */
+        *(bool *)field = v;
+        break;
+    }
+    }
+    return QR_OK;
+}
+
+/* Rope scaling: rope.scaling.type none / linear / yarn, the factor from rope.scaling.factor or the older
+ * rope.scale_linear; YaRN's attention factor and original context length. */
+static qr_status load_rope_scaling(loader *L) {
+    qr_model *m = L->m;
+    qr_hparams *hp = &m->hp;
+    qr_status st;
+#define F(key, fld, dflt) {key, QR_HP_FLOAT, QR_HP_OPT, offsetof(qr_hparams, fld), 0, 0, dflt}
+    static const qr_hparam_spec factor = F("rope.scaling.factor", rope_scale, 0),
+                                linear = F("rope.scale_linear", rope_scale, 0),
+                                attn_factor = F("rope.scaling.attn_factor", yarn_attn_factor, 1.0),
+                                orig_ctx = {"rope.scaling.original_context_length", QR_HP_INT, QR_HP_OPT,
+                                            offsetof(qr_hparams, n_ctx_orig), 1, INT32_MAX, 0};
+#undef F
+    TRY(read_hparam(L, &factor));
+    if (hp->rope_scale == 0.0f) TRY(read_hparam(L, &linear));
+    const float f = hp->rope_scale;
+    hp->rope_scale = f == 0.0f ? 1.0f : 1.0f / f;
+    if (!(hp->rope_scale > 0.0f))
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: rope scaling factor %g must be > 0", m->path, f);
+    char key[128];
+    key_name(L, "rope.scaling.type", key, sizeof key);
+    qr_gguf_str stype;
+    hp->yarn_attn_factor = 1.0f;
+    hp->n_ctx_orig = hp->n_ctx_train;
+    if (qr_gguf_get_str(L->g, key, &stype)) {
+        if (qr_gguf_str_eq(stype, "yarn")) {
+            hp->yarn_ext_factor = 1.0f;
+            TRY(read_hparam(L, &attn_factor));
+            TRY(read_hparam(L, &orig_ctx));
+            if (hp->n_ctx_orig == 0) hp->n_ctx_orig = hp->n_ctx_train;
+        } else if (qr_gguf_str_eq(stype, "none")) {
+            hp->rope_scale = 1.0f;
+        } else if (!qr_gguf_str_eq(stype, "linear")) {
+            char tmp[64];
+            return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED, "%s: %s = '%s' is not supported (none, linear, yarn)",
+                           m->path, key, qr_gguf_str_copy(stype, tmp, sizeof tmp));
+        }
+    }
+    return QR_OK;
+}
+
+/* True when a tensor name of the file contains needle. */
+static bool has_tensor_like(const qr_gguf *g, const char *needle) {
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        char tmp[96];
+        qr_gguf_str_copy(g->tensors[i].name, tmp, sizeof tmp);
+        if (strstr(tmp, needle)) return true;
+    }
+    return false;
+}
+
+/* The arch's constants, its keys (arch table), then the values derived from them and their checks. */
+static qr_status load_hparams(loader *L) {
+    qr_model *m = L->m;
+    qr_hparams *hp = &m->hp;
+    const qr_arch_info *ai = m->arch;
+    qr_status st;
+    snprintf(hp->arch_name, sizeof hp->arch_name, "%s", ai->name);
+    hp->gating = ai->gating;
+    hp->norm_w = ai->norm_w;
+    hp->expert_act = ai->expert_act;
+    hp->w_scale = 1.0f;
+    hp->use_rope = true;
+    for (const qr_hparam_spec *const *grp = ai->hparams; *grp; grp++)
+        for (const qr_hparam_spec *s = *grp; s->key; s++) TRY(read_hparam(L, s));
+
+    /* attention shapes */
+    if (hp->n_head_kv == 0) hp->n_head_kv = hp->n_head;
+    if (hp->n_head % hp->n_head_kv)
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
+                       m->path, hp->n_head, hp->n_head_kv);
+    if (hp->head_dim_k == 0) hp->head_dim_k = hp->n_embd / hp->n_head;
+    if (hp->head_dim_v == 0) hp->head_dim_v = hp->n_embd / hp->n_head;
+    if (hp->head_dim_k < 1 || hp->head_dim_k > 512 || hp->head_dim_v < 1 || hp->head_dim_v > 512)
+        return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED, "%s: head size %d/%d is outside 1..512", m->path,
+                       hp->head_dim_k, hp->head_dim_v);
+    if (hp->n_rot == 0) hp->n_rot = hp->head_dim_k;
+    if (hp->n_rot > hp->head_dim_k)
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: metadata %s.rope.dimension_count = %d is out of range "
+                       "[2, %d]", m->path, L->arch, hp->n_rot, hp->head_dim_k);
+    if (hp->n_rot % 2)
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: rope.dimension_count %d is odd", m->path, hp->n_rot);
+    if (!(hp->norm_eps > 0.0f && hp->norm_eps < 1.0f))
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: the layer norm epsilon %g is not in (0, 1)", m->path,
+                       hp->norm_eps);
+    if (!(hp->rope_base > 1.0f))
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: rope.freq_base %g must be > 1", m->path, hp->rope_base);
+    TRY(load_rope_scaling(L));
+    hp->rope_base_swa = ai->rope_base_swa > 0.0f ? ai->rope_base_swa : hp->rope_base;
+    if (hp->attn_softcap < 0.0f || hp->final_softcap < 0.0f)
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: negative logit softcapping", m->path);
+    /* attention scale: {arch}.attention.scale when given; gemma3 27B (62 layers) uses
+     * 1/sqrt(n_embd / n_head) (query_pre_attn_scalar), everything else 1/sqrt(key_length) */
+    if (hp->attn_scale == 0.0f) {
+        hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim_k);
+        if (ai->arch == QR_ARCH_GEMMA3 && hp->n_layer == 62)
+            hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    }
+    hp->embd_scale = ai->scale_embd ? sqrtf((float)hp->n_embd) : 1.0f;
+
+    /* experts: expert_count 0 or absent = dense; a file with expert tensors must say how many */
+    if (hp->n_expert == 0 && has_tensor_like(L->g, "_exps."))
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT,
+                       "%s: the file has expert tensors (ffn_*_exps) but metadata %s.expert_count is 0 or missing: it "
+                       "must be >= 1", m->path, L->arch);
+    if (hp->n_expert > 0) {
+        if (hp->n_expert_used > hp->n_expert)
+            return qr_errf(L->err, L->err_len, QR_ERR_FORMAT,
+                           "%s: metadata %s.expert_used_count = %d exceeds %s.expert_count = %d (top-k > experts)",
+                           m->path, L->arch, hp->n_expert_used, L->arch, hp->n_expert);
+        if (hp->n_ff_exp == 0) hp->n_ff_exp = hp->n_ff;
+    }
+    if (hp->w_scale == 0.0f) hp->w_scale = 1.0f;
+
+    /* Mamba2 */
+    qr_ssm_params *p = &hp->ssm;
+    hp->has_ssm = p->n_head > 0;
+    if (hp->has_ssm) {
+        if (p->d_inner % p->n_head || p->n_head % p->n_group)
+            return qr_errf(L->err, L->err_len, QR_ERR_FORMAT,
+                           "%s: ssm.inner_size %d must be a multiple of ssm.time_step_rank %d, itself a multiple of "
+                           "ssm.group_count %d", m->path, p->d_inner, p->n_head, p->n_group);
+        p->head_dim = p->d_inner / p->n_head;
+        p->conv_dim = p->d_inner + 2 * p->n_group * p->d_state;
+    }
+    return QR_OK;
+}
+
+/* Which layers use the sliding window: gemma3 every layer but each swa_pattern-th (llama.cpp's
+ * set_swa_pattern), or per {arch}.attention.sliding_window_pattern (a period or a bool per layer);
+ * llama: all layers when a window is given (Mistral). */
+static qr_status load_swa_layers(loader *L) {
+    qr_model *m = L->m;
+    const int32_t nl = m->hp.n_layer;
+    if (m->hp.n_swa <= 0) return QR_OK;
+    char key[128];
+    key_name(L, "attention.sliding_window_pattern", key, sizeof key);
+    const qr_gguf_value *v = qr_gguf_get(L->g, key);
+    if (v && v->type == QR_GGUF_ARRAY) {
+        if (v->arr.count != (uint64_t)nl || v->arr.elem_type == QR_GGUF_STRING || v->arr.elem_type == QR_GGUF_ARRAY)
+            return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: %s must be %d booleans", m->path, key, nl);
+        for (int i = 0; i < nl; i++) m->layers[i].swa = qr_gguf_arr_i64(v, (uint64_t)i) != 0;
+        return QR_OK;
+    }
+    int64_t period = m->arch->swa_pattern;
+    if (v) {
+        qr_status st;
+        TRY(get_int(L, "attention.sliding_window_pattern", -1, &period));
+        if (period < 0 || period > 4096)
+            return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: metadata %s = %lld is out of range [0, 4096]",
+                           m->path, key, (long long)period);
+    }
+    for (int i = 0; i < nl; i++) m->layers[i].swa = period == 0 || (i % period) < period - 1;
+    return QR_OK;
+}
+
+/* Each layer's kind and FFN width: from the per-layer head_count_kv / feed_forward_length arrays under the
+ * arch's layer rule (every layer attention + FFN when it has none). */
+static qr_status load_layer_kinds(loader *L) {
+    qr_model *m = L->m;
+    const qr_layer_rule rule = m->arch->layers;
+    qr_status st;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        qr_layer *l = &m->layers[il];
+        l->kind = QR_LAYER_ATTN;
+        l->n_ff = m->hp.n_ff;
+        if (rule == QR_LAYERS_ATTN) continue;
+        int64_t hkv = m->hp.n_head_kv, ff = m->hp.n_ff;
+        if ((st = get_int(L, "attention.head_count_kv", il, &hkv)) != QR_OK && st != QR_ERR_NOT_FOUND) return st;
+        if ((st = get_int(L, "feed_forward_length", il, &ff)) != QR_OK && st != QR_ERR_NOT_FOUND) return st;
+        if (ff < 0 || ff > m->hp.n_ff)
+            return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: feed_forward_length of layer %d is %lld", m->path, il,
+                           (long long)ff);
+        l->n_ff = (int32_t)ff;
+        if (rule == QR_LAYERS_SSM_OR_ATTN) l->kind = hkv == 0 ? QR_LAYER_SSM : QR_LAYER_ATTN;
+        else l->kind = hkv == 0 && ff == 0 ? QR_LAYER_SSM : ff == 0 ? QR_LAYER_ATTN : QR_LAYER_FFN;
+        if (l->kind == QR_LAYER_ATTN && hkv != m->hp.n_head_kv)
+            return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED,
+                           "%s: attention layer %d has %lld kv heads, others %d: per-layer head counts are not supported",
+                           m->path, il, (long long)hkv, m->hp.n_head_kv);
+    }
     return QR_OK;
 }
 
 /* ---- weights ---- */
 
-typedef enum wuse { USE_MATMUL, USE_NORM, USE_TABLE } wuse;
-
-static bool type_ok(qr_type t, wuse use) {
-    if (use == USE_NORM) return t == QR_TYPE_F32;
+static bool type_ok(qr_type t, qr_tensor_use use) {
+    if (use == QR_USE_F32) return t == QR_TYPE_F32;
     const qr_quant_traits *tr = qr_quant_traits_best(t);
     if (!tr) return false;
-    if (use == USE_TABLE) return t == QR_TYPE_F32 || tr->to_float;
+    if (use == QR_USE_TABLE) return t == QR_TYPE_F32 || tr->to_float;
     if (!tr->vec_dot) return false;
     if (tr->vec_dot_type == QR_TYPE_F32) return true;
     const qr_quant_traits *vt = qr_quant_traits_best(tr->vec_dot_type);
     return vt && vt->from_float;
 }
 
-/* Binds tensor `id` of `layer` to *w, checking its shape is [ne1 rows][ne0] (ne1 = 0: a vector
- * of ne0) and its type suits `use`. required = false: a missing tensor leaves w->host NULL. */
-static qr_status bind_name(loader *L, const char *name, bool required, int64_t ne0, int64_t ne1, wuse use,
-                           qr_weight *w) {
+/* The size of dimension d for layer il (il < 0: a model tensor); t: the file's tensor (QR_D_FILE). */
+static int64_t dim_size(const qr_model *m, int il, qr_dim d, const qr_gguf_tensor *t) {
+    const qr_hparams *hp = &m->hp;
+    const qr_ssm_params *p = &hp->ssm;
+    const int64_t q = (int64_t)hp->n_head * hp->head_dim_k, k = (int64_t)hp->n_head_kv * hp->head_dim_k,
+                  v = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    switch (d) {
+    case QR_D_1: return 1;
+    case QR_D_EMBD: return hp->n_embd;
+    case QR_D_VOCAB: return hp->n_vocab;
+    case QR_D_Q: return q;
+    case QR_D_K: return k;
+    case QR_D_V: return v;
+    case QR_D_O: return (int64_t)hp->n_head * hp->head_dim_v;
+    case QR_D_QKV: return q + k + v;
+    case QR_D_HEAD: return hp->n_head;
+    case QR_D_HEAD_K: return hp->head_dim_k;
+    case QR_D_ROT_HALF: return hp->n_rot / 2;
+    case QR_D_FF: return il >= 0 ? m->layers[il].n_ff : hp->n_ff;
+    case QR_D_FF_EXP: return hp->n_ff_exp;
+    case QR_D_FF_SHEXP: return hp->n_ff_shexp;
+    case QR_D_EXPERT: return hp->n_expert;
+    case QR_D_CTX_TRAIN: return hp->n_ctx_train;
+    case QR_D_FILE: return t ? t->ne[1] : 1;
+    case QR_D_SSM_IN: return 2 * (int64_t)p->d_inner + 2 * (int64_t)p->n_group * p->d_state + p->n_head;
+    case QR_D_SSM_CONV: return p->d_conv;
+    case QR_D_SSM_CONV_DIM: return p->conv_dim;
+    case QR_D_SSM_HEAD: return p->n_head;
+    case QR_D_SSM_INNER: return p->d_inner;
+    case QR_D_SSM_GROUP_SIZE: return p->n_group ? p->d_inner / p->n_group : 0;
+    case QR_D_SSM_GROUP: return p->n_group;
+    }
+    return 0;
+}
+
+static qr_status add_weight(loader *L, qr_weight *w) {
+    qr_model *m = L->m;
+    if (m->n_weights >= m->cap_weights)
+        return qr_errf(L->err, L->err_len, QR_ERR_INTERNAL, "%s: weight list full", m->path);
+    m->weights[m->n_weights++] = w;
+    return QR_OK;
+}
+
+/* Binds tensor `name` to *w, checking its shape is [ne[0], ne[1], ne[2]] (an F32 vector of n may also be
+ * stored as [1, n]) and its type suits `use`. A missing tensor: an error when required, else w->host NULL. */
+static qr_status bind_tensor(loader *L, const char *name, bool required, const int64_t ne[3], qr_tensor_use use,
+                             qr_weight *w) {
+    qr_model *m = L->m;
     memset(w, 0, sizeof *w);
     const qr_gguf_tensor *t = qr_gguf_get_tensor(L->g, name);
     if (!t) {
         if (!required) return QR_OK;
-        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: missing tensor %s (required by architecture %s)",
-                       L->m->path, name, L->arch);
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: missing tensor %s (required by architecture %s)", m->path,
+                       name, L->arch);
     }
-    const int64_t want1 = ne1 > 0 ? ne1 : 1;
-    const uint32_t want_dims = ne1 > 0 ? 2 : 1;
-    bool shape_ok = t->ne[0] == ne0 && t->ne[1] == want1 && t->ne[2] == 1 && t->ne[3] == 1;
-    if (!shape_ok || (t->n_dims != want_dims && !(t->n_dims == 2 && want1 == 1)))
+    const int64_t n_all = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    bool ok = t->ne[0] == ne[0] && t->ne[1] == ne[1] && t->ne[2] == ne[2] && t->ne[3] == 1;
+    if (!ok && ne[1] == 1 && ne[2] == 1 && t->ne[0] == 1 && n_all == ne[0] && use == QR_USE_F32) ok = true; /* [1, n] */
+    if (!ok) {
+        char want[64];
+        if (ne[2] == 1) snprintf(want, sizeof want, "[%lld, %lld]", (long long)ne[0], (long long)ne[1]);
+        else snprintf(want, sizeof want, "[%lld, %lld, %lld]", (long long)ne[0], (long long)ne[1], (long long)ne[2]);
         return qr_errf(L->err, L->err_len, QR_ERR_FORMAT,
-                       "%s: tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld] from the metadata",
-                       L->m->path, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
-                       (long long)t->ne[3], (long long)ne0, (long long)want1);
+                       "%s: tensor %s has shape [%lld, %lld, %lld, %lld], expected %s from the metadata", m->path, name,
+                       (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], want);
+    }
     if (!type_ok(t->type, use))
         return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which cannot be used as %s",
-                       L->m->path, name, qr_type_name(t->type),
-                       use == USE_NORM ? "a norm weight (F32 expected)"
-                                       : use == USE_TABLE ? "an embedding table" : "a matmul weight");
-    const size_t rb = qr_type_row_size(t->type, t->ne[0]);
-    if (rb == 0 || rb * (size_t)want1 != t->nbytes)
+                       m->path, name, qr_type_name(t->type),
+                       use == QR_USE_F32 ? "a norm weight or F32 vector (F32 expected)"
+                                         : use == QR_USE_TABLE ? "an embedding table" : "a matmul weight");
+    const size_t rb = qr_type_row_size(t->type, ne[0]);
+    if (rb == 0 || rb * (size_t)(n_all / ne[0]) != t->nbytes)
         return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: tensor %s: %llu bytes do not match its shape and type %s",
-                       L->m->path, name, (unsigned long long)t->nbytes, qr_type_name(t->type));
-    if (L->name_next >= L->name_cap)
-        return qr_errf(L->err, L->err_len, QR_ERR_INTERNAL, "%s: tensor name arena full", L->m->path);
-    char *slot = L->m->name_arena + (size_t)L->name_next++ * NAME_CAP;
+                       m->path, name, (unsigned long long)t->nbytes, qr_type_name(t->type));
+    if (m->name_used >= m->name_cap)
+        return qr_errf(L->err, L->err_len, QR_ERR_INTERNAL, "%s: tensor name arena full", m->path);
+    char *slot = m->name_arena + (size_t)m->name_used++ * NAME_CAP;
     snprintf(slot, NAME_CAP, "%s", name);
-    *w = (qr_weight){.name = slot, .type = t->type, .ne = {t->ne[0], want1, 1, 1}, .row_bytes = rb, .host = t->data};
+    *w = (qr_weight){.name = slot, .type = t->type, .ne = {ne[0], ne[1], ne[2], 1}, .row_bytes = rb, .host = t->data};
     return QR_OK;
-}
-
-static qr_status bind(loader *L, qr_tensor_id id, int layer, bool required, int64_t ne0, int64_t ne1, wuse use,
-                      qr_weight *w) {
-    char name[NAME_CAP];
-    qr_tensor_name(id, layer, name, sizeof name);
-    return bind_name(L, name, required, ne0, ne1, use, w);
-}
-
-/* The optional F32 bias "<name>.bias" of tensor id (a vector of ne0); host NULL when absent. */
-static qr_status bind_bias(loader *L, qr_tensor_id id, int layer, int64_t ne0, qr_weight *w) {
-    char name[NAME_CAP];
-    qr_tensor_name(id, layer, name, sizeof name);
-    char *dot = strrchr(name, '.');
-    snprintf(dot, (size_t)(name + sizeof name - dot), ".bias");
-    return bind_name(L, name, false, ne0, 0, USE_NORM, w);
 }
 
 /* Rows [r0, r0 + n) of a bound 2-D weight (or elements of a vector when w->ne[1] == 1) as a view. */
@@ -168,304 +407,155 @@ static qr_weight row_view(const qr_weight *w, int64_t r0, int64_t n) {
     return v;
 }
 
-/* ---- hyper-parameters ---- */
-
-static qr_status load_hparams(loader *L) {
+/* Binds one tensor of the arch table for layer il (il < 0: a model tensor) into its field of `base`. */
+static qr_status bind_spec(loader *L, const qr_tensor_spec *s, int il, void *base) {
     qr_model *m = L->m;
-    qr_hparams *hp = &m->hp;
-    const qr_arch_info *ai = m->arch;
     qr_status st;
-    snprintf(hp->arch_name, sizeof hp->arch_name, "%s", ai->name);
-#define TRY(x)                                                                                                         \
-    do {                                                                                                               \
-        if ((st = (x)) != QR_OK) return st;                                                                            \
-    } while (0)
-    TRY(req_int(L, "context_length", 1, INT32_MAX, &hp->n_ctx_train));
-    TRY(req_int(L, "embedding_length", 1, 1 << 20, &hp->n_embd));
-    TRY(req_int(L, "block_count", 1, 4096, &hp->n_layer));
-    TRY(req_int(L, "feed_forward_length", 1, 1 << 22, &hp->n_ff));
-    TRY(req_int(L, "attention.head_count", 1, 4096, &hp->n_head));
-    hp->n_head_kv = hp->n_head;
-    TRY(opt_int(L, "attention.head_count_kv", 1, 4096, &hp->n_head_kv));
-    if (hp->n_head % hp->n_head_kv)
-        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d",
-                       m->path, hp->n_head, hp->n_head_kv);
-    hp->head_dim_k = hp->head_dim_v = hp->n_embd / hp->n_head;
-    TRY(opt_int(L, "attention.key_length", 1, 512, &hp->head_dim_k));
-    TRY(opt_int(L, "attention.value_length", 1, 512, &hp->head_dim_v));
-    if (hp->head_dim_k < 1 || hp->head_dim_k > 512 || hp->head_dim_v < 1 || hp->head_dim_v > 512)
-        return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED, "%s: head size %d/%d is outside 1..512", m->path,
-                       hp->head_dim_k, hp->head_dim_v);
-    hp->n_rot = hp->head_dim_k;
-    TRY(opt_int(L, "rope.dimension_count", 2, hp->head_dim_k, &hp->n_rot));
-    if (hp->n_rot % 2)
-        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: rope.dimension_count %d is odd", m->path, hp->n_rot);
-
-    char key[128];
-    const char *eps_key = ai->encoder || ai->arch == QR_ARCH_NEMOTRON ? "attention.layer_norm_epsilon"
-                                                                       : "attention.layer_norm_rms_epsilon";
-    key_name(L, eps_key, key, sizeof key);
-    if (!qr_gguf_get(L->g, key))
-        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: missing metadata key %s", m->path, key);
-    TRY(opt_float(L, eps_key, &hp->norm_eps));
-    hp->pooling_type = -1;
-    TRY(opt_int(L, "pooling_type", 0, 4, &hp->pooling_type));
-    hp->causal = !ai->encoder;
-    key_name(L, "attention.causal", key, sizeof key);
-    bool causal;
-    if (qr_gguf_get_bool(L->g, key, &causal)) hp->causal = causal;
-    if (!(hp->norm_eps > 0.0f && hp->norm_eps < 1.0f))
-        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: %s = %g is not in (0, 1)", m->path, key, hp->norm_eps);
-
-    hp->rope_base = 10000.0f;
-    TRY(opt_float(L, "rope.freq_base", &hp->rope_base));
-    if (!(hp->rope_base > 1.0f))
-        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: rope.freq_base %g must be > 1", m->path, hp->rope_base);
-    /* rope scaling: type none/linear/yarn; factor from rope.scaling.factor or the older rope.scale_linear */
-    float factor = 0.0f;
-    TRY(opt_float(L, "rope.scaling.factor", &factor));
-    if (factor == 0.0f) TRY(opt_float(L, "rope.scale_linear", &factor));
-    hp->rope_scale = factor == 0.0f ? 1.0f : 1.0f / factor;
-    if (!(hp->rope_scale > 0.0f))
-        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: rope scaling factor %g must be > 0", m->path, factor);
-    key_name(L, "rope.scaling.type", key, sizeof key);
-    qr_gguf_str stype;
-    hp->yarn_attn_factor = 1.0f;
-    hp->n_ctx_orig = hp->n_ctx_train;
-    if (qr_gguf_get_str(L->g, key, &stype)) {
-        if (qr_gguf_str_eq(stype, "yarn")) {
-            hp->yarn_ext_factor = 1.0f;
-            TRY(opt_float(L, "rope.scaling.attn_factor", &hp->yarn_attn_factor));
-            TRY(opt_int(L, "rope.scaling.original_context_length", 1, INT32_MAX, &hp->n_ctx_orig));
-        } else if (qr_gguf_str_eq(stype, "none")) {
-            hp->rope_scale = 1.0f;
-        } else if (!qr_gguf_str_eq(stype, "linear")) {
-            char tmp[64];
-            return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED, "%s: %s = '%s' is not supported (none, linear, yarn)",
-                           m->path, key, qr_gguf_str_copy(stype, tmp, sizeof tmp));
+    char name[NAME_CAP];
+    if (il >= 0) snprintf(name, sizeof name, "blk.%d.%s", il, s->name);
+    else snprintf(name, sizeof name, "%s", s->name);
+    const qr_gguf_tensor *t = qr_gguf_get_tensor(L->g, name);
+    int64_t ne[3];
+    for (int i = 0; i < 3; i++) ne[i] = dim_size(m, il, (qr_dim)s->dims[i], t);
+    qr_weight *w = (qr_weight *)((char *)base + s->field);
+    if (s->flags & QR_TS_SPLIT3) { /* q | k | v views of one fused tensor into three consecutive fields */
+        qr_weight fused;
+        TRY(bind_tensor(L, name, s->flags & QR_TS_REQ, ne, (qr_tensor_use)s->use, &fused));
+        if (!fused.host) return QR_OK;
+        const int64_t n[3] = {dim_size(m, il, QR_D_Q, t), dim_size(m, il, QR_D_K, t), dim_size(m, il, QR_D_V, t)};
+        for (int64_t i = 0, r0 = 0; i < 3; r0 += n[i], i++) {
+            w[i] = row_view(&fused, r0, n[i]);
+            TRY(add_weight(L, &w[i]));
         }
-    }
-    TRY(opt_int(L, "attention.sliding_window", 0, INT32_MAX, &hp->n_swa));
-    hp->rope_base_swa = ai->rope_base_swa > 0.0f ? ai->rope_base_swa : hp->rope_base;
-    TRY(opt_float(L, "attn_logit_softcapping", &hp->attn_softcap));
-    TRY(opt_float(L, "final_logit_softcapping", &hp->final_softcap));
-    if (hp->attn_softcap < 0.0f || hp->final_softcap < 0.0f)
-        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: negative logit softcapping", m->path);
-
-    /* attention scale: {arch}.attention.scale when given; gemma3 27B (62 layers) uses
-     * 1/sqrt(n_embd / n_head) (query_pre_attn_scalar), everything else 1/sqrt(key_length) */
-    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim_k);
-    if (ai->arch == QR_ARCH_GEMMA3 && hp->n_layer == 62) hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
-    TRY(opt_float(L, "attention.scale", &hp->attn_scale));
-    hp->embd_scale = ai->scale_embd ? sqrtf((float)hp->n_embd) : 1.0f;
-#undef TRY
-    return QR_OK;
-}
-
-/* Which layers use the sliding window: gemma3 every layer but each swa_pattern-th (llama.cpp's
- * set_swa_pattern), or per {arch}.attention.sliding_window_pattern (a period or a bool per layer);
- * llama: all layers when a window is given (Mistral). */
-static qr_status load_swa_layers(loader *L) {
-    qr_model *m = L->m;
-    const int32_t nl = m->hp.n_layer;
-    for (int i = 0; i < nl; i++) m->layers[i].swa = false;
-    if (m->hp.n_swa <= 0) return QR_OK;
-    char key[128];
-    key_name(L, "attention.sliding_window_pattern", key, sizeof key);
-    const qr_gguf_value *v = qr_gguf_get(L->g, key);
-    if (v && v->type == QR_GGUF_ARRAY) {
-        if (v->arr.count != (uint64_t)nl || v->arr.elem_type == QR_GGUF_STRING || v->arr.elem_type == QR_GGUF_ARRAY)
-            return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: %s must be %d booleans", m->path, key, nl);
-        for (int i = 0; i < nl; i++) m->layers[i].swa = qr_gguf_arr_i64(v, (uint64_t)i) != 0;
         return QR_OK;
     }
-    int32_t period = m->arch->swa_pattern;
-    qr_status st = opt_int(L, "attention.sliding_window_pattern", 0, 4096, &period);
-    if (st != QR_OK) return st;
-    for (int i = 0; i < nl; i++) m->layers[i].swa = period == 0 || (i % period) < period - 1;
-    return QR_OK;
-}
-
-/* BERT / nomic-bert: embeddings (+ token type row, + learned positions for bert), their LayerNorm,
- * then per layer q/k/v (nomic-bert: one fused attn_qkv, bound as three row views), attn_output,
- * attn_output_norm, the FFN (bert: up/down with GELU; nomic-bert: gate/up/down SwiGLU) and
- * layer_output_norm, with optional F32 biases. No output head. */
-static qr_status load_weights_encoder(loader *L) {
-    qr_model *m = L->m;
-    const qr_hparams *hp = &m->hp;
-    const bool nomic = m->arch->arch == QR_ARCH_NOMIC_BERT;
-    qr_status st;
-#define TRY(x)                                                                                                         \
-    do {                                                                                                               \
-        if ((st = (x)) != QR_OK) return st;                                                                            \
-    } while (0)
-    const int64_t E = hp->n_embd, V = hp->n_vocab, F = hp->n_ff;
-    if (hp->n_head != hp->n_head_kv || hp->head_dim_k * hp->n_head != E || hp->head_dim_v != hp->head_dim_k)
-        return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED, "%s: encoders need n_head_kv == n_head and head size "
-                       "n_embd / n_head", m->path);
-    TRY(bind(L, QR_T_TOKEN_EMBD, 0, true, E, V, USE_TABLE, &m->tok_embd));
-    const qr_gguf_tensor *tt = qr_gguf_get_tensor(L->g, "token_types.weight");
-    if (tt) TRY(bind(L, QR_T_TOKEN_TYPES, 0, true, E, tt->ne[1] > 1 ? tt->ne[1] : 0, USE_TABLE, &m->type_embd));
-    if (!nomic) TRY(bind(L, QR_T_POS_EMBD, 0, true, E, hp->n_ctx_train, USE_TABLE, &m->pos_embd));
-    TRY(bind(L, QR_T_TOKEN_EMBD_NORM, 0, true, E, 0, USE_NORM, &m->tok_norm));
-    TRY(bind_bias(L, QR_T_TOKEN_EMBD_NORM, 0, E, &m->tok_norm_b));
-    for (int il = 0; il < hp->n_layer; il++) {
-        qr_layer *l = &m->layers[il];
-        if (nomic) {
-            qr_weight qkv, qkv_b;
-            TRY(bind(L, QR_T_ATTN_QKV, il, true, E, 3 * E, USE_MATMUL, &qkv));
-            TRY(bind_bias(L, QR_T_ATTN_QKV, il, 3 * E, &qkv_b));
-            l->attn_q = row_view(&qkv, 0, E), l->attn_k = row_view(&qkv, E, E), l->attn_v = row_view(&qkv, 2 * E, E);
-            if (qkv_b.host)
-                l->attn_q_b = row_view(&qkv_b, 0, E), l->attn_k_b = row_view(&qkv_b, E, E),
-                l->attn_v_b = row_view(&qkv_b, 2 * E, E);
-            l->attn_q_b.ne[1] = l->attn_k_b.ne[1] = l->attn_v_b.ne[1] = 1;
-        } else {
-            TRY(bind(L, QR_T_ATTN_Q, il, true, E, E, USE_MATMUL, &l->attn_q));
-            TRY(bind(L, QR_T_ATTN_K, il, true, E, E, USE_MATMUL, &l->attn_k));
-            TRY(bind(L, QR_T_ATTN_V, il, true, E, E, USE_MATMUL, &l->attn_v));
-            TRY(bind_bias(L, QR_T_ATTN_Q, il, E, &l->attn_q_b));
-            TRY(bind_bias(L, QR_T_ATTN_K, il, E, &l->attn_k_b));
-            TRY(bind_bias(L, QR_T_ATTN_V, il, E, &l->attn_v_b));
-        }
-        TRY(bind(L, QR_T_ATTN_OUT, il, true, E, E, USE_MATMUL, &l->attn_out));
-        TRY(bind_bias(L, QR_T_ATTN_OUT, il, E, &l->attn_out_b));
-        TRY(bind(L, QR_T_ATTN_OUT_NORM, il, true, E, 0, USE_NORM, &l->attn_out_norm));
-        TRY(bind_bias(L, QR_T_ATTN_OUT_NORM, il, E, &l->attn_out_norm_b));
-        TRY(bind(L, QR_T_FFN_UP, il, true, E, F, USE_MATMUL, &l->ffn_up));
-        TRY(bind_bias(L, QR_T_FFN_UP, il, F, &l->ffn_up_b));
-        if (nomic) TRY(bind(L, QR_T_FFN_GATE, il, true, E, F, USE_MATMUL, &l->ffn_gate));
-        TRY(bind(L, QR_T_FFN_DOWN, il, true, F, E, USE_MATMUL, &l->ffn_down));
-        TRY(bind_bias(L, QR_T_FFN_DOWN, il, E, &l->ffn_down_b));
-        TRY(bind(L, QR_T_LAYER_OUT_NORM, il, true, E, 0, USE_NORM, &l->layer_out_norm));
-        TRY(bind_bias(L, QR_T_LAYER_OUT_NORM, il, E, &l->layer_out_norm_b));
+    TRY(bind_tensor(L, name, s->flags & QR_TS_REQ, ne, (qr_tensor_use)s->use, w));
+    if (!w->host && (s->flags & QR_TS_TIED)) { /* tied embeddings: the output matrix is token_embd */
+        if (!type_ok(m->tok_embd.type, QR_USE_MATMUL))
+            return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED,
+                           "%s: no %s, and token_embd.weight (%s) cannot be used as the output matrix", m->path, name,
+                           qr_type_name(m->tok_embd.type));
+        *w = m->tok_embd;
+        return QR_OK; /* prepared as tok_embd */
     }
-#undef TRY
+    if (w->host && (s->flags & QR_TS_FLAT)) { /* one F32 vector of all the elements */
+        w->ne[0] *= w->ne[1] * w->ne[2];
+        w->ne[1] = w->ne[2] = 1;
+        w->row_bytes = (size_t)w->ne[0] * sizeof(float);
+    }
+    return w->host ? add_weight(L, w) : QR_OK;
+}
+
+/* The parts of layer il (QR_IN_*): its kind, and its FFN (dense, or MoE where the arch has experts, the
+ * model says how many and the layer has a router). */
+static qr_status layer_parts(loader *L, int il, bool arch_moe, unsigned *parts) {
+    const qr_model *m = L->m;
+    const qr_hparams *hp = &m->hp;
+    const qr_layer *l = &m->layers[il];
+    *parts = QR_IN_ANY | (l->kind == QR_LAYER_ATTN ? QR_IN_ATTN : l->kind == QR_LAYER_SSM ? QR_IN_SSM : 0);
+    const bool has_ffn = m->arch->layers == QR_LAYERS_SSM_ATTN_FFN ? l->kind == QR_LAYER_FFN : true;
+    if (!has_ffn) return QR_OK;
+    char router[NAME_CAP];
+    snprintf(router, sizeof router, "blk.%d.ffn_gate_inp.weight", il);
+    const bool moe = arch_moe && hp->n_expert > 0 && qr_gguf_get_tensor(L->g, router);
+    if (!moe && hp->n_expert > 0 && m->arch->moe_every_layer)
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: missing tensor %s (expert_count is %d)", m->path, router,
+                       hp->n_expert);
+    if (moe) {
+        *parts |= QR_IN_MOE | (hp->n_ff_shexp > 0 ? QR_IN_SHEXP : 0);
+    } else {
+        if (l->n_ff < 1)
+            return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: layer %d has an FFN of width 0", m->path, il);
+        *parts |= QR_IN_FFN;
+    }
     return QR_OK;
 }
 
+/* Every tensor of the arch table: the model's, then each layer's that its parts call for. A bias tensor in
+ * the file that the table does not bind is refused rather than silently ignored. */
 static qr_status load_weights(loader *L) {
     qr_model *m = L->m;
     const qr_hparams *hp = &m->hp;
     const qr_arch_info *ai = m->arch;
     qr_status st;
-#define TRY(x)                                                                                                         \
-    do {                                                                                                               \
-        if ((st = (x)) != QR_OK) return st;                                                                            \
-    } while (0)
-    const qr_gguf_tensor *te = qr_gguf_get_tensor(L->g, "token_embd.weight");
-    if (!te) return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: missing tensor token_embd.weight", m->path);
-    if (te->ne[1] < 1 || te->ne[1] > INT32_MAX)
-        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: token_embd.weight has %lld rows", m->path,
-                       (long long)te->ne[1]);
-    m->hp.n_vocab = (int32_t)te->ne[1];
-    if (ai->encoder) return load_weights_encoder(L);
-    if (ai->extended) { /* MoE / hybrid families (hybrid_load.c); a dense llama comes back NOT_FOUND */
-        st = qr_model_x_load(m, L->err, L->err_len);
-        if (st != QR_ERR_NOT_FOUND) return st;
-    }
-    const int64_t E = hp->n_embd, V = hp->n_vocab;
-    TRY(bind(L, QR_T_TOKEN_EMBD, 0, true, E, V, USE_TABLE, &m->tok_embd));
-    TRY(bind(L, QR_T_OUTPUT_NORM, 0, true, E, 0, USE_NORM, &m->output_norm));
-    TRY(bind(L, QR_T_OUTPUT, 0, false, E, V, USE_MATMUL, &m->output));
-    if (!m->output.host) { /* tied embeddings */
-        if (!type_ok(m->tok_embd.type, USE_MATMUL))
-            return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED,
-                           "%s: no output.weight, and token_embd.weight (%s) cannot be used as the output matrix",
-                           m->path, qr_type_name(m->tok_embd.type));
-        m->output = m->tok_embd;
-    }
-    TRY(bind(L, QR_T_ROPE_FREQS, 0, false, hp->n_rot / 2, 0, USE_NORM, &m->rope_freqs));
-    const int64_t QD = (int64_t)hp->n_head * hp->head_dim_k, KD = (int64_t)hp->n_head_kv * hp->head_dim_k,
-                  VD = (int64_t)hp->n_head_kv * hp->head_dim_v, OD = (int64_t)hp->n_head * hp->head_dim_v;
+    if (ai->encoder && (hp->n_head != hp->n_head_kv || hp->head_dim_k * hp->n_head != hp->n_embd ||
+                        hp->head_dim_v != hp->head_dim_k))
+        return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED, "%s: encoders need n_head_kv == n_head and head size "
+                       "n_embd / n_head", m->path);
+    bool arch_moe = false;
+    for (const qr_tensor_spec *const *grp = ai->tensors; *grp; grp++)
+        for (const qr_tensor_spec *s = *grp; s->name; s++)
+            if (s->in == QR_IN_MODEL) TRY(bind_spec(L, s, -1, m));
+            else arch_moe |= (s->in & QR_IN_MOE) != 0;
     for (int il = 0; il < hp->n_layer; il++) {
-        qr_layer *l = &m->layers[il];
-        TRY(bind(L, QR_T_ATTN_NORM, il, true, E, 0, USE_NORM, &l->attn_norm));
-        TRY(bind(L, QR_T_ATTN_Q, il, true, E, QD, USE_MATMUL, &l->attn_q));
-        TRY(bind(L, QR_T_ATTN_K, il, true, E, KD, USE_MATMUL, &l->attn_k));
-        TRY(bind(L, QR_T_ATTN_V, il, true, E, VD, USE_MATMUL, &l->attn_v));
-        TRY(bind(L, QR_T_ATTN_OUT, il, true, OD, E, USE_MATMUL, &l->attn_out));
-        TRY(bind(L, QR_T_ATTN_Q_NORM, il, ai->has_qk_norm, hp->head_dim_k, 0, USE_NORM, &l->attn_q_norm));
-        TRY(bind(L, QR_T_ATTN_K_NORM, il, ai->has_qk_norm, hp->head_dim_k, 0, USE_NORM, &l->attn_k_norm));
-        TRY(bind(L, QR_T_ATTN_POST_NORM, il, ai->has_post_norms, E, 0, USE_NORM, &l->attn_post_norm));
-        TRY(bind(L, QR_T_FFN_NORM, il, true, E, 0, USE_NORM, &l->ffn_norm));
-        TRY(bind(L, QR_T_FFN_GATE, il, true, E, hp->n_ff, USE_MATMUL, &l->ffn_gate));
-        TRY(bind(L, QR_T_FFN_UP, il, true, E, hp->n_ff, USE_MATMUL, &l->ffn_up));
-        TRY(bind(L, QR_T_FFN_DOWN, il, true, hp->n_ff, E, USE_MATMUL, &l->ffn_down));
-        TRY(bind(L, QR_T_FFN_POST_NORM, il, ai->has_post_norms, E, 0, USE_NORM, &l->ffn_post_norm));
+        unsigned parts;
+        TRY(layer_parts(L, il, arch_moe, &parts));
+        for (const qr_tensor_spec *const *grp = ai->tensors; *grp; grp++)
+            for (const qr_tensor_spec *s = *grp; s->name; s++)
+                if (s->in & parts) TRY(bind_spec(L, s, il, &m->layers[il]));
     }
-    /* biases are not implemented: refuse rather than silently ignore them */
     for (uint64_t i = 0; i < L->g->n_tensors; i++) {
         qr_gguf_str n = L->g->tensors[i].name;
-        if (n.len > 5 && !memcmp(n.data + n.len - 5, ".bias", 5)) {
-            char tmp[96];
-            return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED, "%s: tensor %s: bias tensors are not supported",
-                           m->path, qr_gguf_str_copy(n, tmp, sizeof tmp));
-        }
+        if (n.len <= 5 || memcmp(n.data + n.len - 5, ".bias", 5)) continue;
+        char tmp[96];
+        qr_gguf_str_copy(n, tmp, sizeof tmp);
+        bool bound = false;
+        for (int32_t j = 0; j < m->name_used && !bound; j++) bound = !strcmp(m->name_arena + (size_t)j * NAME_CAP, tmp);
+        if (!bound)
+            return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED,
+                           "%s: tensor %s: bias tensors are not supported there by architecture %s", m->path, tmp,
+                           L->arch);
     }
-#undef TRY
     return QR_OK;
 }
+
+/* Allocates the layers, the name arena and the weight list for every tensor the arch table may bind. */
+static qr_status alloc_model(loader *L) {
+    qr_model *m = L->m;
+    int32_t n_specs = 0;
+    for (const qr_tensor_spec *const *grp = m->arch->tensors; *grp; grp++)
+        for (const qr_tensor_spec *s = *grp; s->name; s++) n_specs++;
+    const int64_t slots = (int64_t)n_specs * (m->hp.n_layer + 1);
+    m->layers = calloc((size_t)m->hp.n_layer, sizeof(qr_layer));
+    m->name_cap = (int32_t)slots;
+    m->name_arena = calloc((size_t)slots, NAME_CAP);
+    m->cap_weights = (int32_t)(3 * slots); /* a split tensor binds three views */
+    m->weights = calloc((size_t)m->cap_weights, sizeof *m->weights);
+    if (!m->layers || !m->name_arena || !m->weights) return qr_errf(L->err, L->err_len, QR_ERR_NOMEM, "out of memory");
+    return QR_OK;
+}
+
+/* The vocabulary size: token_embd's rows. */
+static qr_status load_vocab(loader *L) {
+    const qr_gguf_tensor *te = qr_gguf_get_tensor(L->g, "token_embd.weight");
+    if (!te) return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: missing tensor token_embd.weight", L->m->path);
+    if (te->ne[1] < 1 || te->ne[1] > INT32_MAX)
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: token_embd.weight has %lld rows", L->m->path,
+                       (long long)te->ne[1]);
+    L->m->hp.n_vocab = (int32_t)te->ne[1];
+    return QR_OK;
+}
+
+#undef TRY
 
 qr_model_params qr_model_default_params(void) {
     return (qr_model_params){.n_threads = 0, .force_scalar = false, .backend = QR_BACKEND_AUTO, .gpu = 0};
 }
 
-/* Collects pointers to every bound weight (host != NULL) into *out (malloc'd, caller frees), the
- * tied output matrix (the same data as tok_embd) left out. Returns the count, or -1 when out of
- * memory. Add new weights here: prepare, release and the GPU memory check all use this list. */
-static int64_t model_weights(qr_model *m, qr_weight ***out) {
-    const int64_t cap = 16 + (int64_t)m->hp.n_layer * 64 + (m->ext ? m->ext->n_weights : 0); /* every qr_layer field */
-    qr_weight **ws = malloc((size_t)cap * sizeof *ws);
-    if (!ws) return -1;
-    int64_t n = 0;
-#define ADD(w)                                                                                                         \
-    do {                                                                                                               \
-        if ((w)->host && n < cap) ws[n++] = (w);                                                                       \
-    } while (0)
-    ADD(&m->tok_embd);
-    ADD(&m->output_norm);
-    if (m->output.host != m->tok_embd.host) ADD(&m->output);
-    ADD(&m->rope_freqs);
-    ADD(&m->type_embd); /* encoders */
-    ADD(&m->pos_embd);
-    ADD(&m->tok_norm);
-    ADD(&m->tok_norm_b);
-    for (int64_t i = 0; m->ext && i < m->ext->n_weights && n < cap; i++) ws[n++] = m->ext->weights[i];
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        qr_layer *l = &m->layers[il];
-        qr_weight *lw[] = {&l->attn_norm, &l->attn_q, &l->attn_k, &l->attn_v, &l->attn_out, &l->attn_q_norm,
-                           &l->attn_k_norm, &l->attn_post_norm, &l->ffn_norm, &l->ffn_gate, &l->ffn_up, &l->ffn_down,
-                           &l->ffn_post_norm, &l->attn_q_b, &l->attn_k_b, &l->attn_v_b, &l->attn_out_b,
-                           &l->attn_out_norm, &l->attn_out_norm_b, &l->ffn_up_b, &l->ffn_down_b, &l->layer_out_norm,
-                           &l->layer_out_norm_b};
-        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++) ADD(lw[i]);
-    }
-#undef ADD
-    *out = ws;
-    return n;
-}
-
 /* Releases what prepare_weights made on m->be (safe after a partial prepare). */
 static void release_weights(qr_model *m) {
-    qr_weight **ws = NULL;
-    const int64_t n = m->be ? model_weights(m, &ws) : 0;
-    for (int64_t i = 0; i < n; i++)
-        if (ws[i]->device) m->be->ops->weight_release(m->be, ws[i]);
-    free(ws);
+    for (int32_t i = 0; m->be && i < m->n_weights; i++)
+        if (m->weights[i]->device) m->be->ops->weight_release(m->be, m->weights[i]);
     m->output.device = m->output.host == m->tok_embd.host ? NULL : m->output.device;
 }
 
-/* Prepares (CPU: validates, GPU: uploads) every weight on the backend; a tied output matrix shares
- * tok_embd's prepared copy. On failure the weights prepared so far are released. */
+/* Prepares (CPU: validates, GPU: uploads) every bound weight (m->weights) on the backend; a tied output
+ * matrix shares tok_embd's prepared copy. On failure the weights prepared so far are released. */
 static qr_status prepare_weights(qr_model *m, char *err, size_t err_len) {
     qr_backend *be = m->be;
-    qr_weight **ws = NULL;
-    const int64_t n = model_weights(m, &ws);
-    if (n < 0) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
     qr_status st = QR_OK;
-    for (int64_t i = 0; i < n && st == QR_OK; i++) st = be->ops->weight_prepare(be, ws[i], err, err_len);
-    free(ws);
+    for (int32_t i = 0; i < m->n_weights && st == QR_OK; i++)
+        st = be->ops->weight_prepare(be, m->weights[i], err, err_len);
     if (st != QR_OK) {
         release_weights(m);
         return st;
@@ -475,12 +565,12 @@ static qr_status prepare_weights(qr_model *m, char *err, size_t err_len) {
 }
 
 /* Bytes of weight data the backend has to hold (the tied output counted once). */
-static uint64_t weight_bytes(qr_model *m) {
-    qr_weight **ws = NULL;
-    const int64_t n = model_weights(m, &ws);
+static uint64_t weight_bytes(const qr_model *m) {
     uint64_t total = 0;
-    for (int64_t i = 0; i < n; i++) total += (uint64_t)ws[i]->row_bytes * (uint64_t)(ws[i]->ne[1] * ws[i]->ne[2] * ws[i]->ne[3]);
-    free(ws);
+    for (int32_t i = 0; i < m->n_weights; i++) {
+        const qr_weight *w = m->weights[i];
+        total += (uint64_t)w->row_bytes * (uint64_t)(w->ne[1] * w->ne[2] * w->ne[3]);
+    }
     return total;
 }
 
@@ -496,8 +586,9 @@ static qr_status try_cuda(qr_model *m, int32_t gpu, char *why, size_t why_len) {
     qr_status st = qr_backend_cuda_create(&cp, &m->be, why, why_len);
     if (st != QR_OK) return st;
     const qr_backend_ops *o = m->be->ops;
-    if (m->ext && (!o->moe_route || !o->matmul_id || !o->moe_gate_up || !o->moe_combine || !o->glu || !o->ssm_conv ||
-                   !o->ssm_scan || !o->ssm_gate_norm)) { /* MoE / SSM ops the CUDA backend does not have yet */
+    if ((m->hp.n_expert > 0 || m->hp.has_ssm) && (!o->moe_route || !o->matmul_id || !o->moe_gate_up ||
+                                                 !o->moe_combine || !o->glu || !o->ssm_conv || !o->ssm_scan ||
+                                                 !o->ssm_gate_norm)) { /* MoE / SSM ops the CUDA backend does not have yet */
         qr_backend_free(m->be);
         m->be = NULL;
         return qr_errf(why, why_len, QR_ERR_UNSUPPORTED, "the CUDA backend has no MoE / SSM ops yet (architecture %s)",
@@ -563,21 +654,16 @@ qr_status qr_model_load(const char *path, const qr_model_params *params, qr_mode
     qr_gguf_str_copy(arch, arch_name, sizeof arch_name);
     m->arch = qr_arch_find(arch_name);
     if (!m->arch) {
+        char list[256];
+        qr_arch_list(list, sizeof list);
         st = qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (supported: %s)", path,
-                     arch_name, qr_arch_list());
+                     arch_name, list);
         goto fail;
     }
     loader L = {.m = m, .g = m->gguf, .arch = m->arch->name, .err = err, .err_len = err_len};
-    if ((st = load_hparams(&L)) != QR_OK) goto fail;
-    m->layers = calloc((size_t)m->hp.n_layer, sizeof(qr_layer));
-    L.name_cap = m->hp.n_layer * (QR_T_COUNT + 10) + 16; /* weights and biases */
-    m->name_arena = calloc((size_t)L.name_cap, NAME_CAP);
-    if (!m->layers || !m->name_arena) {
-        st = qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
+    if ((st = load_hparams(&L)) != QR_OK || (st = alloc_model(&L)) != QR_OK || (st = load_swa_layers(&L)) != QR_OK ||
+        (st = load_layer_kinds(&L)) != QR_OK || (st = load_vocab(&L)) != QR_OK || (st = load_weights(&L)) != QR_OK)
         goto fail;
-    }
-    if ((st = load_swa_layers(&L)) != QR_OK) goto fail;
-    if ((st = load_weights(&L)) != QR_OK) goto fail;
     if ((st = create_backend(m, &p, err, err_len)) != QR_OK) goto fail;
     *out = m;
     return QR_OK;
@@ -591,10 +677,10 @@ void qr_model_free(qr_model *m) {
     release_weights(m);
     qr_backend_free(m->be);
     qr_tokenizer_free(m->embed_tok);
-    qr_model_x_free(m->ext);
     qr_gguf_close(m->gguf);
     free(m->layers);
     free(m->name_arena);
+    free(m->weights);
     free(m);
 }
 

@@ -1,22 +1,20 @@
 /* moe.c — the MoE FFN block (router -> top-k -> fused expert gate+up+activation -> expert down ->
- * weighted sum, + the shared expert), the relu^2 dense FFN, and the per-context scratch of the MoE
- * and SSM blocks (qr_fwd_x) with its counters. Follows llama.cpp's build_moe_ffn: weights are
- * taken from the unbiased probabilities, normalised and scaled per arch (hybrid_load.c), and the
- * experts' outputs are summed in the order of selection. */
-#include <stdlib.h>
+ * weighted sum, + the shared expert) with its counters, and the relu^2 dense FFN. Follows llama.cpp's
+ * build_moe_ffn: weights are taken from the unbiased probabilities, normalised and scaled per arch
+ * (the arch table), and the experts' outputs are summed in the order of selection. */
 #include <string.h>
 
-#include "model/hybrid.h"
+#include "model/model.h"
 #include "util/util.h"
 
 /* Counts the experts each row was routed to (host ids; reads them back from non-CPU backends). */
 static void count_selection(const qr_model *m, qr_fwd *f, int il, int64_t n) {
-    struct qr_fwd_x *x = f->ext;
-    const qr_hparams_x *h = &m->ext->hp;
+    qr_moe_scratch *x = &f->moe;
+    const qr_hparams *h = &m->hp;
     if (!x->sel_counts) return;
     const int32_t *ids = x->ids;
     if (!f->be->caps.host_memory) {
-        if (!x->stats_enabled || !x->ids_host) return; /* a device read is a sync: only when asked */
+        if (!f->stats_enabled || !x->ids_host) return; /* a device read is a sync: only when asked */
         f->be->ops->read(f->be, x->ids_host, x->ids, (size_t)n * (size_t)h->n_expert_used * sizeof(int32_t));
         ids = x->ids_host;
     }
@@ -26,15 +24,15 @@ static void count_selection(const qr_model *m, qr_fwd *f, int il, int64_t n) {
 }
 
 const qr_weight *qr_ffn_in(const qr_model *m, int il) {
-    const qr_layer_x *lx = m->ext ? &m->ext->layers[il] : NULL;
-    if (!lx || !lx->gate_inp.host) return &m->layers[il].ffn_gate;
+    const qr_layer *lx = &m->layers[il];
+    if (!lx->gate_inp.host) return &lx->ffn_gate;
     if (lx->up_shexp.host) return lx->gate_shexp.host ? &lx->gate_shexp : &lx->up_shexp;
     return lx->gate_exps.host ? &lx->gate_exps : &lx->up_exps;
 }
 
 static qr_moe_route_params route_params(const qr_model *m, int il) {
-    const qr_hparams_x *h = &m->ext->hp;
-    const qr_layer_x *lx = &m->ext->layers[il];
+    const qr_hparams *h = &m->hp;
+    const qr_layer *lx = &m->layers[il];
     return (qr_moe_route_params){.n_expert = h->n_expert, .n_used = h->n_expert_used, .gating = h->gating,
                                  .norm = h->norm_w, .scale = h->w_scale,
                                  .sel_bias = lx->exp_probs_b.host ? &lx->exp_probs_b : NULL};
@@ -43,12 +41,12 @@ static qr_moe_route_params route_params(const qr_model *m, int il) {
 void qr_ffn_norm(const qr_model *m, qr_fwd *f, int il, const float *b, float b_scale, const qr_weight *w, int64_t n,
                  float eps) {
     qr_backend *be = f->be;
-    struct qr_fwd_x *x = f->ext;
-    const qr_layer_x *lx = m->ext ? &m->ext->layers[il] : NULL;
+    qr_moe_scratch *x = &f->moe;
+    const qr_layer *lx = &m->layers[il];
     const int64_t E = m->hp.n_embd;
-    if (x) x->routed_layer = -1;
+    x->routed_layer = -1;
     /* the fused op's routing is not timed on its own: with the MoE counters on, the plain ops run */
-    if (x && lx && lx->gate_inp.host && be->ops->add_rmsnorm && !x->stats_enabled) {
+    if (lx->gate_inp.host && be->ops->add_rmsnorm && !f->stats_enabled) {
         const qr_moe_route_params rp = route_params(m, il);
         const qr_weight *gb = lx->gate_inp_b.host ? &lx->gate_inp_b : NULL;
         const qr_add_rmsnorm_args a = {.x = f->x, .b = b, .b_scale = b_scale, .w = w, .n_rows = n, .dim = E, .eps = eps,
@@ -63,9 +61,9 @@ void qr_ffn_norm(const qr_model *m, qr_fwd *f, int il, const float *b, float b_s
 }
 
 void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
-    const qr_hparams_x *h = &m->ext->hp;
-    const qr_layer_x *lx = &m->ext->layers[il];
-    struct qr_fwd_x *x = f->ext;
+    const qr_hparams *h = &m->hp;
+    const qr_layer *lx = &m->layers[il];
+    qr_moe_scratch *x = &f->moe;
     qr_backend *be = f->be;
     const int64_t n = f->n_rows, E = m->hp.n_embd;
     const int32_t k = h->n_expert_used;
@@ -91,7 +89,7 @@ void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
      * sits between it and the routing) */
     if (lx->up_shexp.host) {
         const int64_t S = h->n_ff_shexp;
-        float *g = x->sh, *u = x->sh + (int64_t)x->n_batch * S;
+        float *g = x->sh, *u = x->sh + (int64_t)f->n_batch * S;
         if (lx->gate_shexp.host && h->expert_act == QR_GLU_SWIGLU && be->ops->matmul_swiglu) {
             be->ops->matmul_swiglu(be, &lx->gate_shexp, &lx->up_shexp, f->xb, n, g, u);
         } else if (lx->gate_shexp.host) {
@@ -126,87 +124,18 @@ void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
         be->ops->moe_combine(be, x->eo, x->weights, n, k, E, add, f->xb2);
     }
     if (be->ops->act_hold) be->ops->act_hold(be, NULL, 0, 0);
-    x->stats.moe_layer_calls++;
-    x->stats.moe_routing_seconds += t1 - tr;
-    x->stats.moe_layer_seconds += qr_time_s() - t0;
+    f->stats.moe_layer_calls++;
+    f->stats.moe_routing_seconds += t1 - tr;
+    f->stats.moe_layer_seconds += qr_time_s() - t0;
 }
 
 void qr_block_ffn_relu2(const qr_model *m, qr_fwd *f, int il) {
     const qr_layer *l = &m->layers[il];
     qr_backend *be = f->be;
     const int64_t n = f->n_rows, F = l->ffn_up.ne[1];
-    const qr_layer_x *lx = &m->ext->layers[il];
     be->ops->matmul(be, &l->ffn_up, f->xb, n, f->ff_g);
-    if (lx->ffn_up_b.host) be->ops->add_row(be, f->ff_g, &lx->ffn_up_b, 0, n, f->ff_g);
+    if (l->ffn_up_b.host) be->ops->add_row(be, f->ff_g, &l->ffn_up_b, 0, n, f->ff_g);
     be->ops->glu(be, f->ff_g, NULL, n * F, QR_GLU_RELU2, f->ff_g);
     be->ops->matmul(be, &l->ffn_down, f->ff_g, n, f->xb2);
-    if (lx->ffn_down_b.host) be->ops->add_row(be, f->xb2, &lx->ffn_down_b, 0, n, f->xb2);
-}
-
-void qr_fwd_x_free(qr_backend *be, struct qr_fwd_x *x) {
-    if (!x) return;
-    float *bufs[] = {x->router, x->weights, x->eh, x->eo, x->sh, x->zxbcdt, x->xbc, x->y};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i]) be->ops->free(be, bufs[i]);
-    if (x->ids) be->ops->free(be, x->ids);
-    qr_ssm_state_free(x->ssm);
-    free(x->sel_counts);
-    free(x->ids_host);
-    free(x);
-}
-
-qr_status qr_fwd_x_create(const qr_model *m, qr_backend *be, int32_t n_batch, int32_t n_seq_max, struct qr_fwd_x **out,
-                          char *err, size_t err_len) {
-    *out = NULL;
-    if (!m->ext) return QR_OK;
-    const qr_hparams_x *h = &m->ext->hp;
-    const int64_t nb = n_batch, E = m->hp.n_embd, fs = sizeof(float);
-    struct qr_fwd_x *x = calloc(1, sizeof *x);
-    if (!x) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
-    x->n_batch = n_batch;
-    x->routed_layer = -1;
-    bool ok = true;
-    if (h->n_expert > 0) {
-        const int64_t k = h->n_expert_used, F = h->n_ff_exp;
-        x->router = be->ops->alloc(be, (size_t)(nb * h->n_expert * fs));
-        x->ids = be->ops->alloc(be, (size_t)(nb * k) * sizeof(int32_t));
-        x->weights = be->ops->alloc(be, (size_t)(nb * k * fs));
-        x->eh = be->ops->alloc(be, (size_t)(nb * k * F * fs));
-        x->eo = be->ops->alloc(be, (size_t)(nb * k * E * fs));
-        if (h->n_ff_shexp > 0) x->sh = be->ops->alloc(be, (size_t)(2 * nb * h->n_ff_shexp * fs));
-        x->sel_counts = calloc((size_t)m->hp.n_layer * (size_t)h->n_expert, sizeof(uint64_t));
-        x->ids_host = malloc((size_t)(nb * k) * sizeof(int32_t));
-        ok = x->router && x->ids && x->weights && x->eh && x->eo && (h->n_ff_shexp == 0 || x->sh) && x->sel_counts &&
-             x->ids_host;
-        x->stats.n_layer = m->hp.n_layer;
-        x->stats.n_expert = h->n_expert;
-        x->stats.expert_selection = x->sel_counts;
-    }
-    if (ok && h->has_ssm) {
-        const qr_ssm_params *p = &h->ssm;
-        const int64_t d_in_proj = 2 * (int64_t)p->d_inner + 2 * (int64_t)p->n_group * p->d_state + p->n_head;
-        x->zxbcdt = be->ops->alloc(be, (size_t)(nb * d_in_proj * fs));
-        x->xbc = be->ops->alloc(be, (size_t)(nb * p->conv_dim * fs));
-        x->y = be->ops->alloc(be, (size_t)(nb * p->d_inner * fs));
-        ok = x->zxbcdt && x->xbc && x->y;
-        bool *is_ssm = ok ? calloc((size_t)m->hp.n_layer, sizeof(bool)) : NULL;
-        if (ok && !is_ssm) ok = false;
-        if (ok) {
-            for (int il = 0; il < m->hp.n_layer; il++) is_ssm[il] = m->ext->layers[il].kind == QR_LAYER_SSM;
-            qr_status st = qr_ssm_state_create(be, m->hp.n_layer, is_ssm, p, n_seq_max, &x->ssm, err, err_len);
-            free(is_ssm);
-            if (st != QR_OK) {
-                qr_fwd_x_free(be, x);
-                return st;
-            }
-            x->stats.ssm_state_bytes = qr_ssm_state_bytes(x->ssm);
-        }
-    }
-    if (!ok) {
-        qr_fwd_x_free(be, x);
-        return qr_errf(err, err_len, QR_ERR_NOMEM, "context: cannot allocate the MoE / SSM buffers for n_batch %d",
-                       n_batch);
-    }
-    *out = x;
-    return QR_OK;
+    if (l->ffn_down_b.host) be->ops->add_row(be, f->xb2, &l->ffn_down_b, 0, n, f->xb2);
 }

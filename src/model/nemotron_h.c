@@ -2,15 +2,15 @@
  * block is one of a Mamba2 mixer, an attention layer (no rope) or an FFN (relu^2 up/down, or an MoE
  * with sigmoid routing, a selection bias and a relu^2 shared expert), chosen per layer from the
  * per-layer head_count_kv / feed_forward_length, each as x += block(rmsnorm(x)). */
-#include "model/hybrid.h"
+#include "model/model.h"
 
 /* The first weight that multiplies layer il's normed input (the fused norm's hint). */
 static const qr_weight *block_in(const qr_model *m, int il) {
-    const qr_layer_x *lx = &m->ext->layers[il];
-    if (lx->kind == QR_LAYER_SSM) return &lx->ssm_in;
-    if (lx->kind == QR_LAYER_ATTN) return &m->layers[il].attn_q;
-    if (lx->gate_inp.host) return lx->up_shexp.host ? &lx->up_shexp : &lx->up_exps;
-    return &m->layers[il].ffn_up;
+    const qr_layer *l = &m->layers[il];
+    if (l->kind == QR_LAYER_SSM) return &l->ssm_in;
+    if (l->kind == QR_LAYER_ATTN) return &l->attn_q;
+    if (l->gate_inp.host) return l->up_shexp.host ? &l->up_shexp : &l->up_exps;
+    return &l->ffn_up;
 }
 
 void qr_nemotron_h_forward(const qr_model *m, qr_fwd *f) {
@@ -22,14 +22,14 @@ void qr_nemotron_h_forward(const qr_model *m, qr_fwd *f) {
     be->ops->get_rows(be, &m->tok_embd, f->x);
     bool pending = false; /* the previous block's output (xb2) is still to be added to x */
     for (int il = 0; il < hp->n_layer; il++) {
-        const qr_layer_x *lx = &m->ext->layers[il];
+        const qr_layer *l = &m->layers[il];
         /* x += the previous block's output, xb = rmsnorm(x): one op where the backend fuses them */
-        qr_fused_add_rmsnorm(be, f->x, pending ? f->xb2 : NULL, 1.0f, &m->layers[il].attn_norm, n, hp->n_embd,
+        qr_fused_add_rmsnorm(be, f->x, pending ? f->xb2 : NULL, 1.0f, &l->attn_norm, n, hp->n_embd,
                              hp->norm_eps, f->xb, block_in(m, il));
         pending = false;
-        if (lx->kind == QR_LAYER_SSM) qr_block_mamba2(m, f, il);
-        else if (lx->kind == QR_LAYER_ATTN) qr_block_attention_x(m, f, il, false, hp->attn_scale);
-        else if (lx->gate_inp.host) qr_block_moe(m, f, il);
+        if (l->kind == QR_LAYER_SSM) qr_block_mamba2(m, f, il);
+        else if (l->kind == QR_LAYER_ATTN) qr_block_attention_x(m, f, il, false, hp->attn_scale);
+        else if (l->gate_inp.host) qr_block_moe(m, f, il);
         else qr_block_ffn_relu2(m, f, il);
         if (il == hp->n_layer - 1) {
             qr_block_keep_outputs(m, f);

@@ -18,8 +18,9 @@ def synth(quarrel_bin, tmp_path, arch, preset, typ="F16"):
     return out
 
 
-def rewrite(src, dst, drop=(), change=None):
-    """Copies src to dst without the keys in `drop` and with the scalar values in `change`."""
+def rewrite(src, dst, drop=(), change=None, drop_tensors=(), add_tensors=None):
+    """Copies src to dst without the keys in `drop` and with the scalar values in `change`, without the
+    tensors in `drop_tensors` and with the F32 arrays of `add_tensors` (name -> array)."""
     change = change or {}
     r = gguf.GGUFReader(str(src))
     arch = r.fields["general.architecture"].contents()
@@ -34,7 +35,10 @@ def rewrite(src, dst, drop=(), change=None):
         else:
             w.add_key_value(name, val, vtype)
     for t in r.tensors:
-        w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+        if t.name not in drop_tensors:
+            w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    for name, arr in (add_tensors or {}).items():
+        w.add_tensor(name, arr)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -48,6 +52,14 @@ def load_error(quarrel_bin, path, tmp_path):
     r = subprocess.run([quarrel_bin, "logits", "-m", str(path), "--tokens", str(ids), "-o", str(tmp_path / "o.npy"),
                         "--backend", "cpu"], capture_output=True, text=True)
     return r
+
+
+def assert_load_error(quarrel_bin, path, tmp_path, expect):
+    """Loading `path` fails cleanly with `expect` in the message."""
+    r = load_error(quarrel_bin, path, tmp_path)
+    assert r.returncode != 0
+    assert expect in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "Segmentation" not in r.stderr
 
 
 def test_rewrite_roundtrip_loads(quarrel_bin, tmp_path):
@@ -69,10 +81,26 @@ def test_rewrite_roundtrip_loads(quarrel_bin, tmp_path):
 def test_bad_metadata_is_a_clear_error(quarrel_bin, tmp_path, arch, preset, drop, change, expect):
     src = synth(quarrel_bin, tmp_path, arch, preset)
     bad = rewrite(src, tmp_path / "bad.gguf", drop=drop, change=change)
-    r = load_error(quarrel_bin, bad, tmp_path)
-    assert r.returncode != 0
-    assert expect in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr and "Segmentation" not in r.stderr
+    assert_load_error(quarrel_bin, bad, tmp_path, expect)
+
+
+@pytest.mark.parametrize("arch,preset,drop,add,expect", [
+    # the arch table's tensors per layer kind: a Mamba2 layer (granitehybrid layer 0), an MoE layer's
+    # experts (nemotron_h_moe layer 1), a required per-arch extra (gpt-oss sinks, nemotron's LayerNorm bias)
+    ("granitehybrid", "tiny", ["blk.0.ssm_a"], None, "missing tensor blk.0.ssm_a (required by architecture granitehybrid)"),
+    ("nemotron_h_moe", "tiny", ["blk.1.ffn_down_exps.weight"], None, "missing tensor blk.1.ffn_down_exps.weight"),
+    ("nemotron_h", "tiny", ["blk.1.ffn_up.weight"], None, "missing tensor blk.1.ffn_up.weight"),
+    ("gpt-oss", "tiny", ["blk.1.attn_sinks.weight"], None, "missing tensor blk.1.attn_sinks.weight"),
+    ("nemotron", "tiny", ["output_norm.bias"], None, "missing tensor output_norm.bias"),
+    ("llama", "mixtral-tiny", ["blk.1.ffn_gate_inp.weight"], None, "missing tensor blk.1.ffn_gate_inp.weight (expert_count is"),
+    # a bias the table does not bind is refused, not ignored (granite's FFN has none)
+    ("granite", "tiny", [], {"blk.0.ffn_up.bias": np.zeros(512, dtype=np.float32)}, "bias tensors are not supported"),
+    ("granitehybrid", "tiny", [], {"blk.2.attn_q.bias": np.zeros(7, dtype=np.float32)}, "blk.2.attn_q.bias has shape [7"),
+])
+def test_bad_tensors_are_a_clear_error(quarrel_bin, tmp_path, arch, preset, drop, add, expect):
+    src = synth(quarrel_bin, tmp_path, arch, preset)
+    bad = rewrite(src, tmp_path / "bad.gguf", drop_tensors=drop, add_tensors=add)
+    assert_load_error(quarrel_bin, bad, tmp_path, expect)
 
 
 def test_run_stats_reports_moe_and_ssm(quarrel_bin, tmp_path):

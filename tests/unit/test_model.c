@@ -475,12 +475,47 @@ static void test_bad_files(void **state) {
     assert_null(m);
 }
 
+/* The arch table is well formed: every listed name finds its row, which has a forward pass, keys and
+ * tensors; no two tensors of a row bind the same qr_weight in the same layers (a weight bound twice would be
+ * prepared twice) or share a name where they overlap; fields lie inside their struct. */
+static void test_arch_table(void **state) {
+    (void)state;
+    char list[256], *save = NULL;
+    qr_arch_list(list, sizeof list);
+    int n_arch = 0;
+    for (char *name = strtok_r(list, ", ", &save); name; name = strtok_r(NULL, ", ", &save), n_arch++) {
+        const qr_arch_info *ai = qr_arch_find(name);
+        assert_non_null(ai);
+        assert_string_equal(ai->name, name);
+        assert_non_null(ai->forward);
+        assert_non_null(ai->hparams);
+        assert_non_null(ai->tensors);
+        for (const qr_hparam_spec *const *g = ai->hparams; *g; g++)
+            for (const qr_hparam_spec *h = *g; h->key; h++) assert_true(h->field < sizeof(qr_hparams));
+        const qr_tensor_spec *all[128];
+        int n = 0;
+        for (const qr_tensor_spec *const *g = ai->tensors; *g; g++)
+            for (const qr_tensor_spec *t = *g; t->name; t++) {
+                assert_true(n < 128);
+                assert_true(t->field + sizeof(qr_weight) <= (t->in ? sizeof(qr_layer) : sizeof(qr_model)));
+                for (int j = 0; j < n; j++) {
+                    const bool overlap = (all[j]->in == 0 && t->in == 0) || (all[j]->in & t->in);
+                    if (overlap && (all[j]->field == t->field || !strcmp(all[j]->name, t->name)))
+                        fail_msg("%s: tensors %s and %s bind the same weight", name, all[j]->name, t->name);
+                }
+                all[n++] = t;
+            }
+    }
+    assert_int_equal(n_arch, QR_ARCH_COUNT);
+    assert_null(qr_arch_find("mamba99"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama_batch_vs_single), cmocka_unit_test(test_gemma3_batch_vs_single),
         cmocka_unit_test(test_two_sequences),         cmocka_unit_test(test_seq_rm_redecode),
         cmocka_unit_test(test_gemma3_window),         cmocka_unit_test(test_info),
-        cmocka_unit_test(test_bad_batches),           cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_bad_batches),           cmocka_unit_test(test_bad_files), cmocka_unit_test(test_arch_table),
         cmocka_unit_test(test_logits_host_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
