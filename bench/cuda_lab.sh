@@ -14,7 +14,7 @@
 #
 # The build tries the project's CMake first (-DQUARREL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$ARCH); when
 # the machine lacks the project's other build dependencies (gRPC, PCRE2, ...) it compiles just the
-# lab's sources directly with nvcc and cc (util, quant, backend/cpu, backend/cuda, tests/cuda).
+# lab's sources directly with nvcc and cc (util, quant, backend, backend/cpu, backend/cuda, tests/cuda).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/cuda_lab}
@@ -52,7 +52,7 @@ build_direct() {
     local cflags="-O2 -std=c17 -D_GNU_SOURCE -DQUARREL_HAVE_CUDA=1 -Iinclude -Isrc -I$cuda/include -Wall -Wextra -Wno-unused-parameter"
     local nvflags="-O3 --use_fast_math -arch=sm_$ARCH -D_GNU_SOURCE -DQUARREL_HAVE_CUDA=1 -Iinclude -Isrc"
     local jobs=() f o
-    for f in src/util/*.c src/quant/*.c src/backend/cpu/*.c tests/cuda/*.c; do
+    for f in src/util/*.c src/quant/*.c src/backend/*.c src/backend/cpu/*.c tests/cuda/*.c; do
         o=$b/$(echo "$f" | tr / _).o
         case $f in
         *_avx2.c) jobs+=("cc $cflags -mavx2 -mfma -mf16c -c $f -o $o") ;;
