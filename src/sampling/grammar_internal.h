@@ -64,6 +64,7 @@ struct qr_grammar_vocab {
 /* Whether code point cp is in class c of g. */
 static inline bool gclass_has(const qr_grammar *g, const gclass *c, uint32_t cp) {
     if (cp < 128) return (c->ascii[cp >> 6] >> (cp & 63)) & 1;
+    if (c->n_ranges == 0) return c->negated;
     const uint32_t *r = g->ranges + 2 * c->range_off;
     bool in = false;
     for (int32_t i = 0; i < c->n_ranges && !in; i++) in = cp >= r[2 * i] && cp <= r[2 * i + 1];
@@ -72,6 +73,7 @@ static inline bool gclass_has(const qr_grammar *g, const gclass *c, uint32_t cp)
 
 /* Whether class c of g holds some code point in [lo, hi]. */
 static inline bool gclass_meets(const qr_grammar *g, const gclass *c, uint32_t lo, uint32_t hi) {
+    if (c->n_ranges == 0) return c->negated;
     const uint32_t *r = g->ranges + 2 * c->range_off;
     if (!c->negated) {
         for (int32_t i = 0; i < c->n_ranges; i++)

@@ -150,7 +150,7 @@ static int32_t itab_intern(itab *t, const int32_t *v, int32_t n) {
         t->pool = np;
         t->pool_cap = nc;
     }
-    memcpy(t->pool + t->pool_n, v, sizeof(int32_t) * (size_t)n);
+    if (n) memcpy(t->pool + t->pool_n, v, sizeof(int32_t) * (size_t)n);
     t->off[t->n] = t->pool_n;
     t->len[t->n] = n;
     t->pool_n += n;
@@ -177,7 +177,7 @@ static bool work_push(qr_grammar_matcher *m, const int32_t *frames, int32_t n, i
     if (!ibuf_reserve(&m->work, total + 1)) return false;
     int32_t *w = m->work.v + m->work.n;
     w[0] = total;
-    memcpy(w + 1, frames, sizeof(int32_t) * (size_t)n);
+    if (n) memcpy(w + 1, frames, sizeof(int32_t) * (size_t)n);
     if (extra_top >= 0) w[1 + n] = extra_top;
     m->work.n += total + 1;
     return true;
@@ -427,7 +427,7 @@ static bool rebuild(qr_grammar_matcher *m) {
             return false;
         }
         saved.v[saved.n] = len;
-        memcpy(saved.v + saved.n + 1, m->stacks.pool + m->stacks.off[sid], sizeof(int32_t) * (size_t)len);
+        if (len) memcpy(saved.v + saved.n + 1, m->stacks.pool + m->stacks.off[sid], sizeof(int32_t) * (size_t)len);
         saved.n += len + 1;
     }
     for (int32_t i = 0; i < n_states(m); i++) free(m->st[i].trans);

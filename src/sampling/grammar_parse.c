@@ -731,7 +731,7 @@ static qr_grammar *flatten(parser *P) {
         g->rule_alt[r] = a;
         for (int32_t i = 0; i < br->n_alts; i++) {
             g->alt_start[a++] = e;
-            memcpy(g->elems + e, br->alts[i].v, sizeof(int32_t) * (size_t)br->alts[i].n);
+            if (br->alts[i].n) memcpy(g->elems + e, br->alts[i].v, sizeof(int32_t) * (size_t)br->alts[i].n);
             e += br->alts[i].n;
             g->elems[e++] = GE_MAKE(GE_END, 0);
         }
