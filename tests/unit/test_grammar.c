@@ -403,11 +403,12 @@ static void test_schema_prefix_compose(void **state) {
     assert_true(g_accepts(g, v, "A:12", 4));
     assert_true(g_accepts(g, v, "B:true", 6));
     assert_false(g_accepts(g, v, "A:true", 6));
-    assert_int_equal(qr_json_schema_to_gbnf(a, "bad prefix", &ga, err, sizeof err), QR_ERR_INVALID_ARG);
-    qr_grammar_vocab_free(v);
-    qr_grammar_free(g);
     free(ga);
     free(gb);
+    assert_int_equal(qr_json_schema_to_gbnf(a, "bad prefix", &ga, err, sizeof err), QR_ERR_INVALID_ARG);
+    assert_null(ga);
+    qr_grammar_vocab_free(v);
+    qr_grammar_free(g);
     json_decref(a);
     json_decref(b);
 }
