@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "engine.h"
+#include "grammar_opt.h"
 
 #define MAX_STOPS 16
 
@@ -148,7 +149,9 @@ static void usage_run(FILE *f) {
                "  --ignore-eos         do not stop at end-of-generation tokens\n"
                "  --ids-only           print the generated token ids as a JSON array\n"
                "  -q, --quiet          no timing line\n"
-               "  --stats              print the MoE / SSM counters (Prometheus text) on stderr\n" APP_ENGINE_HELP
+               "  --stats              print the MoE / SSM counters (Prometheus text) on stderr\n"
+               "  --grammar-file FILE  constrain the output to a GBNF grammar (start rule: root)\n"
+               "  --json-schema S      constrain the output to a JSON schema (inline JSON or a file)\n" APP_ENGINE_HELP
                APP_SAMPLER_HELP);
 }
 
@@ -157,16 +160,19 @@ int cmd_run(int argc, char **argv) {
         {"model", 1, 0, 'm'}, {"prompt", 1, 0, 'p'}, {"file", 1, 0, 'f'}, {"tokens", 1, 0, 't' + 256},
         {"chat", 0, 0, 'C'}, {"system", 1, 0, 'S'}, {"n-predict", 1, 0, 'n'}, {"threads", 1, 0, 't'},
         {"ctx", 1, 0, 'c'}, {"stop", 1, 0, 's' + 256}, {"ignore-eos", 0, 0, 'i' + 256},
-        {"ids-only", 0, 0, 'I' + 256}, {"quiet", 0, 0, 'q'}, {"stats", 0, 0, 'Z' + 256}, {"help", 0, 0, 'h'}, APP_SAMPLER_LONGOPTS, APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
+        {"ids-only", 0, 0, 'I' + 256}, {"quiet", 0, 0, 'q'}, {"stats", 0, 0, 'Z' + 256}, {"help", 0, 0, 'h'},
+        {"grammar-file", 1, 0, 'G' + 256}, {"json-schema", 1, 0, 'J' + 256}, APP_SAMPLER_LONGOPTS, APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
     app_engine_opts eo = {0};
     gen_opts go = {.n_predict = 128};
     qr_sampler_chain_params sp = qr_sampler_chain_default_params();
-    const char *prompt = NULL, *file = NULL, *tokens = NULL, *system = NULL;
+    const char *prompt = NULL, *file = NULL, *tokens = NULL, *system = NULL, *grammar_file = NULL, *schema = NULL;
     bool chat = false, arch_stats = false;
     int c, rc;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:p:f:n:t:c:qh", longopts, NULL)) != -1) {
         switch (c) {
+        case 'G' + 256: grammar_file = optarg; break;
+        case 'J' + 256: schema = optarg; break;
         case 'm': eo.model = optarg; break;
         case 'p': prompt = optarg; break;
         case 'f': file = optarg; break;
@@ -245,6 +251,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "quarrel: %s\n", err);
         rc = 2;
     }
+    if (!rc) rc = app_attach_grammar(&e, grammar_file, schema, smp);
     gen_stats st = {0};
     if (!rc && arch_stats) qr_context_set_arch_stats(e.ctx, true); /* expert counts on the GPU too */
     if (!rc) rc = generate(&e, ids, n_ids, smp, &go, stdout, &st, NULL, NULL);

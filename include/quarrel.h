@@ -348,6 +348,14 @@ QR_API qr_status qr_sampler_chain_accept(qr_sampler_chain *s, qr_token token);
 QR_API void qr_sampler_chain_reset(qr_sampler_chain *s);
 /* The seed in use (the random one when params.seed was QR_SEED_RANDOM). */
 QR_API uint64_t qr_sampler_chain_seed(const qr_sampler_chain *s);
+/* Constrains what s samples to a grammar: gbnf (GBNF rules, start rule "root") or json_schema (a JSON
+ * schema as JSON text), at most one of them non-NULL; both NULL removes the grammar. The vocabulary is
+ * tok's (the model's the chain samples for). From then on every token qr_sampler_chain_sample returns
+ * continues an output the grammar accepts, and end-of-generation tokens come only once it is complete
+ * (then only they). qr_sampler_chain_reset restarts the grammar. QR_ERR_INVALID_ARG with a message
+ * naming the line/column or the schema construct for a bad grammar or an unsupported schema. */
+QR_API qr_status qr_sampler_chain_set_grammar(qr_sampler_chain *s, const qr_tokenizer *tok, const char *gbnf,
+                                              const char *json_schema, char *err, size_t err_len);
 
 /* ---------------------------------------------------------------------------------------------
  * Generation.

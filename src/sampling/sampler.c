@@ -32,6 +32,7 @@ struct qr_sampler {
     float *work;          /* [n_vocab] biased, penalised logits */
     cand *cands;          /* [n_vocab] candidate set */
     cand *tmp;            /* [n_vocab] scratch for heap selection and logprobs */
+    qr_grammar_matcher *grammar; /* owned; NULL = unconstrained */
 };
 
 /* ---- PRNG: splitmix64 for seeding, xoshiro256** for the stream ---------------------------- */
@@ -184,8 +185,16 @@ void qr_sampler_free(qr_sampler *s) {
     free(s->work);
     free(s->cands);
     free(s->tmp);
+    qr_grammar_matcher_free(s->grammar);
     free(s);
 }
+
+void qr_sampler_set_grammar(qr_sampler *s, qr_grammar_matcher *m) {
+    if (s->grammar != m) qr_grammar_matcher_free(s->grammar);
+    s->grammar = m;
+}
+
+qr_grammar_matcher *qr_sampler_grammar(qr_sampler *s) { return s->grammar; }
 
 uint64_t qr_sampler_seed(const qr_sampler *s) { return s->seed; }
 
@@ -194,6 +203,7 @@ void qr_sampler_reset(qr_sampler *s) {
     s->hist_len = 0;
     s->hist_pos = 0;
     rng_seed(s->rng, s->seed);
+    if (s->grammar) qr_grammar_matcher_reset(s->grammar);
 }
 
 qr_status qr_sampler_accept(qr_sampler *s, int32_t token) {
@@ -363,28 +373,22 @@ static void compute_logprobs(qr_sampler *s, const float *logits, int32_t token, 
 
 /* ---- the chain ---------------------------------------------------------------------------- */
 
-qr_status qr_sampler_sample(qr_sampler *s, const float *logits, qr_sample_result *out, char *err, size_t err_len) {
+/* Runs the chain after penalties (greedy, or top-k -> top-p -> min-p -> temperature -> draw) on
+ * s->work (not modified) and writes the token. QR_ERR_INVALID_ARG when every logit is -inf. */
+static qr_status pick(qr_sampler *s, int32_t *out_token) {
     const qr_sampler_params *p = &s->p;
-    int32_t nv = s->n_vocab;
-    memset(out, 0, sizeof *out);
-    for (int32_t i = 0; i < nv; i++) {
-        if (isnan(logits[i]) || (isinf(logits[i]) && logits[i] > 0))
-            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: logit for token %d is %g", i, (double)logits[i]);
-    }
-    memcpy(s->work, logits, sizeof *s->work * (size_t)nv);
-    qr_sampler_apply_penalties(s, s->work);
-
+    const int32_t nv = s->n_vocab;
     int32_t token = -1;
     if (p->temperature <= 0.0f) {
         float best = -INFINITY;
         for (int32_t i = 0; i < nv; i++)
             if (s->work[i] > best) best = s->work[i], token = i;
-        if (token < 0) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: every token's logit is -inf");
+        if (token < 0) return QR_ERR_INVALID_ARG;
     } else {
         size_t n = 0;
         for (int32_t i = 0; i < nv; i++)
             if (s->work[i] > -INFINITY) s->cands[n++] = (cand){i, s->work[i]};
-        if (n == 0) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: every token's logit is -inf");
+        if (n == 0) return QR_ERR_INVALID_ARG;
         cand *c = s->cands;
         bool sorted = false;
         if (p->top_k > 0 && (size_t)p->top_k < n) {
@@ -425,6 +429,36 @@ qr_status qr_sampler_sample(qr_sampler *s, const float *logits, qr_sample_result
             }
         }
     }
+    *out_token = token;
+    return QR_OK;
+}
+
+
+qr_status qr_sampler_sample(qr_sampler *s, const float *logits, qr_sample_result *out, char *err, size_t err_len) {
+    const qr_sampler_params *p = &s->p;
+    int32_t nv = s->n_vocab;
+    memset(out, 0, sizeof *out);
+    for (int32_t i = 0; i < nv; i++) {
+        if (isnan(logits[i]) || (isinf(logits[i]) && logits[i] > 0))
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: logit for token %d is %g", i, (double)logits[i]);
+    }
+    memcpy(s->work, logits, sizeof *s->work * (size_t)nv);
+    qr_sampler_apply_penalties(s, s->work);
+
+    int32_t token = -1;
+    qr_status st = pick(s, &token);
+    if (s->grammar && (st != QR_OK || !qr_grammar_matcher_allows(s->grammar, token))) {
+        /* the unconstrained pick is not allowed: mask and pick again */
+        const uint64_t *mask = qr_grammar_matcher_mask(s->grammar);
+        if (!mask) return qr_errf(err, err_len, QR_ERR_NOMEM, "grammar: out of memory");
+        for (int32_t i = 0; i < nv; i++)
+            if (!((mask[i >> 6] >> (i & 63)) & 1)) s->work[i] = -INFINITY;
+        st = pick(s, &token);
+        if (st != QR_OK)
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "grammar: no token that the grammar allows has a finite logit");
+    }
+    if (st != QR_OK) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: every token's logit is -inf");
+    if (s->grammar && (st = qr_grammar_matcher_accept(s->grammar, token, err, err_len)) != QR_OK) return st;
     out->token = token;
     if (p->logprobs) compute_logprobs(s, logits, token, out);
     qr_sampler_accept(s, token);

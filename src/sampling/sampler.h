@@ -6,6 +6,14 @@
  *     logit bias -> penalties (repeat, frequency, presence over the last `penalty_last_n` tokens)
  *       -> top-k -> top-p -> min-p -> temperature -> draw from the softmax (own seeded PRNG)
  *
+ * An optional grammar stage (qr_sampler_set_grammar) constrains the result: the chain runs on the
+ * unmasked logits first and, when the token it picks is one the grammar allows, that token stands
+ * (the common case, costing one walk over the token's bytes); otherwise the grammar's allowed-token
+ * mask sets every other logit to -inf and the chain runs again. For greedy this is exactly the
+ * argmax of the masked logits; for sampling it draws from the masked distribution too (a rejected
+ * first draw falls through to the masked one, which adds up to the same probabilities, up to how
+ * top-k/top-p truncation meets the mask).
+ *
  * With temperature <= 0 the chain collapses to greedy: the argmax of the biased, penalised logits
  * (ties go to the lowest token id). top-p and min-p are computed on the probabilities before
  * temperature, as in llama.cpp. Everything is deterministic: the same seed, parameters, accepted
@@ -23,6 +31,7 @@
 #include <stdint.h>
 
 #include "quarrel.h"
+#include "sampling/grammar.h"
 
 /* seed value meaning "pick a random seed at create time" (qr_sampler_seed tells which). */
 #define QR_SAMPLER_SEED_RANDOM UINT64_MAX
@@ -98,10 +107,26 @@ void qr_sampler_reset(qr_sampler *s);
  * tokens it returns by itself). QR_ERR_INVALID_ARG when token is outside [0, n_vocab). */
 qr_status qr_sampler_accept(qr_sampler *s, int32_t token);
 
-/* Samples the next token from logits[0..n_vocab) (not modified) and accepts it into the history.
- * Errors: QR_ERR_INVALID_ARG when a logit is NaN or no token has a finite biased logit. */
+/* Samples the next token from logits[0..n_vocab) (not modified) and accepts it into the history
+ * (and the grammar). Errors: QR_ERR_INVALID_ARG when a logit is NaN, no token has a finite biased
+ * logit, or no token the grammar allows has one ("grammar: ..."); QR_ERR_NOMEM. */
 qr_status qr_sampler_sample(qr_sampler *s, const float *logits, qr_sample_result *out, char *err,
                             size_t err_len);
+
+/* Attaches grammar matcher m (the sampler owns it from now on and frees it; NULL detaches and frees
+ * the previous one). Every token qr_sampler_sample returns afterwards is allowed by the grammar and
+ * is accepted into it; qr_sampler_accept (prompt tokens) does not touch it; qr_sampler_reset
+ * resets it. */
+void qr_sampler_set_grammar(qr_sampler *s, qr_grammar_matcher *m);
+
+/* The attached matcher or NULL (still owned by the sampler). */
+qr_grammar_matcher *qr_sampler_grammar(qr_sampler *s);
+
+/* The public chain's internals (sampler_chain.c), for qr_sampler_chain_set_grammar (sched/grammar_api.c):
+ * its sampler, and the vocabulary trie it keeps for its grammar matcher (takes v; frees the previous one,
+ * so detach the matcher first). */
+qr_sampler *qr_sampler_chain_sampler(qr_sampler_chain *s);
+void qr_sampler_chain_keep_vocab(qr_sampler_chain *s, qr_grammar_vocab *v);
 
 /* Applies logit bias and penalties (the first two links of the chain) to logits[0..n_vocab) in place.
  * Exposed for tests and for callers that want the adjusted distribution. */

@@ -7,8 +7,16 @@
 #include "util/util.h"
 
 struct qr_sampler_chain {
-    qr_sampler *sampler; /* owned */
+    qr_sampler *sampler;     /* owned */
+    qr_grammar_vocab *vocab; /* owned: the vocabulary of the sampler's grammar matcher, or NULL */
 };
+
+qr_sampler *qr_sampler_chain_sampler(qr_sampler_chain *s) { return s->sampler; }
+
+void qr_sampler_chain_keep_vocab(qr_sampler_chain *s, qr_grammar_vocab *v) {
+    qr_grammar_vocab_free(s->vocab);
+    s->vocab = v;
+}
 
 qr_sampler_chain_params qr_sampler_chain_default_params(void) {
     qr_sampler_params d;
@@ -95,7 +103,8 @@ fail:
 
 void qr_sampler_chain_free(qr_sampler_chain *s) {
     if (!s) return;
-    qr_sampler_free(s->sampler);
+    qr_sampler_free(s->sampler); /* and its grammar matcher, before the vocabulary it walks */
+    qr_grammar_vocab_free(s->vocab);
     free(s);
 }
 

@@ -9,6 +9,7 @@
 
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "sched/grammar_vocab.h"
 #include "util/util.h"
 
 typedef struct sreq {
@@ -64,6 +65,8 @@ struct qr_scheduler {
     uint8_t *seq_busy;       /* [n_seq] */
     sjob *jobs;
     qr_sched_stats stats;
+    pthread_mutex_t gv_mu;   /* guards the lazy build of gvocab */
+    qr_grammar_vocab *gvocab;/* the vocabulary trie for grammar requests (built on first use) */
     /* step scratch (thread only) */
     int32_t *b_tok, *b_pos, *b_seq;
     int8_t *b_logits;
@@ -128,6 +131,20 @@ static void release_seq(qr_scheduler *s, sreq *r) {
     update_kv_stats(s);
 }
 
+/* Gives r's sampler a matcher of grammar g over the model's vocabulary trie (built once, on the
+ * first grammar request, by whichever thread submits it). */
+static qr_status attach_grammar(qr_scheduler *s, sreq *r, qr_grammar *g, char *err, size_t err_len) {
+    qr_status st = QR_OK;
+    pthread_mutex_lock(&s->gv_mu);
+    if (!s->gvocab) st = qr_grammar_vocab_from_tokenizer(s->tok, &s->gvocab, err, err_len);
+    pthread_mutex_unlock(&s->gv_mu);
+    if (st != QR_OK) return st;
+    qr_grammar_matcher *m = NULL;
+    if ((st = qr_grammar_matcher_create(g, s->gvocab, &m, err, err_len)) != QR_OK) return st;
+    qr_sampler_set_grammar(r->smp, m);
+    return QR_OK;
+}
+
 qr_status qr_sched_submit(qr_scheduler *s, const qr_sched_request *q, uint64_t *id, char *err, size_t err_len) {
     *id = 0;
     if (!q->cb || !q->prompt || q->n_prompt < 1 || q->max_tokens < 1 || q->n_stops < 0)
@@ -152,6 +169,7 @@ qr_status qr_sched_submit(qr_scheduler *s, const qr_sched_request *q, uint64_t *
     }
     if ((st = qr_sampler_create(&q->sampler, s->n_vocab, &r->smp, err, err_len)) != QR_OK) goto fail;
     if ((st = qr_stop_create(q->stops, q->n_stops, q->max_tokens, &r->stop, err, err_len)) != QR_OK) goto fail;
+    if (q->grammar && (st = attach_grammar(s, r, q->grammar, err, err_len)) != QR_OK) goto fail;
     memcpy(r->tokens, q->prompt, sizeof(int32_t) * (size_t)q->n_prompt);
     r->n_tokens = r->n_prompt = q->n_prompt;
     for (int32_t i = 0; i < q->n_prompt; i++) qr_sampler_accept(r->smp, q->prompt[i]);
@@ -332,6 +350,8 @@ static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row) {
     r->cb(r->user, &ev);
     qr_finish_reason fin = sr.finish;
     if (fin == QR_FINISH_NONE && r->n_tokens >= s->max_seq_len) fin = QR_FINISH_LENGTH; /* context full */
+    qr_grammar_matcher *gm = qr_sampler_grammar(r->smp);
+    if (fin == QR_FINISH_NONE && gm && qr_grammar_matcher_done(gm)) fin = QR_FINISH_STOP; /* nothing can follow */
     if (fin != QR_FINISH_NONE) {
         release_seq(s, r);
         finish(s, r, QR_SCHED_END_FINISHED, fin, NULL);
@@ -567,6 +587,7 @@ qr_status qr_sched_create(qr_model *model, qr_context *ctx, const qr_tokenizer *
     s->b_req = malloc(sizeof(sreq *) * (size_t)s->b_cap);
     s->seq_busy = calloc((size_t)p.n_seq, 1);
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->gv_mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
     s->stats.n_seq = p.n_seq;
@@ -595,6 +616,8 @@ void qr_sched_free(qr_scheduler *s) {
         pthread_join(s->thread, NULL);
     }
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->gv_mu);
+    qr_grammar_vocab_free(s->gvocab);
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->idle_cv);
     free(s->b_tok);

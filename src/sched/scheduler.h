@@ -92,6 +92,9 @@ typedef struct qr_sched_request {
     int32_t n_stops;
     int32_t max_tokens;        /* > 0; generation also ends when the sequence fills the context */
     bool ignore_eos;           /* keep going through end-of-generation tokens */
+    qr_grammar *grammar;       /* NULL, or a grammar the output must follow (the request takes its own
+                                  reference); the generation ends when the grammar can take nothing
+                                  more; the model's vocabulary trie is built on the first use */
     qr_sched_priority priority;
     double timeout_s;          /* <= 0: the scheduler's default */
     qr_sched_callback cb;      /* required */

@@ -126,7 +126,7 @@ qr_status srv_gen_start(srv_gen *g, srv_model *m, int32_t *prompt, int32_t n_pro
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "model '%s' is an embedding model and cannot generate",
                        m->name);
     qr_sched_request q = {.prompt = prompt, .n_prompt = n_prompt, .sampler = req->sp, .stops = req->stops,
-                          .n_stops = req->n_stops, .ignore_eos = req->ignore_eos,
+                          .n_stops = req->n_stops, .ignore_eos = req->ignore_eos, .grammar = req->grammar,
                           .priority = req->priority ? QR_SCHED_BATCH : QR_SCHED_INTERACTIVE, .timeout_s = timeout_s,
                           .cb = on_event, .user = g};
     q.max_tokens = req->max_tokens > 0 ? req->max_tokens : 1 << 30;

@@ -121,6 +121,7 @@ int srv_json_parse(const char *body, size_t len, int max_depth, json_t **root, c
 void srv_gen_req_free(srv_gen_req *r) {
     json_decref(r->root);
     free(r->bias);
+    qr_grammar_free(r->grammar);
     memset(r, 0, sizeof *r);
 }
 
@@ -427,6 +428,77 @@ int srv_gen_req_from_json(json_t *root, srv_api api, srv_gen_req *r, char *err, 
             r->sp.logit_bias = r->bias;
             r->sp.n_logit_bias = r->n_bias;
         }
+    }
+    return srv_parse_grammar(root, api, &r->grammar, err, err_len);
+}
+
+/* A schema (object or boolean) for field `field` -> grammar. */
+static int schema_grammar(const json_t *schema, const char *field, qr_grammar **out, char *err, size_t err_len) {
+    if (!json_is_object(schema) && !json_is_boolean(schema)) FAIL("'%s' must be a JSON schema object", field);
+    char msg[512];
+    if (qr_json_schema_compile(schema, out, msg, sizeof msg) != QR_OK) FAIL("'%s': %s", field, msg);
+    return 0;
+}
+
+static int json_object_mode(qr_grammar **out, char *err, size_t err_len) {
+    char msg[256];
+    if (qr_json_object_grammar(out, msg, sizeof msg) != QR_OK) FAIL("%s", msg);
+    return 0;
+}
+
+int srv_parse_grammar(json_t *root, srv_api api, qr_grammar **out, char *err, size_t err_len) {
+    *out = NULL;
+    const bool openai = api == SRV_API_OPENAI_CHAT || api == SRV_API_OPENAI_COMPLETION;
+    json_t *gr = json_object_get(root, "grammar");
+    if (gr && json_is_null(gr)) gr = NULL;
+    if (gr && !openai && api != SRV_API_NATIVE) gr = NULL; /* Ollama has no such field */
+    int modes = gr != NULL;
+    if (api == SRV_API_NATIVE) {
+        json_t *js = json_object_get(root, "json_schema");
+        if (js && !json_is_null(js)) {
+            if (gr) FAIL("give either 'grammar' or 'json_schema', not both");
+            return schema_grammar(js, "json_schema", out, err, err_len);
+        }
+    } else if (openai) {
+        json_t *rf = json_object_get(root, "response_format");
+        if (rf && !json_is_null(rf)) {
+            if (!json_is_object(rf)) FAIL("'response_format' must be an object");
+            json_t *t = json_object_get(rf, "type");
+            if (!json_is_string(t)) FAIL("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+            const char *ts = json_string_value(t);
+            if (!strcmp(ts, "json_object") || !strcmp(ts, "json_schema")) {
+                if (modes) FAIL("give either 'grammar' or a JSON 'response_format', not both");
+                if (!strcmp(ts, "json_object")) return json_object_mode(out, err, err_len);
+                json_t *js = json_object_get(rf, "json_schema");
+                if (!json_is_object(js)) FAIL("'response_format.json_schema' must be an object {name, schema, strict}");
+                json_t *strict = json_object_get(js, "strict");
+                if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+                    FAIL("'response_format.json_schema.strict' must be a boolean");
+                json_t *name = json_object_get(js, "name");
+                if (name && !json_is_string(name)) FAIL("'response_format.json_schema.name' must be a string");
+                json_t *schema = json_object_get(js, "schema");
+                if (!schema || json_is_null(schema)) return json_object_mode(out, err, err_len);
+                return schema_grammar(schema, "response_format.json_schema.schema", out, err, err_len);
+            }
+            if (strcmp(ts, "text"))
+                FAIL("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\" (got '%.32s')", ts);
+        }
+    } else {
+        json_t *fmt = json_object_get(root, "format");
+        if (fmt && !json_is_null(fmt)) {
+            if (json_is_string(fmt)) {
+                if (!strcmp(json_string_value(fmt), "json")) return json_object_mode(out, err, err_len);
+                if (json_string_length(fmt) == 0) return 0;
+                FAIL("'format' must be \"json\" or a JSON schema object (got '%.32s')", json_string_value(fmt));
+            }
+            return schema_grammar(fmt, "format", out, err, err_len);
+        }
+    }
+    if (gr) {
+        if (!json_is_string(gr)) FAIL("'grammar' must be a string of GBNF rules");
+        char msg[512];
+        if (qr_grammar_parse(json_string_value(gr), json_string_length(gr), "root", out, msg, sizeof msg) != QR_OK)
+            FAIL("'grammar': %s", msg);
     }
     return 0;
 }

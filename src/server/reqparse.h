@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sampling/grammar.h"
 #include "sampling/sampler.h"
 
 #define SRV_MAX_STOPS 16
@@ -43,6 +44,8 @@ typedef struct srv_gen_req {
     bool ignore_eos;
     qr_logit_bias *bias;    /* owned, [n_bias] */
     int32_t n_bias;
+    qr_grammar *grammar;    /* owned reference or NULL: OpenAI response_format (json_object, json_schema),
+                               Ollama format ("json" or a schema), native grammar (GBNF) / json_schema */
 } srv_gen_req;
 
 /* Parses a JSON body whose nesting is at most max_depth (arrays + objects) into *root. Returns 0, or
@@ -56,6 +59,13 @@ int srv_gen_req_parse(const char *body, size_t len, srv_api api, int max_depth, 
 /* Same from an already parsed object (takes a reference of root). */
 int srv_gen_req_from_json(json_t *root, srv_api api, srv_gen_req *out, char *err, size_t err_len);
 void srv_gen_req_free(srv_gen_req *r);
+
+/* Compiles the grammar fields of root for `api` into *out (NULL when there are none): OpenAI
+ * response_format {type: text | json_object | json_schema {schema, name, strict}} (and the
+ * llama.cpp-style `grammar` string), Ollama format ("json", "" or a schema object), native
+ * `grammar` (GBNF text) or `json_schema` (a schema). Returns 0, or -1 with a message naming the
+ * field and the construct (an unsupported schema keyword, a GBNF syntax error). */
+int srv_parse_grammar(json_t *root, srv_api api, qr_grammar **out, char *err, size_t err_len);
 
 /* Parses an Ollama keep_alive value: a number of seconds, or a duration string ("5m", "1h30m",
  * "10s", "-1"). Returns 0 or -1. */

@@ -277,6 +277,50 @@ static void test_generate_equals_a_greedy_loop(void **state) {
     qr_context_free(ctx);
 }
 
+/* qr_sampler_chain_set_grammar: a JSON schema makes greedy generation produce exactly a valid instance,
+ * ending with an end-of-generation token; bad grammars get INVALID_ARG with a message; NULL detaches. */
+static void test_sampler_chain_grammar(void **state) {
+    (void)state;
+    qr_token prompt[64];
+    size_t n_prompt = tokenize("the quick brown fox", prompt, 64);
+    qr_sampler_chain *s = greedy_chain();
+    char err[256];
+    assert_int_equal(qr_sampler_chain_set_grammar(s, F.tok, NULL, "{\"type\": \"boolean\"}", err, sizeof err), QR_OK);
+    qr_context *ctx = make_ctx(128);
+    qr_generate_params gp = gen_params(24);
+    gp.ignore_eos = false;
+    sink k = {0};
+    qr_generate_result r;
+    assert_int_equal(qr_generate(ctx, F.tok, s, prompt, n_prompt, &gp, collect, &k, &r, err, sizeof err), QR_OK);
+    assert_int_equal(r.end, QR_GENERATE_EOG);
+    k.text[k.len] = 0;
+    assert_true(!strcmp(k.text, "true") || !strcmp(k.text, "false"));
+    /* the same with a GBNF grammar, after a reset */
+    qr_kv_clear(ctx);
+    assert_int_equal(qr_sampler_chain_set_grammar(s, F.tok, "root ::= \"[\" [0-9] \"]\"", NULL, err, sizeof err), QR_OK);
+    sink g = {0};
+    assert_int_equal(qr_generate(ctx, F.tok, s, prompt, n_prompt, &gp, collect, &g, &r, err, sizeof err), QR_OK);
+    assert_int_equal(r.end, QR_GENERATE_EOG);
+    assert_int_equal(g.len, 3);
+    assert_true(g.text[0] == '[' && g.text[1] >= '0' && g.text[1] <= '9' && g.text[2] == ']');
+    /* errors */
+    assert_int_equal(qr_sampler_chain_set_grammar(s, F.tok, "root ::= (", NULL, err, sizeof err), QR_ERR_INVALID_ARG);
+    assert_true(strlen(err) > 0);
+    assert_int_equal(qr_sampler_chain_set_grammar(s, F.tok, NULL, "{\"type\": ", err, sizeof err), QR_ERR_INVALID_ARG);
+    assert_int_equal(qr_sampler_chain_set_grammar(s, F.tok, "root ::= \"a\"", "{}", err, sizeof err), QR_ERR_INVALID_ARG);
+    /* detached: back to the unconstrained greedy output */
+    assert_int_equal(qr_sampler_chain_set_grammar(s, NULL, NULL, NULL, err, sizeof err), QR_OK);
+    qr_kv_clear(ctx);
+    qr_sampler_chain_reset(s);
+    sink u = {0};
+    gp.ignore_eos = true;
+    gp.n_predict = 4;
+    assert_int_equal(qr_generate(ctx, F.tok, s, prompt, n_prompt, &gp, collect, &u, &r, err, sizeof err), QR_OK);
+    assert_int_equal(r.n_generated, 4);
+    qr_sampler_chain_free(s);
+    qr_context_free(ctx);
+}
+
 static void test_generate_limits(void **state) {
     (void)state;
     qr_token prompt[64];
@@ -317,6 +361,7 @@ int main(void) {
         cmocka_unit_test(test_chat_template),
         cmocka_unit_test(test_generate_equals_a_greedy_loop),
         cmocka_unit_test(test_generate_limits),
+        cmocka_unit_test(test_sampler_chain_grammar),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
