@@ -450,7 +450,7 @@ int srv_parse_grammar(json_t *root, srv_api api, qr_grammar **out, char *err, si
     *out = NULL;
     const bool openai = api == SRV_API_OPENAI_CHAT || api == SRV_API_OPENAI_COMPLETION;
     json_t *gr = json_object_get(root, "grammar");
-    if (gr && json_is_null(gr)) gr = NULL;
+    if (gr && (json_is_null(gr) || (json_is_string(gr) && json_string_length(gr) == 0))) gr = NULL; /* "" = none */
     if (gr && !openai && api != SRV_API_NATIVE) gr = NULL; /* Ollama has no such field */
     int modes = gr != NULL;
     if (api == SRV_API_NATIVE) {
@@ -476,6 +476,9 @@ int srv_parse_grammar(json_t *root, srv_api api, qr_grammar **out, char *err, si
                     FAIL("'response_format.json_schema.strict' must be a boolean");
                 json_t *name = json_object_get(js, "name");
                 if (name && !json_is_string(name)) FAIL("'response_format.json_schema.name' must be a string");
+                json_t *desc = json_object_get(js, "description");
+                if (desc && !json_is_null(desc) && !json_is_string(desc))
+                    FAIL("'response_format.json_schema.description' must be a string");
                 json_t *schema = json_object_get(js, "schema");
                 if (!schema || json_is_null(schema)) return json_object_mode(out, err, err_len);
                 return schema_grammar(schema, "response_format.json_schema.schema", out, err, err_len);

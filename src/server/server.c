@@ -304,7 +304,7 @@ static void finish_request(srv_conn *rc, const char *method, const char *path) {
     srv_metrics_add(s->metrics, "quarrel_requests_total", lab, 1);
     snprintf(lab, sizeof lab, "endpoint=\"%s\"", rc->endpoint);
     srv_metrics_observe(s->metrics, "quarrel_request_duration_seconds", lab, dur);
-    if (rc->err_code) {
+    if (rc->err_code && !rc->err_counted) { /* in-band stream errors; srv_send_error counted its own */
         snprintf(lab, sizeof lab, "code=\"%s\"", rc->err_code);
         srv_metrics_add(s->metrics, "quarrel_errors_total", lab, 1);
     }

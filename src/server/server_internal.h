@@ -49,6 +49,7 @@ typedef struct srv_conn {
     char model[256];         /* model label for metrics ("" when none) */
     int status;              /* status sent */
     const char *err_code;    /* error code sent, or NULL */
+    bool err_counted;        /* err_code is in quarrel_errors_total already (counted before the response went out) */
     double t0;
     char *body;              /* request body (NUL-terminated), NULL when none */
     size_t body_len;
