@@ -335,7 +335,7 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
         PROF(2);
         if ((st = be->ops->last_error(be, err, err_len)) != QR_OK) {
             if (c->f.mamba.ssm) { /* recurrent states may have advanced: the sequences start over */
-                if (strstr(err ? err : "", "diverged")) c->f.stats.ssm_divergence_total++;
+                if (st == QR_ERR_NUMERIC) c->f.stats.ssm_divergence_total++;
                 for (int32_t j = 0; j < nt; j++) {
                     qr_ssm_state_reset(c->f.mamba.ssm, c->p_seq[j]);
                     qr_kv_cache_seq_rm(kvc, c->p_seq[j], 0, -1);
