@@ -247,10 +247,14 @@
     pongTimer: 0,
     sseAbort: null,
   };
+  const connHistory = []; // the last transitions, for the UI tests (quarrelUI.history())
   function setState(s) {
     conn.state = s;
+    connHistory.push(s + "/" + conn.transport + "@" + Math.round(performance.now()));
+    if (connHistory.length > 64) connHistory.shift();
     const el = $("conn");
-    el.dataset.state = s;
+    el.dataset.transport = conn.transport;
+    el.dataset.state = s; // last: a test waiting on data-state then reads a matching data-transport
     $("conn-label").textContent = s;
     $("transport").textContent = s === "disconnected" ? "" : conn.transport === "ws" ? "WebSocket" : "SSE";
     document.body.dataset.conn = s;
@@ -948,6 +952,7 @@
   window.quarrelUI = Object.freeze({
     state: () => conn.state,
     transport: () => conn.transport,
+    history: () => connHistory.slice(),
     libraries: () => ({ marked: haveMarked(), highlight: haveHljs(), purify: havePurify() }),
     markdown: (c) => conversationMarkdown(c || current),
   });
