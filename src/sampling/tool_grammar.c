@@ -147,7 +147,14 @@ char *qr_tool_system_prompt(const json_t *tools, bool required) {
     json_array_foreach(tools, i, t) {
         const json_t *fn = tool_function(t);
         if (!fn) continue;
-        char *js = json_dumps(fn, JSON_COMPACT);
+        json_t *shown = json_object(); /* what the model needs: name, description, parameters */
+        static const char *const keys[] = {"name", "description", "parameters"};
+        for (int k = 0; k < 3; k++) {
+            json_t *v = json_object_get(fn, keys[k]);
+            if (v && !json_is_null(v)) json_object_set(shown, keys[k], v);
+        }
+        char *js = json_dumps(shown, JSON_COMPACT);
+        json_decref(shown);
         if (!js) {
             free(b.p);
             return NULL;

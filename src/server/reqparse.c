@@ -605,7 +605,7 @@ int srv_parse_grammar(json_t *root, srv_api api, qr_grammar **out, char *err, si
     *out = NULL;
     const bool openai = api == SRV_API_OPENAI_CHAT || api == SRV_API_OPENAI_COMPLETION;
     json_t *gr = json_object_get(root, "grammar");
-    if (gr && json_is_null(gr)) gr = NULL;
+    if (gr && (json_is_null(gr) || (json_is_string(gr) && json_string_length(gr) == 0))) gr = NULL; /* "" = none */
     if (gr && !openai && api != SRV_API_NATIVE) gr = NULL; /* Ollama has no such field */
     int modes = gr != NULL;
     if (api == SRV_API_NATIVE) {

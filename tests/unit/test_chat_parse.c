@@ -14,6 +14,7 @@
 
 #include "sampling/chat_parse.h"
 #include "sampling/grammar.h"
+#include "byte_vocab.h"
 
 static qr_chat_result parse(qr_tool_format f, bool tools, const char *text) {
     qr_chat_parse_params p;
@@ -257,20 +258,6 @@ static void test_stream(void **state) {
                  "<|channel|>analysis<|message|>A<|end|><|start|>assistant<|channel|>final<|message|>Bee<|return|>");
     check_stream(QR_TOOL_FORMAT_GENERIC, false, "<think>\nreason about it\n</think>\n\nThe answer.");
     check_stream(QR_TOOL_FORMAT_GENERIC, false, "<thin air");
-}
-
-/* A vocabulary of the 256 single bytes (ids 0..255) and one EOG token (id 256). */
-static qr_grammar_vocab *byte_vocab(void) {
-    static char bytes[256];
-    const char *pieces[257];
-    uint32_t lens[257];
-    uint8_t flags[257] = {0};
-    for (int i = 0; i < 256; i++) bytes[i] = (char)i, pieces[i] = &bytes[i], lens[i] = 1;
-    pieces[256] = NULL, lens[256] = 0, flags[256] = QR_GRAMMAR_TOKEN_EOG | QR_GRAMMAR_TOKEN_SPECIAL;
-    qr_grammar_vocab *v = NULL;
-    char err[256];
-    assert_int_equal(qr_grammar_vocab_create(pieces, lens, flags, 257, &v, err, sizeof err), QR_OK);
-    return v;
 }
 
 /* Whether the grammar accepts s as a complete reply. */
