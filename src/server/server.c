@@ -538,6 +538,8 @@ static void declare_metrics(srv_metrics *m) {
     srv_metrics_declare(m, "quarrel_cancellations_total", SRV_COUNTER,
                         "Requests cancelled (client disconnect, stop message).", NULL, 0);
     srv_metrics_declare(m, "quarrel_errors_total", SRV_COUNTER, "Error responses by error code.", NULL, 0);
+    srv_metrics_declare(m, "quarrel_requests_by_feature_total", SRV_COUNTER,
+                        "Generation requests by feature used (tools, tool_choice_required, json_schema, reasoning).", NULL, 0);
     srv_metrics_declare(m, "quarrel_models_loaded", SRV_GAUGE, "Models loaded.", NULL, 0);
 }
 
