@@ -223,6 +223,11 @@ static const synth_arch archs[] = {
     {"nemotron_h_moe", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
     {"gpt-oss", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
     {"nemotron", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
+    /* the Qwen family (synth_hybrid.c) */
+    {"qwen2", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
+    {"qwen3", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
+    {"qwen3moe", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
+    {"qwen2moe", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
 };
 
 static const synth_arch *find_arch(const char *name) {
