@@ -92,6 +92,8 @@ def test_synth_bad_arguments(quarrel_bin, workdir):
         (["--arch", "llama", "--preset", "tiny", "--type", "Q7_K"], "unknown type"),
         (["--preset", "tiny"], "several architectures"),
         (["--arch", "llama", "--preset", "tiny", "--seed", "-3"], "--seed"),
+        (["--arch", "qwen9", "--preset", "tiny"], "unknown architecture 'qwen9' (known: llama,"),
+        (["--arch", "qwen3moe", "--preset", "qwen3-8b"], "qwen3moe/qwen3-30b-a3b"),
     ]
     for args, needle in cases:
         r = subprocess.run([quarrel_bin, "synth", *args, "-o", str(workdir / "bad.gguf")], capture_output=True, text=True)
