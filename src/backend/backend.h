@@ -154,6 +154,8 @@ typedef enum qr_glu_kind {
     QR_GLU_SWIGLU = 0,     /* silu(g) * u */
     QR_GLU_SWIGLU_OAI = 1, /* gpt-oss: g' = min(g, 7), u' = clamp(u, -7, 7), g' * sigmoid(1.702 g') * (u' + 1) */
     QR_GLU_RELU2 = 2,      /* relu(g)^2, no u (nemotron, nemotron-h) */
+    QR_GLU_SIGMOID = 3,    /* sigmoid(g) as llama.cpp's qwen2moe computes it, silu(g) / g with the C library's
+                            * expf; no u; the glu op only (qwen2moe's shared-expert gate) */
 } qr_glu_kind;
 
 /* Shapes of a Mamba2 mixer (llama.cpp's ssm_* hyper-parameters). */
@@ -416,7 +418,8 @@ typedef struct qr_backend_ops {
      * the shared expert], r < n_rows, i < dim. out may not alias y; it may be add. */
     void (*moe_combine)(qr_backend *be, const float *y, const float *w, int64_t n_rows, int32_t n_used, int64_t dim,
                         const float *add, float *out);
-    /* out[i] = act(g[i], u[i]) (u unused, may be NULL, for QR_GLU_RELU2), i < n. out may alias g. */
+    /* out[i] = act(g[i], u[i]) (u unused, may be NULL, for QR_GLU_RELU2 and QR_GLU_SIGMOID), i < n. out may
+     * alias g. */
     void (*glu)(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out);
 
     /* ---- Mamba2 (cpu/ops_ssm.c, cuda/ssm.cu). Row r of the plan uses state slot seq[r]; rows are

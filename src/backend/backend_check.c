@@ -74,6 +74,7 @@ static bool route_ok(const qr_moe_route_params *p) {
            (unsigned)p->gating <= QR_MOE_SOFTMAX_WEIGHT && f32_vec(p->sel_bias, p->n_expert, true);
 }
 
+/* The experts' activations (moe_gate_up); the glu op also takes QR_GLU_SIGMOID. */
 static bool glu_ok(qr_glu_kind act) { return (unsigned)act <= QR_GLU_RELU2; }
 
 /* ---- memory, KV storage, batch plan ---- */
@@ -377,8 +378,8 @@ static void chk_moe_combine(qr_backend *be, const float *y, const float *w, int6
 }
 
 static void chk_glu(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out) {
-    CHECK(be, glu_ok(act), "glu: unknown activation");
-    CHECK(be, n <= 0 || (g && out && (u || act == QR_GLU_RELU2)), "glu: no input or output");
+    CHECK(be, glu_ok(act) || act == QR_GLU_SIGMOID, "glu: unknown activation");
+    CHECK(be, n <= 0 || (g && out && (u || act == QR_GLU_RELU2 || act == QR_GLU_SIGMOID)), "glu: no input or output");
     be->impl_ops->glu(be, g, u, n, act, out);
 }
 

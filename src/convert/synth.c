@@ -223,6 +223,11 @@ static const synth_arch archs[] = {
     {"nemotron_h_moe", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
     {"gpt-oss", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
     {"nemotron", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
+    /* the Qwen family (synth_hybrid.c) */
+    {"qwen2", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
+    {"qwen3", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
+    {"qwen3moe", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
+    {"qwen2moe", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
 };
 
 static const synth_arch *find_arch(const char *name) {
@@ -327,8 +332,12 @@ qr_status qr_synth_write(const qr_synth_options *o, const char *path, qr_synth_s
 
     if (!o || !o->preset) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "synth: no preset given");
     if (!path || !path[0]) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "synth: no output path given");
-    if (o->arch && !qr_synth_arch_supported(o->arch))
-        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "synth: unknown architecture '%s' (known: llama, gemma3, bert, nomic-bert)", o->arch);
+    if (o->arch && !qr_synth_arch_supported(o->arch)) {
+        char known[512] = "";
+        for (size_t i = 0, used = 0; i < sizeof archs / sizeof archs[0] && used < sizeof known; i++)
+            used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "", archs[i].name);
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "synth: unknown architecture '%s' (known: %s)", o->arch, known);
+    }
     const qr_synth_preset *p = qr_synth_find_preset(o->arch, o->preset);
     if (!p && !o->arch) {
         for (size_t i = 0; i < qr_synth_n_presets(); i++)

@@ -1,6 +1,8 @@
 /* synth_hybrid.c — `quarrel synth` rows of the MoE and hybrid families: llama with experts (Mixtral),
  * granite (3.x), granitehybrid (Granite 4.0-H), nemotron_h / nemotron_h_moe (Nemotron-H,
- * Nemotron-3-Nano) and gpt-oss, with llama.cpp's tensor names, shapes and metadata keys. The layer
+ * Nemotron-3-Nano), gpt-oss, and the Qwen family (qwen2 and qwen2moe with q/k/v biases, qwen3 and
+ * qwen3moe with per-head q/k norms, qwen2moe's gated shared expert), with llama.cpp's tensor names,
+ * shapes and metadata keys. The layer
  * pattern is the preset's `layers` string, written to the file as the per-layer head_count_kv and
  * feed_forward_length arrays that llama.cpp reads it back from.
  *
@@ -42,17 +44,28 @@ static void add(tl_ctx *c, init_kind init, float scale, float center, uint32_t n
 #define W(scale, nd, a, b, d, fmt) add(c, INIT_NORMAL, scale, 0.0f, nd, a, b, d, fmt, il)
 #define N(nd, a, fmt) add(c, INIT_NORM, NORM_SCALE, 1.0f, nd, a, 1, 1, fmt, il)
 
-static void attention(const qr_synth_preset *p, tl_ctx *c, int il, bool biases) {
+/* Which attention extras an architecture's files have. */
+typedef struct attn_extras {
+    bool qkv_bias; /* attn_q/k/v.bias (gpt-oss, qwen2, qwen2moe) */
+    bool out_bias; /* attn_output.bias (gpt-oss) */
+    bool qk_norm;  /* attn_q_norm / attn_k_norm over head_dim (qwen3, qwen3moe) */
+} attn_extras;
+
+static void attention(const qr_synth_preset *p, tl_ctx *c, int il, attn_extras x) {
     const int64_t d = p->n_embd, q = (int64_t)p->n_head * p->head_dim, kv = (int64_t)p->n_head_kv * p->head_dim;
     W(inv_sqrtf(d), 2, d, q, 1, "blk.%d.attn_q.weight");
     W(inv_sqrtf(d), 2, d, kv, 1, "blk.%d.attn_k.weight");
     W(inv_sqrtf(d), 2, d, kv, 1, "blk.%d.attn_v.weight");
     W(inv_sqrtf(q), 2, q, d, 1, "blk.%d.attn_output.weight");
-    if (biases) {
+    if (x.qkv_bias) {
         W(BIAS_SCALE, 1, q, 1, 1, "blk.%d.attn_q.bias");
         W(BIAS_SCALE, 1, kv, 1, 1, "blk.%d.attn_k.bias");
         W(BIAS_SCALE, 1, kv, 1, 1, "blk.%d.attn_v.bias");
-        W(BIAS_SCALE, 1, d, 1, 1, "blk.%d.attn_output.bias");
+    }
+    if (x.out_bias) W(BIAS_SCALE, 1, d, 1, 1, "blk.%d.attn_output.bias");
+    if (x.qk_norm) {
+        N(1, p->head_dim, "blk.%d.attn_q_norm.weight");
+        N(1, p->head_dim, "blk.%d.attn_k_norm.weight");
     }
 }
 
@@ -69,7 +82,8 @@ static void mamba2(const qr_synth_preset *p, tl_ctx *c, int il) {
     W(inv_sqrtf(di), 2, di, d, 1, "blk.%d.ssm_out.weight");
 }
 
-/* MoE FFN: router, experts (gate only when gated), optional shared expert, gpt-oss biases. */
+/* MoE FFN: router, experts (gate only when gated), optional shared expert (with qwen2moe's sigmoid gate, a
+ * [n_embd, 1] matrix as its converter writes it), gpt-oss biases. */
 static void moe(const qr_synth_preset *p, tl_ctx *c, int il, bool gated, bool biases, bool sel_bias) {
     const int64_t d = p->n_embd, ne = p->n_expert, f = p->n_ff_exp ? p->n_ff_exp : p->n_ff, s = p->n_ff_shexp;
     W(inv_sqrtf(d), 2, d, ne, 1, "blk.%d.ffn_gate_inp.weight");
@@ -87,6 +101,7 @@ static void moe(const qr_synth_preset *p, tl_ctx *c, int il, bool gated, bool bi
         if (gated) W(inv_sqrtf(d), 2, d, s, 1, "blk.%d.ffn_gate_shexp.weight");
         W(inv_sqrtf(d), 2, d, s, 1, "blk.%d.ffn_up_shexp.weight");
         W(inv_sqrtf(s), 2, s, d, 1, "blk.%d.ffn_down_shexp.weight");
+        if (!strcmp(p->arch, "qwen2moe")) W(inv_sqrtf(d), 2, d, 1, 1, "blk.%d.ffn_gate_inp_shexp.weight");
     }
 }
 
@@ -101,6 +116,8 @@ bool qr_synth_hybrid_tensors(const qr_synth_preset *p, tensor_list *l) {
     tl_ctx cc = {.l = l, .ok = true}, *c = &cc;
     const int64_t d = p->n_embd;
     const bool gpt_oss = !strcmp(p->arch, "gpt-oss"), nemo = is_nemotron_h(p), mini = !strcmp(p->arch, "nemotron");
+    const attn_extras ax = {.qkv_bias = gpt_oss || !strcmp(p->arch, "qwen2") || !strcmp(p->arch, "qwen2moe"),
+                            .out_bias = gpt_oss, .qk_norm = !strncmp(p->arch, "qwen3", 5)};
     int il = 0;
     W(p->tied_output ? inv_sqrtf(d) : 1.0f, 2, d, p->n_vocab, 1, "token_embd.weight");
     for (il = 0; il < (int)p->n_layer; il++) {
@@ -108,7 +125,7 @@ bool qr_synth_hybrid_tensors(const qr_synth_preset *p, tensor_list *l) {
         N(1, d, "blk.%d.attn_norm.weight");
         if (mini) W(BIAS_SCALE, 1, d, 1, 1, "blk.%d.attn_norm.bias");
         if (k == 'M') mamba2(p, c, il);
-        else if (k == 'A') attention(p, c, il, gpt_oss);
+        else if (k == 'A') attention(p, c, il, ax);
         if (gpt_oss) add(c, INIT_NORMAL, 1.0f, 0.0f, 1, p->n_head, 1, 1, "blk.%d.attn_sinks.weight", il);
         if (nemo) { /* FFN-only blocks */
             if (k == 'F') dense(p, c, il, false);

@@ -96,6 +96,37 @@ static const qr_synth_preset presets[] = {
      .vocab = BPE, .bpe_pre = "llama-bpe", .n_expert = 128, .n_expert_used = 6, .n_ff_exp = 1856, .n_ff_shexp = 3712,
      .layers = "MEMEMAEMEMEMAEMEMEMAEMEMEMAEMEMEMAEMEMEMEMAEMEMEMEME", .ssm_d_conv = 4, .ssm_d_inner = 4096,
      .ssm_d_state = 128, .ssm_n_head = 64, .ssm_n_group = 8},
+    /* ---- the Qwen family (synth_hybrid.c): NeoX rope, the qwen2 pre-tokenizer. tiny: reference tests
+     * (K-quant friendly widths); the others: the real models' shapes (docs/models.md) for speed runs ---- */
+    /* qwen2: q/k/v biases, tied embeddings (as Qwen2.5 0.5B-3B) */
+    {.arch = "qwen2", .name = "tiny", .n_layer = 2, .n_embd = 256, .n_ff = 768, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 4096, .rope_theta = 1000000.0f, .rms_eps = 1e-6f, .tied_output = true,
+     .vocab = BPE, .bpe_pre = "qwen2"},
+    {.arch = "qwen2", .name = "qwen2.5-7b", .n_layer = 28, .n_embd = 3584, .n_ff = 18944, .n_head = 28,
+     .n_head_kv = 4, .head_dim = 128, .n_vocab = 152064, .n_ctx = 32768, .rope_theta = 1000000.0f, .rms_eps = 1e-6f,
+     .vocab = BPE, .bpe_pre = "qwen2"},
+    /* qwen3: per-head q/k norms; head_dim 128 is not n_embd / n_head (as Qwen3-0.6B's) */
+    {.arch = "qwen3", .name = "tiny", .n_layer = 2, .n_embd = 256, .n_ff = 768, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 128, .n_vocab = 2000, .n_ctx = 4096, .rope_theta = 1000000.0f, .rms_eps = 1e-6f, .vocab = BPE,
+     .bpe_pre = "qwen2"},
+    {.arch = "qwen3", .name = "qwen3-8b", .n_layer = 36, .n_embd = 4096, .n_ff = 12288, .n_head = 32,
+     .n_head_kv = 8, .head_dim = 128, .n_vocab = 151936, .n_ctx = 40960, .rope_theta = 1000000.0f, .rms_eps = 1e-6f,
+     .vocab = BPE, .bpe_pre = "qwen2"},
+    /* qwen3moe: qwen3 attention, top-8 of 128 experts, normalised weights, no shared expert */
+    {.arch = "qwen3moe", .name = "tiny", .n_layer = 2, .n_embd = 256, .n_ff = 768, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 128, .n_vocab = 2000, .n_ctx = 4096, .rope_theta = 1000000.0f, .rms_eps = 1e-6f, .vocab = BPE,
+     .bpe_pre = "qwen2", .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 256},
+    {.arch = "qwen3moe", .name = "qwen3-30b-a3b", .n_layer = 48, .n_embd = 2048, .n_ff = 6144, .n_head = 32,
+     .n_head_kv = 4, .head_dim = 128, .n_vocab = 151936, .n_ctx = 40960, .rope_theta = 1000000.0f, .rms_eps = 1e-6f,
+     .vocab = BPE, .bpe_pre = "qwen2", .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768},
+    /* qwen2moe: qwen2 attention (here without GQA, as Qwen1.5-MoE), top-4 experts with unnormalised weights and a
+     * sigmoid-gated shared expert of another width */
+    {.arch = "qwen2moe", .name = "tiny", .n_layer = 2, .n_embd = 256, .n_ff = 768, .n_head = 4, .n_head_kv = 4,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 4096, .rope_theta = 1000000.0f, .rms_eps = 1e-6f, .vocab = BPE,
+     .bpe_pre = "qwen2", .n_expert = 16, .n_expert_used = 4, .n_ff_exp = 256, .n_ff_shexp = 512},
+    {.arch = "qwen2moe", .name = "qwen1.5-moe-a2.7b", .n_layer = 24, .n_embd = 2048, .n_ff = 5632, .n_head = 16,
+     .n_head_kv = 16, .head_dim = 128, .n_vocab = 151936, .n_ctx = 8192, .rope_theta = 1000000.0f, .rms_eps = 1e-6f,
+     .vocab = BPE, .bpe_pre = "qwen2", .n_expert = 60, .n_expert_used = 4, .n_ff_exp = 1408, .n_ff_shexp = 5632},
     /* more architectures are added here as rows,
      * together with a row in synth.c's architecture table */
 };

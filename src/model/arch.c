@@ -45,11 +45,18 @@ static const qr_hparam_spec hp_moe[] = {
     HP("expert_shared_feed_forward_length", INT, OPT, n_ff_shexp, 0, 1 << 22, 0),
     {0},
 };
-static const qr_hparam_spec hp_moe_gpt_oss[] = {
+/* experts sized by expert_feed_forward_length (gpt-oss, qwen3moe, qwen2moe: llama.cpp defaults the qwen ones'
+ * to feed_forward_length / expert_used_count, but their converters always write it) */
+static const qr_hparam_spec hp_moe_sized[] = {
     HP("expert_count", INT, REQ, n_expert, 1, 4096, 0),
     HP("expert_used_count", INT, REQ, n_expert_used, 1, 4096, 0),
     HP("expert_feed_forward_length", INT, REQ, n_ff_exp, 1, 1 << 22, 0),
     HP("expert_shared_feed_forward_length", INT, OPT, n_ff_shexp, 0, 1 << 22, 0),
+    {0},
+};
+/* qwen2moe's shared expert (llama.cpp defaults its width to feed_forward_length; converters write it) */
+static const qr_hparam_spec hp_shexp_qwen2moe[] = {
+    HP("expert_shared_feed_forward_length", INT, REQ, n_ff_shexp, 1, 1 << 22, 0),
     {0},
 };
 static const qr_hparam_spec hp_moe_nemotron_h[] = {
@@ -159,6 +166,16 @@ static const qr_tensor_spec t_gemma3[] = {
     L(FFN, REQ, F32, "post_ffw_norm.weight", EMBD, 1, 1, ffn_post_norm),
     {0},
 };
+/* the Qwen family: per-head q/k RMS norms (qwen3, qwen3moe); the shared expert's sigmoid gate (qwen2moe) */
+static const qr_tensor_spec t_qk_norm[] = {
+    L(ATTN, REQ, F32, "attn_q_norm.weight", HEAD_K, 1, 1, attn_q_norm),
+    L(ATTN, REQ, F32, "attn_k_norm.weight", HEAD_K, 1, 1, attn_k_norm),
+    {0},
+};
+static const qr_tensor_spec t_shexp_gate[] = {
+    L(QR_IN_SHEXP, REQ, MATMUL, "ffn_gate_inp_shexp.weight", EMBD, 1, 1, gate_inp_shexp),
+    {0},
+};
 static const qr_tensor_spec t_gpt_oss[] = {
     L(ATTN, REQ, F32, "attn_sinks.weight", HEAD, 1, 1, attn_sinks),
     L(ATTN, REQ, F32, "post_attention_norm.weight", EMBD, 1, 1, attn_post_norm), /* the FFN's norm */
@@ -264,7 +281,7 @@ static const qr_arch_info arch_table[QR_ARCH_COUNT] = {
                                 .layers = QR_LAYERS_SSM_ATTN_FFN, .per_layer_max = true, .rope_mode = QR_ROPE_NORMAL,
                                 .gating = QR_MOE_SIGMOID, .expert_act = QR_GLU_RELU2},
     [QR_ARCH_GPT_OSS] = {.arch = QR_ARCH_GPT_OSS, .name = "gpt-oss", .forward = qr_gpt_oss_forward,
-                         .hparams = HPS(hp_common, hp_rms_eps, hp_causal, hp_moe_gpt_oss),
+                         .hparams = HPS(hp_common, hp_rms_eps, hp_causal, hp_moe_sized),
                          .tensors = TS(t_decoder, t_attention, t_attn_bias, t_gpt_oss, t_moe_glu),
                          .rope_mode = QR_ROPE_NEOX, .swa_pattern = 2, .moe_every_layer = true,
                          .gating = QR_MOE_SOFTMAX_WEIGHT, .norm_w = false, .expert_act = QR_GLU_SWIGLU_OAI},
@@ -273,6 +290,26 @@ static const qr_arch_info arch_table[QR_ARCH_COUNT] = {
                           .tensors = TS(t_decoder, t_nemotron, t_attention, t_attn_bias, t_attn_sinks, t_ffn_norm,
                                         t_ffn_relu2),
                           .rope_mode = QR_ROPE_NEOX},
+    /* the Qwen family: llama's forward pass with NeoX rope; q/k/v biases are optional in every row (llama.cpp's
+     * create_tensor_qkv), qwen2 files have them */
+    [QR_ARCH_QWEN2] = {.arch = QR_ARCH_QWEN2, .name = "qwen2", .forward = qr_llama_forward,
+                       .hparams = HPS(hp_common, hp_rms_eps, hp_causal),
+                       .tensors = TS(t_decoder, t_attention, t_attn_bias, t_ffn_norm, t_ffn_glu),
+                       .rope_mode = QR_ROPE_NEOX},
+    [QR_ARCH_QWEN3] = {.arch = QR_ARCH_QWEN3, .name = "qwen3", .forward = qr_llama_forward,
+                       .hparams = HPS(hp_common, hp_rms_eps, hp_causal),
+                       .tensors = TS(t_decoder, t_attention, t_attn_bias, t_qk_norm, t_ffn_norm, t_ffn_glu),
+                       .rope_mode = QR_ROPE_NEOX},
+    [QR_ARCH_QWEN3MOE] = {.arch = QR_ARCH_QWEN3MOE, .name = "qwen3moe", .forward = qr_llama_forward,
+                          .hparams = HPS(hp_common, hp_rms_eps, hp_causal, hp_moe_sized),
+                          .tensors = TS(t_decoder, t_attention, t_attn_bias, t_qk_norm, t_ffn_norm, t_moe_glu),
+                          .rope_mode = QR_ROPE_NEOX, .moe_every_layer = true, .gating = QR_MOE_SOFTMAX,
+                          .norm_w = true, .expert_act = QR_GLU_SWIGLU},
+    [QR_ARCH_QWEN2MOE] = {.arch = QR_ARCH_QWEN2MOE, .name = "qwen2moe", .forward = qr_llama_forward,
+                          .hparams = HPS(hp_common, hp_rms_eps, hp_causal, hp_moe_sized, hp_shexp_qwen2moe),
+                          .tensors = TS(t_decoder, t_attention, t_attn_bias, t_ffn_norm, t_moe_glu, t_shexp_gate),
+                          .rope_mode = QR_ROPE_NEOX, .moe_every_layer = true, .gating = QR_MOE_SOFTMAX,
+                          .norm_w = false, .expert_act = QR_GLU_SWIGLU},
 };
 #undef HPS
 #undef TS

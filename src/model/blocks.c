@@ -80,8 +80,11 @@ void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
     const int64_t n = f->n_tokens;
 
     const qr_weight *qkv[3] = {&l->attn_q, &l->attn_k, &l->attn_v};
+    const qr_weight *qkv_b[3] = {l->attn_q_b.host ? &l->attn_q_b : NULL, l->attn_k_b.host ? &l->attn_k_b : NULL,
+                                 l->attn_v_b.host ? &l->attn_v_b : NULL}; /* qwen2 */
     float *const qkv_out[3] = {f->q, f->k, f->v};
-    qr_fused_matmul_multi(be, 3, qkv, NULL, f->xb, n, qkv_out);
+    qr_fused_matmul_multi(be, 3, qkv, l->attn_q_b.host || l->attn_k_b.host || l->attn_v_b.host ? qkv_b : NULL, f->xb,
+                          n, qkv_out);
     if (l->attn_q_norm.host) /* per-head RMS norm: rows of head_dim */
         be->ops->rmsnorm(be, f->q, &l->attn_q_norm, n * hp->n_head, hp->head_dim_k, hp->norm_eps, f->q);
     if (l->attn_k_norm.host)
@@ -105,7 +108,9 @@ void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
         be->ops->scale(be, f->q, q_scale, n * hp->n_head * hp->head_dim_k, f->q);
         be->ops->attention(be, f->kv, il, f->q, &ap, f->att);
     }
-    be->ops->matmul(be, &l->attn_out, f->att, n, f->xb2);
+    const qr_weight *o = &l->attn_out, *o_b = &l->attn_out_b;
+    if (o_b->host) qr_fused_matmul_multi(be, 1, &o, &o_b, f->att, n, &f->xb2);
+    else be->ops->matmul(be, o, f->att, n, f->xb2);
 }
 
 void qr_block_ffn(const qr_model *m, qr_fwd *f, int il, bool gelu) {

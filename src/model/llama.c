@@ -1,5 +1,8 @@
-/* llama.c — forward pass of the llama family (Llama 2/3, Mistral, TinyLlama, SmolLM2):
- * pre-norm blocks, RMSNorm, GQA attention with normal (adjacent-pair) rope, SwiGLU FFN. */
+/* llama.c — forward pass of the llama family (Llama 2/3, Mistral, TinyLlama, SmolLM2; Mixtral with experts):
+ * pre-norm blocks, RMSNorm, GQA attention with normal (adjacent-pair) rope, SwiGLU FFN or MoE. The Qwen
+ * family runs through it too (arch.c rows): NeoX rope, with q/k/v biases (qwen2, qwen2moe) or per-head q/k
+ * norms (qwen3, qwen3moe), which qr_block_attention applies where the layer has them, and experts
+ * (qwen3moe; qwen2moe with a sigmoid-gated shared expert), which qr_block_ffn hands to qr_block_moe. */
 #include "model/model.h"
 
 void qr_llama_forward(const qr_model *m, qr_fwd *f) {

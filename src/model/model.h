@@ -25,6 +25,11 @@ typedef enum qr_arch {
     QR_ARCH_NEMOTRON_H_MOE = 7, /* nemotron-3-nano: nemotron_h with sigmoid-routed MoE blocks */
     QR_ARCH_GPT_OSS = 8,        /* gpt-oss: MXFP4 experts, attention sinks, alternating sliding window */
     QR_ARCH_NEMOTRON = 9,       /* Nemotron-Mini: LayerNorm with biases, partial NeoX rope, relu^2 FFN */
+    /* the Qwen family: llama's forward pass (llama.c) with NeoX rope */
+    QR_ARCH_QWEN2 = 10,         /* Qwen2 / 2.5 (Coder, Math): q/k/v biases */
+    QR_ARCH_QWEN3 = 11,         /* Qwen3: per-head q/k RMS norms */
+    QR_ARCH_QWEN3MOE = 12,      /* Qwen3-MoE: qwen3 attention, softmax top-k experts (normalised), no shared expert */
+    QR_ARCH_QWEN2MOE = 13,      /* Qwen1.5-MoE / Qwen2-MoE: qwen2 attention, experts + sigmoid-gated shared expert */
     QR_ARCH_COUNT
 } qr_arch;
 
@@ -213,13 +218,13 @@ typedef struct qr_layer {
     qr_weight attn_k;      /* [n_head_kv * head_dim_k][n_embd] */
     qr_weight attn_v;      /* [n_head_kv * head_dim_v][n_embd] */
     qr_weight attn_out;    /* [n_embd][n_head * head_dim_v] */
-    /* attention biases, F32 (bert, gpt-oss, granite, nemotron); nomic-bert's fused attn_qkv (and its bias)
+    /* attention biases, F32 (bert, gpt-oss, granite, nemotron, qwen2); nomic-bert's fused attn_qkv (and its bias)
      * is bound as three row views: attn_q, attn_k, attn_v (attn_q_b, attn_k_b, attn_v_b) */
     qr_weight attn_q_b, attn_k_b, attn_v_b; /* [n_head * head_dim_k], [n_head_kv * head_dim_k], [n_head_kv * head_dim_v] */
     qr_weight attn_out_b;  /* [n_embd] */
     qr_weight attn_sinks;  /* F32 [n_head] (gpt-oss) */
-    qr_weight attn_q_norm; /* F32 [head_dim_k] (gemma3) */
-    qr_weight attn_k_norm; /* F32 [head_dim_k] (gemma3) */
+    qr_weight attn_q_norm; /* F32 [head_dim_k] (gemma3, qwen3) */
+    qr_weight attn_k_norm; /* F32 [head_dim_k] (gemma3, qwen3) */
     qr_weight attn_post_norm; /* F32 [n_embd] (gemma3; gpt-oss: the FFN's norm) */
     qr_weight ffn_norm;    /* F32 [n_embd] */
     qr_weight ffn_norm_b;  /* F32 [n_embd] (nemotron's LayerNorm) */
@@ -241,6 +246,7 @@ typedef struct qr_layer {
     qr_weight gate_exps_b, up_exps_b, down_exps_b; /* F32 [n_expert][n_ff_exp] / [n_expert][n_embd] (gpt-oss) */
     qr_weight gate_shexp, up_shexp; /* shared expert [n_ff_shexp][n_embd]; gate absent for relu^2 */
     qr_weight down_shexp;         /* [n_embd][n_ff_shexp] */
+    qr_weight gate_inp_shexp;     /* [1][n_embd] the shared expert's gate: its output *= sigmoid(x . w) (qwen2moe) */
     /* Mamba2 */
     qr_weight ssm_in;             /* [2 d_inner + 2 n_group d_state + n_head][n_embd]: z | xBC | dt */
     qr_weight ssm_conv1d;         /* F32 [conv_dim][d_conv] */
@@ -345,8 +351,9 @@ void qr_fwd_free(qr_backend *be, qr_fwd *f);
 qr_rope_params qr_layer_rope(const qr_model *m, int il);
 
 /* Self-attention of layer il on f->xb (normed input), result (after attn_output) in f->xb2.
- * Applies q/k norms when the layer has them, rope, optional q pre-scaling (q_scale != 1, and then
- * the attention itself uses scale 1, as llama.cpp does for gemma), stores K/V, attends. */
+ * Adds the q/k/v/output biases and applies the per-head q/k norms when the layer has them, rope,
+ * optional q pre-scaling (q_scale != 1, and then the attention itself uses scale 1, as llama.cpp does
+ * for gemma), stores K/V, attends. */
 void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale);
 /* x += b_scale * b (b NULL: nothing to add), y = rmsnorm(x) * w: the backend's fused add_rmsnorm when it
  * has one (next: the weight that multiplies y, a hint), else [scale into y +] add + rmsnorm. */

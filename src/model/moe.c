@@ -1,7 +1,8 @@
 /* moe.c — the MoE FFN block (router -> top-k -> fused expert gate+up+activation -> expert down ->
  * weighted sum, + the shared expert) with its counters, and the relu^2 dense FFN. Follows llama.cpp's
  * build_moe_ffn: weights are taken from the unbiased probabilities, normalised and scaled per arch
- * (the arch table), and the experts' outputs are summed in the order of selection. */
+ * (the arch table), and the experts' outputs are summed in the order of selection; a shared expert's output
+ * is added to them, multiplied first by its sigmoid gate where the layer has one (qwen2moe). */
 #include <string.h>
 
 #include "model/model.h"
@@ -102,7 +103,15 @@ void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
             be->ops->matmul(be, &lx->up_shexp, f->xb, n, u);
             be->ops->glu(be, u, NULL, n * S, QR_GLU_RELU2, g);
         }
-        be->ops->matmul(be, &lx->down_shexp, g, n, f->xb2);
+        if (lx->gate_inp_shexp.host) { /* qwen2moe: xb2 = down(...) * sigmoid(x . gate_inp_shexp) per row */
+            float *gate = u; /* [n] free once the GLU has read it */
+            be->ops->matmul(be, &lx->down_shexp, g, n, x->eo);
+            be->ops->matmul(be, &lx->gate_inp_shexp, f->xb, n, gate);
+            be->ops->glu(be, gate, NULL, n, QR_GLU_SIGMOID, gate);
+            be->ops->moe_combine(be, x->eo, gate, n, 1, E, NULL, f->xb2); /* one product a value: ggml_mul's */
+        } else {
+            be->ops->matmul(be, &lx->down_shexp, g, n, f->xb2);
+        }
     }
     /* experts: fused gate+up+act, then down, then the weighted sum (+ the shared expert's output) */
     const qr_moe_matmul_args gu = {.w = &lx->up_exps, .w_b = lx->up_exps_b.host ? &lx->up_exps_b : NULL,

@@ -64,7 +64,7 @@ typedef struct simd_override {
     qr_from_float_fn from_float_gemm;
     qr_vec_dot_fn vec_dot_tiled;
     qr_vec_dot_fn vec_dot_sgemm;
-    int32_t sgemm_k;
+    int32_t sgemm_k, sgemm_m;
     qr_vec_dot_tile_fn vec_dot_tile;
     qr_vec_dot_tile_fn vec_dot_gemm_tile, vec_dot_gemv_tile;
     qr_vec_dot_tile_fn vec_dot_tiled_tile;
@@ -75,9 +75,10 @@ typedef struct simd_override {
 #define KOV(t, vd, vdtiled) {.type = t, .vec_dot = vd, .vec_dot_tiled = vdtiled}
 
 static const simd_override avx2_overrides[] = {
-    {.type = QR_TYPE_F32, .vec_dot = qr_vec_dot_f32_avx2, .vec_dot_sgemm = qr_vec_dot_f32_sgemm_avx2, .sgemm_k = 8},
+    {.type = QR_TYPE_F32, .vec_dot = qr_vec_dot_f32_avx2, .vec_dot_sgemm = qr_vec_dot_f32_sgemm_avx2, .sgemm_k = 8,
+     .sgemm_m = 4},
     {.type = QR_TYPE_F16, .to_float = qr_f16_to_float_avx2, .from_float = qr_f16_from_float_avx2,
-     .vec_dot = qr_vec_dot_f16_avx2, .vec_dot_sgemm = qr_vec_dot_f16_sgemm_avx2, .sgemm_k = 8},
+     .vec_dot = qr_vec_dot_f16_avx2, .vec_dot_sgemm = qr_vec_dot_f16_sgemm_avx2, .sgemm_k = 8, .sgemm_m = 4},
     OV(QR_TYPE_BF16, NULL, NULL, qr_vec_dot_bf16_avx2),
     {.type = QR_TYPE_Q4_0, .vec_dot = qr_vec_dot_q4_0_q8_0_avx2, .vec_dot_gemv = qr_vec_dot_q4_0_q8_0_rp_avx2,
      .vec_dot_gemm = qr_vec_dot_q4_0_q8_0_rp_avx2, .vec_dot_tile = qr_vec_dot_tile_q4_0_q8_0_avx2},
@@ -145,6 +146,7 @@ static void init_best(void) {
             if (o->vec_dot_sgemm) {
                 t->vec_dot_sgemm = o->vec_dot_sgemm;
                 t->sgemm_k = o->sgemm_k;
+                t->sgemm_m = o->sgemm_m;
             }
         }
         best_level = "avx2";

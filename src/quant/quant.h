@@ -57,11 +57,14 @@ typedef struct qr_quant_traits {
      * one row (y from the vec_dot_type's from_float). NULL: no such path. */
     qr_vec_dot_fn vec_dot_tiled;
     /* The other weights go through its llamafile sgemm (tinyBLAS) when the matmul has at least 2
-     * rows and the row length is a multiple of sgemm_k, else through vec_dot; vec_dot_sgemm
-     * reproduces tinyBLAS for one row. NULL: tinyBLAS computes what vec_dot does, or does not
-     * apply (the scalar reference traits leave it NULL). */
+     * rows, the row length is a multiple of sgemm_k and the weight's row count a multiple of sgemm_m
+     * (0: any; the float tinyBLAS of x86 takes only multiples of 4: a one-row F32 weight such as
+     * qwen2moe's shared-expert gate goes through vec_dot), else through vec_dot; vec_dot_sgemm
+     * reproduces tinyBLAS for one row (qr_quant_sgemm_applies). NULL: tinyBLAS computes what vec_dot
+     * does, or does not apply (the scalar reference traits leave it NULL). */
     qr_vec_dot_fn vec_dot_sgemm;
     int32_t sgemm_k;
+    int32_t sgemm_m;
     /* vec_dot for a tile of weight rows x activation rows at once (same results, faster); NULL:
      * call vec_dot per pair. */
     qr_vec_dot_tile_fn vec_dot_tile;
@@ -73,6 +76,14 @@ typedef struct qr_quant_traits {
 
 /* Fewest activation rows for which llama.cpp's x86 CPU backend takes its tiled K-quant GEMM. */
 #define QR_TILED_MIN_ROWS 8
+
+/* True when llama.cpp's x86 CPU backend runs a matmul of n_rows activation rows with a weight of
+ * n_w_rows rows of length k through tinyBLAS (tr->vec_dot_sgemm's order); the caller has ruled out the
+ * repacked and tiled paths first. */
+static inline bool qr_quant_sgemm_applies(const qr_quant_traits *tr, int64_t k, int64_t n_w_rows, int64_t n_rows) {
+    return tr->vec_dot_sgemm && n_rows >= 2 && tr->sgemm_k > 0 && k % tr->sgemm_k == 0 &&
+           (tr->sgemm_m <= 0 || n_w_rows % tr->sgemm_m == 0);
+}
 
 /* Scalar reference traits (the oracle) for a type; NULL when the type is not supported at all. */
 const qr_quant_traits *qr_quant_traits_ref(qr_type type);

@@ -1,8 +1,8 @@
 /* lab_moe_ssm.c — the lab's checks of the MoE and Mamba2 ops (issue 9) against the CPU scalar oracle:
  * moe_route (softmax / sigmoid + selection bias / softmax over the selected, norm, scale), matmul_id
  * and moe_gate_up over 3-D expert weights of several types (with and without biases), moe_combine,
- * glu (SwiGLU, gpt-oss's clamped SwiGLU, relu^2), ssm_conv and ssm_scan with rolling per-sequence
- * states over interleaved sequences and several passes, ssm_gate_norm, and attention with sinks.
+ * glu (SwiGLU, gpt-oss's clamped SwiGLU, relu^2, qwen2moe's sigmoid), ssm_conv and ssm_scan with rolling
+ * per-sequence states over interleaved sequences and several passes, ssm_gate_norm, and attention with sinks.
  * Timings at the real models' shapes (gpt-oss-20b experts, nemotron-3-nano / granite-4.0-h mixers).
  *
  * Tolerances (lab_compare: max |gpu - cpu| / max |cpu| and the relative L2 error): the expert
@@ -473,13 +473,14 @@ static void check_experts(lab *L) {
         fb_free(L, &a);
         fb_free(L, &y), fb_free(L, &w), fb_free(L, &o);
     }
-    for (int a = 0; a < 3; a++) {
+    for (int a = 0; a < 4; a++) {
+        static const char *const names[] = {"swiglu n 100003", "swiglu_oai n 100003", "relu2 n 100003",
+                                            "sigmoid (qwen2moe) n 100003"};
         const int64_t n = 100003;
         fbuf g = fb_new(L, n, 9.0f), u = fb_new(L, n, 9.0f), o = fb_new(L, n, 0.0f);
         L->cpu->ops->glu(L->cpu, g.h, u.h, n, (qr_glu_kind)a, o.h);
         L->gpu->ops->glu(L->gpu, g.d, u.d, n, (qr_glu_kind)a, o.d);
-        compare(L, "glu", a == 0 ? "swiglu n 100003" : a == 1 ? "swiglu_oai n 100003" : "relu2 n 100003", o.h, o.d, n,
-                1e-5, NULL, NULL, 0);
+        compare(L, "glu", names[a], o.h, o.d, n, 1e-5, NULL, NULL, 0);
         fb_free(L, &g), fb_free(L, &u), fb_free(L, &o);
     }
 }

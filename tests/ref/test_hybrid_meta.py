@@ -77,6 +77,14 @@ def test_rewrite_roundtrip_loads(quarrel_bin, tmp_path):
     ("llama", "mixtral-tiny", [], {"llama.expert_used_count": 8}, "top-k > experts"),
     ("gpt-oss", "tiny", ["gpt-oss.expert_count"], None, "expert_count"),
     ("gpt-oss", "tiny", ["gpt-oss.expert_used_count"], None, "missing metadata key gpt-oss.expert_used_count"),
+    # the Qwen family (issue 30): the expert widths are required keys, top-k is checked
+    ("qwen3", "tiny", ["qwen3.attention.layer_norm_rms_epsilon"], None,
+     "missing metadata key qwen3.attention.layer_norm_rms_epsilon"),
+    ("qwen3moe", "tiny", ["qwen3moe.expert_feed_forward_length"], None,
+     "missing metadata key qwen3moe.expert_feed_forward_length"),
+    ("qwen3moe", "tiny", [], {"qwen3moe.expert_used_count": 200}, "top-k > experts"),
+    ("qwen2moe", "tiny", ["qwen2moe.expert_shared_feed_forward_length"], None,
+     "missing metadata key qwen2moe.expert_shared_feed_forward_length"),
 ])
 def test_bad_metadata_is_a_clear_error(quarrel_bin, tmp_path, arch, preset, drop, change, expect):
     src = synth(quarrel_bin, tmp_path, arch, preset)
@@ -96,6 +104,14 @@ def test_bad_metadata_is_a_clear_error(quarrel_bin, tmp_path, arch, preset, drop
     # a bias the table does not bind is refused, not ignored (granite's FFN has none)
     ("granite", "tiny", [], {"blk.0.ffn_up.bias": np.zeros(512, dtype=np.float32)}, "bias tensors are not supported"),
     ("granitehybrid", "tiny", [], {"blk.2.attn_q.bias": np.zeros(7, dtype=np.float32)}, "blk.2.attn_q.bias has shape [7"),
+    # the Qwen family: q/k norms, the shared expert's gate, the routers, biases it does not have
+    ("qwen3", "tiny", ["blk.1.attn_k_norm.weight"], None, "missing tensor blk.1.attn_k_norm.weight (required by architecture qwen3)"),
+    ("qwen2moe", "tiny", ["blk.0.ffn_gate_inp_shexp.weight"], None,
+     "missing tensor blk.0.ffn_gate_inp_shexp.weight (required by architecture qwen2moe)"),
+    ("qwen2moe", "tiny", ["blk.1.ffn_gate_inp.weight"], None, "missing tensor blk.1.ffn_gate_inp.weight (expert_count is"),
+    ("qwen2", "tiny", [], {"blk.0.ffn_down.bias": np.zeros(256, dtype=np.float32)}, "bias tensors are not supported"),
+    ("qwen2", "tiny", ["blk.0.attn_k.bias"], {"blk.0.attn_k.bias": np.zeros(64, dtype=np.float32)},
+     "blk.0.attn_k.bias has shape [64"),
 ])
 def test_bad_tensors_are_a_clear_error(quarrel_bin, tmp_path, arch, preset, drop, add, expect):
     src = synth(quarrel_bin, tmp_path, arch, preset)

@@ -8,6 +8,7 @@
   F16 source is within 1% of llama.cpp's for the same tensors. Run with -s to see the table.
 """
 import ctypes
+import json
 import hashlib
 import subprocess
 
@@ -91,6 +92,8 @@ def test_synth_bad_arguments(quarrel_bin, workdir):
         (["--arch", "llama", "--preset", "tiny", "--type", "Q7_K"], "unknown type"),
         (["--preset", "tiny"], "several architectures"),
         (["--arch", "llama", "--preset", "tiny", "--seed", "-3"], "--seed"),
+        (["--arch", "qwen9", "--preset", "tiny"], "unknown architecture 'qwen9' (known: llama,"),
+        (["--arch", "qwen3moe", "--preset", "qwen3-8b"], "qwen3moe/qwen3-30b-a3b"),
     ]
     for args, needle in cases:
         r = subprocess.run([quarrel_bin, "synth", *args, "-o", str(workdir / "bad.gguf")], capture_output=True, text=True)
@@ -163,3 +166,54 @@ def teardown_module(module):
         for arch, ft, name, ty, a, b, same in RESULTS:
             ratio = a / b if b else float("nan")
             print(f"{arch:7} {ft:10} {name:23} {ty:7} {a:12.6g} {b:14.6g}  {ratio:6.4f}  {same}")
+
+
+# ---- the Qwen family (issue 30) -----------------------------------------------------------------
+
+QWEN_ARCHS = ["qwen2", "qwen3", "qwen3moe", "qwen2moe"]
+QWEN_TEXTS = [TEXT, "digits 1234567 and 3.14159 (qwen2 splits numbers digit by digit)", "  two\n\nnew lines\ttab ",
+              "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", "héllo wörld, 你好, emoji 🙂"]
+
+
+@pytest.mark.parametrize("arch", QWEN_ARCHS)
+def test_llamacpp_runs_qwen_synth_and_tokenizes_alike(quarrel_bin, workdir, arch):
+    """llama.cpp loads our Qwen synth models (pre-tokenizer qwen2, ChatML template), its token ids equal
+    ours (special tokens parsed), and its logits are finite and not degenerate."""
+    path = synth(quarrel_bin, workdir / f"{arch}-Q8_0.gguf", arch, "Q8_0")
+    m = llama_cpp.Llama(model_path=str(path), n_ctx=256, logits_all=True, verbose=False, n_threads=2)
+    try:
+        for text in QWEN_TEXTS:
+            want = m.tokenize(text.encode(), add_bos=True, special=True)
+            r = subprocess.run([quarrel_bin, "tokenize", "-m", str(path), "-p", text, "--ids-only"],
+                               capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            assert json.loads(r.stdout) == want, text
+        toks = m.tokenize(TEXT.encode(), add_bos=True)
+        m.eval(toks)
+        logits = np.array(m.scores[: len(toks)], dtype=np.float64)
+        assert np.isfinite(logits).all()
+        sd = logits.std(axis=1)
+        assert (sd > 0.3).all() and (sd < 10).all(), f"degenerate logits: std per position {sd}"
+        assert len(set(logits.argmax(axis=1).tolist())) > len(toks) // 3
+    finally:
+        m.close()
+
+
+@pytest.mark.parametrize("ftype", ["Q8_0", "Q4_K_M"])
+@pytest.mark.parametrize("arch", QWEN_ARCHS)
+def test_qwen_synth_quant_equals_llama_quantize(quarrel_bin, workdir, arch, ftype):
+    """synth --type T writes every tensor with llama-quantize's type for it and the very bytes
+    llama-quantize makes from the F16 synth model (shared-expert gate and routers stay F32)."""
+    src = synth(quarrel_bin, workdir / f"qsrc-{arch}-F16.gguf", arch, "F16", seed=3)
+    ours = synth(quarrel_bin, workdir / f"qours-{arch}-{ftype}.gguf", arch, ftype, seed=3)
+    theirs = workdir / f"qtheirs-{arch}-{ftype}.gguf"
+    llama_quantize(src, theirs, ftype)
+    our_t, their_t = tensors_of(ours), tensors_of(theirs)
+    assert set(our_t) == set(their_t)
+    diff = {n: (our_t[n].tensor_type.name, their_t[n].tensor_type.name)
+            for n in our_t if our_t[n].tensor_type != their_t[n].tensor_type}
+    assert not diff, f"{arch} {ftype}: tensor types differ from llama-quantize (ours, theirs): {diff}"
+    differ = [n for n in our_t if bytes(np.asarray(our_t[n].data).tobytes()) != bytes(np.asarray(their_t[n].data).tobytes())]
+    assert not differ, f"{arch} {ftype}: tensor bytes differ from llama-quantize's: {differ}"
+    if arch == "qwen2moe":
+        assert our_t["blk.0.ffn_gate_inp_shexp.weight"].tensor_type == gguf.GGMLQuantizationType.F32

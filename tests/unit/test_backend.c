@@ -462,8 +462,8 @@ static void test_matmul(void **state) {
 /* matmul takes, row by row, the kernel llama.cpp's x86 CPU backend would: a weight type with a
  * repacked path and a row count multiple of repack_rows runs whole groups of 4 activation rows
  * through the GEMM order (with from_float_gemm's activations) and the rest through the GEMV order;
- * else a K-quant with >= QR_TILED_MIN_ROWS rows the tiled order; else, with >= 2 rows and a row
- * length multiple of sgemm_k, the sgemm order; else vec_dot. Checked bit for bit against the
+ * else a K-quant with >= QR_TILED_MIN_ROWS rows the tiled order; else, with >= 2 rows, a row
+ * length multiple of sgemm_k and a weight row count multiple of sgemm_m, the sgemm order; else vec_dot. Checked bit for bit against the
  * traits' kernels applied by hand, on the SIMD and on the scalar backend. */
 static void test_matmul_llama_cpp_paths(void **state) {
     (void)state;
@@ -479,8 +479,11 @@ static void test_matmul_llama_cpp_paths(void **state) {
         {QR_TYPE_Q5_K, 256, 7, 11, 't'}, {QR_TYPE_Q2_K, 256, 7, 8, 't'},   {QR_TYPE_Q3_K, 256, 7, 8, 't'},
         {QR_TYPE_Q4_0, 256, 16, 7, 'r'}, {QR_TYPE_Q4_0, 256, 12, 7, 's'},  {QR_TYPE_MXFP4, 256, 8, 5, 'r'},
         {QR_TYPE_IQ4_NL, 256, 12, 3, 's'}, {QR_TYPE_IQ4_NL, 256, 12, 1, 'v'}, {QR_TYPE_IQ4_NL, 256, 24, 5, 'r'},
-        {QR_TYPE_F16, 264, 5, 2, 's'},   {QR_TYPE_F16, 260, 5, 3, 'v'},    {QR_TYPE_F16, 264, 5, 1, 'v'},
-        {QR_TYPE_F32, 72, 9, 4, 's'},    {QR_TYPE_Q8_0, 256, 9, 3, 's'},   {QR_TYPE_Q4_1, 256, 9, 3, 'v'},
+        {QR_TYPE_F16, 264, 8, 2, 's'},   {QR_TYPE_F16, 260, 8, 3, 'v'},    {QR_TYPE_F16, 264, 8, 1, 'v'},
+        {QR_TYPE_F32, 72, 12, 4, 's'},   {QR_TYPE_Q8_0, 256, 9, 3, 's'},   {QR_TYPE_Q4_1, 256, 9, 3, 'v'},
+        /* the float tinyBLAS takes only weights of a multiple of 4 rows (a one-row F32 weight: qwen2moe's
+         * shared-expert gate) */
+        {QR_TYPE_F16, 264, 5, 2, 'v'},   {QR_TYPE_F32, 72, 9, 4, 'v'},     {QR_TYPE_F32, 256, 1, 6, 'v'},
     };
     for (int scalar = 0; scalar < 2; scalar++) {
         qr_backend *be = NULL;
@@ -505,7 +508,7 @@ static void test_matmul_llama_cpp_paths(void **state) {
             char *xq = malloc(xrow);
             const bool repacked = tr->vec_dot_gemm && c->n % tr->repack_rows == 0;
             const bool tiled = !repacked && tr->vec_dot_tiled && c->m >= QR_TILED_MIN_ROWS;
-            const bool sgemm = !repacked && !tiled && tr->vec_dot_sgemm && c->m >= 2 && c->k % tr->sgemm_k == 0;
+            const bool sgemm = !repacked && !tiled && qr_quant_sgemm_applies(tr, c->k, c->n, c->m);
             const char path = repacked ? 'r' : tiled ? 't' : sgemm ? 's' : 'v';
             /* the scalar traits have no sgemm order: vec_dot there */
             assert_int_equal(path, c->want == 's' && !tr->vec_dot_sgemm ? 'v' : c->want);

@@ -237,6 +237,15 @@ static void test_gate_up_combine_glu(void **state) {
             if (fabs(h[i] - want) > 1e-5 * (1.0 + fabs(want))) fail_msg("act %d elem %lld: %g vs %g", a, (long long)i, h[i], want);
         }
     }
+    /* qwen2moe's shared-expert gate: silu(x) / x with the C library's expf, bit for bit; u unused */
+    float sg[6] = {-30.0f, -2.5f, -1e-3f, 0.7f, 3.0f, 40.0f}, so[6];
+    be->ops->glu(be, sg, NULL, 6, QR_GLU_SIGMOID, so);
+    expect_ok(be);
+    for (int i = 0; i < 6; i++) {
+        const float silu = sg[i] / (1.0f + expf(-sg[i]));
+        assert_true(so[i] == silu / sg[i]);
+        assert_true(fabs(so[i] - 1.0 / (1.0 + exp(-(double)sg[i]))) < 1e-6);
+    }
     /* combine: out = sum_j w_j y_j */
     float y[6 * 2 * 32], wt[12], out[6 * 32];
     fill(y, R * KU * E, 1.0f);

@@ -370,7 +370,7 @@ static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64
         t.n_gemm = n_rows - n_rows % 4;
     } else if (tr->vec_dot_tiled && n_rows >= QR_TILED_MIN_ROWS) {
         t.dot = tr->vec_dot_tiled; /* the other K-quants go through its tiled GEMM */
-    } else if (tr->vec_dot_sgemm && n_rows >= 2 && tr->sgemm_k > 0 && t.k % tr->sgemm_k == 0) {
+    } else if (qr_quant_sgemm_applies(tr, t.k, t.n, n_rows)) {
         t.dot = tr->vec_dot_sgemm; /* and others through llamafile's sgemm */
     }
     if (t.n_gemm > 0 && tr->vec_dot_gemm_tile && tr->vec_dot_gemv_tile && t.dot == tr->vec_dot_gemv &&

@@ -38,6 +38,9 @@ void qr_cpu_glu(qr_backend *be, const float *g, const float *u, int64_t n, qr_gl
     case QR_GLU_RELU2:
         for (int64_t i = 0; i < n; i++) out[i] = relu2_f(g[i]);
         return;
+    case QR_GLU_SIGMOID: /* ggml_div(ggml_silu(x), x) of a one-column tensor: ggml_silu_f32 (libm expf) */
+        for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) / g[i];
+        return;
     } /* act: one of the above (backend_check.c) */
 }
 

@@ -347,7 +347,8 @@ plain:
 
 void cuda_glu(qr_backend *be, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out) {
     cuda_backend *cb = CB(be);
-    if (cb->exact && act == QR_GLU_SWIGLU_OAI && u) return cuda_exact_glu_oai(cb, g, u, n, out);
+    if (cb->exact && ((act == QR_GLU_SWIGLU_OAI && u) || act == QR_GLU_SIGMOID))
+        return cuda_exact_glu_libm(cb, g, u, n, act, out);
     cuda_ok(cb, qr_cuda_glu(g, u, n, (int)act, out, use_pdl(cb), cb->stream), "glu");
 }
 

@@ -194,8 +194,9 @@ void cuda_exact_rope(cuda_backend *cb, float *x, int32_t n_head, int32_t head_di
 /* a: the attention launch arguments (pos = each row's last key); span: the most keys a row sees */
 void cuda_exact_attention(cuda_backend *cb, const cuda_attn_args *a, int32_t span);
 void cuda_exact_geglu(cuda_backend *cb, const float *g, const float *u, int64_t n, float *out);
-/* gpt-oss's clamped SwiGLU with the C library's expf (the other GLUs are exact in elementwise.cu). */
-void cuda_exact_glu_oai(cuda_backend *cb, const float *g, const float *u, int64_t n, float *out);
+/* The GLUs that call the C library's expf: gpt-oss's clamped SwiGLU, qwen2moe's sigmoid (act QR_GLU_SIGMOID,
+ * u unused); the other GLUs are exact in elementwise.cu. */
+void cuda_exact_glu_libm(cuda_backend *cb, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out);
 void cuda_exact_free(cuda_backend *cb);
 /* matmul_id in the CPU expert matmul's order (b: the bias on the device, or NULL) */
 void cuda_exact_matmul_id(cuda_backend *cb, const qr_weight *w, const cuda_weight *cw, const qr_weight *bias,

@@ -32,14 +32,16 @@ static __device__ __forceinline__ float ew_op(float a, float b, float s) {
     }
 }
 
-/* The expert activations (qr_glu_kind) as the CPU's qr_cpu_glu computes them: SwiGLU, gpt-oss's
- * clamped SwiGLU (alpha 1.702, limit 7) and relu^2 (u unused). */
+/* The activations (qr_glu_kind) as the CPU's qr_cpu_glu computes them: SwiGLU, gpt-oss's clamped SwiGLU
+ * (alpha 1.702, limit 7), qwen2moe's sigmoid as silu(a) / a, and relu^2 (u unused), with CUDA's expf where the
+ * CPU calls the C library's (exact.cu has those bit for bit). */
 static __device__ __forceinline__ float glu_act(int act, float a, float u) {
     if (act == QR_GLU_SWIGLU) return ew_op<CUDA_EW_SWIGLU>(a, u, 0.0f);
     if (act == QR_GLU_SWIGLU_OAI) {
         const float xg = fminf(a, 7.0f), yu = fminf(fmaxf(u, -7.0f), 7.0f);
         return __fmul_rn(__fdiv_rn(xg, __fadd_rn(1.0f, expf(__fmul_rn(-1.702f, xg)))), __fadd_rn(yu, 1.0f));
     }
+    if (act == QR_GLU_SIGMOID) return __fdiv_rn(__fdiv_rn(a, __fadd_rn(1.0f, expf(-a))), a);
     const float p = a > 0.0f ? a : 0.0f;
     return __fmul_rn(p, p);
 }

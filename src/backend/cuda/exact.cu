@@ -482,10 +482,15 @@ static __global__ void qx_geglu_kernel(const float *g, const float *u, int64_t n
     out[i] = x <= -10.0f ? 0.0f : (x >= 10.0f ? x * u[i] : tab[qx_f2h(x)] * u[i]);
 }
 
-/* gpt-oss's clamped SwiGLU (cpu/ops_moe.c swiglu_oai_f) with the C library's expf. */
-static __global__ void qx_glu_oai_kernel(const float *g, const float *u, int64_t n, float *out) {
+/* The GLUs that call the C library's expf (cpu/ops_moe.c qr_cpu_glu): gpt-oss's clamped SwiGLU and
+ * qwen2moe's sigmoid (silu(x) / x, u unused). */
+static __global__ void qx_glu_libm_kernel(const float *g, const float *u, int64_t n, int act, float *out) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
+    if (act == QR_GLU_SIGMOID) {
+        out[i] = g[i] / (1.0f + qx_libm_expf(-g[i])) / g[i];
+        return;
+    }
     const float x = fminf(g[i], 7.0f), y = fminf(fmaxf(u[i], -7.0f), 7.0f);
     out[i] = x / (1.0f + qx_libm_expf(-1.702f * x)) * (y + 1.0f);
 }
@@ -778,7 +783,7 @@ void cuda_exact_matmul(cuda_backend *cb, const qr_weight *w, const cuda_weight *
         n_x4 = n_rows - n_rows % 4;
     } else if (tr->vec_dot_tiled && n_rows >= QR_TILED_MIN_ROWS) {
         ord = QX_TILED;
-    } else if (tr->vec_dot_sgemm && n_rows >= 2 && tr->sgemm_k > 0 && k % tr->sgemm_k == 0) {
+    } else if (qr_quant_sgemm_applies(tr, k, n, n_rows)) {
         ord = QX_SGEMM;
     }
     size_t row_bytes;
@@ -931,9 +936,9 @@ void cuda_exact_geglu(cuda_backend *cb, const float *g, const float *u, int64_t 
     cuda_ok(cb, cudaGetLastError(), "geglu (exact)");
 }
 
-void cuda_exact_glu_oai(cuda_backend *cb, const float *g, const float *u, int64_t n, float *out) {
+void cuda_exact_glu_libm(cuda_backend *cb, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out) {
     if (n <= 0) return;
-    qx_glu_oai_kernel<<<blocks_for(n, 256), 256, 0, cb->stream>>>(g, u, n, out);
+    qx_glu_libm_kernel<<<blocks_for(n, 256), 256, 0, cb->stream>>>(g, u, n, (int)act, out);
     cuda_ok(cb, cudaGetLastError(), "glu (exact)");
 }
 
