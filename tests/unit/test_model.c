@@ -342,7 +342,7 @@ static void test_info(void **state) {
     assert_float_equal(A.m->hp.attn_scale, 1.0f / sqrtf(32.0f), 1e-7);
     assert_float_equal(A.m->hp.embd_scale, 8.0f, 1e-6);
     assert_true(A.m->layers[0].swa && !A.m->layers[1].swa && A.m->layers[2].swa);
-    const qr_rope_params r0 = qr_layer_rope(A.m, 0), r1 = qr_layer_rope(A.m, 1);
+    const qr_rope_params r0 = qr_layer_rope(A.m, NULL, 0), r1 = qr_layer_rope(A.m, NULL, 1);
     assert_float_equal(r0.freq_base, 10000.0f, 0);
     assert_float_equal(r1.freq_base, 1000000.0f, 0);
     assert_int_equal(r0.mode, QR_ROPE_NEOX);

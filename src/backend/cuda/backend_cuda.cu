@@ -1001,7 +1001,7 @@ static bool rope_setup(cuda_backend *cb, int32_t head_dim, const qr_rope_params 
         const float end = ceilf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_slow, p->freq_base));
         c->corr0 = fmaxf(0.0f, start);
         c->corr1 = fminf((float)(p->n_rot - 1), end);
-        c->mscale *= 1.0f + 0.1f * logf(1.0f / p->freq_scale);
+        c->mscale *= fmaf(0.1f, logf(1.0f / p->freq_scale), 1.0f); /* contracted as in ggml's x86 build */
     }
     return true;
 }
