@@ -22,6 +22,8 @@ CASES = sorted(MANIFEST["cases"])
 
 KL_MAX = 1e-3
 TOP1_MIN = 0.995
+# A case whose golden file was made at `quarrel logits`'s micro-batch (64 rows: the same kernels in both
+# engines) carries stricter bounds in the manifest (issue 30 part 2: kl_max 1e-6, top1_min 0.999).
 GREEDY_MIN_MATCH = 8  # of 8 prompts: every generation identical
 
 # Cases that do not meet a target yet (issue: CPU engine). Each is a strict xfail: it is reported as
@@ -110,13 +112,15 @@ def teacher_forced(name, quarrel_bin, model_for, tmp_path):
 @pytest.mark.parametrize("name", cases("kl"))
 def test_teacher_forced_kl(name, quarrel_bin, model_for, tmp_path):
     mean_kl, _, _ = teacher_forced(name, quarrel_bin, model_for, tmp_path)
-    assert mean_kl <= KL_MAX, f"mean KL {mean_kl:.3e} > {KL_MAX}"
+    kl_max = MANIFEST["cases"][name].get("kl_max", KL_MAX)
+    assert mean_kl <= kl_max, f"mean KL {mean_kl:.3e} > {kl_max}"
 
 
 @pytest.mark.parametrize("name", cases("top1"))
 def test_teacher_forced_top1(name, quarrel_bin, model_for, tmp_path):
     _, _, top1 = teacher_forced(name, quarrel_bin, model_for, tmp_path)
-    assert top1 >= TOP1_MIN, f"same top-1 {100 * top1:.2f}% < {100 * TOP1_MIN}%"
+    top1_min = MANIFEST["cases"][name].get("top1_min", TOP1_MIN)
+    assert top1 >= top1_min, f"same top-1 {100 * top1:.2f}% < {100 * top1_min}%"
 
 
 @pytest.mark.parametrize("name", cases("greedy"))
