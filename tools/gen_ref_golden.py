@@ -122,7 +122,7 @@ def run_long_case(name, path, llama_cpp):
     np.savez_compressed(DATA / f"{name}.logits.npz", tokens=np.array(tokens, dtype=np.int32), rows=rows.astype(np.int32),
                         topk_ids=idx.astype(np.int32), topk_logprobs=top_lp.astype(np.float32))
     del llm
-    return {"n_tokens": LONG_N, "first": LONG_FIRST, "step": LONG_STEP, "seed": LONG_SEED, "n_ubatch": 64,
+    return {"n_tokens": LONG_N, "first": LONG_FIRST, "step": LONG_STEP, "token_seed": LONG_SEED, "n_ubatch": 64,
             "topk": TOPK, "min_topk_mass": float(np.exp(top_lp).sum(-1).min())}
 
 

@@ -1400,6 +1400,7 @@ static void cuda_scale(qr_backend *be, const float *x, float s, int64_t n, float
     ew(be, CUDA_EW_SCALE, x, NULL, s, n, out, "scale");
 }
 static void cuda_softcap(qr_backend *be, const float *x, float cap, int64_t n, float *out) {
+    if (CB(be)->exact) return cuda_exact_softcap(CB(be), x, cap, n, out);
     ew(be, CUDA_EW_SOFTCAP, x, NULL, cap, n, out, "softcap");
 }
 

@@ -196,6 +196,8 @@ void cuda_exact_attention(cuda_backend *cb, const cuda_attn_args *a, int32_t spa
 void cuda_exact_geglu(cuda_backend *cb, const float *g, const float *u, int64_t n, float *out);
 /* gpt-oss's clamped SwiGLU with the C library's expf (the other GLUs are exact in elementwise.cu). */
 void cuda_exact_glu_oai(cuda_backend *cb, const float *g, const float *u, int64_t n, float *out);
+/* out = tanh(x * (1 / cap)) * cap with the C library's tanhf (qx_libm_tanhf), as the CPU's softcap. */
+void cuda_exact_softcap(cuda_backend *cb, const float *x, float cap, int64_t n, float *out);
 void cuda_exact_free(cuda_backend *cb);
 /* matmul_id in the CPU expert matmul's order (b: the bias on the device, or NULL) */
 void cuda_exact_matmul_id(cuda_backend *cb, const qr_weight *w, const cuda_weight *cw, const qr_weight *bias,
