@@ -71,9 +71,11 @@ static int npy_write_row(void *ud, size_t row, const float *logits) {
 
 static void usage_logits(FILE *f) {
     fprintf(f, "usage: quarrel logits -m MODEL (-p TEXT | -f FILE | --tokens IDS.json) -o OUT.npy [-t N] [--no-bos]\n"
-               "                     [--ubatch N]\n"
+               "                     [--ubatch N] [--ctx N]\n"
                "Writes teacher-forced float32 logits [n_tokens, n_vocab] as .npy (row i: logits after token i).\n"
                "--ubatch N: tokens per forward pass (1..64, default 64; 1 = the decode path, token by token).\n"
+               "--ctx N: context size (default: the training context up to 4096, or the input's length when longer);\n"
+               "         LongRoPE models (phi3) take their long rope factors when N exceeds the original context.\n"
                APP_ENGINE_HELP);
 }
 
@@ -93,7 +95,7 @@ static int input_ids(app_engine *e, const char *prompt, const char *file, const 
 int cmd_logits(int argc, char **argv) {
     static const struct option longopts[] = {{"model", 1, 0, 'm'}, {"prompt", 1, 0, 'p'}, {"file", 1, 0, 'f'},
                                              {"tokens", 1, 0, 'T'}, {"output", 1, 0, 'o'}, {"threads", 1, 0, 't'},
-                                             {"no-bos", 0, 0, 'B'}, {"ubatch", 1, 0, 'U'}, {"help", 0, 0, 'h'},
+                                             {"no-bos", 0, 0, 'B'}, {"ubatch", 1, 0, 'U'}, {"ctx", 1, 0, 'c'}, {"help", 0, 0, 'h'},
                                              APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
     app_engine_opts eo = {0};
     const char *prompt = NULL, *file = NULL, *tokens = NULL, *out = NULL;
@@ -111,6 +113,7 @@ int cmd_logits(int argc, char **argv) {
         case 't': if ((rc = app_parse_int("-t", optarg, 1, 1024, &eo.n_threads))) return rc; break;
         case 'B': add_bos = false; break;
         case 'U': if ((rc = app_parse_int("--ubatch", optarg, 1, LOGITS_CHUNK, &ubatch))) return rc; break;
+        case 'c': if ((rc = app_parse_int("--ctx", optarg, 1, 1 << 24, &eo.n_ctx))) return rc; break;
         case 'h': usage_logits(stdout); return 0;
         default:
             if ((rc = app_engine_opt(c, optarg, &eo)) >= 0) {
@@ -138,9 +141,11 @@ int cmd_logits(int argc, char **argv) {
         goto done;
     }
     if ((int64_t)n > qr_context_n_ctx(e.ctx)) {
-        app_engine_close(&e);
-        eo.n_ctx = (int32_t)n;
-        if ((rc = app_engine_open(&e, &eo))) goto done;
+        if (eo.n_ctx == 0) { /* no --ctx: a context the input fits */
+            app_engine_close(&e);
+            eo.n_ctx = (int32_t)n;
+            if ((rc = app_engine_open(&e, &eo))) goto done;
+        }
         if ((int64_t)n > qr_context_n_ctx(e.ctx)) {
             fprintf(stderr, "quarrel: %zu tokens do not fit the context (%d)\n", n, qr_context_n_ctx(e.ctx));
             rc = 1;

@@ -89,6 +89,7 @@ static bool llama_tensors(const qr_synth_preset *p, tensor_list *l) {
  * dominated by its own input token; post-norm gains of ~4 let the layers decide the prediction. */
 #define GEMMA_POST_NORM_GAIN 4.0f
 static bool gemma3_tensors(const qr_synth_preset *p, tensor_list *l) {
+    const bool qk_norm = strcmp(p->arch, "gemma2") != 0; /* gemma2: the same blocks without q/k norms */
     int64_t d = p->n_embd, q = (int64_t)p->n_head * p->head_dim, kv = (int64_t)p->n_head_kv * p->head_dim, ff = p->n_ff;
     bool ok = add_tensor(l, INIT_NORMAL, p->tied_output ? inv_sqrt(p->n_embd) : 1.0f, 2, d, p->n_vocab,
                          "token_embd.weight", 0);
@@ -97,8 +98,8 @@ static bool gemma3_tensors(const qr_synth_preset *p, tensor_list *l) {
         ok &= add_tensor(l, INIT_NORMAL, inv_sqrt(p->n_embd), 2, d, q, "blk.%d.attn_q.weight", i);
         ok &= add_tensor(l, INIT_NORMAL, inv_sqrt(p->n_embd), 2, d, kv, "blk.%d.attn_k.weight", i);
         ok &= add_tensor(l, INIT_NORMAL, inv_sqrt(p->n_embd), 2, d, kv, "blk.%d.attn_v.weight", i);
-        ok &= add_tensor(l, INIT_NORM, NORM_SCALE, 1, p->head_dim, 1, "blk.%d.attn_q_norm.weight", i);
-        ok &= add_tensor(l, INIT_NORM, NORM_SCALE, 1, p->head_dim, 1, "blk.%d.attn_k_norm.weight", i);
+        if (qk_norm) ok &= add_tensor(l, INIT_NORM, NORM_SCALE, 1, p->head_dim, 1, "blk.%d.attn_q_norm.weight", i);
+        if (qk_norm) ok &= add_tensor(l, INIT_NORM, NORM_SCALE, 1, p->head_dim, 1, "blk.%d.attn_k_norm.weight", i);
         ok &= add_tensor(l, INIT_NORMAL, inv_sqrt((uint32_t)q), 2, q, d, "blk.%d.attn_output.weight", i);
         ok &= add_tensor(l, INIT_NORM, NORM_SCALE * GEMMA_POST_NORM_GAIN, 1, d, 1, "blk.%d.post_attention_norm.weight", i);
         if (ok) l->t[l->n - 1].center = GEMMA_POST_NORM_GAIN;
@@ -186,6 +187,11 @@ static void llama_hparams(const qr_synth_preset *p, qr_gguf_stream *s) {
         key(k, sizeof k, a, "attention.key_length"), qr_gguf_stream_set_u32(s, k, p->head_dim);
         key(k, sizeof k, a, "attention.value_length"), qr_gguf_stream_set_u32(s, k, p->head_dim);
     }
+    if (p->yarn_factor > 0.0f) { /* YaRN on any llama model (as Qwen 2.5 / Mistral files declare it) */
+        key(k, sizeof k, a, "rope.scaling.type"), qr_gguf_stream_set_str(s, k, "yarn");
+        key(k, sizeof k, a, "rope.scaling.factor"), qr_gguf_stream_set_f32(s, k, p->yarn_factor);
+        key(k, sizeof k, a, "rope.scaling.original_context_length"), qr_gguf_stream_set_u32(s, k, p->yarn_orig_ctx);
+    }
     if (p->n_expert > 0) qr_synth_hybrid_hparams(p, s); /* Mixtral: expert keys (synth_hybrid.c) */
 }
 
@@ -203,6 +209,9 @@ static void gemma3_hparams(const qr_synth_preset *p, qr_gguf_stream *s) {
     key(k, sizeof k, a, "attention.layer_norm_rms_epsilon"), qr_gguf_stream_set_f32(s, k, p->rms_eps);
     key(k, sizeof k, a, "rope.freq_base"), qr_gguf_stream_set_f32(s, k, p->rope_theta);
     key(k, sizeof k, a, "attention.sliding_window"), qr_gguf_stream_set_u32(s, k, p->sliding_window);
+    if (p->attn_softcap > 0.0f) key(k, sizeof k, a, "attn_logit_softcapping"), qr_gguf_stream_set_f32(s, k, p->attn_softcap);
+    if (p->final_softcap > 0.0f)
+        key(k, sizeof k, a, "final_logit_softcapping"), qr_gguf_stream_set_f32(s, k, p->final_softcap);
 }
 
 typedef struct synth_arch {
@@ -228,6 +237,9 @@ static const synth_arch archs[] = {
     {"qwen3", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
     {"qwen3moe", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
     {"qwen2moe", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
+    /* issue 30 part 2 */
+    {"phi3", qr_synth_phi3_tensors, qr_synth_phi3_hparams},
+    {"gemma2", gemma3_tensors, gemma3_hparams},
 };
 
 static const synth_arch *find_arch(const char *name) {
@@ -259,6 +271,15 @@ static inline float approx_normal(uint64_t r) {
     int32_t s = (int32_t)(r & 0xffff) + (int32_t)((r >> 16) & 0xffff) + (int32_t)((r >> 32) & 0xffff) + (int32_t)(r >> 48);
     /* each 16-bit value k stands for (k + 0.5) / 65536; the mean of the sum is 2 */
     return (float)(2 * s + 4 - 4 * 65536) * (float)(1.7320508075688772 / 131072.0);
+}
+
+/* LongRoPE factors for n rotary pairs, smooth in the pair index as trained ones are: long from 1 (the fast
+ * pairs) up to rope_factor (the slow ones), short within a few percent of 1. */
+static void rope_longrope(const qr_synth_preset *p, bool long_f, float *out, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const double t = n > 1 ? (double)i / (double)(n - 1) : 0.0;
+        out[i] = (float)(long_f ? 1.0 + (p->rope_factor - 1.0) * t * t : 1.0 + 0.05 * t);
+    }
 }
 
 /* Llama 3.1 frequency factors for head_dim/2 rotary pairs. */
@@ -300,6 +321,10 @@ static void gen_range(void *arg, int64_t begin, int64_t end) {
         float *x = c->f32 + r * n;
         if (t->init == INIT_ROPE_LLAMA3) {
             rope_llama3(c->preset, x, n);
+            continue;
+        }
+        if (t->init == INIT_ROPE_LONG || t->init == INIT_ROPE_SHORT) {
+            rope_longrope(c->preset, t->init == INIT_ROPE_LONG, x, n);
             continue;
         }
         uint64_t st = c->tensor_seed ^ ((uint64_t)(c->row0 + r) * 0xd1b54a32d192ed03ull);
@@ -410,7 +435,9 @@ qr_status qr_synth_write(const qr_synth_options *o, const char *path, qr_synth_s
     out = qr_gguf_stream_create(QR_GGUF_DEFAULT_ALIGNMENT);
     if (!out) goto nomem;
     char name[128];
-    snprintf(name, sizeof name, "quarrel synth %s %s", p->arch, p->name);
+    /* phi3: not "phi3" in the name, where llama.cpp's vocabulary loader looks for Phi-3's special tokens
+     * (</s>, <unk>, <s>, <|endoftext|>), which the synthetic vocabularies do not have */
+    snprintf(name, sizeof name, "quarrel synth %s %s", strcmp(p->arch, "phi3") ? p->arch : "phi 3", p->name);
     qr_gguf_stream_set_str(out, "general.architecture", p->arch);
     qr_gguf_stream_set_str(out, "general.type", "model");
     qr_gguf_stream_set_str(out, "general.name", name);

@@ -29,6 +29,7 @@ typedef enum qr_synth_vocab_kind {
 typedef enum qr_synth_rope_scaling {
     QR_SYNTH_ROPE_NONE = 0,
     QR_SYNTH_ROPE_LLAMA3 = 1, /* Llama 3.1 frequency factors, stored as rope_freqs.weight */
+    QR_SYNTH_ROPE_LONGROPE = 2, /* phi3's LongRoPE: rope_factors_long / rope_factors_short + attn_factor */
 } qr_synth_rope_scaling;
 
 /* One preset: the shapes of a model. */
@@ -46,10 +47,10 @@ typedef struct qr_synth_preset {
     float rms_eps;               /* attention.layer_norm_rms_epsilon */
     bool tied_output;            /* no output.weight: the token embedding is reused */
     qr_synth_rope_scaling rope_scaling;
-    float rope_factor;           /* LLAMA3: factor (8) */
+    float rope_factor;           /* LLAMA3: factor (8); LONGROPE: the largest long factor */
     float rope_low_freq_factor;  /* LLAMA3: 1 */
     float rope_high_freq_factor; /* LLAMA3: 4 */
-    uint32_t rope_orig_ctx;      /* LLAMA3: original_max_position_embeddings (8192) */
+    uint32_t rope_orig_ctx;      /* LLAMA3, LONGROPE: original_max_position_embeddings (8192) */
     uint32_t sliding_window;     /* gemma3: attention.sliding_window */
     qr_synth_vocab_kind vocab;
     const char *bpe_pre;         /* tokenizer.ggml.pre */
@@ -63,6 +64,9 @@ typedef struct qr_synth_preset {
     bool no_rope;                /* granite: rope.scaling.finetuned = false (NoPE) */
     float yarn_factor;           /* gpt-oss: rope.scaling.factor with type yarn (0 = none) */
     uint32_t yarn_orig_ctx;      /* gpt-oss: rope.scaling.original_context_length */
+    /* issue 30 part 2 (phi3, gemma2, rope scaling) */
+    uint32_t n_rot;              /* rope.dimension_count (0 = head_dim; phi-4-mini rotates 3/4 of each head) */
+    float attn_softcap, final_softcap; /* gemma2: attn_logit_softcapping, final_logit_softcapping */
 } qr_synth_preset;
 
 /* The preset `name` of `arch`; arch may be NULL when the name is unique. NULL when not found. */

@@ -15,7 +15,9 @@
 typedef enum init_kind {
     INIT_NORMAL,     /* scale * z, z ~ approximately N(0, 1), bounded to |z| < 3.47 */
     INIT_NORM,       /* center + scale * z (RMSNorm gains; also any value around a center) */
-    INIT_ROPE_LLAMA3 /* Llama 3.1 rope frequency factors */
+    INIT_ROPE_LLAMA3, /* Llama 3.1 rope frequency factors */
+    INIT_ROPE_LONG,   /* LongRoPE long factors (phi3) */
+    INIT_ROPE_SHORT,  /* LongRoPE short factors (phi3) */
 } init_kind;
 
 typedef struct synth_tensor {
@@ -42,5 +44,9 @@ bool qr_synth_add(tensor_list *l, init_kind init, float scale, float center, uin
  * granitehybrid, nemotron_h, nemotron_h_moe, gpt-oss and llama with experts (Mixtral). */
 bool qr_synth_hybrid_tensors(const qr_synth_preset *p, tensor_list *l);
 void qr_synth_hybrid_hparams(const qr_synth_preset *p, qr_gguf_stream *s);
+
+/* phi3 (synth_phi3.c): fused attn_qkv and gate|up ffn_up, LongRoPE factors and keys. */
+bool qr_synth_phi3_tensors(const qr_synth_preset *p, tensor_list *l);
+void qr_synth_phi3_hparams(const qr_synth_preset *p, qr_gguf_stream *s);
 
 #endif /* QR_CONVERT_SYNTH_INTERNAL_H */

@@ -127,6 +127,47 @@ static const qr_synth_preset presets[] = {
     {.arch = "qwen2moe", .name = "qwen1.5-moe-a2.7b", .n_layer = 24, .n_embd = 2048, .n_ff = 5632, .n_head = 16,
      .n_head_kv = 16, .head_dim = 128, .n_vocab = 151936, .n_ctx = 8192, .rope_theta = 1000000.0f, .rms_eps = 1e-6f,
      .vocab = BPE, .bpe_pre = "qwen2", .n_expert = 60, .n_expert_used = 4, .n_ff_exp = 1408, .n_ff_shexp = 5632},
+    /* ---- issue 30 part 2: phi3, gemma2, rope scaling. tiny: reference tests; the others: the real models'
+     * shapes (docs/models.md) for speed runs ---- */
+    /* phi3: fused qkv / gate|up, LongRoPE (original context 1024 < 4096: a context over 1024 takes the long
+     * factors, in llama.cpp as here), 3/4 of each head rotated as in Phi-4-mini, window in the metadata only */
+    {.arch = "phi3", .name = "tiny", .n_layer = 2, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 4096, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .vocab = BPE,
+     .bpe_pre = "llama-bpe", .rope_scaling = QR_SYNTH_ROPE_LONGROPE, .rope_factor = 16.0f, .rope_orig_ctx = 1024,
+     .n_rot = 48, .sliding_window = 262144},
+    /* the long-context rope checks (tests/ref/test_long_rope.py): one layer, 32k context */
+    {.arch = "phi3", .name = "long-tiny", .n_layer = 1, .n_embd = 128, .n_ff = 256, .n_head = 2, .n_head_kv = 1,
+     .head_dim = 64, .n_vocab = 1000, .n_ctx = 32768, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .vocab = BPE,
+     .bpe_pre = "llama-bpe", .rope_scaling = QR_SYNTH_ROPE_LONGROPE, .rope_factor = 32.0f, .rope_orig_ctx = 4096,
+     .n_rot = 48},
+    {.arch = "phi3", .name = "phi-4-mini", .n_layer = 32, .n_embd = 3072, .n_ff = 8192, .n_head = 24, .n_head_kv = 8,
+     .head_dim = 128, .n_vocab = 200064, .n_ctx = 131072, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .vocab = BPE,
+     .bpe_pre = "llama-bpe", .tied_output = true, .rope_scaling = QR_SYNTH_ROPE_LONGROPE, .rope_factor = 64.0f,
+     .rope_orig_ctx = 4096, .n_rot = 96, .sliding_window = 262144},
+    /* gemma2: sliding window on even layers, attention and final softcapping, tied embeddings, SentencePiece */
+    {.arch = "gemma2", .name = "tiny", .n_layer = 2, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_vocab = 1000, .n_ctx = 8192, .rope_theta = 10000.0f, .rms_eps = 1e-6f, .tied_output = true,
+     .sliding_window = 64, .vocab = SPM, .bpe_pre = "default", .attn_softcap = 50.0f, .final_softcap = 30.0f},
+    {.arch = "gemma2", .name = "gemma2-9b", .n_layer = 42, .n_embd = 3584, .n_ff = 14336, .n_head = 16,
+     .n_head_kv = 8, .head_dim = 256, .n_vocab = 256000, .n_ctx = 8192, .rope_theta = 10000.0f, .rms_eps = 1e-6f,
+     .tied_output = true, .sliding_window = 4096, .vocab = SPM, .bpe_pre = "default", .attn_softcap = 50.0f,
+     .final_softcap = 30.0f},
+    /* Llama 3.1's rope_freqs and YaRN on the tiny llama (factor 8 over an original context of 1024; the long
+     * variants: one layer, 32k context, for positions 8k-32k) */
+    {.arch = "llama", .name = "llama3-tiny", .n_layer = 2, .n_embd = 256, .n_ff = 768, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 8192, .rope_theta = 500000.0f, .rms_eps = 1e-5f, .vocab = BPE,
+     .bpe_pre = "llama-bpe", .rope_scaling = QR_SYNTH_ROPE_LLAMA3, .rope_factor = 8.0f, .rope_low_freq_factor = 1.0f,
+     .rope_high_freq_factor = 4.0f, .rope_orig_ctx = 1024},
+    {.arch = "llama", .name = "yarn-tiny", .n_layer = 2, .n_embd = 256, .n_ff = 768, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 8192, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .vocab = BPE,
+     .bpe_pre = "llama-bpe", .yarn_factor = 8.0f, .yarn_orig_ctx = 1024},
+    {.arch = "llama", .name = "llama3-long-tiny", .n_layer = 1, .n_embd = 128, .n_ff = 256, .n_head = 2,
+     .n_head_kv = 1, .head_dim = 64, .n_vocab = 1000, .n_ctx = 32768, .rope_theta = 500000.0f, .rms_eps = 1e-5f,
+     .vocab = BPE, .bpe_pre = "llama-bpe", .rope_scaling = QR_SYNTH_ROPE_LLAMA3, .rope_factor = 8.0f,
+     .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f, .rope_orig_ctx = 4096},
+    {.arch = "llama", .name = "yarn-long-tiny", .n_layer = 1, .n_embd = 128, .n_ff = 256, .n_head = 2, .n_head_kv = 1,
+     .head_dim = 64, .n_vocab = 1000, .n_ctx = 32768, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .vocab = BPE,
+     .bpe_pre = "llama-bpe", .yarn_factor = 8.0f, .yarn_orig_ctx = 4096},
     /* more architectures are added here as rows,
      * together with a row in synth.c's architecture table */
 };

@@ -80,6 +80,13 @@ static const qr_hparam_spec hp_granite[] = {
     HP("rope.scaling.finetuned", BOOL, OPT, use_rope, 0, 0, 1),
     {0},
 };
+/* issue 30 part 2: gemma2's defaults when the keys are absent (llama.cpp's) */
+static const qr_hparam_spec hp_gemma2[] = {
+    HP("attention.sliding_window", INT, OPT, n_swa, 0, INT32_MAX, 4096),
+    HP("attn_logit_softcapping", FLOAT, OPT, attn_softcap, 0, 0, 50.0),
+    HP("final_logit_softcapping", FLOAT, OPT, final_softcap, 0, 0, 30.0),
+    {0},
+};
 #undef HP
 
 /* ---- tensor groups ---- */
@@ -176,6 +183,22 @@ static const qr_tensor_spec t_shexp_gate[] = {
     L(QR_IN_SHEXP, REQ, MATMUL, "ffn_gate_inp_shexp.weight", EMBD, 1, 1, gate_inp_shexp),
     {0},
 };
+/* issue 30 part 2: phi3's fused q|k|v and gate|up, LongRoPE's long / short frequency factors */
+static const qr_tensor_spec t_phi3[] = {
+    G(OPT, F32, "rope_factors_long.weight", ROT_HALF, 1, rope_long),
+    G(OPT, F32, "rope_factors_short.weight", ROT_HALF, 1, rope_short),
+    L(ATTN, REQ_SPLIT3, MATMUL, "attn_qkv.weight", EMBD, QKV, 1, attn_q), /* -> attn_q, attn_k, attn_v */
+    L(ATTN, REQ, MATMUL, "attn_output.weight", O, EMBD, 1, attn_out),
+    L(FFN, REQ_SPLIT2, MATMUL, "ffn_up.weight", EMBD, FF2, 1, ffn_gate),  /* -> ffn_gate, ffn_up */
+    L(FFN, REQ, MATMUL, "ffn_down.weight", FF, EMBD, 1, ffn_down),
+    {0},
+};
+/* gemma2: gemma3's post-norms without the q/k norms */
+static const qr_tensor_spec t_gemma2[] = {
+    L(ATTN, REQ, F32, "post_attention_norm.weight", EMBD, 1, 1, attn_post_norm),
+    L(FFN, REQ, F32, "post_ffw_norm.weight", EMBD, 1, 1, ffn_post_norm),
+    {0},
+};
 static const qr_tensor_spec t_gpt_oss[] = {
     L(ATTN, REQ, F32, "attn_sinks.weight", HEAD, 1, 1, attn_sinks),
     L(ATTN, REQ, F32, "post_attention_norm.weight", EMBD, 1, 1, attn_post_norm), /* the FFN's norm */
@@ -221,6 +244,8 @@ static const qr_tensor_spec t_nomic_bert[] = {
     L(FFN, REQ, MATMUL, "ffn_gate.weight", EMBD, FF, 1, ffn_gate),
     {0},
 };
+_Static_assert(offsetof(qr_layer, ffn_up) == offsetof(qr_layer, ffn_gate) + sizeof(qr_weight),
+               "QR_TS_SPLIT2 fields must follow each other");
 _Static_assert(offsetof(qr_layer, attn_k) == offsetof(qr_layer, attn_q) + sizeof(qr_weight) &&
                    offsetof(qr_layer, attn_v) == offsetof(qr_layer, attn_k) + sizeof(qr_weight) &&
                    offsetof(qr_layer, attn_k_b) == offsetof(qr_layer, attn_q_b) + sizeof(qr_weight) &&
@@ -310,6 +335,15 @@ static const qr_arch_info arch_table[QR_ARCH_COUNT] = {
                           .tensors = TS(t_decoder, t_attention, t_attn_bias, t_ffn_norm, t_moe_glu, t_shexp_gate),
                           .rope_mode = QR_ROPE_NEOX, .moe_every_layer = true, .gating = QR_MOE_SOFTMAX,
                           .norm_w = false, .expert_act = QR_GLU_SWIGLU},
+    /* issue 30 part 2 */
+    [QR_ARCH_PHI3] = {.arch = QR_ARCH_PHI3, .name = "phi3", .forward = qr_llama_forward,
+                      .hparams = HPS(hp_common, hp_rms_eps, hp_causal),
+                      .tensors = TS(t_decoder, t_phi3, t_ffn_norm), .rope_mode = QR_ROPE_NEOX, .q_prescale = true,
+                      .ignore_swa = true},
+    [QR_ARCH_GEMMA2] = {.arch = QR_ARCH_GEMMA2, .name = "gemma2", .forward = qr_gemma3_forward,
+                        .hparams = HPS(hp_common, hp_gemma2, hp_rms_eps, hp_causal),
+                        .tensors = TS(t_decoder, t_attention, t_gemma2, t_ffn_norm, t_ffn_glu),
+                        .rope_mode = QR_ROPE_NEOX, .scale_embd = true, .swa_pattern = 2},
 };
 #undef HPS
 #undef TS

@@ -2,7 +2,13 @@
  * the gated FFN and the output head. Each is a straight sequence of backend ops on qr_fwd buffers. */
 #include "model/model.h"
 
-qr_rope_params qr_layer_rope(const qr_model *m, int il) {
+const qr_weight *qr_rope_factors(const qr_model *m, int32_t n_ctx_seq) {
+    if (m->rope_freqs.host) return &m->rope_freqs;
+    if (m->rope_long.host && n_ctx_seq > m->hp.n_ctx_orig) return &m->rope_long;
+    return m->rope_short.host ? &m->rope_short : NULL;
+}
+
+qr_rope_params qr_layer_rope(const qr_model *m, const qr_fwd *f, int il) {
     const qr_hparams *hp = &m->hp;
     const bool swa = m->layers[il].swa;
     /* sliding-window layers of gemma3 use their own base and no scaling (llama.cpp's *_swa values);
@@ -13,7 +19,7 @@ qr_rope_params qr_layer_rope(const qr_model *m, int il) {
         .n_rot = hp->n_rot,
         .freq_base = own ? hp->rope_base_swa : hp->rope_base,
         .freq_scale = own ? 1.0f : hp->rope_scale,
-        .freq_factors = m->rope_freqs.host ? &m->rope_freqs : NULL,
+        .freq_factors = f ? f->rope_factors : qr_rope_factors(m, hp->n_ctx_train),
         .ext_factor = own ? 0.0f : hp->yarn_ext_factor,
         .attn_factor = own ? 1.0f : hp->yarn_attn_factor,
         .beta_fast = 32.0f,
@@ -90,7 +96,7 @@ void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
     if (l->attn_k_norm.host)
         be->ops->rmsnorm(be, f->k, &l->attn_k_norm, n * hp->n_head_kv, hp->head_dim_k, hp->norm_eps, f->k);
 
-    const qr_rope_params rope = qr_layer_rope(m, il);
+    const qr_rope_params rope = qr_layer_rope(m, f, il);
     const qr_attn_params ap = {
         .n_head = hp->n_head,
         .n_head_kv = hp->n_head_kv,

@@ -160,6 +160,7 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     const size_t nb = (size_t)c->n_batch;
     c->f.kv = c->kvs;
     if ((st = qr_fwd_alloc(model, be, c->n_batch, c->n_seq_max, &c->f, err, err_len)) != QR_OK) goto fail;
+    c->f.rope_factors = qr_rope_factors(model, c->n_ctx); /* a sequence may hold n_ctx positions */
     c->next_pos = calloc((size_t)c->n_seq_max, sizeof(int32_t));
     c->seq_pass = calloc((size_t)c->n_seq_max, sizeof(uint32_t));
     c->p_tok = malloc(nb * sizeof(int32_t));

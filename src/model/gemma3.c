@@ -1,7 +1,8 @@
-/* gemma3.c — forward pass of Gemma 3: embeddings scaled by sqrt(n_embd), pre- and post-norms
- * around attention and FFN, per-head q/k RMS norms, NeoX rope with a local base (10000) on the
- * sliding-window layers and the global base on every sw_pattern-th layer, q pre-scaled by the
- * attention scale (as llama.cpp does), GeGLU FFN. */
+/* gemma3.c — forward pass of Gemma 3 and Gemma 2: embeddings scaled by sqrt(n_embd), pre- and post-norms
+ * around attention and FFN, per-head q/k RMS norms (gemma3 only), NeoX rope (gemma3: a local base of 10000
+ * on the sliding-window layers, the global base on every sw_pattern-th layer), q pre-scaled by the
+ * attention scale (as llama.cpp does), GeGLU FFN; gemma2 softcaps the attention scores
+ * (qr_attn_params.softcap) and the logits (qr_block_output). */
 #include "model/model.h"
 
 void qr_gemma3_forward(const qr_model *m, qr_fwd *f) {

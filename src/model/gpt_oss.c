@@ -28,7 +28,7 @@ void qr_block_attention_x(const qr_model *m, qr_fwd *f, int il, bool rope, float
         .next = &l->attn_out,
     };
     if (rope) {
-        const qr_rope_params rp = qr_layer_rope(m, il);
+        const qr_rope_params rp = qr_layer_rope(m, f, il);
         qr_rope_store_attend(be, f->q, f->k, f->v, &rp, f->kv, il, &ap, f->att);
     } else {
         be->ops->kv_store(be, f->kv, il, f->k, f->v);

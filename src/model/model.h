@@ -30,6 +30,9 @@ typedef enum qr_arch {
     QR_ARCH_QWEN3 = 11,         /* Qwen3: per-head q/k RMS norms */
     QR_ARCH_QWEN3MOE = 12,      /* Qwen3-MoE: qwen3 attention, softmax top-k experts (normalised), no shared expert */
     QR_ARCH_QWEN2MOE = 13,      /* Qwen1.5-MoE / Qwen2-MoE: qwen2 attention, experts + sigmoid-gated shared expert */
+    /* issue 30 part 2 */
+    QR_ARCH_PHI3 = 14,          /* Phi-3 / Phi-4-mini: fused qkv and gate|up, LongRoPE factors, partial NeoX rope */
+    QR_ARCH_GEMMA2 = 15,        /* Gemma 2: gemma3's blocks without q/k norms, attention and final softcapping */
     QR_ARCH_COUNT
 } qr_arch;
 
@@ -71,6 +74,9 @@ enum {
     QR_TS_REQ_SPLIT3 = 3,
     QR_TS_FLAT = 4,       /* optional F32 matrix bound as one vector of all its elements (ssm_norm's groups) */
     QR_TS_TIED = 8,       /* optional; absent: token_embd's data (tied embeddings), which must suit a matmul */
+    QR_TS_SPLIT2 = 16,    /* rows cut into two equal halves, bound to the field and the qr_weight after it
+                           * (phi3's fused ffn_up: gate | up) */
+    QR_TS_REQ_SPLIT2 = 17,
 };
 /* What a tensor is used as: its types must suit that. */
 typedef enum qr_tensor_use { QR_USE_MATMUL, QR_USE_F32, QR_USE_TABLE } qr_tensor_use;
@@ -88,6 +94,7 @@ typedef enum qr_dim {
     QR_D_HEAD_K,     /* head_dim_k */
     QR_D_ROT_HALF,   /* n_rot / 2 */
     QR_D_FF,         /* the layer's n_ff */
+    QR_D_FF2,        /* 2 * the layer's n_ff (a fused gate | up) */
     QR_D_FF_EXP,     /* n_ff_exp */
     QR_D_FF_SHEXP,   /* n_ff_shexp */
     QR_D_EXPERT,     /* n_expert */
@@ -140,6 +147,8 @@ typedef struct qr_arch_info {
     bool scale_embd;         /* multiply embeddings by sqrt(n_embd) */
     int32_t swa_pattern;     /* default sliding-window period (gemma3: 6, every 6th layer global); 0 = none */
     float rope_base_swa;     /* rope base of sliding-window layers (gemma3: 10000) */
+    bool ignore_swa;         /* the metadata's sliding window is not used (phi3: llama.cpp disables it) */
+    bool q_prescale;         /* q *= attention scale after rope, attention at scale 1 (phi3, as llama.cpp) */
     /* MoE: how the router's choice is weighted (hyper-parameter keys may change norm_w and the scale) */
     bool moe_every_layer;    /* with expert_count > 0 every FFN must be an MoE (llama: Mixtral; gpt-oss) */
     qr_moe_gating gating;
@@ -170,7 +179,8 @@ typedef struct qr_hparams {
     float rope_base;      /* {arch}.rope.freq_base (default 10000) */
     float rope_scale;     /* 1 / {arch}.rope.scaling.factor (linear), 1 = none */
     float yarn_ext_factor;/* 1 when rope.scaling.type = yarn, else 0 */
-    float yarn_attn_factor;/* {arch}.rope.scaling.attn_factor (default 1) */
+    float yarn_attn_factor;/* rope's attn_factor: YaRN's magnitude correction (yarn) times
+                            * {arch}.rope.scaling.attn_factor (default 1), as llama.cpp's context computes it */
     int32_t n_ctx_orig;   /* {arch}.rope.scaling.original_context_length (default n_ctx_train) */
     int32_t n_swa;        /* {arch}.attention.sliding_window (0 = none) */
     float rope_base_swa;  /* rope base of sliding-window layers */
@@ -268,6 +278,7 @@ struct qr_model {
     qr_weight output_norm_b;    /* F32 [n_embd] bias of the final LayerNorm (nemotron), host NULL when absent */
     qr_weight output;           /* [n_vocab][n_embd]; == tok_embd's data when tied */
     qr_weight rope_freqs;       /* F32 [n_rot / 2], host == NULL when absent */
+    qr_weight rope_long, rope_short; /* F32 [n_rot / 2] LongRoPE factors (phi3), host == NULL when absent */
     qr_weight type_embd;        /* encoders: [n_token_types][n_embd] (row 0 is added), host NULL when absent */
     qr_weight pos_embd;         /* bert: [n_ctx_train][n_embd] learned positions */
     qr_weight tok_norm, tok_norm_b; /* encoders: LayerNorm of the input embeddings, F32 [n_embd] */
@@ -331,6 +342,7 @@ struct qr_fwd {
     float *xo;          /* [n_outputs][n_embd] gathered rows */
     float *logits;      /* [n_outputs][n_vocab] */
     int32_t n_batch;    /* rows the buffers above (but xo / logits) hold */
+    const qr_weight *rope_factors; /* the rope frequency factors of this context (qr_rope_factors), or NULL */
     qr_moe_scratch moe;     /* the MoE block's scratch */
     qr_mamba_scratch mamba; /* the Mamba2 block's scratch and state */
     qr_arch_stats stats;    /* MoE / SSM counters (expert_selection points into moe.sel_counts) */
@@ -347,8 +359,13 @@ void qr_fwd_free(qr_backend *be, qr_fwd *f);
 
 /* ---- shared blocks (blocks.c) ---- */
 
-/* Rope parameters of layer il (base/scale differ between sliding-window and global layers). */
-qr_rope_params qr_layer_rope(const qr_model *m, int il);
+/* The rope frequency factors of a context whose sequences hold n_ctx_seq positions: rope_freqs (llama3)
+ * when the model has it, else LongRoPE's long factors when n_ctx_seq > the original context, its short
+ * ones otherwise (llama.cpp's get_rope_factors), or NULL. */
+const qr_weight *qr_rope_factors(const qr_model *m, int32_t n_ctx_seq);
+/* Rope parameters of layer il (base/scale differ between sliding-window and global layers); the frequency
+ * factors are f->rope_factors (f NULL: those of the training context). */
+qr_rope_params qr_layer_rope(const qr_model *m, const qr_fwd *f, int il);
 
 /* Self-attention of layer il on f->xb (normed input), result (after attn_output) in f->xb2.
  * Adds the q/k/v/output biases and applies the per-head q/k norms when the layer has them, rope,
@@ -416,6 +433,7 @@ void qr_granite_hybrid_forward(const qr_model *m, qr_fwd *f);
 void qr_nemotron_h_forward(const qr_model *m, qr_fwd *f);
 void qr_gpt_oss_forward(const qr_model *m, qr_fwd *f);
 void qr_nemotron_forward(const qr_model *m, qr_fwd *f);
+void qr_phi3_forward(const qr_model *m, qr_fwd *f);
 
 /* ---- embeddings (context.c, used by embed.c) ---- */
 

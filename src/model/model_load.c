@@ -113,8 +113,11 @@ static qr_status read_hparam(loader *L, const qr_hparam_spec *s) {
     return QR_OK;
 }
 
-/* Rope scaling: rope.scaling.type none / linear / yarn, the factor from rope.scaling.factor or the older
- * rope.scale_linear; YaRN's attention factor and original context length. */
+/* Rope scaling as llama.cpp reads it: rope.scaling.type none / linear (the default) / yarn / longrope, the
+ * factor from rope.scaling.factor or the older rope.scale_linear (freq_scale = 1 / factor; type none: 1), the
+ * original context length (default context_length: YaRN's correction dims, LongRoPE's long/short choice) and
+ * the attention factor: YaRN's magnitude (llama_context's formula: get_mscale(factor) / (1 + 0.1 ln factor),
+ * ggml's rope then multiplies back 1 + 0.1 ln factor), times rope.scaling.attn_factor for every type. */
 static qr_status load_rope_scaling(loader *L) {
     qr_model *m = L->m;
     qr_hparams *hp = &m->hp;
@@ -132,25 +135,33 @@ static qr_status load_rope_scaling(loader *L) {
     hp->rope_scale = f == 0.0f ? 1.0f : 1.0f / f;
     if (!(hp->rope_scale > 0.0f))
         return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: rope scaling factor %g must be > 0", m->path, f);
+    TRY(read_hparam(L, &orig_ctx));
+    if (hp->n_ctx_orig == 0) hp->n_ctx_orig = hp->n_ctx_train;
+    TRY(read_hparam(L, &attn_factor)); /* llama.cpp's rope_attn_factor */
+    const float rope_attn_factor = hp->yarn_attn_factor;
     char key[128];
     key_name(L, "rope.scaling.type", key, sizeof key);
     qr_gguf_str stype;
+    hp->yarn_ext_factor = 0.0f;
     hp->yarn_attn_factor = 1.0f;
-    hp->n_ctx_orig = hp->n_ctx_train;
     if (qr_gguf_get_str(L->g, key, &stype)) {
         if (qr_gguf_str_eq(stype, "yarn")) {
             hp->yarn_ext_factor = 1.0f;
-            TRY(read_hparam(L, &attn_factor));
-            TRY(read_hparam(L, &orig_ctx));
-            if (hp->n_ctx_orig == 0) hp->n_ctx_orig = hp->n_ctx_train;
         } else if (qr_gguf_str_eq(stype, "none")) {
             hp->rope_scale = 1.0f;
-        } else if (!qr_gguf_str_eq(stype, "linear")) {
+        } else if (!qr_gguf_str_eq(stype, "linear") && !qr_gguf_str_eq(stype, "longrope")) {
             char tmp[64];
-            return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED, "%s: %s = '%s' is not supported (none, linear, yarn)",
-                           m->path, key, qr_gguf_str_copy(stype, tmp, sizeof tmp));
+            return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED,
+                           "%s: %s = '%s' is not supported (none, linear, yarn, longrope)", m->path, key,
+                           qr_gguf_str_copy(stype, tmp, sizeof tmp));
         }
     }
+    if (hp->yarn_ext_factor != 0.0f) {
+        const float fac = 1.0f / hp->rope_scale;
+        const float mscale = fac <= 1.0f ? 1.0f : 0.1f * 1.0f * logf(fac) + 1.0f;
+        hp->yarn_attn_factor = mscale * (1.0f / (1.0f + 0.1f * logf(fac)));
+    }
+    hp->yarn_attn_factor *= rope_attn_factor;
     return QR_OK;
 }
 
@@ -202,13 +213,14 @@ static qr_status load_hparams(loader *L) {
         return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: rope.freq_base %g must be > 1", m->path, hp->rope_base);
     TRY(load_rope_scaling(L));
     hp->rope_base_swa = ai->rope_base_swa > 0.0f ? ai->rope_base_swa : hp->rope_base;
+    if (ai->ignore_swa) hp->n_swa = 0; /* phi3: llama.cpp ignores the window of the metadata */
     if (hp->attn_softcap < 0.0f || hp->final_softcap < 0.0f)
         return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: negative logit softcapping", m->path);
-    /* attention scale: {arch}.attention.scale when given; gemma3 27B (62 layers) uses
+    /* attention scale: {arch}.attention.scale when given; gemma3 27B (62 layers) and gemma2 27B (46) use
      * 1/sqrt(n_embd / n_head) (query_pre_attn_scalar), everything else 1/sqrt(key_length) */
     if (hp->attn_scale == 0.0f) {
         hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim_k);
-        if (ai->arch == QR_ARCH_GEMMA3 && hp->n_layer == 62)
+        if ((ai->arch == QR_ARCH_GEMMA3 && hp->n_layer == 62) || (ai->arch == QR_ARCH_GEMMA2 && hp->n_layer == 46))
             hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
     }
     hp->embd_scale = ai->scale_embd ? sqrtf((float)hp->n_embd) : 1.0f;
@@ -329,6 +341,7 @@ static int64_t dim_size(const qr_model *m, int il, qr_dim d, const qr_gguf_tenso
     case QR_D_HEAD_K: return hp->head_dim_k;
     case QR_D_ROT_HALF: return hp->n_rot / 2;
     case QR_D_FF: return il >= 0 ? m->layers[il].n_ff : hp->n_ff;
+    case QR_D_FF2: return 2 * (il >= 0 ? (int64_t)m->layers[il].n_ff : hp->n_ff);
     case QR_D_FF_EXP: return hp->n_ff_exp;
     case QR_D_FF_SHEXP: return hp->n_ff_shexp;
     case QR_D_EXPERT: return hp->n_expert;
@@ -418,12 +431,16 @@ static qr_status bind_spec(loader *L, const qr_tensor_spec *s, int il, void *bas
     int64_t ne[3];
     for (int i = 0; i < 3; i++) ne[i] = dim_size(m, il, (qr_dim)s->dims[i], t);
     qr_weight *w = (qr_weight *)((char *)base + s->field);
-    if (s->flags & QR_TS_SPLIT3) { /* q | k | v views of one fused tensor into three consecutive fields */
+    if (s->flags & (QR_TS_SPLIT3 | QR_TS_SPLIT2)) { /* q | k | v (gate | up) views of one fused tensor into
+                                                     * three (two) consecutive fields */
         qr_weight fused;
         TRY(bind_tensor(L, name, s->flags & QR_TS_REQ, ne, (qr_tensor_use)s->use, &fused));
         if (!fused.host) return QR_OK;
-        const int64_t n[3] = {dim_size(m, il, QR_D_Q, t), dim_size(m, il, QR_D_K, t), dim_size(m, il, QR_D_V, t)};
-        for (int64_t i = 0, r0 = 0; i < 3; r0 += n[i], i++) {
+        const bool two = s->flags & QR_TS_SPLIT2;
+        const int64_t half = dim_size(m, il, QR_D_FF, t);
+        const int64_t n[3] = {two ? half : dim_size(m, il, QR_D_Q, t), two ? half : dim_size(m, il, QR_D_K, t),
+                              dim_size(m, il, QR_D_V, t)};
+        for (int64_t i = 0, r0 = 0; i < (two ? 2 : 3); r0 += n[i], i++) {
             w[i] = row_view(&fused, r0, n[i]);
             TRY(add_weight(L, &w[i]));
         }

@@ -85,6 +85,10 @@ def test_rewrite_roundtrip_loads(quarrel_bin, tmp_path):
     ("qwen3moe", "tiny", [], {"qwen3moe.expert_used_count": 200}, "top-k > experts"),
     ("qwen2moe", "tiny", ["qwen2moe.expert_shared_feed_forward_length"], None,
      "missing metadata key qwen2moe.expert_shared_feed_forward_length"),
+    # issue 30 part 2: rope scaling keys
+    ("phi3", "tiny", [], {"phi3.rope.dimension_count": 80}, "phi3.rope.dimension_count = 80 is out of range"),
+    ("llama", "yarn-tiny", [], {"llama.rope.scaling.type": "dynamic"}, "'dynamic' is not supported"),
+    ("llama", "yarn-tiny", [], {"llama.rope.scaling.factor": -2.0}, "rope scaling factor -2 must be > 0"),
 ])
 def test_bad_metadata_is_a_clear_error(quarrel_bin, tmp_path, arch, preset, drop, change, expect):
     src = synth(quarrel_bin, tmp_path, arch, preset)
@@ -101,6 +105,11 @@ def test_bad_metadata_is_a_clear_error(quarrel_bin, tmp_path, arch, preset, drop
     ("gpt-oss", "tiny", ["blk.1.attn_sinks.weight"], None, "missing tensor blk.1.attn_sinks.weight"),
     ("nemotron", "tiny", ["output_norm.bias"], None, "missing tensor output_norm.bias"),
     ("llama", "mixtral-tiny", ["blk.1.ffn_gate_inp.weight"], None, "missing tensor blk.1.ffn_gate_inp.weight (expert_count is"),
+    # issue 30 part 2: phi3's fused tensors and LongRoPE factors, gemma2's post-norms
+    ("phi3", "tiny", ["blk.1.attn_qkv.weight"], None, "missing tensor blk.1.attn_qkv.weight (required by architecture phi3)"),
+    ("phi3", "tiny", ["rope_factors_long.weight"], {"rope_factors_long.weight": np.ones(16, dtype=np.float32)},
+     "rope_factors_long.weight has shape [16"),
+    ("gemma2", "tiny", ["blk.0.post_ffw_norm.weight"], None, "missing tensor blk.0.post_ffw_norm.weight"),
     # a bias the table does not bind is refused, not ignored (granite's FFN has none)
     ("granite", "tiny", [], {"blk.0.ffn_up.bias": np.zeros(512, dtype=np.float32)}, "bias tensors are not supported"),
     ("granitehybrid", "tiny", [], {"blk.2.attn_q.bias": np.zeros(7, dtype=np.float32)}, "blk.2.attn_q.bias has shape [7"),

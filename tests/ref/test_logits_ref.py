@@ -22,6 +22,8 @@ CASES = sorted(MANIFEST["cases"])
 
 KL_MAX = 1e-3
 TOP1_MIN = 0.995
+# A case whose golden file was made at `quarrel logits`'s micro-batch (64 rows: the same kernels in both
+# engines) carries stricter bounds in the manifest (issue 30 part 2: kl_max 1e-6, top1_min 0.999).
 GREEDY_MIN_MATCH = 8  # of 8 prompts: every generation identical
 # A case may carry stricter bounds of its own in the manifest (the Qwen family, issue 30: kl_max 1e-6,
 # top1_min 0.999).

@@ -217,3 +217,59 @@ def test_qwen_synth_quant_equals_llama_quantize(quarrel_bin, workdir, arch, ftyp
     assert not differ, f"{arch} {ftype}: tensor bytes differ from llama-quantize's: {differ}"
     if arch == "qwen2moe":
         assert our_t["blk.0.ffn_gate_inp_shexp.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+
+
+# ---- issue 30 part 2: phi3 / gemma2 files and LongRoPE's factor choice --------------------------------
+
+@pytest.mark.parametrize("arch", ["phi3", "gemma2"])
+def test_quantize_mix_matches_llamacpp_new_archs(quarrel_bin, workdir, arch):
+    """Q4_K_M's per-tensor types on phi3 (fused attn_qkv, 2 * n_ff ffn_up) and gemma2 (tied output) are
+    llama-quantize's."""
+    src = synth(quarrel_bin, workdir / f"src-{arch}-F16.gguf", arch, "F16", seed=11)
+    ours, theirs = workdir / f"ours-{arch}-Q4_K_M.gguf", workdir / f"theirs-{arch}-Q4_K_M.gguf"
+    r = subprocess.run([quarrel_bin, "quantize", str(src), str(ours), "Q4_K_M", "-t", "2"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    llama_quantize(src, theirs, "Q4_K_M")
+    our_t, their_t = tensors_of(ours), tensors_of(theirs)
+    assert set(our_t) == set(their_t)
+    diff = {n: (our_t[n].tensor_type.name, their_t[n].tensor_type.name)
+            for n in our_t if our_t[n].tensor_type != their_t[n].tensor_type}
+    assert not diff, f"{arch} Q4_K_M: tensor types differ from llama-quantize (ours, theirs): {diff}"
+
+
+@pytest.mark.parametrize("n_ctx", [1024, 2048])
+def test_longrope_factor_choice(quarrel_bin, workdir, n_ctx):
+    """phi3 tiny's original context is 1024: a context of 1024 takes the short factors, 2048 the long ones, in
+    llama.cpp (get_rope_factors) as in quarrel (--ctx); the logits are the same to the bit at the same
+    micro-batch, and the two choices differ from each other."""
+    path = synth(quarrel_bin, workdir / "phi3-Q8_0.gguf", "phi3", "Q8_0", seed=3)
+    m = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=512, n_ubatch=64, logits_all=True,
+                        verbose=False, n_threads=2)
+    try:
+        toks = m.tokenize((TEXT * 8).encode(), add_bos=True)[:200]
+        m.eval(toks)
+        ref = np.array(m.scores[: len(toks)], dtype=np.float32)
+    finally:
+        m.close()
+    out = {}
+    for c in (1024, 2048):
+        ids = workdir / "longrope-ids.json"
+        ids.write_text(json.dumps(toks))
+        o = workdir / f"longrope-{c}.npy"
+        r = subprocess.run([quarrel_bin, "logits", "-m", str(path), "--tokens", str(ids), "-o", str(o), "--ctx", str(c),
+                            "--backend", "cpu"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        out[c] = np.load(o)
+    assert not np.array_equal(out[1024], out[2048]), "the short and long factors gave the same logits"
+
+    def kl(q):
+        lp = ref.astype(np.float64) - np.log(np.exp(ref.astype(np.float64)).sum(-1, keepdims=True))
+        lq = q.astype(np.float64) - np.log(np.exp(q.astype(np.float64)).sum(-1, keepdims=True))
+        return float((np.exp(lp) * (lp - lq)).sum(-1).mean())
+    same, other = kl(out[n_ctx]), kl(out[3072 - n_ctx])
+    print(f"n_ctx {n_ctx}: KL to llama.cpp {same:.3e} (the other choice: {other:.3e})")
+    info = llama_cpp.llama_print_system_info().decode()  # bit for bit only against llama.cpp's AVX2 build
+    if "AVX2 = 1" in info and "AVX512 = 1" not in info:
+        assert np.array_equal(out[n_ctx], ref), f"n_ctx {n_ctx}: max |diff| {np.abs(out[n_ctx] - ref).max()}"
+    assert same < other / 100, f"n_ctx {n_ctx}: KL {same:.3e} to llama.cpp, the other factors {other:.3e}"

@@ -342,7 +342,7 @@ static void test_info(void **state) {
     assert_float_equal(A.m->hp.attn_scale, 1.0f / sqrtf(32.0f), 1e-7);
     assert_float_equal(A.m->hp.embd_scale, 8.0f, 1e-6);
     assert_true(A.m->layers[0].swa && !A.m->layers[1].swa && A.m->layers[2].swa);
-    const qr_rope_params r0 = qr_layer_rope(A.m, 0), r1 = qr_layer_rope(A.m, 1);
+    const qr_rope_params r0 = qr_layer_rope(A.m, NULL, 0), r1 = qr_layer_rope(A.m, NULL, 1);
     assert_float_equal(r0.freq_base, 10000.0f, 0);
     assert_float_equal(r1.freq_base, 1000000.0f, 0);
     assert_int_equal(r0.mode, QR_ROPE_NEOX);
@@ -497,12 +497,16 @@ static void test_arch_table(void **state) {
         for (const qr_tensor_spec *const *g = ai->tensors; *g; g++)
             for (const qr_tensor_spec *t = *g; t->name; t++) {
                 assert_true(n < 128);
-                assert_true(t->field + sizeof(qr_weight) <= (t->in ? sizeof(qr_layer) : sizeof(qr_model)));
+                /* a split tensor binds 3 (q | k | v) or 2 (gate | up) consecutive weights */
+#define SPAN(t) (((t)->flags & QR_TS_SPLIT3) ? 3u : ((t)->flags & QR_TS_SPLIT2) ? 2u : 1u) * sizeof(qr_weight)
+                assert_true(t->field + SPAN(t) <= (t->in ? sizeof(qr_layer) : sizeof(qr_model)));
                 for (int j = 0; j < n; j++) {
                     const bool overlap = (all[j]->in == 0 && t->in == 0) || (all[j]->in & t->in);
-                    if (overlap && (all[j]->field == t->field || !strcmp(all[j]->name, t->name)))
+                    const bool same = all[j]->field < t->field + SPAN(t) && t->field < all[j]->field + SPAN(all[j]);
+                    if (overlap && (same || !strcmp(all[j]->name, t->name)))
                         fail_msg("%s: tensors %s and %s bind the same weight", name, all[j]->name, t->name);
                 }
+#undef SPAN
                 all[n++] = t;
             }
     }

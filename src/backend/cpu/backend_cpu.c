@@ -678,9 +678,11 @@ static void ew_task_fn(void *arg, int64_t lo, int64_t hi, int ith) {
     case EW_ADD: k->add(a, b, n, o); break;
     case EW_MUL: k->mul(a, b, n, o); break;
     case EW_SCALE: k->scale(a, t->s, n, o); break;
-    case EW_SOFTCAP:
-        for (int64_t i = 0; i < n; i++) o[i] = t->s * tanhf(a[i] / t->s);
+    case EW_SOFTCAP: { /* ggml's order (gemma2): scale by the float 1 / cap, tanh, scale by cap */
+        const float inv = 1.0f / t->s;
+        for (int64_t i = 0; i < n; i++) o[i] = tanhf(a[i] * inv) * t->s;
         break;
+    }
     case EW_COPY: memmove(o, a, (size_t)n * sizeof(float)); break;
     }
 }

@@ -52,10 +52,10 @@ void qr_cpu_rope_cache(float pos, const qr_rope_params *p, const float *ff, floa
         const float theta_extrap = theta / f;
         const float theta_interp = freq_scale * theta_extrap;
         float th = theta_interp, mscale = mscale0;
-        if (p->ext_factor != 0.0f) {
+        if (p->ext_factor != 0.0f) { /* the two FMAs GCC contracts in ggml's x86 build (its rope_yarn) */
             float mix = yarn_ramp(corr[0], corr[1], i0) * p->ext_factor;
-            th = theta_interp * (1.0f - mix) + theta_extrap * mix;
-            mscale *= 1.0f + 0.1f * logf(1.0f / freq_scale);
+            th = fmaf(theta_interp, 1.0f - mix, theta_extrap * mix);
+            mscale *= fmaf(0.1f, logf(1.0f / freq_scale), 1.0f);
         }
         cs[i0] = cosf(th) * mscale;
         cs[i0 + 1] = sinf(th) * mscale;

@@ -1001,7 +1001,7 @@ static bool rope_setup(cuda_backend *cb, int32_t head_dim, const qr_rope_params 
         const float end = ceilf(yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_slow, p->freq_base));
         c->corr0 = fmaxf(0.0f, start);
         c->corr1 = fminf((float)(p->n_rot - 1), end);
-        c->mscale *= 1.0f + 0.1f * logf(1.0f / p->freq_scale);
+        c->mscale *= fmaf(0.1f, logf(1.0f / p->freq_scale), 1.0f); /* contracted as in ggml's x86 build */
     }
     return true;
 }
@@ -1400,6 +1400,7 @@ static void cuda_scale(qr_backend *be, const float *x, float s, int64_t n, float
     ew(be, CUDA_EW_SCALE, x, NULL, s, n, out, "scale");
 }
 static void cuda_softcap(qr_backend *be, const float *x, float cap, int64_t n, float *out) {
+    if (CB(be)->exact) return cuda_exact_softcap(CB(be), x, cap, n, out);
     ew(be, CUDA_EW_SOFTCAP, x, NULL, cap, n, out, "softcap");
 }
 

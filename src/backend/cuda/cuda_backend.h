@@ -197,6 +197,8 @@ void cuda_exact_geglu(cuda_backend *cb, const float *g, const float *u, int64_t 
 /* The GLUs that call the C library's expf: gpt-oss's clamped SwiGLU, qwen2moe's sigmoid (act QR_GLU_SIGMOID,
  * u unused); the other GLUs are exact in elementwise.cu. */
 void cuda_exact_glu_libm(cuda_backend *cb, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out);
+/* out = tanh(x * (1 / cap)) * cap with the C library's tanhf (qx_libm_tanhf), as the CPU's softcap. */
+void cuda_exact_softcap(cuda_backend *cb, const float *x, float cap, int64_t n, float *out);
 void cuda_exact_free(cuda_backend *cb);
 /* matmul_id in the CPU expert matmul's order (b: the bias on the device, or NULL) */
 void cuda_exact_matmul_id(cuda_backend *cb, const qr_weight *w, const cuda_weight *cw, const qr_weight *bias,

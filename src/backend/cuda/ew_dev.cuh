@@ -28,7 +28,7 @@ static __device__ __forceinline__ float ew_op(float a, float b, float s) {
     case CUDA_EW_ADD: return __fadd_rn(a, b);
     case CUDA_EW_MUL: return __fmul_rn(a, b);
     case CUDA_EW_SCALE: return __fmul_rn(a, s);
-    default: return __fmul_rn(s, tanh_precise(__fdiv_rn(a, s))); /* CUDA_EW_SOFTCAP */
+    default: return __fmul_rn(tanh_precise(__fmul_rn(a, __fdiv_rn(1.0f, s))), s); /* CUDA_EW_SOFTCAP: the CPU's order */
     }
 }
 

@@ -495,6 +495,12 @@ static __global__ void qx_glu_libm_kernel(const float *g, const float *u, int64_
     out[i] = x / (1.0f + qx_libm_expf(-1.702f * x)) * (y + 1.0f);
 }
 
+/* gemma2's final softcap in the CPU's order with the C library's tanhf: tanh(x * (1 / cap)) * cap. */
+static __global__ void qx_softcap_kernel(const float *x, float inv, float cap, int64_t n, float *out) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = qx_libm_tanhf(x[i] * inv) * cap;
+}
+
 #define QX_ATT_THREADS 256
 
 static __device__ float qx_kv(const void *base, bool f16, int64_t i) {
@@ -572,7 +578,7 @@ static __device__ float qx_attn_score(const cuda_attn_args &a, const float *q, c
         for (int32_t i = np; i < dk; i++) sum += (double)(qx_kv(a.k_cache, a.f16, kb + i) * q[i]);
         sc = (float)sum;
     }
-    if (a.softcap > 0.0f) sc = tanhf(sc * (1.0f / a.softcap)) * a.softcap; /* libm's tanhf: not exact */
+    if (a.softcap > 0.0f) sc = qx_libm_tanhf(sc * (1.0f / a.softcap)) * a.softcap; /* the C library's tanhf */
     return sc * a.scale;
 }
 
@@ -934,6 +940,12 @@ void cuda_exact_geglu(cuda_backend *cb, const float *g, const float *u, int64_t 
     }
     qx_geglu_kernel<<<blocks_for(n, 256), 256, 0, cb->stream>>>(g, u, n, ex->gelu, out);
     cuda_ok(cb, cudaGetLastError(), "geglu (exact)");
+}
+
+void cuda_exact_softcap(cuda_backend *cb, const float *x, float cap, int64_t n, float *out) {
+    if (n <= 0) return;
+    qx_softcap_kernel<<<blocks_for(n, 256), 256, 0, cb->stream>>>(x, 1.0f / cap, cap, n, out);
+    cuda_ok(cb, cudaGetLastError(), "softcap (exact)");
 }
 
 void cuda_exact_glu_libm(cuda_backend *cb, const float *g, const float *u, int64_t n, qr_glu_kind act, float *out) {

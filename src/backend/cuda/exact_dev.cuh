@@ -158,6 +158,93 @@ QX_FN float qx_libm_expf(float x) {
     return (float)(y * sc);
 }
 
+/* e^x - 1 in float as glibc 2.36's expm1f computes it on x86-64 (the fdlibm algorithm: reduction by k ln2 in
+ * two parts, a degree-5 rational correction, k folded back into the exponent bits), for qx_libm_tanhf. */
+QX_FN float qx_libm_expm1f(float x) {
+    const float huge = 1.0e+30f, tiny = 1.0e-30f, ln2_hi = 6.9313812256e-01f, ln2_lo = 9.0580006145e-06f,
+                invln2 = 1.4426950216e+00f, q1 = -3.3333335072e-02f, q2 = 1.5873016091e-03f, q3 = -7.9365076090e-05f,
+                q4 = 4.0082177293e-06f, q5 = -2.0109921195e-07f;
+    const uint32_t hx = qx_f_bits(x) & 0x7fffffffu;
+    const bool neg = qx_f_bits(x) >> 31;
+    float hi, lo, c = 0.0f, t, y;
+    int32_t k;
+    if (hx >= 0x4195b844u) { /* |x| >= 27 ln2 */
+        if (hx >= 0x42b17218u) {
+            if (hx > 0x7f800000u) return x + x;
+            if (hx == 0x7f800000u) return neg ? -1.0f : x;
+            if (x > 8.8721679688e+01f) return huge * huge;
+        }
+        if (neg) return tiny - 1.0f;
+    }
+    if (hx > 0x3eb17218u) { /* |x| > ln2 / 2: x = k ln2 + (hi - lo) */
+        if (hx < 0x3F851592u) {
+            hi = neg ? x + ln2_hi : x - ln2_hi;
+            lo = neg ? -ln2_lo : ln2_lo;
+            k = neg ? -1 : 1;
+        } else {
+            k = (int32_t)(invln2 * x + (neg ? -0.5f : 0.5f));
+            t = (float)k;
+            hi = x - t * ln2_hi;
+            lo = t * ln2_lo;
+        }
+        x = hi - lo;
+        c = (hi - x) - lo;
+    } else if (hx < 0x33000000u) { /* |x| < 2^-25 */
+        t = huge + x;
+        return x - (t - (huge + x));
+    } else {
+        k = 0;
+    }
+    const float hfx = 0.5f * x, hxs = x * hfx;
+    const float r1 = 1.0f + hxs * (q1 + hxs * (q2 + hxs * (q3 + hxs * (q4 + hxs * q5))));
+    t = 3.0f - r1 * hfx;
+    float e = hxs * ((r1 - t) / (6.0f - x * t));
+    if (k == 0) return x - (x * e - hxs);
+    e = x * (e - c) - c;
+    e -= hxs;
+    if (k == -1) return 0.5f * (x - e) - 0.5f;
+    if (k == 1) return x < -0.25f ? -2.0f * (e - (x + 0.5f)) : 1.0f + 2.0f * (x - e);
+    if (k <= -2 || k > 56) {
+        y = 1.0f - (e - x);
+        y = k == 128 ? y * 2.0f * 0x1p127f : qx_bits_f(qx_f_bits(y) + ((uint32_t)k << 23));
+        return y - 1.0f;
+    }
+    if (k < 23) {
+        t = qx_bits_f(0x3f800000u - (0x1000000u >> k)); /* 1 - 2^-k */
+        y = t - (e - x);
+    } else {
+        t = qx_bits_f((uint32_t)(0x7f - k) << 23); /* 2^-k */
+        y = x - (e + t);
+        y += 1.0f;
+    }
+    return qx_bits_f(qx_f_bits(y) + ((uint32_t)k << 23));
+}
+
+/* The C library's tanhf as the CPU backend and ggml call it (gemma2's softcaps): glibc 2.36's, the fdlibm
+ * algorithm (1 - 2 / (e^2|x| + 1) through expm1f for |x| >= 1, -t / (t + 2) with t = expm1f(-2|x|) below,
+ * x for tiny |x|, +-1 from 22 on), which is not correctly rounded (2.8 % of floats differ from the rounded
+ * tanh). Needs IEEE float arithmetic without contraction (exact.cu's flags). check_exact compares it with
+ * the host's tanhf on every 61st float; all 2^32 were compared once (docs/cuda-notes.md). */
+QX_FN float qx_libm_tanhf(float x) {
+    const uint32_t jx = qx_f_bits(x), ix = jx & 0x7fffffffu;
+    float z;
+    if (ix >= 0x7f800000u) return (jx >> 31) ? 1.0f / x - 1.0f : 1.0f / x + 1.0f;
+    if (ix < 0x41b00000u) { /* |x| < 22 */
+        if (ix == 0) return x;
+        if (ix < 0x24000000u) return x * (1.0f + x); /* |x| < 2^-55 */
+        if (ix >= 0x3f800000u) {
+            const float t = qx_libm_expm1f(2.0f * fabsf(x));
+            z = 1.0f - 2.0f / (t + 2.0f);
+        } else {
+            const float t = qx_libm_expm1f(-2.0f * fabsf(x));
+            z = -t / (t + 2.0f);
+        }
+    } else {
+        z = 1.0f - 1.0e-30f;
+    }
+    return (jx >> 31) ? -z : z;
+}
+
 /* ---- activation quantizers (one block) ---- */
 
 /* ggml's x86 Q8_0 / Q8_1 rule (cpu/act_quant.c): d = amax / 127, codes = round-half-even(x * 127/amax). */

@@ -21,7 +21,7 @@ static __device__ __forceinline__ float2 rope_cs(int i, int32_t p, const cuda_ro
     float th = theta_interp;
     if (c.ext_factor != 0.0f) {
         const float mix = __fmul_rn(yarn_ramp_dev(c.corr0, c.corr1, 2 * i), c.ext_factor);
-        th = __fadd_rn(__fmul_rn(theta_interp, __fsub_rn(1.0f, mix)), __fmul_rn(theta_extrap, mix));
+        th = __fmaf_rn(theta_interp, __fsub_rn(1.0f, mix), __fmul_rn(theta_extrap, mix)); /* the CPU's FMA */
     }
     double sn, cn; /* one range reduction for both (the values of sin() and cos()) */
     sincos((double)th, &sn, &cn);

@@ -145,6 +145,21 @@ static int check_planes(qr_type t) {
     return bad ? 1 : 0;
 }
 
+/* Compares our replica of a C library function with the host's on every 61st float; the count of
+ * differences (the first five printed). */
+static int libm_sweep(const char *name, float (*libm)(float), float (*ours)(float)) {
+    int bad = 0;
+    for (uint64_t u = 0; u < 0x100000000ull; u += 61) {
+        const uint32_t w = (uint32_t)u;
+        float f;
+        memcpy(&f, &w, 4);
+        if (isnan(f)) continue;
+        const float a = libm(f), b = ours(f);
+        if (memcmp(&a, &b, 4) != 0 && bad++ < 5) printf("  libm %s(%a): %a vs %a\n", name, f, a, b);
+    }
+    return bad;
+}
+
 int main(void) {
     if (!qr_cpu_has_avx2() || strcmp(qr_quant_simd_level(), "avx2") != 0) {
         printf("SKIP: no AVX2 (the exact mode reproduces the AVX2 CPU path)\n");
@@ -167,16 +182,11 @@ int main(void) {
         const float v = (float)i * 1.37e-4f + frand() * 1e-4f, e = qx_expf(v), c = cpu_expf(v);
         if (memcmp(&e, &c, 4) != 0 && bad++ < 5) printf("  expf(%g)\n", v);
     }
-    /* the C library's expf: every 61st float (all 2^32 were compared once, docs/cuda-notes.md) */
-    for (uint64_t u = 0; u < 0x100000000ull; u += 61) {
-        const uint32_t w = (uint32_t)u;
-        float f;
-        memcpy(&f, &w, 4);
-        if (isnan(f)) continue;
-        const float a = expf(f), b = qx_libm_expf(f);
-        if (memcmp(&a, &b, 4) != 0 && bad++ < 5) printf("  libm expf(%a): %a vs %a\n", f, a, b);
-    }
-    printf("conversions and exp: %s\n", bad ? "FAIL" : "ok");
+    /* the C library's expf and tanhf (gemma2's softcaps): every 61st float (all 2^32 were compared once,
+     * docs/cuda-notes.md) */
+    bad += libm_sweep("expf", expf, qx_libm_expf);
+    bad += libm_sweep("tanhf", tanhf, qx_libm_tanhf);
+    printf("conversions, exp and tanh: %s\n", bad ? "FAIL" : "ok");
     const qr_type types[] = {QR_TYPE_F32, QR_TYPE_F16, QR_TYPE_BF16, QR_TYPE_Q4_0, QR_TYPE_Q4_1, QR_TYPE_Q5_0,
                              QR_TYPE_Q5_1, QR_TYPE_Q8_0, QR_TYPE_IQ4_NL, QR_TYPE_MXFP4, QR_TYPE_Q2_K, QR_TYPE_Q3_K,
                              QR_TYPE_Q4_K, QR_TYPE_Q5_K, QR_TYPE_Q6_K};
