@@ -139,7 +139,9 @@ def main():
                     step = (len(text_ids) - args.prompt_len) // max(1, args.prompts - 1)
                     json.dump(text_ids[i * step:i * step + args.prompt_len], open(pfile, "w"))
                 elif not os.path.exists(pfile):
-                    vocab = (1000 if arch == "gemma3" else 2000) if preset.endswith("tiny") else 32000
+                    # the tiny presets' vocabularies (src/convert/synth_presets.c: quarrel synth --list)
+                    small = arch in ("gemma3", "gemma2") or preset.endswith("long-tiny")
+                    vocab = (1000 if small else 2000) if preset.endswith("tiny") else 32000
                     # seeded by the model and prompt number: the same prompts whatever else the run checks
                     prng = np.random.default_rng(zlib.crc32(f"{arch}:{preset}:{i}".encode()))
                     json.dump(prng.integers(4, vocab, size=args.prompt_len).tolist(), open(pfile, "w"))
