@@ -97,7 +97,8 @@ static int convert_messages(json_t *in, json_t *msgs, char *err, size_t err_len)
             if (push(msgs, role, json_string_value(c)) < 0) FAIL("out of memory");
             continue;
         }
-        if (!json_is_array(c)) FAIL("'messages[%zu].content' must be a string or an array of content blocks", i);
+        if (!json_is_array(c) || json_array_size(c) == 0)
+            FAIL("'messages[%zu].content' must be a string or a non-empty array of content blocks", i);
         size_t k;
         json_t *b;
         json_array_foreach(c, k, b) if (block(b, i, k, user, msgs, err, err_len) < 0) return -1;
@@ -113,15 +114,16 @@ static int parse_tools(msg_ctx *x, char *err, size_t err_len) {
         size_t i;
         json_t *t;
         json_array_foreach(tools, i, t) {
-            const char *type = json_string_value(json_object_get(t, "type")), *desc = NULL;
+            const char *type = NULL, *desc = NULL;
             const char *name = json_string_value(json_object_get(t, "name"));
             if (!json_is_object(t)) FAIL("'tools[%zu]' must be an object", i);
+            if (srv_compat_str(t, "type", &type, err, err_len) < 0) FAIL("'tools[%zu].type' must be \"custom\"", i);
             if (type && strcmp(type, "custom")) FAIL("'tools[%zu].type' must be \"custom\" (server tools are not supported)", i);
             if (!name || !srv_compat_tool_name_ok(name)) FAIL("'tools[%zu].name' must be 1-64 of a-z, A-Z, 0-9, _ and -", i);
             if (srv_compat_str(t, "description", &desc, err, err_len) < 0) FAIL("'tools[%zu].description' must be a string", i);
             json_t *schema = json_object_get(t, "input_schema");
             if (!json_is_object(schema)) FAIL("'tools[%zu].input_schema' must be a JSON schema object", i);
-            if (srv_compat_tool_add(&x->tools, name, desc, schema) < 0) FAIL("'tools[%zu].name' '%s' is given twice", i, name);
+            if (srv_compat_tool_add(&x->tools, name, desc, schema) < 0) FAIL("out of memory");
         }
     }
     x->tools.mode = x->tools.list ? SRV_TOOLS_AUTO : SRV_TOOLS_OFF;
@@ -129,6 +131,9 @@ static int parse_tools(msg_ctx *x, char *err, size_t err_len) {
     const char *type = json_string_value(json_object_get(choice, "type"));
     if (!json_is_object(choice) || !type) FAIL("'tool_choice' must be an object {type: auto | any | tool | none}");
     if (srv_compat_bool(choice, "disable_parallel_tool_use", &x->one_call, err, err_len) < 0) return -1;
+    const char *name = NULL;
+    if (srv_compat_str(choice, "name", &name, err, err_len) < 0 || (name && !srv_compat_tool_name_ok(name)))
+        FAIL("'tool_choice.name' must be a tool name (1-64 of a-z, A-Z, 0-9, _ and -)");
     if (!strcmp(type, "none")) {
         x->tools.mode = SRV_TOOLS_OFF;
         return 0;
@@ -139,7 +144,6 @@ static int parse_tools(msg_ctx *x, char *err, size_t err_len) {
     if (!x->tools.list) FAIL("'tool_choice' %s needs 'tools'", type);
     x->tools.mode = SRV_TOOLS_FORCED;
     if (!strcmp(type, "any")) return 0;
-    const char *name = json_string_value(json_object_get(choice, "name"));
     if (!name) FAIL("'tool_choice.name' must be a string with type tool");
     bool known = false;
     size_t i;
@@ -158,6 +162,7 @@ static int parse_request(msg_ctx *x, bool count, json_t **chat, char *err, size_
     int has;
     if (srv_compat_str(root, "model", &model, err, err_len) < 0) return -1;
     if (srv_compat_bool(root, "stream", &x->stream, err, err_len) < 0) return -1;
+    if (json_is_null(json_object_get(root, "max_tokens"))) FAIL("'max_tokens' must be an integer");
     if ((has = srv_compat_int(root, "max_tokens", 1, 1 << 24, &max_tokens, err, err_len)) < 0) return -1;
     if (!has && !count) FAIL("'max_tokens' is required");
     json_t *temp = json_object_get(root, "temperature"); /* the type and the rest: reqparse */

@@ -97,7 +97,7 @@ int srv_compat_tool_add(srv_compat_tools *t, const char *name, const char *descr
     if (!t->list && !(t->list = json_array())) return -1;
     size_t i;
     json_t *e;
-    json_array_foreach(t->list, i, e) if (!strcmp(json_string_value(json_object_get(e, "name")), name)) return -1;
+    json_array_foreach(t->list, i, e) if (!strcmp(json_string_value(json_object_get(e, "name")), name)) return 0;
     json_t *tool = json_pack("{s:s}", "name", name);
     if (!tool) return -1;
     if (description) json_object_set_new(tool, "description", json_string(description));
@@ -187,11 +187,24 @@ int srv_compat_schema_grammar(const json_t *schema, const char *field, qr_gramma
     return 0;
 }
 
-/* The schema of one call of tool e: {"name": const, "arguments": its parameters}. */
+/* Whether the grammar compiler takes schema. */
+static bool schema_compiles(const json_t *schema) {
+    qr_grammar *g = NULL;
+    char msg[256];
+    const bool ok = qr_json_schema_compile(schema, &g, msg, sizeof msg) == QR_OK;
+    qr_grammar_free(g);
+    return ok;
+}
+
+/* The schema of one call of tool e: {"name": const, "arguments": its parameters}; parameters the grammar
+ * compiler does not take (a keyword it does not support) hold the arguments to a JSON object only. */
 static json_t *call_schema(json_t *e) {
-    return json_pack("{s:s, s:{s:{s:O}, s:O}, s:[s, s], s:b}", "type", "object", "properties", "name", "const",
-                     json_object_get(e, "name"), "arguments", json_object_get(e, "parameters"), "required", "name",
-                     "arguments", "additionalProperties", 0);
+    json_t *params = json_object_get(e, "parameters"), *object = json_pack("{s:s}", "type", "object");
+    json_t *s = json_pack("{s:s, s:{s:{s:O}, s:O}, s:[s, s], s:b}", "type", "object", "properties", "name", "const",
+                          json_object_get(e, "name"), "arguments", schema_compiles(params) ? params : object,
+                          "required", "name", "arguments", "additionalProperties", 0);
+    json_decref(object);
+    return s;
 }
 
 /* The grammar of a forced call: one tool's call, or any tool's (anyOf). */

@@ -49,7 +49,8 @@ typedef struct srv_compat_tools {
 
 /* Checks a function name (1-64 of a-z A-Z 0-9 _ -). */
 bool srv_compat_tool_name_ok(const char *name);
-/* Adds one tool (description and parameters may be NULL) to t->list. 0, or -1 (OOM / a name given twice). */
+/* Adds one tool (description and parameters may be NULL) to t->list; a name given again keeps the first
+ * definition. 0, or -1 on OOM. */
 int srv_compat_tool_add(srv_compat_tools *t, const char *name, const char *description, json_t *parameters);
 void srv_compat_tools_free(srv_compat_tools *t);
 

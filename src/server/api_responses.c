@@ -63,6 +63,7 @@ static int input_item(json_t *it, size_t i, json_t *msgs, char *err, size_t err_
                       strcmp(role, "developer")))
             FAIL("'input[%zu].role' must be one of user, assistant, system, developer", i);
         json_t *c = json_object_get(it, "content");
+        if (!json_is_string(c) && !json_is_array(c)) FAIL("'input[%zu].content' must be a string or an array of parts", i);
         srv_tbuf t = {0};
         snprintf(field, sizeof field, "input[%zu].content", i);
         if (srv_compat_parts_text(c, field, input_parts, "", &t, err, err_len) < 0) return free(t.p), -1;
@@ -83,9 +84,11 @@ static int input_item(json_t *it, size_t i, json_t *msgs, char *err, size_t err_
     }
     if (!strcmp(type, "function_call_output")) {
         if (!json_is_string(json_object_get(it, "call_id"))) FAIL("'input[%zu].call_id' must be a string", i);
+        json_t *o = json_object_get(it, "output");
+        if (!json_is_string(o) && !json_is_array(o)) FAIL("'input[%zu].output' must be a string or an array of parts", i);
         srv_tbuf t = {0};
         snprintf(field, sizeof field, "input[%zu].output", i);
-        if (srv_compat_parts_text(json_object_get(it, "output"), field, input_parts, "", &t, err, err_len) < 0) return free(t.p), -1;
+        if (srv_compat_parts_text(o, field, input_parts, "", &t, err, err_len) < 0) return free(t.p), -1;
         const int rc = json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "tool", "content", srv_tbuf_str(&t)));
         free(t.p);
         return rc < 0 ? (qr_errf(err, err_len, QR_ERR_INVALID_ARG, "out of memory"), -1) : 0;
@@ -112,7 +115,7 @@ static int parse_tools(resp_ctx *x, char *err, size_t err_len) {
             FAIL("'tools[%zu].parameters' must be a JSON schema object", i);
         json_t *strict = json_object_get(t, "strict");
         if (strict && !json_is_null(strict) && !json_is_boolean(strict)) FAIL("'tools[%zu].strict' must be a boolean", i);
-        if (srv_compat_tool_add(&x->tools, name, desc, params) < 0) FAIL("'tools[%zu].name' '%s' is given twice", i, name);
+        if (srv_compat_tool_add(&x->tools, name, desc, params) < 0) FAIL("out of memory");
     }
     x->tools.mode = x->tools.list ? SRV_TOOLS_AUTO : SRV_TOOLS_OFF;
     if (!choice || json_is_null(choice)) {
@@ -161,7 +164,7 @@ static int parse_text(resp_ctx *x, char *err, size_t err_len) {
     json_t *strict = json_object_get(fmt, "strict");
     if (strict && !json_is_null(strict) && !json_is_boolean(strict)) FAIL("'text.format.strict' must be a boolean");
     json_t *schema = json_object_get(fmt, "schema");
-    if (!schema || json_is_null(schema)) FAIL("'text.format.schema' is required with type json_schema");
+    if (!json_is_object(schema)) FAIL("'text.format.schema' must be a JSON schema object (required with json_schema)");
     return srv_compat_schema_grammar(schema, "text.format.schema", &x->g, err, err_len);
 }
 
@@ -191,25 +194,35 @@ static int parse_request(resp_ctx *x, json_t **chat, bool *not_found, char *err,
     }
     if (parse_tools(x, err, err_len) < 0 || parse_text(x, err, err_len) < 0) return -1;
     /* the conversation: the earlier response's, then this input */
-    if (x->prev_id) {
-        if (srv_resp_store_get(x->rc->s->resp_store, x->prev_id, x->rc->key_id, NULL, &x->history) < 0) {
-            *not_found = true;
-            FAIL("'previous_response_id': no stored response '%.64s' (never stored, expired or deleted)", x->prev_id);
-        }
-    } else {
-        x->history = json_array();
-    }
-    json_t *input = json_object_get(root, "input");
-    if (!input || json_is_null(input)) FAIL("'input' is required");
-    if (json_is_string(input)) {
-        json_array_append_new(x->history, json_pack("{s:s, s:O}", "role", "user", "content", input));
+    json_t *input = json_object_get(root, "input"), *turn = json_array();
+    int rc = 0;
+    if (!input || json_is_null(input)) {
+        qr_errf(err, err_len, QR_ERR_INVALID_ARG, "'input' is required");
+        rc = -1;
+    } else if (json_is_string(input)) {
+        json_array_append_new(turn, json_pack("{s:s, s:O}", "role", "user", "content", input));
     } else if (json_is_array(input) && json_array_size(input) > 0) {
         size_t i;
         json_t *it;
-        json_array_foreach(input, i, it) if (input_item(it, i, x->history, err, err_len) < 0) return -1;
+        json_array_foreach(input, i, it) if (rc == 0 && input_item(it, i, turn, err, err_len) < 0) rc = -1;
     } else {
-        FAIL("'input' must be a string or a non-empty array of items");
+        qr_errf(err, err_len, QR_ERR_INVALID_ARG, "'input' must be a string or a non-empty array of items");
+        rc = -1;
     }
+    if (rc == 0 && x->prev_id &&
+        srv_resp_store_get(x->rc->s->resp_store, x->prev_id, x->rc->key_id, NULL, &x->history) < 0) {
+        *not_found = true;
+        qr_errf(err, err_len, QR_ERR_INVALID_ARG, "'previous_response_id': no stored response '%.64s' (never stored, "
+                "expired or deleted)", x->prev_id);
+        rc = -1;
+    }
+    if (rc < 0) return json_decref(turn), -1;
+    if (!x->history) x->history = json_array();
+    size_t i;
+    json_t *m;
+    json_array_foreach(turn, i, m) add_message(x->history, json_string_value(json_object_get(m, "role")),
+                                               json_string_value(json_object_get(m, "content")));
+    json_decref(turn);
     json_t *msgs = json_deep_copy(x->history);
     if (x->instructions) json_array_insert_new(msgs, 0, json_pack("{s:s, s:s}", "role", "system", "content", x->instructions));
     *chat = json_pack("{s:o}", "messages", msgs);
