@@ -309,7 +309,10 @@ int srv_h_anthropic_messages(srv_conn *rc) {
     srv_compat_id("msg_", x.id, sizeof x.id);
     srv_compat_run g = {.tools = x.tools.mode};
     if (x.stream) {
-        if (srv_stream_begin(rc, "text/event-stream") < 0) g.gone = true;
+        if (srv_stream_begin(rc, "text/event-stream") < 0) {
+            g.gone = true;
+            srv_gen_cancel(&x.j.g);
+        }
         event(&x, "message_start", json_pack("{s:{s:s, s:s, s:s, s:s, s:[], s:n, s:n, s:{s:i, s:i}}}", "message", "id",
                                              x.id, "type", "message", "role", "assistant", "model", x.j.m->name,
                                              "content", "stop_reason", "stop_sequence", "usage", "input_tokens",

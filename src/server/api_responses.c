@@ -405,7 +405,10 @@ int srv_h_responses(srv_conn *rc) {
     x.created = (json_int_t)srv_wall_now();
     srv_compat_run g = {.tools = x.tools.mode};
     if (x.stream) {
-        if (srv_stream_begin(rc, "text/event-stream") < 0) g.gone = true;
+        if (srv_stream_begin(rc, "text/event-stream") < 0) {
+            g.gone = true;
+            srv_gen_cancel(&x.j.g);
+        }
         event(&x, "response.created", json_pack("{s:o}", "response", response_json(&x, "in_progress", NULL, NULL, NULL, NULL)));
         event(&x, "response.in_progress", json_pack("{s:o}", "response", response_json(&x, "in_progress", NULL, NULL, NULL, NULL)));
         g.on_text = on_text;
