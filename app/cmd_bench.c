@@ -115,6 +115,8 @@ typedef struct par_bench {
     int32_t *toks;            /* [np][seq_len] each sequence's depth, prompt, then decode input tokens */
     int32_t *tok, *pos, *seq; /* [max(np * max(depth, n_prompt), np)] batch rows */
     int8_t *out;              /* same rows: 1 = compute the row's logits */
+    bool checksum;            /* fold every decode row's argmax into crc (costs host time: not timed) */
+    uint32_t crc;
 } par_bench;
 
 /* Decodes rows [0, rows) of b's row arrays, `chunk` rows per qr_decode call. 0 ok, 1 error. */
@@ -178,6 +180,13 @@ static int par_run(par_bench *b, int32_t n_gen, double *t_pp, double *t_tg) {
             b->out[s] = 1;
         }
         if (par_decode_rows(b, b->np, b->np, "decode")) return 1;
+        for (int32_t s = 0; b->checksum && s < b->np; s++) { /* FNV-1a over the argmax of each row */
+            const float *l = qr_get_logits(b->e->ctx, s);
+            int32_t best = 0;
+            for (int32_t v = 1; v < qr_model_n_vocab(b->e->model); v++)
+                if (l[v] > l[best]) best = v;
+            b->crc = (b->crc ^ (uint32_t)best) * 16777619u;
+        }
     }
     *t_tg = app_time_s() - t0;
     return 0;
@@ -265,7 +274,7 @@ static void par_report(app_engine *e, const app_engine_opts *eo, const par_bench
  * was opened with np sequences and room for np * (depth + n_prompt + n_gen) tokens. Returns the exit
  * code. */
 static int bench_parallel(app_engine *e, const app_engine_opts *eo, int32_t np, int32_t n_prompt, int32_t n_gen,
-                          int32_t depth, int32_t n_batch, int32_t reps, bool json) {
+                          int32_t depth, int32_t n_batch, int32_t reps, bool json, bool checksum) {
     par_bench b = {.e = e, .np = np, .n_prompt = n_prompt, .depth = depth, .n_batch = n_batch,
                    .seq_len = depth + n_prompt + n_gen};
     const int32_t per_seq = depth > n_prompt ? depth : (n_prompt > 1 ? n_prompt : 1);
@@ -297,6 +306,12 @@ static int bench_parallel(app_engine *e, const app_engine_opts *eo, int32_t np, 
         v[PAR_TG_SEQ * reps] = n_gen > 0 ? n_gen / t_tg : 0;
         v[PAR_STEP_MS * reps] = n_gen > 0 ? t_tg * 1e3 / n_gen : 0;
     }
+    if (checksum) { /* one more run, untimed: the argmax of every decode row, folded (compare two builds/knobs) */
+        b.checksum = true;
+        b.crc = 2166136261u;
+        if (par_run(&b, n_gen, &t_pp, &t_tg)) goto done;
+        fprintf(stderr, "quarrel bench: decode argmax checksum %08x (%d steps x %d rows)\n", b.crc, n_gen, np);
+    }
     print_notes(e, depth, t_fill);
     par_report(e, eo, &b, n_gen, reps, res, json);
     rc = 0;
@@ -319,7 +334,10 @@ static void usage_bench(FILE *f) {
                "  -b N   rows per forward pass (n_batch)\n"
                "  -np N, --parallel N\n"
                "         batched decoding (llama-batched-bench): N sequences prefill -p tokens each, then\n"
-               "         decode -n tokens together, one N-row batch per step (1..4096)\n" APP_ENGINE_HELP);
+               "         decode -n tokens together, one N-row batch per step (1..4096)\n"
+               "  --checksum  with -np: one more (untimed) run that prints a checksum of every decode row's\n"
+               "         argmax on stderr (the same for two builds or knob settings that compute the same logits)\n"
+               APP_ENGINE_HELP);
 }
 
 /* getopt knows one-letter short options only: llama.cpp's "-np" becomes "--parallel" in a copy of argv
@@ -341,10 +359,10 @@ int cmd_bench(int argc, char **argv_in) {
     static const struct option longopts[] = {{"model", 1, 0, 'm'}, {"n-prompt", 1, 0, 'p'}, {"n-gen", 1, 0, 'n'},
                                              {"reps", 1, 0, 'r'}, {"threads", 1, 0, 't'}, {"batch", 1, 0, 'b'},
                                              {"json", 0, 0, 'J'}, {"help", 0, 0, 'h'}, {"depth", 1, 0, 'd'},
-                                             {"parallel", 1, 0, 'P'}, APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
+                                             {"parallel", 1, 0, 'P'}, {"checksum", 0, 0, 'K'}, APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
     app_engine_opts eo = {0};
     int32_t n_prompt = 512, n_gen = 128, reps = 3, n_batch = 512, depth = 0, n_parallel = 0;
-    bool json = false;
+    bool json = false, checksum = false;
     int c, rc;
     char **argv = rewrite_np(argc, argv_in);
     if (!argv) {
@@ -363,6 +381,7 @@ int cmd_bench(int argc, char **argv_in) {
         case 'd': if ((rc = app_parse_int("-d", optarg, 0, 1 << 22, &depth))) goto usage_done; break;
         case 'P': if ((rc = app_parse_int("--parallel", optarg, 1, 4096, &n_parallel))) goto usage_done; break;
         case 'J': json = true; break;
+        case 'K': checksum = true; break;
         case 'h': usage_bench(stdout); rc = 0; goto usage_done;
         default:
             if ((rc = app_engine_opt(c, optarg, &eo)) >= 0) {
@@ -400,7 +419,7 @@ usage_done:
                     "--parallel, -p, -n or -d\n", n_parallel, (long long)par_ctx, qr_context_n_ctx(e.ctx));
             rc = 1;
         } else {
-            rc = bench_parallel(&e, &eo, n_parallel, n_prompt, n_gen, depth, n_batch, reps, json);
+            rc = bench_parallel(&e, &eo, n_parallel, n_prompt, n_gen, depth, n_batch, reps, json, checksum);
         }
         app_engine_close(&e);
         return rc;

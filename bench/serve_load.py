@@ -75,6 +75,18 @@ def pct(xs, p):
     return xs[k]
 
 
+async def wait_kv_free(url, timeout=30):
+    """Polls /metrics until quarrel_kv_blocks_used (all models) is 0 or timeout seconds pass.
+    Returns (the last metrics, the blocks still used)."""
+    deadline = time.time() + timeout
+    while True:
+        m = metrics(url)
+        used = metric_sum(m, "quarrel_kv_blocks_used")
+        if used == 0 or time.time() > deadline:
+            return m, used
+        await asyncio.sleep(0.2)
+
+
 class Stats:
     def __init__(self):
         self.ttft, self.latency = [], []
@@ -218,13 +230,7 @@ async def run_load(args, url, pid, model):
     await asyncio.gather(*tasks)
     wall = time.time() - t0
     # every stream has ended: the KV blocks must all be free again
-    deadline = time.time() + 30
-    while True:
-        m1 = metrics(url)
-        used = metric_sum(m1, "quarrel_kv_blocks_used")
-        if used == 0 or time.time() > deadline:
-            break
-        await asyncio.sleep(0.2)
+    m1, used = await wait_kv_free(url)
     gen = metric_sum(m1, "quarrel_tokens_total") - metric_sum(m0, "quarrel_tokens_total")
     generated = sum(v for k, v in m1.items() if k.startswith("quarrel_tokens_total{") and 'kind="generated"' in k) - \
         sum(v for k, v in m0.items() if k.startswith("quarrel_tokens_total{") and 'kind="generated"' in k)

@@ -49,6 +49,7 @@ typedef enum qr_status {
     QR_ERR_INTERNAL = 7,      /* a bug: an invariant did not hold */
     QR_ERR_BUSY = 8,          /* a bounded queue or budget is full right now: retry later */
     QR_ERR_SHUTDOWN = 9,      /* shutting down or draining: takes no new work */
+    QR_ERR_NUMERIC = 10,      /* a computation left the finite range (a recurrent state became NaN/Inf) */
 } qr_status;
 
 /* Static string naming a status ("ok", "invalid argument", ...). Never NULL. */

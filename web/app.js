@@ -4,7 +4,8 @@
  * Pieces: storage (localStorage: settings, conversations, presets, theme; sessionStorage: API key),
  * rendering (marked + highlight.js, then our own allowlist sanitizer and DOMPurify), the
  * connection state machine (disconnected -> connecting -> connected -> generating) over /ws with a
- * heartbeat and exponential backoff, falling back to SSE (/api/stream) when WebSocket fails. */
+ * heartbeat and exponential backoff, falling back to SSE (/api/stream) when WebSocket fails and
+ * trying WebSocket again (with backoff) while on that fallback. */
 "use strict";
 
 (function () {
@@ -29,6 +30,7 @@
   const FORCE_SSE = params.get("transport") === "sse";
   const HEARTBEAT_MS = 10000, PONG_TIMEOUT_MS = 5000;
   const BACKOFF_MIN_MS = 250, BACKOFF_MAX_MS = 8000;
+  const PROBE_MIN_MS = 1000, PROBE_MAX_MS = 30000; // WebSocket retries while on the SSE fallback
 
   /* ---------------------------------------------------------------- storage */
   function load(key, fallback, store = localStorage) {
@@ -242,15 +244,22 @@
     ws: null,
     attempt: 0, // consecutive failed connection attempts (backoff exponent)
     wsFailures: 0, // consecutive WebSocket attempts that never opened
+    probe: null, // a WebSocket being tried while on the SSE fallback
+    probeAttempt: 0,
+    probeTimer: 0,
     retryTimer: 0,
     heartbeatTimer: 0,
     pongTimer: 0,
     sseAbort: null,
   };
+  const connHistory = []; // the last transitions, for the UI tests (quarrelUI.history())
   function setState(s) {
     conn.state = s;
+    connHistory.push(s + "/" + conn.transport + "@" + Math.round(performance.now()));
+    if (connHistory.length > 64) connHistory.shift();
     const el = $("conn");
-    el.dataset.state = s;
+    el.dataset.transport = conn.transport;
+    el.dataset.state = s; // last: a test waiting on data-state then reads a matching data-transport
     $("conn-label").textContent = s;
     $("transport").textContent = s === "disconnected" ? "" : conn.transport === "ws" ? "WebSocket" : "SSE";
     document.body.dataset.conn = s;
@@ -312,6 +321,7 @@
 
   function lostConnection() {
     stopHeartbeat();
+    cancelWsProbe();
     if (conn.state === "disconnected") return;
     if (conn.state === "generating") finishGeneration({ error: "connection lost" });
     setState("disconnected");
@@ -327,6 +337,83 @@
     setState("connected");
     startHeartbeat();
     loadModels();
+    if (conn.transport === "sse") scheduleWsProbe();
+  }
+
+  function openWebSocket() {
+    const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws";
+    return apiKey ? new WebSocket(url, ["quarrel", "quarrel.key." + apiKey]) : new WebSocket(url);
+  }
+
+  /* Makes ws, just opened, the transport: its messages drive the UI, its close is a lost connection. */
+  function useWebSocket(ws) {
+    conn.ws = ws;
+    conn.transport = "ws";
+    conn.wsFailures = 0;
+    ws.addEventListener("message", (ev) => onWsMessage(ev.data));
+    ws.addEventListener("close", () => {
+      if (conn.ws !== ws) return;
+      conn.ws = null;
+      lostConnection();
+    });
+    connected();
+  }
+
+  /* On the SSE fallback (never with ?transport=sse): tries WebSocket again after PROBE_MIN_MS, doubling
+   * to PROBE_MAX_MS (jittered), so that a server that comes back, or a proxy that lets WebSocket
+   * through again, gets the UI back onto WebSocket without a reload. */
+  function scheduleWsProbe() {
+    clearTimeout(conn.probeTimer);
+    if (FORCE_SSE || conn.transport !== "sse" || conn.probe) return;
+    const base = Math.min(PROBE_MAX_MS, PROBE_MIN_MS * Math.pow(2, conn.probeAttempt));
+    conn.probeAttempt++;
+    conn.probeTimer = setTimeout(probeWs, base / 2 + Math.random() * base / 2);
+  }
+
+  /* One probe: only while idle on SSE (a running generation finishes on SSE first). A probe that opens
+   * becomes the transport; one that fails schedules the next. */
+  function probeWs() {
+    conn.probeTimer = 0;
+    if (conn.transport !== "sse" || conn.probe) return;
+    if (conn.state !== "connected") {
+      if (conn.state === "generating") scheduleWsProbe();
+      return; // disconnected or connecting: the reconnect starts with WebSocket anyway
+    }
+    let ws;
+    try {
+      ws = openWebSocket();
+    } catch (e) {
+      return scheduleWsProbe();
+    }
+    conn.probe = ws;
+    let opened = false;
+    ws.addEventListener("open", () => {
+      opened = true;
+      if (conn.probe !== ws) return; // cancelled meanwhile (it closes itself)
+      conn.probe = null;
+      if (conn.transport !== "sse" || conn.state !== "connected") { // a generation started meanwhile
+        ws.close();
+        return scheduleWsProbe();
+      }
+      conn.probeAttempt = 0;
+      useWebSocket(ws);
+    });
+    ws.addEventListener("close", () => {
+      if (opened || conn.probe !== ws) return;
+      conn.probe = null;
+      scheduleWsProbe();
+    });
+  }
+
+  function cancelWsProbe() {
+    clearTimeout(conn.probeTimer);
+    conn.probeTimer = 0;
+    conn.probeAttempt = 0;
+    if (conn.probe) {
+      const ws = conn.probe;
+      conn.probe = null;
+      ws.close();
+    }
   }
 
   function connect() {
@@ -336,8 +423,7 @@
     if (conn.transport === "sse") return connectSse();
     let ws;
     try {
-      const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws";
-      ws = apiKey ? new WebSocket(url, ["quarrel", "quarrel.key." + apiKey]) : new WebSocket(url);
+      ws = openWebSocket();
     } catch (e) {
       return wsFailed();
     }
@@ -345,15 +431,12 @@
     let opened = false;
     ws.addEventListener("open", () => {
       opened = true;
-      conn.wsFailures = 0;
-      connected();
+      if (conn.ws === ws) useWebSocket(ws);
     });
-    ws.addEventListener("message", (ev) => onWsMessage(ev.data));
     ws.addEventListener("close", () => {
-      if (conn.ws !== ws) return;
+      if (opened || conn.ws !== ws) return;
       conn.ws = null;
-      if (!opened) return wsFailed();
-      lostConnection();
+      wsFailed();
     });
   }
 
@@ -625,6 +708,7 @@
     const d = $("key-dialog");
     if (d.open) return;
     stopHeartbeat();
+    cancelWsProbe();
     if (conn.ws) { const ws = conn.ws; conn.ws = null; ws.close(); }
     clearTimeout(conn.retryTimer);
     setState("disconnected");
@@ -948,6 +1032,7 @@
   window.quarrelUI = Object.freeze({
     state: () => conn.state,
     transport: () => conn.transport,
+    history: () => connHistory.slice(),
     libraries: () => ({ marked: haveMarked(), highlight: haveHljs(), purify: havePurify() }),
     markdown: (c) => conversationMarkdown(c || current),
   });

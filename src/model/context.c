@@ -29,6 +29,8 @@ struct qr_context {
     int32_t n_rows_last;  /* rows in the last batch */
     int32_t last_out;     /* output index of the last row with logits, -1 = none */
     int32_t *next_pos;    /* [n_seq_max] scratch: next position per sequence */
+    uint32_t *seq_pass;   /* [n_seq_max] scratch: the pass stamp that last had a row of the sequence */
+    uint32_t pass_stamp;
     int32_t *p_tok, *p_pos, *p_seq, *p_slot, *p_out; /* [n_batch] plan arrays */
     int32_t *p_bt; /* [n_seq_max][max_blocks] the plan's block table (plan_table) */
     double prof[6];   /* QUARREL_HOST_PROF=1: seconds in decode's host steps (prof_names), summed over passes */
@@ -96,6 +98,7 @@ void qr_context_free(qr_context *c) {
     logits_free(c);
     free(c->row_out);
     free(c->next_pos);
+    free(c->seq_pass);
     free(c->p_tok), free(c->p_pos), free(c->p_seq), free(c->p_slot), free(c->p_out), free(c->p_bt);
     free(c);
 }
@@ -158,13 +161,14 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     c->f.kv = c->kvs;
     if ((st = qr_fwd_alloc(model, be, c->n_batch, c->n_seq_max, &c->f, err, err_len)) != QR_OK) goto fail;
     c->next_pos = calloc((size_t)c->n_seq_max, sizeof(int32_t));
+    c->seq_pass = calloc((size_t)c->n_seq_max, sizeof(uint32_t));
     c->p_tok = malloc(nb * sizeof(int32_t));
     c->p_pos = malloc(nb * sizeof(int32_t));
     c->p_seq = malloc(nb * sizeof(int32_t));
     c->p_slot = malloc(nb * sizeof(int32_t));
     c->p_out = malloc(nb * sizeof(int32_t));
     c->p_bt = malloc((size_t)c->n_seq_max * (size_t)c->kvc->max_blocks * sizeof(int32_t));
-    if (!c->next_pos || !c->p_tok || !c->p_pos || !c->p_seq || !c->p_slot || !c->p_out || !c->p_bt) {
+    if (!c->next_pos || !c->seq_pass || !c->p_tok || !c->p_pos || !c->p_seq || !c->p_slot || !c->p_out || !c->p_bt) {
         st = qr_errf(err, err_len, QR_ERR_NOMEM, "context: cannot allocate activation buffers for n_batch %d", c->n_batch);
         goto fail;
     }
@@ -213,8 +217,6 @@ static qr_status ensure_dev_out(qr_context *c, int32_t rows, char *err, size_t e
     return QR_OK;
 }
 
-/* Passes of at most this many rows run as backend graphs (run_graph) when the backend has them. */
-#define GRAPH_MAX_ROWS 8
 
 typedef struct graph_pass {
     const qr_model *m;
@@ -291,8 +293,12 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
     for (int32_t r0 = 0; r0 < n; r0 += c->n_batch) {
         const int32_t nt = n - r0 < c->n_batch ? n - r0 : c->n_batch;
         int32_t no = 0;
+        bool one_per_seq = true; /* every row a different sequence's: a batched decode step */
+        if (++c->pass_stamp == 0) memset(c->seq_pass, 0, sizeof(uint32_t) * (size_t)c->n_seq_max), c->pass_stamp = 1;
         for (int32_t j = 0; j < nt; j++) {
             const int32_t i = r0 + j, s = b->seq_id ? b->seq_id[i] : 0;
+            one_per_seq = one_per_seq && c->seq_pass[s] != c->pass_stamp;
+            c->seq_pass[s] = c->pass_stamp;
             c->p_tok[j] = b->token[i];
             c->p_seq[j] = s;
             c->p_pos[j] = c->next_pos[s]++;
@@ -314,10 +320,13 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
         c->f.n_outputs = no;
         /* MoE / SSM models too, unless their stats are on (the expert counts read the routing back, and
          * the block counters advance only when the forward pass runs on the host) */
-        if (be->ops->run_graph && nt <= GRAPH_MAX_ROWS && !m->arch->encoder && !c->f.stats_enabled) {
-            /* decode-sized passes replay a recorded graph per (rows, outputs, block-table shape) */
-            const uint64_t key = (uint64_t)nt | (uint64_t)no << 8 | (uint64_t)(uint32_t)mb << 16 |
-                                 (uint64_t)(uint32_t)c->n_seq_max << 40;
+        /* Decode passes replay a recorded graph per (rows, outputs, block-table shape): passes of up to 8
+         * rows, and batched decode steps (one row per sequence) up to QUARREL_GRAPH_MAX_ROWS rows. Prompt
+         * passes of other shapes run op by op: their lengths vary, and each new shape would be captured. */
+        const bool graph_rows = nt <= 8 || (one_per_seq && nt <= qr_knob_int(QR_KNOB_GRAPH_MAX_ROWS));
+        if (be->ops->run_graph && graph_rows && !m->arch->encoder && !c->f.stats_enabled) {
+            const uint64_t key = (uint64_t)(uint16_t)nt | (uint64_t)(uint16_t)no << 16 |
+                                 (uint64_t)(uint16_t)mb << 32 | (uint64_t)(uint16_t)c->n_seq_max << 48;
             graph_pass gp = {.m = m, .f = &c->f};
             if ((st = be->ops->run_graph(be, c, key, run_forward, &gp, err, err_len)) != QR_OK) return st;
         } else {
@@ -326,7 +335,7 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
         PROF(2);
         if ((st = be->ops->last_error(be, err, err_len)) != QR_OK) {
             if (c->f.mamba.ssm) { /* recurrent states may have advanced: the sequences start over */
-                if (strstr(err ? err : "", "diverged")) c->f.stats.ssm_divergence_total++;
+                if (st == QR_ERR_NUMERIC) c->f.stats.ssm_divergence_total++;
                 for (int32_t j = 0; j < nt; j++) {
                     qr_ssm_state_reset(c->f.mamba.ssm, c->p_seq[j]);
                     qr_kv_cache_seq_rm(kvc, c->p_seq[j], 0, -1);

@@ -464,3 +464,20 @@ qr_status qr_sampler_sample(qr_sampler *s, const float *logits, qr_sample_result
     qr_sampler_accept(s, token);
     return QR_OK;
 }
+
+qr_status qr_sampler_force(qr_sampler *s, const float *logits, int32_t token, qr_sample_result *out, char *err,
+                           size_t err_len) {
+    memset(out, 0, sizeof *out);
+    if (token < 0 || token >= s->n_vocab)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: forced token %d is outside the vocabulary", token);
+    if (s->grammar) {
+        if (!qr_grammar_matcher_allows(s->grammar, token))
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "grammar: the forced token %d is not allowed", token);
+        const qr_status st = qr_grammar_matcher_accept(s->grammar, token, err, err_len);
+        if (st != QR_OK) return st;
+    }
+    out->token = token;
+    if (s->p.logprobs) compute_logprobs(s, logits, token, out);
+    qr_sampler_accept(s, token);
+    return QR_OK;
+}

@@ -113,6 +113,13 @@ qr_status qr_sampler_accept(qr_sampler *s, int32_t token);
 qr_status qr_sampler_sample(qr_sampler *s, const float *logits, qr_sample_result *out, char *err,
                             size_t err_len);
 
+/* Takes `token` as the next token instead of sampling (a forced continuation, such as the end of a
+ * reasoning section whose budget is spent): fills *out as qr_sampler_sample would (logprob under
+ * logits when asked) and accepts the token into the history and the grammar. QR_ERR_INVALID_ARG when
+ * token is outside [0, n_vocab) or the grammar does not allow it (nothing is accepted then). */
+qr_status qr_sampler_force(qr_sampler *s, const float *logits, int32_t token, qr_sample_result *out, char *err,
+                           size_t err_len);
+
 /* Attaches grammar matcher m (the sampler owns it from now on and frees it; NULL detaches and frees
  * the previous one). Every token qr_sampler_sample returns afterwards is allowed by the grammar and
  * is accepted into it; qr_sampler_accept (prompt tokens) does not touch it; qr_sampler_reset

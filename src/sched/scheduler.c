@@ -34,6 +34,15 @@ typedef struct sreq {
     qr_sched_callback cb;
     void *user;
     qr_sched_timing timing;
+    /* reasoning budget (qr_sched_request.think_*) */
+    bool think_limit;
+    int8_t think_state;      /* 0 = undecided (reply not begun), 1 = inside the section, 2 = outside */
+    int32_t think_budget, think_used;
+    int32_t n_think_end, think_forced; /* think_forced: next forced index, -1 = not forcing */
+    int32_t *think_end;      /* [n_think_end] */
+    char think_open[32], think_close[32];
+    char think_tail[64];     /* the last bytes of the reply (tags are found across tokens) */
+    size_t think_tail_len;
 } sreq;
 
 typedef struct sjob {
@@ -88,6 +97,7 @@ static void req_free(sreq *r) {
     qr_sampler_free(r->smp);
     qr_stop_free(r->stop);
     qr_detok_stream_free(r->ds);
+    free(r->think_end);
     free(r->tokens);
     free(r);
 }
@@ -145,6 +155,73 @@ static qr_status attach_grammar(qr_scheduler *s, sreq *r, qr_grammar *g, char *e
     return QR_OK;
 }
 
+/* Copies the reasoning budget of q into r. */
+static qr_status think_setup(sreq *r, const qr_sched_request *q, int32_t n_vocab, char *err, size_t err_len) {
+    r->think_forced = -1;
+    if (!q->think_limit) return QR_OK;
+    const char *open = q->think_open ? q->think_open : "<think>", *close = q->think_close ? q->think_close : "</think>";
+    if (q->think_budget < 0 || q->n_think_end < 1 || !q->think_end || strlen(open) >= sizeof r->think_open ||
+        strlen(close) >= sizeof r->think_close || !*open || !*close)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "request: bad reasoning budget or tags");
+    for (int32_t i = 0; i < q->n_think_end; i++)
+        if (q->think_end[i] < 0 || q->think_end[i] >= n_vocab)
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "request: think_end token outside the vocabulary");
+    r->think_end = malloc(sizeof(int32_t) * (size_t)q->n_think_end);
+    if (!r->think_end) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
+    memcpy(r->think_end, q->think_end, sizeof(int32_t) * (size_t)q->n_think_end);
+    r->n_think_end = q->n_think_end;
+    r->think_limit = true;
+    r->think_budget = q->think_budget;
+    r->think_state = q->think_started ? 1 : 0;
+    snprintf(r->think_open, sizeof r->think_open, "%s", open);
+    snprintf(r->think_close, sizeof r->think_close, "%s", close);
+    if (q->think_started && q->think_budget == 0) r->think_forced = 0;
+    return QR_OK;
+}
+
+/* Follows the reply's text through the reasoning section (piece: the token's text) and starts forcing
+ * the closing tokens when the budget is spent. */
+static void think_track(sreq *r, const char *piece, size_t len) {
+    if (!r->think_limit || r->think_state == 2) return;
+    const bool was_inside = r->think_state == 1;
+    /* keep the last bytes: enough for a tag split over tokens */
+    const size_t cap = sizeof r->think_tail - 1;
+    if (len >= cap) {
+        memcpy(r->think_tail, piece + len - cap, cap);
+        r->think_tail_len = cap;
+    } else {
+        if (r->think_tail_len + len > cap) {
+            const size_t drop = r->think_tail_len + len - cap;
+            memmove(r->think_tail, r->think_tail + drop, r->think_tail_len - drop);
+            r->think_tail_len -= drop;
+        }
+        memcpy(r->think_tail + r->think_tail_len, piece, len);
+        r->think_tail_len += len;
+    }
+    r->think_tail[r->think_tail_len] = 0;
+    if (r->think_state == 0) {
+        const char *t = r->think_tail;
+        while (*t == ' ' || *t == '\n' || *t == '\t' || *t == '\r') t++;
+        const size_t tl = strlen(t), ol = strlen(r->think_open);
+        if (tl >= ol && !memcmp(t, r->think_open, ol)) {
+            r->think_state = 1;
+            memmove(r->think_tail, t + ol, tl - ol + 1);
+            r->think_tail_len = tl - ol;
+        } else if (tl > 0 && memcmp(t, r->think_open, tl < ol ? tl : ol)) {
+            r->think_state = 2; /* the reply does not open with the tag */
+            return;
+        } else {
+            return;
+        }
+    }
+    if (strstr(r->think_tail, r->think_close)) {
+        r->think_state = 2;
+        return;
+    }
+    if (was_inside) r->think_used++;
+    if (r->think_forced < 0 && r->think_used >= r->think_budget) r->think_forced = 0;
+}
+
 qr_status qr_sched_submit(qr_scheduler *s, const qr_sched_request *q, uint64_t *id, char *err, size_t err_len) {
     *id = 0;
     if (!q->cb || !q->prompt || q->n_prompt < 1 || q->max_tokens < 1 || q->n_stops < 0)
@@ -162,11 +239,12 @@ qr_status qr_sched_submit(qr_scheduler *s, const qr_sched_request *q, uint64_t *
     if (!r) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
     r->cap = q->n_prompt + (q->max_tokens < 1024 ? q->max_tokens : 1024) + 1;
     r->tokens = malloc(sizeof(int32_t) * (size_t)r->cap);
-    r->ds = qr_detok_stream_create(s->tok, false);
+    r->ds = qr_detok_stream_create(s->tok, q->special_text);
     if (!r->tokens || !r->ds) {
         st = qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
         goto fail;
     }
+    if ((st = think_setup(r, q, s->n_vocab, err, err_len)) != QR_OK) goto fail;
     if ((st = qr_sampler_create(&q->sampler, s->n_vocab, &r->smp, err, err_len)) != QR_OK) goto fail;
     if ((st = qr_stop_create(q->stops, q->n_stops, q->max_tokens, &r->stop, err, err_len)) != QR_OK) goto fail;
     if (q->grammar && (st = attach_grammar(s, r, q->grammar, err, err_len)) != QR_OK) goto fail;
@@ -323,7 +401,13 @@ static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row) {
     char err[512];
     const float *logits = qr_get_logits(s->ctx, row);
     qr_sample_result res;
-    if (!logits || qr_sampler_sample(r->smp, logits, &res, err, sizeof err) != QR_OK) {
+    bool forced = false;
+    if (logits && r->think_forced >= 0 && r->think_forced < r->n_think_end) { /* the reasoning budget is spent */
+        forced = qr_sampler_force(r->smp, logits, r->think_end[r->think_forced], &res, err, sizeof err) == QR_OK;
+        r->think_forced = forced ? r->think_forced + 1 : r->n_think_end; /* a grammar that refuses: stop forcing */
+        if (r->think_forced == r->n_think_end) r->think_state = 2;
+    }
+    if (!logits || (!forced && qr_sampler_sample(r->smp, logits, &res, err, sizeof err) != QR_OK)) {
         release_seq(s, r);
         finish(s, r, QR_SCHED_END_ERROR, QR_FINISH_STOP, logits ? err : "no logits for the sequence");
         return true;
@@ -339,6 +423,7 @@ static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row) {
     const char *piece = "";
     size_t piece_len = 0;
     if (!eog && qr_detok_stream_push(r->ds, res.token, &piece, &piece_len) != QR_OK) piece = "", piece_len = 0;
+    if (!forced) think_track(r, piece, piece_len);
     qr_stop_result sr;
     if (qr_stop_feed(r->stop, piece, piece_len, eog, &sr) != QR_OK) {
         release_seq(s, r);

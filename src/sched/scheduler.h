@@ -95,6 +95,19 @@ typedef struct qr_sched_request {
     qr_grammar *grammar;       /* NULL, or a grammar the output must follow (the request takes its own
                                   reference); the generation ends when the grammar can take nothing
                                   more; the model's vocabulary trie is built on the first use */
+    bool special_text;         /* the event text shows control tokens (<|channel|>, [TOOL_CALLS], ...) */
+    /* Reasoning budget (when think_limit): think_budget >= 0 tokens may be generated inside a reasoning
+     * section (opened by think_open at the start of the reply, or by the prompt when think_started)
+     * before the scheduler forces think_end (the token ids of the closing tag) as the next tokens.
+     * Forced tokens go through the grammar when there is one (a grammar that refuses them ends the
+     * forcing). */
+    bool think_limit;
+    int32_t think_budget;
+    const char *think_open;    /* NULL = "<think>" */
+    const char *think_close;   /* NULL = "</think>" (how the section's end is recognized in the text) */
+    bool think_started;
+    const qr_token *think_end; /* [n_think_end] (copied) */
+    int32_t n_think_end;
     qr_sched_priority priority;
     double timeout_s;          /* <= 0: the scheduler's default */
     qr_sched_callback cb;      /* required */

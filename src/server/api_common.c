@@ -6,6 +6,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "server/api_common.h"
+#include "server/chat_tools.h"
 #include "util/util.h"
 
 int srv_job_begin_req(srv_conn *rc, srv_api api, srv_gen_req *req, srv_job *j, qr_server *s, int *http_status,
@@ -29,6 +30,12 @@ int srv_job_begin_req(srv_conn *rc, srv_api api, srv_gen_req *req, srv_job *j, q
     }
     char e[1024];
     int32_t *ids = NULL, n = 0;
+    if (srv_chat_prepare(j->m, &j->req, api, e, sizeof e) < 0) {
+        if (rc) srv_send_error(rc, 400, "INVALID_REQUEST", 0, "%s", e);
+        else *http_status = 400, *code = "INVALID_REQUEST", snprintf(err, err_len, "%s", e);
+        goto fail_release;
+    }
+    srv_count_features(s, &j->req);
     if (srv_build_prompt(j->m, &j->req, api, &ids, &n, e, sizeof e) < 0) {
         if (rc) srv_send_error(rc, 400, "INVALID_REQUEST", 0, "%s", e);
         else *http_status = 400, *code = "INVALID_REQUEST", snprintf(err, err_len, "%s", e);

@@ -6,6 +6,7 @@
 
 #include "model/model.h"
 #include "server/api_common.h"
+#include "server/chat_tools.h"
 #include "util/util.h"
 
 static json_t *timings(const srv_job *j, const srv_ev *done) {
@@ -38,6 +39,25 @@ static int ollama_load_only(srv_conn *rc, srv_gen_req *req) {
 }
 
 /* Ollama generate (chat == false) or chat. */
+/* One NDJSON object of a reply (a stream line or the final object): chat puts d in `message` {role, content,
+ * thinking?, tool_calls?}, generate in `response` and `thinking`. */
+static json_t *reply_json(bool chat, const char *model, const qr_chat_delta *d, bool done) {
+    char ts[48];
+    srv_iso_time(srv_wall_now(), ts, sizeof ts);
+    json_t *o = json_pack("{s:s, s:s}", "model", model, "created_at", ts);
+    if (!o) return NULL;
+    json_t *body = o;
+    if (chat) {
+        body = json_pack("{s:s}", "role", "assistant");
+        json_object_set_new(o, "message", body);
+    }
+    json_object_set_new(body, chat ? "content" : "response", json_stringn(d->content, d->content_len));
+    if (d->reasoning_len) json_object_set_new(body, "thinking", json_stringn(d->reasoning, d->reasoning_len));
+    if (chat && d->n_calls) json_object_set_new(body, "tool_calls", srv_tool_calls_ollama(d->calls, d->n_calls));
+    json_object_set_new(o, "done", json_boolean(done));
+    return o;
+}
+
 static int ollama(srv_conn *rc, bool chat) {
     srv_job j;
     const srv_api api = chat ? SRV_API_OLLAMA_CHAT : SRV_API_OLLAMA_GENERATE;
@@ -58,6 +78,8 @@ static int ollama(srv_conn *rc, bool chat) {
     bool gone = false;
     double ttft = -1;
     if (stream && srv_stream_begin(rc, "application/x-ndjson") < 0) gone = true;
+    qr_chat_parser *cp = NULL; /* streamed replies: splits content / thinking / tool calls */
+    if (stream && j.req.split && qr_chat_parser_create(&j.req.parse, &cp, err, sizeof err) != QR_OK) cp = NULL;
     srv_ev *done = NULL;
     for (srv_ev *e; (e = srv_gen_next(&j.g));) {
         if (e->type == QR_SCHED_EV_DONE) {
@@ -84,13 +106,10 @@ static int ollama(srv_conn *rc, bool chat) {
                 text[text_len] = 0;
             }
         } else if (!gone && e->len > 0) {
-            char ts[48];
-            srv_iso_time(srv_wall_now(), ts, sizeof ts);
-            json_t *line = chat ? json_pack("{s:s, s:s, s:{s:s, s:s%}, s:b}", "model", m->name, "created_at", ts,
-                                            "message", "role", "assistant", "content", e->text, e->len, "done", 0)
-                                : json_pack("{s:s, s:s, s:s%, s:b}", "model", m->name, "created_at", ts, "response",
-                                            e->text, e->len, "done", 0);
-            if (srv_stream_ndjson(rc, line) < 0) {
+            qr_chat_delta d = {.content = e->text, .content_len = e->len, .reasoning = ""};
+            if (cp && qr_chat_parser_feed(cp, e->text, e->len, false, &d, err, sizeof err) != QR_OK)
+                d = (qr_chat_delta){.content = "", .reasoning = ""};
+            if ((d.content_len || d.reasoning_len || d.n_calls) && srv_stream_ndjson(rc, reply_json(chat, m->name, &d, false)) < 0) {
                 gone = true;
                 srv_gen_cancel(&j.g);
             }
@@ -112,8 +131,6 @@ static int ollama(srv_conn *rc, bool chat) {
             srv_stream_end(rc);
         }
     } else {
-        char ts[48];
-        srv_iso_time(srv_wall_now(), ts, sizeof ts);
         const char *final_text = stream ? done->text : (text ? text : "");
         size_t final_len = stream ? done->len : text_len;
         if (!stream && done->len) { /* held-back text flushed at the end */
@@ -127,12 +144,19 @@ static int ollama(srv_conn *rc, bool chat) {
                 final_len = text_len;
             }
         }
-        json_t *o = chat ? json_pack("{s:s, s:s, s:{s:s, s:s%}, s:b, s:s}", "model", m->name, "created_at", ts, "message",
-                                     "role", "assistant", "content", final_text, final_len, "done", 1, "done_reason",
-                                     srv_finish_str(done))
-                         : json_pack("{s:s, s:s, s:s%, s:b, s:s}", "model", m->name, "created_at", ts, "response",
-                                     final_text, final_len, "done", 1, "done_reason", srv_finish_str(done));
+        qr_chat_delta d = {.content = final_text, .content_len = final_len, .reasoning = ""};
+        qr_chat_result whole = {0};
+        if (cp) { /* stream: what the parser still held */
+            if (qr_chat_parser_feed(cp, final_text, final_len, true, &d, err, sizeof err) != QR_OK)
+                d = (qr_chat_delta){.content = "", .reasoning = ""};
+        } else if (j.req.split && qr_chat_parse(&j.req.parse, final_text, final_len, &whole, err, sizeof err) == QR_OK) {
+            d = (qr_chat_delta){.content = whole.content, .content_len = whole.content_len, .reasoning = whole.reasoning,
+                                .reasoning_len = whole.reasoning_len, .calls = whole.calls, .n_calls = whole.n_calls};
+        }
+        json_t *o = reply_json(chat, m->name, &d, true);
+        qr_chat_result_free(&whole);
         if (o) {
+            json_object_set_new(o, "done_reason", json_string(srv_finish_str(done)));
             json_object_update(o, timings(&j, done));
             if (!chat) {
                 json_t *ctx = json_array();
@@ -149,6 +173,7 @@ static int ollama(srv_conn *rc, bool chat) {
         }
     }
     srv_ev_free(done);
+    qr_chat_parser_free(cp);
     free(text);
     free(gen);
     srv_job_end(rc, &j, rc->s);

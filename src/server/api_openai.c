@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "server/api_common.h"
+#include "server/chat_tools.h"
 #include "util/util.h"
 
 /* Growable text buffer. */
@@ -107,6 +108,35 @@ static json_t *usage_json(int32_t np, int32_t ng) {
     return json_pack("{s:i, s:i, s:i}", "prompt_tokens", np, "completion_tokens", ng, "total_tokens", np + ng);
 }
 
+/* The delta object of a chat chunk: role on the first, then the parser's content, reasoning_content and
+ * completed tool calls. */
+static json_t *chat_delta(const qr_chat_delta *d, bool first, const char *rid) {
+    json_t *delta = json_object();
+    if (first) json_object_set_new(delta, "role", json_string("assistant"));
+    if (d->content_len) json_object_set_new(delta, "content", json_stringn(d->content, d->content_len));
+    if (d->reasoning_len) json_object_set_new(delta, "reasoning_content", json_stringn(d->reasoning, d->reasoning_len));
+    if (d->n_calls)
+        json_object_set_new(delta, "tool_calls", srv_tool_calls_openai(d->calls, d->n_calls, d->first_call, rid, true));
+    return delta;
+}
+
+/* The message of a whole chat reply: content (null when the reply is only calls), reasoning_content and
+ * tool_calls when present. *n_calls receives the number of calls. */
+static json_t *chat_message(const srv_gen_req *req, const char *text, size_t len, const char *rid, int32_t *n_calls) {
+    *n_calls = 0;
+    qr_chat_result r;
+    char err[128];
+    if (!req->split || qr_chat_parse(&req->parse, text, len, &r, err, sizeof err) != QR_OK)
+        return json_pack("{s:s, s:s%}", "role", "assistant", "content", text, len);
+    json_t *m = json_pack("{s:s}", "role", "assistant");
+    json_object_set_new(m, "content", r.n_calls && !r.content_len ? json_null() : json_stringn(r.content, r.content_len));
+    if (r.reasoning_len) json_object_set_new(m, "reasoning_content", json_stringn(r.reasoning, r.reasoning_len));
+    if (r.n_calls) json_object_set_new(m, "tool_calls", srv_tool_calls_openai(r.calls, r.n_calls, 0, rid, false));
+    *n_calls = r.n_calls;
+    qr_chat_result_free(&r);
+    return m;
+}
+
 /* One OpenAI request, chat or completion. */
 static int openai(srv_conn *rc, bool chat) {
     srv_job j;
@@ -122,6 +152,9 @@ static int openai(srv_conn *rc, bool chat) {
     comp_lp clp = {json_array(), json_array(), json_array(), json_array(), 0};
     bool gone = false, first = true;
     double ttft = -1;
+    qr_chat_parser *cp = NULL; /* streamed chat: splits content / reasoning / tool calls */
+    char perr[128];
+    if (stream && chat && j.req.split && qr_chat_parser_create(&j.req.parse, &cp, perr, sizeof perr) != QR_OK) cp = NULL;
     if (stream && srv_stream_begin(rc, "text/event-stream") < 0) gone = true;
     srv_ev *done = NULL;
     for (srv_ev *e; !done && (e = srv_gen_next(&j.g));) {
@@ -138,9 +171,15 @@ static int openai(srv_conn *rc, bool chat) {
             }
         } else if (!gone && (e->len > 0 || want_lp)) {
             json_t *choice;
+            qr_chat_delta d = {.content = e->text, .content_len = e->len, .reasoning = ""};
+            if (chat && cp && qr_chat_parser_feed(cp, e->text, e->len, false, &d, perr, sizeof perr) != QR_OK)
+                d = (qr_chat_delta){.content = "", .reasoning = ""};
+            if (chat && !want_lp && !d.content_len && !d.reasoning_len && !d.n_calls) {
+                srv_ev_free(e);
+                continue; /* held back by the parser */
+            }
             if (chat) {
-                json_t *delta = json_pack("{s:s%}", "content", e->text, e->len);
-                if (first && delta) json_object_set_new(delta, "role", json_string("assistant"));
+                json_t *delta = chat_delta(&d, first, rc->rid);
                 choice = json_pack("{s:i, s:o, s:n}", "index", 0, "delta", delta ? delta : json_object(), "finish_reason");
                 if (choice) json_object_set_new(choice, "logprobs", want_lp ? json_pack("{s:[o]}", "content", chat_lp(m, e)) : json_null());
             } else {
@@ -183,8 +222,12 @@ static int openai(srv_conn *rc, bool chat) {
             srv_stream_sse_json(rc, json_pack("{s:{s:s, s:s}}", "error", "code", ecode, "message",
                                               srv_done_error_message(done, ecode)));
         } else {
-            json_t *choice = chat ? json_pack("{s:i, s:{s:s%}, s:n, s:s}", "index", 0, "delta", "content",
-                                              done->text, done->len, "logprobs", "finish_reason", srv_finish_str(done))
+            qr_chat_delta d = {.content = done->text, .content_len = done->len, .reasoning = ""};
+            if (chat && cp && qr_chat_parser_feed(cp, done->text, done->len, true, &d, perr, sizeof perr) != QR_OK)
+                d = (qr_chat_delta){.content = "", .reasoning = ""};
+            const bool calls = cp && qr_chat_parser_n_calls(cp) > 0;
+            json_t *choice = chat ? json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "delta", chat_delta(&d, first, rc->rid),
+                                              "logprobs", "finish_reason", calls ? "tool_calls" : srv_finish_str(done))
                                   : json_pack("{s:s%, s:i, s:n, s:s}", "text", done->text, done->len, "index", 0,
                                               "logprobs", "finish_reason", srv_finish_str(done));
             json_t *chunk = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o]}", "id", id, "object", object, "created",
@@ -204,8 +247,10 @@ static int openai(srv_conn *rc, bool chat) {
         json_t *choice;
         const char *t = text.p ? text.p : "";
         if (chat) {
-            choice = json_pack("{s:i, s:{s:s, s:s%}, s:s}", "index", 0, "message", "role", "assistant", "content", t,
-                               text.len, "finish_reason", srv_finish_str(done));
+            int32_t n_calls;
+            json_t *msg = chat_message(&j.req, t, text.len, rc->rid, &n_calls);
+            choice = json_pack("{s:i, s:o, s:s}", "index", 0, "message", msg ? msg : json_object(), "finish_reason",
+                               n_calls ? "tool_calls" : srv_finish_str(done));
             if (choice)
                 json_object_set_new(choice, "logprobs", want_lp ? json_pack("{s:O}", "content", lp_content) : json_null());
         } else {
@@ -218,6 +263,7 @@ static int openai(srv_conn *rc, bool chat) {
                                          usage_json(np, ng)));
     }
     srv_ev_free(done);
+    qr_chat_parser_free(cp);
     free(text.p);
     json_decref(lp_content);
     comp_lp_free(&clp);

@@ -5,12 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/chat_tools.h"
 #include "server/server_internal.h"
 #include "util/util.h"
 
 #define MAX_PENDING 8192 /* events a slow client may leave unread before it is cancelled */
 
-int srv_build_prompt(const srv_model *m, const srv_gen_req *req, srv_api api, int32_t **ids, int32_t *n, char *err,
+int srv_build_prompt(const srv_model *m, srv_gen_req *req, srv_api api, int32_t **ids, int32_t *n, char *err,
                      size_t err_len) {
     *ids = NULL;
     *n = 0;
@@ -35,14 +36,16 @@ int srv_build_prompt(const srv_model *m, const srv_gen_req *req, srv_api api, in
         char *text = NULL;
         bool templated = false;
         if (req->messages) {
-            if (srv_render_chat(m, req->messages, &text, err, err_len) < 0) return -1;
+            if (srv_render_chat(m, req->chat_messages ? req->chat_messages : req->messages,
+                                req->template_tools ? req->tools : NULL, req->chat_extra, &text, err, err_len) < 0)
+                return -1;
             templated = true;
         } else if (api == SRV_API_OLLAMA_GENERATE && !req->raw && m->tmpl) {
             json_t *msgs = json_array();
             if (req->system && *req->system)
                 json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", req->system));
             json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", req->prompt));
-            const int rc = srv_render_chat(m, msgs, &text, err, err_len);
+            const int rc = srv_render_chat(m, msgs, NULL, req->chat_extra, &text, err, err_len);
             json_decref(msgs);
             if (rc < 0) return -1;
             templated = true;
@@ -50,6 +53,7 @@ int srv_build_prompt(const srv_model *m, const srv_gen_req *req, srv_api api, in
             text = strdup(req->prompt ? req->prompt : "");
             if (!text) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory"), -1;
         }
+        if (templated) srv_chat_prompt_rendered(req, text);
         /* as `quarrel run`: a plain prompt gets BOS and no special-token parsing, a rendered
          * template is parsed for its control tokens */
         const int rc = srv_tokenize(m, text, strlen(text), true, templated, &out, &nn);
@@ -128,7 +132,16 @@ qr_status srv_gen_start(srv_gen *g, srv_model *m, int32_t *prompt, int32_t n_pro
     qr_sched_request q = {.prompt = prompt, .n_prompt = n_prompt, .sampler = req->sp, .stops = req->stops,
                           .n_stops = req->n_stops, .ignore_eos = req->ignore_eos, .grammar = req->grammar,
                           .priority = req->priority ? QR_SCHED_BATCH : QR_SCHED_INTERACTIVE, .timeout_s = timeout_s,
-                          .cb = on_event, .user = g};
+                          .cb = on_event, .user = g, .special_text = req->special_text};
+    if (req->think_budget >= 0 && req->n_think_end > 0) {
+        q.think_limit = true;
+        q.think_budget = req->think_budget;
+        q.think_open = req->parse.think_open;
+        q.think_close = req->parse.think_close;
+        q.think_started = req->parse.think_started;
+        q.think_end = req->think_end;
+        q.n_think_end = req->n_think_end;
+    }
     q.max_tokens = req->max_tokens > 0 ? req->max_tokens : 1 << 30;
     return qr_sched_submit(m->sched, &q, &g->id, err, err_len);
 }

@@ -146,6 +146,13 @@ int srv_send_error(srv_conn *rc, int status, const char *code, int retry_after_s
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     rc->err_code = code;
+    if (!rc->err_counted && rc->s) { /* counted before the bytes go out: a client that reads the answer and
+                                      * then scrapes /metrics sees it */
+        char lab[96];
+        snprintf(lab, sizeof lab, "code=\"%s\"", code);
+        srv_metrics_add(rc->s->metrics, "quarrel_errors_total", lab, 1);
+        rc->err_counted = true;
+    }
     json_t *j = error_json(rc, status, code, msg);
     if (!j) j = error_json(rc, status, code, "(message not UTF-8)");
     char extra[64] = "";

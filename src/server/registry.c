@@ -409,7 +409,8 @@ int srv_tokenize(const srv_model *m, const char *text, size_t len, bool add_spec
     return 0;
 }
 
-int srv_render_chat(const srv_model *m, const void *messages_json, char **out, char *err, size_t err_len) {
+int srv_render_chat(const srv_model *m, const void *messages_json, const void *tools, const void *extra, char **out,
+                    char *err, size_t err_len) {
     if (!m->tmpl) {
         qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "model '%s' has no chat template", m->name);
         return -1;
@@ -450,6 +451,8 @@ int srv_render_chat(const srv_model *m, const void *messages_json, char **out, c
     opt.add_generation_prompt = true;
     opt.bos_token = m->bos;
     opt.eos_token = m->eos;
+    opt.tools = tools;
+    opt.extra = extra;
     size_t out_len;
     qr_status st = qr_chat_template_render(m->tmpl, msgs, &opt, out, &out_len, err, err_len);
     json_decref(msgs);

@@ -106,8 +106,10 @@ int srv_registry_unload(srv_registry *r, const char *name);
 int srv_tokenize(const srv_model *m, const char *text, size_t len, bool add_special, bool parse_special,
                  int32_t **ids, size_t *n);
 
-/* Renders messages (JSON array) with the model's chat template (add_generation_prompt); *out
+/* Renders messages (JSON array) with the model's chat template (add_generation_prompt); tools (a JSON
+ * array or NULL) is the template's `tools`, extra (a JSON object or NULL) more template variables; *out
  * malloc'd. 0 or -1 with a message (no template, template error). */
-int srv_render_chat(const srv_model *m, const void *messages_json, char **out, char *err, size_t err_len);
+int srv_render_chat(const srv_model *m, const void *messages_json, const void *tools, const void *extra, char **out,
+                    char *err, size_t err_len);
 
 #endif

@@ -120,6 +120,9 @@ int srv_json_parse(const char *body, size_t len, int max_depth, json_t **root, c
 
 void srv_gen_req_free(srv_gen_req *r) {
     json_decref(r->root);
+    json_decref(r->chat_messages);
+    json_decref(r->chat_extra);
+    free(r->think_end);
     free(r->bias);
     qr_grammar_free(r->grammar);
     memset(r, 0, sizeof *r);
@@ -277,6 +280,22 @@ static int check_messages(json_t *m, char *err, size_t err_len) {
             strcmp(rs, "developer"))
             FAIL("'messages[%zu].role' must be one of system, user, assistant, tool, developer (got '%.64s')", i,
                  rs);
+        json_t *tc = json_object_get(e, "tool_calls");
+        if (tc && !json_is_null(tc)) {
+            if (!json_is_array(tc)) FAIL("'messages[%zu].tool_calls' must be an array", i);
+            size_t k;
+            json_t *call;
+            json_array_foreach(tc, k, call) {
+                json_t *fn = json_object_get(call, "function");
+                json_t *args = json_object_get(fn, "arguments");
+                if (!json_is_object(call) || !json_is_object(fn) || !json_is_string(json_object_get(fn, "name")) ||
+                    (args && !json_is_null(args) && !json_is_string(args) && !json_is_object(args)))
+                    FAIL("'messages[%zu].tool_calls[%zu]' must be {\"function\": {\"name\": string, \"arguments\": "
+                         "string or object}}", i, k);
+            }
+        }
+        json_t *tcid = json_object_get(e, "tool_call_id");
+        if (tcid && !json_is_null(tcid) && !json_is_string(tcid)) FAIL("'messages[%zu].tool_call_id' must be a string", i);
         if (content && !json_is_null(content) && !json_is_string(content)) {
             /* OpenAI content parts: [{type: text, text: ...}] */
             if (!json_is_array(content)) FAIL("'messages[%zu].content' must be a string or an array of parts", i);
@@ -429,7 +448,143 @@ int srv_gen_req_from_json(json_t *root, srv_api api, srv_gen_req *r, char *err, 
             r->sp.n_logit_bias = r->n_bias;
         }
     }
-    return srv_parse_grammar(root, api, &r->grammar, err, err_len);
+    r->think = -1;
+    r->think_budget = -1;
+    r->parallel_tools = true;
+    if (api == SRV_API_OPENAI_CHAT || api == SRV_API_OLLAMA_CHAT) {
+        if (srv_parse_tools(root, r, err, err_len) < 0) return -1;
+    }
+    if (api == SRV_API_OPENAI_CHAT || api == SRV_API_OLLAMA_CHAT || api == SRV_API_OLLAMA_GENERATE) {
+        if (srv_parse_reasoning(root, api, r, err, err_len) < 0) return -1;
+    }
+    if (srv_parse_grammar(root, api, &r->grammar, err, err_len) < 0) return -1;
+    if (r->grammar && r->tools && r->tool_choice >= SRV_TOOLS_REQUIRED)
+        FAIL("a required tool call and '%s' both constrain the reply: give one of them",
+             api == SRV_API_OLLAMA_CHAT ? "format" : json_object_get(root, "grammar") ? "grammar" : "response_format");
+    return 0;
+}
+
+/* A function name: 1-64 of [A-Za-z0-9_.-]. */
+static bool tool_name_ok(const char *s, size_t len) {
+    return len >= 1 && len <= 64 &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == len;
+}
+
+int srv_parse_tools(json_t *root, srv_gen_req *r, char *err, size_t err_len) {
+    r->tools = NULL;
+    r->tool_choice = SRV_TOOLS_AUTO;
+    r->tool_name = NULL;
+    r->parallel_tools = true;
+    if (get_bool(root, "parallel_tool_calls", &r->parallel_tools, err, err_len) < 0) return -1;
+    json_t *tools = json_object_get(root, "tools");
+    if (tools && json_is_null(tools)) tools = NULL;
+    if (tools) {
+        if (!json_is_array(tools)) FAIL("'tools' must be an array of {\"type\": \"function\", \"function\": {...}}");
+        if (json_array_size(tools) > 128) FAIL("'tools' has more than 128 entries");
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t) {
+            if (!json_is_object(t)) FAIL("'tools[%zu]' must be an object", i);
+            json_t *type = json_object_get(t, "type");
+            if (type && !(json_is_string(type) && !strcmp(json_string_value(type), "function")))
+                FAIL("'tools[%zu].type' must be \"function\"", i);
+            json_t *fn = json_object_get(t, "function");
+            if (!json_is_object(fn)) FAIL("'tools[%zu].function' must be an object {name, description, parameters}", i);
+            json_t *name = json_object_get(fn, "name");
+            if (!json_is_string(name) || !tool_name_ok(json_string_value(name), json_string_length(name)))
+                FAIL("'tools[%zu].function.name' must be 1-64 letters, digits, '_', '.' or '-'", i);
+            json_t *d = json_object_get(fn, "description");
+            if (d && !json_is_null(d) && !json_is_string(d)) FAIL("'tools[%zu].function.description' must be a string", i);
+            json_t *params = json_object_get(fn, "parameters");
+            if (params && !json_is_null(params) && !json_is_object(params))
+                FAIL("'tools[%zu].function.parameters' must be a JSON schema object", i);
+            json_t *strict = json_object_get(fn, "strict");
+            if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+                FAIL("'tools[%zu].function.strict' must be a boolean", i);
+        }
+        if (json_array_size(tools) > 0) r->tools = tools;
+    }
+    json_t *tc = json_object_get(root, "tool_choice");
+    if (tc && !json_is_null(tc)) {
+        if (json_is_string(tc)) {
+            const char *v = json_string_value(tc);
+            if (!strcmp(v, "auto")) r->tool_choice = SRV_TOOLS_AUTO;
+            else if (!strcmp(v, "none")) r->tool_choice = SRV_TOOLS_NONE;
+            else if (!strcmp(v, "required")) r->tool_choice = SRV_TOOLS_REQUIRED;
+            else FAIL("'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\"}}");
+        } else if (json_is_object(tc)) {
+            json_t *type = json_object_get(tc, "type");
+            json_t *name = json_object_get(json_object_get(tc, "function"), "name");
+            if ((type && !(json_is_string(type) && !strcmp(json_string_value(type), "function"))) || !json_is_string(name))
+                FAIL("'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\"}}");
+            r->tool_choice = SRV_TOOLS_NAMED;
+            r->tool_name = json_string_value(name);
+        } else {
+            FAIL("'tool_choice' must be a string or an object");
+        }
+        if (r->tool_choice >= SRV_TOOLS_REQUIRED && !r->tools)
+            FAIL("'tool_choice' asks for a tool call but 'tools' is empty");
+        if (r->tool_choice == SRV_TOOLS_NAMED) {
+            bool found = false;
+            size_t i;
+            json_t *t;
+            json_array_foreach(r->tools, i, t) {
+                const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+                if (n && !strcmp(n, r->tool_name)) found = true;
+            }
+            if (!found) FAIL("'tool_choice' names '%.64s', which is not in 'tools'", r->tool_name);
+        }
+    }
+    if (r->tool_choice == SRV_TOOLS_NONE) r->tools = NULL;
+    return 0;
+}
+
+/* Reasoning tokens of each effort level (-1 = no limit). */
+static int32_t effort_budget(const char *e) {
+    if (!strcmp(e, "none")) return 0;
+    if (!strcmp(e, "minimal")) return 128;
+    if (!strcmp(e, "low")) return 512;
+    if (!strcmp(e, "medium")) return 2048;
+    return -1; /* high */
+}
+
+static bool effort_ok(const char *e) {
+    return !strcmp(e, "none") || !strcmp(e, "minimal") || !strcmp(e, "low") || !strcmp(e, "medium") ||
+           !strcmp(e, "high");
+}
+
+int srv_parse_reasoning(json_t *root, srv_api api, srv_gen_req *r, char *err, size_t err_len) {
+    r->think = -1;
+    r->think_budget = -1;
+    r->reasoning_effort = NULL;
+    if (api == SRV_API_OPENAI_CHAT) {
+        if (get_str(root, "reasoning_effort", &r->reasoning_effort, err, err_len) < 0) return -1;
+        if (r->reasoning_effort && !effort_ok(r->reasoning_effort))
+            FAIL("'reasoning_effort' must be \"none\", \"minimal\", \"low\", \"medium\" or \"high\"");
+    } else {
+        json_t *th = json_object_get(root, "think");
+        if (th && !json_is_null(th)) {
+            if (json_is_boolean(th)) {
+                r->think = json_is_true(th);
+            } else if (json_is_string(th) && effort_ok(json_string_value(th)) &&
+                       strcmp(json_string_value(th), "none") && strcmp(json_string_value(th), "minimal")) {
+                r->think = 1;
+                r->reasoning_effort = json_string_value(th);
+            } else {
+                FAIL("'think' must be a boolean or \"low\", \"medium\" or \"high\"");
+            }
+        }
+    }
+    if (r->reasoning_effort) {
+        r->think_budget = effort_budget(r->reasoning_effort);
+        if (r->think < 0) r->think = r->think_budget != 0;
+    }
+    if (r->think == 0) r->think_budget = 0;
+    int64_t n;
+    const int rc = get_int(root, "max_thinking_tokens", 0, 1 << 24, &n, err, err_len);
+    if (rc < 0) return -1;
+    if (rc) r->think_budget = (int32_t)n;
+    return 0;
 }
 
 /* A schema (object or boolean) for field `field` -> grammar. */
@@ -450,7 +605,7 @@ int srv_parse_grammar(json_t *root, srv_api api, qr_grammar **out, char *err, si
     *out = NULL;
     const bool openai = api == SRV_API_OPENAI_CHAT || api == SRV_API_OPENAI_COMPLETION;
     json_t *gr = json_object_get(root, "grammar");
-    if (gr && json_is_null(gr)) gr = NULL;
+    if (gr && (json_is_null(gr) || (json_is_string(gr) && json_string_length(gr) == 0))) gr = NULL; /* "" = none */
     if (gr && !openai && api != SRV_API_NATIVE) gr = NULL; /* Ollama has no such field */
     int modes = gr != NULL;
     if (api == SRV_API_NATIVE) {
@@ -476,6 +631,9 @@ int srv_parse_grammar(json_t *root, srv_api api, qr_grammar **out, char *err, si
                     FAIL("'response_format.json_schema.strict' must be a boolean");
                 json_t *name = json_object_get(js, "name");
                 if (name && !json_is_string(name)) FAIL("'response_format.json_schema.name' must be a string");
+                json_t *desc = json_object_get(js, "description");
+                if (desc && !json_is_null(desc) && !json_is_string(desc))
+                    FAIL("'response_format.json_schema.description' must be a string");
                 json_t *schema = json_object_get(js, "schema");
                 if (!schema || json_is_null(schema)) return json_object_mode(out, err, err_len);
                 return schema_grammar(schema, "response_format.json_schema.schema", out, err, err_len);

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sampling/chat_parse.h"
 #include "sampling/grammar.h"
 #include "sampling/sampler.h"
 
@@ -46,7 +47,43 @@ typedef struct srv_gen_req {
     int32_t n_bias;
     qr_grammar *grammar;    /* owned reference or NULL: OpenAI response_format (json_object, json_schema),
                                Ollama format ("json" or a schema), native grammar (GBNF) / json_schema */
+    /* tool calling (chat routes) */
+    json_t *tools;          /* borrowed: the validated array of tool objects; NULL when none or tool_choice "none" */
+    int32_t tool_choice;    /* srv_tool_choice */
+    const char *tool_name;  /* SRV_TOOLS_NAMED: the function to call */
+    bool parallel_tools;    /* parallel_tool_calls (default true) */
+    /* reasoning */
+    int32_t think;          /* -1 not said, 0 off, 1 on (Ollama think, OpenAI reasoning_effort "none" = 0) */
+    const char *reasoning_effort; /* into root, or NULL (passed to templates that read it) */
+    int32_t think_budget;   /* reasoning tokens before the section is closed; -1 = no limit */
+    /* filled when the model is known (srv_chat_prepare, chat_tools.c) */
+    bool split;             /* the route splits the reply into content / reasoning / tool calls */
+    qr_chat_parse_params parse;
+    bool special_text;      /* generate with control tokens shown (the tool format needs them) */
+    json_t *chat_messages;  /* owned: the messages as rendered (tools prompt, normalized tool calls) or NULL */
+    json_t *chat_extra;     /* owned: extra template variables (enable_thinking, reasoning_effort) or NULL */
+    bool template_tools;    /* pass `tools` to the chat template (it renders them itself) */
+    int32_t *think_end;     /* owned: [n_think_end] tokens forced when the budget is spent */
+    int32_t n_think_end;
 } srv_gen_req;
+
+typedef enum srv_tool_choice {
+    SRV_TOOLS_AUTO = 0,
+    SRV_TOOLS_NONE = 1,
+    SRV_TOOLS_REQUIRED = 2,
+    SRV_TOOLS_NAMED = 3,
+} srv_tool_choice;
+
+/* Reads and validates root's tool fields into r: `tools` (an array of {"type": "function", "function":
+ * {"name", "description"?, "parameters"?, "strict"?}}), `tool_choice` ("auto", "none", "required" or
+ * {"type": "function", "function": {"name"}}) and `parallel_tool_calls`. Returns 0 or -1 with a
+ * message naming the field. */
+int srv_parse_tools(json_t *root, srv_gen_req *r, char *err, size_t err_len);
+
+/* Reads the reasoning fields of root for api into r: OpenAI `reasoning_effort` (none, minimal, low,
+ * medium, high), Ollama `think` (a boolean or low / medium / high), and `max_thinking_tokens` (the
+ * budget, >= 0). Returns 0 or -1 with a message. */
+int srv_parse_reasoning(json_t *root, srv_api api, srv_gen_req *r, char *err, size_t err_len);
 
 /* Parses a JSON body whose nesting is at most max_depth (arrays + objects) into *root. Returns 0, or
  * -1 with a message in err (malformed JSON, too deep, not an object). */

@@ -307,7 +307,7 @@ static void finish_request(srv_conn *rc, const char *method, const char *path) {
     srv_metrics_add(s->metrics, "quarrel_requests_total", lab, 1);
     snprintf(lab, sizeof lab, "endpoint=\"%s\"", rc->endpoint);
     srv_metrics_observe(s->metrics, "quarrel_request_duration_seconds", lab, dur);
-    if (rc->err_code) {
+    if (rc->err_code && !rc->err_counted) { /* in-band stream errors; srv_send_error counted its own */
         snprintf(lab, sizeof lab, "code=\"%s\"", rc->err_code);
         srv_metrics_add(s->metrics, "quarrel_errors_total", lab, 1);
     }
@@ -550,9 +550,9 @@ static void declare_metrics(srv_metrics *m) {
     srv_metrics_declare(m, "quarrel_cancellations_total", SRV_COUNTER,
                         "Requests cancelled (client disconnect, stop message).", NULL, 0);
     srv_metrics_declare(m, "quarrel_errors_total", SRV_COUNTER, "Error responses by error code.", NULL, 0);
-    srv_metrics_declare(m, "quarrel_feature_requests_total", SRV_COUNTER,
-                        "Requests by endpoint and the API feature they use (stream, tools, tools_forced, "
-                        "previous_response_id, text_format, count_tokens).", NULL, 0);
+    srv_metrics_declare(m, "quarrel_requests_by_feature_total", SRV_COUNTER,
+                        "Generation requests by feature used (tools, tool_choice_required, json_schema, reasoning, "
+                        "previous_response_id).", NULL, 0);
     srv_metrics_declare(m, "quarrel_models_loaded", SRV_GAUGE, "Models loaded.", NULL, 0);
 }
 

@@ -51,6 +51,7 @@ typedef struct srv_conn {
     char model[256];         /* model label for metrics ("" when none) */
     int status;              /* status sent */
     const char *err_code;    /* error code sent, or NULL */
+    bool err_counted;        /* err_code is in quarrel_errors_total already (counted before the response went out) */
     double t0;
     char *body;              /* request body (NUL-terminated), NULL when none */
     size_t body_len;
@@ -123,9 +124,9 @@ typedef struct srv_gen {
     srv_ev *done_ev;         /* preallocated DONE event (the scheduler's callback cannot fail on it) */
 } srv_gen;
 
-/* Builds the prompt ids of req for model m (chat template / plain / ids). 0, or -1 with an HTTP
- * status (400) and message. */
-int srv_build_prompt(const srv_model *m, const srv_gen_req *req, srv_api api, int32_t **ids, int32_t *n,
+/* Builds the prompt ids of req for model m (chat template / plain / ids; notes in req whether the
+ * rendered prompt opened a reasoning section). 0, or -1 with an HTTP status (400) and message. */
+int srv_build_prompt(const srv_model *m, srv_gen_req *req, srv_api api, int32_t **ids, int32_t *n,
                      char *err, size_t err_len);
 /* Submits. Errors (srv_status_http answers them): QR_ERR_INVALID_ARG (an embedding model, a bad
  * request), QR_ERR_BUSY (queue full), QR_ERR_SHUTDOWN (draining), QR_ERR_NOMEM; message in err. */

@@ -25,6 +25,11 @@ const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
     [QR_KNOB_HOST_PROF] = {"QUARREL_HOST_PROF", QR_KNOB_BOOL, "0", 0, 0, NULL, "contexts (any backend)",
                            "prints, when a context is freed, where `qr_decode`'s host time went per pass (prepare, "
                            "set_batch, forward or graph launch, error check, logits read, commit)"},
+    [QR_KNOB_GRAPH_MAX_ROWS] = {"QUARREL_GRAPH_MAX_ROWS", QR_KNOB_INT, "256", 1, 4096, NULL,
+                                "contexts (backends with graphs: CUDA)",
+                                "batched decode steps (one row per sequence) of at most this many rows run as "
+                                "recorded graphs, one per (rows, outputs, block-table shape), as every pass of up to "
+                                "8 rows does; larger steps and prompt passes run op by op"},
     [QR_KNOB_OLLAMA_MODELS] = {"OLLAMA_MODELS", QR_KNOB_STRING, "", 0, 0, NULL, "model name resolution",
                                "the Ollama store searched for names like `smollm2:135m` (unset: "
                                "`$HOME/.ollama/models`)"},

@@ -15,6 +15,7 @@ typedef enum qr_knob {
     QR_KNOB_TILE,          /* QUARREL_TILE: dims, prefill GEMM tile rows x columns */
     QR_KNOB_SSM_SCAN,      /* QUARREL_SSM_SCAN: choice qr_knob_ssm_scan */
     QR_KNOB_HOST_PROF,     /* QUARREL_HOST_PROF: bool */
+    QR_KNOB_GRAPH_MAX_ROWS, /* QUARREL_GRAPH_MAX_ROWS: int */
     QR_KNOB_OLLAMA_MODELS, /* OLLAMA_MODELS: string, "" = $HOME/.ollama/models */
     QR_KNOB_HOME,          /* HOME: string */
     QR_KNOB_COUNT

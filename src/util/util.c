@@ -23,6 +23,7 @@ const char *qr_status_str(qr_status status) {
     case QR_ERR_INTERNAL: return "internal error";
     case QR_ERR_BUSY: return "busy";
     case QR_ERR_SHUTDOWN: return "shutting down";
+    case QR_ERR_NUMERIC: return "numeric overflow";
     }
     return "unknown status";
 }

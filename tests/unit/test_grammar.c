@@ -12,21 +12,8 @@
 #include <cmocka.h>
 
 #include "sampling/grammar.h"
+#include "byte_vocab.h"
 #include "sampling/sampler.h"
-
-/* A vocabulary of the 256 single bytes (ids 0..255) and one EOG token (id 256). */
-static qr_grammar_vocab *byte_vocab(void) {
-    static char bytes[256];
-    const char *pieces[257];
-    uint32_t lens[257];
-    uint8_t flags[257] = {0};
-    for (int i = 0; i < 256; i++) bytes[i] = (char)i, pieces[i] = &bytes[i], lens[i] = 1;
-    pieces[256] = NULL, lens[256] = 0, flags[256] = QR_GRAMMAR_TOKEN_EOG | QR_GRAMMAR_TOKEN_SPECIAL;
-    qr_grammar_vocab *v = NULL;
-    char err[256];
-    assert_int_equal(qr_grammar_vocab_create(pieces, lens, flags, 257, &v, err, sizeof err), QR_OK);
-    return v;
-}
 
 /* Whether the grammar accepts text exactly (whole sentence). */
 static bool g_accepts(qr_grammar *g, qr_grammar_vocab *v, const char *text, size_t len) {

@@ -318,7 +318,7 @@ static void test_ssm_passes_and_sequences(void **state) {
         x[5] = NAN;
         run_mixer(be, x, seq, T, 2, T, &cw, &cb, dt, &dtb, &A, &D, cs1, ss1, xbc1, y1);
         char err[256];
-        assert_int_equal(be->ops->last_error(be, err, sizeof err), QR_ERR_INTERNAL);
+        assert_int_equal(be->ops->last_error(be, err, sizeof err), QR_ERR_NUMERIC);
         assert_non_null(strstr(err, "diverged"));
         x[5] = 0.25f;
         qr_backend_free(be);

@@ -234,7 +234,7 @@ void qr_cpu_ssm_scan(qr_backend *be, const qr_ssm_scan_args *a) {
     const int nth = cpu_pool_n_threads(cb->pool);
     if (nth == 1 || (int64_t)p->d_inner * p->d_state * cb->n_tokens < 16384) scan_fn(&t, 0, p->n_head, 0);
     else cpu_pool_for(cb->pool, p->n_head, 1, scan_fn, &t);
-    if (atomic_load(&t.diverged)) qr_cpu_raise(be, QR_ERR_INTERNAL, "ssm state diverged (NaN/Inf in the scan state)");
+    if (atomic_load(&t.diverged)) qr_cpu_raise(be, QR_ERR_NUMERIC, "ssm state diverged (NaN/Inf in the scan state)");
 }
 
 /* ---- gated grouped RMSNorm ---- */

@@ -320,7 +320,7 @@ static qr_status cuda_last_error(qr_backend *be, char *err, size_t err_len) {
         cuda_ok(cb, cudaStreamSynchronize(cb->stream), "asynchronous error");
         if (*(volatile int *)cb->diverged_h) {
             *(volatile int *)cb->diverged_h = 0;
-            raise_error(cb, QR_ERR_INTERNAL, "ssm state diverged (NaN/Inf in the scan state)");
+            raise_error(cb, QR_ERR_NUMERIC, "ssm state diverged (NaN/Inf in the scan state)");
         }
     }
     qr_status st = cb->error;

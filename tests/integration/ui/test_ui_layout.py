@@ -1,7 +1,8 @@
 """Web UI layout (acceptance 2): screenshots at 1280x800 and 375x812 in light and dark themes,
 saved under tests/artifacts/ (CI keeps them), no horizontal scrolling at 375 px, the sidebar
-collapsing on mobile; and the reconnect after the server is killed and restarted (acceptance 1)."""
-from ui_helpers import ARTIFACTS, MODEL_NAME, Page, Server, write_json
+collapsing on mobile; and the reconnect after the server is killed and restarted (acceptance 1), back onto WebSocket
+when it fell back to SSE during the restart (issue 32 item 12)."""
+from ui_helpers import ARTIFACTS, MODEL_NAME, Page, Server, WsGate, write_json
 
 DEMO = {"title": "Layout demo", "model": MODEL_NAME, "messages": [
     {"role": "user", "content": "Show me a table, a list and some Python."},
@@ -81,22 +82,56 @@ def test_screenshots_and_mobile_layout(page, tmp_path):
     assert page.console_errors() == []
 
 
+def reconnect_and_chat_over_ws(p, s):
+    """After a restart: the page is connected over WebSocket and a generation streams over /ws."""
+    p.wait_conn("connected", "ws", timeout=60)  # by itself, with backoff
+    assert p.js("return quarrelUI.transport()") == "ws" and p.el("#transport").text == "WebSocket"
+    p.set_settings(max_tokens=8)
+    p.send("Hello again")
+    p.wait_state("generating", timeout=10)
+    p.wait_state("connected", timeout=60)
+    assert p.assistant_texts()[-1]
+    assert s.metric("quarrel_requests_total", model=MODEL_NAME, endpoint="/ws", code="200") == 1
+
+
 def test_reconnects_after_server_restart(browser, quarrel_bin, smollm):
     s = Server(quarrel_bin, smollm)
     try:
         p = Page(browser, s.url)
         p.open()
+        p.wait_conn("connected", "ws")
         s.kill()
-        p.wait_state("disconnected", "connecting", timeout=20)  # the heartbeat / socket close noticed
+        p.wait_conn("disconnected", timeout=20)  # the socket close noticed
         assert not p.el("#send").is_enabled()
         s.start()
-        p.wait_state("connected", timeout=30)  # by itself, with backoff
-        p.set_settings(max_tokens=8)
-        p.send("Hello again")
-        p.wait_state("generating", timeout=10)
-        p.wait_state("connected", timeout=60)
-        assert p.assistant_texts()[-1]
-        assert p.js("return quarrelUI.transport()") == "ws"
+        reconnect_and_chat_over_ws(p, s)
     finally:
         browser.get("about:blank")
+        s.stop()
+
+
+def test_reconnect_returns_to_websocket_after_sse_fallback(browser, quarrel_bin, smollm):
+    """Issue 32 item 12, by construction: on a loaded machine a WebSocket attempt can fail while the server
+    comes back and the next /healthz succeeds, so the UI falls back to SSE. A gate in front of the server
+    refuses WebSocket upgrades during the restart (that same outcome, every time); once it lets them
+    through again the UI must return to WebSocket by itself, without a reload or a lost connection."""
+    s = Server(quarrel_bin, smollm)
+    gate = WsGate(s.port)
+    try:
+        p = Page(browser, gate.url)
+        p.open()
+        p.wait_conn("connected", "ws")
+        gate.block_ws = True
+        s.kill()
+        p.wait_conn("disconnected", timeout=20)
+        s.start()
+        p.wait_conn("connected", "sse", timeout=60)  # the fallback: HTTP answers, WebSocket is refused
+        assert p.el("#transport").text == "SSE" and p.el("#send").is_enabled()
+        upgrades = gate.ws_upgrades
+        gate.block_ws = False
+        reconnect_and_chat_over_ws(p, s)
+        assert gate.ws_upgrades > upgrades
+    finally:
+        browser.get("about:blank")
+        gate.close()
         s.stop()

@@ -12,12 +12,14 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import pytest
 import requests
 from serve_util import wait_healthy
 from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -79,6 +81,82 @@ class Server:
         os.unlink(self.log.name)
 
 
+class WsGate:
+    """A TCP forwarder on 127.0.0.1:port to the server's port that can refuse WebSocket upgrades (403, as
+    a proxy that blocks WebSocket does) while passing plain HTTP through; an upstream that is down closes
+    the client's connection. block_ws switches the refusal; ws_upgrades counts the upgrades let through."""
+
+    def __init__(self, upstream_port):
+        self.upstream = upstream_port
+        self.block_ws = False
+        self.ws_upgrades = 0
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        up = None
+        try:
+            c.settimeout(30)
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < 65536:
+                chunk = c.recv(4096)
+                if not chunk:
+                    return
+                head += chunk
+            is_ws = b"upgrade: websocket" in head.lower()
+            if is_ws and self.block_ws:
+                c.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                return
+            up = socket.create_connection(("127.0.0.1", self.upstream), timeout=5)
+            if is_ws:
+                self.ws_upgrades += 1
+            up.sendall(head)
+            c.settimeout(None)
+            up.settimeout(None)
+            t = threading.Thread(target=self._pump, args=(up, c), daemon=True)
+            t.start()
+            self._pump(c, up)
+            t.join()
+        except OSError:
+            pass
+        finally:
+            for s in (c, up):
+                if s:
+                    s.close()
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):  # one side ended: end both (the peer pump's recv/sendall fails)
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.sock.close()
+
+
 @pytest.fixture(scope="session")
 def smollm():
     d = pathlib.Path(os.environ.get("QUARREL_MODELS_DIR", str(pathlib.Path.home() / ".cache/quarrel/models")))
@@ -124,6 +202,18 @@ def browser(download_dir):
     drv.quit()
 
 
+# Resolves (the async script's callback) once #conn's data-state is one of arguments[0] and, when arguments[1]
+# is not null, its data-transport equals it: at once when it already is, else on the attribute change.
+WAIT_CONN = """
+const [states, transport, done] = [arguments[0], arguments[1], arguments[arguments.length - 1]];
+const el = document.getElementById('conn');
+const ok = () => states.includes(el.dataset.state) && (transport === null || el.dataset.transport === transport);
+if (ok()) return done(true);
+const mo = new MutationObserver(() => { if (ok()) { mo.disconnect(); done(true); } });
+mo.observe(el, {attributes: true, attributeFilter: ['data-state', 'data-transport']});
+"""
+
+
 class Page:
     """Helpers over the driver for one page of the UI."""
 
@@ -153,7 +243,26 @@ class Page:
         return WebDriverWait(self.d, timeout, poll_frequency=0.02).until(lambda d: fn(), msg)
 
     def wait_state(self, *states, timeout=30):
-        self.wait(lambda: self.state() in states, timeout, f"connection state never became {states}: {self.state()}")
+        self.wait_conn(states, timeout=timeout)
+
+    def wait_conn(self, states, transport=None, timeout=30):
+        """Waits for the connection state (#conn data-state, one of states) and, when given, its transport
+        (#conn data-transport: ws | sse), on the page's own events: a MutationObserver on #conn answers the
+        moment the attributes change, so short-lived states are not missed between polls. On time-out the
+        assertion carries the UI's recent transitions (quarrelUI.history())."""
+        states = [states] if isinstance(states, str) else list(states)
+        self.d.set_script_timeout(timeout)
+        try:
+            self.d.execute_async_script(WAIT_CONN, states, transport)
+        except TimeoutException:
+            raise AssertionError(f"connection never became {states}/{transport or 'any'} within {timeout} s: "
+                                 f"now {self.state()}/{self.transport()}; history {self.history()}") from None
+
+    def transport(self):
+        return self.js("return document.getElementById('conn').dataset.transport")
+
+    def history(self):
+        return self.js("return window.quarrelUI && quarrelUI.history ? quarrelUI.history() : null")
 
     def set_settings(self, **values):
         """Sets settings through the settings dialog (typed into the fields), then closes it."""
