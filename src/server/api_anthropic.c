@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "server/api_compat.h"
+#include "server/chat_tools.h"
 #include "util/util.h"
 
 #define FAIL(...) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, __VA_ARGS__), -1
@@ -16,30 +17,17 @@ typedef struct msg_ctx {
     json_t *root;
     char id[64];
     bool stream, one_call;        /* one_call: tool_choice.disable_parallel_tool_use */
-    srv_compat_tools tools;
+    json_t *chat_tools, *chat_choice; /* tools and tool_choice in the chat form reqparse reads (owned) */
+    int64_t think_budget;         /* thinking {type: enabled, budget_tokens}: the budget; -1 = not said */
+    bool no_think;                /* thinking {type: disabled} */
     srv_job j;
-    int32_t n_blocks;             /* content blocks started (streaming) */
-    bool text_open;               /* the streamed text block is open */
+    /* streaming */
+    int32_t n_blocks;             /* content blocks started */
+    int open;                     /* -1 none, else the srv_part of the open block */
+    bool text_done, think_done;   /* that block was written */
 } msg_ctx;
 
 static const char *const text_parts[] = {"text", NULL};
-
-/* Appends {role, content} to msgs; an assistant turn after an assistant turn joins it. */
-static int push(json_t *msgs, const char *role, const char *text) {
-    json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
-    const char *lr = json_string_value(json_object_get(last, "role"));
-    if (lr && !strcmp(lr, role) && strcmp(role, "tool")) {
-        const char *prev = json_string_value(json_object_get(last, "content"));
-        const size_t n = strlen(prev) + strlen(text) + 2;
-        char *joined = malloc(n);
-        if (!joined) return -1;
-        snprintf(joined, n, "%s%s%s", prev, *prev && *text ? "\n" : "", text);
-        const int rc = json_object_set_new(last, "content", json_string(joined));
-        free(joined);
-        return rc;
-    }
-    return json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", role, "content", text));
-}
 
 /* One block of messages[i] (role user or assistant) -> msgs. */
 static int block(json_t *b, size_t i, size_t k, bool user, json_t *msgs, char *err, size_t err_len) {
@@ -49,7 +37,7 @@ static int block(json_t *b, size_t i, size_t k, bool user, json_t *msgs, char *e
     if (!strcmp(type, "text")) {
         json_t *t = json_object_get(b, "text");
         if (!json_is_string(t)) FAIL("'messages[%zu].content[%zu].text' must be a string", i, k);
-        rc = push(msgs, user ? "user" : "assistant", json_string_value(t));
+        rc = srv_compat_add_text(msgs, user ? "user" : "assistant", json_string_value(t));
     } else if (!strcmp(type, "tool_use")) {
         const char *name = json_string_value(json_object_get(b, "name"));
         json_t *input = json_object_get(b, "input");
@@ -58,9 +46,7 @@ static int block(json_t *b, size_t i, size_t k, bool user, json_t *msgs, char *e
         if (!name) FAIL("'messages[%zu].content[%zu].name' must be a string", i, k);
         if (!json_is_object(input)) FAIL("'messages[%zu].content[%zu].input' must be an object", i, k);
         char *args = json_dumps(input, JSON_COMPACT | JSON_PRESERVE_ORDER);
-        char *text = args ? srv_compat_call_text(name, args) : NULL;
-        rc = text ? push(msgs, "assistant", text) : -1;
-        free(text);
+        rc = args ? srv_compat_add_call(msgs, json_string_value(json_object_get(b, "id")), name, args) : -1;
         free(args);
     } else if (!strcmp(type, "tool_result")) {
         if (!user) FAIL("'messages[%zu].content[%zu]': tool_result blocks belong to user messages", i, k);
@@ -74,11 +60,13 @@ static int block(json_t *b, size_t i, size_t k, bool user, json_t *msgs, char *e
         srv_tbuf t = {0};
         if (json_is_true(is_error)) srv_tbuf_add(&t, "Error: ", 7);
         if (srv_compat_parts_text(json_object_get(b, "content"), field, text_parts, "\n", &t, err, err_len) < 0) return free(t.p), -1;
-        rc = push(msgs, "tool", srv_tbuf_str(&t));
+        rc = srv_compat_add_result(msgs, json_string_value(json_object_get(b, "tool_use_id")), srv_tbuf_str(&t));
         free(t.p);
+    } else if (!user && (!strcmp(type, "thinking") || !strcmp(type, "redacted_thinking"))) {
+        /* earlier reasoning given back: the model does not see it again */
     } else {
-        FAIL("'messages[%zu].content[%zu].type' must be text, tool_use or tool_result (got '%.32s'; images, "
-             "documents and thinking are not supported)", i, k, type);
+        FAIL("'messages[%zu].content[%zu].type' must be text, tool_use or tool_result (got '%.32s'; images and "
+             "documents are not supported)", i, k, type);
     }
     return rc < 0 ? (qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory"), -1) : 0;
 }
@@ -94,7 +82,7 @@ static int convert_messages(json_t *in, json_t *msgs, char *err, size_t err_len)
         const bool user = !strcmp(role, "user");
         json_t *c = json_object_get(m, "content");
         if (json_is_string(c)) {
-            if (push(msgs, role, json_string_value(c)) < 0) FAIL("out of memory");
+            if (srv_compat_add_text(msgs, role, json_string_value(c)) < 0) FAIL("out of memory");
             continue;
         }
         if (!json_is_array(c) || json_array_size(c) == 0)
@@ -106,9 +94,11 @@ static int convert_messages(json_t *in, json_t *msgs, char *err, size_t err_len)
     return 0;
 }
 
-/* tools [{name, description, input_schema}] and tool_choice {type: auto | any | tool | none, name}. */
+/* tools [{name, description, input_schema}] and tool_choice {type: auto | any | tool | none, name}, validated and
+ * turned into the chat form (x->chat_tools, x->chat_choice). */
 static int parse_tools(msg_ctx *x, char *err, size_t err_len) {
     json_t *tools = json_object_get(x->root, "tools"), *choice = json_object_get(x->root, "tool_choice");
+    x->chat_tools = json_array();
     if (tools && !json_is_null(tools)) {
         if (!json_is_array(tools)) FAIL("'tools' must be an array");
         size_t i;
@@ -117,40 +107,55 @@ static int parse_tools(msg_ctx *x, char *err, size_t err_len) {
             const char *type = NULL, *desc = NULL;
             const char *name = json_string_value(json_object_get(t, "name"));
             if (!json_is_object(t)) FAIL("'tools[%zu]' must be an object", i);
-            if (srv_compat_str(t, "type", &type, err, err_len) < 0) FAIL("'tools[%zu].type' must be \"custom\"", i);
-            if (type && strcmp(type, "custom")) FAIL("'tools[%zu].type' must be \"custom\" (server tools are not supported)", i);
-            if (!name || !srv_compat_tool_name_ok(name)) FAIL("'tools[%zu].name' must be 1-64 of a-z, A-Z, 0-9, _ and -", i);
+            if (srv_compat_str(t, "type", &type, err, err_len) < 0 || (type && strcmp(type, "custom")))
+                FAIL("'tools[%zu].type' must be \"custom\" (server tools are not supported)", i);
+            if (!name || !srv_compat_tool_name_ok(name)) FAIL("'tools[%zu].name' must be 1-64 of a-z, A-Z, 0-9, _, . and -", i);
             if (srv_compat_str(t, "description", &desc, err, err_len) < 0) FAIL("'tools[%zu].description' must be a string", i);
             json_t *schema = json_object_get(t, "input_schema");
             if (!json_is_object(schema)) FAIL("'tools[%zu].input_schema' must be a JSON schema object", i);
-            if (srv_compat_tool_add(&x->tools, name, desc, schema) < 0) FAIL("out of memory");
+            if (srv_compat_tool_add(x->chat_tools, name, desc, schema) < 0) FAIL("out of memory");
         }
     }
-    x->tools.mode = x->tools.list ? SRV_TOOLS_AUTO : SRV_TOOLS_OFF;
     if (!choice || json_is_null(choice)) return 0;
     const char *type = json_string_value(json_object_get(choice, "type"));
     if (!json_is_object(choice) || !type) FAIL("'tool_choice' must be an object {type: auto | any | tool | none}");
     if (srv_compat_bool(choice, "disable_parallel_tool_use", &x->one_call, err, err_len) < 0) return -1;
     const char *name = NULL;
     if (srv_compat_str(choice, "name", &name, err, err_len) < 0 || (name && !srv_compat_tool_name_ok(name)))
-        FAIL("'tool_choice.name' must be a tool name (1-64 of a-z, A-Z, 0-9, _ and -)");
-    if (!strcmp(type, "none")) {
-        x->tools.mode = SRV_TOOLS_OFF;
+        FAIL("'tool_choice.name' must be a tool name (1-64 of a-z, A-Z, 0-9, _, . and -)");
+    if (!strcmp(type, "none") || !strcmp(type, "auto")) {
+        x->chat_choice = json_string(type);
         return 0;
     }
-    if (!strcmp(type, "auto")) return 0;
     if (strcmp(type, "any") && strcmp(type, "tool"))
         FAIL("'tool_choice.type' must be auto, any, tool or none (got '%.32s')", type);
-    if (!x->tools.list) FAIL("'tool_choice' %s needs 'tools'", type);
-    x->tools.mode = SRV_TOOLS_FORCED;
-    if (!strcmp(type, "any")) return 0;
+    if (json_array_size(x->chat_tools) == 0) FAIL("'tool_choice' %s needs 'tools'", type);
+    if (!strcmp(type, "any")) {
+        x->chat_choice = json_string("required");
+        return 0;
+    }
     if (!name) FAIL("'tool_choice.name' must be a string with type tool");
     bool known = false;
     size_t i;
     json_t *t;
-    json_array_foreach(x->tools.list, i, t) known = known || !strcmp(json_string_value(json_object_get(t, "name")), name);
+    json_array_foreach(x->chat_tools, i, t)
+        known = known || !strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")), name);
     if (!known) FAIL("'tool_choice.name' '%.64s' is not one of 'tools'", name);
-    snprintf(x->tools.forced, sizeof x->tools.forced, "%s", name);
+    x->chat_choice = json_pack("{s:s, s:{s:s}}", "type", "function", "function", "name", name);
+    return 0;
+}
+
+/* thinking {type: enabled, budget_tokens} | {type: disabled}. */
+static int parse_thinking(msg_ctx *x, char *err, size_t err_len) {
+    x->think_budget = -1;
+    json_t *th = json_object_get(x->root, "thinking");
+    if (!th || json_is_null(th)) return 0;
+    const char *type = json_string_value(json_object_get(th, "type"));
+    if (!json_is_object(th) || !type || (strcmp(type, "enabled") && strcmp(type, "disabled")))
+        FAIL("'thinking' must be {\"type\": \"enabled\", \"budget_tokens\"} or {\"type\": \"disabled\"}");
+    x->no_think = !strcmp(type, "disabled");
+    if (!x->no_think && srv_compat_int(th, "budget_tokens", 0, 1 << 24, &x->think_budget, err, err_len) <= 0)
+        FAIL("'thinking.budget_tokens' must be an integer in [0, 16777216]");
     return 0;
 }
 
@@ -182,7 +187,7 @@ static int parse_request(msg_ctx *x, bool count, json_t **chat, char *err, size_
         if (!json_is_object(md)) FAIL("'metadata' must be an object {user_id}");
         if (srv_compat_str(md, "user_id", &uid, err, err_len) < 0) FAIL("'metadata.user_id' must be a string");
     }
-    if (parse_tools(x, err, err_len) < 0) return -1;
+    if (parse_tools(x, err, err_len) < 0 || parse_thinking(x, err, err_len) < 0) return -1;
     json_t *msgs = json_array();
     json_t *sys = json_object_get(root, "system");
     if (sys && !json_is_null(sys)) {
@@ -192,6 +197,7 @@ static int parse_request(msg_ctx *x, bool count, json_t **chat, char *err, size_
         free(t.p);
     }
     if (convert_messages(json_object_get(root, "messages"), msgs, err, err_len) < 0) return json_decref(msgs), -1;
+    srv_compat_name_results(msgs);
     *chat = json_pack("{s:o}", "messages", msgs);
     if (!*chat) FAIL("out of memory");
     srv_compat_copy(*chat, root, "model");
@@ -200,6 +206,11 @@ static int parse_request(msg_ctx *x, bool count, json_t **chat, char *err, size_
     srv_compat_copy(*chat, root, "top_k");
     if (stops && !json_is_null(stops)) json_object_set(*chat, "stop", stops);
     if (max_tokens) json_object_set_new(*chat, "max_tokens", json_integer(max_tokens));
+    if (json_array_size(x->chat_tools)) json_object_set(*chat, "tools", x->chat_tools);
+    if (x->chat_choice) json_object_set(*chat, "tool_choice", x->chat_choice);
+    if (x->one_call) json_object_set_new(*chat, "parallel_tool_calls", json_false());
+    if (x->no_think) json_object_set_new(*chat, "reasoning_effort", json_string("none"));
+    if (x->think_budget >= 0) json_object_set_new(*chat, "max_thinking_tokens", json_integer(x->think_budget));
     return 0;
 }
 
@@ -227,7 +238,7 @@ static int begin(msg_ctx *x, bool count, srv_gen_req *req) {
     qr_grammar *g = NULL;
     if (srv_json_parse(rc->body ? rc->body : "", rc->body_len, rc->s->cfg.max_json_depth, &x->root, err, sizeof err) < 0 ||
         parse_request(x, count, &chat, err, sizeof err) < 0 || output_format(x->root, &g, err, sizeof err) < 0 ||
-        srv_compat_request(chat, &x->tools, "tools", g, req, err, sizeof err) < 0) {
+        srv_compat_request(chat, g, req, err, sizeof err) < 0) {
         json_decref(chat); /* (g was taken by srv_compat_request, or never made) */
         srv_send_error(rc, 400, "INVALID_REQUEST", 0, "%s", err);
         return -1;
@@ -237,7 +248,8 @@ static int begin(msg_ctx *x, bool count, srv_gen_req *req) {
 }
 
 static void ctx_free(msg_ctx *x) {
-    srv_compat_tools_free(&x->tools);
+    json_decref(x->chat_tools);
+    json_decref(x->chat_choice);
     json_decref(x->root);
 }
 
@@ -249,27 +261,50 @@ static int event(msg_ctx *x, const char *type, json_t *j) {
     return srv_stream_sse_event(x->rc, type, j);
 }
 
-static int on_text(void *user, const char *s, size_t n) {
-    msg_ctx *x = user;
-    if (!x->text_open) {
-        x->text_open = true;
-        event(x, "content_block_start", json_pack("{s:i, s:{s:s, s:s}}", "index", x->n_blocks++, "content_block",
-                                                  "type", "text", "text", ""));
-    }
-    return event(x, "content_block_delta", json_pack("{s:i, s:{s:s, s:s%}}", "index", x->n_blocks - 1, "delta", "type",
-                                                     "text_delta", "text", s, n));
+/* Streaming: closes the open block. */
+static void close_block(msg_ctx *x) {
+    if (x->open < 0) return;
+    event(x, "content_block_stop", json_pack("{s:i}", "index", x->n_blocks - 1));
+    if (x->open == SRV_PART_TEXT) x->text_done = true;
+    else x->think_done = true;
+    x->open = -1;
 }
 
-/* The content blocks (streamed as they close when streaming). */
+static int on_delta(void *user, srv_part part, const char *s, size_t n) {
+    msg_ctx *x = user;
+    const bool text = part == SRV_PART_TEXT;
+    if (x->open != (int)part) {
+        close_block(x);
+        if ((text && x->text_done) || (!text && x->think_done)) return 0; /* (one block of each) */
+        x->open = part;
+        event(x, "content_block_start",
+              json_pack("{s:i, s:o}", "index", x->n_blocks++, "content_block",
+                        text ? json_pack("{s:s, s:s}", "type", "text", "text", "")
+                             : json_pack("{s:s, s:s, s:s}", "type", "thinking", "thinking", "", "signature", "")));
+    }
+    return event(x, "content_block_delta", json_pack("{s:i, s:{s:s, s:s%}}", "index", x->n_blocks - 1, "delta", "type",
+                                                     text ? "text_delta" : "thinking_delta", text ? "text" : "thinking",
+                                                     s, n));
+}
+
+/* The content blocks: thinking, text, tool_use (streamed as they close when streaming). */
 static json_t *content_blocks(msg_ctx *x, const srv_compat_run *g) {
     json_t *out = json_array();
     const char *text = srv_tbuf_str(&g->text);
     const size_t n_calls = x->one_call && json_array_size(g->calls) > 0 ? 1 : json_array_size(g->calls);
-    if (x->text_open || strspn(text, " \t\r\n") < g->text.len || n_calls == 0) {
-        if (x->stream && !x->text_open) on_text(x, "", 0);
-        if (x->stream) event(x, "content_block_stop", json_pack("{s:i}", "index", x->n_blocks - 1));
-        json_array_append_new(out, json_pack("{s:s, s:s}", "type", "text", "text", text));
+    const bool want_text = x->text_done || x->open == SRV_PART_TEXT || strspn(text, " \t\r\n") < g->text.len ||
+                           n_calls == 0;
+    if (x->stream) {
+        close_block(x);
+        if (want_text && !x->text_done) {
+            on_delta(x, SRV_PART_TEXT, "", 0);
+            close_block(x);
+        }
     }
+    if (g->reasoning.len)
+        json_array_append_new(out, json_pack("{s:s, s:s, s:s}", "type", "thinking", "thinking", srv_tbuf_str(&g->reasoning),
+                                             "signature", ""));
+    if (want_text) json_array_append_new(out, json_pack("{s:s, s:s}", "type", "text", "text", text));
     for (size_t i = 0; i < n_calls; i++) {
         json_t *call = json_array_get(g->calls, i);
         char id[64];
@@ -293,21 +328,18 @@ static json_t *content_blocks(msg_ctx *x, const srv_compat_run *g) {
 }
 
 int srv_h_anthropic_messages(srv_conn *rc) {
-    msg_ctx x = {.rc = rc};
+    msg_ctx x = {.rc = rc, .open = -1};
     srv_gen_req req;
     if (begin(&x, false, &req) < 0) {
         ctx_free(&x);
         return rc->status;
     }
-    if (x.stream) srv_compat_feature(rc, "stream");
-    if (x.tools.list) srv_compat_feature(rc, x.tools.mode == SRV_TOOLS_FORCED ? "tools_forced" : "tools");
-    if (req.grammar && x.tools.mode != SRV_TOOLS_FORCED) srv_compat_feature(rc, "output_format");
     if (srv_job_begin_req(rc, SRV_API_OPENAI_CHAT, &req, &x.j, rc->s, NULL, NULL, NULL, 0) < 0) {
         ctx_free(&x);
         return rc->status;
     }
     srv_compat_id("msg_", x.id, sizeof x.id);
-    srv_compat_run g = {.tools = x.tools.mode};
+    srv_compat_run g = {0};
     if (x.stream) {
         if (srv_stream_begin(rc, "text/event-stream") < 0) {
             g.gone = true;
@@ -318,7 +350,7 @@ int srv_h_anthropic_messages(srv_conn *rc) {
                                              "content", "stop_reason", "stop_sequence", "usage", "input_tokens",
                                              x.j.g.n_prompt, "output_tokens", 0));
         event(&x, "ping", json_object());
-        g.on_text = on_text;
+        g.on_delta = on_delta;
         g.user = &x;
     }
     srv_compat_generate(rc, &x.j, &g);
@@ -365,11 +397,11 @@ int srv_h_anthropic_count_tokens(srv_conn *rc) {
         ctx_free(&x);
         return rc->status;
     }
-    srv_compat_feature(rc, "count_tokens");
     char err[1024];
     int32_t *ids = NULL, n = 0;
     srv_model *m = srv_acquire_model(rc, req.model, true);
-    if (m && srv_build_prompt(m, &req, SRV_API_OPENAI_CHAT, &ids, &n, err, sizeof err) < 0)
+    if (m && (srv_chat_prepare(m, &req, SRV_API_OPENAI_CHAT, err, sizeof err) < 0 ||
+              srv_build_prompt(m, &req, SRV_API_OPENAI_CHAT, &ids, &n, err, sizeof err) < 0))
         srv_send_error(rc, 400, "INVALID_REQUEST", 0, "%s", err);
     else if (m)
         srv_send_json(rc, 200, json_pack("{s:i}", "input_tokens", n));

@@ -90,90 +90,62 @@ void srv_compat_copy(json_t *dst, json_t *o, const char *key) {
 bool srv_compat_tool_name_ok(const char *name) {
     const size_t n = strlen(name);
     if (n == 0 || n > 64) return false;
-    return strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == n;
+    return strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == n;
 }
 
-int srv_compat_tool_add(srv_compat_tools *t, const char *name, const char *description, json_t *parameters) {
-    if (!t->list && !(t->list = json_array())) return -1;
-    size_t i;
-    json_t *e;
-    json_array_foreach(t->list, i, e) if (!strcmp(json_string_value(json_object_get(e, "name")), name)) return 0;
-    json_t *tool = json_pack("{s:s}", "name", name);
-    if (!tool) return -1;
-    if (description) json_object_set_new(tool, "description", json_string(description));
-    json_object_set_new(tool, "parameters", parameters && !json_is_null(parameters) ? json_incref(parameters)
-                                                                                      : json_pack("{s:s}", "type", "object"));
-    return json_array_append_new(t->list, tool);
+int srv_compat_tool_add(json_t *tools, const char *name, const char *description, json_t *parameters) {
+    json_t *fn = json_pack("{s:s}", "name", name);
+    if (!fn) return -1;
+    if (description) json_object_set_new(fn, "description", json_string(description));
+    if (parameters && !json_is_null(parameters)) json_object_set(fn, "parameters", parameters);
+    return json_array_append_new(tools, json_pack("{s:s, s:o}", "type", "function", "function", fn));
 }
 
-void srv_compat_tools_free(srv_compat_tools *t) {
-    json_decref(t->list);
-    memset(t, 0, sizeof *t);
-}
-
-static const char CALL_OPEN[] = "<tool_call>", CALL_CLOSE[] = "</tool_call>";
-
-char *srv_compat_call_text(const char *name, const char *arguments) {
-    json_t *args = json_loads(arguments, JSON_DECODE_ANY, NULL);
-    json_t *call = json_pack("{s:s, s:o}", "name", name, "arguments", args ? args : json_string(arguments));
-    char *js = call ? json_dumps(call, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(call);
-    if (!js) return NULL;
-    const size_t n = strlen(js) + sizeof CALL_OPEN + sizeof CALL_CLOSE + 2;
-    char *out = malloc(n);
-    if (out) snprintf(out, n, "%s\n%s\n%s", CALL_OPEN, js, CALL_CLOSE);
-    free(js);
-    return out;
-}
-
-/* The system text that describes the tools to the model. malloc'd, NULL on OOM. */
-static char *tools_prompt(const srv_compat_tools *t) {
-    srv_tbuf b = {0};
-    static const char head[] =
-        "# Tools\n\nYou may call functions to answer the user. The functions, one JSON signature a line:\n<tools>\n";
-    srv_tbuf_add(&b, head, sizeof head - 1);
-    size_t i;
-    json_t *e;
-    json_array_foreach(t->list, i, e) {
-        json_t *sig = json_pack("{s:s, s:O}", "type", "function", "function", e);
-        char *s = sig ? json_dumps(sig, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-        json_decref(sig);
-        if (s) srv_tbuf_add(&b, s, strlen(s)), srv_tbuf_add(&b, "\n", 1);
-        free(s);
-    }
-    static const char tail[] =
-        "</tools>\n\nTo call a function, answer with its name and arguments as a JSON object inside "
-        "<tool_call></tool_call> tags:\n<tool_call>\n{\"name\": <function name>, \"arguments\": <arguments object>}\n"
-        "</tool_call>";
-    srv_tbuf_add(&b, tail, sizeof tail - 1);
-    if (t->mode == SRV_TOOLS_FORCED) {
-        char must[160];
-        if (t->forced[0]) snprintf(must, sizeof must, "\nYou must call the function %s now.", t->forced);
-        else snprintf(must, sizeof must, "\nYou must call one of the functions now.");
-        srv_tbuf_add(&b, must, strlen(must));
-    }
-    return b.p;
-}
-
-/* Puts the tools' description into messages: appended to the first system message, else a new one first. */
-static int add_tools_prompt(json_t *messages, const srv_compat_tools *t) {
-    char *text = tools_prompt(t);
-    if (!text) return -1;
-    json_t *first = json_array_get(messages, 0);
-    const char *role = json_string_value(json_object_get(first, "role"));
-    const char *content = json_string_value(json_object_get(first, "content"));
-    int rc;
-    if (role && !strcmp(role, "system") && content) {
-        const size_t n = strlen(content) + strlen(text) + 3;
+int srv_compat_add_text(json_t *msgs, const char *role, const char *text) {
+    json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    const char *lr = json_string_value(json_object_get(last, "role"));
+    const char *prev = json_string_value(json_object_get(last, "content"));
+    if (lr && !strcmp(lr, role) && strcmp(role, "tool") && prev && !json_object_get(last, "tool_calls")) {
+        const size_t n = strlen(prev) + strlen(text) + 2;
         char *joined = malloc(n);
-        if (joined) snprintf(joined, n, "%s\n\n%s", content, text);
-        rc = joined ? json_object_set_new(first, "content", json_string(joined)) : -1;
+        if (!joined) return -1;
+        snprintf(joined, n, "%s%s%s", prev, *prev && *text ? "\n" : "", text);
+        const int rc = json_object_set_new(last, "content", json_string(joined));
         free(joined);
-    } else {
-        rc = json_array_insert_new(messages, 0, json_pack("{s:s, s:s}", "role", "system", "content", text));
+        return rc;
     }
-    free(text);
-    return rc;
+    return json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", role, "content", text));
+}
+
+int srv_compat_add_call(json_t *msgs, const char *id, const char *name, const char *arguments) {
+    json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    const char *lr = json_string_value(json_object_get(last, "role"));
+    if (!lr || strcmp(lr, "assistant")) {
+        last = json_pack("{s:s, s:s}", "role", "assistant", "content", "");
+        if (json_array_append_new(msgs, last) < 0) return -1;
+    }
+    json_t *calls = json_object_get(last, "tool_calls");
+    if (!calls && json_object_set_new(last, "tool_calls", calls = json_array()) < 0) return -1;
+    return json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function",
+                                                  "name", name, "arguments", arguments));
+}
+
+int srv_compat_add_result(json_t *msgs, const char *call_id, const char *content) {
+    return json_array_append_new(msgs, json_pack("{s:s, s:s, s:s}", "role", "tool", "tool_call_id", call_id, "content",
+                                                 content));
+}
+
+void srv_compat_name_results(json_t *msgs) {
+    size_t i, k, n;
+    json_t *msg, *call, *m;
+    json_array_foreach(msgs, i, msg) {
+        const char *id = json_string_value(json_object_get(msg, "tool_call_id"));
+        if (!id || json_object_get(msg, "name")) continue;
+        json_array_foreach(msgs, n, m) json_array_foreach(json_object_get(m, "tool_calls"), k, call) {
+            if (!strcmp(json_string_value(json_object_get(call, "id")), id))
+                json_object_set(msg, "name", json_object_get(json_object_get(call, "function"), "name"));
+        }
+    }
 }
 
 int srv_compat_schema_grammar(const json_t *schema, const char *field, qr_grammar **out, char *err, size_t err_len) {
@@ -187,150 +159,50 @@ int srv_compat_schema_grammar(const json_t *schema, const char *field, qr_gramma
     return 0;
 }
 
-/* Whether the grammar compiler takes schema. */
-static bool schema_compiles(const json_t *schema) {
-    qr_grammar *g = NULL;
-    char msg[256];
-    const bool ok = qr_json_schema_compile(schema, &g, msg, sizeof msg) == QR_OK;
-    qr_grammar_free(g);
-    return ok;
-}
-
-/* The schema of one call of tool e: {"name": const, "arguments": its parameters}; parameters the grammar
- * compiler does not take (a keyword it does not support) hold the arguments to a JSON object only. */
-static json_t *call_schema(json_t *e) {
-    json_t *params = json_object_get(e, "parameters"), *object = json_pack("{s:s}", "type", "object");
-    json_t *s = json_pack("{s:s, s:{s:{s:O}, s:O}, s:[s, s], s:b}", "type", "object", "properties", "name", "const",
-                          json_object_get(e, "name"), "arguments", schema_compiles(params) ? params : object,
-                          "required", "name", "arguments", "additionalProperties", 0);
-    json_decref(object);
-    return s;
-}
-
-/* The grammar of a forced call: one tool's call, or any tool's (anyOf). */
-static int forced_grammar(const srv_compat_tools *t, const char *field, qr_grammar **out, char *err, size_t err_len) {
-    json_t *schema = NULL, *any = json_array();
-    size_t i;
-    json_t *e;
-    json_array_foreach(t->list, i, e) {
-        if (t->forced[0] && strcmp(json_string_value(json_object_get(e, "name")), t->forced)) continue;
-        json_array_append_new(any, call_schema(e));
-    }
-    if (json_array_size(any) == 1) schema = json_incref(json_array_get(any, 0));
-    else schema = json_pack("{s:O}", "anyOf", any);
-    json_decref(any);
-    if (!schema) FAIL("out of memory");
-    const int rc = srv_compat_schema_grammar(schema, field, out, err, err_len);
-    json_decref(schema);
-    return rc;
-}
-
-int srv_compat_request(json_t *chat_body, const srv_compat_tools *t, const char *tools_field, qr_grammar *g,
-                       srv_gen_req *req, char *err, size_t err_len) {
-    memset(req, 0, sizeof *req);
-    if (t->mode != SRV_TOOLS_OFF && t->list) {
-        if (t->mode == SRV_TOOLS_FORCED) { /* the call's grammar replaces a text format */
-            qr_grammar_free(g);
-            g = NULL;
-            if (forced_grammar(t, tools_field, &g, err, err_len) < 0) return -1;
-        }
-        if (add_tools_prompt(json_object_get(chat_body, "messages"), t) < 0) {
-            qr_grammar_free(g);
-            FAIL("out of memory");
-        }
-    }
+int srv_compat_request(json_t *chat_body, qr_grammar *g, srv_gen_req *req, char *err, size_t err_len) {
     if (srv_gen_req_from_json(chat_body, SRV_API_OPENAI_CHAT, req, err, err_len) < 0) {
         qr_grammar_free(g);
         srv_gen_req_free(req);
         return -1;
+    }
+    if (req->tools && req->tool_choice >= SRV_TOOLS_REQUIRED) { /* srv_chat_prepare makes the call's grammar */
+        qr_grammar_free(g);
+        g = NULL;
     }
     qr_grammar_free(req->grammar); /* none: the body has no response_format */
     req->grammar = g;
     return 0;
 }
 
-/* ---- <tool_call> splitting ---- */
+/* ---- the generation ---- */
 
-/* One call from the JSON text s[0..n): {"name", "arguments" (object, or JSON text of one; "parameters"
- * is taken too)}. Returns {name, arguments (compact JSON text)} or NULL when s is not a call. */
-static json_t *parse_call(const char *s, size_t n) {
-    json_t *j = json_loadb(s, n, 0, NULL);
-    json_t *name = json_object_get(j, "name"), *args = json_object_get(j, "arguments");
-    if (!args) args = json_object_get(j, "parameters");
-    json_t *parsed = json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
-    if (parsed) args = parsed;
-    json_t *out = NULL;
-    if (json_is_string(name) && srv_compat_tool_name_ok(json_string_value(name)) && (!args || json_is_object(args))) {
-        char *a = args ? json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER) : strdup("{}");
-        if (a) out = json_pack("{s:O, s:s}", "name", name, "arguments", a);
-        free(a);
-    }
-    json_decref(parsed);
-    json_decref(j);
-    return out;
-}
-
-/* Text out of the generation: into r->text, and to the client when streaming. */
-static void emit(srv_compat_run *r, srv_job *j, const char *s, size_t n) {
-    if (n == 0) return;
-    srv_tbuf_add(&r->text, s, n);
-    if (r->on_text && !r->gone && r->on_text(r->user, s, n) < 0) {
-        r->gone = true; /* the client went away: cancel, its KV blocks free before the next step */
-        srv_gen_cancel(&j->g);
-    }
-}
-
-typedef struct splitter {
-    srv_tbuf hold;  /* text not yet emitted: a possible start of CALL_OPEN, or a call's body */
-    bool in_call;
-} splitter;
-
-/* Ends a call body hold[0..n): a call when it parses, else the text it was. */
-static void close_call(srv_compat_run *r, srv_job *j, const char *body, size_t n) {
-    json_t *call = parse_call(body, n);
-    if (call) {
-        json_array_append_new(r->calls, call);
-        return;
-    }
-    emit(r, j, CALL_OPEN, sizeof CALL_OPEN - 1);
-    emit(r, j, body, n);
-}
-
-static void split_feed(splitter *sp, srv_compat_run *r, srv_job *j, const char *s, size_t n) {
-    srv_tbuf_add(&sp->hold, s, n);
-    for (;;) {
-        const char *h = srv_tbuf_str(&sp->hold);
-        size_t used;
-        if (!sp->in_call) {
-            const char *at = strstr(h, CALL_OPEN);
-            if (!at) { /* keep the longest end of hold that could still become CALL_OPEN */
-                size_t keep = 0;
-                for (size_t k = sizeof CALL_OPEN - 2; k > 0 && !keep; k--)
-                    if (sp->hold.len >= k && !memcmp(h + sp->hold.len - k, CALL_OPEN, k)) keep = k;
-                emit(r, j, h, sp->hold.len - keep);
-                memmove(sp->hold.p, h + sp->hold.len - keep, keep + 1);
-                sp->hold.len = keep;
-                return;
-            }
-            emit(r, j, h, (size_t)(at - h));
-            used = (size_t)(at - h) + sizeof CALL_OPEN - 1;
-            sp->in_call = true;
-        } else {
-            const char *at = strstr(h, CALL_CLOSE);
-            if (!at) return;
-            close_call(r, j, h, (size_t)(at - h));
-            used = (size_t)(at - h) + sizeof CALL_CLOSE - 1;
-            sp->in_call = false;
+/* What the parser released: into r, and to the client when streaming. */
+static void take(srv_compat_run *r, srv_job *j, const qr_chat_delta *d) {
+    const struct {
+        srv_part part;
+        const char *s;
+        size_t n;
+    } parts[2] = {{SRV_PART_REASONING, d->reasoning, d->reasoning_len}, {SRV_PART_TEXT, d->content, d->content_len}};
+    for (int k = 0; k < 2; k++) {
+        if (parts[k].n == 0) continue;
+        srv_tbuf_add(parts[k].part == SRV_PART_TEXT ? &r->text : &r->reasoning, parts[k].s, parts[k].n);
+        if (r->on_delta && !r->gone && r->on_delta(r->user, parts[k].part, parts[k].s, parts[k].n) < 0) {
+            r->gone = true; /* the client went away: cancel, its KV blocks free before the next step */
+            srv_gen_cancel(&j->g);
         }
-        memmove(sp->hold.p, sp->hold.p + used, sp->hold.len - used + 1);
-        sp->hold.len -= used;
     }
+    for (int32_t k = 0; k < d->n_calls; k++)
+        json_array_append_new(r->calls, json_pack("{s:s, s:s}", "name", d->calls[k].name, "arguments",
+                                                  d->calls[k].arguments));
 }
 
-static void split_finish(splitter *sp, srv_compat_run *r, srv_job *j) {
-    if (sp->in_call) close_call(r, j, srv_tbuf_str(&sp->hold), sp->hold.len); /* no closing tag: EOS came first */
-    else emit(r, j, srv_tbuf_str(&sp->hold), sp->hold.len);
-    free(sp->hold.p);
+/* Feeds text[0..n) through the parser (none: all of it is reply text). */
+static void feed(srv_compat_run *r, srv_job *j, qr_chat_parser *cp, const char *text, size_t n, bool end) {
+    qr_chat_delta d = {.content = text, .content_len = n, .reasoning = ""};
+    char perr[128];
+    if (cp && qr_chat_parser_feed(cp, text, n, end, &d, perr, sizeof perr) != QR_OK)
+        d = (qr_chat_delta){.content = "", .reasoning = ""};
+    take(r, j, &d);
 }
 
 /* The stop sequence that ended the reply: the one that follows the reply's text in the raw pieces, else the
@@ -350,8 +222,10 @@ static const char *which_stop(const srv_job *j, const char *raw, size_t text_len
 
 void srv_compat_generate(srv_conn *rc, srv_job *j, srv_compat_run *r) {
     r->calls = json_array();
-    splitter sp = {0};
-    srv_tbuf forced = {0}, raw = {0}, shown = {0};
+    qr_chat_parser *cp = NULL;
+    char perr[128];
+    if (j->req.split && qr_chat_parser_create(&j->req.parse, &cp, perr, sizeof perr) != QR_OK) cp = NULL;
+    srv_tbuf raw = {0}, shown = {0};
     double ttft = -1;
     srv_ev *done = NULL;
     for (srv_ev *e; (e = srv_gen_next(&j->g));) {
@@ -360,28 +234,18 @@ void srv_compat_generate(srv_conn *rc, srv_job *j, srv_compat_run *r) {
             break;
         }
         if (ttft < 0) ttft = qr_time_s() - j->t_arrival;
-        char piece[256];
-        srv_token_piece(j->m, e->token, piece, sizeof piece);
-        srv_tbuf_add(&raw, piece, strlen(piece));
+        if (j->req.n_stops > 0) {
+            char piece[256];
+            srv_token_piece(j->m, e->token, piece, sizeof piece);
+            srv_tbuf_add(&raw, piece, strlen(piece));
+        }
         srv_tbuf_add(&shown, e->text, e->len);
-        if (r->tools == SRV_TOOLS_FORCED) srv_tbuf_add(&forced, e->text, e->len);
-        else if (r->tools == SRV_TOOLS_AUTO) split_feed(&sp, r, j, e->text, e->len);
-        else emit(r, j, e->text, e->len);
+        feed(r, j, cp, e->text, e->len, false);
         srv_ev_free(e);
     }
-    if (done && done->len) {
-        srv_tbuf_add(&shown, done->text, done->len);
-        if (r->tools == SRV_TOOLS_FORCED) srv_tbuf_add(&forced, done->text, done->len);
-        else if (r->tools == SRV_TOOLS_AUTO) split_feed(&sp, r, j, done->text, done->len);
-        else emit(r, j, done->text, done->len);
-    }
-    if (r->tools == SRV_TOOLS_AUTO) split_finish(&sp, r, j);
-    if (r->tools == SRV_TOOLS_FORCED) {
-        json_t *call = parse_call(srv_tbuf_str(&forced), forced.len);
-        if (call) json_array_append_new(r->calls, call);
-        else emit(r, j, srv_tbuf_str(&forced), forced.len); /* cut short (max tokens): the text it got to */
-        free(forced.p);
-    }
+    if (done) srv_tbuf_add(&shown, done->text, done->len);
+    feed(r, j, cp, done ? done->text : "", done ? done->len : 0, true);
+    qr_chat_parser_free(cp);
     r->http = 200;
     r->ecode = done ? srv_done_error_code(rc->s, done, &r->http) : "INFERENCE_ERROR";
     if (!done) r->http = 500;
@@ -393,16 +257,16 @@ void srv_compat_generate(srv_conn *rc, srv_job *j, srv_compat_run *r) {
     r->n_gen = done ? done->timing.n_gen : 0;
     r->n_cached = done ? done->timing.n_cached : 0;
     r->done = done;
-    r->raw = raw.p;
+    free(raw.p);
     free(shown.p);
     srv_account_tokens(rc, r->n_prompt, r->n_gen, ttft);
 }
 
 void srv_compat_run_free(srv_compat_run *r) {
     free(r->text.p);
+    free(r->reasoning.p);
     json_decref(r->calls);
     srv_ev_free(r->done);
-    free(r->raw);
     memset(r, 0, sizeof *r);
 }
 
@@ -422,7 +286,7 @@ void srv_compat_id(const char *prefix, char *out, size_t cap) {
 }
 
 void srv_compat_feature(srv_conn *rc, const char *feature) {
-    char lab[256];
-    snprintf(lab, sizeof lab, "endpoint=\"%s\",feature=\"%s\"", rc->endpoint, feature);
-    srv_metrics_add(rc->s->metrics, "quarrel_feature_requests_total", lab, 1);
+    char lab[96];
+    snprintf(lab, sizeof lab, "feature=\"%s\"", feature);
+    srv_metrics_add(rc->s->metrics, "quarrel_requests_by_feature_total", lab, 1);
 }

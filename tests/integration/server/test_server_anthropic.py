@@ -138,7 +138,19 @@ def test_errors_and_metrics(server, client):
     r = requests.post(server.url + "/v1/messages/count_tokens", data=b"{\"messages\":", timeout=10)
     assert r.status_code == 400 and r.json()["type"] == "error"
     assert requests.get(server.url + "/v1/messages", timeout=5).status_code == 405
-    before = server.metric("quarrel_feature_requests_total", endpoint="/v1/messages/count_tokens", feature="count_tokens")
-    client.messages.count_tokens(model=MODEL_NAME, messages=[{"role": "user", "content": "x"}])
-    assert server.metric("quarrel_feature_requests_total", endpoint="/v1/messages/count_tokens",
-                         feature="count_tokens") == before + 1
+    before = server.metric("quarrel_requests_by_feature_total", feature="tools")
+    client.messages.create(model=MODEL_NAME, max_tokens=2, tools=TOOLS, messages=[{"role": "user", "content": "x"}])
+    assert server.metric("quarrel_requests_by_feature_total", feature="tools") == before + 1
+    assert server.metric("quarrel_requests_total", model=MODEL_NAME, endpoint="/v1/messages/count_tokens", code="200") >= 1
+
+
+def test_count_tokens_with_tools(client):
+    """count_tokens renders the request as /v1/messages does: with the tools' description and a tool round trip."""
+    turn = [{"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                               "input": {"city": "Paris"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]}]
+    n = client.messages.count_tokens(model=MODEL_NAME, tools=TOOLS, messages=turn).input_tokens
+    m = client.messages.create(model=MODEL_NAME, max_tokens=1, tools=TOOLS, messages=turn)
+    assert n == m.usage.input_tokens
+    assert n > client.messages.count_tokens(model=MODEL_NAME, messages=turn).input_tokens  # the tools are in the prompt

@@ -152,7 +152,11 @@ def test_routes_methods_and_metrics(server, client):
     assert requests.get(server.url + "/v1/responses", timeout=5).status_code == 405
     r = requests.put(server.url + "/v1/responses/resp_x", timeout=5)
     assert r.status_code == 405 and "DELETE" in r.headers["Allow"]
-    before = server.metric("quarrel_feature_requests_total", endpoint="/v1/responses", feature="stream")
-    list(client.responses.create(model=MODEL_NAME, input="Hi", max_output_tokens=2, stream=True))
-    assert server.metric("quarrel_feature_requests_total", endpoint="/v1/responses", feature="stream") == before + 1
-    assert server.metric("quarrel_requests_total", model=MODEL_NAME, endpoint="/v1/responses", code="200") >= 1
+    prev = server.metric("quarrel_requests_by_feature_total", feature="previous_response_id")
+    tools = server.metric("quarrel_requests_by_feature_total", feature="tool_choice_required")
+    r = client.responses.create(model=MODEL_NAME, input="Hi", max_output_tokens=2)
+    client.responses.create(model=MODEL_NAME, input="Hi", max_output_tokens=30, previous_response_id=r.id, tools=TOOLS,
+                            tool_choice="required")
+    assert server.metric("quarrel_requests_by_feature_total", feature="previous_response_id") == prev + 1
+    assert server.metric("quarrel_requests_by_feature_total", feature="tool_choice_required") == tools + 1
+    assert server.metric("quarrel_requests_total", model=MODEL_NAME, endpoint="/v1/responses", code="200") >= 2
