@@ -107,13 +107,31 @@ static json_t *error_param(const char *msg) {
     return n > 0 && msg[1 + n] == '\'' ? json_stringn(msg + 1, n) : json_null();
 }
 
+/* Anthropic's error type for an HTTP status. */
+static const char *anthropic_error_type(int status) {
+    switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: return "overloaded_error";
+    case 504: return "timeout_error";
+    default: return status < 500 ? "invalid_request_error" : "api_error";
+    }
+}
+
 /* The error body: {"error": {"code", "message"}} (docs/api.md); OpenAI routes (/v1/...) add OpenAI's
- * "type" and "param"; a 429 on an Ollama route is Ollama's {"error": "message"} (plus "code"). */
+ * "type" and "param"; the Anthropic routes (/v1/messages...) are Anthropic's {"type": "error", "error":
+ * {"type", "message"}} (plus "code"); a 429 on an Ollama route is Ollama's {"error": "message"} (plus "code"). */
 static json_t *error_json(const srv_conn *rc, int status, const char *code, const char *msg) {
     const char *path = rc->ri ? (rc->ri->local_uri ? rc->ri->local_uri : rc->ri->request_uri) : NULL;
     if (status == 429 && ollama_route(path)) return json_pack("{s:s, s:s}", "error", msg, "code", code);
     json_t *j = json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
-    if (j && path && !strncmp(path, "/v1/", 4)) {
+    if (j && path && (!strcmp(path, "/v1/messages") || !strncmp(path, "/v1/messages/", 13))) {
+        json_object_set_new(j, "type", json_string("error"));
+        json_object_set_new(json_object_get(j, "error"), "type", json_string(anthropic_error_type(status)));
+    } else if (j && path && !strncmp(path, "/v1/", 4)) {
         json_t *e = json_object_get(j, "error");
         json_object_set_new(e, "type", json_string(openai_error_type(status)));
         json_object_set_new(e, "param", error_param(msg));
@@ -203,6 +221,23 @@ int srv_stream_sse_json(srv_conn *rc, json_t *j) {
     memcpy(buf + 6, s, n);
     memcpy(buf + 6 + n, "\n\n", 2);
     int r = srv_stream_write(rc, buf, n + 8);
+    free(buf);
+    free(s);
+    return r;
+}
+
+int srv_stream_sse_event(srv_conn *rc, const char *event, json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s) return -1;
+    const size_t n = strlen(s), ne = strlen(event);
+    char *buf = malloc(ne + n + 32);
+    if (!buf) {
+        free(s);
+        return -1;
+    }
+    const int len = snprintf(buf, ne + n + 32, "event: %s\ndata: %s\n\n", event, s);
+    const int r = srv_stream_write(rc, buf, (size_t)len);
     free(buf);
     free(s);
     return r;

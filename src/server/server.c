@@ -230,6 +230,9 @@ static const route routes[] = {
     {"POST", "/v1/completions", srv_h_openai_completions, false, true},
     {"POST", "/v1/embeddings", srv_h_openai_embeddings, false, true},
     {"GET", "/v1/models", srv_h_openai_models, false, false},
+    {"POST", "/v1/responses", srv_h_responses, false, true},
+    {"POST", "/v1/messages", srv_h_anthropic_messages, false, true},
+    {"POST", "/v1/messages/count_tokens", srv_h_anthropic_count_tokens, false, true},
     {"GET", "/api/models", srv_h_models, false, false},
     {"POST", "/api/stream", srv_h_stream, false, true},
     {"POST", "/tokenize", srv_h_tokenize, false, true},
@@ -349,6 +352,7 @@ static int begin_request(struct mg_connection *c) {
 
 #define ALLOW_GET "GET, HEAD, OPTIONS"
 #define ALLOW_POST "POST, OPTIONS"
+#define ALLOW_GET_DELETE "GET, HEAD, DELETE, OPTIONS"
 
 /* 405 INVALID_REQUEST with the path's Allow header (allow: NULL = none). */
 static void send_405(srv_conn *rc, const char *method, const char *path, const char *allow) {
@@ -362,6 +366,7 @@ static const char *path_allow(const char *path) {
         if (!strcmp(routes[i].path, path)) return strcmp(routes[i].method, "GET") ? ALLOW_POST : ALLOW_GET;
     if ((!strncmp(path, "/api/models/", 12) && path[12]) || (!strncmp(path, "/v1/models/", 11) && path[11]))
         return ALLOW_GET;
+    if (!strncmp(path, "/v1/responses/", 14) && path[14]) return ALLOW_GET_DELETE;
     return srv_static_known(path) || !strcmp(path, "/ws") ? ALLOW_GET : NULL;
 }
 
@@ -428,7 +433,8 @@ static int handle(struct mg_connection *c, void *cbdata) {
             path_known = true;
             if (!strcmp(routes[i].method, method) || (head_req && !strcmp(routes[i].method, "GET"))) rt = &routes[i];
         }
-    int (*model_fn)(srv_conn *, const char *) = NULL; /* GET /api/models/{name}, GET /v1/models/{id} */
+    /* GET /api/models/{name}, GET /v1/models/{id}, GET and DELETE /v1/responses/{id} */
+    int (*model_fn)(srv_conn *, const char *) = NULL;
     const char *model_route = NULL;
     if (!strncmp(path, "/api/models/", 12) && path[12]) {
         path_known = true;
@@ -438,7 +444,12 @@ static int handle(struct mg_connection *c, void *cbdata) {
         path_known = true;
         model_name = path + 11;
         model_fn = srv_h_openai_model, model_route = "/v1/models/{id}";
+    } else if (!strncmp(path, "/v1/responses/", 14) && path[14]) {
+        path_known = true;
+        model_name = path + 14;
+        model_fn = srv_h_response_item, model_route = "/v1/responses/{id}";
     }
+    const bool delete_ok = model_fn == srv_h_response_item && !strcmp(method, "DELETE");
     const char *allow = path_allow(path); /* the Allow header of the path */
     if (head_req || !strcmp(method, "OPTIONS")) rc.allow = allow;
     if (!strcmp(method, "OPTIONS")) { /* CORS preflight */
@@ -446,8 +457,9 @@ static int handle(struct mg_connection *c, void *cbdata) {
         char extra[512] = "";
         if (rc.cors_origin[0])
             snprintf(extra, sizeof extra,
-                     "Access-Control-Allow-Methods: GET, POST, OPTIONS\r\nAccess-Control-Allow-Headers: Authorization, "
-                     "Content-Type, X-API-Key, X-Request-Id\r\nAccess-Control-Max-Age: 600\r\n");
+                     "Access-Control-Allow-Methods: GET, POST, DELETE, OPTIONS\r\nAccess-Control-Allow-Headers: "
+                     "Authorization, Content-Type, X-API-Key, X-Request-Id, anthropic-version\r\n"
+                     "Access-Control-Max-Age: 600\r\n");
         srv_send(&rc, 204, "text/plain", "", 0, extra);
         goto done;
     }
@@ -467,7 +479,7 @@ static int handle(struct mg_connection *c, void *cbdata) {
         srv_send_error(&rc, 404, "INVALID_REQUEST", 0, "no route %s %s", method, path);
         goto done;
     }
-    if (!rt && !(model_name && get_like)) {
+    if (!rt && !(model_name && (get_like || delete_ok))) {
         send_405(&rc, method, path, allow);
         goto done;
     }
@@ -539,7 +551,8 @@ static void declare_metrics(srv_metrics *m) {
                         "Requests cancelled (client disconnect, stop message).", NULL, 0);
     srv_metrics_declare(m, "quarrel_errors_total", SRV_COUNTER, "Error responses by error code.", NULL, 0);
     srv_metrics_declare(m, "quarrel_requests_by_feature_total", SRV_COUNTER,
-                        "Generation requests by feature used (tools, tool_choice_required, json_schema, reasoning).", NULL, 0);
+                        "Generation requests by feature used (tools, tool_choice_required, json_schema, reasoning, "
+                        "previous_response_id).", NULL, 0);
     srv_metrics_declare(m, "quarrel_models_loaded", SRV_GAUGE, "Models loaded.", NULL, 0);
 }
 
@@ -559,7 +572,8 @@ qr_status qr_server_start(const qr_server_config *cfg, qr_server **out, char *er
     qr_status st = QR_OK;
     s->metrics = srv_metrics_create();
     s->rl = srv_ratelimit_create();
-    if (!s->metrics || !s->rl) {
+    s->resp_store = srv_resp_store_create(SRV_RESP_STORE_MAX, SRV_RESP_STORE_BYTES, SRV_RESP_STORE_TTL_S);
+    if (!s->metrics || !s->rl || !s->resp_store) {
         st = qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -627,6 +641,7 @@ fail:
     srv_keys_close(s->keys);
     srv_metrics_free(s->metrics);
     srv_ratelimit_free(s->rl);
+    srv_resp_store_free(s->resp_store);
     free(s);
     return st;
 }
@@ -653,6 +668,7 @@ void qr_server_stop(qr_server *s, double drain_s) {
     srv_keys_close(s->keys);
     srv_metrics_free(s->metrics);
     srv_ratelimit_free(s->rl);
+    srv_resp_store_free(s->resp_store);
     pthread_mutex_destroy(&s->ws_mu);
     free(s);
 }

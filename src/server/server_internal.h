@@ -16,6 +16,7 @@
 #include "server/ratelimit.h"
 #include "server/registry.h"
 #include "server/reqparse.h"
+#include "server/respstore.h"
 #include "server/server.h"
 
 struct qr_server {
@@ -26,6 +27,7 @@ struct qr_server {
     srv_metrics *metrics;
     srv_keys *keys;          /* NULL = auth off */
     srv_ratelimit *rl;
+    srv_resp_store *resp_store; /* /v1/responses objects (store, previous_response_id) */
     int32_t port;
     atomic_bool draining;
     atomic_int inflight;     /* HTTP requests inside the handler (drain waits for them) */
@@ -83,6 +85,9 @@ int srv_stream_write(srv_conn *rc, const char *data, size_t len);
 /* Writes a JSON value as an SSE frame ("data: ...\n\n"), or as one NDJSON line; steals j. */
 int srv_stream_sse_json(srv_conn *rc, json_t *j);
 int srv_stream_ndjson(srv_conn *rc, json_t *j);
+/* Writes a named SSE event ("event: NAME\ndata: ...\n\n"), as the Responses and Anthropic APIs
+ * stream; steals j. -1 when the client is gone. */
+int srv_stream_sse_event(srv_conn *rc, const char *event, json_t *j);
 void srv_stream_end(srv_conn *rc);
 /* ISO 8601 UTC time with nanoseconds, as Ollama writes it. */
 void srv_iso_time(double epoch_s, char *out, size_t cap);
@@ -149,6 +154,12 @@ int srv_h_openai_models(srv_conn *rc);
 /* GET /v1/models/{id}: one OpenAI model object; 404 MODEL_NOT_FOUND for an id not loaded. */
 int srv_h_openai_model(srv_conn *rc, const char *id);
 int srv_h_openai_embeddings(srv_conn *rc);
+/* api_responses.c: POST /v1/responses; GET and DELETE /v1/responses/{id} (404 RESPONSE_NOT_FOUND). */
+int srv_h_responses(srv_conn *rc);
+int srv_h_response_item(srv_conn *rc, const char *id);
+/* api_anthropic.c: POST /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API). */
+int srv_h_anthropic_messages(srv_conn *rc);
+int srv_h_anthropic_count_tokens(srv_conn *rc);
 int srv_h_models(srv_conn *rc);
 int srv_h_model_info(srv_conn *rc, const char *name);
 int srv_h_stream(srv_conn *rc);

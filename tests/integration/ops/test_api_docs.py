@@ -56,10 +56,17 @@ def curl_examples():
 
 
 def example_route(script):
-    """(METHOD, path) that a curl example calls."""
+    """(METHOD, path) that a curl example calls: the route its first comment names (`# METHOD /path ...`), which
+    one of its URLs must call (an example may first make what it needs, e.g. a stored response's id), else its
+    first URL."""
     cmd = " ".join(ln for ln in script.replace("\\\n", " ").splitlines() if not ln.startswith("#"))
     m = re.search(r'"\$QUARREL_URL(/[^"?\s]*)', cmd)
     assert m, f"example without \"$QUARREL_URL/...\": {cmd}"
+    named = re.match(r"#\s*(GET|POST|PUT|DELETE|PATCH)\s+(/[^\s,:]*)", script)
+    if named:
+        urls = re.findall(r'"\$QUARREL_URL(/[^"?\s]*)', cmd)
+        assert any(route_matches(named.group(2), u) for u in urls), f"no URL of {named.group(0)!r} in: {cmd}"
+        return named.group(1), named.group(2)
     method = "POST" if re.search(r"\s(-d|--data\S*)\s", cmd) else "GET"
     x = re.search(r"\s-X\s+(\w+)", cmd)
     return (x.group(1).upper() if x else method), m.group(1)
@@ -132,8 +139,10 @@ def test_curl_example_runs(title, script, keyed_server, openapi):
     with tempfile.TemporaryDirectory() as tmp:
         codes = os.path.join(tmp, "codes")
         # The docs' commands run unchanged; a wrapper function adds only the status capture.
+        # (the body is also printed, for an example that reads an answer: ID=$(curl ... | python3 ...))
         prelude = ('curl() { local rc=0; command curl -w "%{http_code}\\n" -o "$QR_BODY" "$@" >>"$QR_CODES" || rc=$?; '
-                   'if [ $rc -eq 28 ] && [ "$QR_ALLOW_TIMEOUT" = 1 ]; then rc=0; fi; return $rc; }\n')
+                   'if [ $rc -eq 28 ] && [ "$QR_ALLOW_TIMEOUT" = 1 ]; then rc=0; fi; cat "$QR_BODY" 2>/dev/null || true; '
+                   'return $rc; }\n')
         env = dict(os.environ, QUARREL_URL=keyed_server.url, QUARREL_KEY=keyed_server.key, QR_CODES=codes,
                    QR_BODY=os.path.join(tmp, "body"), QR_ALLOW_TIMEOUT="1" if path == "/ws" else "0")
         r = subprocess.run(["bash", "-euo", "pipefail", "-c", prelude + script], env=env, capture_output=True,

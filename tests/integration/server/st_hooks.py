@@ -2,8 +2,10 @@
 model (from $QUARREL_ST_MODEL) so that the cases reach tokenization, the scheduler and the
 response encoders instead of stopping at 404 MODEL_NOT_FOUND; token ids at or past the model's
 vocabulary ($QUARREL_ST_VOCAB, which the schema cannot know) are folded into it (negative ids, which
-the schema forbids, are left for the negative cases)."""
+the schema forbids, are left for the negative cases); a tool that tool_choice names (/v1/responses,
+/v1/messages) is added to `tools` when missing (the schema cannot tie the two fields)."""
 import os
+import re
 import zlib
 
 import schemathesis
@@ -31,6 +33,20 @@ def _fold_bias(bias):
             bias[str(int(k) % VOCAB)] = bias.pop(k)
 
 
+def _add_named_tool(body):
+    """tool_choice {type: function | tool, name} must name one of tools: add the tool when it is missing."""
+    tc, tools = body.get("tool_choice"), body.get("tools")
+    if not isinstance(tc, dict) or not isinstance(tc.get("name"), str) or tc.get("type") not in ("function", "tool"):
+        return
+    name = tc["name"]
+    if not re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", name) or not (tools is None or isinstance(tools, list)):
+        return
+    tools = body["tools"] = tools or []
+    if not any(isinstance(t, dict) and t.get("name") == name for t in tools):
+        tools.append({"type": "function", "name": name} if tc["type"] == "function"
+                     else {"name": name, "input_schema": {"type": "object"}})
+
+
 def _pick(value):
     return MODEL and zlib.crc32(repr(value).encode()) % 2 == 0
 
@@ -43,6 +59,7 @@ def map_body(ctx, body):
         _fold_ids(body.get("tokens"))  # /detokenize
         _fold_ids(body.get("prompt"))  # /v1/completions: a prompt of token ids
         _fold_bias(body.get("logit_bias"))  # OpenAI: token id -> bias
+        _add_named_tool(body)
     return body
 
 

@@ -79,3 +79,35 @@ def test_token_rate_limit(smollm, make_server):
     assert requests.post(s.url + "/v1/completions", json=body, timeout=60).status_code == 200
     r = requests.post(s.url + "/v1/completions", json=body, timeout=60)
     assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+
+
+def test_responses_and_messages_auth_and_limits(quarrel_bin, smollm, make_server, tmp_path):
+    """/v1/responses and /v1/messages go through the same key check and per-key limits as every route: the
+    anthropic client's x-api-key header works, refusals come in each API's shape, and a stored response is
+    visible to the key that made it only."""
+    import anthropic
+
+    db = str(tmp_path / "keys.db")
+    k = keys(quarrel_bin, db, "create", "--name", "limited", "--rpm", "3")
+    other = keys(quarrel_bin, db, "create", "--name", "other")
+    s = make_server([smollm], ["--api-key-db", db])
+    msg = [{"role": "user", "content": "Hi"}]
+    with pytest.raises(anthropic.AuthenticationError) as e:
+        anthropic.Anthropic(base_url=s.url, api_key="wrong", max_retries=0).messages.create(
+            model=MODEL_NAME, max_tokens=2, messages=msg)
+    assert e.value.body["type"] == "error" and e.value.body["error"]["type"] == "authentication_error"
+    assert requests.post(s.url + "/v1/responses", json={"input": "x"}, timeout=5).status_code == 401
+    a = anthropic.Anthropic(base_url=s.url, api_key=k["key"], max_retries=0)  # sends x-api-key
+    assert a.messages.create(model=MODEL_NAME, max_tokens=2, messages=msg).usage.output_tokens <= 2  # 1
+    o = openai.OpenAI(base_url=s.url + "/v1", api_key=k["key"], max_retries=0)
+    r = o.responses.create(model=MODEL_NAME, input="Hi", max_output_tokens=2)  # 2
+    assert requests.get(s.url + "/v1/responses/" + r.id, headers={"X-API-Key": other["key"]}, timeout=5).status_code == 404
+    assert o.responses.retrieve(r.id).id == r.id  # 3
+    with pytest.raises(anthropic.RateLimitError) as e:
+        a.messages.count_tokens(model=MODEL_NAME, messages=msg)
+    assert e.value.body["error"]["type"] == "rate_limit_error" and int(e.value.response.headers["Retry-After"]) >= 1
+    with pytest.raises(openai.RateLimitError):
+        o.responses.create(model=MODEL_NAME, input="Hi", max_output_tokens=2)
+    # the other key has its own bucket
+    assert requests.post(s.url + "/v1/messages/count_tokens", json={"messages": msg}, headers={"x-api-key": other["key"]},
+                         timeout=10).status_code == 200

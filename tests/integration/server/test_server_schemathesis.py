@@ -1,4 +1,4 @@
-"""schemathesis against /openapi.yaml with `--checks all` (issue 32 item 9): no server errors, no schema
+"""schemathesis against /openapi.yaml with `--checks all` but one (issue 32 item 9; EXCLUDED_CHECKS says why): no server errors, no schema
 violations (status codes, content types, response bodies, SSE frames), schema-valid requests accepted and
 schema-violating ones refused, 405 + Allow for undeclared methods, responses within the time bound of
 schemathesis.toml. CI runs every phase with $QUARREL_SCHEMATHESIS_EXAMPLES (default 5) cases per
@@ -16,6 +16,10 @@ import sys
 from conftest import MODEL_NAME
 
 HERE = pathlib.Path(__file__).resolve().parent
+# POST /v1/responses is the one route that creates a resource, and one made with `store: false` is not kept: GET
+# /v1/responses/{id} answers it 404 by design, which ensure_resource_availability (stateful phase) would call a
+# created resource gone missing. (`-c all` turns every check on, whatever schemathesis.toml says.)
+EXCLUDED_CHECKS = "ensure_resource_availability"
 
 
 def test_schemathesis(make_server, smollm, tmp_path):
@@ -27,11 +31,11 @@ def test_schemathesis(make_server, smollm, tmp_path):
     env = dict(os.environ, SCHEMATHESIS_HOOKS="st_hooks", QUARREL_ST_MODEL=MODEL_NAME, QUARREL_ST_VOCAB="49152",
                PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [str(st), "--config-file", str(HERE / "schemathesis.toml"), "run", s.url + "/openapi.yaml", "-u", s.url,
-           "-n", str(n), "--seed", seed, "-c", "all",
+           "-n", str(n), "--seed", seed, "-c", "all", "--exclude-checks", EXCLUDED_CHECKS,
            "--request-timeout", "120", "--phases", phases, "--report", "junit", "--report-junit-path", str(tmp_path / "st.xml")]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=3000)
     tail = r.stdout[-6000:]
     print(tail[-2500:])  # the summary (shown with pytest -s)
     assert r.returncode == 0, tail
-    assert "23/23" in r.stdout and "Tested: 23" in r.stdout, tail
+    assert "28/28" in r.stdout and "Tested: 28" in r.stdout, tail
     assert s.proc.poll() is None  # still up
