@@ -236,11 +236,11 @@ static void check_rope(lab *L) {
         float attn; /* attn_factor (0: 1) */
     } rc;
     const rc cases[] = {
-        {128, 128, 32, QR_ROPE_NORMAL, false, false, 1}, {128, 128, 32, QR_ROPE_NORMAL, false, false, 512},
-        {128, 128, 8, QR_ROPE_NEOX, false, false, 33},   {64, 64, 4, QR_ROPE_NEOX, true, false, 17},
-        {128, 64, 8, QR_ROPE_NORMAL, true, false, 9},    {256, 256, 8, QR_ROPE_NEOX, false, false, 5},
-        {80, 40, 5, QR_ROPE_NORMAL, false, false, 7},    {128, 128, 32, QR_ROPE_NORMAL, false, true, 11},
-        {64, 32, 6, QR_ROPE_NEOX, true, true, 13},
+        {128, 128, 32, QR_ROPE_NORMAL, false, false, 1, 0}, {128, 128, 32, QR_ROPE_NORMAL, false, false, 512, 0},
+        {128, 128, 8, QR_ROPE_NEOX, false, false, 33, 0},   {64, 64, 4, QR_ROPE_NEOX, true, false, 17, 0},
+        {128, 64, 8, QR_ROPE_NORMAL, true, false, 9, 0},    {256, 256, 8, QR_ROPE_NEOX, false, false, 5, 0},
+        {80, 40, 5, QR_ROPE_NORMAL, false, false, 7, 0},    {128, 128, 32, QR_ROPE_NORMAL, false, true, 11, 0},
+        {64, 32, 6, QR_ROPE_NEOX, true, true, 13, 0},
         /* issue 30 part 2: phi3's LongRoPE (factors, 3/4 of the head, attn_factor), YaRN with an attn_factor */
         {128, 96, 24, QR_ROPE_NEOX, true, false, 64, 1.1902f}, {128, 128, 8, QR_ROPE_NORMAL, false, true, 64, 0.93f},
     };
