@@ -114,7 +114,11 @@ class Stream:
                 raise Unexpected("malformed", f"empty choices: {obj!r}")
             return 0
         c = obj["choices"][0]
-        text = c.get("delta", {}).get("content") if field == "delta" else c.get("text")
+        delta = c.get("delta") if field == "delta" else None
+        text = delta.get("content") if isinstance(delta, dict) else c.get("text")
+        if field == "delta" and text is None and isinstance(delta, dict) and set(delta) <= {
+                "role", "content", "tool_calls", "reasoning_content"}:
+            text = ""  # a delta without text: role only, a tool call, reasoning, held-back text, the finish
         if not isinstance(text, str):
             raise Unexpected("malformed", f"no text in {obj!r}")
         if c.get("finish_reason") is not None:
