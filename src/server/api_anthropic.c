@@ -30,14 +30,14 @@ typedef struct msg_ctx {
 static const char *const text_parts[] = {"text", NULL};
 
 /* One block of messages[i] (role user or assistant) -> msgs. */
-static int block(json_t *b, size_t i, size_t k, bool user, json_t *msgs, char *err, size_t err_len) {
+static int block(json_t *b, size_t i, size_t k, bool user, json_t *msgs, size_t first, char *err, size_t err_len) {
     const char *type = json_string_value(json_object_get(b, "type"));
     if (!json_is_object(b) || !type) FAIL("'messages[%zu].content[%zu]' must be an object with a 'type'", i, k);
     int rc = 0;
     if (!strcmp(type, "text")) {
         json_t *t = json_object_get(b, "text");
         if (!json_is_string(t)) FAIL("'messages[%zu].content[%zu].text' must be a string", i, k);
-        rc = srv_compat_add_text(msgs, user ? "user" : "assistant", json_string_value(t));
+        rc = srv_compat_add_text(msgs, user ? "user" : "assistant", json_string_value(t), first);
     } else if (!strcmp(type, "tool_use")) {
         const char *name = json_string_value(json_object_get(b, "name"));
         json_t *input = json_object_get(b, "input");
@@ -82,14 +82,15 @@ static int convert_messages(json_t *in, json_t *msgs, char *err, size_t err_len)
         const bool user = !strcmp(role, "user");
         json_t *c = json_object_get(m, "content");
         if (json_is_string(c)) {
-            if (srv_compat_add_text(msgs, role, json_string_value(c)) < 0) FAIL("out of memory");
+            if (srv_compat_add_text(msgs, role, json_string_value(c), json_array_size(msgs)) < 0) FAIL("out of memory");
             continue;
         }
         if (!json_is_array(c) || json_array_size(c) == 0)
             FAIL("'messages[%zu].content' must be a string or a non-empty array of content blocks", i);
+        const size_t first = json_array_size(msgs); /* this message's blocks join each other, not earlier turns */
         size_t k;
         json_t *b;
-        json_array_foreach(c, k, b) if (block(b, i, k, user, msgs, err, err_len) < 0) return -1;
+        json_array_foreach(c, k, b) if (block(b, i, k, user, msgs, first, err, err_len) < 0) return -1;
     }
     return 0;
 }

@@ -101,15 +101,16 @@ int srv_compat_tool_add(json_t *tools, const char *name, const char *description
     return json_array_append_new(tools, json_pack("{s:s, s:o}", "type", "function", "function", fn));
 }
 
-int srv_compat_add_text(json_t *msgs, const char *role, const char *text) {
-    json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+int srv_compat_add_text(json_t *msgs, const char *role, const char *text, size_t first) {
+    const size_t n = json_array_size(msgs);
+    json_t *last = n > first ? json_array_get(msgs, n - 1) : NULL;
     const char *lr = json_string_value(json_object_get(last, "role"));
     const char *prev = json_string_value(json_object_get(last, "content"));
     if (lr && !strcmp(lr, role) && strcmp(role, "tool") && prev && !json_object_get(last, "tool_calls")) {
-        const size_t n = strlen(prev) + strlen(text) + 2;
-        char *joined = malloc(n);
+        const size_t len = strlen(prev) + strlen(text) + 2;
+        char *joined = malloc(len);
         if (!joined) return -1;
-        snprintf(joined, n, "%s%s%s", prev, *prev && *text ? "\n" : "", text);
+        snprintf(joined, len, "%s%s%s", prev, *prev && *text ? "\n" : "", text);
         const int rc = json_object_set_new(last, "content", json_string(joined));
         free(joined);
         return rc;

@@ -45,8 +45,10 @@ int srv_compat_add_result(json_t *msgs, const char *call_id, const char *content
 /* Gives each tool message the name of the call it answers (the call with its tool_call_id), which the
  * generic tool format shows the model. */
 void srv_compat_name_results(json_t *msgs);
-/* Appends {role, content}; text after text of the same role (not tool) joins it with a newline. */
-int srv_compat_add_text(json_t *msgs, const char *role, const char *text);
+/* Appends {role, content}, or joins the text to the last message (with a newline) when that message is
+ * msgs[first] or later, has the same role (not tool) and no tool calls: the blocks of one input message
+ * become one message. first = json_array_size(msgs): always a new message. 0, or -1 on OOM. */
+int srv_compat_add_text(json_t *msgs, const char *role, const char *text, size_t first);
 
 /* Turns chat_body ({messages, tools, tool_choice, sampling fields} in OpenAI chat form, owned by the
  * caller) into *req with reqparse, and sets the grammar g (taken; text.format / output_config) unless a

@@ -55,7 +55,7 @@ static int input_item(json_t *it, size_t i, json_t *msgs, char *err, size_t err_
         srv_tbuf t = {0};
         snprintf(field, sizeof field, "input[%zu].content", i);
         if (srv_compat_parts_text(c, field, input_parts, "", &t, err, err_len) < 0) return free(t.p), -1;
-        const int rc = srv_compat_add_text(msgs, role, srv_tbuf_str(&t));
+        const int rc = srv_compat_add_text(msgs, role, srv_tbuf_str(&t), json_array_size(msgs));
         free(t.p);
         return rc < 0 ? (qr_errf(err, err_len, QR_ERR_INVALID_ARG, "out of memory"), -1) : 0;
     }
@@ -391,7 +391,7 @@ static json_t *output_items(resp_ctx *x, const srv_compat_run *g, const char *st
 static void store_response(resp_ctx *x, json_t *response, const srv_compat_run *g, json_t *call_ids) {
     json_t *hist = x->history;
     const char *text = srv_tbuf_str(&g->text);
-    if (g->text.len > 0 && strspn(text, " \t\r\n") < g->text.len) srv_compat_add_text(hist, "assistant", text);
+    if (g->text.len > 0 && strspn(text, " \t\r\n") < g->text.len) srv_compat_add_text(hist, "assistant", text, json_array_size(hist));
     size_t i;
     json_t *id;
     json_array_foreach(call_ids, i, id) {
