@@ -79,6 +79,7 @@ typedef struct mm_case {
     bool time;
     bool warm;           /* time without evicting L2 first (activations/weights L2-resident) */
     bool no_pdl;         /* launch the mat-vec without programmatic dependent launch */
+    bool no_dq;          /* batches of K-quant weights through the f16 cache + cuBLAS, not matmul_dq.cu */
     const char *shape;   /* label, e.g. "mistral ffn_up" */
 } mm_case;
 
@@ -120,6 +121,7 @@ static void matmul_case(lab *L, const mm_case *c) {
     if (c->max_rows) tune->mmvq_max_rows = c->max_rows;
     if (c->tile) tune->gemm_tile_bytes = c->tile;
     if (c->no_pdl) tune->pdl = 0;
+    if (c->no_dq) tune->dq_gemm = 0;
     float *xd = lab_gpu_alloc(L, (size_t)(c->nr * c->k) * 4), *yd = lab_gpu_alloc(L, (size_t)(c->nr * c->n) * 4);
     lab_upload(L, xd, xh, (size_t)(c->nr * c->k) * 4);
     lab_poison(L, yd, (size_t)(c->nr * c->n) * 4);
@@ -152,6 +154,7 @@ static void matmul_case(lab *L, const mm_case *c) {
     if (c->tile) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " tile%lldM", (long long)(c->tile >> 20));
     if (c->warm) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " warm");
     if (c->no_pdl) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " no-pdl");
+    if (c->no_dq) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " no-dq");
     const double bytes = (double)wbytes + (double)(c->nr * c->k) * 4 + (double)(c->nr * c->n) * 4;
     lab_record(L, gemm ? "matmul-gemm" : "matmul", cfg, max_err, rel_err, tol, pass, us, gemm ? 0 : bytes,
                gemm ? 2.0 * (double)c->n * (double)c->k * (double)c->nr : 0);
@@ -309,9 +312,10 @@ static void check_multi(lab *L) {
 }
 
 void lab_matmul(lab *L) {
-    check_multi(L);
+    const bool dq_only = getenv("QUARREL_LAB_DQ_ONLY") != NULL; /* only the K-quant batched-decode cases */
+    if (!dq_only) check_multi(L);
     /* 1. correctness of every type, every row count 1..8 (one launch each), every warps-per-row */
-    for (int ti = 0; ti < N_TYPES; ti++) {
+    for (int ti = 0; ti < N_TYPES && !dq_only; ti++) {
         for (int nr = 1; nr <= 8; nr++) {
             mm_case c = {.type = all_types[ti], .n = 999, .k = 1024, .nr = nr};
             matmul_case(L, &c);
@@ -333,10 +337,35 @@ void lab_matmul(lab *L) {
     }
     /* float rows whose length is not a multiple of 16 bytes take cuBLAS even for one row */
     const qr_type odd_types[] = {QR_TYPE_F32, QR_TYPE_F16, QR_TYPE_BF16};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 3 && !dq_only; i++) {
         mm_case c = {.type = odd_types[i], .n = 300, .k = 1001, .nr = 2};
         matmul_case(L, &c);
     }
+    /* batched decode of K-quant weights (matmul_dq.cu) against the f16 cache + cuBLAS: odd shapes, every
+     * token-tile width, split-K on and off */
+    const qr_type kq[] = {QR_TYPE_Q4_K, QR_TYPE_Q6_K};
+    if (dq_only && strcmp(getenv("QUARREL_LAB_DQ_ONLY"), "2") == 0) { /* one timed shape (profiling) */
+        mm_case c = {.type = QR_TYPE_Q4_K, .n = 14336, .k = 4096, .nr = 64, .time = true, .shape = " mistral.ffn_up"};
+        matmul_case(L, &c);
+        return;
+    }
+    for (int ti = 0; ti < 2; ti++) {
+        const int rows[] = {9, 23, 40, 64, 100, 256};
+        for (int i = 0; i < 6; i++) {
+            mm_case c = {.type = kq[ti], .n = 1000, .k = 2816, .nr = rows[i]};
+            matmul_case(L, &c);
+        }
+        for (int s = 0; s < 5; s++)
+            for (int nr = 16; nr <= 256; nr *= 2)
+                for (int dq = 0; dq < 2; dq++) {
+                    if (L->quick && (nr != 64 || s > 2)) continue;
+                    if (dq_only && dq == 1 && getenv("QUARREL_CUDA_DQ_SPLITS")) continue; /* the baseline once */
+                    mm_case c = {.type = kq[ti], .n = mistral[s].n, .k = mistral[s].k, .nr = nr, .time = true,
+                                 .no_dq = dq == 1, .shape = mistral[s].name};
+                    matmul_case(L, &c);
+                }
+    }
+    if (dq_only) return;
     if (L->quick) {
         mm_case c = {.type = QR_TYPE_Q4_0, .n = 4096, .k = 4096, .nr = 1, .time = true, .shape = " mistral.attn_q"};
         matmul_case(L, &c);

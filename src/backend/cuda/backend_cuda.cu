@@ -123,6 +123,7 @@ static void cuda_destroy(qr_backend *be) {
     cudaFree(cb->fa_tiles);
     free(cb->h_fa_tiles);
     cudaFree(cb->moe);
+    cudaFree(cb->dq_part);
     free(cb->h_moe);
     if (cb->diverged_h) cudaFreeHost(cb->diverged_h);
     if (cb->pinned) cudaFreeHost(cb->pinned);
@@ -212,6 +213,7 @@ static void cuda_weight_release(qr_backend *be, qr_weight *w) {
         cudaSetDevice(cb->device);
         cudaStreamSynchronize(cb->stream);
         cudaFree(cw->mem);
+        if (cw->dqs) cudaFree(cw->dqs);
         if (cw->f16) {
             cudaFree(cw->f16);
             cb->f16_cache_bytes -= (size_t)cw->v.n * (size_t)cw->v.k * 2;
@@ -745,6 +747,43 @@ static bool matmul_mmq_dense(cuda_backend *cb, const cuda_weight *cw, const floa
     return true;
 }
 
+/* A batch of more rows than the mat-vec takes, up to dq_max_rows (batched decode), of Q4_K / Q6_K weights on
+ * the f16 tensor-core kernel that dequantizes the blocks in registers (matmul_dq.cu): the weights are read once
+ * in their block format instead of as the 3.5x larger f16 cache. The activations are the cuBLAS path's (Q8_K
+ * rounding, as f16). True when it ran (or raised). */
+static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, int64_t n_rows, int64_t n, float *y) {
+    const cuda_wview *v = &cw->v;
+    const int64_t k = v->k;
+    if (!cb->tune.dq_gemm || n_rows > cb->tune.dq_max_rows || !qr_cuda_dq_gemm_supported((qr_type)v->type) || k % 256 ||
+        v->nb != k / 256 || !cb->tune.gemm_q8_act)
+        return false;
+    cuda_weight *mw = (cuda_weight *)cw;
+    if (!mw->dqs) { /* the scale plane, once (not while a graph is captured: the warm-up run made it) */
+        if (mw->dqs_tried || cb->capturing || v->n != n) return false;
+        mw->dqs_tried = true;
+        if (cudaMalloc(&mw->dqs, qr_cuda_dq_scales_bytes(v)) != cudaSuccess) {
+            (void)cudaGetLastError();
+            mw->dqs = NULL;
+            return false;
+        }
+        if (!cuda_ok(cb, qr_cuda_dq_scales(v, mw->dqs, cb->stream), "matmul (dq scales)")) return true;
+    }
+    const act_layout L = act_layout_of(n_rows, k);
+    if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return true;
+    cb->act_valid = false;
+    cb->hold_valid = false; /* the f16 rows below overwrite the scratch */
+    void *xh = (uint8_t *)cb->act + L.h;
+    const int32_t splits = cb->tune.dq_splits ? cb->tune.dq_splits : qr_cuda_dq_gemm_splits(n_rows, n, k, cb->n_sm);
+    if (splits > 1 && !ensure_scratch(cb, &cb->dq_part, &cb->dq_part_cap, (size_t)(splits * n_rows * n) * 4,
+                                      "matmul (split-K partial sums)"))
+        return true;
+    if (!cuda_ok(cb, qr_cuda_act_q8_as_f16(x, n_rows * k, 1, xh, cb->stream), "matmul (convert)")) return true;
+    cuda_wview wv = *v;
+    wv.n = n;
+    cuda_ok(cb, qr_cuda_dq_gemm(&wv, cw->dqs, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream), "matmul (dq gemm)");
+    return true;
+}
+
 static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y) {
     cuda_backend *cb = CB(be);
     const cuda_weight *cw = prepared(cb, w, "matmul");
@@ -756,6 +795,7 @@ static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int6
     const cuda_wview *v = &cw->v;
     const int64_t k = v->k, n = w->ne[1];
     const bool mmv = n_rows <= cb->tune.mmvq_max_rows && v->nb > 0;
+    if (!mmv && matmul_dq(cb, cw, x, n_rows, n, y)) return;
     if (!mmv && matmul_mmq_dense(cb, cw, x, n_rows, n, y)) return;
     if (!mmv) {
         const act_layout L = act_layout_of(n_rows, k);

@@ -19,6 +19,8 @@ typedef struct cuda_weight {
     void *f16; /* [n][k] f16: the whole quantized matrix dequantized once for the GEMM of batches of more rows than
                 * the mat-vec takes (the f16 cache, matmul_gemm), or NULL */
     bool f16_tried; /* the cache was declined for this weight (memory): not asked again */
+    void *dqs;      /* the batched-decode GEMM's scale plane (matmul_dq.cu; made on first use), or NULL */
+    bool dqs_tried;
 } cuda_weight;
 
 struct qr_kv_storage {
@@ -92,6 +94,8 @@ typedef struct cuda_backend {
     /* the grouped expert GEMM of prefill (moe_gemm): device scratch, host staging of ids and orders */
     void *moe;
     size_t moe_cap;
+    void *dq_part; /* the split-K partial sums of the batched-decode GEMM (matmul_dq.cu) */
+    size_t dq_part_cap;
     int32_t *h_moe;
     size_t h_moe_cap;           /* bytes */
     /* ids written by the last routing kernel while no kernel that waits for its predecessor before

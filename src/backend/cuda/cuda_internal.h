@@ -35,6 +35,11 @@ typedef struct qr_cuda_tune {
                               * grid of n_out / 128 x row tiles leaves most SMs idle on dense shapes, batched decode
                               * at 64 rows measured 2x slower on the H200) (QUARREL_CUDA_MMQ_DENSE=1 turns it on) */
     int32_t mmq_dense_max_rows; /* default 256, at most 4096 (QUARREL_CUDA_MMQ_DENSE_MAX_ROWS) */
+    int32_t dq_gemm;         /* 1 (default): a matmul of more rows than the mat-vec takes, up to dq_max_rows, of Q4_K / Q6_K
+                              * weights runs on the f16 tensor-core kernel that dequantizes the blocks in registers
+                              * (matmul_dq.cu) instead of cuBLAS on the f16 cache (QUARREL_CUDA_DQ_GEMM=0: off) */
+    int32_t dq_max_rows;     /* default 16 (QUARREL_CUDA_DQ_MAX_ROWS) */
+    int32_t dq_splits;       /* split-K count; 0 (default): chosen from the shape (QUARREL_CUDA_DQ_SPLITS) */
     int32_t f16_cache;       /* 1 (default): a quantized 2-D weight multiplied by more rows than the mat-vec takes is
                               * dequantized to f16 once and kept (cuda_weight.f16) while the device keeps
                               * max(f16_cache_reserve_mib, a quarter of its memory) free; 0: f16 tiles each time

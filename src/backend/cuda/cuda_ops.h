@@ -300,6 +300,18 @@ cudaError_t qr_cuda_matvec_tiles(const cuda_wview *w, const cuda_xview *x, const
 /* The same on int8 tensor cores (matmul_mma.cu), for the types of qr_cuda_mmq_supported (Q4_0, Q8_0, MXFP4,
  * IQ4_NL): tiles of nr <= QR_CUDA_MMQ_TILE_ROWS rows, max_rows the largest nr; x (Q8_0-rule activations) needs
  * QR_CUDA_MMQ_TILE_ROWS rows of slack after the last sorted row. */
+/* Batched decode GEMM of Q4_K / Q6_K weights on f16 tensor cores (matmul_dq.cu): y[n_tok][n_out] = W x^T with xh
+ * the activations as f16 [n_tok][k] (qr_cuda_act_q8_as_f16, kind 1); splits > 1 split K and need part, room for
+ * splits * n_tok * n_out floats; qr_cuda_dq_gemm_splits suggests the count for a device of `sms` SMs. */
+bool qr_cuda_dq_gemm_supported(qr_type type);
+int32_t qr_cuda_dq_gemm_splits(int64_t n_tok, int64_t n_out, int64_t k, int32_t sms);
+/* The kernel's per-weight scale plane (32 bytes a 256-value block: the f16 scale x sub-block scale and minimum),
+ * made once by qr_cuda_dq_scales into qr_cuda_dq_scales_bytes(w) bytes. */
+size_t qr_cuda_dq_scales_bytes(const cuda_wview *w);
+cudaError_t qr_cuda_dq_scales(const cuda_wview *w, void *out, cudaStream_t stream);
+cudaError_t qr_cuda_dq_gemm(const cuda_wview *w, const void *scales, const void *xh, int64_t n_tok, int64_t n_out,
+                            int32_t splits, float *part, float *y, cudaStream_t stream);
+
 #define QR_CUDA_MMQ_TILE_ROWS 64
 bool qr_cuda_mmq_supported(qr_type type);
 cudaError_t qr_cuda_mmq_tiles(const cuda_wview *w, const cuda_xview *x, const int32_t *tiles, int32_t n_tiles,

@@ -60,6 +60,9 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->f16_cache_reserve_mib = env_int("QUARREL_CUDA_F16_CACHE_RESERVE_MIB", 0, 1 << 30, 8192);
     t->mmq_dense = env_is("QUARREL_CUDA_MMQ_DENSE", "1"); /* off: 2x slower than dequant + cuBLAS at 64 rows (H200) */
     t->mmq_dense_max_rows = env_int("QUARREL_CUDA_MMQ_DENSE_MAX_ROWS", 0, 4096, 256);
+    t->dq_gemm = !env_is("QUARREL_CUDA_DQ_GEMM", "0");
+    t->dq_max_rows = env_int("QUARREL_CUDA_DQ_MAX_ROWS", 0, 4096, 16); /* H200: +13 % at 16 rows, even at 32, slower at 48+ */
+    t->dq_splits = env_int("QUARREL_CUDA_DQ_SPLITS", 0, 8, 0);
     t->attn_cluster = !env_is("QUARREL_CUDA_ATTN", "nocluster");
     t->pinned_host = !env_is("QUARREL_CUDA_PINNED", "0");
     t->attn_cl_keys = env_int("QUARREL_CUDA_ATTN_CL_KEYS", 1, 2048, 64);
