@@ -157,6 +157,11 @@ typedef struct qr_arch_info {
 } qr_arch_info;
 
 /* Table row for a general.architecture name; NULL when unsupported. */
+/* The chat template of a model (api.c): the GGUF's tokenizer.chat_template, else the built-in one its vocabulary
+ * fits (template/builtin.c: Gemma turns, ChatML; *builtin gets its name, NULL for the GGUF's own). False when
+ * neither: the model has no chat template. src points into the model's mapping or static text. */
+bool qr_model_chat_template_src(const qr_model *model, const qr_tokenizer *tok, const char **src, size_t *len,
+                                const char **builtin);
 const qr_arch_info *qr_arch_find(const char *name);
 /* Writes the comma-separated names of the supported architectures (the table's rows) into buf. */
 void qr_arch_list(char *buf, size_t cap);

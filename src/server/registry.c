@@ -133,14 +133,18 @@ static qr_status load_model(const srv_registry *r, const char *source, srv_model
     m->can_generate = hp->causal;
     if ((st = qr_tokenizer_create(qr_model_gguf(m->model), &m->tok, err, err_len)) != QR_OK) goto fail;
     /* chat template */
-    qr_gguf_str src;
-    if (qr_gguf_get_str(qr_model_gguf(m->model), "tokenizer.chat_template", &src)) {
-        m->tmpl_src = malloc(src.len + 1);
+    const char *tsrc, *builtin;
+    size_t tlen;
+    if (qr_model_chat_template_src(m->model, m->tok, &tsrc, &tlen, &builtin)) {
+        if (builtin)
+            qr_log(QR_LOG_INFO, "model '%s': no chat template in the GGUF; using the built-in '%s' template", m->name,
+                   builtin);
+        m->tmpl_src = malloc(tlen + 1);
         if (m->tmpl_src) {
-            memcpy(m->tmpl_src, src.data, src.len);
-            m->tmpl_src[src.len] = 0;
+            memcpy(m->tmpl_src, tsrc, tlen);
+            m->tmpl_src[tlen] = 0;
         }
-        if (qr_chat_template_parse(src.data, (size_t)src.len, &m->tmpl, err, err_len) != QR_OK) m->tmpl = NULL;
+        if (qr_chat_template_parse(tsrc, tlen, &m->tmpl, err, err_len) != QR_OK) m->tmpl = NULL;
         const qr_tokenizer_info *ti = qr_tokenizer_get_info(m->tok);
         size_t len;
         const char *p;

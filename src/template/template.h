@@ -72,4 +72,12 @@ qr_status qr_chat_render_json(const char *src, size_t len, const json_t *message
 qr_status qr_chat_render(const char *src, size_t len, const qr_chat_message *msgs, size_t n,
                          const qr_chat_options *opt, char **out, size_t *out_len, char *err, size_t err_len);
 
+/* Built-in chat templates for models whose GGUF has none (builtin.c): the source of the one called `name`
+ * ("gemma", "chatml"), or NULL. */
+const char *qr_chat_template_builtin(const char *name);
+/* The built-in template a vocabulary fits (has_token(ctx, marker) true for the family's turn marker), in order
+ * gemma, chatml; *name (may be NULL) gets its name. NULL when none fits. */
+const char *qr_chat_template_builtin_for(bool (*has_token)(const void *ctx, const char *text), const void *ctx,
+                                         const char **name);
+
 #endif /* QR_TEMPLATE_H */

@@ -1,6 +1,6 @@
 """Grammar-constrained sampling through the real clients: OpenAI response_format (json_schema with
 and without strict, json_object) and Ollama format (a schema, "json"), on SmolLM2 (chat) and
-Gemma 3 (its GGUF has no chat template: OpenAI completions with the same response_format), every
+Gemma 3 (its GGUF has no chat template: the built-in Gemma turn template, chat and completions), every
 output validated with `jsonschema`; bad schemas and grammars get a 400 naming the construct and
 the server stays up."""
 import json
@@ -82,16 +82,16 @@ def check(schema, text, finish):
     jsonschema.validate(json.loads(text), schema)
 
 
-def chat_one(client, i, stream):
+def chat_one(client, i, stream, model=MODEL_NAME):
     schema = SCHEMAS[i]
     rf = {"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": schema, "strict": i % 3 == 0}}
     msgs = [{"role": "user", "content": ask(schema)}]
     if not stream:
-        r = client.chat.completions.create(model=MODEL_NAME, messages=msgs, response_format=rf,
+        r = client.chat.completions.create(model=model, messages=msgs, response_format=rf,
                                            max_tokens=MAX_TOKENS, temperature=0)
         return schema, r.choices[0].message.content, r.choices[0].finish_reason
     text, finish = "", None
-    for c in client.chat.completions.create(model=MODEL_NAME, messages=msgs, response_format=rf,
+    for c in client.chat.completions.create(model=model, messages=msgs, response_format=rf,
                                             max_tokens=MAX_TOKENS, temperature=0, stream=True):
         if c.choices:
             text += c.choices[0].delta.content or ""
@@ -130,6 +130,31 @@ def test_openai_json_schema_gemma(gemma_server, stream):
     with ThreadPoolExecutor(4) as ex:
         for schema, text, finish in ex.map(lambda i: completion_one(c, i, stream), range(len(SCHEMAS))):
             check(schema, text, finish)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_chat_json_schema_gemma(gemma_server, stream):
+    """Gemma 3's GGUF carries no chat template: chat requests render through the built-in Gemma turn format."""
+    c = openai.OpenAI(base_url=gemma_server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    model = GEMMA.removesuffix(".gguf")
+    with ThreadPoolExecutor(4) as ex:
+        for schema, text, finish in ex.map(lambda i: chat_one(c, i, stream, model), range(0, len(SCHEMAS), 3)):
+            check(schema, text, finish)
+
+
+def test_gemma_builtin_template_prompt(gemma_server):
+    """The rendered prompt is Gemma's turn format (system text folded into the first user turn)."""
+    r = requests.post(gemma_server.url + "/api/chat", json={
+        "model": GEMMA.removesuffix(".gguf"), "stream": False, "options": {"num_predict": 1, "temperature": 0},
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]})
+    assert r.status_code == 200, r.text
+    n = r.json()["prompt_eval_count"]
+    # <bos> <start_of_turn> user \n Be brief . \n\n Hi <end_of_turn> \n <start_of_turn> model \n
+    tok = requests.post(gemma_server.url + "/tokenize", json={
+        "model": GEMMA.removesuffix(".gguf"), "add_special": False, "parse_special": True,
+        "content": "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"})
+    assert tok.status_code == 200, tok.text
+    assert n == len(tok.json()["tokens"])
 
 
 def test_openai_json_object(client):
