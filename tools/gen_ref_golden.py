@@ -68,7 +68,10 @@ for name, spec in QWEN_CASES.items():
 # test asks for llama.cpp's logits to the last bit's noise: mean KL <= 1e-6, same top-1 >= 99.9 %.
 STRICT_CASES = {f"synth-{arch}-{preset}-{t.lower()}": (arch, preset, t)
                 for arch, preset in [("phi3", "tiny"), ("gemma2", "tiny"), ("llama", "llama3-tiny"),
-                                     ("llama", "yarn-tiny")] for t in ("Q8_0", "Q4_K_M")}
+                                     ("llama", "yarn-tiny"),
+                                     # issue 30 part 3 (OLMo 3's sliding window and YaRN: olmo3-tiny)
+                                     ("olmo2", "tiny"), ("olmo2", "olmo3-tiny"), ("granitemoe", "tiny"),
+                                     ("glm4", "tiny")] for t in ("Q8_0", "Q4_K_M")}
 STRICT = {"n_ubatch": 64, "kl_max": 1e-6, "top1_min": 0.999}
 for name, spec in STRICT_CASES.items():
     CASES[name] = ("synth", spec)

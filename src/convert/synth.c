@@ -240,6 +240,10 @@ static const synth_arch archs[] = {
     /* issue 30 part 2 */
     {"phi3", qr_synth_phi3_tensors, qr_synth_phi3_hparams},
     {"gemma2", gemma3_tensors, gemma3_hparams},
+    /* issue 30 part 3 */
+    {"olmo2", qr_synth_post_tensors, qr_synth_post_hparams},
+    {"glm4", qr_synth_post_tensors, qr_synth_post_hparams},
+    {"granitemoe", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
 };
 
 static const synth_arch *find_arch(const char *name) {

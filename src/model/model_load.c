@@ -212,7 +212,8 @@ static qr_status load_hparams(loader *L) {
     if (!(hp->rope_base > 1.0f))
         return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: rope.freq_base %g must be > 1", m->path, hp->rope_base);
     TRY(load_rope_scaling(L));
-    hp->rope_base_swa = ai->rope_base_swa > 0.0f ? ai->rope_base_swa : hp->rope_base;
+    if (ai->rope_base_swa > 0.0f) hp->rope_base_swa = ai->rope_base_swa;
+    else if (hp->rope_base_swa == 0.0f) hp->rope_base_swa = hp->rope_base; /* olmo2: rope.freq_base_swa */
     if (ai->ignore_swa) hp->n_swa = 0; /* phi3: llama.cpp ignores the window of the metadata */
     if (hp->attn_softcap < 0.0f || hp->final_softcap < 0.0f)
         return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: negative logit softcapping", m->path);
