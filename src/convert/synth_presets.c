@@ -197,6 +197,16 @@ static const qr_synth_preset presets[] = {
     {.arch = "glm4", .name = "glm4-9b", .n_layer = 40, .n_embd = 4096, .n_ff = 13696, .n_head = 32, .n_head_kv = 2,
      .head_dim = 128, .n_vocab = 151552, .n_ctx = 32768, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .vocab = BPE,
      .bpe_pre = "glm4", .n_rot = 64},
+    /* mistral3 (Ministral 3): llama with YaRN (its own ramp bounds and mscale_all_dim; other values than the real
+     * 32 / 1 / 1 here, so that reading them shows) and llama 4's attention temperature, tekken pre-tokenizer */
+    {.arch = "mistral3", .name = "tiny", .n_layer = 2, .n_embd = 256, .n_ff = 768, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 8192, .rope_theta = 1000000.0f, .rms_eps = 1e-5f, .vocab = BPE,
+     .bpe_pre = "tekken", .yarn_factor = 8.0f, .yarn_orig_ctx = 1024, .yarn_beta_fast = 24.0f, .yarn_beta_slow = 2.0f,
+     .yarn_log_mul = 0.8f, .attn_temp_scale = 0.1f},
+    {.arch = "mistral3", .name = "ministral-3-8b", .n_layer = 34, .n_embd = 4096, .n_ff = 14336, .n_head = 32,
+     .n_head_kv = 8, .head_dim = 128, .n_vocab = 131072, .n_ctx = 262144, .rope_theta = 1000000.0f, .rms_eps = 1e-5f,
+     .vocab = BPE, .bpe_pre = "tekken", .yarn_factor = 16.0f, .yarn_orig_ctx = 16384, .yarn_beta_fast = 32.0f,
+     .yarn_beta_slow = 1.0f, .yarn_log_mul = 1.0f, .attn_temp_scale = 0.1f},
     /* more architectures are added here as rows,
      * together with a row in synth.c's architecture table */
 };

@@ -89,6 +89,14 @@ static const qr_hparam_spec hp_gemma2[] = {
 };
 /* olmo2 (OLMo 3): an optional sliding window on 3 layers of 4, whose rope has its own base and no scaling */
 static const qr_hparam_spec hp_olmo2[] = {HP("rope.freq_base_swa", FLOAT, OPT, rope_base_swa, 0, 0, 0), {0}};
+/* mistral3: YaRN's ramp bounds and magnitude keys, llama 4's attention temperature */
+static const qr_hparam_spec hp_mistral3[] = {
+    HP("rope.scaling.yarn_beta_fast", FLOAT, OPT, yarn_beta_fast, 0, 0, 32.0),
+    HP("rope.scaling.yarn_beta_slow", FLOAT, OPT, yarn_beta_slow, 0, 0, 1.0),
+    HP("rope.scaling.yarn_log_multiplier", FLOAT, OPT, yarn_log_mul, 0, 0, 0),
+    HP("attention.temperature_scale", FLOAT, OPT, attn_temp_scale, 0, 0, 0),
+    {0},
+};
 #undef HP
 
 /* ---- tensor groups ---- */
@@ -383,6 +391,12 @@ static const qr_arch_info arch_table[QR_ARCH_COUNT] = {
                       .hparams = HPS(hp_common, hp_rms_eps, hp_causal),
                       .tensors = TS(t_decoder, t_attention, t_attn_bias, t_glm4, t_ffn_norm),
                       .rope_mode = QR_ROPE_NORMAL},
+    /* mistral3's text part: llama's blocks (dense, or experts), its own YaRN and temperature keys */
+    [QR_ARCH_MISTRAL3] = {.arch = QR_ARCH_MISTRAL3, .name = "mistral3", .forward = qr_llama_forward,
+                          .hparams = HPS(hp_common, hp_rms_eps, hp_causal, hp_moe, hp_mistral3),
+                          .tensors = TS(t_decoder, t_attention, t_attn_bias, t_ffn_norm, t_ffn_glu, t_moe_glu),
+                          .rope_mode = QR_ROPE_NORMAL, .moe_every_layer = true, .gating = QR_MOE_SOFTMAX,
+                          .norm_w = true, .expert_act = QR_GLU_SWIGLU},
 };
 #undef HPS
 #undef TS

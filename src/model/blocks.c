@@ -22,8 +22,8 @@ qr_rope_params qr_layer_rope(const qr_model *m, const qr_fwd *f, int il) {
         .freq_factors = f ? f->rope_factors : qr_rope_factors(m, hp->n_ctx_train),
         .ext_factor = own ? 0.0f : hp->yarn_ext_factor,
         .attn_factor = own ? 1.0f : hp->yarn_attn_factor,
-        .beta_fast = 32.0f,
-        .beta_slow = 1.0f,
+        .beta_fast = hp->yarn_beta_fast,
+        .beta_slow = hp->yarn_beta_slow,
         .n_ctx_orig = hp->n_ctx_orig,
     };
 }

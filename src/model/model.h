@@ -37,6 +37,7 @@ typedef enum qr_arch {
     QR_ARCH_OLMO2 = 16,         /* OLMo 2 / OLMo 3: post-norms only, q/k norms over all heads, optional sliding window */
     QR_ARCH_GRANITE_MOE = 17,   /* Granite 3.x MoE: granite with softmax top-k experts (+ optional shared expert) */
     QR_ARCH_GLM4 = 18,          /* GLM-4-0414: pre- and post-norms, partial normal rope, fused gate|up */
+    QR_ARCH_MISTRAL3 = 19,      /* Ministral 3 / Mistral Small 3.x text: llama + YaRN keys, attention temperature */
     QR_ARCH_COUNT
 } qr_arch;
 
@@ -189,6 +190,11 @@ typedef struct qr_hparams {
     float yarn_attn_factor;/* rope's attn_factor: YaRN's magnitude correction (yarn) times
                             * {arch}.rope.scaling.attn_factor (default 1), as llama.cpp's context computes it */
     int32_t n_ctx_orig;   /* {arch}.rope.scaling.original_context_length (default n_ctx_train) */
+    float yarn_beta_fast, yarn_beta_slow; /* {arch}.rope.scaling.yarn_beta_fast / _slow (default 32 / 1) */
+    float yarn_log_mul;   /* {arch}.rope.scaling.yarn_log_multiplier: YaRN's mscale_all_dim (0 = none) */
+    float attn_temp_scale;/* {arch}.attention.temperature_scale: llama 4's q scale 1 + t ln(floor(pos / n_ctx_orig)
+                           * + 1), which is 1 below the original context, the only positions such a model runs at
+                           * here (qr_decode refuses the others) */
     int32_t n_swa;        /* {arch}.attention.sliding_window (0 = none) */
     float rope_base_swa;  /* rope base of sliding-window layers */
     float attn_scale;     /* q.k scale */
