@@ -68,7 +68,10 @@ for name, spec in QWEN_CASES.items():
 # test asks for llama.cpp's logits to the last bit's noise: mean KL <= 1e-6, same top-1 >= 99.9 %.
 STRICT_CASES = {f"synth-{arch}-{preset}-{t.lower()}": (arch, preset, t)
                 for arch, preset in [("phi3", "tiny"), ("gemma2", "tiny"), ("llama", "llama3-tiny"),
-                                     ("llama", "yarn-tiny")] for t in ("Q8_0", "Q4_K_M")}
+                                     ("llama", "yarn-tiny"),
+                                     # issue 30 part 3 (OLMo 3's sliding window and YaRN: olmo3-tiny)
+                                     ("olmo2", "tiny"), ("olmo2", "olmo3-tiny"), ("granitemoe", "tiny"),
+                                     ("glm4", "tiny"), ("mistral3", "tiny")] for t in ("Q8_0", "Q4_K_M")}
 STRICT = {"n_ubatch": 64, "kl_max": 1e-6, "top1_min": 0.999}
 for name, spec in STRICT_CASES.items():
     CASES[name] = ("synth", spec)
@@ -136,8 +139,9 @@ def run_long_case(name, path, llama_cpp):
 def run_case(name, path, llama_cpp, n_tokens=N_TOKENS, n_ubatch=512):
     # Greedy generation runs exactly N_GEN tokens, through end-of-generation tokens (as llama.cpp's
     # --ignore-eos), so that every prompt compares 128 tokens.
+    # yarn_beta_* -1: the model's values (llama-cpp-python would pass 32 / 1 over mistral3's metadata)
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=2048, n_batch=512, n_ubatch=n_ubatch, logits_all=True,
-                          n_threads=os.cpu_count(), verbose=False, seed=0)
+                          n_threads=os.cpu_count(), verbose=False, seed=0, yarn_beta_fast=-1.0, yarn_beta_slow=-1.0)
     text = (DATA / "teacher_text.txt").read_text()
     tokens = llm.tokenize(text.encode(), add_bos=True, special=False)
     if len(tokens) < n_tokens:

@@ -192,6 +192,11 @@ static void llama_hparams(const qr_synth_preset *p, qr_gguf_stream *s) {
         key(k, sizeof k, a, "rope.scaling.factor"), qr_gguf_stream_set_f32(s, k, p->yarn_factor);
         key(k, sizeof k, a, "rope.scaling.original_context_length"), qr_gguf_stream_set_u32(s, k, p->yarn_orig_ctx);
     }
+    /* mistral3's YaRN and temperature keys */
+    if (p->yarn_beta_fast > 0.0f) key(k, sizeof k, a, "rope.scaling.yarn_beta_fast"), qr_gguf_stream_set_f32(s, k, p->yarn_beta_fast);
+    if (p->yarn_beta_slow > 0.0f) key(k, sizeof k, a, "rope.scaling.yarn_beta_slow"), qr_gguf_stream_set_f32(s, k, p->yarn_beta_slow);
+    if (p->yarn_log_mul > 0.0f) key(k, sizeof k, a, "rope.scaling.yarn_log_multiplier"), qr_gguf_stream_set_f32(s, k, p->yarn_log_mul);
+    if (p->attn_temp_scale > 0.0f) key(k, sizeof k, a, "attention.temperature_scale"), qr_gguf_stream_set_f32(s, k, p->attn_temp_scale);
     if (p->n_expert > 0) qr_synth_hybrid_hparams(p, s); /* Mixtral: expert keys (synth_hybrid.c) */
 }
 
@@ -240,6 +245,11 @@ static const synth_arch archs[] = {
     /* issue 30 part 2 */
     {"phi3", qr_synth_phi3_tensors, qr_synth_phi3_hparams},
     {"gemma2", gemma3_tensors, gemma3_hparams},
+    /* issue 30 part 3 */
+    {"olmo2", qr_synth_post_tensors, qr_synth_post_hparams},
+    {"glm4", qr_synth_post_tensors, qr_synth_post_hparams},
+    {"granitemoe", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
+    {"mistral3", llama_tensors, llama_hparams},
 };
 
 static const synth_arch *find_arch(const char *name) {

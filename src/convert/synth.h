@@ -67,6 +67,10 @@ typedef struct qr_synth_preset {
     /* issue 30 part 2 (phi3, gemma2, rope scaling) */
     uint32_t n_rot;              /* rope.dimension_count (0 = head_dim; phi-4-mini rotates 3/4 of each head) */
     float attn_softcap, final_softcap; /* gemma2: attn_logit_softcapping, final_logit_softcapping */
+    /* issue 30 part 3 (mistral3) */
+    float yarn_beta_fast, yarn_beta_slow; /* rope.scaling.yarn_beta_fast / _slow (written when > 0) */
+    float yarn_log_mul;          /* rope.scaling.yarn_log_multiplier (written when > 0) */
+    float attn_temp_scale;       /* attention.temperature_scale (written when > 0) */
 } qr_synth_preset;
 
 /* The preset `name` of `arch`; arch may be NULL when the name is unique. NULL when not found. */

@@ -45,8 +45,16 @@ bool qr_synth_add(tensor_list *l, init_kind init, float scale, float center, uin
 bool qr_synth_hybrid_tensors(const qr_synth_preset *p, tensor_list *l);
 void qr_synth_hybrid_hparams(const qr_synth_preset *p, qr_gguf_stream *s);
 
+/* Writes {arch}.embedding_length, feed_forward_length, block_count, attention.head_count, head_count_kv and
+ * layer_norm_rms_epsilon, in that order (synth_phi3.c). */
+void qr_synth_shape_keys(const qr_synth_preset *p, qr_gguf_stream *s);
+
 /* phi3 (synth_phi3.c): fused attn_qkv and gate|up ffn_up, LongRoPE factors and keys. */
 bool qr_synth_phi3_tensors(const qr_synth_preset *p, tensor_list *l);
 void qr_synth_phi3_hparams(const qr_synth_preset *p, qr_gguf_stream *s);
+
+/* olmo2 and glm4 (synth_post.c): post-norm blocks; olmo2's q/k norms over all heads, glm4's fused gate|up. */
+bool qr_synth_post_tensors(const qr_synth_preset *p, tensor_list *l);
+void qr_synth_post_hparams(const qr_synth_preset *p, qr_gguf_stream *s);
 
 #endif /* QR_CONVERT_SYNTH_INTERNAL_H */

@@ -40,17 +40,24 @@ bool qr_synth_phi3_tensors(const qr_synth_preset *p, tensor_list *l) {
     return ok;
 }
 
-void qr_synth_phi3_hparams(const qr_synth_preset *p, qr_gguf_stream *s) {
+void qr_synth_shape_keys(const qr_synth_preset *p, qr_gguf_stream *s) {
     char k[128];
 #define KEY(suffix) (snprintf(k, sizeof k, "%s.%s", p->arch, suffix), k)
-    qr_gguf_stream_set_u32(s, KEY("context_length"), p->n_ctx);
-    qr_gguf_stream_set_u32(s, KEY("rope.scaling.original_context_length"), p->rope_orig_ctx ? p->rope_orig_ctx : p->n_ctx);
     qr_gguf_stream_set_u32(s, KEY("embedding_length"), p->n_embd);
     qr_gguf_stream_set_u32(s, KEY("feed_forward_length"), p->n_ff);
     qr_gguf_stream_set_u32(s, KEY("block_count"), p->n_layer);
     qr_gguf_stream_set_u32(s, KEY("attention.head_count"), p->n_head);
     qr_gguf_stream_set_u32(s, KEY("attention.head_count_kv"), p->n_head_kv);
     qr_gguf_stream_set_f32(s, KEY("attention.layer_norm_rms_epsilon"), p->rms_eps);
+#undef KEY
+}
+
+void qr_synth_phi3_hparams(const qr_synth_preset *p, qr_gguf_stream *s) {
+    char k[128];
+#define KEY(suffix) (snprintf(k, sizeof k, "%s.%s", p->arch, suffix), k)
+    qr_gguf_stream_set_u32(s, KEY("context_length"), p->n_ctx);
+    qr_gguf_stream_set_u32(s, KEY("rope.scaling.original_context_length"), p->rope_orig_ctx ? p->rope_orig_ctx : p->n_ctx);
+    qr_synth_shape_keys(p, s);
     qr_gguf_stream_set_u32(s, KEY("rope.dimension_count"), n_rot(p));
     qr_gguf_stream_set_f32(s, KEY("rope.freq_base"), p->rope_theta);
     qr_gguf_stream_set_u32(s, KEY("attention.sliding_window"), p->sliding_window);

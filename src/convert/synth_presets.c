@@ -168,6 +168,45 @@ static const qr_synth_preset presets[] = {
     {.arch = "llama", .name = "yarn-long-tiny", .n_layer = 1, .n_embd = 128, .n_ff = 256, .n_head = 2, .n_head_kv = 1,
      .head_dim = 64, .n_vocab = 1000, .n_ctx = 32768, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .vocab = BPE,
      .bpe_pre = "llama-bpe", .yarn_factor = 8.0f, .yarn_orig_ctx = 4096},
+    /* ---- issue 30 part 3: olmo2, granitemoe, glm4. tiny: reference tests; the others: the real models' shapes
+     * (docs/models.md) for speed runs ---- */
+    /* olmo2: no input norms, q/k norms over all heads; olmo3-tiny: OLMo 3's sliding window (3 layers of 4) with
+     * YaRN on the full-attention layers only */
+    {.arch = "olmo2", .name = "tiny", .n_layer = 2, .n_embd = 256, .n_ff = 768, .n_head = 4, .n_head_kv = 4,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 4096, .rope_theta = 500000.0f, .rms_eps = 1e-6f, .vocab = BPE,
+     .bpe_pre = "dbrx"},
+    {.arch = "olmo2", .name = "olmo3-tiny", .n_layer = 4, .n_embd = 256, .n_ff = 768, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 8192, .rope_theta = 500000.0f, .rms_eps = 1e-6f, .vocab = BPE,
+     .bpe_pre = "dbrx", .sliding_window = 64, .yarn_factor = 8.0f, .yarn_orig_ctx = 1024},
+    {.arch = "olmo2", .name = "olmo2-7b", .n_layer = 32, .n_embd = 4096, .n_ff = 11008, .n_head = 32,
+     .n_head_kv = 32, .head_dim = 128, .n_vocab = 100352, .n_ctx = 4096, .rope_theta = 500000.0f, .rms_eps = 1e-6f,
+     .vocab = BPE, .bpe_pre = "dbrx"},
+    /* granitemoe (Granite 3.x MoE): granite's multipliers, experts sized by feed_forward_length, top-8 */
+    {.arch = "granitemoe", .name = "tiny", .n_layer = 2, .n_embd = 256, .n_ff = 256, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 4096, .rope_theta = 10000.0f, .rms_eps = 1e-6f, .vocab = BPE,
+     .bpe_pre = "refact", .n_expert = 16, .n_expert_used = 4, .n_ff_exp = 256, .embedding_scale = 12.0f,
+     .residual_scale = 0.22f, .logit_scale = 6.0f, .attention_scale = 0.015625f},
+    {.arch = "granitemoe", .name = "granite-3.1-3b-a800m", .n_layer = 32, .n_embd = 1536, .n_ff = 512, .n_head = 24,
+     .n_head_kv = 8, .head_dim = 64, .n_vocab = 49155, .n_ctx = 131072, .rope_theta = 10000000.0f, .rms_eps = 1e-6f,
+     .vocab = BPE, .bpe_pre = "refact", .tied_output = true, .n_expert = 40, .n_expert_used = 8, .n_ff_exp = 512,
+     .embedding_scale = 12.0f, .residual_scale = 0.22f, .logit_scale = 6.0f, .attention_scale = 0.015625f},
+    /* glm4 (GLM-4-0414): pre- and post-norms, q/k/v biases, normal rope on half of each head, fused gate|up */
+    {.arch = "glm4", .name = "tiny", .n_layer = 2, .n_embd = 256, .n_ff = 768, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 4096, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .vocab = BPE,
+     .bpe_pre = "glm4", .n_rot = 32},
+    {.arch = "glm4", .name = "glm4-9b", .n_layer = 40, .n_embd = 4096, .n_ff = 13696, .n_head = 32, .n_head_kv = 2,
+     .head_dim = 128, .n_vocab = 151552, .n_ctx = 32768, .rope_theta = 10000.0f, .rms_eps = 1e-5f, .vocab = BPE,
+     .bpe_pre = "glm4", .n_rot = 64},
+    /* mistral3 (Ministral 3): llama with YaRN (its own ramp bounds and mscale_all_dim; other values than the real
+     * 32 / 1 / 1 here, so that reading them shows) and llama 4's attention temperature, tekken pre-tokenizer */
+    {.arch = "mistral3", .name = "tiny", .n_layer = 2, .n_embd = 256, .n_ff = 768, .n_head = 4, .n_head_kv = 2,
+     .head_dim = 64, .n_vocab = 2000, .n_ctx = 8192, .rope_theta = 1000000.0f, .rms_eps = 1e-5f, .vocab = BPE,
+     .bpe_pre = "tekken", .yarn_factor = 8.0f, .yarn_orig_ctx = 1024, .yarn_beta_fast = 24.0f, .yarn_beta_slow = 2.0f,
+     .yarn_log_mul = 0.8f, .attn_temp_scale = 0.1f},
+    {.arch = "mistral3", .name = "ministral-3-8b", .n_layer = 34, .n_embd = 4096, .n_ff = 14336, .n_head = 32,
+     .n_head_kv = 8, .head_dim = 128, .n_vocab = 131072, .n_ctx = 262144, .rope_theta = 1000000.0f, .rms_eps = 1e-5f,
+     .vocab = BPE, .bpe_pre = "tekken", .yarn_factor = 16.0f, .yarn_orig_ctx = 16384, .yarn_beta_fast = 32.0f,
+     .yarn_beta_slow = 1.0f, .yarn_log_mul = 1.0f, .attn_temp_scale = 0.1f},
     /* more architectures are added here as rows,
      * together with a row in synth.c's architecture table */
 };

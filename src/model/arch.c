@@ -87,6 +87,16 @@ static const qr_hparam_spec hp_gemma2[] = {
     HP("final_logit_softcapping", FLOAT, OPT, final_softcap, 0, 0, 30.0),
     {0},
 };
+/* olmo2 (OLMo 3): an optional sliding window on 3 layers of 4, whose rope has its own base and no scaling */
+static const qr_hparam_spec hp_olmo2[] = {HP("rope.freq_base_swa", FLOAT, OPT, rope_base_swa, 0, 0, 0), {0}};
+/* mistral3: YaRN's ramp bounds and magnitude keys, llama 4's attention temperature */
+static const qr_hparam_spec hp_mistral3[] = {
+    HP("rope.scaling.yarn_beta_fast", FLOAT, OPT, yarn_beta_fast, 0, 0, 32.0),
+    HP("rope.scaling.yarn_beta_slow", FLOAT, OPT, yarn_beta_slow, 0, 0, 1.0),
+    HP("rope.scaling.yarn_log_multiplier", FLOAT, OPT, yarn_log_mul, 0, 0, 0),
+    HP("attention.temperature_scale", FLOAT, OPT, attn_temp_scale, 0, 0, 0),
+    {0},
+};
 #undef HP
 
 /* ---- tensor groups ---- */
@@ -100,14 +110,18 @@ static const qr_hparam_spec hp_gemma2[] = {
 #define MOE QR_IN_MOE
 #define FFN_ANY (QR_IN_FFN | QR_IN_MOE)
 
+/* the decoder's model tensors (every decoder row, through t_decoder or, without pre-norms, t_decoder_head) */
+#define T_DECODER_HEAD                                                                                                 \
+    G(REQ, TABLE, "token_embd.weight", EMBD, VOCAB, tok_embd), G(REQ, F32, "output_norm.weight", EMBD, 1, output_norm), \
+        G(TIED, MATMUL, "output.weight", EMBD, VOCAB, output),                                                        \
+        G(OPT, F32, "rope_freqs.weight", ROT_HALF, 1, rope_freqs)
 static const qr_tensor_spec t_decoder[] = {
-    G(REQ, TABLE, "token_embd.weight", EMBD, VOCAB, tok_embd),
-    G(REQ, F32, "output_norm.weight", EMBD, 1, output_norm),
-    G(TIED, MATMUL, "output.weight", EMBD, VOCAB, output),
-    G(OPT, F32, "rope_freqs.weight", ROT_HALF, 1, rope_freqs),
+    T_DECODER_HEAD,
     L(QR_IN_ANY, REQ, F32, "attn_norm.weight", EMBD, 1, 1, attn_norm),
     {0},
 };
+static const qr_tensor_spec t_decoder_head[] = {T_DECODER_HEAD, {0}};
+#undef T_DECODER_HEAD
 static const qr_tensor_spec t_attention[] = {
     L(ATTN, REQ, MATMUL, "attn_q.weight", EMBD, Q, 1, attn_q),
     L(ATTN, REQ, MATMUL, "attn_k.weight", EMBD, K, 1, attn_k),
@@ -199,6 +213,22 @@ static const qr_tensor_spec t_gemma2[] = {
     L(FFN, REQ, F32, "post_ffw_norm.weight", EMBD, 1, 1, ffn_post_norm),
     {0},
 };
+/* issue 30 part 3. olmo2: no pre-norms; q/k RMS norms over all heads at once; post-norms */
+static const qr_tensor_spec t_olmo2[] = {
+    L(ATTN, REQ, F32, "attn_q_norm.weight", Q, 1, 1, attn_q_norm),
+    L(ATTN, REQ, F32, "attn_k_norm.weight", K, 1, 1, attn_k_norm),
+    L(ATTN, REQ, F32, "post_attention_norm.weight", EMBD, 1, 1, attn_post_norm),
+    L(FFN, REQ, F32, "post_ffw_norm.weight", EMBD, 1, 1, ffn_post_norm),
+    {0},
+};
+/* glm4: pre- and post-norms, gate | up fused into ffn_up */
+static const qr_tensor_spec t_glm4[] = {
+    L(ATTN, REQ, F32, "post_attention_norm.weight", EMBD, 1, 1, attn_post_norm),
+    L(FFN, REQ, F32, "post_ffw_norm.weight", EMBD, 1, 1, ffn_post_norm),
+    L(FFN, REQ_SPLIT2, MATMUL, "ffn_up.weight", EMBD, FF2, 1, ffn_gate), /* -> ffn_gate, ffn_up */
+    L(FFN, REQ, MATMUL, "ffn_down.weight", FF, EMBD, 1, ffn_down),
+    {0},
+};
 static const qr_tensor_spec t_gpt_oss[] = {
     L(ATTN, REQ, F32, "attn_sinks.weight", HEAD, 1, 1, attn_sinks),
     L(ATTN, REQ, F32, "post_attention_norm.weight", EMBD, 1, 1, attn_post_norm), /* the FFN's norm */
@@ -272,7 +302,8 @@ static const qr_arch_info arch_table[QR_ARCH_COUNT] = {
     [QR_ARCH_GEMMA3] = {.arch = QR_ARCH_GEMMA3, .name = "gemma3", .forward = qr_gemma3_forward,
                         .hparams = HPS(hp_common, hp_rms_eps, hp_causal),
                         .tensors = TS(t_decoder, t_attention, t_gemma3, t_ffn_norm, t_ffn_glu),
-                        .rope_mode = QR_ROPE_NEOX, .scale_embd = true, .swa_pattern = 6, .rope_base_swa = 10000.0f},
+                        .rope_mode = QR_ROPE_NEOX, .scale_embd = true, .swa_pattern = 6, .rope_base_swa = 10000.0f,
+                        .swa_plain_rope = true, .q_prescale = true, .ffn_gelu = true},
     [QR_ARCH_BERT] = {.arch = QR_ARCH_BERT, .name = "bert", .forward = qr_bert_forward,
                       .hparams = HPS(hp_common, hp_ln_eps, hp_non_causal), .tensors = TS(t_encoder, t_bert),
                       .encoder = true, .rope_mode = QR_ROPE_NORMAL /* unused: learned positions */},
@@ -343,7 +374,29 @@ static const qr_arch_info arch_table[QR_ARCH_COUNT] = {
     [QR_ARCH_GEMMA2] = {.arch = QR_ARCH_GEMMA2, .name = "gemma2", .forward = qr_gemma3_forward,
                         .hparams = HPS(hp_common, hp_gemma2, hp_rms_eps, hp_causal),
                         .tensors = TS(t_decoder, t_attention, t_gemma2, t_ffn_norm, t_ffn_glu),
-                        .rope_mode = QR_ROPE_NEOX, .scale_embd = true, .swa_pattern = 2},
+                        .rope_mode = QR_ROPE_NEOX, .scale_embd = true, .swa_pattern = 2, .q_prescale = true,
+                        .ffn_gelu = true},
+    /* issue 30 part 3: olmo2 and glm4 run gemma3's post-norm blocks (olmo2 without the pre-norms), granitemoe is
+     * granite with its experts */
+    [QR_ARCH_OLMO2] = {.arch = QR_ARCH_OLMO2, .name = "olmo2", .forward = qr_gemma3_forward,
+                       .hparams = HPS(hp_common, hp_rms_eps, hp_causal, hp_olmo2),
+                       .tensors = TS(t_decoder_head, t_attention, t_attn_bias, t_olmo2, t_ffn_glu),
+                       .rope_mode = QR_ROPE_NEOX, .swa_pattern = 4, .swa_plain_rope = true},
+    [QR_ARCH_GRANITE_MOE] = {.arch = QR_ARCH_GRANITE_MOE, .name = "granitemoe", .forward = qr_granite_forward,
+                             .hparams = HPS(hp_common, hp_rms_eps, hp_causal, hp_moe, hp_granite),
+                             .tensors = TS(t_decoder, t_attention, t_attn_bias, t_ffn_norm, t_ffn_glu, t_moe_glu),
+                             .rope_mode = QR_ROPE_NORMAL, .moe_every_layer = true, .gating = QR_MOE_SOFTMAX,
+                             .norm_w = true, .expert_act = QR_GLU_SWIGLU},
+    [QR_ARCH_GLM4] = {.arch = QR_ARCH_GLM4, .name = "glm4", .forward = qr_gemma3_forward,
+                      .hparams = HPS(hp_common, hp_rms_eps, hp_causal),
+                      .tensors = TS(t_decoder, t_attention, t_attn_bias, t_glm4, t_ffn_norm),
+                      .rope_mode = QR_ROPE_NORMAL},
+    /* mistral3's text part: llama's blocks (dense, or experts), its own YaRN and temperature keys */
+    [QR_ARCH_MISTRAL3] = {.arch = QR_ARCH_MISTRAL3, .name = "mistral3", .forward = qr_llama_forward,
+                          .hparams = HPS(hp_common, hp_rms_eps, hp_causal, hp_moe, hp_mistral3),
+                          .tensors = TS(t_decoder, t_attention, t_attn_bias, t_ffn_norm, t_ffn_glu, t_moe_glu),
+                          .rope_mode = QR_ROPE_NORMAL, .moe_every_layer = true, .gating = QR_MOE_SOFTMAX,
+                          .norm_w = true, .expert_act = QR_GLU_SWIGLU},
 };
 #undef HPS
 #undef TS

@@ -11,9 +11,9 @@ const qr_weight *qr_rope_factors(const qr_model *m, int32_t n_ctx_seq) {
 qr_rope_params qr_layer_rope(const qr_model *m, const qr_fwd *f, int il) {
     const qr_hparams *hp = &m->hp;
     const bool swa = m->layers[il].swa;
-    /* sliding-window layers of gemma3 use their own base and no scaling (llama.cpp's *_swa values);
-     * for llama (Mistral) rope_base_swa == rope_base */
-    const bool own = swa && m->arch->rope_base_swa > 0.0f;
+    /* sliding-window layers of gemma3 and olmo2 (OLMo 3) use their own base and no scaling (llama.cpp's *_swa
+     * values); for llama (Mistral) and gemma2 they rope as the others */
+    const bool own = swa && m->arch->swa_plain_rope;
     return (qr_rope_params){
         .mode = m->arch->rope_mode,
         .n_rot = hp->n_rot,
@@ -22,8 +22,8 @@ qr_rope_params qr_layer_rope(const qr_model *m, const qr_fwd *f, int il) {
         .freq_factors = f ? f->rope_factors : qr_rope_factors(m, hp->n_ctx_train),
         .ext_factor = own ? 0.0f : hp->yarn_ext_factor,
         .attn_factor = own ? 1.0f : hp->yarn_attn_factor,
-        .beta_fast = 32.0f,
-        .beta_slow = 1.0f,
+        .beta_fast = hp->yarn_beta_fast,
+        .beta_slow = hp->yarn_beta_slow,
         .n_ctx_orig = hp->n_ctx_orig,
     };
 }
@@ -91,10 +91,15 @@ void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
     float *const qkv_out[3] = {f->q, f->k, f->v};
     qr_fused_matmul_multi(be, 3, qkv, l->attn_q_b.host || l->attn_k_b.host || l->attn_v_b.host ? qkv_b : NULL, f->xb,
                           n, qkv_out);
-    if (l->attn_q_norm.host) /* per-head RMS norm: rows of head_dim */
-        be->ops->rmsnorm(be, f->q, &l->attn_q_norm, n * hp->n_head, hp->head_dim_k, hp->norm_eps, f->q);
-    if (l->attn_k_norm.host)
-        be->ops->rmsnorm(be, f->k, &l->attn_k_norm, n * hp->n_head_kv, hp->head_dim_k, hp->norm_eps, f->k);
+    /* q/k RMS norms: per head (rows of head_dim), or over all heads of a row (olmo2: the norm's width) */
+    if (l->attn_q_norm.host) {
+        const int64_t w = l->attn_q_norm.ne[0];
+        be->ops->rmsnorm(be, f->q, &l->attn_q_norm, n * hp->n_head * hp->head_dim_k / w, w, hp->norm_eps, f->q);
+    }
+    if (l->attn_k_norm.host) {
+        const int64_t w = l->attn_k_norm.ne[0];
+        be->ops->rmsnorm(be, f->k, &l->attn_k_norm, n * hp->n_head_kv * hp->head_dim_k / w, w, hp->norm_eps, f->k);
+    }
 
     const qr_rope_params rope = qr_layer_rope(m, f, il);
     const qr_attn_params ap = {

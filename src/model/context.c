@@ -262,6 +262,11 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
             return qr_errf(err, err_len, QR_ERR_INVALID_ARG,
                            "decode: row %d: sequence %d continues at position %d, got %d (remove positions with "
                            "qr_kv_seq_rm first)", i, s, c->next_pos[s], b->pos[i]);
+        if (hp->attn_temp_scale != 0.0f && c->next_pos[s] >= hp->n_ctx_orig) /* mistral3: 1 below n_ctx_orig */
+            return qr_errf(err, err_len, QR_ERR_UNSUPPORTED,
+                           "decode: row %d: position %d is past the model's original context %d, where its attention "
+                           "temperature scaling (attention.temperature_scale) would start: not supported", i,
+                           c->next_pos[s], hp->n_ctx_orig);
         c->next_pos[s]++;
         if (b->logits ? b->logits[i] != 0 : i == n - 1) n_out++;
     }

@@ -1,9 +1,20 @@
-/* gemma3.c — forward pass of Gemma 3 and Gemma 2: embeddings scaled by sqrt(n_embd), pre- and post-norms
- * around attention and FFN, per-head q/k RMS norms (gemma3 only), NeoX rope (gemma3: a local base of 10000
- * on the sliding-window layers, the global base on every sw_pattern-th layer), q pre-scaled by the
- * attention scale (as llama.cpp does), GeGLU FFN; gemma2 softcaps the attention scores
- * (qr_attn_params.softcap) and the logits (qr_block_output). */
+/* gemma3.c — forward pass of the post-norm families: Gemma 3, Gemma 2, GLM-4 and OLMo 2 / OLMo 3. Each
+ * sub-block's output goes through its own RMS norm before the residual add (post_attention_norm,
+ * post_ffw_norm); the input norms are there when the layer has them (olmo2 has none: attention and FFN read
+ * the residual stream itself). The arch row decides the rest: embeddings scaled by sqrt(n_embd) (gemma), per-head
+ * q/k norms (gemma3) or norms over all heads (olmo2), q/k/v biases (glm4), the rope (gemma3: a local base of
+ * 10000 on the sliding-window layers, the global base on every sw_pattern-th layer; olmo2's sliding-window
+ * layers likewise without rope scaling), q pre-scaled by the attention scale (gemma, as llama.cpp does), GeGLU
+ * (gemma) or SwiGLU FFN; gemma2 softcaps the attention scores (qr_attn_params.softcap) and the logits
+ * (qr_block_output). */
 #include "model/model.h"
+
+/* f->xb = rmsnorm(f->x) * w, or a copy of f->x when the layer has no such norm (olmo2). */
+static void pre_norm(const qr_model *m, qr_fwd *f, const qr_weight *w, int64_t n) {
+    qr_backend *be = f->be;
+    if (w->host) be->ops->rmsnorm(be, f->x, w, n, m->hp.n_embd, m->hp.norm_eps, f->xb);
+    else be->ops->copy(be, f->x, n * m->hp.n_embd, f->xb);
+}
 
 void qr_gemma3_forward(const qr_model *m, qr_fwd *f) {
     const qr_hparams *hp = &m->hp;
@@ -13,12 +24,13 @@ void qr_gemma3_forward(const qr_model *m, qr_fwd *f) {
     f->n_rows = f->n_tokens;
     f->outputs_kept = false;
     be->ops->get_rows(be, &m->tok_embd, f->x);
-    be->ops->scale(be, f->x, hp->embd_scale, nx, f->x); /* x *= sqrt(n_embd) */
+    if (m->arch->scale_embd) be->ops->scale(be, f->x, hp->embd_scale, nx, f->x); /* x *= sqrt(n_embd) */
+    const float q_scale = m->arch->q_prescale ? hp->attn_scale : 1.0f;
     for (int il = 0; il < hp->n_layer; il++) {
         const qr_layer *l = &m->layers[il];
         /* x += post_norm(attn(pre_norm(x))) */
-        be->ops->rmsnorm(be, f->x, &l->attn_norm, n, hp->n_embd, hp->norm_eps, f->xb);
-        qr_block_attention(m, f, il, hp->attn_scale);
+        pre_norm(m, f, &l->attn_norm, n);
+        qr_block_attention(m, f, il, q_scale);
         if (il == hp->n_layer - 1) { /* the rest of the last layer: output rows only */
             qr_block_keep_outputs(m, f);
             n = f->n_rows;
@@ -28,8 +40,8 @@ void qr_gemma3_forward(const qr_model *m, qr_fwd *f) {
         be->ops->rmsnorm(be, f->xb2, &l->attn_post_norm, n, hp->n_embd, hp->norm_eps, f->xb2);
         be->ops->add(be, f->x, f->xb2, nx, f->x);
         /* x += post_norm(ffn(pre_norm(x))) */
-        be->ops->rmsnorm(be, f->x, &l->ffn_norm, n, hp->n_embd, hp->norm_eps, f->xb);
-        qr_block_ffn(m, f, il, true);
+        pre_norm(m, f, &l->ffn_norm, n);
+        qr_block_ffn(m, f, il, m->arch->ffn_gelu);
         be->ops->rmsnorm(be, f->xb2, &l->ffn_post_norm, n, hp->n_embd, hp->norm_eps, f->xb2);
         be->ops->add(be, f->x, f->xb2, nx, f->x);
     }

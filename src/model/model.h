@@ -33,6 +33,11 @@ typedef enum qr_arch {
     /* issue 30 part 2 */
     QR_ARCH_PHI3 = 14,          /* Phi-3 / Phi-4-mini: fused qkv and gate|up, LongRoPE factors, partial NeoX rope */
     QR_ARCH_GEMMA2 = 15,        /* Gemma 2: gemma3's blocks without q/k norms, attention and final softcapping */
+    /* issue 30 part 3 */
+    QR_ARCH_OLMO2 = 16,         /* OLMo 2 / OLMo 3: post-norms only, q/k norms over all heads, optional sliding window */
+    QR_ARCH_GRANITE_MOE = 17,   /* Granite 3.x MoE: granite with softmax top-k experts (+ optional shared expert) */
+    QR_ARCH_GLM4 = 18,          /* GLM-4-0414: pre- and post-norms, partial normal rope, fused gate|up */
+    QR_ARCH_MISTRAL3 = 19,      /* Ministral 3 / Mistral Small 3.x text: llama + YaRN keys, attention temperature */
     QR_ARCH_COUNT
 } qr_arch;
 
@@ -146,9 +151,12 @@ typedef struct qr_arch_info {
     qr_rope_mode rope_mode;  /* normal (llama) or neox (gemma3) */
     bool scale_embd;         /* multiply embeddings by sqrt(n_embd) */
     int32_t swa_pattern;     /* default sliding-window period (gemma3: 6, every 6th layer global); 0 = none */
-    float rope_base_swa;     /* rope base of sliding-window layers (gemma3: 10000) */
+    float rope_base_swa;     /* rope base of sliding-window layers (gemma3: 10000; 0: rope.freq_base_swa when the
+                              * row reads it, else rope.freq_base) */
+    bool swa_plain_rope;     /* sliding-window layers rope with rope_base_swa and no scaling (gemma3, olmo2) */
+    bool ffn_gelu;           /* the dense FFN is GeGLU, not SwiGLU (gemma) */
     bool ignore_swa;         /* the metadata's sliding window is not used (phi3: llama.cpp disables it) */
-    bool q_prescale;         /* q *= attention scale after rope, attention at scale 1 (phi3, as llama.cpp) */
+    bool q_prescale;         /* q *= attention scale after rope, attention at scale 1 (phi3, gemma; as llama.cpp) */
     /* MoE: how the router's choice is weighted (hyper-parameter keys may change norm_w and the scale) */
     bool moe_every_layer;    /* with expert_count > 0 every FFN must be an MoE (llama: Mixtral; gpt-oss) */
     qr_moe_gating gating;
@@ -187,6 +195,11 @@ typedef struct qr_hparams {
     float yarn_attn_factor;/* rope's attn_factor: YaRN's magnitude correction (yarn) times
                             * {arch}.rope.scaling.attn_factor (default 1), as llama.cpp's context computes it */
     int32_t n_ctx_orig;   /* {arch}.rope.scaling.original_context_length (default n_ctx_train) */
+    float yarn_beta_fast, yarn_beta_slow; /* {arch}.rope.scaling.yarn_beta_fast / _slow (default 32 / 1) */
+    float yarn_log_mul;   /* {arch}.rope.scaling.yarn_log_multiplier: YaRN's mscale_all_dim (0 = none) */
+    float attn_temp_scale;/* {arch}.attention.temperature_scale: llama 4's q scale 1 + t ln(floor(pos / n_ctx_orig)
+                           * + 1), which is 1 below the original context, the only positions such a model runs at
+                           * here (qr_decode refuses the others) */
     int32_t n_swa;        /* {arch}.attention.sliding_window (0 = none) */
     float rope_base_swa;  /* rope base of sliding-window layers */
     float attn_scale;     /* q.k scale */
@@ -238,9 +251,9 @@ typedef struct qr_layer {
     qr_weight attn_q_b, attn_k_b, attn_v_b; /* [n_head * head_dim_k], [n_head_kv * head_dim_k], [n_head_kv * head_dim_v] */
     qr_weight attn_out_b;  /* [n_embd] */
     qr_weight attn_sinks;  /* F32 [n_head] (gpt-oss) */
-    qr_weight attn_q_norm; /* F32 [head_dim_k] (gemma3, qwen3) */
-    qr_weight attn_k_norm; /* F32 [head_dim_k] (gemma3, qwen3) */
-    qr_weight attn_post_norm; /* F32 [n_embd] (gemma3; gpt-oss: the FFN's norm) */
+    qr_weight attn_q_norm; /* F32 [head_dim_k] per head (gemma3, qwen3), or [n_head * head_dim_k] over all (olmo2) */
+    qr_weight attn_k_norm; /* F32 [head_dim_k] per head (gemma3, qwen3), or [n_head_kv * head_dim_k] (olmo2) */
+    qr_weight attn_post_norm; /* F32 [n_embd] (gemma3, gemma2, olmo2, glm4; gpt-oss: the FFN's norm) */
     qr_weight ffn_norm;    /* F32 [n_embd] */
     qr_weight ffn_norm_b;  /* F32 [n_embd] (nemotron's LayerNorm) */
     qr_weight ffn_gate;    /* [n_ff][n_embd] */
@@ -248,7 +261,7 @@ typedef struct qr_layer {
     qr_weight ffn_down;    /* [n_embd][n_ff] */
     qr_weight ffn_up_b;    /* F32 [n_ff] */
     qr_weight ffn_down_b;  /* F32 [n_embd] */
-    qr_weight ffn_post_norm; /* F32 [n_embd] (gemma3) */
+    qr_weight ffn_post_norm; /* F32 [n_embd] (gemma3, gemma2, olmo2, glm4) */
     /* encoders (bert.c): LayerNorms after the sub-blocks, F32 [n_embd] */
     qr_weight attn_out_norm, attn_out_norm_b;
     qr_weight layer_out_norm, layer_out_norm_b;
@@ -428,6 +441,7 @@ void qr_block_output(const qr_model *m, qr_fwd *f);
 
 /* ---- forward passes ---- */
 void qr_llama_forward(const qr_model *m, qr_fwd *f);
+/* Post-norm blocks (gemma3.c): gemma3, gemma2, glm4, and olmo2 (no pre-norms). */
 void qr_gemma3_forward(const qr_model *m, qr_fwd *f);
 /* BERT and nomic-bert (bert.c): always an embeddings pass; the final hidden states of all rows are
  * left in f->xo ([n_tokens][n_embd]); the plan must have n_outputs == n_tokens. */

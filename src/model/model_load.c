@@ -156,9 +156,11 @@ static qr_status load_rope_scaling(loader *L) {
                            qr_gguf_str_copy(stype, tmp, sizeof tmp));
         }
     }
-    if (hp->yarn_ext_factor != 0.0f) {
-        const float fac = 1.0f / hp->rope_scale;
-        const float mscale = fac <= 1.0f ? 1.0f : 0.1f * 1.0f * logf(fac) + 1.0f;
+    if (hp->yarn_ext_factor != 0.0f) { /* get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) */
+        const float fac = 1.0f / hp->rope_scale, all = hp->yarn_log_mul;
+        const float ms = 1.0f;
+        float mscale = fac <= 1.0f ? 1.0f : 0.1f * ms * logf(fac) + 1.0f;
+        if (all != 0.0f) mscale /= fac <= 1.0f ? 1.0f : 0.1f * all * logf(fac) + 1.0f;
         hp->yarn_attn_factor = mscale * (1.0f / (1.0f + 0.1f * logf(fac)));
     }
     hp->yarn_attn_factor *= rope_attn_factor;
@@ -187,6 +189,8 @@ static qr_status load_hparams(loader *L) {
     hp->expert_act = ai->expert_act;
     hp->w_scale = 1.0f;
     hp->use_rope = true;
+    hp->yarn_beta_fast = 32.0f; /* ggml's YaRN ramp, unless the row reads it (mistral3) */
+    hp->yarn_beta_slow = 1.0f;
     for (const qr_hparam_spec *const *grp = ai->hparams; *grp; grp++)
         for (const qr_hparam_spec *s = *grp; s->key; s++) TRY(read_hparam(L, s));
 
@@ -212,7 +216,8 @@ static qr_status load_hparams(loader *L) {
     if (!(hp->rope_base > 1.0f))
         return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: rope.freq_base %g must be > 1", m->path, hp->rope_base);
     TRY(load_rope_scaling(L));
-    hp->rope_base_swa = ai->rope_base_swa > 0.0f ? ai->rope_base_swa : hp->rope_base;
+    if (ai->rope_base_swa > 0.0f) hp->rope_base_swa = ai->rope_base_swa;
+    else if (hp->rope_base_swa == 0.0f) hp->rope_base_swa = hp->rope_base; /* olmo2: rope.freq_base_swa */
     if (ai->ignore_swa) hp->n_swa = 0; /* phi3: llama.cpp ignores the window of the metadata */
     if (hp->attn_softcap < 0.0f || hp->final_softcap < 0.0f)
         return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: negative logit softcapping", m->path);

@@ -118,6 +118,10 @@ SUITES = {
     "openai-gpt-oss-120b.jinja": (["chat.json", "gpt_oss.json"], "<|startoftext|>", "<|return|>"),
     "Qwen-Qwen3-0.6B.jinja": (["chat.json", "qwen3.json"], None, "<|im_end|>"),
     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja": (["hermes.json"], "<|begin_of_text|>", "<|im_end|>"),
+    # issue 30 part 3: GLM-4.x, Ministral 3, DeepSeek V3.1
+    "GLM-4.6.jinja": (["chat.json"], None, "<|endoftext|>"),
+    "mistralai-Ministral-3-14B-Reasoning-2512.jinja": (["chat.json"], "<s>", "</s>"),
+    "deepseek-ai-DeepSeek-V3.1.jinja": (["chat.json"], "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
 }
 
 

@@ -89,6 +89,11 @@ def test_rewrite_roundtrip_loads(quarrel_bin, tmp_path):
     ("phi3", "tiny", [], {"phi3.rope.dimension_count": 80}, "phi3.rope.dimension_count = 80 is out of range"),
     ("llama", "yarn-tiny", [], {"llama.rope.scaling.type": "dynamic"}, "'dynamic' is not supported"),
     ("llama", "yarn-tiny", [], {"llama.rope.scaling.factor": -2.0}, "rope scaling factor -2 must be > 0"),
+    # issue 30 part 3
+    ("olmo2", "olmo3-tiny", [], {"olmo2.attention.sliding_window_pattern": [True, False]},
+     "olmo2.attention.sliding_window_pattern must be 4 booleans"),
+    ("granitemoe", "tiny", ["granitemoe.expert_used_count"], None, "missing metadata key granitemoe.expert_used_count"),
+    ("glm4", "tiny", [], {"glm4.rope.dimension_count": 96}, "glm4.rope.dimension_count = 96 is out of range"),
 ])
 def test_bad_metadata_is_a_clear_error(quarrel_bin, tmp_path, arch, preset, drop, change, expect):
     src = synth(quarrel_bin, tmp_path, arch, preset)
@@ -121,6 +126,15 @@ def test_bad_metadata_is_a_clear_error(quarrel_bin, tmp_path, arch, preset, drop
     ("qwen2", "tiny", [], {"blk.0.ffn_down.bias": np.zeros(256, dtype=np.float32)}, "bias tensors are not supported"),
     ("qwen2", "tiny", ["blk.0.attn_k.bias"], {"blk.0.attn_k.bias": np.zeros(64, dtype=np.float32)},
      "blk.0.attn_k.bias has shape [64"),
+    # issue 30 part 3: olmo2's q norm over all heads (not per head), glm4's fused gate|up and post-norms,
+    # granitemoe's experts
+    ("olmo2", "tiny", ["blk.1.attn_q_norm.weight"], {"blk.1.attn_q_norm.weight": np.ones(64, dtype=np.float32)},
+     "blk.1.attn_q_norm.weight has shape [64"),
+    ("olmo2", "tiny", ["blk.0.post_ffw_norm.weight"], None, "missing tensor blk.0.post_ffw_norm.weight (required by architecture olmo2)"),
+    ("glm4", "tiny", ["blk.1.ffn_up.weight"], None, "missing tensor blk.1.ffn_up.weight (required by architecture glm4)"),
+    ("glm4", "tiny", ["blk.0.post_attention_norm.weight"], None, "missing tensor blk.0.post_attention_norm.weight"),
+    ("granitemoe", "tiny", ["blk.1.ffn_gate_inp.weight"], None, "missing tensor blk.1.ffn_gate_inp.weight (expert_count is"),
+    ("mistral3", "tiny", ["blk.0.ffn_norm.weight"], None, "missing tensor blk.0.ffn_norm.weight (required by architecture mistral3)"),
 ])
 def test_bad_tensors_are_a_clear_error(quarrel_bin, tmp_path, arch, preset, drop, add, expect):
     src = synth(quarrel_bin, tmp_path, arch, preset)

@@ -171,14 +171,16 @@ def teardown_module(module):
 # ---- the Qwen family (issue 30) -----------------------------------------------------------------
 
 QWEN_ARCHS = ["qwen2", "qwen3", "qwen3moe", "qwen2moe"]
+# issue 30 part 3 (pre-tokenizers dbrx, refact, glm4, tekken): the same checks as the Qwen family
+PART3_ARCHS = ["olmo2", "granitemoe", "glm4", "mistral3"]
 QWEN_TEXTS = [TEXT, "digits 1234567 and 3.14159 (qwen2 splits numbers digit by digit)", "  two\n\nnew lines\ttab ",
               "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", "héllo wörld, 你好, emoji 🙂"]
 
 
-@pytest.mark.parametrize("arch", QWEN_ARCHS)
+@pytest.mark.parametrize("arch", QWEN_ARCHS + PART3_ARCHS)
 def test_llamacpp_runs_qwen_synth_and_tokenizes_alike(quarrel_bin, workdir, arch):
-    """llama.cpp loads our Qwen synth models (pre-tokenizer qwen2, ChatML template), its token ids equal
-    ours (special tokens parsed), and its logits are finite and not degenerate."""
+    """llama.cpp loads our Qwen (and issue 30 part 3) synth models (the preset's pre-tokenizer, ChatML template),
+    its token ids equal ours (special tokens parsed), and its logits are finite and not degenerate."""
     path = synth(quarrel_bin, workdir / f"{arch}-Q8_0.gguf", arch, "Q8_0")
     m = llama_cpp.Llama(model_path=str(path), n_ctx=256, logits_all=True, verbose=False, n_threads=2)
     try:
@@ -200,7 +202,7 @@ def test_llamacpp_runs_qwen_synth_and_tokenizes_alike(quarrel_bin, workdir, arch
 
 
 @pytest.mark.parametrize("ftype", ["Q8_0", "Q4_K_M"])
-@pytest.mark.parametrize("arch", QWEN_ARCHS)
+@pytest.mark.parametrize("arch", QWEN_ARCHS + PART3_ARCHS)
 def test_qwen_synth_quant_equals_llama_quantize(quarrel_bin, workdir, arch, ftype):
     """synth --type T writes every tensor with llama-quantize's type for it and the very bytes
     llama-quantize makes from the F16 synth model (shared-expert gate and routers stay F32)."""
@@ -273,3 +275,22 @@ def test_longrope_factor_choice(quarrel_bin, workdir, n_ctx):
     if "AVX2 = 1" in info and "AVX512 = 1" not in info:
         assert np.array_equal(out[n_ctx], ref), f"n_ctx {n_ctx}: max |diff| {np.abs(out[n_ctx] - ref).max()}"
     assert same < other / 100, f"n_ctx {n_ctx}: KL {same:.3e} to llama.cpp, the other factors {other:.3e}"
+
+
+# ---- issue 30 part 3: mistral3's attention temperature -------------------------------------------------
+
+def test_mistral3_positions_past_the_original_context_are_refused(quarrel_bin, workdir):
+    """mistral3's llama 4 attention temperature multiplies q by 1 + t ln(floor(pos / n_ctx_orig) + 1): exactly 1
+    below the original context (1024 in the tiny preset), where we match llama.cpp (tests/data/ref); past it
+    decoding is refused with the reason, not run with a wrong scale."""
+    path = synth(quarrel_bin, workdir / "mistral3-Q8_0.gguf", "mistral3", "Q8_0", seed=3)
+    for n, ok in ((1024, True), (1025, False)):
+        ids = workdir / f"m3-{n}.json"
+        ids.write_text(json.dumps([1] + [300 + i % 1500 for i in range(n - 1)]))
+        r = subprocess.run([quarrel_bin, "logits", "-m", str(path), "--tokens", str(ids), "-o",
+                            str(workdir / "m3.npy"), "--ctx", "2048", "--backend", "cpu"], capture_output=True, text=True)
+        if ok:
+            assert r.returncode == 0, r.stderr
+        else:
+            assert r.returncode != 0
+            assert "position 1024 is past the model's original context 1024" in r.stderr, r.stderr
