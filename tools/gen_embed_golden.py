@@ -5,6 +5,12 @@
     sentence-transformers' normalized embeddings of tests/data/embed/sentences.jsonl (>= 200 varied
     sentences, written here) -> tests/data/embed/minilm_st.npy (float16 [n][384]).
     Needs torch + sentence-transformers: run with a separate venv (e.g. /work/st-venv), never CI's.
+  * MiniLM on the multilingual corpus tests/data/embed/multilingual.jsonl (tools/gen_embed_corpus.py:
+    1,200 lines in many scripts, long paragraphs past the 256-token limit): sentence-transformers'
+    normalized embeddings -> tests/data/ref/minilm-multilingual.st.npy (float32 [n][384]), and the
+    model's own tokenizer's ids (Hugging Face `tokenizers`, no truncation, with [CLS]/[SEP]) of that
+    corpus and of tests/data/tokenizer/corpus.jsonl (its valid UTF-8 strings without special-token text)
+    -> tests/data/ref/minilm-wordpiece.hf.jsonl ({"text", "ids"} per line).
   * Synth models (`quarrel synth`, deterministic): llama-cpp-python's embeddings
     (Llama(model_path, embedding=True, pooling_type=...).embed(texts, normalize=...)) of
     tests/data/embed/synth_texts.jsonl for nomic-bert tiny and bert tiny (mean pooling) and the llama tiny
@@ -27,6 +33,7 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "data" / "embed"
+REF = ROOT / "tests" / "data" / "ref"
 
 SUBJECTS = ["The cat", "A young engineer", "My grandmother", "The committee", "Every student", "The old lighthouse",
             "A distant galaxy", "The stock market", "Our neighbour's dog", "The new museum", "This algorithm",
@@ -93,14 +100,45 @@ def write_jsonl(path, texts):
             f.write(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n")
 
 
+def read_texts(path):
+    return [json.loads(line)["text"] for line in open(path, encoding="utf-8") if line.strip()]
+
+
+def wordpiece_texts():
+    """The strings the WordPiece golden covers: the multilingual corpus, then the tokenizer corpus's
+    valid UTF-8 strings (no NUL, no special-token text: `qr_embed` does not parse specials)."""
+    out = read_texts(OUT / "multilingual.jsonl")
+    for line in open(ROOT / "tests" / "data" / "tokenizer" / "corpus.jsonl", encoding="utf-8"):
+        try:
+            t = bytes.fromhex(json.loads(line)["hex"]).decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if "\0" not in t and not any(s in t for s in ("[CLS]", "[SEP]", "[UNK]", "[PAD]", "[MASK]")):
+            out.append(t)
+    return out
+
+
 def gen_minilm(model_dir):
     from sentence_transformers import SentenceTransformer
+    from tokenizers import Tokenizer
     texts = sentences()
     write_jsonl(OUT / "sentences.jsonl", texts)
     m = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
     e = m.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
     np.save(OUT / "minilm_st.npy", e.astype(np.float16))
     print(f"minilm: {e.shape} -> {OUT / 'minilm_st.npy'}", file=sys.stderr)
+    # the multilingual corpus (max_seq_length 256: longer texts are cut by sentence-transformers)
+    REF.mkdir(parents=True, exist_ok=True)
+    ml = read_texts(OUT / "multilingual.jsonl")
+    e = m.encode(ml, batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
+    np.save(REF / "minilm-multilingual.st.npy", e.astype(np.float32))
+    print(f"minilm multilingual: {e.shape} (max_seq_length {m.max_seq_length})", file=sys.stderr)
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tok.no_truncation()
+    tok.no_padding()
+    with open(REF / "minilm-wordpiece.hf.jsonl", "w", encoding="utf-8") as f:
+        for t in wordpiece_texts():
+            f.write(json.dumps({"text": t, "ids": tok.encode(t).ids}, ensure_ascii=False) + "\n")
 
 
 SYNTH_TEXTS = ["hello world", "The quick brown fox jumps over the lazy dog.", "embeddings for search",

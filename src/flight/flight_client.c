@@ -556,39 +556,89 @@ qr_status qr_flight_action(qr_flight_client *c, const char *type, const void *bo
     return QR_OK;
 }
 
-qr_status qr_flight_wait_ready(qr_flight_client *c, const char *dataset, int64_t wait_ms, int64_t poll_ms,
-                               char *err, size_t err_len) {
+qr_status qr_flight_readiness(qr_flight_client *c, const char *dataset, char *status, size_t status_len, char *reason,
+                              size_t reason_len, char *err, size_t err_len) {
     if (!dataset) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "flight readiness: no dataset");
+    if (status_len) status[0] = 0;
+    if (reason_len) reason[0] = 0;
     char *body = json_text(json_pack("{s:s}", "dataset", dataset));
     if (!body) return qr_errf(err, err_len, QR_ERR_NOMEM, "flight readiness: out of memory");
+    qr_flight_result *res = NULL;
+    size_t n = 0;
+    qr_status st = qr_flight_action(c, "check_readiness", body, strlen(body), &res, &n, err, err_len);
+    free(body);
+    if (st != QR_OK) return st;
+    json_error_t jerr;
+    json_t *j = n > 0 ? json_loadb((const char *)res[0].body, res[0].len, 0, &jerr) : NULL;
+    const char *s = j ? json_string_value(json_object_get(j, "status")) : NULL;
+    const char *r = j ? json_string_value(json_object_get(j, "reason")) : NULL;
+    snprintf(status, status_len, "%s", s ? s : n ? "(unparsable reply)" : "(no reply)");
+    snprintf(reason, reason_len, "%s", r ? r : "");
+    json_decref(j);
+    qr_flight_results_free(res, n);
+    return QR_OK;
+}
+
+qr_status qr_flight_wait_ready(qr_flight_client *c, const char *dataset, int64_t wait_ms, int64_t poll_ms,
+                               char *err, size_t err_len) {
     double deadline = qr_time_s() + (double)wait_ms / 1000.0;
-    char last[256] = "no reply";
-    qr_status st = QR_OK;
     for (;;) {
-        qr_flight_result *res = NULL;
-        size_t n = 0;
-        st = qr_flight_action(c, "check_readiness", body, strlen(body), &res, &n, err, err_len);
-        if (st != QR_OK) break;
-        bool ready = false;
-        if (n > 0) {
-            json_error_t jerr;
-            json_t *j = json_loadb((const char *)res[0].body, res[0].len, 0, &jerr);
-            const char *status = j ? json_string_value(json_object_get(j, "status")) : NULL;
-            const char *reason = j ? json_string_value(json_object_get(j, "reason")) : NULL;
-            ready = status && strcmp(status, "READY") == 0;
-            snprintf(last, sizeof(last), "%s%s%s", status ? status : "(unparsable reply)", reason ? ": " : "",
-                     reason ? reason : "");
-            json_decref(j);
-        }
-        qr_flight_results_free(res, n);
-        if (ready) break;
-        if (qr_time_s() >= deadline) {
-            st = qr_errf(err, err_len, QR_ERR_IO, "flight: dataset '%s' not ready after %lld ms (last status %s)",
-                         dataset, (long long)wait_ms, last);
-            break;
-        }
+        char status[64], reason[192];
+        qr_status st = qr_flight_readiness(c, dataset, status, sizeof status, reason, sizeof reason, err, err_len);
+        if (st != QR_OK) return st;
+        if (!strcmp(status, "READY")) return QR_OK;
+        if (qr_time_s() >= deadline)
+            return qr_errf(err, err_len, QR_ERR_IO, "flight: dataset '%s' not ready after %lld ms (last status %s%s%s)",
+                           dataset, (long long)wait_ms, status, reason[0] ? ": " : "", reason);
         fl_sleep_s((double)(poll_ms > 0 ? poll_ms : 100) / 1000.0);
     }
-    free(body);
-    return st;
+}
+
+qr_status qr_flight_parse_uri(const char *uri, char *target, size_t target_len, bool *tls, char *err,
+                              size_t err_len) {
+    static const struct { const char *scheme; bool tls; } schemes[] = {
+        {"grpc://", false}, {"grpc+tcp://", false}, {"grpc+tls://", true}};
+    const char *hp = uri ? uri : "";
+    bool use_tls = false, known = false;
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++)
+        if (!strncmp(hp, schemes[i].scheme, strlen(schemes[i].scheme))) {
+            hp += strlen(schemes[i].scheme);
+            use_tls = schemes[i].tls;
+            known = true;
+            break;
+        }
+    if (!known && strstr(hp, "://"))
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG,
+                       "bad Flight address '%s': the scheme must be grpc://, grpc+tcp:// or grpc+tls://", uri ? uri : "");
+    /* host: a name or IPv4 address, or an IPv6 address in brackets */
+    const char *colon;
+    if (hp[0] == '[') {
+        const char *close = strchr(hp, ']');
+        if (!close || close == hp + 1 || close[1] != ':')
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad Flight address '%s': expected [IPV6]:PORT", uri);
+        colon = close + 1;
+    } else {
+        colon = strrchr(hp, ':');
+        if (!colon || colon == hp)
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad Flight address '%s': expected HOST:PORT", uri);
+        for (const char *q = hp; q < colon; q++)
+            if (!(*q == '.' || *q == '-' || *q == '_' || (*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'z') ||
+                  (*q >= 'A' && *q <= 'Z')))
+                return qr_errf(err, err_len, QR_ERR_INVALID_ARG,
+                               "bad Flight address '%s': the host may hold only letters, digits, '.', '-' and '_'", uri);
+    }
+    const char *port = colon + 1;
+    long v = 0;
+    size_t nd = 0;
+    for (; port[nd] >= '0' && port[nd] <= '9' && nd < 6; nd++) v = v * 10 + (port[nd] - '0');
+    if (nd == 0 || port[nd] != 0 || v < 1 || v > 65535)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG,
+                       "bad Flight address '%s': the port must be a number from 1 to 65535%s", uri,
+                       port[nd] == '/' ? " (and nothing after it)" : "");
+    const size_t len = strlen(hp);
+    if (len + 1 > target_len)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad Flight address '%s': too long", uri);
+    memcpy(target, hp, len + 1);
+    if (tls) *tls = use_tls;
+    return QR_OK;
 }

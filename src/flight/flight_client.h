@@ -37,6 +37,14 @@ typedef struct qr_flight_options {
     bool ignore_slow_down;        /* testing only: do not back off on slow_down */
 } qr_flight_options;
 
+/* Parses a Flight URI — grpc://HOST:PORT, grpc+tcp://HOST:PORT, grpc+tls://HOST:PORT or a bare
+ * HOST:PORT; HOST a name, an IPv4 address or [IPV6] — into the gRPC target "HOST:PORT" (target, of
+ * target_len bytes) and *tls (may be NULL). QR_ERR_INVALID_ARG, with the reason, for another scheme,
+ * an empty or malformed host, a port outside 1..65535 (gRPC would take 99999 as 99999 mod 65536), or
+ * anything after the port. */
+qr_status qr_flight_parse_uri(const char *uri, char *target, size_t target_len, bool *tls, char *err,
+                              size_t err_len);
+
 /* Fills *o with the defaults above (targets NULL). */
 void qr_flight_options_init(qr_flight_options *o);
 
@@ -147,8 +155,12 @@ qr_status qr_flight_action(qr_flight_client *c, const char *type, const void *bo
                            qr_flight_result **results, size_t *n_results, char *err, size_t err_len);
 void qr_flight_results_free(qr_flight_result *results, size_t n);
 
-/* Polls DoAction check_readiness {"dataset": dataset} every poll_ms until the reply's status is
- * "READY"; fails after wait_ms with the last status and reason. */
+/* One DoAction check_readiness {"dataset": dataset}: the reply's "status" (READY, BUSY, NOT_FOUND, ...)
+ * and "reason" ("" when absent) into the buffers. Fails only when the call fails. */
+qr_status qr_flight_readiness(qr_flight_client *c, const char *dataset, char *status, size_t status_len, char *reason,
+                              size_t reason_len, char *err, size_t err_len);
+/* Polls qr_flight_readiness every poll_ms until the status is "READY"; fails after wait_ms with the
+ * last status and reason. */
 qr_status qr_flight_wait_ready(qr_flight_client *c, const char *dataset, int64_t wait_ms, int64_t poll_ms,
                                char *err, size_t err_len);
 

@@ -191,6 +191,7 @@ typedef struct embed_job {
     int32_t n;
     float *out;
     bool normalize;
+    bool truncate; /* false: a text over the model's context is an error (400), not cut */
     char err[512];
 } embed_job;
 
@@ -209,6 +210,7 @@ static qr_status embed_fn(void *arg, qr_context *ctx) {
     }
     qr_embed_params p = qr_embed_default_params();
     p.normalize = ej->normalize;
+    p.truncate = ej->truncate;
     const qr_status st = qr_embed(m->embed_ctx, ej->texts, ej->n, &p, ej->out, ej->err, sizeof ej->err);
     srv_model_sync_arch(m);
     return st;
@@ -258,6 +260,13 @@ static int embeddings(srv_conn *rc, embed_api api) {
                                 "'keep_alive' must be a number of seconds or a duration such as \"5m\"");
         goto out;
     }
+    /* Ollama's "truncate" (default true: cut a text at the model's context, keeping its trailing [SEP];
+     * false: refuse it with 400); also taken on /v1/embeddings, where OpenAI refuses over-long input */
+    json_t *tr = json_object_get(root, "truncate");
+    if (tr && !json_is_null(tr) && !json_is_boolean(tr)) {
+        status = srv_send_error(rc, 400, "INVALID_REQUEST", 0, "'truncate' must be true or false");
+        goto out;
+    }
     json_t *fmt = api == EMBED_OPENAI ? json_object_get(root, "encoding_format") : NULL;
     const bool b64 = json_is_string(fmt) && !strcmp(json_string_value(fmt), "base64");
     if (fmt && !json_is_null(fmt) && !b64 && !(json_is_string(fmt) && !strcmp(json_string_value(fmt), "float"))) {
@@ -295,7 +304,8 @@ static int embeddings(srv_conn *rc, embed_api api) {
     srv_model *m = srv_acquire_model(rc, json_is_string(model) ? json_string_value(model) : "", true);
     if (!m) goto out;
     const int32_t dim = qr_model_n_embd_out(m->model);
-    embed_job ej = {.m = m, .texts = texts, .n = n, .normalize = api != EMBED_OLLAMA_LEGACY};
+    embed_job ej = {.m = m, .texts = texts, .n = n, .normalize = api != EMBED_OLLAMA_LEGACY,
+                    .truncate = !json_is_false(tr)};
     ej.out = malloc(sizeof(float) * (size_t)dim * (size_t)n);
     int32_t n_tok = 0;
     for (int32_t i = 0; i < n; i++) {

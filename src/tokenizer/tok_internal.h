@@ -169,8 +169,6 @@ static inline size_t qr_tok_utf8_len(unsigned char c) {
     return lookup[c >> 4];
 }
 uint32_t qr_tok_tolower(uint32_t cpt);
-/* The first code point of the canonical decomposition (llama.cpp's "NFD" table). */
-uint32_t qr_tok_nfd_first(uint32_t cpt);
 /* GPT-2 byte -> unicode code point, and back (-1 when the code point is not one of the 256). */
 uint32_t qr_tok_byte_to_cpt(uint8_t b);
 int qr_tok_cpt_to_byte(uint32_t cpt);

@@ -1,9 +1,8 @@
-/* tok_models.c — the three tokenization algorithms, each over one text fragment:
+/* tok_models.c — two of the tokenization algorithms (WordPiece: tok_wpm.c), each over one text fragment:
  *   SPM: merge the adjacent pair whose concatenation is the highest-scoring token, repeatedly;
  *        leftovers fall back to <0xXX> byte tokens.
  *   BPE: pre-split into words, map bytes to GPT-2's printable code points, merge the pair with
  *        the lowest merge rank, repeatedly.
- *   WPM: normalize and split into words, then greedy longest-match of "▁word" pieces.
  * The merge order (and its tie-breaking: leftmost pair first) is llama.cpp's. */
 #include <stdlib.h>
 #include <string.h>
@@ -276,76 +275,5 @@ done:
     symbols_free(&s);
     free(h.v);
     qr_tok_words_free(&words);
-    return st;
-}
-
-/* ---- WPM ----------------------------------------------------------------------------------- */
-
-/* BERT's "Chinese character" blocks (including the upstream 0x2B920 quirk). */
-static bool is_chinese_char(uint32_t c) {
-    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
-           (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
-           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
-}
-
-/* Greedy longest match of "▁" + word; pushes [UNK] when some position has no match. */
-static qr_status wpm_word(const qr_tokenizer *tok, const char *word, size_t wn, qr_tok_bytes *buf, qr_tok_ids *out) {
-    buf->n = 0;
-    if (!qr_tok_bytes_append(buf, "\xe2\x96\x81", 3) || !qr_tok_bytes_append(buf, word, wn)) return QR_ERR_NOMEM;
-    const char *w = buf->v;
-    size_t n = buf->n;
-    size_t mark = out->n;
-    for (size_t i = 0; i < n; i++) {
-        bool match = false;
-        size_t jmax = i + tok->max_token_len + 1;
-        if (jmax > n) jmax = n;
-        for (size_t j = jmax; j > i; j--) {
-            int32_t id = qr_tok_strmap_find(&tok->map, w + i, j - i);
-            if (id >= 0) {
-                if (!qr_tok_ids_push(out, id)) return QR_ERR_NOMEM;
-                match = true;
-                i = j - 1;
-                break;
-            }
-        }
-        if (!match) {
-            out->n = mark;
-            break;
-        }
-    }
-    if (out->n == mark) {
-        if (tok->info.special.unk < 0) return QR_ERR_NOT_FOUND;
-        if (!qr_tok_ids_push(out, tok->info.special.unk)) return QR_ERR_NOMEM;
-    }
-    return QR_OK;
-}
-
-qr_status qr_tok_wpm_fragment(const qr_tokenizer *tok, const char *text, size_t len, qr_tok_ids *out) {
-    qr_tok_bytes word = {0}, buf = {0};
-    qr_status st = QR_OK;
-    for (size_t off = 0; off < len && st == QR_OK;) {
-        uint32_t cpt = qr_tok_utf8_decode(text, len, &off);
-        if (tok->strip_accents) cpt = qr_tok_nfd_first(cpt);
-        uint16_t f = qr_tok_cpt_flags(cpt);
-        if (f & QR_CPT_WHITESPACE) {
-            if (word.n) st = wpm_word(tok, word.v, word.n, &buf, out);
-            word.n = 0;
-            continue;
-        }
-        if (cpt == 0 || cpt == 0xFFFD || (f & QR_CPT_CONTROL)) continue;
-        if (tok->strip_accents && (f & QR_CPT_MARK)) continue;
-        char u[4];
-        size_t k = qr_tok_utf8_encode(tok->lowercase ? qr_tok_tolower(cpt) : cpt, u);
-        if ((f & QR_CPT_PUNCTUATION) || (cpt < 0x7F && (f & QR_CPT_SYMBOL)) || is_chinese_char(cpt)) {
-            if (word.n) st = wpm_word(tok, word.v, word.n, &buf, out);
-            if (st == QR_OK) st = wpm_word(tok, u, k, &buf, out);
-            word.n = 0;
-        } else if (!qr_tok_bytes_append(&word, u, k)) {
-            st = QR_ERR_NOMEM;
-        }
-    }
-    if (st == QR_OK && word.n) st = wpm_word(tok, word.v, word.n, &buf, out);
-    free(word.v);
-    free(buf.v);
     return st;
 }

@@ -107,16 +107,6 @@ uint32_t qr_tok_tolower(uint32_t cpt) {
     return (uint32_t)utf8proc_tolower((utf8proc_int32_t)cpt);
 }
 
-uint32_t qr_tok_nfd_first(uint32_t cpt) {
-    if (cpt < 0xC0 || cpt > 0x10FFFF) return cpt;
-    utf8proc_int32_t buf[8];
-    int last_boundclass = 0;
-    utf8proc_ssize_t n = utf8proc_decompose_char((utf8proc_int32_t)cpt, buf, 8, UTF8PROC_DECOMPOSE,
-                                                 &last_boundclass);
-    if (n < 1) return cpt;
-    return (uint32_t)buf[0];
-}
-
 /* GPT-2's printable bytes map to themselves; the other 68 map to U+0100.. in byte order. */
 static bool byte_is_printable(unsigned b) {
     return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);

@@ -35,6 +35,9 @@ const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
                                "`$HOME/.ollama/models`)"},
     [QR_KNOB_HOME] = {"HOME", QR_KNOB_STRING, "", 0, 0, NULL, "model name resolution",
                       "the parent of the default Ollama store (unset: the current directory)"},
+    [QR_KNOB_FLIGHT_KEY] = {"QUARREL_FLIGHT_KEY", QR_KNOB_STRING, "", 0, 0, NULL, "`quarrel push` / `search`",
+                            "the API key sent as `authorization: Bearer KEY` on every Flight call when "
+                            "`--flight-key` is not given (never logged)"},
 };
 
 static qr_knob_value g_values[QR_KNOB_COUNT]; /* written once under g_once, read-only afterwards */

@@ -18,6 +18,7 @@ typedef enum qr_knob {
     QR_KNOB_GRAPH_MAX_ROWS, /* QUARREL_GRAPH_MAX_ROWS: int */
     QR_KNOB_OLLAMA_MODELS, /* OLLAMA_MODELS: string, "" = $HOME/.ollama/models */
     QR_KNOB_HOME,          /* HOME: string */
+    QR_KNOB_FLIGHT_KEY,    /* QUARREL_FLIGHT_KEY: string, "" = none */
     QR_KNOB_COUNT
 } qr_knob;
 

@@ -17,7 +17,8 @@ It follows the wire facts of docs (design.md, "Longbow over Arrow Flight"):
     with score = 1/(1+distance) (brute force; metric from the schema metadata longbow.metric);
   * GetFlightInfo returns no schema and no endpoints (only the descriptor and the row count).
 Rows are idempotent: they are upserted by id (the last write of an id wins), so re-sending a stream
-after a failure leaves every id exactly once. With --data-dir every stored batch is also appended to
+after a failure leaves every id exactly once; with --append the store keeps every row it is sent (a
+store that appends: a re-sent row is a duplicate), for testing clients that must not rely on upserts. With --data-dir every stored batch is also appended to
 an Arrow IPC stream file there and reloaded at start (a server killed mid-write loses at most the
 batches not yet stored). Extra actions for tests: "stats" (JSON counters) and "reset".
 """
@@ -161,7 +162,7 @@ class Store:
             if ds.cache is None:
                 t = pa.Table.from_batches(ds.batches, schema=ds.schema)
                 ids = t.column("id").to_numpy()
-                if len(ids):
+                if len(ids) and not self.args.append:
                     _, first_in_reversed = np.unique(ids[::-1], return_index=True)
                     keep = np.sort(len(ids) - 1 - first_in_reversed)
                     t = t.take(pa.array(keep))
@@ -360,6 +361,7 @@ def main(argv=None):
     ap.add_argument("--ingest-delay-ms", type=float, default=0.0, help="time to store one batch")
     ap.add_argument("--slow-down-rows", type=int, default=0, help="backlog that triggers slow_down (0 = never)")
     ap.add_argument("--discard", action="store_true", help="count rows but keep nothing (benchmarks)")
+    ap.add_argument("--append", action="store_true", help="keep every row sent (no upsert by id)")
     ap.add_argument("--token", help="require 'authorization: Bearer TOKEN'")
     ap.add_argument("--tls-cert", help="PEM certificate (enables TLS)")
     ap.add_argument("--tls-key", help="PEM private key")

@@ -4,6 +4,10 @@
     for every sentence;
   * synth nomic-bert, bert and llama (pooling mean/cls/last, normalize on/off) vs llama-cpp-python's
     embeddings: cosine >= 0.999 per text (raw vectors: also the norms within 1%);
+  * all-MiniLM-L6-v2 vs sentence-transformers over tests/data/embed/multilingual.jsonl (1,200 lines, many
+    scripts, long paragraphs cut at the model's 256 tokens): cosine >= 0.999 for every line, and the
+    WordPiece ids equal the model's own tokenizer's (Hugging Face `tokenizers`) on that corpus and the
+    tokenizer corpus (tests/data/ref/minilm-*: tools/gen_embed_golden.py);
   * bad input: a clear error and a nonzero exit, no crash.
 The MiniLM GGUF comes from $QUARREL_MODELS_DIR/all-MiniLM-L6-v2.f16.gguf (scripts/setup.sh converts it
 with tools/convert_bert.py); a missing model fails the test.
@@ -53,6 +57,58 @@ def test_minilm_matches_sentence_transformers(quarrel_bin, minilm, tmp_path):
     worst = int(np.argmin(cos))
     assert cos.min() >= COS_MIN, f"sentence {worst}: cosine {cos[worst]:.6f}"
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+
+
+REF = ROOT / "tests" / "data" / "ref"
+
+
+def test_minilm_wordpiece_matches_hf(quarrel_bin, minilm, tmp_path):
+    """Hugging Face's BERT normalization (NFD, only Mn marks stripped, jamo kept, CJK split, control
+    code points dropped, punctuation split), then WordPiece: the same ids for every string."""
+    rows = [json.loads(line) for line in open(REF / "minilm-wordpiece.hf.jsonl", encoding="utf-8")]
+    assert len(rows) >= 3000
+    inp = tmp_path / "tok.jsonl"
+    inp.write_text("".join(json.dumps({"text": r["text"], "add_special": True, "parse_special": False}) + "\n"
+                           for r in rows))
+    r = subprocess.run([quarrel_bin, "tokenize", "-m", str(minilm), "--jsonl", str(inp)], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    got = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(got) == len(rows)
+    bad = [(row["text"], row["ids"], g) for row, g in zip(rows, got) if row["ids"] != g]
+    msg = "\n".join(f"  {t[:60]!r}\n    hf   {w[:20]}\n    ours {g[:20]}" for t, w, g in bad[:5])
+    assert not bad, f"{len(bad)} of {len(rows)} tokenizations differ from Hugging Face's:\n{msg}"
+    # the issue's two examples: 'की' -> क ##ी, '한국' -> 6 jamo pieces
+    assert any(row["text"] == "की" and len(row["ids"]) == 4 for row in rows)
+    assert any(row["text"] == "한국" and len(row["ids"]) == 8 for row in rows)
+
+
+def test_minilm_multilingual_matches_sentence_transformers(quarrel_bin, minilm, tmp_path):
+    want = np.load(REF / "minilm-multilingual.st.npy")
+    rows = [json.loads(line) for line in open(DATA / "multilingual.jsonl", encoding="utf-8")]
+    assert want.shape == (len(rows), 384) and len(rows) >= 1000
+    out = tmp_path / "ml.npy"
+    r = subprocess.run([quarrel_bin, "embed", "-m", str(minilm), "-f", str(DATA / "multilingual.jsonl"), "-o", str(out),
+                        "-t", "2"], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    assert "truncated to 256" in r.stderr  # the long paragraphs are cut where sentence-transformers cuts them
+    got = np.load(out)
+    cos = cosines(got, want)
+    worst = np.argsort(cos)[:5]
+    msg = ", ".join(f"line {i} ({rows[i]['kind']}): {cos[i]:.6f}" for i in worst)
+    assert cos.min() >= COS_MIN, msg
+    kinds = {row["kind"].split("-")[0] for row in rows}
+    for k in ("en", "ru", "el", "ar", "he", "hi", "bn", "th", "zh", "ja", "ko", "emoji", "code"):
+        assert k in kinds, k
+
+
+def test_minilm_context_is_max_seq_length(quarrel_bin, minilm):
+    """tools/convert_bert.py writes sentence_bert_config.json's max_seq_length (256), not the 512 rows
+    of the position table."""
+    r = subprocess.run([quarrel_bin, "inspect", str(minilm)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if "bert.context_length" in ln)
+    assert line.split()[-1] == "256", line
 
 
 def test_minilm_batching_invariant(quarrel_bin, minilm, tmp_path):

@@ -151,7 +151,7 @@ def variants_golden():
 @pytest.mark.parametrize("label", list(load_variant_tools().VARIANTS))
 def test_tokenizer_variants_match_llama_cpp(request, quarrel_bin, corpus, tmp_path, variants_golden, label):
     """A real vocabulary under another pre-tokenizer (SmolLM2 x each tokenizer.ggml.pre) or model
-    type (Gemma 3 as WordPiece): ids hash-equal to llama.cpp's for every corpus string."""
+    type (Gemma 3 with a space prefix): ids hash-equal to llama.cpp's for every corpus string."""
     tools = load_variant_tools()
     source, overrides = tools.VARIANTS[label]
     golden = variants_golden["variants"][label]

@@ -33,6 +33,39 @@ static int bind_loopback(int *port) {
     return fd;
 }
 
+/* Flight URIs: the accepted forms give "HOST:PORT"; bad ones are refused with the reason (issue 35:
+ * grpc://127.0.0.1:99999 used to connect to port 99999 mod 65536). */
+static void test_parse_uri(void **state) {
+    (void)state;
+    char t[64], err[256];
+    bool tls = true;
+    assert_int_equal(qr_flight_parse_uri("grpc://127.0.0.1:3000", t, sizeof t, &tls, err, sizeof err), QR_OK);
+    assert_string_equal(t, "127.0.0.1:3000");
+    assert_false(tls);
+    assert_int_equal(qr_flight_parse_uri("grpc+tls://db.example-1.org:65535", t, sizeof t, &tls, err, sizeof err), QR_OK);
+    assert_string_equal(t, "db.example-1.org:65535");
+    assert_true(tls);
+    assert_int_equal(qr_flight_parse_uri("grpc+tcp://[::1]:1", t, sizeof t, &tls, err, sizeof err), QR_OK);
+    assert_string_equal(t, "[::1]:1");
+    assert_int_equal(qr_flight_parse_uri("localhost:3001", t, sizeof t, NULL, err, sizeof err), QR_OK);
+    assert_string_equal(t, "localhost:3001");
+    static const struct { const char *uri, *why; } bad[] = {
+        {"grpc://127.0.0.1:99999", "1 to 65535"}, {"grpc://127.0.0.1:0", "1 to 65535"},
+        {"grpc://127.0.0.1:", "1 to 65535"},      {"grpc://127.0.0.1:30a0", "1 to 65535"},
+        {"grpc://127.0.0.1:3000/x", "nothing after"}, {"grpc://127.0.0.1", "HOST:PORT"},
+        {"grpc://:3000", "HOST:PORT"},             {"http://h:1", "scheme"},
+        {"grpc://[::1]3000", "[IPV6]:PORT"},      {"grpc://ho st:1", "host may hold"},
+        {"", "HOST:PORT"},                         {"grpc://127.0.0.1:-1", "1 to 65535"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        assert_int_equal(qr_flight_parse_uri(bad[i].uri, t, sizeof t, &tls, err, sizeof err), QR_ERR_INVALID_ARG);
+        if (!strstr(err, bad[i].why)) fail_msg("%s: '%s' does not say '%s'", bad[i].uri, err, bad[i].why);
+    }
+    assert_int_equal(qr_flight_parse_uri("grpc://a-very-long-host-name.example.org:3000", t, 8, &tls, err, sizeof err),
+                     QR_ERR_INVALID_ARG);
+}
+
 static void test_options_and_create(void **state) {
     (void)state;
     qr_flight_options o;
@@ -246,6 +279,7 @@ static void test_pack_batch_is_flight_data(void **state) {
 int main(void) {
     qr_log_set_level(QR_LOG_ERROR);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_uri),
         cmocka_unit_test(test_options_and_create),
         cmocka_unit_test(test_unavailable_retries),
         cmocka_unit_test(test_deadline),

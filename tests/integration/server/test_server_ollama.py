@@ -56,6 +56,23 @@ def test_embed(client):
     assert len(legacy.embedding) == 576
 
 
+def test_embed_truncate(client, server):
+    """Ollama's `truncate`: by default a text over the embedding context is cut (as the first 2048
+    tokens), with false it is refused with 400 (issue 35: never silent, never a 500)."""
+    long = "word " * 3000
+    r = client.embed(model=MODEL_NAME, input=long)
+    assert len(r.embeddings[0]) == 576
+    with pytest.raises(ollama.ResponseError) as e:
+        client.embed(model=MODEL_NAME, input=long, truncate=False)
+    assert e.value.status_code == 400 and "truncation off" in str(e.value)
+    assert len(client.embed(model=MODEL_NAME, input="short text", truncate=False).embeddings) == 1
+    r = requests.post(server.url + "/v1/embeddings", json={"model": MODEL_NAME, "input": long, "truncate": False},
+                      timeout=60)
+    assert r.status_code == 400 and "truncation off" in r.text
+    r = requests.post(server.url + "/api/embed", json={"model": MODEL_NAME, "input": "x", "truncate": "no"}, timeout=60)
+    assert r.status_code == 400 and "truncate" in r.text
+
+
 def test_raw_ndjson_final_fields(server):
     r = requests.post(server.url + "/api/generate", json={"model": MODEL_NAME, "prompt": "Hi", "options": {
         "temperature": 0, "num_predict": 3}}, stream=True, timeout=60)
