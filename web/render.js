@@ -222,7 +222,7 @@ window.QuarrelRender = (function () {
       const wrap = document.createElement("div");
       wrap.className = "code-wrap";
       pre.replaceWith(wrap);
-      wrap.append(pre, copyButton("Copy code", () => pre.textContent));
+      wrap.append(pre, copyButton("Copy code", () => pre.textContent.replace(/\n$/, "")));
     }
   }
 
