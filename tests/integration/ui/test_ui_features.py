@@ -291,7 +291,10 @@ def test_edit_regenerate_branches_and_stats(page):
 
 def test_continue_a_cut_off_answer(page):
     page.open()
-    page.set_settings(max_tokens=6)
+    # greedy, so that the answer is surely longer than the 6 tokens allowed
+    page.js("localStorage.setItem('quarrel.settings', JSON.stringify({temperature: 0, max_tokens: 6}))")
+    page.d.refresh()
+    page.wait_state("connected")
     generate(page, "Count from one to twenty in words, separated by commas.")
     stored = page.js("return quarrelUI.conversation()")
     asst = [n for n in stored["nodes"].values() if n["role"] == "assistant"][0]
@@ -316,9 +319,9 @@ def test_attached_file_reaches_the_prompt(page, tmp_path):
     code = "def add(a, b):\n    return a + b  # ZEBRA-42\n"
     f.write_text(code, encoding="utf-8")
     page.el("#attach").send_keys(str(f))
-    page.wait(lambda: "tokens" in page.el("#attachments .att-tokens").text and
-              "counting" not in page.el("#attachments .att-tokens").text, 15, "no token count")
-    shown = int(page.el("#attachments .att-tokens").text.split()[0])
+    count = "const e = document.querySelector('#attachments .att-tokens'); return e ? e.textContent : ''"
+    page.wait(lambda: page.js(count).endswith(" tokens"), 15, "no token count")
+    shown = int(page.js(count).split()[0])
     wrapped = f"\n\nFile: notes.py\n```\n{code}```"
     expect = len(requests.post(page.url + "/tokenize", json={"content": wrapped, "add_special": False}, timeout=10)
                  .json()["tokens"])
