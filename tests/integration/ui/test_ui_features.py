@@ -149,7 +149,7 @@ def test_tool_calls_and_json_mode(page):
     type_into(page, "#set-tools", json.dumps(TOOLS))
     assert not page.el("#settings-error").is_displayed()
     page.js("arguments[0].value = 'required'; arguments[0].dispatchEvent(new Event('change'))", page.el("#set-tool-choice"))
-    page.el("#settings-close").click()
+    page.close_settings()
     generate(page, "What is the weather in Paris?")
     req = last_request(page)
     assert req["route"] == "openai" and req["body"]["tools"] == TOOLS and req["body"]["tool_choice"] == "required"
@@ -168,7 +168,7 @@ def test_tool_calls_and_json_mode(page):
     page.el("#set-json-mode").click()
     type_into(page, "#set-max-tokens", "200")
     page.js("arguments[0].dispatchEvent(new Event('input'))", page.el("#set-max-tokens"))
-    page.el("#settings-close").click()
+    page.close_settings()
     page.el("#new-chat").click()
     generate(page, "Describe a cat as JSON with a name and an age.", timeout=120)
     req = last_request(page)
@@ -200,7 +200,7 @@ def test_every_setting_reaches_the_request_presets_per_conversation(page):
     for css, (v, ev) in values.items():
         page.js("arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event(arguments[2]))",
                 page.el(css), v, ev)
-    page.el("#settings-close").click()
+    page.close_settings()
     generate(page, "Say hello.")
     body = last_request(page)["body"]
     expect = {"temperature": 0.2, "top_k": 20, "top_p": 0.9, "min_p": 0.12, "repeat_penalty": 1.3, "repeat_last_n": 32,
@@ -219,7 +219,7 @@ def test_every_setting_reaches_the_request_presets_per_conversation(page):
     open_settings(page)
     page.el("#set-per-conv").click()
     page.js("arguments[0].value = '3'; arguments[0].dispatchEvent(new Event('input'))", page.el("#set-max-tokens"))
-    page.el("#settings-close").click()
+    page.close_settings()
     conv_id = page.js("return quarrelUI.conversation().id")
     assert json.loads(page.js("return localStorage.getItem('quarrel.settings')"))["max_tokens"] == 7
     generate(page, "Again.")
@@ -228,14 +228,14 @@ def test_every_setting_reaches_the_request_presets_per_conversation(page):
     open_settings(page)
     assert not page.el("#set-per-conv").is_selected()
     assert page.el("#set-max-tokens").get_attribute("value") == "7"
-    page.el("#settings-close").click()
+    page.close_settings()
     generate(page, "New chat.")
     assert last_request(page)["body"]["max_tokens"] == 7
     page.el(f'#conversations li[data-id="{conv_id}"] .conv-open').click()
     open_settings(page)
     assert page.el("#set-per-conv").is_selected() and page.el("#set-max-tokens").get_attribute("value") == "3"
     shot(page, "settings")
-    page.el("#settings-close").click()
+    page.close_settings()
 
 
 def test_edit_regenerate_branches_and_stats(page):
