@@ -701,10 +701,12 @@
   }
 
   /* Ends the running generation: info {finish_reason, tokens_per_sec, usage, ttft_ms, error}. */
+  let finished = 0; // generations ended (for the UI tests: a short one can start and end between two looks)
   function finishGeneration(info) {
     if (!gen) return;
     const g = gen;
     gen = null;
+    finished++;
     if (g.raf) cancelAnimationFrame(g.raf);
     if (info.finish_reason) g.msg.finish_reason = info.finish_reason;
     if (info.tokens_per_sec) g.msg.tokens_per_sec = info.tokens_per_sec;
@@ -1326,5 +1328,6 @@
     lastRequest: () => (lastRequest ? JSON.parse(JSON.stringify(lastRequest)) : null),
     conversation: () => (current ? JSON.parse(JSON.stringify(T.stored(current))) : null),
     authRequired: () => authRequired,
+    generations: () => finished,
   });
 })();

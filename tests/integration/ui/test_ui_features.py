@@ -36,10 +36,17 @@ def import_conv(page, tmp_path, name, messages, **extra):
     page.wait(lambda: len(page.els("#messages .msg")) == len(messages), 10, "the imported conversation is not shown")
 
 
+def generation(page, action, timeout=90):
+    """Runs action (which starts a generation) and waits until that generation ended and the page is idle
+    (counted by the page itself: a short generation may start and end before a look at the state)."""
+    n = page.js("return quarrelUI.generations()")
+    action()
+    page.wait(lambda: page.js("return quarrelUI.generations()") > n and page.state() == "connected", timeout,
+              "the generation did not end")
+
+
 def generate(page, text, timeout=90):
-    page.send(text)
-    page.wait_state("generating", timeout=10)
-    page.wait_state("connected", timeout=timeout)
+    generation(page, lambda: page.send(text), timeout)
 
 
 def last_request(page):
@@ -253,9 +260,7 @@ def test_edit_regenerate_branches_and_stats(page):
     assert stats[1]["usage"]["cached_tokens"] > 0 and stats[1]["usage"]["prompt_tokens"] > stats[0]["usage"]["prompt_tokens"]
     assert stats[1]["usage"]["completion_tokens"] >= 1 and stats[1]["ttft_ms"] > 0
     # regenerate the first answer: a second version; the later turn belongs to the first version
-    page.els("#messages .msg.assistant")[0].find_element("css selector", ".regen").click()
-    page.wait_state("generating", timeout=10)
-    page.wait_state("connected", timeout=60)
+    generation(page, lambda: page.els("#messages .msg.assistant")[0].find_element("css selector", ".regen").click())
     assert len(page.els("#messages .msg")) == 2  # the new branch ends at its answer
     assert branch_label(page, "#messages .msg.assistant") == "2/2"
     second = page.assistant_texts()[0]
@@ -269,9 +274,7 @@ def test_edit_regenerate_branches_and_stats(page):
     box = page.el("#messages .msg.user .edit-text")
     box.clear()
     box.send_keys("Name a fruit.")
-    page.el("#messages .msg.user .edit-save").click()
-    page.wait_state("generating", timeout=10)
-    page.wait_state("connected", timeout=60)
+    generation(page, lambda: page.el("#messages .msg.user .edit-save").click())
     assert page.el("#messages .msg.user .content").text == "Name a fruit."
     assert branch_label(page, "#messages .msg.user") == "2/2"
     body = last_request(page)["body"]
@@ -300,9 +303,7 @@ def test_continue_a_cut_off_answer(page):
     asst = [n for n in stored["nodes"].values() if n["role"] == "assistant"][0]
     assert asst["finish_reason"] == "length"
     before = asst["content"]
-    page.el("#messages .msg.assistant .continue").click()
-    page.wait_state("generating", timeout=10)
-    page.wait_state("connected", timeout=60)
+    generation(page, lambda: page.el("#messages .msg.assistant .continue").click())
     body = last_request(page)["body"]
     assert body["continue_final_message"] is True
     assert body["messages"][-1] == {"role": "assistant", "content": before}
