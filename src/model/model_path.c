@@ -227,8 +227,8 @@ static int add_entry(qr_model_entry **list, size_t *n, size_t *cap, const char *
         *cap = nc;
     }
     qr_model_entry *e = &(*list)[(*n)++];
-    snprintf(e->name, sizeof e->name, "%s", name);
-    snprintf(e->path, sizeof e->path, "%s", path);
+    snprintf(e->name, sizeof e->name, "%.*s", (int)sizeof e->name - 1, name);
+    snprintf(e->path, sizeof e->path, "%.*s", (int)sizeof e->path - 1, path);
     e->ollama = ollama;
     return 0;
 }
@@ -259,7 +259,7 @@ static int list_ollama(const char *store, qr_model_entry **list, size_t *n, size
                 DIR *tags = opendir(p3);
                 for (struct dirent *t; rc == 0 && tags && (t = readdir(tags));) {
                     if (!valid_part(t->d_name, strlen(t->d_name))) continue;
-                    char name[600], path[4096], err[256];
+                    char name[1024], path[4096], err[256]; /* each part <= 128 bytes (valid_part) */
                     const bool lib = !strcmp(ns->d_name, "library"), host = !strcmp(h->d_name, "registry.ollama.ai");
                     if (host && lib) snprintf(name, sizeof name, "%s:%s", m->d_name, t->d_name);
                     else if (host) snprintf(name, sizeof name, "%s/%s:%s", ns->d_name, m->d_name, t->d_name);
