@@ -16,7 +16,7 @@ RUN apt-get update \
       build-essential cmake make pkg-config \
       libpcre2-dev libutf8proc-dev libjansson-dev libcivetweb-dev libsqlite3-dev libssl-dev \
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler python3 \
-      libjs-marked libjs-highlight.js node-dompurify \
+      libjs-marked libjs-highlight.js node-dompurify libjs-katex \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

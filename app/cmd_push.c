@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "embed_io.h"
@@ -230,6 +231,7 @@ typedef struct pipeline {
     qr_embed_batch *current; /* the batch handed to the Flight stream last */
     int64_t rows_sent;
     double t0, embed_s;
+    bool tty; /* stderr is a terminal: a progress bar */
 } pipeline;
 
 static void *producer(void *arg) {
@@ -300,9 +302,7 @@ static qr_status next_batch(void *user, const qr_arrow_batch **out, char *err, s
         return QR_OK;
     }
     p->rows_sent += qr_embed_batch_rows(p->current);
-    const double dt = app_time_s() - p->t0;
-    fprintf(stderr, "\rpush: %lld/%lld rows, %.0f rows/s ", (long long)p->rows_sent, (long long)p->n_todo,
-            dt > 0 ? (double)p->rows_sent / dt : 0.0);
+    if (p->tty) app_progress_draw("push", (uint64_t)p->rows_sent, (uint64_t)p->n_todo, "rows"); /* a terminal only */
     *out = qr_embed_batch_view(p->current);
     return QR_OK;
 }
@@ -464,6 +464,7 @@ int cmd_push(int argc, char **argv) {
     pthread_mutex_init(&p.mu, NULL);
     pthread_cond_init(&p.cv, NULL);
     p.t0 = app_time_s();
+    p.tty = isatty(STDERR_FILENO);
     if (n_todo > 0) {
         pthread_t th;
         if (pthread_create(&th, NULL, producer, &p) != 0) {
@@ -474,7 +475,7 @@ int cmd_push(int argc, char **argv) {
         thread_started = true;
         qr_flight_put_stats ps = {0};
         qr_status st = qr_flight_put(fc, dataset, &schema, next_batch, NULL, &p, &ps, err, sizeof err);
-        fprintf(stderr, "\n");
+        if (p.tty) fprintf(stderr, "\r\033[K");
         pthread_mutex_lock(&p.mu);
         p.cancel = true;
         pthread_cond_broadcast(&p.cv);

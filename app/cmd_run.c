@@ -1,4 +1,5 @@
-/* cmd_run.c — `quarrel run` (one generation, streamed to stdout) and `quarrel chat` (interactive). */
+/* cmd_run.c — `quarrel run` (one generation, streamed to stdout; `quarrel run MODEL` without a prompt
+ * is `quarrel chat -m MODEL`, as with Ollama). */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -7,98 +8,8 @@
 
 #include "commands.h"
 #include "engine.h"
+#include "generate.h"
 #include "grammar_opt.h"
-
-#define MAX_STOPS 16
-
-typedef struct gen_opts {
-    int32_t n_predict;  /* tokens to generate, >= 1 */
-    bool ignore_eos;    /* keep going through end-of-generation tokens */
-    bool ids_only;      /* print a JSON array of generated ids instead of text */
-    bool quiet;         /* no timing line */
-    const char *stops[MAX_STOPS];
-    int32_t n_stops;
-} gen_opts;
-
-typedef struct gen_stats {
-    int32_t n_prompt, n_gen;
-    double prefill_s, decode_s;
-} gen_stats;
-
-/* Where generate()'s callback puts what qr_generate hands it. */
-typedef struct gen_sink {
-    FILE *out;        /* the text goes here (unless ids_only) */
-    bool ids_only;
-    int32_t *ids;     /* [cap] the generated ids */
-    int32_t n_ids, cap;
-    char **reply;     /* the text is appended to *reply (for chat history) when not NULL */
-    size_t *reply_len;
-} gen_sink;
-
-/* qr_token_callback: streams the text, collects the id; never stops generation. */
-static bool on_token(qr_token token, const char *text, size_t len, void *user_data) {
-    gen_sink *k = user_data;
-    if (token != QR_TOKEN_NULL && k->n_ids < k->cap) k->ids[k->n_ids++] = token;
-    if (!k->ids_only && len) {
-        fwrite(text, 1, len, k->out);
-        fflush(k->out);
-    }
-    if (k->reply && len) {
-        char *nr = realloc(*k->reply, *k->reply_len + len + 1);
-        if (nr) {
-            memcpy(nr + *k->reply_len, text, len);
-            *k->reply_len += len;
-            nr[*k->reply_len] = 0;
-            *k->reply = nr;
-        }
-    }
-    return true;
-}
-
-/* Appends the sequence `ids` (continuing sequence 0 from its current length) and generates up to
- * o->n_predict tokens with qr_generate, streaming text to `out` (or collecting ids). Text generated is
- * appended to *reply when reply != NULL (for chat history). Returns an exit code. */
-static int generate(app_engine *e, const int32_t *ids, size_t n_ids, qr_sampler_chain *smp, const gen_opts *o,
-                    FILE *out, gen_stats *stats, char **reply, size_t *reply_len) {
-    char err[1024];
-    int32_t n_ctx = qr_context_n_ctx(e->ctx), past = qr_kv_seq_len(e->ctx, 0);
-    if ((int64_t)past + (int64_t)n_ids >= n_ctx) {
-        fprintf(stderr, "quarrel: the prompt is %zu tokens but the context holds %d (%d already used); "
-                        "shorten the prompt or raise --ctx\n", n_ids, n_ctx, past);
-        return 1;
-    }
-    gen_sink k = {.out = out, .ids_only = o->ids_only, .cap = o->n_predict, .reply = reply, .reply_len = reply_len};
-    if (!(k.ids = malloc(sizeof(int32_t) * (size_t)o->n_predict))) {
-        fprintf(stderr, "quarrel: out of memory\n");
-        return 1;
-    }
-    qr_generate_params gp = qr_generate_default_params();
-    gp.n_predict = o->n_predict;
-    gp.ignore_eos = o->ignore_eos;
-    gp.stops = o->stops;
-    gp.n_stops = o->n_stops;
-    qr_generate_result r;
-    qr_status st = qr_generate(e->ctx, e->tok, smp, ids, n_ids, &gp, on_token, &k, &r, err, sizeof err);
-    if (st != QR_OK) fprintf(stderr, "quarrel: %s\n", err);
-    else if (r.end == QR_GENERATE_CONTEXT_FULL) fprintf(stderr, "\nquarrel: context full (%d tokens)\n", n_ctx);
-    stats->prefill_s += r.prefill_seconds;
-    stats->n_prompt += r.n_prompt;
-    stats->decode_s += r.decode_seconds;
-    stats->n_gen += r.n_generated;
-    if (o->ids_only && r.n_prompt > 0) { /* the ids so far, also after an error in the loop */
-        fputc('[', out);
-        for (int32_t i = 0; i < k.n_ids; i++) fprintf(out, i ? ",%d" : "%d", k.ids[i]);
-        fputs("]\n", out);
-    }
-    free(k.ids);
-    return st == QR_OK ? 0 : 1;
-}
-
-static void print_timing(const app_engine *e, const gen_stats *s) {
-    fprintf(stderr, "\nquarrel: load %.0f ms | prefill %d tok, %.1f t/s | decode %d tok, %.1f t/s\n", e->load_ms,
-            s->n_prompt, s->prefill_s > 0 ? s->n_prompt / s->prefill_s : 0.0, s->n_gen,
-            s->decode_s > 0 ? s->n_gen / s->decode_s : 0.0);
-}
 
 /* The MoE / SSM counters of the context (qr_context_arch_stats) in Prometheus text form, on stderr;
  * nothing for models without experts or SSM layers. */
@@ -134,9 +45,27 @@ static void print_arch_stats(const app_engine *e) {
     }
 }
 
+/* `quarrel run MODEL` with no prompt: `quarrel chat` on the same options, a positional MODEL as -m (the
+ * options only run knows are refused by chat's parser, with its usage). positional: the argv entry
+ * that named the model (left out), or NULL when -m did. */
+static int run_as_chat(int argc, char **argv, const char *model, const char *positional) {
+    char **av = calloc((size_t)argc + 3, sizeof *av);
+    if (!av) return fprintf(stderr, "quarrel: out of memory\n"), 1;
+    int n = 0;
+    av[n++] = "chat";
+    av[n++] = "-m";
+    av[n++] = (char *)model;
+    for (int i = 1; i < argc; i++)
+        if (argv[i] != positional) av[n++] = argv[i];
+    const int rc = cmd_chat(n, av);
+    free(av);
+    return rc;
+}
+
 static void usage_run(FILE *f) {
     fprintf(f, "usage: quarrel run -m MODEL (-p PROMPT | -f FILE | --tokens IDS.json) [options]\n"
-               "  -m, --model MODEL    GGUF path or Ollama name (smollm2:135m)\n"
+               "       quarrel run MODEL [PROMPT]   (no prompt: an interactive chat, as quarrel chat)\n"
+               "  -m, --model MODEL    GGUF path, a name in the model directory (smollm2) or an Ollama name\n"
                "  -p, --prompt TEXT    prompt text\n"
                "  -f, --file FILE      read the prompt from FILE\n"
                "  --tokens IDS.json    the prompt as a JSON array of token ids (no BOS added)\n"
@@ -153,6 +82,7 @@ static void usage_run(FILE *f) {
                "  --grammar-file FILE  constrain the output to a GBNF grammar (start rule: root)\n"
                "  --json-schema S      constrain the output to a JSON schema (inline JSON or a file)\n" APP_ENGINE_HELP
                APP_SAMPLER_HELP);
+    app_print_model_names(f);
 }
 
 int cmd_run(int argc, char **argv) {
@@ -183,7 +113,7 @@ int cmd_run(int argc, char **argv) {
         case 't': if ((rc = app_parse_int("-t", optarg, 1, 1024, &eo.n_threads))) return rc; break;
         case 'c': if ((rc = app_parse_int("--ctx", optarg, 16, 1 << 24, &eo.n_ctx))) return rc; break;
         case 's' + 256:
-            if (go.n_stops == MAX_STOPS || !*optarg) {
+            if (go.n_stops == APP_MAX_STOPS || !*optarg) {
                 fprintf(stderr, "quarrel: --stop: %s\n", *optarg ? "at most 16 stop strings" : "empty stop string");
                 return 2;
             }
@@ -203,10 +133,14 @@ int cmd_run(int argc, char **argv) {
             return 2;
         }
     }
+    const char *positional = NULL;
+    if (!eo.model && optind < argc) eo.model = positional = argv[optind++]; /* quarrel run MODEL [PROMPT] */
+    if (!prompt && !file && !tokens && optind < argc) prompt = argv[optind++];
     if (optind < argc) {
         fprintf(stderr, "quarrel: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
+    if (eo.model && !prompt && !file && !tokens) return run_as_chat(argc, argv, eo.model, positional);
     if (!eo.model || (!prompt + !file + !tokens) != 2) {
         fprintf(stderr, "quarrel run: need -m MODEL and exactly one of -p, -f, --tokens\n");
         usage_run(stderr);
@@ -254,106 +188,14 @@ int cmd_run(int argc, char **argv) {
     if (!rc) rc = app_attach_grammar(&e, grammar_file, schema, smp);
     gen_stats st = {0};
     if (!rc && arch_stats) qr_context_set_arch_stats(e.ctx, true); /* expert counts on the GPU too */
-    if (!rc) rc = generate(&e, ids, n_ids, smp, &go, stdout, &st, NULL, NULL);
+    if (!rc) rc = app_generate(&e, ids, n_ids, smp, &go, stdout, &st, NULL, NULL);
     if (!rc && !go.ids_only) fputc('\n', stdout);
-    if (!rc && !go.quiet) print_timing(&e, &st);
+    if (!rc && !go.quiet) app_print_timing(&e, &st);
     if (!rc && arch_stats) print_arch_stats(&e);
     qr_sampler_chain_free(smp);
     free(ids);
     free(rendered);
     free(text);
-    app_engine_close(&e);
-    return rc;
-}
-
-static void usage_chat(FILE *f) {
-    fprintf(f, "usage: quarrel chat -m MODEL [--system TEXT] [-n N] [-t N] [-c N] [sampler options]\n"
-               "Type a message and press Enter; /exit or end of input quits, /reset clears the history.\n"
-               APP_ENGINE_HELP APP_SAMPLER_HELP);
-}
-
-int cmd_chat(int argc, char **argv) {
-    static const struct option longopts[] = {{"model", 1, 0, 'm'}, {"system", 1, 0, 'S'}, {"n-predict", 1, 0, 'n'},
-                                             {"threads", 1, 0, 't'}, {"ctx", 1, 0, 'c'}, {"help", 0, 0, 'h'},
-                                             APP_SAMPLER_LONGOPTS, APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
-    app_engine_opts eo = {0};
-    gen_opts go = {.n_predict = 512, .quiet = true};
-    qr_sampler_chain_params sp = qr_sampler_chain_default_params();
-    const char *system = NULL;
-    int c, rc;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "m:n:t:c:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'm': eo.model = optarg; break;
-        case 'S': system = optarg; break;
-        case 'n': if ((rc = app_parse_int("-n", optarg, 1, 1 << 24, &go.n_predict))) return rc; break;
-        case 't': if ((rc = app_parse_int("-t", optarg, 1, 1024, &eo.n_threads))) return rc; break;
-        case 'c': if ((rc = app_parse_int("--ctx", optarg, 16, 1 << 24, &eo.n_ctx))) return rc; break;
-        case 'h': usage_chat(stdout); return 0;
-        default:
-            if ((rc = app_engine_opt(c, optarg, &eo)) >= 0 || (rc = app_sampler_opt(c, optarg, &sp)) >= 0) {
-                if (rc) return rc;
-                break;
-            }
-            usage_chat(stderr);
-            return 2;
-        }
-    }
-    if (!eo.model) {
-        usage_chat(stderr);
-        return 2;
-    }
-    char err[1024];
-    if (qr_sampler_chain_params_validate(&sp, 0, err, sizeof err) != QR_OK) {
-        fprintf(stderr, "quarrel: %s\n", err);
-        return 2;
-    }
-    app_engine e;
-    if ((rc = app_engine_open(&e, &eo))) return rc;
-    qr_sampler_chain *smp = NULL;
-    if (qr_sampler_chain_create(qr_model_n_vocab(e.model), &sp, &smp, err, sizeof err) != QR_OK) {
-        fprintf(stderr, "quarrel: %s\n", err);
-        app_engine_close(&e);
-        return 2;
-    }
-    json_t *history = json_array();
-    if (system) json_array_append_new(history, json_pack("{s:s, s:s}", "role", "system", "content", system));
-    char line[16384];
-    gen_stats st = {0};
-    for (;;) {
-        fputs("> ", stderr);
-        if (!fgets(line, sizeof line, stdin)) break;
-        line[strcspn(line, "\r\n")] = 0;
-        if (!strcmp(line, "/exit")) break;
-        if (!strcmp(line, "/reset")) {
-            json_array_clear(history);
-            if (system) json_array_append_new(history, json_pack("{s:s, s:s}", "role", "system", "content", system));
-            continue;
-        }
-        if (!*line) continue;
-        json_array_append_new(history, json_pack("{s:s, s:s}", "role", "user", "content", line));
-        /* Each turn renders the whole conversation and prefills it from an empty cache (the server's
-         * prefix cache is where shared prefixes are reused). */
-        char *rendered = NULL;
-        if ((rc = app_render_messages(&e, history, &rendered))) break;
-        int32_t *ids = NULL;
-        size_t n_ids = 0;
-        rc = app_tokenize(&e, rendered, strlen(rendered), true, true, &ids, &n_ids);
-        free(rendered);
-        char *reply = calloc(1, 1);
-        size_t reply_len = 0;
-        qr_kv_clear(e.ctx);
-        if (!rc) rc = generate(&e, ids, n_ids, smp, &go, stdout, &st, &reply, &reply_len);
-        fputc('\n', stdout);
-        free(ids);
-        json_array_append_new(history, json_pack("{s:s, s:s}", "role", "assistant", "content", reply ? reply : ""));
-        free(reply);
-        if (rc) break;
-    }
-    fprintf(stderr, "\n");
-    if (st.n_gen) print_timing(&e, &st);
-    json_decref(history);
-    qr_sampler_chain_free(smp);
     app_engine_close(&e);
     return rc;
 }

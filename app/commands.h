@@ -3,6 +3,8 @@
 #ifndef QR_APP_COMMANDS_H
 #define QR_APP_COMMANDS_H
 
+#include <stdio.h>
+
 int cmd_inspect(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
@@ -19,5 +21,10 @@ int cmd_keys(int argc, char **argv);
 int cmd_embed(int argc, char **argv);
 int cmd_push(int argc, char **argv);
 int cmd_search(int argc, char **argv);
+int cmd_list(int argc, char **argv);
+
+/* cmd_list.c: "models (quarrel list): NAME, ..." — the names that resolve as MODEL — for the --help
+ * texts; nothing when there are none. */
+void app_print_model_names(FILE *f);
 
 #endif

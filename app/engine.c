@@ -2,17 +2,57 @@
 #include "engine.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 double app_time_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void app_progress_draw(const char *label, uint64_t done, uint64_t total, const char *unit) {
+    static const char hashes[] = "##############################", dots[] = "..............................";
+    const int width = 30, filled = total ? (int)((double)(done < total ? done : total) / (double)total * width) : 0;
+    fprintf(stderr, "\r%s [%.*s%.*s] %llu/%llu %s", label, filled, hashes, width - filled, dots,
+            (unsigned long long)done, (unsigned long long)total, unit);
+    fflush(stderr);
+}
+
+/* A model file read once from a slow disk before loading, with a progress bar: on a terminal only, for
+ * files of 256 MiB up to half the RAM (the load then finds its pages cached). Drawn only when the read
+ * takes over a second (a cached file shows nothing). */
+static void preload_with_progress(const char *path) {
+    struct stat st;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (!isatty(STDERR_FILENO) || stat(path, &st) != 0 || st.st_size < (256 << 20) || pages <= 0 || page <= 0 ||
+        (double)st.st_size > 0.5 * (double)pages * (double)page)
+        return;
+    const int fd = open(path, O_RDONLY);
+    if (fd < 0) return;
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    enum { CHUNK = 8 << 20 };
+    char *buf = malloc(CHUNK);
+    const double t0 = app_time_s();
+    bool drawn = false;
+    uint64_t done = 0;
+    for (ssize_t r; buf && (r = read(fd, buf, CHUNK)) > 0;) {
+        done += (uint64_t)r;
+        if (app_time_s() - t0 > 1.0) {
+            app_progress_draw("load", done >> 20, (uint64_t)st.st_size >> 20, "MiB");
+            drawn = true;
+        }
+    }
+    if (drawn) fprintf(stderr, "\r\033[K");
+    free(buf);
+    close(fd);
 }
 
 int app_engine_open(app_engine *e, const app_engine_opts *o) {
@@ -23,6 +63,7 @@ int app_engine_open(app_engine *e, const app_engine_opts *o) {
         fprintf(stderr, "quarrel: %s\n", err);
         return 1;
     }
+    preload_with_progress(e->path);
     qr_model_params mp = qr_model_default_params();
     mp.n_threads = o->n_threads;
     mp.backend = o->backend;

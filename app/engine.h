@@ -38,6 +38,10 @@ void app_engine_close(app_engine *e);
 /* Monotonic time in seconds. */
 double app_time_s(void);
 
+/* One progress line on stderr, redrawn in place: "label [#####.....] done/total unit" (the caller draws
+ * only when stderr is a terminal, and clears the line with "\r\033[K" when done). */
+void app_progress_draw(const char *label, uint64_t done, uint64_t total, const char *unit);
+
 /* Tokenizes text; *ids is malloc'd (caller frees). */
 int app_tokenize(const app_engine *e, const char *text, size_t len, bool add_special, bool parse_special,
                  int32_t **ids, size_t *n);

@@ -14,6 +14,7 @@ typedef struct command {
 static const command commands[] = {
     {"run", cmd_run, "generate text from a prompt, streamed to stdout"},
     {"chat", cmd_chat, "interactive chat with the model's chat template"},
+    {"list", cmd_list, "the models of the model directory and the Ollama store (names, size, type, arch)"},
     {"logits", cmd_logits, "teacher-forced logits of a text or id list, as .npy"},
     {"perplexity", cmd_perplexity, "perplexity of a text file (llama.cpp's method)"},
     {"bench", cmd_bench, "prefill and decode speed, llama-bench style"},
@@ -37,6 +38,7 @@ static void print_help(FILE *f) {
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "  %-12s %s\n  %-12s %s\n\nRun `quarrel <command> --help` for a command's options.\n", "help",
             "show this help", "version", "print the version");
+    app_print_model_names(f);
 }
 
 int main(int argc, char **argv) {

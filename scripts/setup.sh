@@ -23,7 +23,8 @@ APT_PKGS=(build-essential cmake make pkg-config git unzip ca-certificates python
   libpcre2-dev libutf8proc-dev libjansson-dev libcmocka-dev libcivetweb-dev libsqlite3-dev
   clang libclang-rt-14-dev
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
-  libjs-marked libjs-highlight.js node-dompurify chromium chromium-driver  # web UI: embedded libraries, browser tests
+  libjs-marked libjs-highlight.js node-dompurify libjs-katex chromium chromium-driver  # web UI: embedded libraries, browser tests
+  tmux  # the terminal tests of `quarrel chat` (tests/integration/test_cli_chat.py)
   prometheus man-db)  # ops tests (tests/integration/ops): real Prometheus + promtool; `man -l` renders quarrel.1
 missing=()
 for p in "${APT_PKGS[@]}"; do

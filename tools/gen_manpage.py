@@ -18,7 +18,10 @@ import sys
 
 
 def run_help(binary, *args):
-    r = subprocess.run([binary, *args, "--help"], capture_output=True, text=True, timeout=60)
+    # no model directory, no Ollama store: the --help texts list the models found there, which the man page
+    # (the same on every machine) leaves out
+    env = dict(os.environ, QUARREL_MODELS_DIR="/nonexistent/quarrel-manpage", OLLAMA_MODELS="/nonexistent/quarrel-manpage")
+    r = subprocess.run([binary, *args, "--help"], capture_output=True, text=True, timeout=60, env=env)
     if r.returncode != 0:
         raise SystemExit(f"gen_manpage: `{binary} {' '.join(args)} --help` exited {r.returncode}: {r.stderr}")
     return r.stdout

@@ -1,15 +1,19 @@
 /* app.js — Quarrel's web UI. Plain JavaScript, no build step; served by `quarrel serve` under a
- * CSP that forbids inline script, so everything lives here and is wired with addEventListener.
+ * CSP that forbids inline script, so everything lives here (and in render.js, tree.js, options.js,
+ * loaded first) and is wired with addEventListener.
  *
- * Pieces: storage (localStorage: settings, conversations, presets, theme; sessionStorage: API key),
- * rendering (marked + highlight.js, then our own allowlist sanitizer and DOMPurify), the
- * connection state machine (disconnected -> connecting -> connected -> generating) over /ws with a
- * heartbeat and exponential backoff, falling back to SSE (/api/stream) when WebSocket fails and
- * trying WebSocket again (with backoff) while on that fallback. */
+ * Pieces: storage (localStorage: settings, conversations as message trees, presets, theme;
+ * sessionStorage: API key), the messages view (copy, edit, regenerate, continue, branch switching,
+ * reasoning and tool calls, per-answer stats), the connection state machine (disconnected ->
+ * connecting -> connected -> generating) over /ws with a heartbeat and exponential backoff, falling
+ * back to SSE (/api/stream) when WebSocket fails and trying WebSocket again (with backoff) while on
+ * that fallback; requests with tools go to /v1/chat/completions (streamed). With auth on (/healthz
+ * says so) the key is asked for before the first API call. */
 "use strict";
 
 (function () {
   const $ = (id) => document.getElementById(id);
+  const R = window.QuarrelRender, T = window.QuarrelTree, O = window.QuarrelOptions;
   const KEYS = {
     settings: "quarrel.settings",
     convs: "quarrel.conversations",
@@ -19,7 +23,7 @@
     model: "quarrel.model",
     apiKey: "quarrel.apiKey", // sessionStorage
   };
-  const DEFAULTS = Object.freeze({ temperature: 0.8, top_k: 40, top_p: 0.95, max_tokens: 512, system: "" });
+  const DEFAULTS = O.DEFAULTS;
   const BUILTIN_PRESETS = [
     { name: "Summarize", text: "Summarize the following text in a few sentences:\n\n" },
     { name: "Translate", text: "Translate the following text into English:\n\n" },
@@ -31,6 +35,7 @@
   const HEARTBEAT_MS = 10000, PONG_TIMEOUT_MS = 5000;
   const BACKOFF_MIN_MS = 250, BACKOFF_MAX_MS = 8000;
   const PROBE_MIN_MS = 1000, PROBE_MAX_MS = 30000; // WebSocket retries while on the SSE fallback
+  const MAX_ATTACH_BYTES = 512 * 1024; // per file
 
   /* ---------------------------------------------------------------- storage */
   function load(key, fallback, store = localStorage) {
@@ -52,17 +57,22 @@
   let settings = Object.assign({}, DEFAULTS, load(KEYS.settings, {}));
   let conversations = load(KEYS.convs, []);
   if (!Array.isArray(conversations)) conversations = [];
+  conversations = conversations.filter((c) => c && typeof c === "object").map((c) => T.normalize(c));
   let current = null; // the open conversation (an element of conversations, or a new unsaved one)
   let customPresets = load(KEYS.presets, []);
   let apiKey = load(KEYS.apiKey, "", sessionStorage);
   let selectedModel = load(KEYS.model, "");
+  let authRequired = false; // /healthz said the API needs a key
+  let lastRequest = null; // {route, body} of the last generation request (for the UI tests)
 
   function newConversation() {
-    return { id: "c" + Date.now().toString(36) + Math.random().toString(36).slice(2, 7), title: "New chat",
-             created: Date.now(), updated: Date.now(), model: selectedModel, messages: [] };
+    const c = { id: "c" + Date.now().toString(36) + Math.random().toString(36).slice(2, 7), title: "New chat",
+                created: Date.now(), updated: Date.now(), model: selectedModel };
+    T.fromMessages(c, []);
+    return c;
   }
   function persistConversations() {
-    save(KEYS.convs, conversations);
+    save(KEYS.convs, conversations.map(T.stored));
     if (current) save(KEYS.current, current.id);
   }
   function saveCurrent() {
@@ -76,122 +86,8 @@
     persistConversations();
     renderConversationList();
   }
-
-  /* ---------------------------------------------------------------- rendering */
-  const ALLOWED_TAGS = new Set(["P", "BR", "HR", "H1", "H2", "H3", "H4", "H5", "H6", "STRONG", "EM", "B", "I", "DEL",
-    "S", "CODE", "PRE", "BLOCKQUOTE", "UL", "OL", "LI", "A", "TABLE", "THEAD", "TBODY", "TR", "TH", "TD", "SPAN",
-    "DIV", "SUP", "SUB", "KBD"]);
-  // removed together with everything inside them
-  const DROPPED_TAGS = new Set(["SCRIPT", "STYLE", "IFRAME", "FRAME", "FRAMESET", "OBJECT", "EMBED", "APPLET", "SVG",
-    "MATH", "TEMPLATE", "FORM", "INPUT", "BUTTON", "TEXTAREA", "SELECT", "OPTION", "LINK", "META", "BASE", "NOSCRIPT",
-    "AUDIO", "VIDEO", "SOURCE", "TRACK", "CANVAS", "PORTAL", "DIALOG", "TITLE", "HEAD"]);
-  const ALLOWED_ATTRS = { A: ["href", "title"], SPAN: ["class"], CODE: ["class"], PRE: ["class"], TH: ["align"],
-    TD: ["align"], OL: ["start"] };
-
-  /* True for http(s), mailto and same-document links; false for javascript:, data:, vbscript: ... */
-  function safeHref(href) {
-    const h = String(href).trim();
-    if (h.startsWith("#")) return true;
-    try {
-      const u = new URL(h, location.href);
-      return u.protocol === "http:" || u.protocol === "https:" || u.protocol === "mailto:";
-    } catch (e) {
-      return false;
-    }
-  }
-
-  /* Our allowlist sanitizer (always applied; DOMPurify, when present, then checks its output, so that
-   * it never parses hostile markup itself: its DOMParser trips CSP reports). Parses html in an
-   * inert <template> (no script runs, no image loads) and returns a DocumentFragment that keeps only
-   * ALLOWED_TAGS with their ALLOWED_ATTRS; other elements are unwrapped (their text stays), and
-   * DROPPED_TAGS vanish with their contents. Images become their alt text. */
-  function sanitize(html) {
-    const tpl = document.createElement("template");
-    tpl.innerHTML = html;
-    const walk = (parent) => {
-      for (const node of Array.from(parent.childNodes)) {
-        if (node.nodeType === Node.TEXT_NODE) continue;
-        if (node.nodeType !== Node.ELEMENT_NODE) { node.remove(); continue; }
-        const tag = node.tagName.toUpperCase();
-        if (DROPPED_TAGS.has(tag)) { node.remove(); continue; }
-        if (tag === "IMG") { node.replaceWith(document.createTextNode(node.getAttribute("alt") || "")); continue; }
-        walk(node);
-        if (!ALLOWED_TAGS.has(tag)) { node.replaceWith(...Array.from(node.childNodes)); continue; }
-        const keep = ALLOWED_ATTRS[tag] || [];
-        for (const attr of Array.from(node.attributes)) {
-          if (!keep.includes(attr.name.toLowerCase())) node.removeAttribute(attr.name);
-        }
-        if (node.hasAttribute("class")) { // only highlight.js and marked classes
-          const cls = node.getAttribute("class").split(/\s+/).filter((c) => /^(hljs[\w-]*|language-[\w+#-]+)$/.test(c));
-          if (cls.length) node.setAttribute("class", cls.join(" ")); else node.removeAttribute("class");
-        }
-        if (tag === "A") {
-          const href = node.getAttribute("href");
-          if (href === null || !safeHref(href)) node.removeAttribute("href");
-          else { node.setAttribute("rel", "noopener noreferrer nofollow"); node.setAttribute("target", "_blank"); }
-        }
-      }
-    };
-    walk(tpl.content);
-    return tpl.content;
-  }
-
-  const haveMarked = () => typeof window.marked === "object" && typeof window.marked.parse === "function";
-  const haveHljs = () => typeof window.hljs === "object" && typeof window.hljs.highlight === "function";
-  const havePurify = () => typeof window.DOMPurify === "function" || (typeof window.DOMPurify === "object" &&
-                                                                      typeof window.DOMPurify.sanitize === "function");
-
-  const escapeHtml = (t) => String(t).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
-    .replace(/"/g, "&quot;").replace(/'/g, "&#39;");
-  /* Raw HTML inside model output is shown as the text it is, never parsed as markup. */
-  let markedReady = false;
-  function setupMarked() {
-    if (markedReady || !haveMarked()) return;
-    window.marked.use({ renderer: { html: (raw) => escapeHtml(typeof raw === "object" && raw ? raw.text : raw) } });
-    markedReady = true;
-  }
-
-  function highlightCode(code, lang) {
-    if (!haveHljs()) return null;
-    try {
-      if (lang && window.hljs.getLanguage(lang)) return window.hljs.highlight(lang, code, true).value;
-      return window.hljs.highlightAuto(code).value;
-    } catch (e) {
-      return null;
-    }
-  }
-
-  /* Renders model output into el: markdown -> HTML (marked, with highlight.js when `highlight`),
-   * sanitized by sanitize() and then DOMPurify (if present). Without marked the text is shown as
-   * plain text. Never assigns unsanitized HTML to a live element. */
-  function renderMarkdown(el, text, highlight) {
-    if (!haveMarked()) {
-      el.classList.add("plain");
-      el.textContent = text;
-      return;
-    }
-    let html;
-    try {
-      setupMarked();
-      html = window.marked.parse(text, { gfm: true, breaks: false, headerIds: false, mangle: false, langPrefix: "hljs language-",
-                                         highlight: highlight ? highlightCode : null });
-    } catch (e) {
-      el.classList.add("plain");
-      el.textContent = text;
-      return;
-    }
-    let frag = sanitize(html);
-    if (havePurify()) { // a second, independent opinion over what ours kept
-      try {
-        const box = document.createElement("div");
-        box.append(frag);
-        frag = sanitize(window.DOMPurify.sanitize(box.innerHTML, { USE_PROFILES: { html: true } }));
-      } catch (e) {
-        frag = sanitize(html); // a broken DOMPurify build: ours alone
-      }
-    }
-    el.replaceChildren(frag);
-  }
+  /* The settings in force for the open conversation: its own when it has them, else the global ones. */
+  const effective = () => (current && current.settings ? current.settings : settings);
 
   /* ---------------------------------------------------------------- messages view */
   const messagesEl = $("messages");
@@ -203,28 +99,154 @@
     if (stickToBottom) messagesEl.scrollTop = messagesEl.scrollHeight;
   }
 
+  /* The text of a user message as the model gets it: what was typed, then each attached file. */
+  function userContent(m) {
+    let t = m.content;
+    for (const f of m.files || []) t += "\n\nFile: " + f.name + "\n```\n" + f.text + (f.text.endsWith("\n") ? "" : "\n") + "```";
+    return t;
+  }
+
+  function button(cls, text, label, onClick) {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "act " + cls;
+    b.textContent = text;
+    b.setAttribute("aria-label", label);
+    b.title = label;
+    b.addEventListener("click", onClick);
+    b.disabled = conn.state === "generating";
+    return b;
+  }
+
+  /* Fills an assistant message's body: the reasoning (collapsed), the answer (Markdown; a JSON-mode
+   * answer as a JSON code block), the tool calls. final: the reply is complete (highlight code). */
+  function renderAssistant(el, msg, final) {
+    const split = R.splitReasoning(msg.content);
+    const reasoning = [msg.reasoning || "", split.reasoning].filter(Boolean).join("\n\n");
+    let details = el.querySelector(":scope > details.reasoning");
+    if (reasoning) {
+      if (!details) {
+        details = document.createElement("details");
+        details.className = "reasoning";
+        const sum = document.createElement("summary");
+        const body = document.createElement("div");
+        body.className = "reasoning-body";
+        details.append(sum, body);
+        el.prepend(details);
+      }
+      details.querySelector("summary").textContent = split.thinking && !final ? "Thinking…" : "Reasoning";
+      details.querySelector(".reasoning-body").textContent = reasoning;
+    } else if (details) {
+      details.remove();
+    }
+    const body = el.querySelector(":scope > .content");
+    let text = split.content;
+    if (msg.json_mode && final) {
+      try { text = "```json\n" + JSON.stringify(JSON.parse(text), null, 2) + "\n```"; } catch (e) { /* as it came */ }
+      body.classList.add("json");
+    }
+    R.renderMarkdown(body, text, final);
+    let calls = el.querySelector(":scope > .tool-calls");
+    if (msg.tool_calls && msg.tool_calls.length) {
+      if (!calls) {
+        calls = document.createElement("div");
+        calls.className = "tool-calls";
+        body.after(calls);
+      }
+      calls.replaceChildren();
+      for (const c of msg.tool_calls) {
+        const box = document.createElement("details");
+        box.className = "tool-call";
+        box.open = true;
+        const sum = document.createElement("summary");
+        sum.textContent = "Tool call: " + c.name;
+        const pre = document.createElement("pre");
+        const code = document.createElement("code");
+        let args = c.arguments;
+        try { args = JSON.stringify(JSON.parse(args), null, 2); } catch (e) { /* keep the text */ }
+        code.textContent = args;
+        pre.append(code);
+        box.append(sum, pre);
+        calls.append(box);
+      }
+    } else if (calls) {
+      calls.remove();
+    }
+  }
+
   function messageElement(msg) {
     const wrap = document.createElement("article");
     wrap.className = "msg " + (msg.role === "user" ? "user" : msg.role === "assistant" ? "assistant" : "system");
     wrap.dataset.role = msg.role;
+    wrap.dataset.id = msg.id;
     const who = document.createElement("div");
     who.className = "who";
     who.textContent = msg.role === "user" ? "You" : msg.role === "assistant" ? "Assistant" : msg.role;
     const body = document.createElement("div");
     body.className = "content";
-    if (msg.role === "assistant") renderMarkdown(body, msg.content, true);
-    else body.textContent = msg.content; // user text is shown as typed
     wrap.append(who, body);
+    if (msg.role === "assistant") renderAssistant(wrap, msg, true);
+    else body.textContent = msg.content; // user text is shown as typed
+    if (msg.files && msg.files.length) {
+      const ul = document.createElement("ul");
+      ul.className = "attachments sent";
+      for (const f of msg.files) {
+        const li = document.createElement("li");
+        li.textContent = f.name + (f.tokens ? " · " + f.tokens + " tokens" : "");
+        ul.append(li);
+      }
+      wrap.append(ul);
+    }
     const meta = document.createElement("div");
     meta.className = "meta";
     meta.textContent = metaText(msg);
-    wrap.append(meta);
+    wrap.append(meta, actionsFor(msg));
     return wrap;
   }
+
+  /* The buttons under a message: branch switcher, Copy; Edit (user); Regenerate, Continue (assistant). */
+  function actionsFor(msg) {
+    const bar = document.createElement("div");
+    bar.className = "msg-actions";
+    if (!current || !current.nodes[msg.id]) return bar;
+    const { ids, index } = T.siblings(current, msg);
+    if (ids.length > 1) {
+      const nav = document.createElement("span");
+      nav.className = "branch-nav";
+      const label = document.createElement("span");
+      label.className = "branch-label";
+      label.textContent = index + 1 + "/" + ids.length;
+      nav.append(button("branch-prev", "‹", "Previous version", () => switchBranch(msg, index - 1)), label,
+                 button("branch-next", "›", "Next version", () => switchBranch(msg, index + 1)));
+      nav.querySelector(".branch-prev").disabled ||= index === 0;
+      nav.querySelector(".branch-next").disabled ||= index === ids.length - 1;
+      bar.append(nav);
+    }
+    const copy = R.copyButton(msg.role === "user" ? "Copy message" : "Copy answer",
+                              () => (msg.role === "user" ? userContent(msg) : R.splitReasoning(msg.content).content));
+    copy.classList.add("act", "copy-msg");
+    bar.append(copy);
+    if (msg.role === "user") bar.append(button("edit", "Edit", "Edit and resend", () => startEdit(msg)));
+    if (msg.role === "assistant") {
+      bar.append(button("regen", "Regenerate", "Regenerate this answer", () => regenerate(msg)));
+      if (msg.finish_reason === "length" || msg.finish_reason === "cancelled")
+        bar.append(button("continue", "Continue", "Continue this answer", () => continueAnswer(msg)));
+    }
+    return bar;
+  }
+
+  /* Per-answer stats: speed, prompt / output / cached-prefix tokens, time to first token. */
   function metaText(msg) {
     const parts = [];
     if (msg.finish_reason && msg.finish_reason !== "stop") parts.push(msg.finish_reason);
     if (msg.tokens_per_sec) parts.push(msg.tokens_per_sec.toFixed(1) + " tok/s");
+    const u = msg.usage;
+    if (u) {
+      if (u.prompt_tokens !== undefined) parts.push("prompt " + u.prompt_tokens);
+      if (u.completion_tokens !== undefined) parts.push("output " + u.completion_tokens);
+      if (u.cached_tokens !== undefined) parts.push("cached " + u.cached_tokens);
+    }
+    if (typeof msg.ttft_ms === "number" && msg.ttft_ms > 0) parts.push("TTFT " + Math.round(msg.ttft_ms) + " ms");
     if (msg.error) parts.push("error: " + msg.error);
     return parts.join(" · ");
   }
@@ -236,6 +258,118 @@
     stickToBottom = true;
     autoScroll();
   }
+
+  /* ---------------------------------------------------------------- editing */
+  /* Turns a user message into an editor; Save & send adds the edited text as a new version (a branch)
+   * and answers it. */
+  function startEdit(msg) {
+    if (conn.state === "generating") return;
+    const el = messagesEl.querySelector('.msg[data-id="' + msg.id + '"]');
+    if (!el || el.querySelector(".edit-box")) return;
+    const box = document.createElement("div");
+    box.className = "edit-box";
+    const ta = document.createElement("textarea");
+    ta.className = "edit-text";
+    ta.rows = 3;
+    ta.value = msg.content;
+    ta.setAttribute("aria-label", "Edit message");
+    const row = document.createElement("div");
+    row.className = "row end";
+    const cancel = document.createElement("button");
+    cancel.type = "button";
+    cancel.className = "btn small edit-cancel";
+    cancel.textContent = "Cancel";
+    cancel.addEventListener("click", () => { box.remove(); el.classList.remove("editing"); });
+    const ok = document.createElement("button");
+    ok.type = "button";
+    ok.className = "btn small primary edit-save";
+    ok.textContent = "Save & send";
+    ok.addEventListener("click", () => {
+      const text = ta.value;
+      if (!text.trim() || conn.state !== "connected") return;
+      const user = T.append(current, msg.parent, { role: "user", content: text, files: msg.files, ts: Date.now() });
+      const asst = T.append(current, user.id, { role: "assistant", content: "", ts: Date.now() });
+      generate(asst, false);
+    });
+    ta.addEventListener("keydown", (ev) => {
+      if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); ok.click(); }
+      if (ev.key === "Escape") { ev.stopPropagation(); cancel.click(); }
+    });
+    row.append(cancel, ok);
+    box.append(ta, row);
+    el.classList.add("editing");
+    el.querySelector(".content").after(box);
+    ta.focus();
+  }
+
+  function switchBranch(msg, k) {
+    if (conn.state === "generating") return;
+    T.select(current, msg, k);
+    saveCurrent();
+    renderMessages();
+  }
+  function regenerate(msg) {
+    if (conn.state !== "connected") return;
+    generate(T.append(current, msg.parent, { role: "assistant", content: "", ts: Date.now() }), false);
+  }
+  function continueAnswer(msg) {
+    if (conn.state !== "connected") return;
+    generate(msg, true);
+  }
+
+  /* ---------------------------------------------------------------- attachments */
+  let attachments = []; // [{name, text, tokens}] for the next message
+  function renderAttachments() {
+    const ul = $("attachments");
+    ul.replaceChildren();
+    attachments.forEach((f, i) => {
+      const li = document.createElement("li");
+      li.className = "attachment";
+      const name = document.createElement("span");
+      name.className = "att-name";
+      name.textContent = f.name;
+      const tok = document.createElement("span");
+      tok.className = "att-tokens";
+      tok.textContent = f.tokens === null ? "counting…" : f.tokens < 0 ? "? tokens" : f.tokens + " tokens";
+      const del = document.createElement("button");
+      del.type = "button";
+      del.className = "icon-btn att-remove";
+      del.setAttribute("aria-label", "Remove " + f.name);
+      del.textContent = "✕";
+      del.addEventListener("click", () => { attachments.splice(i, 1); renderAttachments(); });
+      li.append(name, tok, del);
+      ul.append(li);
+    });
+    ul.hidden = !attachments.length;
+  }
+  /* The number of tokens of text as the selected model counts it (POST /tokenize); -1 when unknown. */
+  async function countTokens(text) {
+    try {
+      const body = { content: text, add_special: false };
+      if (selectedModel) body.model = selectedModel;
+      const r = await fetch("/tokenize", { method: "POST", body: JSON.stringify(body),
+                                           headers: authHeaders({ "Content-Type": "application/json" }) });
+      if (r.status === 401) { askForKey(); return -1; }
+      if (!r.ok) return -1;
+      return ((await r.json()).tokens || []).length;
+    } catch (e) {
+      return -1;
+    }
+  }
+  $("attach").addEventListener("change", async (ev) => {
+    const files = Array.from(ev.target.files || []);
+    ev.target.value = "";
+    for (const f of files) {
+      if (f.size > MAX_ATTACH_BYTES) { showNotice(f.name + " is larger than " + (MAX_ATTACH_BYTES >> 10) + " KiB"); continue; }
+      const text = await f.text();
+      if (text.includes("\u0000")) { showNotice(f.name + " is not a text file"); continue; }
+      const entry = { name: f.name, text, tokens: null };
+      attachments.push(entry);
+      renderAttachments();
+      entry.tokens = await countTokens(userContent({ content: "", files: [entry] }));
+      renderAttachments();
+    }
+  });
 
   /* ---------------------------------------------------------------- connection state machine */
   const conn = {
@@ -271,7 +405,8 @@
     $("new-chat").disabled = generating;
     $("clear-all").disabled = generating;
     $("import-json").disabled = generating;
-    document.querySelectorAll("#presets button, #models button, #conversations button").forEach((b) => {
+    $("attach").disabled = generating;
+    document.querySelectorAll("#presets button, #models button, #conversations button, .msg-actions .act").forEach((b) => {
       b.disabled = generating;
     });
     $("typing").hidden = !generating;
@@ -473,83 +608,125 @@
   }
 
   /* ---------------------------------------------------------------- generation */
-  let gen = null; // {msg, el, body, pending, raf, t0, n}
+  let gen = null; // {msg, el, cont, raf, t0, n, calls}
 
-  function requestPayload() {
+  /* The messages of a request that answers msg (its history: the active path before it; with cont,
+   * msg itself too, to be continued), system prompt first. */
+  function historyFor(msg, cont) {
     const msgs = [];
-    if (settings.system.trim()) msgs.push({ role: "system", content: settings.system });
+    const s = effective();
+    if (String(s.system).trim()) msgs.push({ role: "system", content: s.system });
     for (const m of current.messages) {
-      if ((m.role === "user" || m.role === "assistant") && !(m === gen.msg)) msgs.push({ role: m.role, content: m.content });
+      if (m === msg && !cont) break;
+      if (m.role === "user") msgs.push({ role: "user", content: userContent(m) });
+      else if (m.role === "assistant") msgs.push({ role: "assistant", content: R.splitReasoning(m.content).content });
+      if (m === msg) break;
     }
-    const p = { messages: msgs, temperature: Number(settings.temperature), top_k: Number(settings.top_k),
-                top_p: Number(settings.top_p), max_tokens: Number(settings.max_tokens), stream: true };
-    if (selectedModel) p.model = selectedModel;
-    return p;
+    return msgs;
   }
 
   function send() {
     const text = $("prompt").value;
-    if (!text.trim() || conn.state !== "connected") return;
+    if ((!text.trim() && !attachments.length) || conn.state !== "connected") return;
+    if (attachments.some((f) => f.tokens === null)) return showNotice("Still counting the attached files' tokens.", true);
     if (!current) current = newConversation();
-    current.model = selectedModel;
-    current.messages.push({ role: "user", content: text, ts: Date.now() });
-    const msg = { role: "assistant", content: "", ts: Date.now() };
-    current.messages.push(msg);
+    const path = current.messages;
+    const parent = path.length ? path[path.length - 1].id : null;
+    const files = attachments.map((f) => ({ name: f.name, text: f.text, tokens: f.tokens }));
+    const user = T.append(current, parent, { role: "user", content: text, files: files.length ? files : undefined,
+                                             ts: Date.now() });
+    const asst = T.append(current, user.id, { role: "assistant", content: "", ts: Date.now() });
     $("prompt").value = "";
-    $("empty").hidden = true;
-    messagesEl.append(messageElement(current.messages[current.messages.length - 2]));
-    const el = messageElement(msg);
+    attachments = [];
+    renderAttachments();
+    generate(asst, false);
+  }
+
+  /* Generates into assistant message msg (on the active path): a new answer, or with cont the rest of
+   * msg's text. Shows the conversation, then streams over /ws, /api/stream or (tools) the OpenAI route. */
+  function generate(msg, cont) {
+    const req = O.buildRequest(effective(), historyFor(msg, cont), selectedModel, cont);
+    if (req.error) {
+      if (!cont && !msg.content) { // nothing was generated: drop the empty answer again
+        const p = msg.parent ? current.nodes[msg.parent] : null;
+        const list = p ? p.children : current.roots;
+        list.splice(list.indexOf(msg.id), 1);
+        delete current.nodes[msg.id];
+        if (p) p.sel = Math.max(0, list.length - 1);
+        T.sync(current);
+      }
+      renderMessages();
+      return showNotice(req.error);
+    }
+    current.model = selectedModel;
+    lastRequest = JSON.parse(JSON.stringify(req));
+    msg.json_mode = !!effective().json_mode && !(req.body.tools && req.body.tool_choice === "required");
+    delete msg.error;
+    delete msg.finish_reason;
+    renderMessages();
+    const el = messagesEl.querySelector('.msg[data-id="' + msg.id + '"]');
     el.classList.add("streaming");
-    messagesEl.append(el);
     stickToBottom = true;
     autoScroll();
     saveCurrent();
-    gen = { msg, el, body: el.querySelector(".content"), raf: 0, t0: performance.now(), n: 0 };
+    gen = { msg, el, cont, raf: 0, t0: performance.now(), n: 0, calls: [] };
     setState("generating");
     $("tps").textContent = "0.0 tok/s";
-    const payload = requestPayload();
-    if (conn.transport === "ws" && conn.ws && conn.ws.readyState === WebSocket.OPEN) {
-      conn.ws.send(JSON.stringify({ type: "inference", payload }));
-    } else {
-      streamSse(payload);
-    }
+    if (req.route === "openai") streamOpenAI(req.body);
+    else if (conn.transport === "ws" && conn.ws && conn.ws.readyState === WebSocket.OPEN)
+      conn.ws.send(JSON.stringify({ type: "inference", payload: req.body }));
+    else streamSse(req.body);
   }
 
-  function onToken(token, tps) {
+  function scheduleRender() {
+    if (gen.raf) return;
+    gen.raf = requestAnimationFrame(() => {
+      if (!gen) return;
+      gen.raf = 0;
+      renderAssistant(gen.el, gen.msg, false); // highlighting once, at the end
+      autoScroll();
+    });
+  }
+
+  function onToken(token, tps, reasoning) {
     if (!gen) return;
     gen.msg.content += token;
+    if (reasoning) gen.msg.reasoning = (gen.msg.reasoning || "") + reasoning;
     gen.n++;
     if (typeof tps === "number" && tps > 0) {
       gen.msg.tokens_per_sec = tps;
       $("tps").textContent = tps.toFixed(1) + " tok/s";
     }
-    if (!gen.raf) {
-      gen.raf = requestAnimationFrame(() => {
-        if (!gen) return;
-        gen.raf = 0;
-        renderMarkdown(gen.body, gen.msg.content, false); // highlighting once, at the end
-        autoScroll();
-      });
-    }
+    scheduleRender();
   }
 
-  /* Ends the running generation: info {finish_reason, tokens_per_sec, error}. */
+  /* Ends the running generation: info {finish_reason, tokens_per_sec, usage, ttft_ms, error}. */
+  let finished = 0; // generations ended (for the UI tests: a short one can start and end between two looks)
   function finishGeneration(info) {
     if (!gen) return;
     const g = gen;
     gen = null;
+    finished++;
     if (g.raf) cancelAnimationFrame(g.raf);
     if (info.finish_reason) g.msg.finish_reason = info.finish_reason;
     if (info.tokens_per_sec) g.msg.tokens_per_sec = info.tokens_per_sec;
+    if (info.usage) {
+      const u = info.usage;
+      const prev = g.cont && g.msg.usage ? g.msg.usage.completion_tokens || 0 : 0;
+      g.msg.usage = { prompt_tokens: u.prompt_tokens, completion_tokens: (u.completion_tokens || 0) + prev };
+      const cached = u.cached_tokens !== undefined ? u.cached_tokens
+        : u.prompt_tokens_details ? u.prompt_tokens_details.cached_tokens : undefined;
+      if (cached !== undefined) g.msg.usage.cached_tokens = cached;
+    }
+    if (typeof info.ttft_ms === "number") g.msg.ttft_ms = info.ttft_ms;
+    else if (g.n && !g.cont) g.msg.ttft_ms = g.ttft_ms;
+    if (g.calls.length) g.msg.tool_calls = g.calls.filter(Boolean);
     if (info.error) g.msg.error = info.error;
-    renderMarkdown(g.body, g.msg.content, true);
-    g.el.classList.remove("streaming");
-    g.el.querySelector(".meta").textContent = metaText(g.msg);
-    if (g.msg.tokens_per_sec) $("tps").textContent = g.msg.tokens_per_sec.toFixed(1) + " tok/s";
     if (conn.sseAbort) conn.sseAbort = null;
     saveCurrent();
-    autoScroll();
     if (conn.state === "generating") setState("connected");
+    renderMessages();
+    if (g.msg.tokens_per_sec) $("tps").textContent = g.msg.tokens_per_sec.toFixed(1) + " tok/s";
     $("prompt").focus();
   }
 
@@ -564,8 +741,8 @@
     if (m.type === "pong") {
       clearTimeout(conn.pongTimer);
     } else if (m.type === "inference") {
-      if (!p.complete) onToken(p.token || "", p.tokens_per_sec);
-      else finishGeneration({ finish_reason: p.finish_reason, tokens_per_sec: p.tokens_per_sec });
+      if (!p.complete) onToken(p.token || "", p.tokens_per_sec, p.reasoning);
+      else finishGeneration(p);
     } else if (m.type === "error") {
       if (p.code === "UNAUTHORIZED") {
         askForKey(p.message);
@@ -576,12 +753,14 @@
     }
   }
 
-  async function streamSse(payload) {
+  /* POSTs body to url and hands each SSE `data:` JSON object to onData. Resolves when the stream ends;
+   * errors (HTTP, connection) end the generation. */
+  async function fetchSse(url, body, onData) {
     const ctrl = new AbortController();
     conn.sseAbort = ctrl;
     try {
-      const r = await fetch("/api/stream", { method: "POST", body: JSON.stringify(payload), signal: ctrl.signal,
-                                             headers: authHeaders({ "Content-Type": "application/json" }) });
+      const r = await fetch(url, { method: "POST", body: JSON.stringify(body), signal: ctrl.signal,
+                                   headers: authHeaders({ "Content-Type": "application/json" }) });
       if (r.status === 401) {
         finishGeneration({ error: "unauthorized" });
         askForKey();
@@ -610,9 +789,7 @@
             if (d === "[DONE]") continue;
             let j;
             try { j = JSON.parse(d); } catch (e) { continue; }
-            if (j.error) finishGeneration({ error: j.error.code + ": " + j.error.message });
-            else if (!j.complete) onToken(j.token || "", j.tokens_per_sec);
-            else finishGeneration({ finish_reason: j.finish_reason, tokens_per_sec: j.tokens_per_sec });
+            onData(j);
           }
         }
       }
@@ -621,17 +798,57 @@
       if (ctrl.signal.aborted) finishGeneration({ finish_reason: "cancelled" });
       else {
         finishGeneration({ error: "connection lost" });
-        lostConnection();
+        if (url === "/api/stream") lostConnection();
       }
     }
   }
 
+  function streamSse(payload) {
+    return fetchSse("/api/stream", payload, (j) => {
+      if (j.error) finishGeneration({ error: j.error.code + ": " + j.error.message });
+      else if (!j.complete) onToken(j.token || "", j.tokens_per_sec, j.reasoning);
+      else finishGeneration(j);
+    });
+  }
+
+  /* /v1/chat/completions, streamed: content and reasoning_content deltas, tool calls (assembled by
+   * index), the finish reason, then usage (stream_options.include_usage). Speed and time to first
+   * token are measured here. */
+  function streamOpenAI(body) {
+    let finish = null, first = 0;
+    return fetchSse("/v1/chat/completions", body, (j) => {
+      if (!gen) return;
+      if (j.error) return finishGeneration({ error: (j.error.code || "error") + ": " + j.error.message });
+      const ch = j.choices && j.choices[0];
+      if (ch) {
+        const d = ch.delta || {};
+        if (d.content || d.reasoning_content) {
+          if (!first) { first = performance.now(); gen.ttft_ms = first - gen.t0; }
+          const dt = (performance.now() - first) / 1000;
+          onToken(d.content || "", dt > 0 ? gen.n / dt : 0, d.reasoning_content || "");
+        }
+        for (const tc of d.tool_calls || []) {
+          const k = typeof tc.index === "number" ? tc.index : gen.calls.length;
+          const c = gen.calls[k] || (gen.calls[k] = { name: "", arguments: "" });
+          if (tc.function && tc.function.name) c.name = tc.function.name;
+          if (tc.function && tc.function.arguments) c.arguments += tc.function.arguments;
+          if (!first) { first = performance.now(); gen.ttft_ms = first - gen.t0; }
+          gen.msg.tool_calls = gen.calls.filter(Boolean);
+          scheduleRender();
+        }
+        if (ch.finish_reason) finish = ch.finish_reason;
+      }
+      if (j.usage) finishGeneration({ finish_reason: finish, usage: j.usage, ttft_ms: gen.ttft_ms,
+                                      tokens_per_sec: gen.msg.tokens_per_sec });
+    });
+  }
+
   function stop() {
     if (conn.state !== "generating") return;
-    if (conn.transport === "ws" && conn.ws && conn.ws.readyState === WebSocket.OPEN) {
-      conn.ws.send(JSON.stringify({ type: "stop" })); // the server answers with finish_reason "cancelled"
-    } else if (conn.sseAbort) {
+    if (conn.sseAbort) {
       conn.sseAbort.abort(); // the server cancels when its next token write fails
+    } else if (conn.transport === "ws" && conn.ws && conn.ws.readyState === WebSocket.OPEN) {
+      conn.ws.send(JSON.stringify({ type: "stop" })); // the server answers with finish_reason "cancelled"
     }
   }
 
@@ -791,7 +1008,7 @@
     if (c.model) lines.push("Model: " + c.model, "");
     for (const m of c.messages) {
       lines.push("## " + (m.role === "user" ? "User" : m.role === "assistant" ? "Assistant" : m.role), "");
-      lines.push(m.content, "");
+      lines.push(m.role === "user" ? userContent(m) : m.content, "");
     }
     return lines.join("\n");
   }
@@ -815,16 +1032,40 @@
   $("export-json").addEventListener("click", () => {
     if (!conversations.length) return showNotice("Nothing to export: no saved conversations.");
     download("quarrel-conversations.json", "application/json",
-             JSON.stringify({ format: "quarrel.conversations", version: 1, conversations }, null, 2));
+             JSON.stringify({ format: "quarrel.conversations", version: 2, conversations: conversations.map(exported) },
+                            null, 2));
   });
 
-  /* Accepts {conversations: [...]}, a list of conversations, or one conversation. */
+  /* A conversation as exported: its tree (branches) plus the active path as plain {role, content}
+   * messages, which older versions and other tools read. */
+  function exported(c) {
+    return Object.assign(T.stored(c), { messages: c.messages.map((m) => ({
+      role: m.role, content: m.role === "user" ? userContent(m) : m.content })) });
+  }
+  const ROLES = ["user", "assistant", "system"];
+  /* A stored tree's nodes, keeping only well-formed fields; null when there is none. */
+  function importedNodes(nodes) {
+    if (!nodes || typeof nodes !== "object") return null;
+    const out = Object.create(null);
+    for (const [id, n] of Object.entries(nodes)) {
+      if (!/^[\w-]{1,64}$/.test(id) || !n || typeof n.content !== "string" || !ROLES.includes(n.role) || !Array.isArray(n.children)) return null;
+      const files = Array.isArray(n.files) ? n.files.filter((f) => f && typeof f.name === "string" &&
+        typeof f.text === "string").map((f) => ({ name: f.name, text: f.text, tokens: Number(f.tokens) || undefined })) : [];
+      out[id] = { id, parent: typeof n.parent === "string" ? n.parent : null, children: n.children.map(String),
+                  sel: Number(n.sel) | 0, role: n.role, content: n.content, files: files.length ? files : undefined,
+                  finish_reason: typeof n.finish_reason === "string" ? n.finish_reason : undefined };
+    }
+    return out;
+  }
+
+  /* Accepts {conversations: [...]}, a list of conversations, or one conversation (with its tree, or
+   * just its messages). */
   function importConversations(data) {
     const list = Array.isArray(data) ? data : Array.isArray(data.conversations) ? data.conversations : [data];
     let n = 0;
     for (const c of list) {
-      if (!c || !Array.isArray(c.messages)) continue;
-      const msgs = c.messages.filter((m) => m && typeof m.content === "string" &&
+      if (!c || (!Array.isArray(c.messages) && !c.nodes)) continue;
+      const msgs = (Array.isArray(c.messages) ? c.messages : []).filter((m) => m && typeof m.content === "string" &&
                                             ["user", "assistant", "system"].includes(m.role))
         .map((m) => ({ role: m.role, content: m.content }));
       const conv = newConversation();
@@ -832,7 +1073,18 @@
       conv.model = typeof c.model === "string" ? c.model : "";
       conv.created = Number(c.created) || Date.now();
       conv.updated = Date.now() + n; // newest first, in file order
+      conv.nodes = importedNodes(c.nodes);
+      conv.roots = Array.isArray(c.roots) ? c.roots.map(String) : null;
+      conv.rootSel = Number(c.rootSel) | 0;
       conv.messages = msgs;
+      T.normalize(conv);
+      if (c.settings && typeof c.settings === "object") {
+        conv.settings = Object.assign({}, DEFAULTS);
+        for (const k of Object.keys(O.FIELDS)) {
+          const v = c.settings[k] === undefined ? undefined : O.parseField(k, c.settings[k]);
+          if (v !== undefined) conv.settings[k] = v;
+        }
+      }
       conversations = conversations.filter((x) => x.id !== c.id);
       if (typeof c.id === "string" && /^[\w-]{1,40}$/.test(c.id)) conv.id = c.id;
       conversations.push(conv);
@@ -868,35 +1120,65 @@
   $("conv-search").addEventListener("input", renderConversationList);
 
   /* ---------------------------------------------------------------- settings */
-  const SETTING_INPUTS = { temperature: "set-temperature", top_k: "set-top-k", top_p: "set-top-p",
-                           max_tokens: "set-max-tokens", system: "set-system" };
-  function showSettings() {
-    for (const [k, id] of Object.entries(SETTING_INPUTS)) $(id).value = settings[k];
-    $("out-temperature").textContent = Number(settings.temperature).toFixed(2);
-    $("out-top-k").textContent = settings.top_k;
-    $("out-top-p").textContent = Number(settings.top_p).toFixed(2);
+  /* The settings dialog edits the global settings, or the open conversation's own ones when "For this
+   * conversation only" is ticked (they then travel with the conversation). */
+  function editedSettings() { return current && current.settings ? current.settings : settings; }
+  function persistSettings() {
+    if (current && current.settings) saveCurrent(); else save(KEYS.settings, settings);
   }
-  for (const [k, id] of Object.entries(SETTING_INPUTS)) {
-    $(id).addEventListener("input", () => {
-      const el = $(id);
-      if (k === "system") settings[k] = el.value;
-      else {
-        let v = Number(el.value);
-        if (!Number.isFinite(v)) return;
-        if (k === "max_tokens") v = Math.max(1, Math.min(32768, Math.round(v)));
-        settings[k] = v;
+  function showSettings() {
+    const s = editedSettings();
+    for (const [k, f] of Object.entries(O.FIELDS)) {
+      if (f.kind === "bool") $(f.id).checked = !!s[k];
+      else $(f.id).value = s[k];
+    }
+    $("out-temperature").textContent = Number(s.temperature).toFixed(2);
+    $("out-top-k").textContent = s.top_k;
+    $("out-top-p").textContent = Number(s.top_p).toFixed(2);
+    $("out-min-p").textContent = Number(s.min_p).toFixed(2);
+    $("set-per-conv").checked = !!(current && current.settings);
+    const t = O.parseTools(s.tools);
+    $("settings-error").hidden = !t.error;
+    $("settings-error").textContent = t.error || "";
+  }
+  for (const [k, f] of Object.entries(O.FIELDS)) {
+    $(f.id).addEventListener(f.kind === "bool" || f.kind === "choice" ? "change" : "input", () => {
+      const el = $(f.id);
+      const v = O.parseField(k, f.kind === "bool" ? el.checked : el.value);
+      if (v === undefined) return;
+      editedSettings()[k] = v;
+      persistSettings();
+      if (f.kind !== "text") showSettings(); // (a text field keeps its caret)
+      else if (k === "tools") {
+        const t = O.parseTools(v);
+        $("settings-error").hidden = !t.error;
+        $("settings-error").textContent = t.error || "";
       }
-      save(KEYS.settings, settings);
-      showSettings();
     });
   }
+  $("set-per-conv").addEventListener("change", () => {
+    if (!current) current = newConversation();
+    if ($("set-per-conv").checked) current.settings = Object.assign({}, settings);
+    else delete current.settings;
+    if (current.messages.length) saveCurrent();
+    showSettings();
+  });
+  $("set-preset").addEventListener("change", () => {
+    const p = O.PRESETS[$("set-preset").value];
+    if (!p) return;
+    Object.assign(editedSettings(), p);
+    persistSettings();
+    showSettings();
+  });
   $("settings-reset").addEventListener("click", () => {
-    settings = Object.assign({}, DEFAULTS);
-    save(KEYS.settings, settings);
+    if (current && current.settings) current.settings = Object.assign({}, DEFAULTS);
+    else settings = Object.assign({}, DEFAULTS);
+    persistSettings();
     showSettings();
   });
   $("settings-open").addEventListener("click", () => {
     showSettings();
+    $("set-preset").value = "";
     renderCustomPresets();
     $("settings").showModal();
     $("settings-open").setAttribute("aria-expanded", "true");
@@ -1025,15 +1307,27 @@
   renderMessages();
   renderConversationList();
   renderPresets();
+  renderAttachments();
   setState("disconnected");
-  connect();
+  /* /healthz (public) says whether the API needs a key: if it does and none is known, ask for it
+   * before any API call (no request is refused with a 401 first). */
+  fetch("/healthz", { cache: "no-store" }).then((r) => r.json()).then((j) => {
+    authRequired = !!(j && j.auth);
+  }).catch(() => { /* connect() finds out */ }).finally(() => {
+    if (authRequired && !apiKey) askForKey("This server needs an API key.");
+    else connect();
+  });
 
   // A small read-only view for the UI tests (selenium): state, not behaviour.
   window.quarrelUI = Object.freeze({
     state: () => conn.state,
     transport: () => conn.transport,
     history: () => connHistory.slice(),
-    libraries: () => ({ marked: haveMarked(), highlight: haveHljs(), purify: havePurify() }),
+    libraries: () => R.libraries(),
     markdown: (c) => conversationMarkdown(c || current),
+    lastRequest: () => (lastRequest ? JSON.parse(JSON.stringify(lastRequest)) : null),
+    conversation: () => (current ? JSON.parse(JSON.stringify(T.stored(current))) : null),
+    authRequired: () => authRequired,
+    generations: () => finished,
   });
 })();

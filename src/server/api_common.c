@@ -181,7 +181,11 @@ int srv_h_version(srv_conn *rc) {
     return srv_send_json(rc, 200, json_pack("{s:s, s:s}", "version", qr_version(), "name", "quarrel"));
 }
 
-int srv_h_healthz(srv_conn *rc) { return srv_send_json(rc, 200, json_pack("{s:s}", "status", "ok")); }
+/* {"status": "ok", "auth": whether the API needs a key}: the web UI asks for the key before its first
+ * API call when auth is on. */
+int srv_h_healthz(srv_conn *rc) {
+    return srv_send_json(rc, 200, json_pack("{s:s, s:b}", "status", "ok", "auth", rc->s->keys != NULL));
+}
 
 int srv_h_readyz(srv_conn *rc) {
     bool alive = false;

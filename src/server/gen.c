@@ -11,6 +11,41 @@
 
 #define MAX_PENDING 8192 /* events a slow client may leave unread before it is cancelled */
 
+/* continue_final_message: the messages but the last rendered with the generation prompt, then the last
+ * (assistant) message's text as it stands, so that the model continues it rather than starting a new
+ * turn. *text malloc'd. 0, or -1 with a message. */
+static int render_continued(const srv_model *m, const srv_gen_req *req, char **text, char *err, size_t err_len) {
+    const size_t n = json_array_size(req->messages);
+    json_t *head = json_array(), *last = json_array_get(req->messages, n - 1);
+    if (!head) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory"), -1;
+    for (size_t i = 0; i + 1 < n; i++) json_array_append(head, json_array_get(req->messages, i));
+    char *rendered = NULL;
+    const int rc = srv_render_chat(m, head, NULL, req->chat_extra, &rendered, err, err_len);
+    json_decref(head);
+    if (rc < 0) return -1;
+    json_t *c = json_object_get(last, "content");
+    size_t len = strlen(rendered), add = json_is_string(c) ? json_string_length(c) : 0, k;
+    json_t *part;
+    if (json_is_array(c)) json_array_foreach(c, k, part) add += json_string_length(json_object_get(part, "text"));
+    char *out = realloc(rendered, len + add + 1);
+    if (!out) {
+        free(rendered);
+        return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory"), -1;
+    }
+    if (json_is_string(c)) {
+        memcpy(out + len, json_string_value(c), json_string_length(c));
+        len += json_string_length(c);
+    }
+    if (json_is_array(c)) json_array_foreach(c, k, part) {
+        json_t *t = json_object_get(part, "text");
+        memcpy(out + len, json_string_value(t), json_string_length(t));
+        len += json_string_length(t);
+    }
+    out[len] = 0;
+    *text = out;
+    return 0;
+}
+
 int srv_build_prompt(const srv_model *m, srv_gen_req *req, srv_api api, int32_t **ids, int32_t *n, char *err,
                      size_t err_len) {
     *ids = NULL;
@@ -35,7 +70,10 @@ int srv_build_prompt(const srv_model *m, srv_gen_req *req, srv_api api, int32_t 
     } else {
         char *text = NULL;
         bool templated = false;
-        if (req->messages) {
+        if (req->messages && req->continue_final) {
+            if (render_continued(m, req, &text, err, err_len) < 0) return -1;
+            templated = true;
+        } else if (req->messages) {
             if (srv_render_chat(m, req->chat_messages ? req->chat_messages : req->messages,
                                 req->template_tools ? req->tools : NULL, req->chat_extra, &text, err, err_len) < 0)
                 return -1;

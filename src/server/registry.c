@@ -11,7 +11,7 @@
 
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "quant/types.h"
+#include "model/model_path.h"
 #include "model/model_path.h"
 #include "server/server.h"
 #include "util/util.h"
@@ -89,17 +89,9 @@ static void name_of(const char *source, char *out, size_t cap) {
 /* Predominant weight type (by bytes) and parameter count. */
 static void weight_stats(srv_model *m) {
     const qr_gguf *g = qr_model_gguf(m->model);
-    uint64_t bytes[64] = {0};
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        const qr_gguf_tensor *t = &g->tensors[i];
-        m->n_params += (uint64_t)qr_gguf_tensor_nelements(t);
-        if (t->n_dims >= 2 && (uint32_t)t->type < 64) bytes[t->type] += t->nbytes;
-    }
-    int best = 0;
-    for (int k = 1; k < 64; k++)
-        if (bytes[k] > bytes[best]) best = k;
-    const char *tn = qr_type_name((uint32_t)best);
-    snprintf(m->quant, sizeof m->quant, "%s", tn ? tn : "unknown");
+    const char *tn;
+    qr_model_weight_stats(g, &m->n_params, &tn);
+    snprintf(m->quant, sizeof m->quant, "%s", tn);
     m->file_bytes = g->size;
 }
 

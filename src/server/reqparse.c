@@ -385,6 +385,15 @@ int srv_gen_req_from_json(json_t *root, srv_api api, srv_gen_req *r, char *err, 
         } else if (!r->prompt) {
             FAIL("'prompt' or 'messages' is required");
         }
+        if (get_bool(root, "continue_final_message", &r->continue_final, err, err_len) < 0) return -1;
+        if (r->continue_final) {
+            const char *last = r->messages && json_array_size(r->messages)
+                                   ? json_string_value(json_object_get(
+                                         json_array_get(r->messages, json_array_size(r->messages) - 1), "role"))
+                                   : NULL;
+            if (!last || strcmp(last, "assistant"))
+                FAIL("'continue_final_message' needs 'messages' ending with an assistant message");
+        }
         break;
     }
     /* sampler + lengths */

@@ -33,6 +33,8 @@ typedef struct srv_gen_req {
     json_t *messages;       /* chat style: array of {role, content} (borrowed) or NULL */
     const char *system;     /* Ollama generate: system message, or NULL */
     bool raw;               /* Ollama generate: no chat template */
+    bool continue_final;    /* native continue_final_message: the last (assistant) message is continued,
+                               not closed: rendered as the template's generation prompt plus its text */
     bool stream;
     qr_sampler_params sp;   /* temperature, top_k, ... seed, logit bias, logprobs */
     int32_t max_tokens;     /* -1 = until the context is full */

@@ -33,8 +33,13 @@ const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
     [QR_KNOB_OLLAMA_MODELS] = {"OLLAMA_MODELS", QR_KNOB_STRING, "", 0, 0, NULL, "model name resolution",
                                "the Ollama store searched for names like `smollm2:135m` (unset: "
                                "`$HOME/.ollama/models`)"},
+    [QR_KNOB_MODELS_DIR] = {"QUARREL_MODELS_DIR", QR_KNOB_STRING, "", 0, 0, NULL, "model name resolution",
+                            "the model directory: short names (`smollm2` for `SmolLM2-135M-Instruct.Q4_1.gguf`) "
+                            "resolve against its GGUF files, `quarrel list` lists them (unset: "
+                            "`$HOME/.cache/quarrel/models`, where setup puts the test models)"},
     [QR_KNOB_HOME] = {"HOME", QR_KNOB_STRING, "", 0, 0, NULL, "model name resolution",
-                      "the parent of the default Ollama store (unset: the current directory)"},
+                      "the parent of the default Ollama store and of the default model directory (unset: the "
+                      "current directory)"},
     [QR_KNOB_FLIGHT_KEY] = {"QUARREL_FLIGHT_KEY", QR_KNOB_STRING, "", 0, 0, NULL, "`quarrel push` / `search`",
                             "the API key sent as `authorization: Bearer KEY` on every Flight call when "
                             "`--flight-key` is not given (never logged)"},

@@ -17,6 +17,7 @@ typedef enum qr_knob {
     QR_KNOB_HOST_PROF,     /* QUARREL_HOST_PROF: bool */
     QR_KNOB_GRAPH_MAX_ROWS, /* QUARREL_GRAPH_MAX_ROWS: int */
     QR_KNOB_OLLAMA_MODELS, /* OLLAMA_MODELS: string, "" = $HOME/.ollama/models */
+    QR_KNOB_MODELS_DIR,    /* QUARREL_MODELS_DIR: string, "" = $HOME/.cache/quarrel/models */
     QR_KNOB_HOME,          /* HOME: string */
     QR_KNOB_FLIGHT_KEY,    /* QUARREL_FLIGHT_KEY: string, "" = none */
     QR_KNOB_COUNT

@@ -32,7 +32,8 @@ def test_keys_auth_rotate_revoke(quarrel_bin, smollm, make_server, tmp_path):
     assert requests.get(u, headers={"Authorization": "Bearer qr-000000000000-" + "0" * 40}, timeout=5).status_code == 401
     assert requests.get(u, headers={"Authorization": "Bearer " + k1["key"]}, timeout=5).status_code == 200
     assert requests.get(u, headers={"X-API-Key": k2["key"]}, timeout=5).status_code == 200
-    assert requests.get(s.url + "/healthz", timeout=5).status_code == 200  # public
+    h = requests.get(s.url + "/healthz", timeout=5)
+    assert h.status_code == 200 and h.json() == {"status": "ok", "auth": True}  # public, says a key is needed
     c = openai.OpenAI(base_url=s.url + "/v1", api_key=k1["key"], max_retries=0)
     assert c.completions.create(model=MODEL_NAME, prompt="Hi", max_tokens=2).usage.completion_tokens == 2
     bad = openai.OpenAI(base_url=s.url + "/v1", api_key="wrong", max_retries=0)

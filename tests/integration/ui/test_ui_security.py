@@ -12,7 +12,9 @@ from ui_helpers import MODEL_NAME, Page, Server, write_json
 ASSETS = {"/": "text/html", "/index.html": "text/html", "/app.js": "text/javascript", "/style.css": "text/css",
           "/vendor/marked.min.js": "text/javascript", "/vendor/highlight.min.js": "text/javascript",
           "/vendor/purify.min.js": "text/javascript", "/vendor/hljs-light.css": "text/css",
-          "/vendor/hljs-dark.css": "text/css"}
+          "/vendor/hljs-dark.css": "text/css", "/render.js": "text/javascript", "/tree.js": "text/javascript",
+          "/options.js": "text/javascript", "/vendor/katex.min.js": "text/javascript",
+          "/vendor/katex.min.css": "text/css", "/vendor/fonts/KaTeX_Main-Regular.woff2": "font/woff2"}
 
 
 def csp_directives(header):
@@ -44,7 +46,7 @@ def test_assets_served_with_strict_csp(server):
 
 def test_page_loads_without_console_errors(page):
     page.open()
-    assert page.js("return quarrelUI.libraries()") == {"marked": True, "highlight": True, "purify": True}
+    assert page.js("return quarrelUI.libraries()") == {"marked": True, "highlight": True, "purify": True, "katex": True}
     page.wait(lambda: page.els("#models .model"))
     page.el("#settings-open").click()
     page.el("#settings-close").click()
@@ -140,6 +142,11 @@ def test_api_key_prompt(browser, quarrel_bin, smollm, tmp_path):
         browser.get(s.url + "/")
         p.wait(lambda: p.js("return document.getElementById('key-dialog').open"), 15, "no API key prompt")
         assert p.state() == "disconnected"
+        assert p.js("return quarrelUI.authRequired()") is True
+        # asked before the first API call: no request was refused (a 401 logs a console error)
+        assert p.console_errors() == []
+        assert not [e for e in p.js("return performance.getEntriesByType('resource').map(e => e.name)")
+                    if "/api/" in e or "/v1/" in e or "/ws" in e]
         p.el("#api-key").send_keys(key)
         p.el("#key-save").click()
         p.wait_state("connected")

@@ -272,7 +272,13 @@ class Page:
             field = self.el("#" + ids[k])
             field.clear()
             field.send_keys(str(v))
-        self.el("#settings-close").click()
+        self.close_settings()
+
+    def close_settings(self):
+        """Closes the settings dialog with its Close button, clicked in the page (no pointer coordinates: the
+        dialog's content may still be settling under load), and waits until it is closed."""
+        self.js("document.getElementById('settings-close').click()")
+        self.wait(lambda: not self.js("return document.getElementById('settings').open"), 10, "settings stay open")
 
     def send(self, text):
         box = self.el("#prompt")
