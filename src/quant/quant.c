@@ -111,7 +111,12 @@ static const simd_override avx512_overrides[] = {
     {.type = QR_TYPE_Q4_0, .vec_dot_tile = qr_vec_dot_tile_q4_0_q8_0_avx512,
      .vec_dot_gemm_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx512, .vec_dot_gemv_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx512},
     {.type = QR_TYPE_Q4_1, .vec_dot_tile = qr_vec_dot_tile_q4_1_q8_1_avx512},
+    {.type = QR_TYPE_Q5_0, .vec_dot_tile = qr_vec_dot_tile_q5_0_q8_0_avx512},
+    {.type = QR_TYPE_Q5_1, .vec_dot_tile = qr_vec_dot_tile_q5_1_q8_1_avx512},
     {.type = QR_TYPE_Q8_0, .vec_dot_tile = qr_vec_dot_tile_q8_0_q8_0_avx512},
+    {.type = QR_TYPE_Q4_K, .vec_dot_gemm_tile = qr_vec_dot_tile_q4_K_q8_K_gemm_avx512,
+     .vec_dot_gemv_tile = qr_vec_dot_tile_q4_K_q8_K_gemv_avx512},
+    {.type = QR_TYPE_Q6_K, .vec_dot_tiled_tile = qr_vec_dot_tile_q6_K_q8_K_tiled_avx512},
 };
 
 static qr_quant_traits best_traits[QR_TYPE_COUNT];

@@ -1,5 +1,5 @@
 /* quant_tile_avx512.c — AVX-512 (F/BW/VL + VNNI) tiles of dot products for the 32-value block formats
- * Q8_0, Q4_0 and Q4_1: nr weight rows times nc activation rows in one call (qr_vec_dot_tile_fn,
+ * Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1: nr weight rows times nc activation rows in one call (qr_vec_dot_tile_fn,
  * quant.h), nr, nc <= QR_TILE_MAX.
  *
  * Each result is bit-identical to the AVX2 kernel of the same order (quant_avx2.c / quant_tile_avx2.c,
@@ -14,18 +14,21 @@
  * The integer products use vpdpbusd (unsigned x signed bytes, groups of 4 summed into int32, no int16
  * saturation): Q8_0 weights x + 128 as unsigned bytes, the 128 * sum(y) surplus taken off by starting
  * the accumulator at -128 * sum(y) (one per activation block, shared by all weight rows); Q4_0 codes
- * q in 0..15 with the accumulator starting at -8 * sum(y); Q4_1 codes as they are.
+ * q in 0..15 with the accumulator starting at -8 * sum(y), Q5_0 codes 0..31 with -16 * sum(y); Q4_1 and
+ * Q5_1 codes as they are.
  * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni (CMakeLists.txt); called only after
  * quant.c has confirmed those with cpuid.
  */
 #include <math.h>
+#include <stdbool.h>
+#include <string.h>
 
 #include "quant/quant_avx2_common.h"
 #include "quant/quant_internal.h"
 
 #define T16 qr_avx2_fp16_table
 
-enum tile_kind { K_Q4_0, K_Q8_0, K_Q4_1 };
+enum tile_kind { K_Q4_0, K_Q5_0, K_Q8_0, K_Q4_1, K_Q5_1 };
 
 /* The 32 bytes at p in both 256-bit halves. */
 static inline __m512i bcast32(const void *p) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)); }
@@ -34,6 +37,15 @@ static inline __m512i bcast32(const void *p) { return _mm512_broadcast_i64x4(_mm
 static inline __m512i nibbles_64(const uint8_t *p) {
     const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p));
     return _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4), _mm512_set1_epi8(0x0F));
+}
+
+/* The 32 codes 0..31 of a Q5_0 / Q5_1 block (nibbles plus 16 where the qh bit is set), both halves. */
+static inline __m512i q5_codes_64(const uint8_t *qs, const uint8_t *qh) {
+    uint32_t bits;
+    memcpy(&bits, qh, 4);
+    const __mmask64 high = (__mmask64)bits | ((__mmask64)bits << 32);
+    const __m512i lo = nibbles_64(qs);
+    return _mm512_or_si512(lo, _mm512_maskz_mov_epi8(high, _mm512_set1_epi8(0x10)));
 }
 
 /* Two activation blocks' 32 codes: row a's in the low half, row b's in the high half. */
@@ -47,7 +59,7 @@ static inline __m512 scale_pair(float a, float b) {
     return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
 }
 
-/* The vec_dot order of the symmetric (Q8_0, Q4_0) and offset (Q4_1) formats. Activation rows are taken
+/* The vec_dot order of the symmetric (Q8_0, Q4_0, Q5_0) and offset (Q4_1, Q5_1) formats. Activation rows are taken
  * in pairs (c0, c1); an odd last row is paired with itself and its second result dropped. */
 static inline __attribute__((always_inline)) void tile_lanes(int64_t n, float *s, int64_t bs, const char *vx, size_t bx,
                                                              const char *vy, size_t by, const int NR, const int NC,
@@ -55,7 +67,8 @@ static inline __attribute__((always_inline)) void tile_lanes(int64_t n, float *s
     const int NP = (NC + 1) / 2;
     const int64_t nb = n / QR_QK8_0;
     const __m512i zero = _mm512_setzero_si512();
-    const __m512i bias = _mm512_set1_epi8(kind == K_Q8_0 ? (char)0x80 : 8);
+    const __m512i bias = _mm512_set1_epi8(kind == K_Q8_0 ? (char)0x80 : kind == K_Q5_0 ? 16 : 8);
+    const bool offset = kind == K_Q4_1 || kind == K_Q5_1;
     __m512 acc[4][2];
     float summs[4][4];
     for (int r = 0; r < NR; r++) {
@@ -68,7 +81,7 @@ static inline __attribute__((always_inline)) void tile_lanes(int64_t n, float *s
         float sy[4];
         for (int p = 0; p < NP; p++) {
             const int c0 = 2 * p, c1 = 2 * p + 1 < NC ? 2 * p + 1 : 2 * p;
-            if (kind == K_Q4_1) {
+            if (offset) {
                 const qr_block_q8_1 *y0 = (const qr_block_q8_1 *)(vy + (size_t)c0 * by) + i;
                 const qr_block_q8_1 *y1 = (const qr_block_q8_1 *)(vy + (size_t)c1 * by) + i;
                 yv[p] = load_pair(y0->qs, y1->qs);
@@ -97,11 +110,23 @@ static inline __attribute__((always_inline)) void tile_lanes(int64_t n, float *s
                 const qr_block_q4_0 *b = (const qr_block_q4_0 *)row + i;
                 wx = nibbles_64(b->qs);
                 dx = T16[b->d];
-            } else {
-                const qr_block_q4_1 *b = (const qr_block_q4_1 *)row + i;
-                wx = nibbles_64(b->qs);
+            } else if (kind == K_Q5_0) {
+                const qr_block_q5_0 *b = (const qr_block_q5_0 *)row + i;
+                wx = q5_codes_64(b->qs, b->qh); /* q in 0..31, the accumulator starts at -16 * sum(y) */
                 dx = T16[b->d];
-                const float mx = T16[b->m];
+            } else {
+                float mx;
+                if (kind == K_Q4_1) {
+                    const qr_block_q4_1 *b = (const qr_block_q4_1 *)row + i;
+                    wx = nibbles_64(b->qs);
+                    dx = T16[b->d];
+                    mx = T16[b->m];
+                } else {
+                    const qr_block_q5_1 *b = (const qr_block_q5_1 *)row + i;
+                    wx = q5_codes_64(b->qs, b->qh);
+                    dx = T16[b->d];
+                    mx = T16[b->m];
+                }
                 for (int c = 0; c < NC; c++) summs[r][c] = fmaf(mx, sy[c], summs[r][c]);
             }
             const __m512 dxv = _mm512_set1_ps(dx);
@@ -114,10 +139,10 @@ static inline __attribute__((always_inline)) void tile_lanes(int64_t n, float *s
     for (int r = 0; r < NR; r++)
         for (int p = 0; p < NP; p++) {
             const int c0 = 2 * p, c1 = 2 * p + 1;
-            const float add0 = kind == K_Q4_1 ? summs[r][c0] : 0.0f;
+            const float add0 = offset ? summs[r][c0] : 0.0f;
             s[(int64_t)c0 * bs + r] = hsum_ps(_mm512_castps512_ps256(acc[r][p])) + add0;
             if (c1 < NC) {
-                const float add1 = kind == K_Q4_1 ? summs[r][c1] : 0.0f;
+                const float add1 = offset ? summs[r][c1] : 0.0f;
                 s[(int64_t)c1 * bs + r] = hsum_ps(_mm512_extractf32x8_ps(acc[r][p], 1)) + add1;
             }
         }
@@ -195,9 +220,13 @@ static inline __attribute__((always_inline)) void tile_rp(int64_t n, float *s, i
 #define CALL_Q8_0(R, C) tile_lanes(n, s, bs, vx, bx, vy, by, R, C, K_Q8_0)
 #define CALL_Q4_0(R, C) tile_lanes(n, s, bs, vx, bx, vy, by, R, C, K_Q4_0)
 #define CALL_Q4_1(R, C) tile_lanes(n, s, bs, vx, bx, vy, by, R, C, K_Q4_1)
+#define CALL_Q5_0(R, C) tile_lanes(n, s, bs, vx, bx, vy, by, R, C, K_Q5_0)
+#define CALL_Q5_1(R, C) tile_lanes(n, s, bs, vx, bx, vy, by, R, C, K_Q5_1)
 #define CALL_Q4_0_RP(R, C) tile_rp(n, s, bs, vx, bx, vy, by, R, C)
 
 TILE_FN(qr_vec_dot_tile_q8_0_q8_0_avx512, CALL_Q8_0)
 TILE_FN(qr_vec_dot_tile_q4_0_q8_0_avx512, CALL_Q4_0)
 TILE_FN(qr_vec_dot_tile_q4_1_q8_1_avx512, CALL_Q4_1)
+TILE_FN(qr_vec_dot_tile_q5_0_q8_0_avx512, CALL_Q5_0)
+TILE_FN(qr_vec_dot_tile_q5_1_q8_1_avx512, CALL_Q5_1)
 TILE_FN(qr_vec_dot_tile_q4_0_q8_0_rp_avx512, CALL_Q4_0_RP)
