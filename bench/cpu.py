@@ -17,7 +17,7 @@ llama_cpp, measured the same way).
 build of tools/build_llama_avx2.sh (ISA=native: AVX-512 on an AVX-512 host) or its AVX2 build; the
 default is the llama-cpp-python installed in the venv. --isa sets ours' QUARREL_CPU_ISA.
 
-usage: bench/cpu.py [-t 2] [-p 512] [-n 128] [-r 5] [--llama-lib DIR] [--isa auto|avx512|avx2]
+usage: bench/cpu.py [-t 2] [-p 512] [-n 128] [-r 5] [--llama-lib DIR] [--isa avx2,avx512]
                     [--flash-attn auto|on|off] [--models a.gguf b.gguf ...]
 """
 import argparse
@@ -87,16 +87,16 @@ def llama_env(a):
     return env
 
 
-def ours_env(a):
+def ours_env(isa):
     env = dict(os.environ)
-    if a.isa:
-        env["QUARREL_CPU_ISA"] = a.isa
+    if isa:
+        env["QUARREL_CPU_ISA"] = isa
     return env
 
 
-def run_ours(qbin, model, a, reps=1):
+def run_ours(qbin, model, a, isa, reps=1):
     r = subprocess.run([qbin, "bench", "-m", str(model), "-t", str(a.threads), "-p", str(a.p), "-n", str(a.n),
-                        "-r", str(reps), "--json"], capture_output=True, text=True, env=ours_env(a))
+                        "-r", str(reps), "--json"], capture_output=True, text=True, env=ours_env(isa))
     if r.returncode:
         sys.exit(f"quarrel bench failed: {r.stderr}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -127,39 +127,48 @@ def main():
     ap.add_argument("-r", type=int, default=5, help="alternating rounds (medians of these)")
     ap.add_argument("--quarrel", default=str(ROOT / "build" / "quarrel"))
     ap.add_argument("--llama-lib", default=None, help="directory of libllama.so & co (LLAMA_CPP_LIB_PATH)")
-    ap.add_argument("--isa", default=None, choices=["auto", "avx512", "avx2", "scalar"], help="ours' QUARREL_CPU_ISA")
+    ap.add_argument("--isa", default="", help="ours' QUARREL_CPU_ISA (auto, avx512, avx2, scalar); a comma list "
+                    "(avx2,avx512) runs ours once per level in each round, one column each")
     ap.add_argument("--flash-attn", default="auto", choices=sorted(FLASH))
     ap.add_argument("--models", nargs="*", type=pathlib.Path, default=DEFAULT_MODELS)
     a = ap.parse_args()
+    isas = a.isa.split(",") if a.isa else [""]
     bare = json.loads(subprocess.run([sys.executable, "-c", LLAMA_CHILD, "-", "0", "0", "0", "0"],
                                      capture_output=True, text=True, env=llama_env(a)).stdout)
     base = bare["rss_kb"]
     rows = []
     for m in a.models:
-        ours, ref = {"pp": [], "tg": []}, {"pp": [], "tg": []}
+        ours = [{"pp": [], "tg": []} for _ in isas]
+        ref = {"pp": [], "tg": []}
         for _ in range(a.r):
-            o = run_ours(a.quarrel, m, a)
+            for j, isa in enumerate(isas):
+                o = run_ours(a.quarrel, m, a, isa)
+                for k in ("pp", "tg"):
+                    ours[j][k].append(o[k + "_tps"])
             lr = run_llama(m, a)
             for k in ("pp", "tg"):
-                ours[k].append(o[k + "_tps"])
                 ref[k].append(lr[k + "_tps"])
         ours_rss = peak_rss_of([a.quarrel, "bench", "-m", str(m), "-t", str(a.threads), "-p", str(a.p), "-n", str(a.n),
-                                "-r", "1", "--json"], ours_env(a))
+                                "-r", "1", "--json"], ours_env(isas[-1]))
         ref_rss = lr["rss_kb"] - base
         rows.append((m.name, ours, ref, ours_rss, ref_rss))
     print(f"\nthreads {a.threads}, pp{a.p}, tg{a.n}; medians of {a.r} alternating rounds (t/s, min..max); "
           f"ratio = quarrel / llama.cpp medians")
-    print(f"quarrel: {a.quarrel}, QUARREL_CPU_ISA={a.isa or os.environ.get('QUARREL_CPU_ISA', 'auto')}; "
+    names = [i or os.environ.get("QUARREL_CPU_ISA", "auto") for i in isas]
+    print(f"quarrel: {a.quarrel}, QUARREL_CPU_ISA {', '.join(names)}; "
           f"llama.cpp: {a.llama_lib or 'venv llama-cpp-python'}, flash attention {a.flash_attn}")
     print(f"llama.cpp system info: {bare.get('info', '?')}\n")
-    print("| model | test | quarrel | llama.cpp | ratio |\n|---|---|---|---|---|")
+    span = lambda v: f"{statistics.median(v):.1f} ({min(v):.1f}..{max(v):.1f})"  # noqa: E731
+    print("| model | test | " + " | ".join(f"quarrel {n}" for n in names) + " | llama.cpp | " +
+          " | ".join(f"ratio {n}" for n in names) + " |")
+    print("|---|---|" + "---|" * (2 * len(names) + 1))
     for name, o, r, *_ in rows:
         for k, label in (("pp", f"pp{a.p}"), ("tg", f"tg{a.n}")):
             if not (a.p if k == "pp" else a.n):
                 continue
-            mo, mr = statistics.median(o[k]), statistics.median(r[k])
-            print(f"| {name} | {label} | {mo:.1f} ({min(o[k]):.1f}..{max(o[k]):.1f}) | {mr:.1f} "
-                  f"({min(r[k]):.1f}..{max(r[k]):.1f}) | {mo / mr:.2f} |")
+            mr = statistics.median(r[k])
+            print(f"| {name} | {label} | " + " | ".join(span(oj[k]) for oj in o) + f" | {span(r[k])} | " +
+                  " | ".join(f"{statistics.median(oj[k]) / mr:.2f}" for oj in o) + " |")
     print("\n| model | peak RSS quarrel (MiB) | peak RSS llama.cpp (MiB, minus bare Python) | ratio |\n|---|---|---|---|")
     for name, _, _, orss, rrss in rows:
         if orss and rrss > 0:
