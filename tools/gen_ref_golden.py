@@ -109,9 +109,21 @@ def synth_path(spec, workdir):
 AVX512_CASES = ["smollm2-q4_1", "gemma3-270m-q4_k_m", "synth-llama-tiny-f16", "synth-llama-tiny-q8_0",
                 "synth-llama-tiny-q4_0", "synth-llama-tiny-q4_k", "synth-llama-tiny-q6_k"]
 # Our logits (llama.cpp's AVX2 order at every ISA level) against its AVX-512 build: bounded by the noise
-# between its two builds (measured 2026-11-29 on SmolLM2 Q4_1: mean KL ~2e-3, top-1 ~96 %; docs/performance.md),
-# not bit for bit; the greedy generations of the two builds part ways, so that test skips this set.
-AVX512_BOUNDS = {"kl_max": 2e-2, "top1_min": 0.9, "greedy": False}
+# between its two builds, not bit for bit. Measured 2026-11-29 on this project's 2-core AMD EPYC (Zen 5,
+# AVX-512): mean KL / same top-1 of ours (= the AVX2 build) against the AVX-512 build's golden files
+# smollm2-q4_1 4.0e-3 / 96.1 %, gemma3-270m-q4_k_m 7.7e-3 / 95.3 %, synth f16 1.4e-7 / 100 %, q8_0 4.7e-5 /
+# 98.6 %, q4_0 2.3e-5 / 99.4 %, q4_k 9.7e-5 / 98.4 %, q6_k 2.4e-5 / 99.8 % (docs/performance.md); the bounds
+# are about 3x the KL and 2 points of top-1 below. The greedy generations of the two builds part ways, so
+# that test skips this set (and the set records none).
+AVX512_BOUNDS = {
+    "smollm2-q4_1": (1.2e-2, 0.94),
+    "gemma3-270m-q4_k_m": (2.5e-2, 0.93),
+    "synth-llama-tiny-f16": (5e-7, 0.99),
+    "synth-llama-tiny-q8_0": (1.5e-4, 0.965),
+    "synth-llama-tiny-q4_0": (7e-5, 0.975),
+    "synth-llama-tiny-q4_k": (3e-4, 0.965),
+    "synth-llama-tiny-q6_k": (7.5e-5, 0.975),
+}
 
 
 def make_synth(quarrel, spec, workdir):
@@ -150,7 +162,7 @@ def run_long_case(name, path, llama_cpp):
             "topk": TOPK, "min_topk_mass": float(np.exp(top_lp).sum(-1).min())}
 
 
-def run_case(name, path, llama_cpp, n_tokens=N_TOKENS, n_ubatch=512):
+def run_case(name, path, llama_cpp, n_tokens=N_TOKENS, n_ubatch=512, greedy=True):
     # Greedy generation runs exactly N_GEN tokens, through end-of-generation tokens (as llama.cpp's
     # --ignore-eos), so that every prompt compares 128 tokens.
     llm = llama_cpp.Llama(model_path=str(path), n_ctx=2048, n_batch=512, n_ubatch=n_ubatch, logits_all=True,
@@ -172,7 +184,7 @@ def run_case(name, path, llama_cpp, n_tokens=N_TOKENS, n_ubatch=512):
                         topk_mass=mass.astype(np.float32))
 
     gens = []
-    for prompt in (INPUTS / "prompts.txt").read_text().splitlines():
+    for prompt in (INPUTS / "prompts.txt").read_text().splitlines() if greedy else []:
         if not prompt.strip():
             continue
         ptoks = llm.tokenize(prompt.encode(), add_bos=True, special=False)
@@ -212,6 +224,7 @@ def main():
     manifest_path = DATA / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     manifest["llama_cpp_python"] = llama_cpp.__version__
+    manifest["llama_system_info"] = llama_cpp.llama_print_system_info().decode().strip()
     cases = manifest.setdefault("cases", {})
     long_cases = manifest.setdefault("long_cases", {})
     for name, spec in LONG_CASES.items():
@@ -234,15 +247,18 @@ def main():
             entry = {"kind": "synth", "arch": spec[0], "preset": spec[1], "type": spec[2], "seed": 1}
         entry["sha256"] = sha256(path)
         print(f"[golden] {name}: {path}", flush=True)
+        greedy = args.isa == "avx2"  # the AVX-512 set's generations are not compared (AVX512_BOUNDS)
         if name in STRICT_CASES:
             entry.update(STRICT)
-            entry.update(run_case(name, path, llama_cpp, N_TOKENS, STRICT["n_ubatch"]))
+            entry.update(run_case(name, path, llama_cpp, N_TOKENS, STRICT["n_ubatch"], greedy))
         else:
-            entry.update(run_case(name, path, llama_cpp, N_TOKENS_HYBRID if name in HYBRID_CASES else N_TOKENS))
+            entry.update(run_case(name, path, llama_cpp, N_TOKENS_HYBRID if name in HYBRID_CASES else N_TOKENS,
+                                  greedy=greedy))
         if name in QWEN_CASES:
             entry.update(QWEN_BOUNDS)
         if args.isa == "avx512":
-            entry.update(AVX512_BOUNDS)
+            kl_max, top1_min = AVX512_BOUNDS.get(name, (2e-2, 0.9))
+            entry.update({"kl_max": kl_max, "top1_min": top1_min, "greedy": False})
         cases[name] = entry
         manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
 
