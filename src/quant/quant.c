@@ -2,8 +2,9 @@
  *
  * No SIMD code lives here: this file is compiled without ISA flags and only calls the *_avx2 kernels
  * after __builtin_cpu_supports has confirmed AVX2, FMA and F16C (which also checks that the OS saves
- * the YMM state). The environment variable QUARREL_SIMD=scalar forces the reference kernels (for
- * debugging and for measuring the SIMD speed-up); any other value, or none, means "best available".
+ * the YMM state), the *_avx512 ones after cpuid and XGETBV have confirmed AVX-512 F/BW/VL/DQ + VNNI.
+ * QUARREL_CPU_ISA=avx2|avx512|scalar (util/knobs.c) caps the level; QUARREL_SIMD=scalar forces the
+ * reference kernels (for debugging and for measuring the SIMD speed-up); none means "best available".
  */
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -54,7 +55,7 @@ static const qr_quant_traits ref_traits[QR_TYPE_COUNT] = {
     RTRAITS(QR_TYPE_IQ4_NL, qr_iq4_nl_to_float, qr_iq4_nl_from_float, qr_vec_dot_iq4_nl_q8_0, qr_vec_dot_iq4_nl_q8_0_rp),
 };
 
-/* One AVX2 override: NULL members keep the reference function. */
+/* One SIMD override: NULL members keep the function of the level below. */
 typedef struct simd_override {
     qr_type type;
     qr_to_float_fn to_float;
@@ -104,6 +105,20 @@ static const simd_override avx2_overrides[] = {
      .sgemm_k = 32},
 };
 
+/* AVX-512 overrides, applied over the AVX2 ones: the same results (each kernel bit-identical to the
+ * AVX2 one of its order), faster. */
+static const simd_override avx512_overrides[] = {
+    {.type = QR_TYPE_Q4_0, .vec_dot_tile = qr_vec_dot_tile_q4_0_q8_0_avx512,
+     .vec_dot_gemm_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx512, .vec_dot_gemv_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx512},
+    {.type = QR_TYPE_Q4_1, .vec_dot_tile = qr_vec_dot_tile_q4_1_q8_1_avx512},
+    {.type = QR_TYPE_Q5_0, .vec_dot_tile = qr_vec_dot_tile_q5_0_q8_0_avx512},
+    {.type = QR_TYPE_Q5_1, .vec_dot_tile = qr_vec_dot_tile_q5_1_q8_1_avx512},
+    {.type = QR_TYPE_Q8_0, .vec_dot_tile = qr_vec_dot_tile_q8_0_q8_0_avx512},
+    {.type = QR_TYPE_Q4_K, .vec_dot_gemm_tile = qr_vec_dot_tile_q4_K_q8_K_gemm_avx512,
+     .vec_dot_gemv_tile = qr_vec_dot_tile_q4_K_q8_K_gemv_avx512},
+    {.type = QR_TYPE_Q6_K, .vec_dot_tiled_tile = qr_vec_dot_tile_q6_K_q8_K_tiled_avx512},
+};
+
 static qr_quant_traits best_traits[QR_TYPE_COUNT];
 static const char *best_level = "scalar";
 static pthread_once_t best_once = PTHREAD_ONCE_INIT;
@@ -123,33 +138,68 @@ static bool cpu_has_avx2(void) {
 #endif
 }
 
-/* Fills best_traits once: the reference table, then the overrides of the best supported ISA. */
+/* True when this CPU and OS also run the AVX-512 kernels: F, BW, VL, DQ and VNNI, with the ZMM and
+ * opmask state saved by the OS (XCR0 bits 5..7, besides the YMM bits cpu_has_avx2 checked). */
+bool qr_quant_cpu_has_avx512(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (!cpu_has_avx2()) return false;
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool f = ebx & (1u << 16), dq = ebx & (1u << 17), bw = ebx & (1u << 30), vl = ebx & (1u << 31);
+    const bool vnni = ecx & (1u << 11);
+    if (!(f && dq && bw && vl && vnni)) return false;
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    return (xlo & 0xE6u) == 0xE6u;
+#else
+    return false;
+#endif
+}
+
+int qr_quant_cpu_isa(void) {
+    const int32_t want = qr_knob_int(QR_KNOB_CPU_ISA);
+    if (want == QR_CPU_ISA_SCALAR || qr_knob_int(QR_KNOB_SIMD) == QR_SIMD_SCALAR || !cpu_has_avx2())
+        return QR_CPU_ISA_SCALAR;
+    if (want == QR_CPU_ISA_AVX2 || !qr_quant_cpu_has_avx512()) return QR_CPU_ISA_AVX2;
+    return QR_CPU_ISA_AVX512;
+}
+
+/* Copies the non-NULL members of n overrides into best_traits. */
+static void apply_overrides(const simd_override *ov, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const simd_override *o = &ov[i];
+        qr_quant_traits *t = &best_traits[o->type];
+        if (o->to_float) t->to_float = o->to_float;
+        if (o->from_float) t->from_float = o->from_float;
+        if (o->vec_dot) t->vec_dot = o->vec_dot;
+        if (o->vec_dot_gemv) t->vec_dot_gemv = o->vec_dot_gemv;
+        if (o->vec_dot_gemm) t->vec_dot_gemm = o->vec_dot_gemm;
+        if (o->from_float_gemm) t->from_float_gemm = o->from_float_gemm;
+        if (o->vec_dot_tiled) t->vec_dot_tiled = o->vec_dot_tiled;
+        if (o->vec_dot_tile) t->vec_dot_tile = o->vec_dot_tile;
+        if (o->vec_dot_gemm_tile) t->vec_dot_gemm_tile = o->vec_dot_gemm_tile;
+        if (o->vec_dot_gemv_tile) t->vec_dot_gemv_tile = o->vec_dot_gemv_tile;
+        if (o->vec_dot_tiled_tile) t->vec_dot_tiled_tile = o->vec_dot_tiled_tile;
+        if (o->vec_dot_sgemm) {
+            t->vec_dot_sgemm = o->vec_dot_sgemm;
+            t->sgemm_k = o->sgemm_k;
+            t->sgemm_m = o->sgemm_m;
+        }
+    }
+}
+
+/* Fills best_traits once: the reference table, then the overrides of each ISA up to the one chosen
+ * (qr_quant_cpu_isa). */
 static void init_best(void) {
     memcpy(best_traits, ref_traits, sizeof best_traits);
-    if (qr_knob_int(QR_KNOB_SIMD) == QR_SIMD_SCALAR) return;
-    if (cpu_has_avx2()) {
-        qr_quant_avx2_init();
-        for (size_t i = 0; i < sizeof avx2_overrides / sizeof avx2_overrides[0]; i++) {
-            const simd_override *o = &avx2_overrides[i];
-            qr_quant_traits *t = &best_traits[o->type];
-            if (o->to_float) t->to_float = o->to_float;
-            if (o->from_float) t->from_float = o->from_float;
-            if (o->vec_dot) t->vec_dot = o->vec_dot;
-            if (o->vec_dot_gemv) t->vec_dot_gemv = o->vec_dot_gemv;
-            if (o->vec_dot_gemm) t->vec_dot_gemm = o->vec_dot_gemm;
-            if (o->from_float_gemm) t->from_float_gemm = o->from_float_gemm;
-            if (o->vec_dot_tiled) t->vec_dot_tiled = o->vec_dot_tiled;
-            if (o->vec_dot_tile) t->vec_dot_tile = o->vec_dot_tile;
-            if (o->vec_dot_gemm_tile) t->vec_dot_gemm_tile = o->vec_dot_gemm_tile;
-            if (o->vec_dot_gemv_tile) t->vec_dot_gemv_tile = o->vec_dot_gemv_tile;
-            if (o->vec_dot_tiled_tile) t->vec_dot_tiled_tile = o->vec_dot_tiled_tile;
-            if (o->vec_dot_sgemm) {
-                t->vec_dot_sgemm = o->vec_dot_sgemm;
-                t->sgemm_k = o->sgemm_k;
-                t->sgemm_m = o->sgemm_m;
-            }
-        }
-        best_level = "avx2";
+    const int isa = qr_quant_cpu_isa();
+    if (isa == QR_CPU_ISA_SCALAR) return;
+    qr_quant_avx2_init();
+    apply_overrides(avx2_overrides, sizeof avx2_overrides / sizeof avx2_overrides[0]);
+    best_level = "avx2";
+    if (isa == QR_CPU_ISA_AVX512) {
+        apply_overrides(avx512_overrides, sizeof avx512_overrides / sizeof avx512_overrides[0]);
+        best_level = "avx512";
     }
 }
 

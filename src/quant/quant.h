@@ -93,9 +93,17 @@ const qr_quant_traits *qr_quant_traits_ref(qr_type type);
  * tolerance. NULL when the type is not supported. */
 const qr_quant_traits *qr_quant_traits_best(qr_type type);
 
-/* Name of the SIMD level qr_quant_traits_best uses: "avx512", "avx2" or "scalar" (this build has
- * AVX2 kernels only; "avx512" is reserved). The environment variable QUARREL_SIMD=scalar, read at the
- * first call of qr_quant_traits_best / qr_quant_simd_level, forces the scalar reference. */
+/* Name of the SIMD level qr_quant_traits_best uses: "avx512", "avx2" or "scalar": the best the CPU
+ * has, capped by QUARREL_CPU_ISA (avx2 | avx512 | scalar); QUARREL_SIMD=scalar forces the scalar
+ * reference. The environment is read at the first call of qr_quant_traits_best / qr_quant_simd_level.
+ * Every level gives the same results (llama.cpp's AVX2 build's order) except scalar, the oracle. */
 const char *qr_quant_simd_level(void);
+
+/* The level qr_quant_simd_level names, as a QR_CPU_ISA_* value of util/knobs.h (AVX512, AVX2, SCALAR):
+ * what the CPU backend's ops use too. */
+int qr_quant_cpu_isa(void);
+
+/* True when the CPU and the OS run the AVX-512 kernels (F, BW, VL, DQ, VNNI, ZMM state saved). */
+bool qr_quant_cpu_has_avx512(void);
 
 #endif /* QR_QUANT_H */

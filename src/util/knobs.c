@@ -14,7 +14,14 @@
 const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
     [QR_KNOB_SIMD] = {"QUARREL_SIMD", QR_KNOB_CHOICE, "auto", 0, 0, "auto|scalar", "quant (kernel choice), CPU backend",
                       "`scalar`: the scalar reference kernels only (diagnosis; much slower); `auto`: the best "
-                      "instruction set the CPU has (AVX2)"},
+                      "instruction set the CPU has (as `QUARREL_CPU_ISA`)"},
+    [QR_KNOB_CPU_ISA] = {"QUARREL_CPU_ISA", QR_KNOB_CHOICE, "auto", 0, 0, "auto|avx512|avx2|scalar",
+                         "quant (kernel choice), CPU backend",
+                         "the CPU kernels' instruction set: `auto` the best the CPU has (AVX-512 with VNNI, else "
+                         "AVX2); `avx2` the AVX2 kernels even on an AVX-512 CPU; `avx512` the AVX-512 kernels where "
+                         "the CPU has them (else `auto`); `scalar` the reference kernels and ops only. Every level "
+                         "computes llama.cpp's AVX2 build's float operations in its order (docs/performance.md, "
+                         "\"AVX-512 kernels\")"},
     [QR_KNOB_TILE] = {"QUARREL_TILE", QR_KNOB_DIMS, "3x4", 1, QR_KNOB_TILE_MAX, NULL, "CPU backend",
                       "prefill GEMM tile shape, weight rows x token rows (tuning experiments; 3x4 measured best or "
                       "near it for Q4_1 / Q5_0 rows of 576..640)"},

@@ -12,6 +12,7 @@
 
 typedef enum qr_knob {
     QR_KNOB_SIMD,          /* QUARREL_SIMD: choice qr_knob_simd */
+    QR_KNOB_CPU_ISA,       /* QUARREL_CPU_ISA: choice qr_knob_cpu_isa */
     QR_KNOB_TILE,          /* QUARREL_TILE: dims, prefill GEMM tile rows x columns */
     QR_KNOB_SSM_SCAN,      /* QUARREL_SSM_SCAN: choice qr_knob_ssm_scan */
     QR_KNOB_HOST_PROF,     /* QUARREL_HOST_PROF: bool */
@@ -25,6 +26,7 @@ typedef enum qr_knob {
 
 /* Values of the choice knobs (positions in their choice lists). */
 enum qr_knob_simd { QR_SIMD_AUTO = 0, QR_SIMD_SCALAR = 1 };
+enum qr_knob_cpu_isa { QR_CPU_ISA_AUTO = 0, QR_CPU_ISA_AVX512 = 1, QR_CPU_ISA_AVX2 = 2, QR_CPU_ISA_SCALAR = 3 };
 enum qr_knob_ssm_scan { QR_SSM_SCAN_REC = 0, QR_SSM_SCAN_SSD = 1, QR_SSM_SCAN_RECURRENT = 2 /* = REC */ };
 
 /* Largest QUARREL_TILE dimension; equals quant.h's QR_TILE_MAX (backend_cpu.c asserts it). */

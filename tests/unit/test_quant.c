@@ -173,6 +173,13 @@ static void test_traits(void **state) {
     assert_null(qr_quant_traits_ref(QR_TYPE_COUNT));
     const char *lvl = qr_quant_simd_level();
     assert_true(strcmp(lvl, "avx2") == 0 || strcmp(lvl, "avx512") == 0 || strcmp(lvl, "scalar") == 0);
+    /* QUARREL_CPU_ISA caps the level (ctest runs this binary with avx2 as test_quant_isa_avx2); auto takes
+     * AVX-512 exactly when the CPU has what its kernels need */
+    const char *isa = getenv("QUARREL_CPU_ISA");
+    if (isa && !strcmp(isa, "avx2")) assert_true(strcmp(lvl, "avx512") != 0);
+    if (isa && !strcmp(isa, "scalar")) assert_string_equal(lvl, "scalar");
+    if ((!isa || !*isa || !strcmp(isa, "auto") || !strcmp(isa, "avx512")) && strcmp(lvl, "scalar") != 0)
+        assert_string_equal(lvl, qr_quant_cpu_has_avx512() ? "avx512" : "avx2");
 }
 
 /* Hand-built blocks decode to the values the format defines. */

@@ -846,7 +846,10 @@ qr_status qr_backend_cpu_create(const qr_backend_cpu_params *params, qr_backend 
     if (!be || !cb) goto oom;
     be->impl = cb;
     cb->scalar = params && params->force_scalar;
-    cb->k = (!cb->scalar && qr_cpu_has_avx2()) ? &qr_cpu_kernels_avx2 : &qr_cpu_kernels_scalar;
+    /* the ops' kernels: AVX2 at the avx2 and avx512 levels (the quantized matmuls get their AVX-512
+     * kernels through qr_quant_traits_best), scalar with QUARREL_CPU_ISA=scalar */
+    const bool simd_ops = !cb->scalar && qr_knob_int(QR_KNOB_CPU_ISA) != QR_CPU_ISA_SCALAR && qr_cpu_has_avx2();
+    cb->k = simd_ops ? &qr_cpu_kernels_avx2 : &qr_cpu_kernels_scalar;
     const qr_backend_caps caps = cpu_caps(cb);
     qr_backend_init(be, "cpu", &cpu_ops, &caps);
     int32_t tile_r, tile_c; /* QUARREL_TILE, default 3x4 (util/knobs.c says why) */

@@ -1,0 +1,200 @@
+/* quant_kquants_avx512.c — AVX-512 (F/BW/VL/DQ + VNNI) tiles of K-quant dot products against Q8_K:
+ * the repacked Q4_K GEMM / GEMV orders and the tiled Q6_K order (qr_vec_dot_tile_fn, quant.h).
+ *
+ * Each result is bit-identical to the AVX2 tile of the same order (quant_kquants_avx2.c, llama.cpp's
+ * AVX2 build): the integer sums of a super-block are exact whichever way they are formed (here 64
+ * bytes per instruction, vpdpbusd / vpdpwssd), and the float steps are the same operations on the same
+ * values in the same order, done for up to 4 activation rows at once in the lanes of one register (a
+ * vector fma rounds each lane as fmaf does).
+ * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni (CMakeLists.txt); called only
+ * after quant.c has confirmed those with cpuid.
+ */
+#include <string.h>
+
+#include "quant/quant_avx2_common.h"
+#include "quant/quant_internal.h"
+
+static inline __m512i load512(const void *p) { return _mm512_loadu_si512(p); }
+
+/* Sums of the halves of 4 vectors of 16 int32: [a.lo, b.lo, c.lo, d.lo, a.hi, b.hi, c.hi, d.hi]
+ * (lo = lanes 0..7, hi = lanes 8..15). Exact. */
+static inline __m256i half_sums4(__m512i a, __m512i b, __m512i c, __m512i d) {
+    const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    const __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+    const __m512i v = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+    const __m512i w = _mm512_add_epi32(v, _mm512_shuffle_i32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm512_castsi512_si256(_mm512_shuffle_i32x4(w, w, _MM_SHUFFLE(2, 0, 2, 0)));
+}
+
+/* The 8 scales (bytes 0..7) and 8 mins (8..15) of a Q4_K / Q5_K block's 12 packed bytes. */
+static inline __m128i k4_scales_mins(const uint8_t *packed) {
+    uint32_t a[3];
+    memcpy(a, packed, 12);
+    const uint32_t low6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, hi2 = 0x03030303u;
+    const uint32_t sc03 = a[0] & low6;
+    const uint32_t m03 = a[1] & low6;
+    const uint32_t sc47 = (a[2] & lo4) | (((a[0] >> 6) & hi2) << 4);
+    const uint32_t m47 = ((a[2] >> 4) & lo4) | (((a[1] >> 6) & hi2) << 4);
+    return _mm_set_epi32((int)m47, (int)m03, (int)sc47, (int)sc03);
+}
+
+/* Transposes 4 vectors of 4 int32 (rows) into columns: out[k] = [a[k], b[k], c[k], d[k]]. */
+static inline void transpose4_epi32(const __m128i in[4], __m128i out[4]) {
+    const __m128i t0 = _mm_unpacklo_epi32(in[0], in[1]), t1 = _mm_unpackhi_epi32(in[0], in[1]);
+    const __m128i t2 = _mm_unpacklo_epi32(in[2], in[3]), t3 = _mm_unpackhi_epi32(in[2], in[3]);
+    out[0] = _mm_unpacklo_epi64(t0, t2);
+    out[1] = _mm_unpackhi_epi64(t0, t2);
+    out[2] = _mm_unpacklo_epi64(t1, t3);
+    out[3] = _mm_unpackhi_epi64(t1, t3);
+}
+
+/* Q4_K, repacked GEMM (gemm = 1: per super-block and pair k of sub-blocks acc = fma(isum_k, d, acc),
+ * acc_min = fma(imin_k, dmin, acc_min)) or GEMV (gemm = 0: one fma of the super-block's sums) order,
+ * *s = acc - acc_min, d = xd * yd, dmin = xdmin * yd: qr_vec_dot_q4_K_q8_K_gemm / _gemv. Lane c of the
+ * float vectors is activation row c. */
+static inline __attribute__((always_inline)) void tile_q4_K(int64_t n, float *s, int64_t bs, const char *vx, size_t bx,
+                                                            const char *vy, size_t by, const int NR, const int NC,
+                                                            const int gemm) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+    const __m256i pair_order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    __m128 acc[4], acc_min[4];
+    for (int r = 0; r < NR; r++) acc[r] = acc_min[r] = _mm_setzero_ps();
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        const qr_block_q8_K *y[4];
+        __m128i per32[4];
+        float yd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int c = 0; c < NC; c++) {
+            y[c] = (const qr_block_q8_K *)(vy + (size_t)c * by) + i;
+            const __m256i b = _mm256_loadu_si256((const __m256i *)y[c]->bsums);
+            per32[c] = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+            yd[c] = y[c]->d;
+        }
+        const __m128 ydv = _mm_loadu_ps(yd);
+        for (int r = 0; r < NR; r++) {
+            const qr_block_q4_K *x = (const qr_block_q4_K *)(vx + (size_t)r * bx) + i;
+            const __m128i sm = k4_scales_mins(x->scales);
+            /* scales of sub-blocks 0 2 4 6 1 3 5 7 (the order of half_sums4's lanes), mins as int16 */
+            const __m256i sc = _mm256_permutevar8x32_epi32(_mm256_cvtepu8_epi32(sm), pair_order);
+            const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+            __m512i w[4]; /* 32 bytes of codes: low nibbles (sub-block 2j) then high nibbles (2j + 1) */
+            for (int j = 0; j < 4; j++) {
+                const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * j)));
+                w[j] = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4), m4);
+            }
+            __m128i isum[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
+            __m128i imin[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
+            for (int c = 0; c < NC; c++) {
+                __m512i raw[4];
+                for (int j = 0; j < 4; j++) raw[j] = _mm512_dpbusd_epi32(zero, w[j], load512(y[c]->qs + 64 * j));
+                const __m256i sub = _mm256_mullo_epi32(half_sums4(raw[0], raw[1], raw[2], raw[3]), sc);
+                isum[c] = _mm_add_epi32(_mm256_castsi256_si128(sub), _mm256_extracti128_si256(sub, 1));
+                imin[c] = _mm_madd_epi16(mins, per32[c]);
+            }
+            __m128i ti[4], tm[4]; /* ti[k] lane c: pair k's sum of activation row c */
+            transpose4_epi32(isum, ti);
+            transpose4_epi32(imin, tm);
+            const __m128 d = _mm_mul_ps(_mm_set1_ps(f16c_to_fp32(x->d)), ydv);
+            const __m128 dmin = _mm_mul_ps(_mm_set1_ps(f16c_to_fp32(x->dmin)), ydv);
+            if (gemm) {
+                for (int k = 0; k < 4; k++) {
+                    acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(ti[k]), d, acc[r]);
+                    acc_min[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(tm[k]), dmin, acc_min[r]);
+                }
+            } else {
+                const __m128i hs = _mm_add_epi32(_mm_add_epi32(ti[0], ti[1]), _mm_add_epi32(ti[2], ti[3]));
+                const __m128i hm = _mm_add_epi32(_mm_add_epi32(tm[0], tm[1]), _mm_add_epi32(tm[2], tm[3]));
+                acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(hs), d, acc[r]);
+                acc_min[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(hm), dmin, acc_min[r]);
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++) {
+        float out[4];
+        _mm_storeu_ps(out, _mm_sub_ps(acc[r], acc_min[r]));
+        for (int c = 0; c < NC; c++) s[(int64_t)c * bs + r] = out[c];
+    }
+}
+
+/* Q6_K, tiled order (qr_vec_dot_q6_K_q8_K_tiled): per super-block the exact sum of sc * (q - 32) * qy,
+ * then acc = fma(fma(-0, 0, dx * isum), yd, acc). The codes 0..63 times the activations (vpmaddubsw, no
+ * saturation: 2 * 63 * 127 < 2^15) are scaled and summed by vpdpwssd; 32 * sum(sc * bsum) comes off. */
+static inline __attribute__((always_inline)) void tile_q6_K(int64_t n, float *s, int64_t bs, const char *vx, size_t bx,
+                                                            const char *vy, size_t by, const int NR, const int NC) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
+    __m128 acc[4];
+    for (int r = 0; r < NR; r++) acc[r] = _mm_setzero_ps();
+    /* int16 lane t of the products of 64-byte chunk m covers codes 64m + 2t, + 1: scale 4m + t / 8 */
+    __m512i sc_idx[4];
+    for (int m = 0; m < 4; m++) {
+        int16_t idx[32];
+        for (int t = 0; t < 32; t++) idx[t] = (int16_t)(4 * m + t / 8);
+        sc_idx[m] = load512(idx);
+    }
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        const qr_block_q8_K *y[4];
+        float yd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int c = 0; c < NC; c++) {
+            y[c] = (const qr_block_q8_K *)(vy + (size_t)c * by) + i;
+            yd[c] = y[c]->d;
+        }
+        const __m128 ydv = _mm_loadu_ps(yd);
+        for (int r = 0; r < NR; r++) {
+            const qr_block_q6_K *x = (const qr_block_q6_K *)(vx + (size_t)r * bx) + i;
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+            __m512i q[4], sc[4]; /* q[m]: codes 64m .. 64m + 63 as bytes 0..63 */
+            for (int j = 0; j < 2; j++) {
+                const uint8_t *ql = x->ql + 64 * j, *qh = x->qh + 32 * j;
+                /* low half: the codes of ql[0..31], high half: of ql[32..63]; qh shifted per pair */
+                const __m512i l = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)ql)),
+                                                     _mm256_loadu_si256((const __m256i *)(ql + 32)), 1);
+                const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qh));
+                const __m512i h = _mm512_mask_srli_epi16(hb, 0xFFFF0000u, hb, 2); /* high half: qh >> 2 */
+                q[2 * j] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(h, m3), 4));
+                q[2 * j + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                               _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 4), m3), 4));
+            }
+            for (int m = 0; m < 4; m++) sc[m] = _mm512_permutexvar_epi16(sc_idx[m], _mm512_castsi256_si512(sc16));
+            int32_t isum[4] = {0, 0, 0, 0};
+            for (int c = 0; c < NC; c++) {
+                __m512i sumi = _mm512_setzero_si512();
+                for (int m = 0; m < 4; m++)
+                    sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q[m], load512(y[c]->qs + 64 * m)), sc[m]);
+                const __m256i offset =
+                    _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[c]->bsums)), 5);
+                const __m256i s8 = _mm256_sub_epi32(
+                    _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1)), offset);
+                isum[c] = hsum_epi32(s8);
+            }
+            const __m128 s1 = _mm_cvtepi32_ps(_mm_loadu_si128((const __m128i *)isum));
+            const __m128 res = _mm_fmadd_ps(_mm_set1_ps(-0.0f), _mm_setzero_ps(),
+                                            _mm_mul_ps(_mm_set1_ps(f16c_to_fp32(x->d)), s1));
+            acc[r] = _mm_fmadd_ps(res, ydv, acc[r]);
+        }
+    }
+    for (int r = 0; r < NR; r++) {
+        float out[4];
+        _mm_storeu_ps(out, acc[r]);
+        for (int c = 0; c < NC; c++) s[(int64_t)c * bs + r] = out[c];
+    }
+}
+
+#define KTILE_CASE(CALL, R, C) \
+    case (R) * 8 + (C): CALL(R, C); return;
+#define KTILE_ROW(CALL, R) KTILE_CASE(CALL, R, 1) KTILE_CASE(CALL, R, 2) KTILE_CASE(CALL, R, 3) KTILE_CASE(CALL, R, 4)
+#define KTILE_FN(NAME, CALL)                                                                               \
+    void NAME(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, \
+              int nc) {                                                                                    \
+        const char *vx = x, *vy = y;                                                                       \
+        switch (nr * 8 + nc) {                                                                             \
+            KTILE_ROW(CALL, 1) KTILE_ROW(CALL, 2) KTILE_ROW(CALL, 3) KTILE_ROW(CALL, 4)                    \
+        default: return;                                                                                   \
+        }                                                                                                  \
+    }
+
+#define CALL_Q4_K_GEMM(R, C) tile_q4_K(n, s, bs, vx, bx, vy, by, R, C, 1)
+#define CALL_Q4_K_GEMV(R, C) tile_q4_K(n, s, bs, vx, bx, vy, by, R, C, 0)
+#define CALL_Q6_K(R, C) tile_q6_K(n, s, bs, vx, bx, vy, by, R, C)
+
+KTILE_FN(qr_vec_dot_tile_q4_K_q8_K_gemm_avx512, CALL_Q4_K_GEMM)
+KTILE_FN(qr_vec_dot_tile_q4_K_q8_K_gemv_avx512, CALL_Q4_K_GEMV)
+KTILE_FN(qr_vec_dot_tile_q6_K_q8_K_tiled_avx512, CALL_Q6_K)

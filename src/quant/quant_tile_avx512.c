@@ -1,0 +1,232 @@
+/* quant_tile_avx512.c — AVX-512 (F/BW/VL + VNNI) tiles of dot products for the 32-value block formats
+ * Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1: nr weight rows times nc activation rows in one call (qr_vec_dot_tile_fn,
+ * quant.h), nr, nc <= QR_TILE_MAX.
+ *
+ * Each result is bit-identical to the AVX2 kernel of the same order (quant_avx2.c / quant_tile_avx2.c,
+ * which reproduce llama.cpp's AVX2 build): the integer sum of a block is exact whichever way it is
+ * formed, and the float steps are the same operations on the same values in the same order:
+ *   vec_dot order (Q8_0, Q4_0, Q4_1): 8 float lanes per dot, lane l of block i gets the exact sum of
+ *     products 4l..4l+3, acc = fma(dx * dy, sums, acc), then hsum_ps; here two dots (one weight row,
+ *     two activation rows) share a zmm register, one per 256-bit half, so that every half computes
+ *     exactly what the AVX2 register did;
+ *   repacked order (Q4_0 weights llama.cpp repacks 8 rows at a time): acc = fmaf(isum, dx * dy, acc)
+ *     per block, the block's integer sums reduced 8 dots at a time.
+ * The integer products use vpdpbusd (unsigned x signed bytes, groups of 4 summed into int32, no int16
+ * saturation): Q8_0 weights x + 128 as unsigned bytes, the 128 * sum(y) surplus taken off by starting
+ * the accumulator at -128 * sum(y) (one per activation block, shared by all weight rows); Q4_0 codes
+ * q in 0..15 with the accumulator starting at -8 * sum(y), Q5_0 codes 0..31 with -16 * sum(y); Q4_1 and
+ * Q5_1 codes as they are.
+ * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni (CMakeLists.txt); called only after
+ * quant.c has confirmed those with cpuid.
+ */
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "quant/quant_avx2_common.h"
+#include "quant/quant_internal.h"
+
+#define T16 qr_avx2_fp16_table
+
+enum tile_kind { K_Q4_0, K_Q5_0, K_Q8_0, K_Q4_1, K_Q5_1 };
+
+/* The 32 bytes at p in both 256-bit halves. */
+static inline __m512i bcast32(const void *p) { return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)p)); }
+
+/* 16 bytes of packed nibbles -> the 32 codes of a Q4 block (low nibbles, then high) in both halves. */
+static inline __m512i nibbles_64(const uint8_t *p) {
+    const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)p));
+    return _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4), _mm512_set1_epi8(0x0F));
+}
+
+/* The 32 codes 0..31 of a Q5_0 / Q5_1 block (nibbles plus 16 where the qh bit is set), both halves. */
+static inline __m512i q5_codes_64(const uint8_t *qs, const uint8_t *qh) {
+    uint32_t bits;
+    memcpy(&bits, qh, 4);
+    const __mmask64 high = (__mmask64)bits | ((__mmask64)bits << 32);
+    const __m512i lo = nibbles_64(qs);
+    return _mm512_or_si512(lo, _mm512_maskz_mov_epi8(high, _mm512_set1_epi8(0x10)));
+}
+
+/* Two activation blocks' 32 codes: row a's in the low half, row b's in the high half. */
+static inline __m512i load_pair(const int8_t *a, const int8_t *b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+/* dy of row a in the low 8 lanes, of row b in the high 8 lanes. */
+static inline __m512 scale_pair(float a, float b) {
+    return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
+}
+
+/* The vec_dot order of the symmetric (Q8_0, Q4_0, Q5_0) and offset (Q4_1, Q5_1) formats. Activation rows are taken
+ * in pairs (c0, c1); an odd last row is paired with itself and its second result dropped. */
+static inline __attribute__((always_inline)) void tile_lanes(int64_t n, float *s, int64_t bs, const char *vx, size_t bx,
+                                                             const char *vy, size_t by, const int NR, const int NC,
+                                                             const enum tile_kind kind) {
+    const int NP = (NC + 1) / 2;
+    const int64_t nb = n / QR_QK8_0;
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i bias = _mm512_set1_epi8(kind == K_Q8_0 ? (char)0x80 : kind == K_Q5_0 ? 16 : 8);
+    const bool offset = kind == K_Q4_1 || kind == K_Q5_1;
+    __m512 acc[4][2];
+    float summs[4][4];
+    for (int r = 0; r < NR; r++) {
+        for (int p = 0; p < NP; p++) acc[r][p] = _mm512_setzero_ps();
+        for (int c = 0; c < NC; c++) summs[r][c] = 0.0f;
+    }
+    for (int64_t i = 0; i < nb; i++) {
+        __m512i yv[2], start[2];
+        __m512 dyv[2];
+        float sy[4];
+        for (int p = 0; p < NP; p++) {
+            const int c0 = 2 * p, c1 = 2 * p + 1 < NC ? 2 * p + 1 : 2 * p;
+            if (offset) {
+                const qr_block_q8_1 *y0 = (const qr_block_q8_1 *)(vy + (size_t)c0 * by) + i;
+                const qr_block_q8_1 *y1 = (const qr_block_q8_1 *)(vy + (size_t)c1 * by) + i;
+                yv[p] = load_pair(y0->qs, y1->qs);
+                dyv[p] = scale_pair(T16[y0->d], T16[y1->d]);
+                sy[c0] = T16[y0->s];
+                sy[c1] = T16[y1->s];
+                start[p] = zero;
+            } else {
+                const qr_block_q8_0 *y0 = (const qr_block_q8_0 *)(vy + (size_t)c0 * by) + i;
+                const qr_block_q8_0 *y1 = (const qr_block_q8_0 *)(vy + (size_t)c1 * by) + i;
+                yv[p] = load_pair(y0->qs, y1->qs);
+                dyv[p] = scale_pair(T16[y0->d], T16[y1->d]);
+                /* -bias * (sum of each group of 4 activation codes) */
+                start[p] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, yv[p]));
+            }
+        }
+        for (int r = 0; r < NR; r++) {
+            const char *row = vx + (size_t)r * bx;
+            __m512i wx;
+            float dx;
+            if (kind == K_Q8_0) {
+                const qr_block_q8_0 *b = (const qr_block_q8_0 *)row + i;
+                wx = _mm512_xor_si512(bcast32(b->qs), bias); /* x + 128 as unsigned bytes */
+                dx = T16[b->d];
+            } else if (kind == K_Q4_0) {
+                const qr_block_q4_0 *b = (const qr_block_q4_0 *)row + i;
+                wx = nibbles_64(b->qs);
+                dx = T16[b->d];
+            } else if (kind == K_Q5_0) {
+                const qr_block_q5_0 *b = (const qr_block_q5_0 *)row + i;
+                wx = q5_codes_64(b->qs, b->qh); /* q in 0..31, the accumulator starts at -16 * sum(y) */
+                dx = T16[b->d];
+            } else {
+                float mx;
+                if (kind == K_Q4_1) {
+                    const qr_block_q4_1 *b = (const qr_block_q4_1 *)row + i;
+                    wx = nibbles_64(b->qs);
+                    dx = T16[b->d];
+                    mx = T16[b->m];
+                } else {
+                    const qr_block_q5_1 *b = (const qr_block_q5_1 *)row + i;
+                    wx = q5_codes_64(b->qs, b->qh);
+                    dx = T16[b->d];
+                    mx = T16[b->m];
+                }
+                for (int c = 0; c < NC; c++) summs[r][c] = fmaf(mx, sy[c], summs[r][c]);
+            }
+            const __m512 dxv = _mm512_set1_ps(dx);
+            for (int p = 0; p < NP; p++) {
+                const __m512 dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start[p], wx, yv[p]));
+                acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(dxv, dyv[p]), dot, acc[r][p]);
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int p = 0; p < NP; p++) {
+            const int c0 = 2 * p, c1 = 2 * p + 1;
+            const float add0 = offset ? summs[r][c0] : 0.0f;
+            s[(int64_t)c0 * bs + r] = hsum_ps(_mm512_castps512_ps256(acc[r][p])) + add0;
+            if (c1 < NC) {
+                const float add1 = offset ? summs[r][c1] : 0.0f;
+                s[(int64_t)c1 * bs + r] = hsum_ps(_mm512_extractf32x8_ps(acc[r][p], 1)) + add1;
+            }
+        }
+}
+
+/* Sums of the halves of 4 vectors of 16 int32: [a.lo, b.lo, c.lo, d.lo, a.hi, b.hi, c.hi, d.hi]
+ * (lo = lanes 0..7, hi = lanes 8..15). Exact. */
+static inline __m256i half_sums4(__m512i a, __m512i b, __m512i c, __m512i d) {
+    const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    const __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+    /* per 128-bit lane L: [sum of a's lane L, b's, c's, d's] */
+    const __m512i v = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+    /* lanes 0 + 1 (the low halves) and 2 + 3 (the high halves) */
+    const __m512i w = _mm512_add_epi32(v, _mm512_shuffle_i32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm512_castsi512_si256(_mm512_shuffle_i32x4(w, w, _MM_SHUFFLE(2, 0, 2, 0)));
+}
+
+/* llama.cpp's repacked Q4_0 order (qr_vec_dot_q4_0_q8_0_rp): per block acc = fmaf(isum, dx * dy, acc).
+ * The NR x NP vectors of a block (row r, activation pair p at index r * NP + p) are reduced 4 at a time. */
+static inline __attribute__((always_inline)) void tile_rp(int64_t n, float *s, int64_t bs, const char *vx, size_t bx,
+                                                          const char *vy, size_t by, const int NR, const int NC) {
+    const int NP = (NC + 1) / 2, NV = NR * NP;
+    const int64_t nb = n / QR_QK8_0;
+    const __m512i zero = _mm512_setzero_si512(), eight = _mm512_set1_epi8(8);
+    float acc[4][4];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        __m512i yv[2], start[2], d[8];
+        float dy[4], dx[4];
+        for (int p = 0; p < NP; p++) {
+            const int c0 = 2 * p, c1 = 2 * p + 1 < NC ? 2 * p + 1 : 2 * p;
+            const qr_block_q8_0 *y0 = (const qr_block_q8_0 *)(vy + (size_t)c0 * by) + i;
+            const qr_block_q8_0 *y1 = (const qr_block_q8_0 *)(vy + (size_t)c1 * by) + i;
+            yv[p] = load_pair(y0->qs, y1->qs);
+            dy[c0] = T16[y0->d];
+            dy[c1] = T16[y1->d];
+            start[p] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, eight, yv[p]));
+        }
+        for (int r = 0; r < NR; r++) {
+            const qr_block_q4_0 *b = (const qr_block_q4_0 *)(vx + (size_t)r * bx) + i;
+            const __m512i wx = nibbles_64(b->qs);
+            dx[r] = T16[b->d];
+            for (int p = 0; p < NP; p++) d[r * NP + p] = _mm512_dpbusd_epi32(start[p], wx, yv[p]);
+        }
+        for (int g = 0; g < NV; g += 4) {
+            int32_t isum[8];
+            _mm256_storeu_si256((__m256i *)isum, half_sums4(d[g], g + 1 < NV ? d[g + 1] : zero,
+                                                            g + 2 < NV ? d[g + 2] : zero, g + 3 < NV ? d[g + 3] : zero));
+            for (int k = 0; k < 4 && g + k < NV; k++) {
+                const int r = (g + k) / NP, p = (g + k) % NP, c0 = 2 * p, c1 = 2 * p + 1;
+                acc[r][c0] = fmaf((float)isum[k], dx[r] * dy[c0], acc[r][c0]);
+                if (c1 < NC) acc[r][c1] = fmaf((float)isum[4 + k], dx[r] * dy[c1], acc[r][c1]);
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) s[(int64_t)c * bs + r] = acc[r][c];
+}
+
+/* One specialisation per (nr, nc) in 1..4 x 1..4, so that the loops above unroll. */
+#define TILE_CASE(CALL, R, C) \
+    case (R) * 8 + (C): CALL(R, C); return;
+#define TILE_ROW(CALL, R) TILE_CASE(CALL, R, 1) TILE_CASE(CALL, R, 2) TILE_CASE(CALL, R, 3) TILE_CASE(CALL, R, 4)
+#define TILE_FN(NAME, CALL)                                                                                \
+    void NAME(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, \
+              int nc) {                                                                                    \
+        const char *vx = x, *vy = y;                                                                       \
+        switch (nr * 8 + nc) {                                                                             \
+            TILE_ROW(CALL, 1) TILE_ROW(CALL, 2) TILE_ROW(CALL, 3) TILE_ROW(CALL, 4)                        \
+        default: return;                                                                                   \
+        }                                                                                                  \
+    }
+
+#define CALL_Q8_0(R, C) tile_lanes(n, s, bs, vx, bx, vy, by, R, C, K_Q8_0)
+#define CALL_Q4_0(R, C) tile_lanes(n, s, bs, vx, bx, vy, by, R, C, K_Q4_0)
+#define CALL_Q4_1(R, C) tile_lanes(n, s, bs, vx, bx, vy, by, R, C, K_Q4_1)
+#define CALL_Q5_0(R, C) tile_lanes(n, s, bs, vx, bx, vy, by, R, C, K_Q5_0)
+#define CALL_Q5_1(R, C) tile_lanes(n, s, bs, vx, bx, vy, by, R, C, K_Q5_1)
+#define CALL_Q4_0_RP(R, C) tile_rp(n, s, bs, vx, bx, vy, by, R, C)
+
+TILE_FN(qr_vec_dot_tile_q8_0_q8_0_avx512, CALL_Q8_0)
+TILE_FN(qr_vec_dot_tile_q4_0_q8_0_avx512, CALL_Q4_0)
+TILE_FN(qr_vec_dot_tile_q4_1_q8_1_avx512, CALL_Q4_1)
+TILE_FN(qr_vec_dot_tile_q5_0_q8_0_avx512, CALL_Q5_0)
+TILE_FN(qr_vec_dot_tile_q5_1_q8_1_avx512, CALL_Q5_1)
+TILE_FN(qr_vec_dot_tile_q4_0_q8_0_rp_avx512, CALL_Q4_0_RP)
