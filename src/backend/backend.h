@@ -87,6 +87,10 @@ typedef struct qr_kv_desc {
     qr_type type_k;     /* storage of the K rows: QR_TYPE_F16 (default, as llama.cpp), F32, BF16, Q8_0, Q4_0
                          * (block types: k_dim a multiple of the block size; each row quantized on its own) */
     qr_type type_v;     /* storage of the V rows, the same choices */
+    int32_t rot_k;      /* > 0: K rows are stored rotated by the orthonormal Walsh-Hadamard transform in chunks of
+                         * rot_k values (a power of two dividing the head size: llama.cpp's attn_rot for quantized
+                         * caches, which spreads outliers over a block); attention rotates q the same way. 0 = none */
+    int32_t rot_v;      /* > 0: V rows stored rotated in chunks of rot_v values; attention rotates its output back */
 } qr_kv_desc;
 
 /* Bytes of one K (V) row of a slot in storage of this layout: qr_type_row_size(type_k, k_dim). */

@@ -104,6 +104,12 @@ static qr_kv_storage *chk_kv_alloc(qr_backend *be, const qr_kv_desc *d, char *er
                 (unsigned)qr_type_table[d->type_v].block_size, d->k_dim, d->v_dim);
         return NULL;
     }
+    const int32_t rots[2] = {d->rot_k, d->rot_v}, dims[2] = {d->k_dim, d->v_dim};
+    for (int i = 0; i < 2; i++)
+        if (rots[i] < 0 || (rots[i] && (rots[i] > 256 || rots[i] % 32 || (rots[i] & (rots[i] - 1)) || dims[i] % rots[i]))) {
+            qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad kv layout: rotation chunk %d of a %d-value row", rots[i], dims[i]);
+            return NULL;
+        }
     return be->impl_ops->kv_alloc(be, d, err, err_len);
 }
 

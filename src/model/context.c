@@ -70,6 +70,16 @@ uint64_t qr_model_kv_bytes_per_token(const qr_model *model, qr_cache_type type_k
     return (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)(hk + hv);
 }
 
+/* llama.cpp's Walsh-Hadamard rotation of a quantized cache (its attn_rot_k / attn_rot_v): for a block type and a
+ * head size that is a multiple of 64, K in chunks of the largest power of two >= 64 dividing the head size, V in
+ * chunks of 64; 0 = none (F16, BF16, F32, or other head sizes). */
+static int32_t kv_rotation(qr_type t, int32_t head_dim, bool is_k) {
+    if (!qr_type_table[t].quantized || head_dim <= 0 || head_dim % 64) return 0;
+    int32_t n = 64;
+    while (is_k && head_dim % (2 * n) == 0) n *= 2;
+    return n;
+}
+
 qr_context_params qr_context_default_params(void) {
     return (qr_context_params){.n_ctx = 0, .n_batch = 512, .n_seq_max = 1, .n_threads = 0};
 }
@@ -194,7 +204,9 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
         goto fail;
     const qr_kv_desc kd = {.n_layer = hp->n_layer, .n_blocks = n_blocks, .block_size = KV_BLOCK_SIZE, .k_dim = kdim,
                            .v_dim = vdim, .type_k = cache_types[p.type_k].type,
-                           .type_v = cache_types[p.type_v].type};
+                           .type_v = cache_types[p.type_v].type,
+                           .rot_k = kv_rotation(cache_types[p.type_k].type, hp->head_dim_k, true),
+                           .rot_v = kv_rotation(cache_types[p.type_v].type, hp->head_dim_v, false)};
     c->kvs = be->ops->kv_alloc(be, &kd, err, err_len);
     if (!c->kvs) {
         st = QR_ERR_NOMEM;

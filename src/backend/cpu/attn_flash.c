@@ -9,6 +9,21 @@
 /* Bytes of the largest converted q row: F16 / BF16 (2 bytes a value) or Q8_0 (34 bytes per 32). */
 #define Q_CONV_BYTES (QR_CPU_MAX_HEAD_DIM * 2)
 
+void qr_cpu_fwht(float *x, int64_t n, int32_t chunk) {
+    const float scale = 1.0f / sqrtf((float)chunk);
+    for (int64_t c = 0; c + chunk <= n; c += chunk) {
+        float *y = x + c;
+        for (int32_t i = 0; i < chunk; i++) y[i] *= scale;
+        for (int32_t len = 1; len < chunk; len <<= 1)
+            for (int32_t i = 0; i < chunk; i += 2 * len)
+                for (int32_t j = 0; j < len; j++) {
+                    const float u = y[i + j], v = y[i + len + j];
+                    y[i + j] = u + v;
+                    y[i + len + j] = u - v;
+                }
+    }
+}
+
 void qr_cpu_attn_head_flash(const cpu_kernels *k, const cpu_attn_job *j) {
     const int32_t dk = j->head_dim_k, dv = j->head_dim_v;
     _Alignas(64) unsigned char q_conv[Q_CONV_BYTES];
@@ -18,7 +33,14 @@ void qr_cpu_attn_head_flash(const cpu_kernels *k, const cpu_attn_job *j) {
     const bool v_f16 = j->v_type == QR_TYPE_F16;
     if (v_f16) memset(vkq16, 0, sizeof(uint16_t) * (size_t)dv);
     else memset(vkq, 0, sizeof(float) * (size_t)dv);
-    j->q_to_vec_dot(j->q, q_conv, dk);
+    if (j->rot_k) { /* the cache holds rotated K: rotate q the same way (q.k is unchanged) */
+        _Alignas(64) float q_rot[QR_CPU_MAX_HEAD_DIM];
+        memcpy(q_rot, j->q, sizeof(float) * (size_t)dk);
+        qr_cpu_fwht(q_rot, dk, j->rot_k);
+        j->q_to_vec_dot(q_rot, q_conv, dk);
+    } else {
+        j->q_to_vec_dot(j->q, q_conv, dk);
+    }
     const char *kb = j->k_base, *vb = j->v_base;
     float S = 0.0f, M = -INFINITY;
     for (int32_t p = j->first; p <= j->last; p++) {
@@ -65,4 +87,5 @@ void qr_cpu_attn_head_flash(const cpu_kernels *k, const cpu_attn_job *j) {
     }
     const float s_inv = S == 0.0f ? 0.0f : 1.0f / S;
     k->scale(vkq, s_inv, dv, j->out);
+    if (j->rot_v) qr_cpu_fwht(j->out, dv, j->rot_v); /* back from the rotated V (the transform is its own inverse) */
 }

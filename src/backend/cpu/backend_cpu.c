@@ -530,13 +530,30 @@ static void kv_row_store(const cpu_backend *cb, qr_type t, const float *src, voi
     }
 }
 
+/* One K or V row into its slot: rotated chunk by chunk first when the cache is (rot > 0, a multiple of the
+ * type's block size), then converted. */
+static void kv_row_put(const cpu_backend *cb, qr_type t, int32_t rot, const float *src, char *dst, int64_t n) {
+    if (!rot) {
+        kv_row_store(cb, t, src, dst, n);
+        return;
+    }
+    float chunk[256];
+    for (int64_t c = 0; c < n; c += rot) {
+        memcpy(chunk, src + c, sizeof(float) * (size_t)rot);
+        qr_cpu_fwht(chunk, rot, rot);
+        kv_row_store(cb, t, chunk, dst + qr_type_row_size(t, c), rot);
+    }
+}
+
 static void cpu_kv_store(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *k, const float *v) {
     cpu_backend *cb = CB(be);
     const qr_kv_desc *d = &kv->desc; /* layer and slots: checked by backend_check.c */
     for (int32_t r = 0; r < cb->n_tokens; r++) {
         const int64_t s = cb->kv_slot[r];
-        kv_row_store(cb, d->type_k, k + (int64_t)r * d->k_dim, (char *)kv->k[layer] + (size_t)s * kv->row_k, d->k_dim);
-        kv_row_store(cb, d->type_v, v + (int64_t)r * d->v_dim, (char *)kv->v[layer] + (size_t)s * kv->row_v, d->v_dim);
+        kv_row_put(cb, d->type_k, d->rot_k, k + (int64_t)r * d->k_dim, (char *)kv->k[layer] + (size_t)s * kv->row_k,
+                   d->k_dim);
+        kv_row_put(cb, d->type_v, d->rot_v, v + (int64_t)r * d->v_dim, (char *)kv->v[layer] + (size_t)s * kv->row_v,
+                   d->v_dim);
     }
 }
 
@@ -583,6 +600,8 @@ static void attn_task_fn(void *arg, int64_t lo, int64_t hi, int ith) {
             .q_to_vec_dot = t->q_to_vec_dot,
             .k_dot = t->k_dot,
             .v_to_float = t->v_to_float,
+            .rot_k = d->rot_k,
+            .rot_v = d->rot_v,
             .block_table = cb->block_table + (int64_t)cb->seq[r] * cb->max_blocks,
             .block_size = d->block_size,
             .first = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0,

@@ -91,6 +91,7 @@ typedef struct cpu_attn_job {
     qr_from_float_fn q_to_vec_dot;   /* q -> the K type's vec_dot_type (ggml's from_float of that type) */
     qr_vec_dot_fn k_dot;             /* the K type's vec_dot (K row . converted q) */
     qr_to_float_fn v_to_float;       /* V row -> f32 (NULL for F16 and F32 V) */
+    int32_t rot_k, rot_v;            /* the cache's Walsh-Hadamard rotations (qr_kv_desc), 0 = none */
     const int32_t *block_table;  /* [max_blocks] physical block ids of the sequence */
     int32_t block_size;
     int32_t first, last;         /* key positions [first, last] (inclusive) */
@@ -144,6 +145,10 @@ typedef struct cpu_kernels {
  * as ggml does) summed with the running weights, sinks after the keys, then out = acc / S. The same
  * for one-row and multi-row passes. Reads the quantized rows directly (attn_flash.c). */
 void qr_cpu_attn_head_flash(const cpu_kernels *k, const cpu_attn_job *job);
+/* x[0..n) = the orthonormal Walsh-Hadamard transform of each chunk of `chunk` values (a power of two), in
+ * ggml's order (its fwht: each value times 1/sqrtf(chunk), then butterflies u + v, u - v of growing span):
+ * what llama.cpp's rotated KV cache applies. Its own inverse. */
+void qr_cpu_fwht(float *x, int64_t n, int32_t chunk);
 
 extern const cpu_kernels qr_cpu_kernels_scalar;
 /* The AVX2/FMA/F16C table (ops_avx2.c, compiled with those flags; call only when cpuid has them). */
