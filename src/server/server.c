@@ -541,7 +541,7 @@ static void declare_metrics(srv_metrics *m) {
                         NULL, 0);
     srv_metrics_declare(m, "quarrel_kv_blocks_cached", SRV_GAUGE, "KV cache blocks registered in the prefix cache.", NULL,
                         0);
-    srv_metrics_declare(m, "quarrel_kv_bytes_total", SRV_GAUGE, "Bytes of the KV cache (all layers, K and V).", NULL, 0);
+    srv_metrics_declare(m, "quarrel_kv_cache_bytes", SRV_GAUGE, "Bytes of the KV cache (all layers, K and V).", NULL, 0);
     srv_metrics_declare(m, "quarrel_kv_bytes_used", SRV_GAUGE, "KV cache bytes held by sequences.", NULL, 0);
     srv_metrics_declare(m, "quarrel_kv_bytes_free", SRV_GAUGE, "KV cache bytes allocatable now (free + evictable cached).",
                         NULL, 0);

@@ -26,7 +26,7 @@ def test_smaller_cache_fits_more_sequences(make_server, smollm):
         assert mem["kv_cache_type_k"] == t and mem["kv_cache_type_v"] == t
         assert mem["kv_cache_bytes"] <= int(KV_MEM_MB) << 20  # the same memory
         assert mem["kv_cache_bytes"] >= (int(KV_MEM_MB) << 20) * 0.99
-        assert s.metric("quarrel_kv_bytes_total", model=MODEL_NAME) == mem["kv_cache_bytes"]
+        assert s.metric("quarrel_kv_cache_bytes", model=MODEL_NAME) == mem["kv_cache_bytes"]
         assert s.metric("quarrel_kv_bytes_free", model=MODEL_NAME) == mem["kv_cache_bytes"]
     assert got["f16"] == (2, 8192)
     # q8_0: 34 bytes per 32 values (0.53 of f16): 1.88x the tokens; q4_0: 18 bytes (0.28): 3.6x
