@@ -27,7 +27,11 @@ static const sopt opts[] = {
     {"host", 1, "listen address (default 127.0.0.1)"},
     {"port", 1, "listen port (default 8080; 0 = any free port)"},
     {"parallel", 1, "sequences decoded together per model (default 4)"},
-    {"ctx", 1, "KV cache tokens per model, shared by its sequences (default 4096 x parallel, max 32768)"},
+    {"ctx", 1, "KV cache tokens per model, shared by its sequences (default: what --kv-mem-mb holds)"},
+    {"cache-type-k", 1, "KV cache storage of K: f16 (default), bf16, q8_0, q4_0, f32"},
+    {"cache-type-v", 1, "KV cache storage of V: f16 (default), bf16, q8_0, q4_0, f32"},
+    {"kv-mem-mb", 1, "KV cache memory per model in MiB (default: 4096 x parallel f16 tokens, at most 32768; without "
+                     "--ctx / --parallel a smaller cache type gets more tokens and sequences: tokens / 4096)"},
     {"threads", 1, "CPU threads (default: all)"},
     {"api-key-db", 1, "SQLite key store (quarrel keys ...); without it auth is off"},
     {"cors-origin", 1, "allowed CORS origin (repeatable, comma-separated, * = any); also the Origins /ws accepts"},
@@ -114,6 +118,16 @@ static int apply(serve_state *st, const char *name, const char *v) {
     else if (!strcmp(name, "parallel")) NUM(1, 256, c->parallel, int32_t);
     else if (!strcmp(name, "ctx")) NUM(64, 1 << 22, c->ctx, int32_t);
     else if (!strcmp(name, "threads")) NUM(0, 1024, c->n_threads, int32_t);
+    else if (!strcmp(name, "cache-type-k") || !strcmp(name, "cache-type-v")) {
+        const int t = qr_cache_type_from_name(v);
+        if (t < 0) {
+            fprintf(stderr, "quarrel serve: --%s: bad value '%s' (expected f16, bf16, q8_0, q4_0 or f32)\n", name, v);
+            return 2;
+        }
+        *(name[11] == 'k' ? &c->cache_type_k : &c->cache_type_v) = (qr_cache_type)t;
+    } else if (!strcmp(name, "kv-mem-mb")) {
+        if ((rc = num(name, v, 1, 1e9, &d)) == 0) c->kv_mem_bytes = (uint64_t)(d * 1048576.0);
+    }
     else if (!strcmp(name, "api-key-db")) c->api_key_db = keep(st, v);
     else if (!strcmp(name, "cors-origin")) c->cors_origins = append_list(st->cors, sizeof st->cors, v);
     else if (!strcmp(name, "allowed-host")) c->allowed_hosts = append_list(st->allowed_hosts, sizeof st->allowed_hosts, v); else if (!strcmp(name, "max-queue")) NUM(1, 1 << 20, c->max_queue, int32_t);

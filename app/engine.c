@@ -84,6 +84,8 @@ int app_engine_open(app_engine *e, const app_engine_opts *o) {
     if (o->n_batch > 0) cp.n_batch = o->n_batch;
     if (o->n_seq_max > 0) cp.n_seq_max = o->n_seq_max;
     cp.n_threads = o->n_threads;
+    cp.type_k = o->type_k;
+    cp.type_v = o->type_v;
     if (qr_context_create(e->model, &cp, &e->ctx, err, sizeof err) != QR_OK) {
         fprintf(stderr, "quarrel: %s\n", err);
         app_engine_close(e);
@@ -277,6 +279,17 @@ int app_engine_opt(int id, const char *arg, app_engine_opts *o) {
         }
         return 0;
     case 1101: return app_parse_int("--gpu", arg, 0, 1023, &o->gpu);
+    case 1102:
+    case 1103: {
+        const int t = qr_cache_type_from_name(arg);
+        if (t < 0) {
+            fprintf(stderr, "quarrel: --cache-type-%c: bad value '%s' (expected f16, bf16, q8_0, q4_0 or f32)\n",
+                    id == 1102 ? 'k' : 'v', arg);
+            return 2;
+        }
+        *(id == 1102 ? &o->type_k : &o->type_v) = (qr_cache_type)t;
+        return 0;
+    }
     default: return -1;
     }
 }

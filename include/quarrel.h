@@ -134,15 +134,35 @@ QR_API const char *qr_model_backend_note(const qr_model *model);
 /* One-line description ("llama: 30 layers, 576 embd, 9/3 heads, 49152 vocab, Q4_1"), into buf. */
 QR_API void qr_model_desc(const qr_model *model, char *buf, size_t buf_len);
 
+/* Storage of the KV cache's K or V rows (qr_context_params.type_k / type_v). Block types hold each
+ * head's row in blocks of 32 values (the head size must be a multiple of 32). The CPU takes every
+ * type; quantized and BF16 caches run its attention with llama.cpp's flash-attention numerics. */
+typedef enum qr_cache_type {
+    QR_CACHE_F16 = 0,  /* 2 bytes a value (default, as llama.cpp) */
+    QR_CACHE_BF16 = 1, /* 2 bytes a value, the f32 exponent range */
+    QR_CACHE_Q8_0 = 2, /* 34 bytes per 32 values: 0.53 of F16 */
+    QR_CACHE_Q4_0 = 3, /* 18 bytes per 32 values: 0.28 of F16 */
+    QR_CACHE_F32 = 4,  /* 4 bytes a value */
+} qr_cache_type;
+/* The type of a name: "f16", "bf16", "q8_0", "q4_0", "f32" (case-insensitive); -1 when unknown. */
+QR_API int qr_cache_type_from_name(const char *name);
+/* The name of a type ("q8_0"), "?" when out of range. */
+QR_API const char *qr_cache_type_name(qr_cache_type type);
+/* Bytes one token takes in the KV cache of a model with these K and V types (all layers, K and V);
+ * 0 when the model has no KV cache or a type does not fit its head size. */
+QR_API uint64_t qr_model_kv_bytes_per_token(const qr_model *model, qr_cache_type type_k, qr_cache_type type_v);
+
 typedef struct qr_context_params {
     int32_t n_ctx;     /* KV cache size in tokens, shared by all sequences; 0 = n_ctx_train. Capped
                         * (with a warning on stderr) to what fits in available memory. */
     int32_t n_batch;   /* rows computed per forward pass (larger batches are split); 0 = 512 */
     int32_t n_seq_max; /* distinct sequence ids, 0 .. n_seq_max-1; 0 = 1 */
     int32_t n_threads; /* CPU threads for this context's passes; <= 0 = keep the model's */
+    qr_cache_type type_k; /* storage of the cached K rows (default QR_CACHE_F16) */
+    qr_cache_type type_v; /* storage of the cached V rows (default QR_CACHE_F16) */
 } qr_context_params;
 
-/* Defaults: n_ctx 0 (training context), n_batch 512, n_seq_max 1, n_threads 0. */
+/* Defaults: n_ctx 0 (training context), n_batch 512, n_seq_max 1, n_threads 0, F16 K and V. */
 QR_API qr_context_params qr_context_default_params(void);
 
 /* Creates a context. params may be NULL. Ownership: qr_context_free (before the model). */
@@ -151,6 +171,8 @@ QR_API qr_status qr_context_create(qr_model *model, const qr_context_params *par
 QR_API void qr_context_free(qr_context *ctx);
 /* The KV cache size in tokens actually used (after the memory cap). */
 QR_API int32_t qr_context_n_ctx(const qr_context *ctx);
+/* Bytes of the context's KV cache (every layer's K and V storage of its n_ctx slots). */
+QR_API uint64_t qr_context_kv_bytes(const qr_context *ctx);
 
 /* A batch of rows for qr_decode. Row i is token[i] at position pos[i] of sequence seq_id[i].
  * For each sequence, its rows must continue it in order: the first has position = the sequence's

@@ -84,8 +84,18 @@ typedef struct qr_kv_desc {
     int32_t block_size; /* token slots per block */
     int32_t k_dim;      /* elements of one K row per layer = n_head_kv * head_dim_k */
     int32_t v_dim;      /* elements of one V row per layer = n_head_kv * head_dim_v */
-    qr_type type;       /* QR_TYPE_F16 (default, as llama.cpp) or QR_TYPE_F32 */
+    qr_type type_k;     /* storage of the K rows: QR_TYPE_F16 (default, as llama.cpp), F32, BF16, Q8_0, Q4_0
+                         * (block types: k_dim a multiple of the block size; each row quantized on its own) */
+    qr_type type_v;     /* storage of the V rows, the same choices */
+    int32_t rot_k;      /* > 0: K rows are stored rotated by the orthonormal Walsh-Hadamard transform in chunks of
+                         * rot_k values (a power of two dividing the head size: llama.cpp's attn_rot for quantized
+                         * caches, which spreads outliers over a block); attention rotates q the same way. 0 = none */
+    int32_t rot_v;      /* > 0: V rows stored rotated in chunks of rot_v values; attention rotates its output back */
 } qr_kv_desc;
+
+/* Bytes of one K (V) row of a slot in storage of this layout: qr_type_row_size(type_k, k_dim). */
+static inline size_t qr_kv_row_bytes_k(const qr_kv_desc *d) { return qr_type_row_size(d->type_k, d->k_dim); }
+static inline size_t qr_kv_row_bytes_v(const qr_kv_desc *d) { return qr_type_row_size(d->type_v, d->v_dim); }
 
 /* Opaque KV storage owned by a backend. Every backend's struct qr_kv_storage begins with its qr_kv_desc
  * (a _Static_assert in each says so), which the argument checks read through qr_kv_storage_desc. */
@@ -179,7 +189,8 @@ typedef struct qr_backend_caps {
                             * QUARREL_CUDA_EXACT=1: no fusions, logits equal to the AVX2 CPU path's) */
     int32_t max_head_dim;  /* largest head_dim_k / head_dim_v attention takes */
     uint64_t matmul_types; /* bit t set: matmul, matmul_id and the fused matmuls take weights of qr_type t */
-    uint64_t kv_types;     /* bit t set: kv_alloc takes KV storage of qr_type t */
+    uint64_t kv_types;     /* bit t set: kv_alloc takes K or V storage of qr_type t (a backend may still refuse a
+                            * combination of type_k and type_v, or a head size, in kv_alloc, with a message) */
 } qr_backend_caps;
 
 /* The bit of qr_type t in a caps type mask. */

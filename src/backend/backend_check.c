@@ -79,16 +79,37 @@ static bool glu_ok(qr_glu_kind act) { return (unsigned)act <= QR_GLU_RELU2; }
 
 /* ---- memory, KV storage, batch plan ---- */
 
+/* A KV storage type of this backend (caps.kv_types). */
+static bool kv_type_ok(const qr_backend *be, qr_type t) {
+    return (unsigned)t < 64 && (be->caps.kv_types & QR_TYPE_BIT(t));
+}
+
 static qr_kv_storage *chk_kv_alloc(qr_backend *be, const qr_kv_desc *d, char *err, size_t err_len) {
-    if (!d || d->n_layer < 0 || d->n_blocks < 1 || d->block_size < 1 || d->k_dim < 1 || d->v_dim < 1 ||
-        (unsigned)d->type >= 64 || !(be->caps.kv_types & QR_TYPE_BIT(d->type))) {
+    if (!d || d->n_layer < 0 || d->n_blocks < 1 || d->block_size < 1 || d->k_dim < 1 || d->v_dim < 1) {
         if (d)
-            qr_errf(err, err_len, QR_ERR_INVALID_ARG,
-                    "bad kv layout: n_layer %d, n_blocks %d, block_size %d, k_dim %d, v_dim %d, type %s", d->n_layer,
-                    d->n_blocks, d->block_size, d->k_dim, d->v_dim, qr_type_name(d->type));
+            qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad kv layout: n_layer %d, n_blocks %d, block_size %d, k_dim %d, v_dim %d",
+                    d->n_layer, d->n_blocks, d->block_size, d->k_dim, d->v_dim);
         else qr_errf(err, err_len, QR_ERR_INVALID_ARG, "kv_alloc: no layout");
         return NULL;
     }
+    if (!kv_type_ok(be, d->type_k) || !kv_type_ok(be, d->type_v)) {
+        qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "the %s backend cannot store a KV cache of type %s",
+                be->name ? be->name : "?", qr_type_name(kv_type_ok(be, d->type_k) ? d->type_v : d->type_k));
+        return NULL;
+    }
+    if (!qr_kv_row_bytes_k(d) || !qr_kv_row_bytes_v(d)) {
+        qr_errf(err, err_len, QR_ERR_UNSUPPORTED,
+                "KV cache types %s/%s need K and V rows that are whole blocks of %u/%u values (k_dim %d, v_dim %d)",
+                qr_type_name(d->type_k), qr_type_name(d->type_v), (unsigned)qr_type_table[d->type_k].block_size,
+                (unsigned)qr_type_table[d->type_v].block_size, d->k_dim, d->v_dim);
+        return NULL;
+    }
+    const int32_t rots[2] = {d->rot_k, d->rot_v}, dims[2] = {d->k_dim, d->v_dim};
+    for (int i = 0; i < 2; i++)
+        if (rots[i] < 0 || (rots[i] && (rots[i] > 256 || rots[i] % 32 || (rots[i] & (rots[i] - 1)) || dims[i] % rots[i]))) {
+            qr_errf(err, err_len, QR_ERR_INVALID_ARG, "bad kv layout: rotation chunk %d of a %d-value row", rots[i], dims[i]);
+            return NULL;
+        }
     return be->impl_ops->kv_alloc(be, d, err, err_len);
 }
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "model/model.h"
 #include "kv/kv_cache.h"
@@ -16,6 +17,7 @@ struct qr_context {
     qr_model *model;
     qr_backend *be;
     int32_t n_ctx, n_batch, n_seq_max;
+    uint64_t kv_bytes; /* bytes of the K/V storage (n_ctx slots of every layer) */
     qr_kv_cache *kvc;  /* block bookkeeping */
     qr_kv_storage *kvs;/* K/V data (backend memory) */
     qr_fwd f;          /* activation buffers for n_batch rows (xo/logits grown on demand) */
@@ -36,6 +38,47 @@ struct qr_context {
     double prof[6];   /* QUARREL_HOST_PROF=1: seconds in decode's host steps (prof_names), summed over passes */
     int64_t prof_n;   /* passes profiled; -1: profiling off */
 };
+
+/* The qr_type of each qr_cache_type, and its name. */
+static const struct {
+    qr_type type;
+    const char *name;
+} cache_types[] = {
+    [QR_CACHE_F16] = {QR_TYPE_F16, "f16"},   [QR_CACHE_BF16] = {QR_TYPE_BF16, "bf16"},
+    [QR_CACHE_Q8_0] = {QR_TYPE_Q8_0, "q8_0"}, [QR_CACHE_Q4_0] = {QR_TYPE_Q4_0, "q4_0"},
+    [QR_CACHE_F32] = {QR_TYPE_F32, "f32"},
+};
+#define N_CACHE_TYPES (int)(sizeof cache_types / sizeof cache_types[0])
+
+int qr_cache_type_from_name(const char *name) {
+    for (int i = 0; name && i < N_CACHE_TYPES; i++)
+        if (!strcasecmp(name, cache_types[i].name)) return i;
+    return -1;
+}
+
+const char *qr_cache_type_name(qr_cache_type type) {
+    return (unsigned)type < (unsigned)N_CACHE_TYPES ? cache_types[type].name : "?";
+}
+
+uint64_t qr_model_kv_bytes_per_token(const qr_model *model, qr_cache_type type_k, qr_cache_type type_v) {
+    const qr_hparams *hp = &model->hp;
+    if ((unsigned)type_k >= (unsigned)N_CACHE_TYPES || (unsigned)type_v >= (unsigned)N_CACHE_TYPES) return 0;
+    /* a block type must split every head: each head's row is read on its own */
+    const size_t hk = qr_type_row_size(cache_types[type_k].type, hp->head_dim_k);
+    const size_t hv = qr_type_row_size(cache_types[type_v].type, hp->head_dim_v);
+    if (!hk || !hv) return 0;
+    return (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * (uint64_t)(hk + hv);
+}
+
+/* llama.cpp's Walsh-Hadamard rotation of a quantized cache (its attn_rot_k / attn_rot_v): for a block type and a
+ * head size that is a multiple of 64, K in chunks of the largest power of two >= 64 dividing the head size, V in
+ * chunks of 64; 0 = none (F16, BF16, F32, or other head sizes). */
+static int32_t kv_rotation(qr_type t, int32_t head_dim, bool is_k) {
+    if (!qr_type_table[t].quantized || head_dim <= 0 || head_dim % 64) return 0;
+    int32_t n = 64;
+    while (is_k && head_dim % (2 * n) == 0) n *= 2;
+    return n;
+}
 
 qr_context_params qr_context_default_params(void) {
     return (qr_context_params){.n_ctx = 0, .n_batch = 512, .n_seq_max = 1, .n_threads = 0};
@@ -115,15 +158,23 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     if (p.n_batch == 0) p.n_batch = 512;
     if (p.n_seq_max == 0) p.n_seq_max = 1;
     if (p.n_seq_max > 4096) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "context: n_seq_max %d > 4096", p.n_seq_max);
+    if ((unsigned)p.type_k >= (unsigned)N_CACHE_TYPES || (unsigned)p.type_v >= (unsigned)N_CACHE_TYPES)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "context: KV cache types %d/%d: not a qr_cache_type",
+                       (int)p.type_k, (int)p.type_v);
 
     /* cap the cache to what fits in memory (80% of MemAvailable) */
     const int32_t kdim = hp->n_head_kv * hp->head_dim_k, vdim = hp->n_head_kv * hp->head_dim_v;
-    const uint64_t per_tok = (uint64_t)hp->n_layer * (uint64_t)(kdim + vdim) * 2u; /* F16 */
+    const uint64_t per_tok = qr_model_kv_bytes_per_token(model, p.type_k, p.type_v);
+    if (hp->n_layer > 0 && per_tok == 0)
+        return qr_errf(err, err_len, QR_ERR_UNSUPPORTED,
+                       "context: a %s K / %s V cache stores each head in blocks of 32 values, and this model's heads "
+                       "have %d (K) and %d (V) values",
+                       qr_cache_type_name(p.type_k), qr_cache_type_name(p.type_v), hp->head_dim_k, hp->head_dim_v);
     int64_t n_ctx = ((int64_t)p.n_ctx + KV_BLOCK_SIZE - 1) / KV_BLOCK_SIZE * KV_BLOCK_SIZE;
     uint64_t avail = mem_available();
     size_t dev_free = 0, dev_total = 0; /* the cache lives in the backend's memory where it has its own (GPU) */
     if (model->be->ops->mem_info) avail = model->be->ops->mem_info(model->be, &dev_free, &dev_total) ? dev_free : 0;
-    if (avail > 0 && (uint64_t)n_ctx * per_tok > avail / 10 * 8) {
+    if (avail > 0 && per_tok > 0 && (uint64_t)n_ctx * per_tok > avail / 10 * 8) {
         const int64_t fit = (int64_t)(avail / 10 * 8 / per_tok) / KV_BLOCK_SIZE * KV_BLOCK_SIZE;
         if (fit < KV_BLOCK_SIZE)
             return qr_errf(err, err_len, QR_ERR_NOMEM,
@@ -142,6 +193,7 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     c->n_ctx = (int32_t)n_ctx;
     c->n_batch = p.n_batch;
     c->n_seq_max = p.n_seq_max;
+    c->kv_bytes = (uint64_t)n_ctx * per_tok;
     c->prof_n = qr_knob_int(QR_KNOB_HOST_PROF) ? 0 : -1;
     c->last_out = -1;
     qr_backend *be = c->be;
@@ -151,7 +203,10 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     if ((st = qr_kv_cache_create(n_blocks, KV_BLOCK_SIZE, c->n_seq_max, c->n_ctx, &c->kvc, err, err_len)) != QR_OK)
         goto fail;
     const qr_kv_desc kd = {.n_layer = hp->n_layer, .n_blocks = n_blocks, .block_size = KV_BLOCK_SIZE, .k_dim = kdim,
-                           .v_dim = vdim, .type = QR_TYPE_F16};
+                           .v_dim = vdim, .type_k = cache_types[p.type_k].type,
+                           .type_v = cache_types[p.type_v].type,
+                           .rot_k = kv_rotation(cache_types[p.type_k].type, hp->head_dim_k, true),
+                           .rot_v = kv_rotation(cache_types[p.type_v].type, hp->head_dim_v, false)};
     c->kvs = be->ops->kv_alloc(be, &kd, err, err_len);
     if (!c->kvs) {
         st = QR_ERR_NOMEM;
@@ -199,6 +254,8 @@ static int32_t plan_table(qr_context *c, const qr_kv_cache *kvc, const int32_t *
 }
 
 int32_t qr_context_n_ctx(const qr_context *c) { return c->n_ctx; }
+
+uint64_t qr_context_kv_bytes(const qr_context *c) { return c->kv_bytes; }
 
 /* Grows the backend output buffers to `rows` rows. */
 static qr_status ensure_dev_out(qr_context *c, int32_t rows, char *err, size_t err_len) {

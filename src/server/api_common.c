@@ -258,15 +258,15 @@ int srv_h_ollama_show(srv_conn *rc) {
 static json_t *own_model_json(const srv_model *m) {
     qr_sched_stats st;
     qr_sched_get_stats(m->sched, &st);
-    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:i, s:i, s:i, s:s, s:{s:I, s:I, s:I}, s:b, s:f, s:o, s:{s:i, s:i, "
-                     "s:i, s:i}}",
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:i, s:i, s:i, s:s, s:{s:I, s:I, s:I, s:s, s:s}, s:b, s:f, s:o, "
+                     "s:{s:i, s:i, s:i, s:i}}",
                      "name", m->name, "path", m->path, "architecture", qr_model_arch(m->model), "backend",
                      qr_model_backend_name(m->model), "parameters", (json_int_t)m->n_params, "quantization", m->quant,
                      "context_length", m->ctx ? qr_context_n_ctx(m->ctx) : 0, "n_ctx_train",
                      qr_model_n_ctx_train(m->model), "embedding_length", qr_model_n_embd(m->model), "chat_template",
                      m->tmpl ? "yes" : "no", "memory", "weights_bytes", (json_int_t)m->file_bytes, "kv_cache_bytes",
                      (json_int_t)m->kv_bytes, "total_bytes", (json_int_t)(m->file_bytes + m->kv_bytes),
-                     "can_generate", m->can_generate, "load_seconds", m->load_seconds, "details",
+                     "kv_cache_type_k", m->kv_type_k, "kv_cache_type_v", m->kv_type_v, "can_generate", m->can_generate, "load_seconds", m->load_seconds, "details",
                      srv_model_details(m), "scheduler", "slots", st.n_seq, "running", st.running, "queue_depth",
                      st.queue_depth, "kv_blocks_free", st.kv_blocks_free);
 }

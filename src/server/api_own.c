@@ -219,6 +219,11 @@ static void sum_model(void *arg, srv_model *m) {
     srv_metrics_set(ss->s->metrics, "quarrel_kv_blocks_used", lab, st.kv_blocks_used);
     srv_metrics_set(ss->s->metrics, "quarrel_kv_blocks_free", lab, st.kv_blocks_free);
     srv_metrics_set(ss->s->metrics, "quarrel_kv_blocks_cached", lab, st.kv_blocks_cached);
+    /* bytes: the same blocks at the cache's size per block (its types: a quantized cache holds more tokens) */
+    const double block_bytes = st.kv_blocks_total > 0 ? (double)m->kv_bytes / st.kv_blocks_total : 0.0;
+    srv_metrics_set(ss->s->metrics, "quarrel_kv_cache_bytes", lab, (double)m->kv_bytes);
+    srv_metrics_set(ss->s->metrics, "quarrel_kv_bytes_used", lab, block_bytes * st.kv_blocks_used);
+    srv_metrics_set(ss->s->metrics, "quarrel_kv_bytes_free", lab, block_bytes * st.kv_blocks_free);
     srv_metrics_set(ss->s->metrics, "quarrel_queue_depth", lab, st.queue_depth);
     srv_metrics_set(ss->s->metrics, "quarrel_requests_running", lab, st.running);
     srv_metrics_set(ss->s->metrics, "quarrel_prefix_cache_hits_total", lab, (double)st.prefix_hits);

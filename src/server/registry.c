@@ -41,6 +41,26 @@ static uint64_t mem_total(void) {
     return kb * 1024ull;
 }
 
+void srv_kv_sizing(int32_t parallel, int32_t ctx, uint64_t kv_mem_bytes, uint64_t per_tok, uint64_t f16_per_tok,
+                   int32_t *n_seq, int32_t *n_ctx) {
+    if (per_tok == 0) per_tok = f16_per_tok = 1;
+    uint64_t mem = kv_mem_bytes;
+    if (mem == 0) {
+        const int64_t tokens = (int64_t)QR_N_CTX_DEFAULT * (parallel > 0 ? parallel : 4);
+        mem = f16_per_tok * (uint64_t)(tokens > SRV_CTX_MAX_DEFAULT ? SRV_CTX_MAX_DEFAULT : tokens);
+    }
+    int64_t c = ctx > 0 ? ctx : (int64_t)(mem / per_tok) / 32 * 32;
+    if (c < 32) c = 32;
+    if (c > (1 << 22)) c = 1 << 22;
+    *n_ctx = (int32_t)c;
+    if (parallel > 0) *n_seq = parallel;
+    else if (ctx > 0) *n_seq = 4;
+    else {
+        const int64_t s = c / QR_N_CTX_DEFAULT;
+        *n_seq = (int32_t)(s < 1 ? 1 : s > 256 ? 256 : s);
+    }
+}
+
 srv_registry *srv_registry_create(const srv_registry_opts *o) {
     srv_registry *r = calloc(1, sizeof *r);
     if (!r) return NULL;
@@ -99,6 +119,7 @@ static void weight_stats(srv_model *m) {
 static qr_status load_model(const srv_registry *r, const char *source, srv_model **out, char *err, size_t err_len) {
     *out = NULL;
     srv_model *m = calloc(1, sizeof *m);
+    if (m) m->kv_type_k = m->kv_type_v = qr_cache_type_name(QR_CACHE_F16);
     if (!m) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
     const double t0 = qr_time_s();
     qr_status st;
@@ -148,20 +169,27 @@ static qr_status load_model(const srv_registry *r, const char *source, srv_model
     if (m->can_generate) {
         qr_sched_params sp;
         qr_sched_params_default(&sp);
-        if (r->o.parallel > 0) sp.n_seq = r->o.parallel;
-        qr_context_params cp = qr_context_default_params();
-        int32_t n_ctx = r->o.ctx;
-        if (n_ctx <= 0) {
-            const int64_t want = (int64_t)QR_N_CTX_DEFAULT * sp.n_seq;
-            n_ctx = (int32_t)(want > SRV_CTX_MAX_DEFAULT ? SRV_CTX_MAX_DEFAULT : want);
+        const uint64_t per_tok = qr_model_kv_bytes_per_token(m->model, r->o.cache_type_k, r->o.cache_type_v);
+        if (per_tok == 0 && hp->n_layer > 0) {
+            st = qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "KV cache %s/%s: this model's heads (%d/%d values) do not "
+                         "split into blocks of 32", qr_cache_type_name(r->o.cache_type_k),
+                         qr_cache_type_name(r->o.cache_type_v), hp->head_dim_k, hp->head_dim_v);
+            goto fail;
         }
+        int32_t n_ctx;
+        srv_kv_sizing(r->o.parallel, r->o.ctx, r->o.kv_mem_bytes, per_tok,
+                      qr_model_kv_bytes_per_token(m->model, QR_CACHE_F16, QR_CACHE_F16), &sp.n_seq, &n_ctx);
+        qr_context_params cp = qr_context_default_params();
         cp.n_ctx = n_ctx;
         cp.n_seq_max = sp.n_seq;
         cp.n_threads = r->o.n_threads;
+        cp.type_k = r->o.cache_type_k;
+        cp.type_v = r->o.cache_type_v;
         if ((st = qr_context_create(m->model, &cp, &m->ctx, err, err_len)) != QR_OK) goto fail;
         if ((st = srv_arch_metrics_create(m->ctx, &m->arch, err, err_len)) != QR_OK) goto fail;
-        const int64_t kdim = (int64_t)hp->n_head_kv * hp->head_dim_k, vdim = (int64_t)hp->n_head_kv * hp->head_dim_v;
-        m->kv_bytes = (uint64_t)qr_context_n_ctx(m->ctx) * (uint64_t)hp->n_layer * (uint64_t)(kdim + vdim) * 2u;
+        m->kv_bytes = qr_context_kv_bytes(m->ctx);
+        m->kv_type_k = qr_cache_type_name(r->o.cache_type_k);
+        m->kv_type_v = qr_cache_type_name(r->o.cache_type_v);
         if (r->o.max_queue > 0) sp.max_queue = r->o.max_queue;
         if (r->o.prefill_chunk > 0) sp.prefill_chunk = r->o.prefill_chunk;
         sp.no_prefix_cache = r->o.no_prefix_cache;

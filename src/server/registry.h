@@ -31,6 +31,7 @@ typedef struct srv_model {
     char quant[24];        /* predominant weight type, e.g. "Q4_1" */
     uint64_t n_params;
     uint64_t file_bytes, kv_bytes;
+    const char *kv_type_k, *kv_type_v; /* the KV cache's storage types ("f16", "q8_0", ...; static strings) */
     double load_seconds;
     double loaded_at, last_used;   /* qr_time_s clock */
     double keep_alive_s;   /* idle seconds before unloading; < 0 = never */
@@ -51,8 +52,17 @@ typedef struct srv_model {
 
 typedef struct srv_registry srv_registry;
 
+/* The context and sequence count of a generating model (qr_server_config.kv_mem_bytes): given values stay;
+ * the KV memory is kv_mem_bytes, else f16_per_tok * min(QR_N_CTX_DEFAULT * (parallel or 4), SRV_CTX_MAX_DEFAULT);
+ * a missing ctx is that memory / per_tok (whole blocks of 32); a missing parallel (4 when ctx is given) is
+ * ctx / QR_N_CTX_DEFAULT in [1, 256]. per_tok, f16_per_tok: bytes a token takes in the chosen / an F16 cache. */
+void srv_kv_sizing(int32_t parallel, int32_t ctx, uint64_t kv_mem_bytes, uint64_t per_tok, uint64_t f16_per_tok,
+                   int32_t *n_seq, int32_t *n_ctx);
+
 typedef struct srv_registry_opts {
     int32_t parallel, ctx, n_threads, max_queue, prefill_chunk;
+    uint64_t kv_mem_bytes;                  /* qr_server_config's */
+    qr_cache_type cache_type_k, cache_type_v;
     bool no_prefix_cache;
     qr_backend_kind backend;
     int32_t gpu;

@@ -19,7 +19,7 @@ void qr_server_config_default(qr_server_config *c) {
     qr_sched_params_default(&sp);
     c->host = "127.0.0.1";
     c->port = 8080;
-    c->parallel = sp.n_seq;
+    c->parallel = 0; /* from the KV memory (srv_kv_sizing): the scheduler's n_seq (4) for an f16 cache */
     c->max_queue = sp.max_queue;
     c->http_threads = 256;
     c->prefill_chunk = sp.prefill_chunk;
@@ -541,6 +541,10 @@ static void declare_metrics(srv_metrics *m) {
                         NULL, 0);
     srv_metrics_declare(m, "quarrel_kv_blocks_cached", SRV_GAUGE, "KV cache blocks registered in the prefix cache.", NULL,
                         0);
+    srv_metrics_declare(m, "quarrel_kv_cache_bytes", SRV_GAUGE, "Bytes of the KV cache (all layers, K and V).", NULL, 0);
+    srv_metrics_declare(m, "quarrel_kv_bytes_used", SRV_GAUGE, "KV cache bytes held by sequences.", NULL, 0);
+    srv_metrics_declare(m, "quarrel_kv_bytes_free", SRV_GAUGE, "KV cache bytes allocatable now (free + evictable cached).",
+                        NULL, 0);
     srv_metrics_declare(m, "quarrel_prefix_cache_hits_total", SRV_COUNTER,
                         "Requests that reused cached KV blocks of an earlier prompt.", NULL, 0);
     srv_metrics_declare(m, "quarrel_prefix_cache_tokens_total", SRV_COUNTER,
@@ -587,7 +591,8 @@ qr_status qr_server_start(const qr_server_config *cfg, qr_server **out, char *er
             goto fail;
         }
     }
-    srv_registry_opts ro = {.parallel = cfg->parallel, .ctx = cfg->ctx, .n_threads = cfg->n_threads,
+    srv_registry_opts ro = {.parallel = cfg->parallel, .ctx = cfg->ctx, .kv_mem_bytes = cfg->kv_mem_bytes,
+                            .cache_type_k = cfg->cache_type_k, .cache_type_v = cfg->cache_type_v, .n_threads = cfg->n_threads,
                             .max_queue = cfg->max_queue, .prefill_chunk = cfg->prefill_chunk,
                             .no_prefix_cache = cfg->no_prefix_cache, .backend = cfg->backend, .gpu = cfg->gpu,
                             .request_timeout_s = cfg->request_timeout_s, .mem_budget = cfg->mem_budget,

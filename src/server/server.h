@@ -19,10 +19,16 @@ typedef struct qr_server_config {
     int32_t port;                   /* 0 = any free port (qr_server_port tells which); default 8080 */
     const char *models[QR_SERVER_MAX_MODELS]; /* paths or Ollama names, loaded at start */
     int32_t n_models;
-    int32_t parallel;               /* sequences decoded together per model; default qr_sched_params_default's
-                                       n_seq (4) */
-    int32_t ctx;                    /* KV cache tokens per model (shared by its sequences); 0 = QR_N_CTX_DEFAULT
-                                       (4096) * parallel, capped to SRV_CTX_MAX_DEFAULT (32768) */
+    int32_t parallel;               /* sequences decoded together per model; 0 (default) = from the KV memory
+                                       (kv_mem_bytes): 4 for the default F16 cache */
+    int32_t ctx;                    /* KV cache tokens per model (shared by its sequences); 0 = what the KV memory
+                                       holds (kv_mem_bytes below) */
+    uint64_t kv_mem_bytes;          /* KV cache memory per model; 0 = what QR_N_CTX_DEFAULT (4096) * parallel
+                                       tokens of an F16 cache take, at most SRV_CTX_MAX_DEFAULT (32768) tokens' worth.
+                                       Without --ctx the context is what this holds in the cache types below, and
+                                       without --parallel the sequences are that context / 4096 (a smaller cache:
+                                       more of both); see srv_kv_sizing */
+    qr_cache_type cache_type_k, cache_type_v; /* KV cache storage (default F16) */
     int32_t n_threads;              /* CPU threads; <= 0 = all */
     int32_t max_queue;              /* waiting requests per model before 503; default 64 */
     int32_t http_threads;           /* CivetWeb worker threads (one per open connection); default 256 */

@@ -62,7 +62,7 @@ static void kvset_init(lab *L, kvset *S, const attn_cfg *c, int n_seqs, const in
     S->max_blocks = (max_len + c->block_size - 1) / c->block_size + 1;
     const int n_blocks = total_blocks + 3;
     S->d = (qr_kv_desc){.n_layer = 2, .n_blocks = n_blocks, .block_size = c->block_size,
-                        .k_dim = c->n_head_kv * c->dk, .v_dim = c->n_head_kv * c->dv, .type = c->kv_type};
+                        .k_dim = c->n_head_kv * c->dk, .v_dim = c->n_head_kv * c->dv, .type_k = c->kv_type, .type_v = c->kv_type};
     char err[256];
     S->kc = L->cpu->ops->kv_alloc(L->cpu, &S->d, err, sizeof err);
     die_if(!S->kc, "kv_alloc cpu", err);

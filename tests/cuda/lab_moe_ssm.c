@@ -634,7 +634,7 @@ static void check_ssm_divergence(lab *L) {
 static void check_sinks(lab *L) {
     const int n_head = 8, n_kv = 2, dk = 64, bs = 32, n_tok = 70, n_blocks = 4;
     const qr_kv_desc d = {.n_layer = 1, .n_blocks = n_blocks, .block_size = bs, .k_dim = n_kv * dk, .v_dim = n_kv * dk,
-                          .type = QR_TYPE_F16};
+                          .type_k = QR_TYPE_F16, .type_v = QR_TYPE_F16};
     char err[256];
     qr_kv_storage *kc = L->cpu->ops->kv_alloc(L->cpu, &d, err, sizeof err), *kg = L->gpu->ops->kv_alloc(L->gpu, &d, err, sizeof err);
     if (!kc || !kg) exit(2);

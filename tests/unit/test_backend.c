@@ -212,7 +212,7 @@ static void run_attention_case(const attn_case *c) {
     const int len[2] = {37, 70}, max_blocks = (70 + c->block_size - 1) / c->block_size + 1;
     const int n_blocks = 2 * max_blocks + 3;
     qr_kv_desc d = {.n_layer = 2, .n_blocks = n_blocks, .block_size = c->block_size, .k_dim = c->n_head_kv * c->dk,
-                    .v_dim = c->n_head_kv * c->dv, .type = c->kv_type};
+                    .v_dim = c->n_head_kv * c->dv, .type_k = c->kv_type, .type_v = c->kv_type};
     qr_kv_storage *ks = bs->ops->kv_alloc(bs, &d, err, sizeof err), *kv2 = bv->ops->kv_alloc(bv, &d, err, sizeof err);
     assert_non_null(ks);
     assert_non_null(kv2);

@@ -62,7 +62,8 @@ static void test_cpu_caps(void **state) {
     const qr_type can[] = {QR_TYPE_F32, QR_TYPE_F16, QR_TYPE_BF16, QR_TYPE_Q4_0, QR_TYPE_Q8_0, QR_TYPE_Q4_K, QR_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof can / sizeof can[0]; i++) assert_true(c->matmul_types & QR_TYPE_BIT(can[i]));
     assert_false(c->matmul_types & QR_TYPE_BIT(QR_TYPE_I32)); /* no dot product */
-    assert_int_equal(c->kv_types, QR_TYPE_BIT(QR_TYPE_F16) | QR_TYPE_BIT(QR_TYPE_F32));
+    assert_int_equal(c->kv_types, QR_TYPE_BIT(QR_TYPE_F16) | QR_TYPE_BIT(QR_TYPE_F32) | QR_TYPE_BIT(QR_TYPE_BF16) |
+                                      QR_TYPE_BIT(QR_TYPE_Q8_0) | QR_TYPE_BIT(QR_TYPE_Q4_0));
     /* the CPU allocates host memory: no device memory query; no fusions; the MoE and Mamba2 ops */
     assert_null(be->ops->mem_info);
     assert_null(be->ops->add_rmsnorm);
@@ -174,10 +175,15 @@ static void test_bad_args_plan_kv(void **state) {
     be->ops->add_row(be, out, &tw, 3, 1, out);
     expect_error(be, QR_ERR_INVALID_ARG, "add_row: row out of range");
     /* kv_alloc: a type the backend does not store */
-    qr_kv_desc d = {.n_layer = 2, .n_blocks = 1, .block_size = 4, .k_dim = 8, .v_dim = 8, .type = QR_TYPE_BF16};
+    qr_kv_desc d = {.n_layer = 2, .n_blocks = 1, .block_size = 4, .k_dim = 8, .v_dim = 8, .type_k = QR_TYPE_Q4_K,
+                    .type_v = QR_TYPE_F16};
     assert_null(be->ops->kv_alloc(be, &d, err, sizeof err));
-    assert_non_null(strstr(err, "bad kv layout"));
-    d.type = QR_TYPE_F16;
+    assert_non_null(strstr(err, "cannot store a KV cache of type Q4_K"));
+    /* a block type whose blocks do not tile the rows (8 values, blocks of 32) */
+    d.type_k = QR_TYPE_Q8_0;
+    assert_null(be->ops->kv_alloc(be, &d, err, sizeof err));
+    assert_non_null(strstr(err, "whole blocks"));
+    d.type_k = QR_TYPE_F16;
     qr_kv_storage *kv = be->ops->kv_alloc(be, &d, err, sizeof err);
     assert_non_null(kv);
     assert_int_equal(qr_kv_storage_desc(kv)->k_dim, 8);

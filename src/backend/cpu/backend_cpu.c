@@ -125,8 +125,6 @@ static qr_status cpu_set_n_threads(qr_backend *be, int32_t n_threads, char *err,
 
 /* ---- KV storage ---- */
 
-static size_t kv_elem_size(qr_type t) { return t == QR_TYPE_F16 ? 2 : 4; }
-
 static void cpu_kv_free(qr_backend *be, qr_kv_storage *kv) {
     (void)be;
     if (!kv) return;
@@ -145,19 +143,22 @@ static qr_kv_storage *cpu_kv_alloc(qr_backend *be, const qr_kv_desc *d, char *er
     if (!kv) goto oom;
     kv->desc = *d;
     kv->desc.n_layer = 0; /* counts the layers allocated so far, for cleanup */
+    kv->row_k = qr_kv_row_bytes_k(d);
+    kv->row_v = qr_kv_row_bytes_v(d);
+    kv->flash = !(d->type_k == d->type_v && (d->type_k == QR_TYPE_F16 || d->type_k == QR_TYPE_F32));
     kv->k = calloc((size_t)d->n_layer + 1, sizeof(void *));
     kv->v = calloc((size_t)d->n_layer + 1, sizeof(void *));
     if (!kv->k || !kv->v) goto oom;
-    const size_t slots = (size_t)d->n_blocks * (size_t)d->block_size, es = kv_elem_size(d->type);
+    const size_t slots = (size_t)d->n_blocks * (size_t)d->block_size;
     for (int32_t l = 0; l < d->n_layer; l++) {
-        kv->k[l] = calloc(slots * (size_t)d->k_dim, es);
-        kv->v[l] = calloc(slots * (size_t)d->v_dim, es);
+        kv->k[l] = calloc(slots, kv->row_k);
+        kv->v[l] = calloc(slots, kv->row_v);
         kv->desc.n_layer = l + 1;
         if (!kv->k[l] || !kv->v[l]) goto oom;
         /* fault the pages in now: the cache is a reservation, so the process's RSS should show it from
          * the start rather than grow as blocks are first used (the server's prefix cache fills them all) */
-        memset(kv->k[l], 0, slots * (size_t)d->k_dim * es);
-        memset(kv->v[l], 0, slots * (size_t)d->v_dim * es);
+        memset(kv->k[l], 0, slots * kv->row_k);
+        memset(kv->v[l], 0, slots * kv->row_v);
     }
     return kv;
 oom:
@@ -170,8 +171,7 @@ oom:
 static void cpu_kv_copy_block(qr_backend *be, qr_kv_storage *kv, int32_t src, int32_t dst) {
     (void)be;
     const qr_kv_desc *d = &kv->desc;
-    const size_t es = kv_elem_size(d->type), bk = (size_t)d->block_size * (size_t)d->k_dim * es,
-                 bv = (size_t)d->block_size * (size_t)d->v_dim * es;
+    const size_t bk = (size_t)d->block_size * kv->row_k, bv = (size_t)d->block_size * kv->row_v;
     for (int32_t l = 0; l < d->n_layer; l++) {
         memcpy((char *)kv->k[l] + (size_t)dst * bk, (char *)kv->k[l] + (size_t)src * bk, bk);
         memcpy((char *)kv->v[l] + (size_t)dst * bv, (char *)kv->v[l] + (size_t)src * bv, bv);
@@ -517,18 +517,43 @@ static void cpu_rope(qr_backend *be, float *x, int32_t n_head, int32_t head_dim,
 
 /* ---- KV store and attention ---- */
 
+/* The converter of a cache row of type t: ggml's from_float of that type on x86 (F16: F16C rounding, Q8_0:
+ * its SIMD quantizer, the activation converter's numerics; BF16, Q4_0: the reference rounding). */
+static void kv_row_store(const cpu_backend *cb, qr_type t, const float *src, void *dst, int64_t n) {
+    if (t == QR_TYPE_F16) {
+        cb->k->to_f16(src, dst, n);
+    } else if (t == QR_TYPE_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    } else {
+        const qr_from_float_fn act = (cb->k == &qr_cpu_kernels_avx2 ? qr_cpu_act_quantizer_avx2 : qr_cpu_act_quantizer)(t);
+        (act ? act : qr_quant_traits_ref(t)->from_float)(src, dst, n);
+    }
+}
+
+/* One K or V row into its slot: rotated chunk by chunk first when the cache is (rot > 0, a multiple of the
+ * type's block size), then converted. */
+static void kv_row_put(const cpu_backend *cb, qr_type t, int32_t rot, const float *src, char *dst, int64_t n) {
+    if (!rot) {
+        kv_row_store(cb, t, src, dst, n);
+        return;
+    }
+    float chunk[256];
+    for (int64_t c = 0; c < n; c += rot) {
+        memcpy(chunk, src + c, sizeof(float) * (size_t)rot);
+        qr_cpu_fwht(chunk, rot, rot);
+        kv_row_store(cb, t, chunk, dst + qr_type_row_size(t, c), rot);
+    }
+}
+
 static void cpu_kv_store(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *k, const float *v) {
     cpu_backend *cb = CB(be);
     const qr_kv_desc *d = &kv->desc; /* layer and slots: checked by backend_check.c */
     for (int32_t r = 0; r < cb->n_tokens; r++) {
         const int64_t s = cb->kv_slot[r];
-        if (d->type == QR_TYPE_F16) {
-            cb->k->to_f16(k + (int64_t)r * d->k_dim, (uint16_t *)kv->k[layer] + s * d->k_dim, d->k_dim);
-            cb->k->to_f16(v + (int64_t)r * d->v_dim, (uint16_t *)kv->v[layer] + s * d->v_dim, d->v_dim);
-        } else {
-            memcpy((float *)kv->k[layer] + s * d->k_dim, k + (int64_t)r * d->k_dim, (size_t)d->k_dim * sizeof(float));
-            memcpy((float *)kv->v[layer] + s * d->v_dim, v + (int64_t)r * d->v_dim, (size_t)d->v_dim * sizeof(float));
-        }
+        kv_row_put(cb, d->type_k, d->rot_k, k + (int64_t)r * d->k_dim, (char *)kv->k[layer] + (size_t)s * kv->row_k,
+                   d->k_dim);
+        kv_row_put(cb, d->type_v, d->rot_v, v + (int64_t)r * d->v_dim, (char *)kv->v[layer] + (size_t)s * kv->row_v,
+                   d->v_dim);
     }
 }
 
@@ -540,6 +565,9 @@ typedef struct attn_task {
     const qr_attn_params *p;
     float *out;
     int64_t n_jobs;
+    qr_from_float_fn q_to_vec_dot; /* the flash path's conversions (cpu_attn_job) */
+    qr_vec_dot_fn k_dot;
+    qr_to_float_fn v_to_float;
 } attn_task;
 
 /* Jobs jb = row * n_head + head. */
@@ -562,7 +590,18 @@ static void attn_task_fn(void *arg, int64_t lo, int64_t hi, int ith) {
             .v_stride = d->v_dim,
             .k_off = (int64_t)kvh * p->head_dim_k,
             .v_off = (int64_t)kvh * p->head_dim_v,
-            .kv_type = d->type,
+            .kv_type = d->type_k,
+            .k_type = d->type_k,
+            .v_type = d->type_v,
+            .k_row_bytes = t->kv->row_k,
+            .v_row_bytes = t->kv->row_v,
+            .k_head_bytes = qr_type_row_size(d->type_k, (int64_t)kvh * p->head_dim_k),
+            .v_head_bytes = qr_type_row_size(d->type_v, (int64_t)kvh * p->head_dim_v),
+            .q_to_vec_dot = t->q_to_vec_dot,
+            .k_dot = t->k_dot,
+            .v_to_float = t->v_to_float,
+            .rot_k = d->rot_k,
+            .rot_v = d->rot_v,
             .block_table = cb->block_table + (int64_t)cb->seq[r] * cb->max_blocks,
             .block_size = d->block_size,
             .first = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0,
@@ -578,8 +617,27 @@ static void attn_task_fn(void *arg, int64_t lo, int64_t hi, int ith) {
             .acc = acc,
             .out = t->out + ((int64_t)r * p->n_head + h) * p->head_dim_v,
         };
-        cb->k->attn_head(&job);
+        if (t->kv->flash) qr_cpu_attn_head_flash(cb->k, &job);
+        else cb->k->attn_head(&job);
     }
+}
+
+/* The flash path's conversions for this cache (ggml's: q to the K type's vec_dot_type with its from_float,
+ * the K type's vec_dot, V's to_float); false (error raised) when a head does not split into whole blocks. */
+static bool flash_setup(cpu_backend *cb, const qr_kv_desc *d, const qr_attn_params *p, attn_task *t) {
+    const qr_quant_traits *kt = cpu_traits(cb, d->type_k);
+    const qr_quant_traits *vt = cpu_traits(cb, d->type_v);
+    if (!kt || !kt->vec_dot || !vt || !qr_type_row_size(d->type_k, p->head_dim_k) ||
+        !qr_type_row_size(d->type_v, p->head_dim_v)) {
+        raise_error(cb, QR_ERR_UNSUPPORTED, "attention: the head size does not split into blocks of the KV cache type");
+        return false;
+    }
+    const qr_type vdt = kt->vec_dot_type;
+    const qr_from_float_fn act = (cb->k == &qr_cpu_kernels_avx2 ? qr_cpu_act_quantizer_avx2 : qr_cpu_act_quantizer)(vdt);
+    t->q_to_vec_dot = act ? act : cpu_traits(cb, vdt)->from_float;
+    t->k_dot = kt->vec_dot;
+    t->v_to_float = d->type_v == QR_TYPE_F16 || d->type_v == QR_TYPE_F32 ? NULL : vt->to_float;
+    return true;
 }
 
 static void cpu_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *q, const qr_attn_params *p,
@@ -617,6 +675,7 @@ static void cpu_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, cons
     }
     attn_task t = {.cb = cb, .kv = kv, .layer = layer, .q = q, .p = p, .out = out,
                    .n_jobs = (int64_t)cb->n_tokens * p->n_head};
+    if (kv->flash && !flash_setup(cb, d, p, &t)) return;
     const int nth = cpu_pool_n_threads(cb->pool);
     /* per-thread score scratch: as many keys as the longest row sees */
     size_t max_keys = 1;
@@ -773,7 +832,8 @@ static void cpu_softmax(qr_backend *be, const float *x, int64_t n_rows, int64_t 
  * dot product whose activations it can convert (as cpu_matmul picks them). */
 static qr_backend_caps cpu_caps(const cpu_backend *cb) {
     qr_backend_caps c = {.host_memory = true, .exact = true, .max_head_dim = QR_CPU_MAX_HEAD_DIM,
-                         .kv_types = QR_TYPE_BIT(QR_TYPE_F16) | QR_TYPE_BIT(QR_TYPE_F32)};
+                         .kv_types = QR_TYPE_BIT(QR_TYPE_F16) | QR_TYPE_BIT(QR_TYPE_F32) | QR_TYPE_BIT(QR_TYPE_BF16) |
+                                     QR_TYPE_BIT(QR_TYPE_Q8_0) | QR_TYPE_BIT(QR_TYPE_Q4_0)};
     for (int t = 0; t < QR_TYPE_COUNT; t++) {
         const qr_quant_traits *tr = cpu_traits(cb, (qr_type)t);
         if (!tr || !tr->vec_dot) continue;

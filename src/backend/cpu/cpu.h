@@ -83,7 +83,15 @@ typedef struct cpu_attn_job {
     const void *v_base;          /* layer's V storage: [n_blocks * block_size][v_stride] of kv_type */
     int64_t k_stride, v_stride;  /* elements per cache slot (k_dim, v_dim) */
     int64_t k_off, v_off;        /* element offset of this kv head inside a slot */
-    qr_type kv_type;             /* QR_TYPE_F16 or QR_TYPE_F32 */
+    qr_type kv_type;             /* attn_head: QR_TYPE_F16 or QR_TYPE_F32, of K and V alike */
+    /* the flash path (qr_cpu_attn_head_flash: any other pair of cache types) */
+    qr_type k_type, v_type;      /* storage types of K and V */
+    size_t k_row_bytes, v_row_bytes; /* bytes of one slot's K (V) row */
+    size_t k_head_bytes, v_head_bytes; /* byte offset of this kv head inside a slot's row */
+    qr_from_float_fn q_to_vec_dot;   /* q -> the K type's vec_dot_type (ggml's from_float of that type) */
+    qr_vec_dot_fn k_dot;             /* the K type's vec_dot (K row . converted q) */
+    qr_to_float_fn v_to_float;       /* V row -> f32 (NULL for F16 and F32 V) */
+    int32_t rot_k, rot_v;            /* the cache's Walsh-Hadamard rotations (qr_kv_desc), 0 = none */
     const int32_t *block_table;  /* [max_blocks] physical block ids of the sequence */
     int32_t block_size;
     int32_t first, last;         /* key positions [first, last] (inclusive) */
@@ -122,7 +130,25 @@ typedef struct cpu_kernels {
     void (*scale)(const float *x, float s, int64_t n, float *out);
     /* dst[i] = f16(src[i]) with round-to-nearest-even (KV store). */
     void (*to_f16)(const float *src, uint16_t *dst, int64_t n);
+    /* The flash path's vector steps, in ggml's x86 order: y[i] = fma(x[i], v, y[i]) (ggml_vec_mad_f32);
+     * y[i] = f16(fma(f32(x[i]), v, f32(y[i]))) (ggml_vec_mad_f16); y[i] = f16(f32(y[i]) * v)
+     * (ggml_vec_scale_f16); n elements. */
+    void (*mad_f32)(float *y, const float *x, float v, int64_t n);
+    void (*mad_f16)(uint16_t *y, const uint16_t *x, float v, int64_t n);
+    void (*scale_f16)(uint16_t *y, float v, int64_t n);
 } cpu_kernels;
+
+/* Attention for one query head with llama.cpp's flash-attention CPU numerics (ggml's
+ * flash_attn_ext, the one-chunk path it takes for quantized caches): q converted once to the K type's
+ * vec_dot_type (job->q_to_vec_dot), s = scale * softcap(k_dot(K row, q)) per key in position order, an
+ * online softmax in f32 with expf, V rows (dequantized by job->v_to_float, or F16 accumulated in f16
+ * as ggml does) summed with the running weights, sinks after the keys, then out = acc / S. The same
+ * for one-row and multi-row passes. Reads the quantized rows directly (attn_flash.c). */
+void qr_cpu_attn_head_flash(const cpu_kernels *k, const cpu_attn_job *job);
+/* x[0..n) = the orthonormal Walsh-Hadamard transform of each chunk of `chunk` values (a power of two), in
+ * ggml's order (its fwht: each value times 1/sqrtf(chunk), then butterflies u + v, u - v of growing span):
+ * what llama.cpp's rotated KV cache applies. Its own inverse. */
+void qr_cpu_fwht(float *x, int64_t n, int32_t chunk);
 
 extern const cpu_kernels qr_cpu_kernels_scalar;
 /* The AVX2/FMA/F16C table (ops_avx2.c, compiled with those flags; call only when cpuid has them). */
@@ -183,8 +209,10 @@ typedef struct cpu_backend {
 
 struct qr_kv_storage {
     qr_kv_desc desc;
-    void **k; /* [n_layer] -> [n_blocks * block_size][k_dim] of desc.type */
-    void **v; /* [n_layer] -> [n_blocks * block_size][v_dim] */
+    void **k; /* [n_layer] -> [n_blocks * block_size] K rows of k_dim values of desc.type_k (row_k bytes each) */
+    void **v; /* [n_layer] -> [n_blocks * block_size] V rows of v_dim values of desc.type_v (row_v bytes each) */
+    size_t row_k, row_v; /* bytes of one slot's K / V row of a layer */
+    bool flash;          /* attention takes the flash path (types other than F16/F16 or F32/F32) */
 };
 
 /* ---- MoE and Mamba2 ops (ops_moe.c, ops_ssm.c): the op table entries of the same names in

@@ -424,6 +424,33 @@ static void to_f16_avx2(const float *src, uint16_t *dst, int64_t n) {
     for (; i < n; i++) dst[i] = qr_fp32_to_fp16(src[i]);
 }
 
+static void mad_f32_avx2(float *y, const float *x, float v, int64_t n) {
+    const __m256 vv = _mm256_set1_ps(v);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vv, _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] = fmaf(x[i], v, y[i]);
+}
+
+static inline __m256 load_f16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+static inline void store_f16x8(uint16_t *p, __m256 x) {
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
+
+static void mad_f16_avx2(uint16_t *y, const uint16_t *x, float v, int64_t n) {
+    const __m256 vv = _mm256_set1_ps(v);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) store_f16x8(y + i, _mm256_fmadd_ps(load_f16x8(x + i), vv, load_f16x8(y + i)));
+    for (; i < n; i++) y[i] = qr_fp32_to_fp16(fmaf(qr_fp16_to_fp32(x[i]), v, qr_fp16_to_fp32(y[i])));
+}
+
+static void scale_f16_avx2(uint16_t *y, float v, int64_t n) {
+    const __m256 vv = _mm256_set1_ps(v);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) store_f16x8(y + i, _mm256_mul_ps(load_f16x8(y + i), vv));
+    for (; i < n; i++) y[i] = qr_fp32_to_fp16(qr_fp16_to_fp32(y[i]) * v);
+}
+
 const cpu_kernels qr_cpu_kernels_avx2 = {
     .name = "avx2",
     .rmsnorm_row = rmsnorm_row_avx2,
@@ -436,4 +463,7 @@ const cpu_kernels qr_cpu_kernels_avx2 = {
     .mul = mul_avx2,
     .scale = scale_avx2,
     .to_f16 = to_f16_avx2,
+    .mad_f32 = mad_f32_avx2,
+    .mad_f16 = mad_f16_avx2,
+    .scale_f16 = scale_f16_avx2,
 };

@@ -233,6 +233,18 @@ static void to_f16_scalar(const float *src, uint16_t *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = qr_fp32_to_fp16(src[i]);
 }
 
+static void mad_f32_scalar(float *y, const float *x, float v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = fmaf(x[i], v, y[i]);
+}
+
+static void mad_f16_scalar(uint16_t *y, const uint16_t *x, float v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = qr_fp32_to_fp16(fmaf(qr_fp16_to_fp32(x[i]), v, qr_fp16_to_fp32(y[i])));
+}
+
+static void scale_f16_scalar(uint16_t *y, float v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = qr_fp32_to_fp16(qr_fp16_to_fp32(y[i]) * v);
+}
+
 const cpu_kernels qr_cpu_kernels_scalar = {
     .name = "scalar",
     .rmsnorm_row = rmsnorm_row_scalar,
@@ -245,4 +257,7 @@ const cpu_kernels qr_cpu_kernels_scalar = {
     .mul = mul_scalar,
     .scale = scale_scalar,
     .to_f16 = to_f16_scalar,
+    .mad_f32 = mad_f32_scalar,
+    .mad_f16 = mad_f16_scalar,
+    .scale_f16 = scale_f16_scalar,
 };

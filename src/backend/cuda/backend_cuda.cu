@@ -361,10 +361,16 @@ static qr_kv_storage *cuda_kv_alloc(qr_backend *be, const qr_kv_desc *d, char *e
         qr_errf(err, err_len, QR_ERR_NOMEM, "cannot allocate the KV cache descriptor");
         return NULL;
     }
+    if (d->type_k != d->type_v) { /* caps.kv_types holds F16 and F32, one for both */
+        free(kv);
+        qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "the CUDA backend stores K and V in one type (not %s K with %s V)",
+                qr_type_name(d->type_k), qr_type_name(d->type_v));
+        return NULL;
+    }
     kv->magic = KV_MAGIC;
     kv->desc = *d;
     if (d->block_size > cb->kv_block_size) cb->kv_block_size = d->block_size; /* exact rope in graphs */
-    const size_t slots = (size_t)d->n_blocks * (size_t)d->block_size, es = kv_elem(d->type);
+    const size_t slots = (size_t)d->n_blocks * (size_t)d->block_size, es = kv_elem(d->type_k);
     kv->k_layer = slots * (size_t)d->k_dim * es;
     kv->v_layer = slots * (size_t)d->v_dim * es;
     const size_t kb = kv->k_layer * (size_t)d->n_layer, vb = kv->v_layer * (size_t)d->n_layer;
@@ -399,7 +405,7 @@ static void cuda_kv_copy_block(qr_backend *be, qr_kv_storage *kv, int32_t src, i
     if (!kv_valid(cb, kv, "kv_copy_block")) return;
     const qr_kv_desc *d = &kv->desc; /* src, dst: checked by backend_check.c */
     if (src == dst || d->n_layer == 0) return;
-    const size_t es = kv_elem(d->type), bk = (size_t)d->block_size * (size_t)d->k_dim * es,
+    const size_t es = kv_elem(d->type_k), bk = (size_t)d->block_size * (size_t)d->k_dim * es,
                  bv = (size_t)d->block_size * (size_t)d->v_dim * es;
     /* one 2-D copy per cache: a block-sized row in each layer */
     if (cuda_ok(cb, cudaMemcpy2DAsync(kv->k + (size_t)dst * bk, kv->k_layer, kv->k + (size_t)src * bk, kv->k_layer, bk,
@@ -1067,7 +1073,7 @@ static void cuda_kv_store(qr_backend *be, qr_kv_storage *kv, int32_t layer, cons
     if (!kv_store_ok(cb, kv, layer, "kv_store")) return;
     const qr_kv_desc *d = &kv->desc;
     cuda_ok(cb, qr_cuda_kv_store(k, v, cb->n_tokens, d->k_dim, d->v_dim, cb->d_kv_slot, kv->k + (size_t)layer * kv->k_layer,
-                                 kv->v + (size_t)layer * kv->v_layer, d->type == QR_TYPE_F16, cb->stream),
+                                 kv->v + (size_t)layer * kv->v_layer, d->type_k == QR_TYPE_F16, cb->stream),
             "kv_store");
 }
 
@@ -1087,7 +1093,7 @@ static void rope_kv_store(qr_backend *be, float *q, float *k, const float *v, in
     cuda_ok(cb,
             qr_cuda_rope_kv_store(q, k, v, cb->n_tokens, n_head, n_head_kv, head_dim, d->v_dim, cb->d_pos,
                                   cb->d_kv_slot, &c, ff, kv->k + (size_t)layer * kv->k_layer,
-                                  kv->v + (size_t)layer * kv->v_layer, d->type == QR_TYPE_F16, use_pdl(cb),
+                                  kv->v + (size_t)layer * kv->v_layer, d->type_k == QR_TYPE_F16, use_pdl(cb),
                                   cb->stream),
             "rope_kv_store");
 }
@@ -1132,7 +1138,7 @@ static bool attn_args(cuda_backend *cb, qr_kv_storage *kv, int32_t layer, const 
     a.q = q;
     a.k_cache = kv->k + (size_t)layer * kv->k_layer;
     a.v_cache = kv->v + (size_t)layer * kv->v_layer;
-    a.f16 = d->type == QR_TYPE_F16;
+    a.f16 = d->type_k == QR_TYPE_F16;
     a.pos = cb->d_pos;
     a.seq = cb->d_seq;
     a.block_table = cb->d_block_table;
@@ -1375,7 +1381,7 @@ static bool rope_attention(qr_backend *be, float *q, float *k, const float *v, c
                            qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, float *out) {
     cuda_backend *cb = CB(be);
     if (cb->exact || !cb->tune.fuse || !cb->tune.attn_short || cb->n_tokens != 1 || p->non_causal || !kv ||
-        kv->desc.type != QR_TYPE_F16 || p->head_dim_k != p->head_dim_v || p->n_head_kv < 1 || p->n_head % p->n_head_kv)
+        kv->desc.type_k != QR_TYPE_F16 || p->head_dim_k != p->head_dim_v || p->n_head_kv < 1 || p->n_head % p->n_head_kv)
         return false;
     const qr_kv_desc *d = &kv->desc;
     const int64_t kmax = qr_cuda_attn_short_keys(p->head_dim_k), addressable = (int64_t)cb->max_blocks * d->block_size;

@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
     qr_backend *cpu; qr_backend_cpu_params cp = {.n_threads = 1, .force_scalar = true};
     qr_backend_cpu_create(&cp, &cpu, err, sizeof err);
     const int len = getenv("LEN") ? atoi(getenv("LEN")) : 37, max_blocks = (len + bs - 1) / bs + 1, n_blocks = max_blocks + 2;
-    qr_kv_desc d = {.n_layer = 2, .n_blocks = n_blocks, .block_size = bs, .k_dim = n_head_kv * dk, .v_dim = n_head_kv * dv, .type = f16 ? QR_TYPE_F16 : QR_TYPE_F32};
+    qr_kv_desc d = {.n_layer = 2, .n_blocks = n_blocks, .block_size = bs, .k_dim = n_head_kv * dk, .v_dim = n_head_kv * dv, .type_k = f16 ? QR_TYPE_F16 : QR_TYPE_F32, .type_v = f16 ? QR_TYPE_F16 : QR_TYPE_F32};
     qr_kv_storage *kv = cpu->ops->kv_alloc(cpu, &d, err, sizeof err);
     int32_t bt[64]; for (int b = 0; b < max_blocks; b++) bt[b] = (max_blocks - 1 - b + 1) % n_blocks;
     int32_t tok[64] = {0}, pos[64], seq[64] = {0}, slot[64];

@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
     qr_backend *cpu; qr_backend_cpu_params cp = {.n_threads = 1, .force_scalar = true};
     qr_backend_cpu_create(&cp, &cpu, err, sizeof err);
     const int len = getenv("LEN") ? atoi(getenv("LEN")) : 300, max_blocks = (len + bs - 1) / bs + 1, n_blocks = max_blocks + 2;
-    qr_kv_desc d = {.n_layer = 2, .n_blocks = n_blocks, .block_size = bs, .k_dim = n_head_kv * dd, .v_dim = n_head_kv * dd, .type = QR_TYPE_F16};
+    qr_kv_desc d = {.n_layer = 2, .n_blocks = n_blocks, .block_size = bs, .k_dim = n_head_kv * dd, .v_dim = n_head_kv * dd, .type_k = QR_TYPE_F16, .type_v = QR_TYPE_F16};
     qr_kv_storage *kv = cpu->ops->kv_alloc(cpu, &d, err, sizeof err);
     std::vector<int32_t> bt(max_blocks);
     for (int b = 0; b < max_blocks; b++) bt[b] = (max_blocks - 1 - b + 1) % n_blocks;

@@ -119,7 +119,7 @@ int main(int argc, char **argv) {
     /* sequence 0 holds len positions, sequence 1 the first len1 of the same blocks (its own block table row) */
     const int len = getenv("LEN") ? atoi(getenv("LEN")) : 150, len1 = len / 2 + 3;
     const int max_blocks = (len + bs - 1) / bs + 1, n_blocks = max_blocks + 2;
-    qr_kv_desc d = {.n_layer = 2, .n_blocks = n_blocks, .block_size = bs, .k_dim = n_head_kv * dd, .v_dim = n_head_kv * dd, .type = QR_TYPE_F16};
+    qr_kv_desc d = {.n_layer = 2, .n_blocks = n_blocks, .block_size = bs, .k_dim = n_head_kv * dd, .v_dim = n_head_kv * dd, .type_k = QR_TYPE_F16, .type_v = QR_TYPE_F16};
     qr_kv_storage *kv = cpu->ops->kv_alloc(cpu, &d, err, sizeof err);
     std::vector<int32_t> bt(2 * max_blocks);
     for (int b = 0; b < max_blocks; b++) bt[b] = bt[max_blocks + b] = (max_blocks - 1 - b + 1) % n_blocks;
