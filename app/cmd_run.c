@@ -16,6 +16,7 @@ typedef struct gen_opts {
     bool ignore_eos;    /* keep going through end-of-generation tokens */
     bool ids_only;      /* print a JSON array of generated ids instead of text */
     bool quiet;         /* no timing line */
+    bool verbose;       /* speculative decoding counters after the timing line */
     const char *stops[MAX_STOPS];
     int32_t n_stops;
 } gen_opts;
@@ -23,6 +24,7 @@ typedef struct gen_opts {
 typedef struct gen_stats {
     int32_t n_prompt, n_gen;
     double prefill_s, decode_s;
+    int64_t n_drafted, n_accepted; /* speculative decoding */
 } gen_stats;
 
 /* Where generate()'s callback puts what qr_generate hands it. */
@@ -77,6 +79,7 @@ static int generate(app_engine *e, const int32_t *ids, size_t n_ids, qr_sampler_
     gp.ignore_eos = o->ignore_eos;
     gp.stops = o->stops;
     gp.n_stops = o->n_stops;
+    gp.spec = e->spec;
     qr_generate_result r;
     qr_status st = qr_generate(e->ctx, e->tok, smp, ids, n_ids, &gp, on_token, &k, &r, err, sizeof err);
     if (st != QR_OK) fprintf(stderr, "quarrel: %s\n", err);
@@ -85,6 +88,8 @@ static int generate(app_engine *e, const int32_t *ids, size_t n_ids, qr_sampler_
     stats->n_prompt += r.n_prompt;
     stats->decode_s += r.decode_seconds;
     stats->n_gen += r.n_generated;
+    stats->n_drafted += r.n_drafted;
+    stats->n_accepted += r.n_accepted;
     if (o->ids_only && r.n_prompt > 0) { /* the ids so far, also after an error in the loop */
         fputc('[', out);
         for (int32_t i = 0; i < k.n_ids; i++) fprintf(out, i ? ",%d" : "%d", k.ids[i]);
@@ -98,6 +103,20 @@ static void print_timing(const app_engine *e, const gen_stats *s) {
     fprintf(stderr, "\nquarrel: load %.0f ms | prefill %d tok, %.1f t/s | decode %d tok, %.1f t/s\n", e->load_ms,
             s->n_prompt, s->prefill_s > 0 ? s->n_prompt / s->prefill_s : 0.0, s->n_gen,
             s->decode_s > 0 ? s->n_gen / s->decode_s : 0.0);
+}
+
+/* The speculative decoding counters (quarrel run --verbose), on stderr. */
+static void print_spec_stats(const app_engine *e, const gen_stats *s) {
+    if (!e->spec) {
+        fprintf(stderr, "quarrel: speculative decoding off\n");
+        return;
+    }
+    qr_spec_stats ss;
+    qr_spec_get_stats(e->spec, &ss);
+    fprintf(stderr, "quarrel: speculative: %lld drafted, %lld accepted (acceptance %.1f%%), %lld verify passes, "
+                    "%.2f tokens per target pass\n", (long long)s->n_drafted, (long long)s->n_accepted,
+            s->n_drafted ? 100.0 * (double)s->n_accepted / (double)s->n_drafted : 0.0, (long long)ss.n_steps,
+            s->n_gen > 1 ? (double)(s->n_gen - 1) / (double)(s->n_gen - 1 - s->n_accepted) : 1.0);
 }
 
 /* The MoE / SSM counters of the context (qr_context_arch_stats) in Prometheus text form, on stderr;
@@ -151,8 +170,9 @@ static void usage_run(FILE *f) {
                "  -q, --quiet          no timing line\n"
                "  --stats              print the MoE / SSM counters (Prometheus text) on stderr\n"
                "  --grammar-file FILE  constrain the output to a GBNF grammar (start rule: root)\n"
-               "  --json-schema S      constrain the output to a JSON schema (inline JSON or a file)\n" APP_ENGINE_HELP
-               APP_SAMPLER_HELP);
+               "  --json-schema S      constrain the output to a JSON schema (inline JSON or a file)\n"
+               "  -v, --verbose        print the speculative decoding counters (acceptance rate)\n" APP_ENGINE_HELP
+               APP_SPEC_HELP APP_SAMPLER_HELP);
 }
 
 int cmd_run(int argc, char **argv) {
@@ -161,15 +181,16 @@ int cmd_run(int argc, char **argv) {
         {"chat", 0, 0, 'C'}, {"system", 1, 0, 'S'}, {"n-predict", 1, 0, 'n'}, {"threads", 1, 0, 't'},
         {"ctx", 1, 0, 'c'}, {"stop", 1, 0, 's' + 256}, {"ignore-eos", 0, 0, 'i' + 256},
         {"ids-only", 0, 0, 'I' + 256}, {"quiet", 0, 0, 'q'}, {"stats", 0, 0, 'Z' + 256}, {"help", 0, 0, 'h'},
-        {"grammar-file", 1, 0, 'G' + 256}, {"json-schema", 1, 0, 'J' + 256}, APP_SAMPLER_LONGOPTS, APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
-    app_engine_opts eo = {0};
+        {"grammar-file", 1, 0, 'G' + 256}, {"json-schema", 1, 0, 'J' + 256}, {"verbose", 0, 0, 'v'},
+        APP_SAMPLER_LONGOPTS, APP_ENGINE_LONGOPTS, APP_SPEC_LONGOPTS, {0, 0, 0, 0}};
+    app_engine_opts eo = {.spec = qr_spec_default_params()};
     gen_opts go = {.n_predict = 128};
     qr_sampler_chain_params sp = qr_sampler_chain_default_params();
     const char *prompt = NULL, *file = NULL, *tokens = NULL, *system = NULL, *grammar_file = NULL, *schema = NULL;
     bool chat = false, arch_stats = false;
     int c, rc;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:f:n:t:c:qh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:f:n:t:c:qvh", longopts, NULL)) != -1) {
         switch (c) {
         case 'G' + 256: grammar_file = optarg; break;
         case 'J' + 256: schema = optarg; break;
@@ -192,10 +213,12 @@ int cmd_run(int argc, char **argv) {
         case 'i' + 256: go.ignore_eos = true; break;
         case 'I' + 256: go.ids_only = true; break;
         case 'q': go.quiet = true; break;
+        case 'v': go.verbose = true; break;
         case 'Z' + 256: arch_stats = true; break;
         case 'h': usage_run(stdout); return 0;
         default:
-            if ((rc = app_engine_opt(c, optarg, &eo)) >= 0 || (rc = app_sampler_opt(c, optarg, &sp)) >= 0) {
+            if ((rc = app_engine_opt(c, optarg, &eo)) >= 0 || (rc = app_sampler_opt(c, optarg, &sp)) >= 0 ||
+                (rc = app_spec_opt(c, optarg, &eo)) >= 0) {
                 if (rc) return rc;
                 break;
             }
@@ -212,6 +235,7 @@ int cmd_run(int argc, char **argv) {
         usage_run(stderr);
         return 2;
     }
+    if ((rc = app_spec_check(&eo))) return rc;
     char err[1024];
     if (qr_sampler_chain_params_validate(&sp, 0, err, sizeof err) != QR_OK) {
         fprintf(stderr, "quarrel: %s\n", err);
@@ -257,6 +281,7 @@ int cmd_run(int argc, char **argv) {
     if (!rc) rc = generate(&e, ids, n_ids, smp, &go, stdout, &st, NULL, NULL);
     if (!rc && !go.ids_only) fputc('\n', stdout);
     if (!rc && !go.quiet) print_timing(&e, &st);
+    if (!rc && go.verbose) print_spec_stats(&e, &st);
     if (!rc && arch_stats) print_arch_stats(&e);
     qr_sampler_chain_free(smp);
     free(ids);
@@ -269,21 +294,24 @@ int cmd_run(int argc, char **argv) {
 static void usage_chat(FILE *f) {
     fprintf(f, "usage: quarrel chat -m MODEL [--system TEXT] [-n N] [-t N] [-c N] [sampler options]\n"
                "Type a message and press Enter; /exit or end of input quits, /reset clears the history.\n"
-               APP_ENGINE_HELP APP_SAMPLER_HELP);
+               "  -v, --verbose        print the speculative decoding counters at the end\n"
+               APP_ENGINE_HELP APP_SPEC_HELP APP_SAMPLER_HELP);
 }
 
 int cmd_chat(int argc, char **argv) {
     static const struct option longopts[] = {{"model", 1, 0, 'm'}, {"system", 1, 0, 'S'}, {"n-predict", 1, 0, 'n'},
                                              {"threads", 1, 0, 't'}, {"ctx", 1, 0, 'c'}, {"help", 0, 0, 'h'},
-                                             APP_SAMPLER_LONGOPTS, APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
-    app_engine_opts eo = {0};
+                                             {"verbose", 0, 0, 'v'}, APP_SAMPLER_LONGOPTS, APP_ENGINE_LONGOPTS,
+                                             APP_SPEC_LONGOPTS, {0, 0, 0, 0}};
+    app_engine_opts eo = {.spec = qr_spec_default_params()};
     gen_opts go = {.n_predict = 512, .quiet = true};
     qr_sampler_chain_params sp = qr_sampler_chain_default_params();
     const char *system = NULL;
     int c, rc;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:n:t:c:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:n:t:c:vh", longopts, NULL)) != -1) {
         switch (c) {
+        case 'v': go.verbose = true; break;
         case 'm': eo.model = optarg; break;
         case 'S': system = optarg; break;
         case 'n': if ((rc = app_parse_int("-n", optarg, 1, 1 << 24, &go.n_predict))) return rc; break;
@@ -291,7 +319,8 @@ int cmd_chat(int argc, char **argv) {
         case 'c': if ((rc = app_parse_int("--ctx", optarg, 16, 1 << 24, &eo.n_ctx))) return rc; break;
         case 'h': usage_chat(stdout); return 0;
         default:
-            if ((rc = app_engine_opt(c, optarg, &eo)) >= 0 || (rc = app_sampler_opt(c, optarg, &sp)) >= 0) {
+            if ((rc = app_engine_opt(c, optarg, &eo)) >= 0 || (rc = app_sampler_opt(c, optarg, &sp)) >= 0 ||
+                (rc = app_spec_opt(c, optarg, &eo)) >= 0) {
                 if (rc) return rc;
                 break;
             }
@@ -303,6 +332,7 @@ int cmd_chat(int argc, char **argv) {
         usage_chat(stderr);
         return 2;
     }
+    if ((rc = app_spec_check(&eo))) return rc;
     char err[1024];
     if (qr_sampler_chain_params_validate(&sp, 0, err, sizeof err) != QR_OK) {
         fprintf(stderr, "quarrel: %s\n", err);
@@ -352,6 +382,7 @@ int cmd_chat(int argc, char **argv) {
     }
     fprintf(stderr, "\n");
     if (st.n_gen) print_timing(&e, &st);
+    if (go.verbose) print_spec_stats(&e, &st);
     json_decref(history);
     qr_sampler_chain_free(smp);
     app_engine_close(&e);
