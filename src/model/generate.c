@@ -53,53 +53,31 @@ static qr_status emit(gen_state *g, qr_token token, char *err, size_t err_len) {
     return QR_OK;
 }
 
-/* One speculative step after `token` (sampled, not decoded): drafts, verifies the draft in one row-exact
- * pass over [token, draft...] and emits the tokens that stand plus the target's own next one (written to
- * *next, not decoded). Returns QR_OK with *next = QR_TOKEN_NULL when nothing was drafted (the caller decodes
- * token as usual). */
+/* One speculative step after `token` (sampled, not decoded): drafts, verifies the draft (qr_spec_verify) and
+ * emits the tokens that stand plus the target's own next one (written to *next, not decoded). When a stop
+ * rule ends generation at an earlier one, the cache is cut back to the tokens before it. Returns QR_OK with
+ * *next = QR_TOKEN_NULL when nothing was drafted (the caller decodes token as usual). */
 static qr_status spec_step(qr_context *ctx, qr_spec *spec, qr_sampler *smp, gen_state *g, qr_token token,
                            int32_t room, qr_token *next, char *err, size_t err_len) {
-    int32_t draft[QR_SPEC_DRAFT_MAX + 1], rows[QR_SPEC_DRAFT_MAX + 1], seqs[QR_SPEC_DRAFT_MAX + 1];
-    int8_t want[QR_SPEC_DRAFT_MAX + 1];
+    int32_t draft[QR_SPEC_DRAFT_MAX], out[QR_SPEC_DRAFT_MAX + 1], n_out = 0;
     char msg[1024];
     *next = QR_TOKEN_NULL;
-    const int32_t seq = g->p->seq_id;
+    const int32_t seq = g->p->seq_id, pos0 = qr_kv_seq_len(ctx, seq);
     const int32_t k = qr_spec_draft(spec, seq, g->hist, g->n_hist, room, smp, draft, msg, sizeof msg);
     if (k < 0) return qr_errf(err, err_len, QR_ERR_INTERNAL, "draft: %s", msg);
     if (k == 0) return QR_OK;
-    rows[0] = token;
-    for (int32_t i = 0; i <= k; i++) {
-        if (i > 0) rows[i] = draft[i - 1];
-        seqs[i] = seq;
-        want[i] = 1;
-    }
-    const int32_t pos0 = qr_kv_seq_len(ctx, seq);
-    const qr_batch b = {.n_tokens = k + 1, .token = rows, .seq_id = seqs, .logits = want};
-    qr_context_set_row_exact(ctx, true);
-    qr_status st = qr_decode(ctx, &b, msg, sizeof msg);
-    qr_context_set_row_exact(ctx, false);
-    if (st != QR_OK) return qr_errf(err, err_len, st, "decode: %s", msg);
-    int32_t n_acc = 0;
-    for (int32_t i = 0; i <= k; i++) {
-        int32_t n_q = 0;
-        const qr_token_prob *q = i < k ? qr_spec_q(spec, seq, i, &n_q) : NULL;
-        qr_sample_result res;
-        bool acc = false;
-        if ((st = qr_sampler_verify(smp, qr_get_logits(ctx, i), i < k ? draft[i] : -1, q, n_q, &res, &acc, msg,
-                                    sizeof msg)) != QR_OK)
-            return qr_errf(err, err_len, st, "sampling: %s", msg);
-        if ((st = emit(g, res.token, err, err_len)) != QR_OK) return st;
-        if (acc) n_acc++;
-        if (!acc || g->r->end) {
-            *next = res.token;
+    qr_status st = qr_spec_verify(spec, smp, seq, token, draft, k, out, &n_out, err, err_len);
+    if (st != QR_OK) return st;
+    g->r->n_drafted += k;
+    g->r->n_accepted += n_out - 1;
+    for (int32_t i = 0; i < n_out; i++) {
+        if ((st = emit(g, out[i], err, err_len)) != QR_OK) return st;
+        *next = out[i];
+        if (g->r->end) { /* out[i] is the last token: the cache holds what came before it */
+            qr_kv_seq_rm(ctx, seq, pos0 + i + 1, -1);
             break;
         }
     }
-    /* rows 0..n_acc (token and the drafts that stood) stay in the cache; the rest is rolled back */
-    qr_kv_seq_rm(ctx, seq, pos0 + n_acc + 1, -1);
-    qr_spec_count(spec, k, n_acc);
-    g->r->n_drafted += k;
-    g->r->n_accepted += n_acc;
     return QR_OK;
 }
 

@@ -13,6 +13,9 @@
 
 /* Vocabulary sizes a draft may differ by (the extra ids are never drafted), as llama.cpp allows. */
 #define VOCAB_SLACK 128
+/* First draft length of a sequence, and the longest pause after drafts of which nothing stood. */
+#define START_DRAFT 4
+#define MAX_SKIP 64
 
 qr_spec_params qr_spec_default_params(void) {
     return (qr_spec_params){.kind = QR_SPEC_NGRAM, .draft_max = 16, .draft_min = 0, .draft_p_min = 0.75f,
@@ -115,6 +118,9 @@ void qr_spec_free(qr_spec *sp) {
         for (int32_t s = 0; s < sp->n_seq; s++) free(sp->dtok[s]);
     free(sp->dtok);
     free(sp->dlen);
+    free(sp->cur_max);
+    free(sp->skip);
+    free(sp->fails);
     free(sp->dlogits);
     free(sp->q);
     free(sp->n_q);
@@ -136,6 +142,11 @@ qr_status qr_spec_create(qr_context *ctx, const qr_spec_params *params, qr_spec 
     sp->p = p;
     sp->n_seq = qr_context_n_seq_max(ctx);
     sp->n_vocab = qr_model_n_vocab(target);
+    sp->cur_max = calloc((size_t)sp->n_seq, sizeof *sp->cur_max);
+    sp->skip = calloc((size_t)sp->n_seq, sizeof *sp->skip);
+    sp->fails = calloc((size_t)sp->n_seq, sizeof *sp->fails);
+    if (!sp->cur_max || !sp->skip || !sp->fails) goto nomem;
+    for (int32_t s = 0; s < sp->n_seq; s++) sp->cur_max[s] = p.draft_max < START_DRAFT ? p.draft_max : START_DRAFT;
     if (p.kind == QR_SPEC_DRAFT) {
         if ((st = check_rollback(p.draft_model, "draft", err, err_len)) != QR_OK) goto fail;
         if ((st = check_vocab(target, p.draft_model, &sp->n_vocab, err, err_len)) != QR_OK) goto fail;
@@ -170,15 +181,28 @@ void qr_spec_get_stats(const qr_spec *sp, qr_spec_stats *out) {
     if (out) *out = sp ? sp->stats : (qr_spec_stats){0};
 }
 
-void qr_spec_count(qr_spec *sp, int32_t n_drafted, int32_t n_accepted) {
+void qr_spec_count(qr_spec *sp, int32_t seq, int32_t n_drafted, int32_t n_accepted) {
     if (n_drafted <= 0) return;
     sp->stats.n_steps++;
     sp->stats.n_drafted += n_drafted;
     sp->stats.n_accepted += n_accepted;
+    if (seq < 0 || seq >= sp->n_seq) return;
+    if (n_accepted == 0) {
+        sp->fails[seq]++;
+        sp->skip[seq] = sp->fails[seq] < 7 ? (1 << sp->fails[seq]) : MAX_SKIP;
+        sp->cur_max[seq] = 1;
+        return;
+    }
+    sp->fails[seq] = 0;
+    const int32_t grown = n_accepted == n_drafted ? 2 * sp->cur_max[seq] : n_accepted + 1;
+    sp->cur_max[seq] = grown < sp->p.draft_max ? grown : sp->p.draft_max;
 }
 
 void qr_spec_seq_reset(qr_spec *sp, int32_t seq) {
-    if (!sp->dctx || seq < 0 || seq >= sp->n_seq) return;
+    if (seq < 0 || seq >= sp->n_seq) return;
+    sp->cur_max[seq] = sp->p.draft_max < START_DRAFT ? sp->p.draft_max : START_DRAFT;
+    sp->skip[seq] = sp->fails[seq] = 0;
+    if (!sp->dctx) return;
     qr_kv_seq_rm(sp->dctx, seq, 0, -1);
     sp->dlen[seq] = 0;
 }
@@ -300,8 +324,13 @@ static int32_t draft_model(qr_spec *sp, int32_t seq, const int32_t *hist, int32_
 
 int32_t qr_spec_draft(qr_spec *sp, int32_t seq, const int32_t *hist, int32_t n_hist, int32_t max, qr_sampler *smp,
                       int32_t *draft, char *err, size_t err_len) {
-    if (max > sp->p.draft_max) max = sp->p.draft_max;
     if (max <= 0 || n_hist <= 0 || seq < 0 || seq >= sp->n_seq) return 0;
+    if (sp->skip[seq] > 0) { /* paused after drafts of which nothing stood */
+        sp->skip[seq]--;
+        return 0;
+    }
+    const int32_t cap = sp->cur_max[seq] > sp->p.draft_min ? sp->cur_max[seq] : sp->p.draft_min;
+    if (max > cap) max = cap;
     int32_t k;
     if (sp->p.kind == QR_SPEC_DRAFT) {
         k = draft_model(sp, seq, hist, n_hist, max, smp, draft, err, err_len);
@@ -310,4 +339,44 @@ int32_t qr_spec_draft(qr_spec *sp, int32_t seq, const int32_t *hist, int32_t n_h
         k = qr_spec_ngram_lookup(hist, n_hist, sp->p.ngram_min, sp->p.ngram_max, max, draft);
     }
     return k < sp->p.draft_min || k == 0 ? 0 : k;
+}
+
+qr_status qr_spec_verify(qr_spec *sp, qr_sampler *smp, int32_t seq, int32_t token, const int32_t *draft, int32_t k,
+                         int32_t *out, int32_t *n_out, char *err, size_t err_len) {
+    int32_t rows[QR_SPEC_DRAFT_MAX + 1], seqs[QR_SPEC_DRAFT_MAX + 1];
+    int8_t want[QR_SPEC_DRAFT_MAX + 1];
+    char msg[1024];
+    *n_out = 0;
+    if (k < 1 || k > QR_SPEC_DRAFT_MAX)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "speculative verification: %d drafted tokens", k);
+    for (int32_t i = 0; i <= k; i++) {
+        rows[i] = i ? draft[i - 1] : token;
+        seqs[i] = seq;
+        want[i] = 1;
+    }
+    const int32_t pos0 = qr_kv_seq_len(sp->ctx, seq);
+    const qr_batch b = {.n_tokens = k + 1, .token = rows, .seq_id = seqs, .logits = want};
+    qr_context_set_row_exact(sp->ctx, true);
+    qr_status st = qr_decode(sp->ctx, &b, msg, sizeof msg);
+    qr_context_set_row_exact(sp->ctx, false);
+    if (st != QR_OK) return qr_errf(err, err_len, st, "decode: %s", msg);
+    int32_t n_acc = 0;
+    for (int32_t i = 0; i <= k; i++) {
+        int32_t n_q = 0;
+        const qr_token_prob *q = i < k ? qr_spec_q(sp, seq, i, &n_q) : NULL;
+        qr_sample_result res;
+        bool acc = false;
+        if ((st = qr_sampler_verify(smp, qr_get_logits(sp->ctx, i), i < k ? draft[i] : -1, q, n_q, &res, &acc, msg,
+                                    sizeof msg)) != QR_OK) {
+            qr_kv_seq_rm(sp->ctx, seq, pos0, -1);
+            return qr_errf(err, err_len, st, "sampling: %s", msg);
+        }
+        out[(*n_out)++] = res.token;
+        if (!acc) break;
+        n_acc++;
+    }
+    /* rows 0..n_acc (token and the drafts that stood) stay in the cache; the rest is rolled back */
+    qr_kv_seq_rm(sp->ctx, seq, pos0 + n_acc + 1, -1);
+    qr_spec_count(sp, seq, k, n_acc);
+    return QR_OK;
 }

@@ -27,6 +27,13 @@ struct qr_spec {
     float *dlogits;         /* [n_vocab] scratch */
     qr_token_prob *q;       /* [n_seq][QR_SPEC_DRAFT_MAX][QR_SPEC_Q_MAX] the last draft's distributions */
     int32_t *n_q;           /* [n_seq][QR_SPEC_DRAFT_MAX] entries of each (0: a point mass) */
+    /* draft length control per sequence: a draft costs a verification pass whose price grows with its rows
+     * (on a CPU each row costs about half a decode step), so drafts grow while they are accepted whole and
+     * shrink to what was accepted; after a draft of which nothing stood, drafting pauses for 2, 4, ... 64
+     * steps (text that the drafter cannot predict costs almost nothing) */
+    int32_t *cur_max;       /* [n_seq] most tokens of the next draft (1..p.draft_max) */
+    int32_t *skip;          /* [n_seq] steps left without drafting */
+    int32_t *fails;         /* [n_seq] verifications in a row that kept nothing */
     qr_spec_stats stats;
 };
 
@@ -41,13 +48,23 @@ struct qr_spec {
 int32_t qr_spec_draft(qr_spec *sp, int32_t seq, const int32_t *hist, int32_t n_hist, int32_t max,
                       qr_sampler *smp, int32_t *draft, char *err, size_t err_len);
 
+/* Verifies draft[0..k) (1 <= k <= QR_SPEC_DRAFT_MAX) continuing target sequence seq after `token` (sampled,
+ * not decoded): one row-exact pass over [token, draft...] with logits for every row, then qr_sampler_verify
+ * row by row with smp (the drafts' distributions from qr_spec_q): out[0..*n_out) gets the drafts that stood
+ * and the target's own next token (n_out = accepted + 1 <= k + 1); the cache keeps token and the accepted
+ * drafts (the last out token is not decoded), the rest is rolled back; the counters are updated. */
+qr_status qr_spec_verify(qr_spec *sp, qr_sampler *smp, int32_t seq, int32_t token, const int32_t *draft, int32_t k,
+                         int32_t *out, int32_t *n_out, char *err, size_t err_len);
+
 /* The distribution draft token i of seq's last draft was drawn from (*n entries), NULL for a point mass. */
 const qr_token_prob *qr_spec_q(const qr_spec *sp, int32_t seq, int32_t i, int32_t *n);
 
-/* Counts one verification of n_drafted tokens of which n_accepted stood. */
-void qr_spec_count(qr_spec *sp, int32_t n_drafted, int32_t n_accepted);
+/* Counts one verification of n_drafted tokens of sequence seq of which n_accepted stood (and adapts the
+ * sequence's next draft length). */
+void qr_spec_count(qr_spec *sp, int32_t seq, int32_t n_drafted, int32_t n_accepted);
 
-/* Forgets what the draft model holds of sequence seq (a finished or preempted request). */
+/* Forgets what the draft model holds of sequence seq and its draft length state (a new generation, a
+ * finished or preempted request). */
 void qr_spec_seq_reset(qr_spec *sp, int32_t seq);
 
 /* The longest drafted run ending at hist[n_hist) that the n-gram drafter proposes (pure; exposed for tests):
