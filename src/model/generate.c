@@ -150,8 +150,9 @@ qr_status qr_generate(qr_context *ctx, const qr_tokenizer *tok, qr_sampler_chain
             break;
         }
         if (p.spec) {
-            /* drafts no further than the tokens still to generate and the room in the context */
-            int32_t room = p.n_predict - r.n_generated, ctx_room = n_ctx - qr_kv_seq_len(ctx, p.seq_id) - 2;
+            /* drafts no further than the tokens still to generate (a step adds the draft and one more) and the
+             * room in the context */
+            int32_t room = p.n_predict - r.n_generated - 1, ctx_room = n_ctx - qr_kv_seq_len(ctx, p.seq_id) - 2;
             if (ctx_room < room) room = ctx_room;
             qr_token next;
             if ((st = spec_step(ctx, p.spec, is, &g, token, room, &next, err, err_len)) != QR_OK || r.end) break;
