@@ -277,8 +277,10 @@ static void chi_square_run(int draft_model, float temp) {
     int32_t n_rejected = 0;
     for (int i = 0; i < N; i++) {
         int32_t draft[2], out[3], n_out = 0;
-        qr_spec_seq_reset(spec, 0); /* every sample from the same state, with a draft (the PRNG runs on; no
-                                     * penalties, so the sampler's history does not matter) */
+        /* every sample from the same state, with a draft: no pause or shorter draft after a rejection (the draft
+         * model's cache keeps the prompt; the PRNG runs on; no penalties, so the sampler's history is moot) */
+        spec->skip[0] = spec->fails[0] = 0;
+        spec->cur_max[0] = 2;
         const int32_t k = qr_spec_draft(spec, 0, prompt, (int32_t)np, 2, smp, draft, err, sizeof err);
         assert_int_equal(k, 2);
         int32_t nq = 0;
