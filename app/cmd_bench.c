@@ -83,6 +83,61 @@ static double run_tg(app_engine *e, const int32_t *toks, int32_t n, int32_t dept
     return app_time_s() - t0;
 }
 
+static double median(const double *x, int n);
+static const char *model_base(const app_engine *e);
+
+/* --verify K: the cost of a speculative verification pass (K drafted tokens + the last one: K + 1 rows,
+ * row-exact, logits of every row) next to a one-token decode step, both after `depth` cached tokens and
+ * rolled back after each pass; `iters` alternating pairs (a shared machine's drift hits both), medians.
+ * Prints the two step times and their ratio. Returns an exit code. */
+static int bench_verify(app_engine *e, const int32_t *toks, int32_t k, int32_t depth, int32_t iters, bool json) {
+    char err[1024];
+    double *t1 = malloc(sizeof(double) * (size_t)iters), *tv = malloc(sizeof(double) * (size_t)iters);
+    int8_t want[QR_SPEC_DRAFT_MAX + 1];
+    int rc = 0;
+    if (!t1 || !tv) {
+        fprintf(stderr, "quarrel: out of memory\n");
+        rc = 1;
+        goto done;
+    }
+    for (int32_t i = 0; i <= k; i++) want[i] = 1;
+    for (int32_t it = -2; it < iters; it++) { /* two warm-up pairs */
+        for (int pass = 0; pass < 2; pass++) {
+            const int32_t rows = pass ? k + 1 : 1;
+            reset_to_depth(e, depth);
+            qr_batch b = {.n_tokens = rows, .token = toks + depth, .logits = want};
+            qr_context_set_row_exact(e->ctx, pass == 1);
+            const double t0 = app_time_s();
+            const qr_status st = qr_decode(e->ctx, &b, err, sizeof err);
+            (void)qr_get_logits(e->ctx, 0);
+            const double dt = app_time_s() - t0;
+            qr_context_set_row_exact(e->ctx, false);
+            if (st != QR_OK) {
+                fprintf(stderr, "quarrel: decode: %s\n", err);
+                rc = 1;
+                goto done;
+            }
+            if (it >= 0) (pass ? tv : t1)[it] = dt;
+        }
+    }
+    const double m1 = median(t1, iters), mv = median(tv, iters);
+    char desc[256];
+    qr_model_desc(e->model, desc, sizeof desc);
+    if (json)
+        printf("{\"model\": \"%s\", \"backend\": \"%s\", \"draft\": %d, \"depth\": %d, \"iters\": %d, "
+               "\"decode_ms\": %.4f, \"verify_ms\": %.4f, \"ratio\": %.4f}\n",
+               model_base(e), qr_model_backend_name(e->model), k, depth, iters, m1 * 1e3, mv * 1e3, mv / m1);
+    else
+        printf("| model | backend | depth | decode step ms | verify %d+1 rows ms | ratio |\n|---|---|---|---|---|---|\n"
+               "| %s | %s | %d | %.3f | %.3f | %.2f |\n",
+               k, model_base(e), qr_model_backend_name(e->model), depth, m1 * 1e3, mv * 1e3, mv / m1);
+    fprintf(stderr, "%s\n", desc);
+done:
+    free(t1);
+    free(tv);
+    return rc;
+}
+
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -335,6 +390,8 @@ static void usage_bench(FILE *f) {
                "  -np N, --parallel N\n"
                "         batched decoding (llama-batched-bench): N sequences prefill -p tokens each, then\n"
                "         decode -n tokens together, one N-row batch per step (1..4096)\n"
+               "  --verify K  the cost of a speculative verification pass of K drafted tokens (K+1 rows,\n"
+               "         row-exact) next to a one-token decode step, after -d tokens; -r N: N x 10 pairs\n"
                "  --checksum  with -np: one more (untimed) run that prints a checksum of every decode row's\n"
                "         argmax on stderr (the same for two builds or knob settings that compute the same logits)\n"
                APP_ENGINE_HELP);
@@ -359,9 +416,10 @@ int cmd_bench(int argc, char **argv_in) {
     static const struct option longopts[] = {{"model", 1, 0, 'm'}, {"n-prompt", 1, 0, 'p'}, {"n-gen", 1, 0, 'n'},
                                              {"reps", 1, 0, 'r'}, {"threads", 1, 0, 't'}, {"batch", 1, 0, 'b'},
                                              {"json", 0, 0, 'J'}, {"help", 0, 0, 'h'}, {"depth", 1, 0, 'd'},
-                                             {"parallel", 1, 0, 'P'}, {"checksum", 0, 0, 'K'}, APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
+                                             {"parallel", 1, 0, 'P'}, {"checksum", 0, 0, 'K'}, {"verify", 1, 0, 'V'},
+                                             APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
     app_engine_opts eo = {0};
-    int32_t n_prompt = 512, n_gen = 128, reps = 3, n_batch = 512, depth = 0, n_parallel = 0;
+    int32_t n_prompt = 512, n_gen = 128, reps = 3, n_batch = 512, depth = 0, n_parallel = 0, verify = 0;
     bool json = false, checksum = false;
     int c, rc;
     char **argv = rewrite_np(argc, argv_in);
@@ -382,6 +440,7 @@ int cmd_bench(int argc, char **argv_in) {
         case 'P': if ((rc = app_parse_int("--parallel", optarg, 1, 4096, &n_parallel))) goto usage_done; break;
         case 'J': json = true; break;
         case 'K': checksum = true; break;
+        case 'V': if ((rc = app_parse_int("--verify", optarg, 1, QR_SPEC_DRAFT_MAX, &verify))) goto usage_done; break;
         case 'h': usage_bench(stdout); rc = 0; goto usage_done;
         default:
             if ((rc = app_engine_opt(c, optarg, &eo)) >= 0) {
@@ -408,7 +467,7 @@ usage_done:
                 n_parallel, depth, n_prompt, n_gen, (long long)par_ctx);
         return 2;
     }
-    eo.n_ctx = n_parallel ? (int32_t)par_ctx : depth + (n_prompt > n_gen ? n_prompt : n_gen) + 16;
+    eo.n_ctx = n_parallel ? (int32_t)par_ctx : depth + (n_prompt > n_gen ? n_prompt : n_gen) + verify + 16;
     eo.n_batch = n_batch;
     eo.n_seq_max = n_parallel;
     app_engine e;
@@ -424,7 +483,7 @@ usage_done:
         app_engine_close(&e);
         return rc;
     }
-    int32_t n_tok = depth + (n_prompt > n_gen ? n_prompt : n_gen), n_vocab = qr_model_n_vocab(e.model);
+    int32_t n_tok = depth + (n_prompt > n_gen ? n_prompt : n_gen) + verify + 1, n_vocab = qr_model_n_vocab(e.model);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_tok);
     double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
     if (!toks || !pp || !tg) {
@@ -441,6 +500,11 @@ usage_done:
         goto done;
     }
     t_fill = app_time_s() - t_fill;
+    if (verify) { /* the speculative verification cost instead of pp / tg (-r N: N x 10 pairs) */
+        print_notes(&e, depth, t_fill);
+        rc = bench_verify(&e, toks, verify, depth, reps * 10, json);
+        goto done;
+    }
     const int32_t *run_toks = toks + depth;
     if ((n_prompt && run_pp(&e, run_toks, n_prompt, n_batch, depth) < 0) ||
         (n_gen && run_tg(&e, run_toks, n_gen < 16 ? n_gen : 16, depth) < 0)) {

@@ -265,30 +265,35 @@ static void usage_chat(FILE *f) {
     fprintf(f, "usage: quarrel chat -m MODEL [--system TEXT] [-n N] [-t N] [-c N] [sampler options]\n"
                "Type a message and press Enter; /help lists the commands (/clear, /save, /load, /set, /exit).\n"
                "  -m, --model MODEL    GGUF path, a name in the model directory (smollm2) or an Ollama name\n"
-               APP_ENGINE_HELP APP_SAMPLER_HELP);
+               "  -v, --verbose        print the speculative decoding counters at the end\n"
+               APP_ENGINE_HELP APP_SPEC_HELP APP_SAMPLER_HELP);
     app_print_model_names(f);
 }
 
 int cmd_chat(int argc, char **argv) {
     static const struct option longopts[] = {{"model", 1, 0, 'm'}, {"system", 1, 0, 'S'}, {"n-predict", 1, 0, 'n'},
                                              {"threads", 1, 0, 't'}, {"ctx", 1, 0, 'c'}, {"help", 0, 0, 'h'},
-                                             APP_SAMPLER_LONGOPTS, APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
-    app_engine_opts eo = {0};
+                                             {"verbose", 0, 0, 'v'}, APP_SAMPLER_LONGOPTS, APP_ENGINE_LONGOPTS,
+                                             APP_SPEC_LONGOPTS, {0, 0, 0, 0}};
+    app_engine_opts eo = {.spec = qr_spec_default_params()};
     chat c = {.go = {.n_predict = 512, .quiet = true, .interrupt = &g_interrupt},
               .sp = qr_sampler_chain_default_params()};
     const char *system = NULL;
+    bool verbose = false;
     int ch, rc;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "m:n:t:c:h", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "m:n:t:c:vh", longopts, NULL)) != -1) {
         switch (ch) {
         case 'm': eo.model = optarg; break;
         case 'S': system = optarg; break;
         case 'n': if ((rc = app_parse_int("-n", optarg, 1, 1 << 24, &c.go.n_predict))) return rc; break;
         case 't': if ((rc = app_parse_int("-t", optarg, 1, 1024, &eo.n_threads))) return rc; break;
         case 'c': if ((rc = app_parse_int("--ctx", optarg, 16, 1 << 24, &eo.n_ctx))) return rc; break;
+        case 'v': verbose = true; break;
         case 'h': usage_chat(stdout); return 0;
         default:
-            if ((rc = app_engine_opt(ch, optarg, &eo)) >= 0 || (rc = app_sampler_opt(ch, optarg, &c.sp)) >= 0) {
+            if ((rc = app_engine_opt(ch, optarg, &eo)) >= 0 || (rc = app_sampler_opt(ch, optarg, &c.sp)) >= 0 ||
+                (rc = app_spec_opt(ch, optarg, &eo)) >= 0) {
                 if (rc) return rc;
                 break;
             }
@@ -301,6 +306,7 @@ int cmd_chat(int argc, char **argv) {
         usage_chat(stderr);
         return 2;
     }
+    if ((rc = app_spec_check(&eo))) return rc;
     char err[1024];
     if (qr_sampler_chain_params_validate(&c.sp, 0, err, sizeof err) != QR_OK) {
         fprintf(stderr, "quarrel: %s\n", err);
@@ -337,6 +343,7 @@ int cmd_chat(int argc, char **argv) {
     }
     fprintf(stderr, "\n");
     if (total.n_gen) app_print_timing(&e, &total);
+    if (verbose) app_print_spec_stats(&e, &total);
     signal(SIGINT, SIG_DFL);
     json_decref(c.history);
     free(c.system);

@@ -80,7 +80,9 @@ static void usage_run(FILE *f) {
                "  -q, --quiet          no timing line\n"
                "  --stats              print the MoE / SSM counters (Prometheus text) on stderr\n"
                "  --grammar-file FILE  constrain the output to a GBNF grammar (start rule: root)\n"
-               "  --json-schema S      constrain the output to a JSON schema (inline JSON or a file)\n" APP_ENGINE_HELP
+               "  --json-schema S      constrain the output to a JSON schema (inline JSON or a file)\n"
+               "  -v, --verbose        print the speculative decoding counters (acceptance rate)\n" APP_ENGINE_HELP
+               APP_SPEC_HELP
                APP_SAMPLER_HELP);
     app_print_model_names(f);
 }
@@ -91,15 +93,16 @@ int cmd_run(int argc, char **argv) {
         {"chat", 0, 0, 'C'}, {"system", 1, 0, 'S'}, {"n-predict", 1, 0, 'n'}, {"threads", 1, 0, 't'},
         {"ctx", 1, 0, 'c'}, {"stop", 1, 0, 's' + 256}, {"ignore-eos", 0, 0, 'i' + 256},
         {"ids-only", 0, 0, 'I' + 256}, {"quiet", 0, 0, 'q'}, {"stats", 0, 0, 'Z' + 256}, {"help", 0, 0, 'h'},
-        {"grammar-file", 1, 0, 'G' + 256}, {"json-schema", 1, 0, 'J' + 256}, APP_SAMPLER_LONGOPTS, APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
-    app_engine_opts eo = {0};
+        {"grammar-file", 1, 0, 'G' + 256}, {"json-schema", 1, 0, 'J' + 256}, {"verbose", 0, 0, 'v'},
+        APP_SAMPLER_LONGOPTS, APP_ENGINE_LONGOPTS, APP_SPEC_LONGOPTS, {0, 0, 0, 0}};
+    app_engine_opts eo = {.spec = qr_spec_default_params()};
     gen_opts go = {.n_predict = 128};
     qr_sampler_chain_params sp = qr_sampler_chain_default_params();
     const char *prompt = NULL, *file = NULL, *tokens = NULL, *system = NULL, *grammar_file = NULL, *schema = NULL;
     bool chat = false, arch_stats = false;
     int c, rc;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:f:n:t:c:qh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:f:n:t:c:qvh", longopts, NULL)) != -1) {
         switch (c) {
         case 'G' + 256: grammar_file = optarg; break;
         case 'J' + 256: schema = optarg; break;
@@ -123,9 +126,11 @@ int cmd_run(int argc, char **argv) {
         case 'I' + 256: go.ids_only = true; break;
         case 'q': go.quiet = true; break;
         case 'Z' + 256: arch_stats = true; break;
+        case 'v': go.verbose = true; break;
         case 'h': usage_run(stdout); return 0;
         default:
-            if ((rc = app_engine_opt(c, optarg, &eo)) >= 0 || (rc = app_sampler_opt(c, optarg, &sp)) >= 0) {
+            if ((rc = app_engine_opt(c, optarg, &eo)) >= 0 || (rc = app_sampler_opt(c, optarg, &sp)) >= 0 ||
+                (rc = app_spec_opt(c, optarg, &eo)) >= 0) {
                 if (rc) return rc;
                 break;
             }
@@ -146,6 +151,7 @@ int cmd_run(int argc, char **argv) {
         usage_run(stderr);
         return 2;
     }
+    if ((rc = app_spec_check(&eo))) return rc;
     char err[1024];
     if (qr_sampler_chain_params_validate(&sp, 0, err, sizeof err) != QR_OK) {
         fprintf(stderr, "quarrel: %s\n", err);
@@ -191,6 +197,7 @@ int cmd_run(int argc, char **argv) {
     if (!rc) rc = app_generate(&e, ids, n_ids, smp, &go, stdout, &st, NULL, NULL);
     if (!rc && !go.ids_only) fputc('\n', stdout);
     if (!rc && !go.quiet) app_print_timing(&e, &st);
+    if (!rc && go.verbose) app_print_spec_stats(&e, &st);
     if (!rc && arch_stats) print_arch_stats(&e);
     qr_sampler_chain_free(smp);
     free(ids);

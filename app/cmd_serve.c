@@ -54,6 +54,13 @@ static const sopt opts[] = {
     {"log-prompts", 0, "include request bodies (prompts) in the logs"},
     {"drain", 1, "seconds to wait for in-flight requests on SIGTERM (default 30)"},
     {"max-tokens", 1, "cap on generated tokens per request (default 0 = none)"},
+    {"spec", 1, "speculative decoding: ngram (prompt lookup), draft (needs --draft-model) or none (default); "
+                "per request \"speculative\": false turns it off"},
+    {"draft-model", 1, "draft model with the models' vocabulary (implies --spec draft)"},
+    {"draft-max", 1, "most tokens drafted per step (default 16)"},
+    {"draft-min", 1, "verify only drafts of at least N tokens (default 0)"},
+    {"draft-p-min", 1, "draft model: stop drafting below this probability (default 0.75)"},
+    {"spec-ngram", 1, "n-gram sizes MIN:MAX of the prompt lookup (default 2:4)"},
     {"backend", 1, "cpu, cuda or auto (default auto)"},
     {"gpu", 1, "CUDA device index (default 0)"},
     {"config", 1, "config file: 'key = value' lines with the option names above"},
@@ -158,7 +165,21 @@ static int apply(serve_state *st, const char *name, const char *v) {
             rc = 2;
         }
     } else if (!strcmp(name, "gpu")) NUM(0, 64, c->gpu, int32_t);
-    else {
+    else if (!strncmp(name, "spec", 4) || !strncmp(name, "draft-", 6)) {
+        static const char *const names[] = {"spec", "draft-model", "draft-max", "draft-min", "draft-p-min", "spec-ngram"};
+        int id = -1;
+        for (int i = 0; i < 6; i++)
+            if (!strcmp(name, names[i])) id = 1200 + i;
+        app_engine_opts eo = {.spec_on = c->spec_on, .spec = c->spec, .draft_path = c->draft_path};
+        if (id < 0) {
+            fprintf(stderr, "quarrel serve: unknown option '%s'\n", name);
+            rc = 2;
+        } else if ((rc = app_spec_opt(id, id == 1201 ? keep(st, v) : v, &eo)) == 0) {
+            c->spec_on = eo.spec_on;
+            c->spec = eo.spec;
+            c->draft_path = eo.draft_path;
+        }
+    } else {
         fprintf(stderr, "quarrel serve: unknown option '%s'\n", name);
         rc = 2;
     }
@@ -287,6 +308,10 @@ int cmd_serve(int argc, char **argv) {
     }
     if (optind < argc) {
         fprintf(stderr, "quarrel serve: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (st.cfg.spec_on && st.cfg.spec.kind == QR_SPEC_DRAFT && !st.cfg.draft_path) {
+        fprintf(stderr, "quarrel serve: --spec draft needs --draft-model MODEL\n");
         return 2;
     }
     if (st.cfg.n_models == 0 && !st.cfg.allow_load) {

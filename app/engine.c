@@ -55,23 +55,32 @@ static void preload_with_progress(const char *path) {
     close(fd);
 }
 
-int app_engine_open(app_engine *e, const app_engine_opts *o) {
+/* Resolves name (path or Ollama name) into path[0..cap) and loads it with o's backend options; what = ""
+ * or "--draft-model: " (in front of the error message). Returns 0 or 1. */
+static int load_model(const char *name, const app_engine_opts *o, const char *what, char *path, size_t cap,
+                      qr_model **out) {
     char err[1024];
-    memset(e, 0, sizeof *e);
-    double t0 = app_time_s();
-    if (qr_model_resolve_path(o->model, e->path, sizeof e->path, err, sizeof err) != QR_OK) {
-        fprintf(stderr, "quarrel: %s\n", err);
+    if (qr_model_resolve_path(name, path, cap, err, sizeof err) != QR_OK) {
+        fprintf(stderr, "quarrel: %s%s\n", what, err);
         return 1;
     }
-    preload_with_progress(e->path);
+    preload_with_progress(path);
     qr_model_params mp = qr_model_default_params();
     mp.n_threads = o->n_threads;
     mp.backend = o->backend;
     mp.gpu = o->gpu;
-    if (qr_model_load(e->path, &mp, &e->model, err, sizeof err) != QR_OK) {
-        fprintf(stderr, "quarrel: %s\n", err);
+    if (qr_model_load(path, &mp, out, err, sizeof err) != QR_OK) {
+        fprintf(stderr, "quarrel: %s%s\n", what, err);
         return 1;
     }
+    return 0;
+}
+
+int app_engine_open(app_engine *e, const app_engine_opts *o) {
+    char err[1024];
+    memset(e, 0, sizeof *e);
+    double t0 = app_time_s();
+    if (load_model(o->model, o, "", e->path, sizeof e->path, &e->model)) return 1;
     const char *note = qr_model_backend_note(e->model);
     if (note[0]) fprintf(stderr, "quarrel: %s, using the CPU\n", note);
     if (qr_tokenizer_from_model(e->model, &e->tok, err, sizeof err) != QR_OK) {
@@ -91,14 +100,77 @@ int app_engine_open(app_engine *e, const app_engine_opts *o) {
         app_engine_close(e);
         return 1;
     }
+    if (o->spec_on && app_spec_open(e, o)) {
+        app_engine_close(e);
+        return 1;
+    }
     e->load_ms = (app_time_s() - t0) * 1e3;
     return 0;
 }
 
+int app_spec_open(app_engine *e, const app_engine_opts *o) {
+    char err[1024], path[4096];
+    qr_spec_params sp = o->spec;
+    if (o->draft_path) {
+        if (load_model(o->draft_path, o, "--draft-model: ", path, sizeof path, &e->draft_model)) return 1;
+        sp.draft_model = e->draft_model;
+    }
+    if (qr_spec_create(e->ctx, &sp, &e->spec, err, sizeof err) != QR_OK) {
+        fprintf(stderr, "quarrel: speculative decoding: %s\n", err);
+        return 1;
+    }
+    return 0;
+}
+
+int app_spec_opt(int id, const char *arg, app_engine_opts *o) {
+    if (id < 1200 || id > 1205) return -1;
+    switch (id) {
+    case 1200:
+        if (!strcmp(arg, "ngram")) o->spec.kind = QR_SPEC_NGRAM, o->spec_on = true;
+        else if (!strcmp(arg, "draft")) o->spec.kind = QR_SPEC_DRAFT, o->spec_on = true;
+        else if (!strcmp(arg, "none")) o->spec_on = false;
+        else {
+            fprintf(stderr, "quarrel: --spec: bad value '%s' (expected ngram, draft or none)\n", arg);
+            return 2;
+        }
+        return 0;
+    case 1201:
+        o->draft_path = arg;
+        o->spec.kind = QR_SPEC_DRAFT;
+        o->spec_on = true;
+        return 0;
+    case 1202: return app_parse_int("--draft-max", arg, 1, QR_SPEC_DRAFT_MAX, &o->spec.draft_max);
+    case 1203: return app_parse_int("--draft-min", arg, 0, QR_SPEC_DRAFT_MAX, &o->spec.draft_min);
+    case 1204: return app_parse_float("--draft-p-min", arg, &o->spec.draft_p_min);
+    default: {
+        int a = 0, b = 0, n = 0;
+        if (sscanf(arg, "%d:%d%n", &a, &b, &n) != 2 || arg[n] || a < 1 || b < a || b > 16) {
+            fprintf(stderr, "quarrel: --spec-ngram: bad value '%s' (expected MIN:MAX, 1 <= MIN <= MAX <= 16)\n", arg);
+            return 2;
+        }
+        o->spec.ngram_min = a;
+        o->spec.ngram_max = b;
+        return 0;
+    }
+    }
+}
+
+int app_spec_check(const app_engine_opts *o) {
+    if (o->spec_on && o->spec.kind == QR_SPEC_DRAFT && !o->draft_path) {
+        fprintf(stderr, "quarrel: --spec draft needs --draft-model MODEL\n");
+        return 2;
+    }
+    return 0;
+}
+
 void app_engine_close(app_engine *e) {
+    qr_spec_free(e->spec);
+    e->spec = NULL;
     qr_context_free(e->ctx);
     qr_tokenizer_free(e->tok);
     qr_model_free(e->model);
+    qr_model_free(e->draft_model);
+    e->draft_model = NULL;
     e->ctx = NULL;
     e->tok = NULL;
     e->model = NULL;

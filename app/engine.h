@@ -17,6 +17,8 @@ typedef struct app_engine {
     qr_model *model;
     qr_context *ctx;
     qr_tokenizer *tok;
+    qr_model *draft_model; /* --draft-model, or NULL */
+    qr_spec *spec;     /* speculative decoding (--spec / --draft-model), or NULL */
     double load_ms;    /* model + tokenizer + context creation, wall clock */
 } app_engine;
 
@@ -29,6 +31,12 @@ typedef struct app_engine_opts {
     qr_backend_kind backend; /* --backend: auto (0, default), cpu, cuda */
     int32_t gpu;       /* --gpu: CUDA device index (default 0) */
     qr_cache_type type_k, type_v; /* --cache-type-k / --cache-type-v (default f16) */
+    /* speculative decoding (APP_SPEC_LONGOPTS): spec_on makes e->spec with spec (kind, draft_*; start from
+     * qr_spec_default_params()), loading draft_path (path or Ollama name) as its draft model with the
+     * target's backend options */
+    bool spec_on;
+    qr_spec_params spec;
+    const char *draft_path;
 } app_engine_opts;
 
 /* Opens the model, tokenizer and context. When an auto backend falls back to the CPU although this
@@ -87,5 +95,23 @@ int app_engine_opt(int id, const char *arg, app_engine_opts *o);
     "  --gpu N              CUDA device index (default 0)\n"                                          \
     "  --cache-type-k T, --cache-type-v T\n"                                                          \
     "                       KV cache storage of K / V: f16 (default), bf16, q8_0, q4_0, f32\n"
+
+/* Speculative decoding options of run, chat and serve: long option ids 1200..1205. app_spec_opt handles one
+ * (returns 0, or 2 on a bad value, or -1 when the id is not one of them). */
+#define APP_SPEC_LONGOPTS                                                                                 \
+    {"spec", 1, 0, 1200}, {"draft-model", 1, 0, 1201}, {"draft-max", 1, 0, 1202}, {"draft-min", 1, 0, 1203}, \
+        {"draft-p-min", 1, 0, 1204}, {"spec-ngram", 1, 0, 1205}
+int app_spec_opt(int id, const char *arg, app_engine_opts *o);
+#define APP_SPEC_HELP                                                                                    \
+    "  --spec KIND          speculative decoding: ngram (prompt lookup), draft (needs --draft-model), none\n" \
+    "  --draft-model MODEL  draft model with the target's vocabulary (implies --spec draft)\n"           \
+    "  --draft-max N        most tokens drafted per step (default 16)\n"                                \
+    "  --draft-min N        verify only drafts of at least N tokens (default 0)\n"                      \
+    "  --draft-p-min P      draft model: stop drafting below this probability (default 0.75)\n"         \
+    "  --spec-ngram MIN:MAX n-gram sizes of the prompt lookup (default 2:4)\n"
+/* Loads the draft model (when o->draft_path) and makes e->spec when o->spec_on; called by app_engine_open. */
+int app_spec_open(app_engine *e, const app_engine_opts *o);
+/* Checks the speculative options once all are read (a draft kind needs --draft-model); 0 or 2. */
+int app_spec_check(const app_engine_opts *o);
 
 #endif /* QR_APP_ENGINE_H */

@@ -98,6 +98,7 @@ int app_generate(app_engine *e, const int32_t *ids, size_t n_ids, qr_sampler_cha
     gp.ignore_eos = o->ignore_eos;
     gp.stops = o->stops;
     gp.n_stops = o->n_stops;
+    gp.spec = e->spec;
     qr_generate_result r;
     qr_status st = qr_generate(e->ctx, e->tok, smp, ids + pre, n_ids - (size_t)pre, &gp, on_token, &k, &r, err, sizeof err);
     if (st != QR_OK) fprintf(stderr, "quarrel: %s\n", err);
@@ -107,6 +108,8 @@ int app_generate(app_engine *e, const int32_t *ids, size_t n_ids, qr_sampler_cha
     stats->n_prompt += r.n_prompt;
     stats->decode_s += r.decode_seconds;
     stats->n_gen += r.n_generated;
+    stats->n_drafted += r.n_drafted;
+    stats->n_accepted += r.n_accepted;
     if (o->ids_only && r.n_prompt > 0) { /* the ids so far, also after an error in the loop */
         fputc('[', out);
         for (int32_t i = 0; i < k.n_ids; i++) fprintf(out, i ? ",%d" : "%d", k.ids[i]);
@@ -120,4 +123,17 @@ void app_print_timing(const app_engine *e, const gen_stats *s) {
     fprintf(stderr, "\nquarrel: load %.0f ms | prefill %d tok, %.1f t/s | decode %d tok, %.1f t/s\n", e->load_ms,
             s->n_prompt, s->prefill_s > 0 ? s->n_prompt / s->prefill_s : 0.0, s->n_gen,
             s->decode_s > 0 ? s->n_gen / s->decode_s : 0.0);
+}
+
+void app_print_spec_stats(const app_engine *e, const gen_stats *s) {
+    if (!e->spec) {
+        fprintf(stderr, "quarrel: speculative decoding off\n");
+        return;
+    }
+    qr_spec_stats ss;
+    qr_spec_get_stats(e->spec, &ss);
+    fprintf(stderr, "quarrel: speculative: %lld drafted, %lld accepted (acceptance %.1f%%), %lld verify passes, "
+                    "%.2f tokens per target pass\n", (long long)s->n_drafted, (long long)s->n_accepted,
+            s->n_drafted ? 100.0 * (double)s->n_accepted / (double)s->n_drafted : 0.0, (long long)ss.n_steps,
+            s->n_gen > 1 ? (double)(s->n_gen - 1) / (double)(s->n_gen - 1 - s->n_accepted) : 1.0);
 }

@@ -17,6 +17,7 @@ typedef struct gen_opts {
     bool ignore_eos;    /* keep going through end-of-generation tokens */
     bool ids_only;      /* print a JSON array of generated ids instead of text */
     bool quiet;         /* no timing line */
+    bool verbose;       /* speculative decoding counters after the timing line */
     const char *stops[APP_MAX_STOPS];
     int32_t n_stops;
     volatile sig_atomic_t *interrupt; /* when not NULL and set (a Ctrl-C): stop, keeping what was generated */
@@ -26,6 +27,7 @@ typedef struct gen_stats {
     int32_t n_prompt, n_gen;
     double prefill_s, decode_s;
     bool interrupted; /* the last generation was stopped by *interrupt */
+    int64_t n_drafted, n_accepted; /* speculative decoding */
 } gen_stats;
 
 /* Appends the sequence `ids` (continuing sequence 0 from its current length) and generates up to
@@ -38,5 +40,8 @@ int app_generate(app_engine *e, const int32_t *ids, size_t n_ids, qr_sampler_cha
 
 /* The timing line: load, prefill and decode speeds (stderr). */
 void app_print_timing(const app_engine *e, const gen_stats *s);
+
+/* The speculative decoding counters (run / chat --verbose), on stderr. */
+void app_print_spec_stats(const app_engine *e, const gen_stats *s);
 
 #endif /* QR_APP_GENERATE_H */

@@ -381,6 +381,56 @@ QR_API qr_status qr_sampler_chain_set_grammar(qr_sampler_chain *s, const qr_toke
                                               const char *json_schema, char *err, size_t err_len);
 
 /* ---------------------------------------------------------------------------------------------
+ * Speculative decoding.
+ *
+ * A qr_spec drafts tokens cheaply and lets the target model check a whole draft in one batched forward
+ * pass: the target's logits of every drafted row decide, token by token, whether the draft stands
+ * (rejection sampling, so the output is distributed exactly as plain sampling's; greedy output is the same
+ * tokens as plain greedy decoding), and the sequence's KV cache is rolled back past the first rejection.
+ * Drafters: n-gram lookup over the prompt and the text so far (no model), or a smaller draft model with
+ * the same vocabulary, whose own KV cache follows the target's sequences. Models whose state cannot be
+ * rolled back (Mamba2 hybrids) and encoders are refused.
+ */
+typedef enum qr_spec_kind {
+    QR_SPEC_NGRAM = 1, /* prompt lookup: the tokens that followed the latest earlier occurrence of the last n-gram */
+    QR_SPEC_DRAFT = 2, /* a draft model */
+} qr_spec_kind;
+
+#define QR_SPEC_DRAFT_MAX 64 /* most tokens one draft may have */
+
+typedef struct qr_spec_params {
+    qr_spec_kind kind;
+    int32_t draft_max;    /* most tokens drafted per step, 1..QR_SPEC_DRAFT_MAX. default 16 */
+    int32_t draft_min;    /* a shorter draft is not verified (the step decodes one token): 0..draft_max. default 0 */
+    float draft_p_min;    /* QR_SPEC_DRAFT: drafting stops before a token the draft model gives less than this
+                           * probability (softmax of its top 32 logits), in [0, 1]. default 0.75 */
+    int32_t ngram_min;    /* QR_SPEC_NGRAM: shortest n-gram looked up, >= 1. default 2 */
+    int32_t ngram_max;    /* QR_SPEC_NGRAM: longest n-gram looked up, ngram_min..16. default 4 */
+    qr_model *draft_model;/* QR_SPEC_DRAFT: the draft model (caller-owned; outlives the qr_spec) */
+} qr_spec_params;
+
+/* Defaults as documented above (kind QR_SPEC_NGRAM, no draft model). */
+QR_API qr_spec_params qr_spec_default_params(void);
+
+typedef struct qr_spec qr_spec;
+
+/* Makes a speculative decoder for the sequences of ctx (the target). QR_SPEC_DRAFT creates the draft
+ * model's context (same size and sequence count as ctx) and checks the vocabularies: a draft whose
+ * vocabulary differs (token texts, special tokens, more than 128 tokens of size difference) is refused with
+ * QR_ERR_INVALID_ARG naming the first difference. QR_ERR_UNSUPPORTED for a target or draft whose state
+ * cannot be rolled back. Ownership: qr_spec_free (before ctx and the draft model). */
+QR_API qr_status qr_spec_create(qr_context *ctx, const qr_spec_params *p, qr_spec **out, char *err, size_t err_len);
+QR_API void qr_spec_free(qr_spec *spec);
+
+/* Counters since qr_spec_create (all sequences). */
+typedef struct qr_spec_stats {
+    int64_t n_steps;    /* verification passes (steps that had a draft) */
+    int64_t n_drafted;  /* tokens drafted and verified */
+    int64_t n_accepted; /* drafted tokens the target kept */
+} qr_spec_stats;
+QR_API void qr_spec_get_stats(const qr_spec *spec, qr_spec_stats *out);
+
+/* ---------------------------------------------------------------------------------------------
  * Generation.
  *
  * qr_generate runs the whole loop on one sequence of a context: prefill the prompt, then sample, stream
@@ -411,6 +461,8 @@ typedef struct qr_generate_params {
     bool special;             /* render control tokens as their text. default false */
     const char *const *stops; /* [n_stops] non-empty stop strings (default none) */
     int32_t n_stops;
+    qr_spec *spec;            /* speculative decoding with this drafter (made for the same context); NULL
+                               * (default) = one token per decode pass */
 } qr_generate_params;
 
 /* Defaults: n_predict 128, sequence 0, stop at end-of-generation tokens, no stop strings. */
@@ -423,6 +475,8 @@ typedef struct qr_generate_result {
     int32_t n_generated;    /* tokens sampled (each one was passed to the callback) */
     double prefill_seconds; /* wall-clock time of the prompt's qr_decode */
     double decode_seconds;  /* wall-clock time of the sampling / decoding loop */
+    int32_t n_drafted;      /* speculative decoding: drafted tokens verified (0 without a spec) */
+    int32_t n_accepted;     /* of which the target kept */
 } qr_generate_result;
 
 /* Appends prompt[0..n_prompt) (n_prompt >= 1) to sequence p->seq_id of ctx (after what it holds), feeds

@@ -75,6 +75,9 @@ typedef struct qr_batch_plan {
     const int32_t *block_table; /* [n_seqs][max_blocks] physical block of each logical block; -1 = none */
     int32_t n_outputs;          /* rows whose hidden state is gathered by gather_outputs, 0..n_tokens */
     const int32_t *output_rows; /* [n_outputs] row indices, each in [0, n_tokens) */
+    bool row_exact;             /* compute every row with the kernels of a one-row pass (speculative
+                                 * verification: each row's logits equal those of a decode pass of that row
+                                 * alone); a backend whose kernels do not depend on the row count ignores it */
 } qr_batch_plan;
 
 /* Layout of the paged KV storage. */

@@ -33,6 +33,7 @@ struct qr_context {
     int32_t *next_pos;    /* [n_seq_max] scratch: next position per sequence */
     uint32_t *seq_pass;   /* [n_seq_max] scratch: the pass stamp that last had a row of the sequence */
     uint32_t pass_stamp;
+    bool row_exact;   /* passes compute each row as a one-row pass would (qr_context_set_row_exact) */
     int32_t *p_tok, *p_pos, *p_seq, *p_slot, *p_out; /* [n_batch] plan arrays */
     int32_t *p_bt; /* [n_seq_max][max_blocks] the plan's block table (plan_table) */
     double prof[6];   /* QUARREL_HOST_PROF=1: seconds in decode's host steps (prof_names), summed over passes */
@@ -376,7 +377,8 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
         PROF(0);
         const qr_batch_plan plan = {.n_tokens = nt, .tokens = c->p_tok, .pos = c->p_pos, .seq = c->p_seq,
                                     .kv_slot = c->p_slot, .n_seqs = c->n_seq_max, .max_blocks = mb,
-                                    .block_table = c->p_bt, .n_outputs = no, .output_rows = c->p_out};
+                                    .block_table = c->p_bt, .n_outputs = no, .output_rows = c->p_out,
+                                    .row_exact = c->row_exact && nt > 1};
         if ((st = be->ops->set_batch(be, &plan, err, err_len)) != QR_OK) return st;
         PROF(1);
         c->f.n_tokens = nt;
@@ -455,6 +457,8 @@ void qr_context_set_arch_stats(qr_context *c, bool on) {
 }
 
 qr_kv_cache *qr_context_kv_cache(qr_context *c) { return c->kvc; }
+
+void qr_context_set_row_exact(qr_context *c, bool on) { c->row_exact = on; }
 
 qr_model *qr_context_model(const qr_context *c) { return c->model; }
 int32_t qr_context_n_batch(const qr_context *c) { return c->n_batch; }

@@ -469,6 +469,11 @@ int32_t qr_context_n_batch(const qr_context *ctx);
  * on it between qr_decode calls, from the thread that decodes. */
 struct qr_kv_cache *qr_context_kv_cache(qr_context *ctx);
 int32_t qr_context_n_seq_max(const qr_context *ctx);
+/* Row-exact passes (on: until turned off): every row of a qr_decode pass is computed with the kernels a
+ * pass of that row alone would use, so its logits equal a one-row decode's bit for bit on backends whose
+ * kernels depend on the row count (the CPU); the weights are still read once per pass. Speculative
+ * verification turns it on around its passes, so that greedy speculative output equals plain decoding. */
+void qr_context_set_row_exact(qr_context *ctx, bool on);
 
 /* The model's GGUF (for the tokenizer and templates). */
 const qr_gguf *qr_model_gguf(const qr_model *m);

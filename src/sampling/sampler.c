@@ -373,50 +373,66 @@ static void compute_logprobs(qr_sampler *s, const float *logits, int32_t token, 
 
 /* ---- the chain ---------------------------------------------------------------------------- */
 
+/* The truncation links of a sampling chain (top-k -> top-p -> min-p -> temperature) on s->work (not
+ * modified): s->cands[0..n) get the surviving tokens with their logits divided by the temperature.
+ * Returns n (0 when every logit is -inf). */
+static size_t truncate_cands(qr_sampler *s) {
+    const qr_sampler_params *p = &s->p;
+    const int32_t nv = s->n_vocab;
+    size_t n = 0;
+    for (int32_t i = 0; i < nv; i++)
+        if (s->work[i] > -INFINITY) s->cands[n++] = (cand){i, s->work[i]};
+    if (n == 0) return 0;
+    cand *c = s->cands;
+    bool sorted = false;
+    if (p->top_k > 0 && (size_t)p->top_k < n) {
+        if (p->top_k <= HEAP_SELECT_MAX) select_top_heap(c, n, (size_t)p->top_k, s->tmp);
+        else select_top_inplace(c, n, (size_t)p->top_k);
+        n = (size_t)p->top_k;
+        sorted = true;
+    }
+    if (p->top_p < 1.0f && n > 1) {
+        n = apply_top_p(c, n, sorted, p->top_p);
+        sorted = true;
+    }
+    if (p->min_p > 0.0f && n > 1) {
+        float maxl = c[0].logit;
+        for (size_t i = 1; i < n; i++)
+            if (c[i].logit > maxl) maxl = c[i].logit;
+        float thresh = maxl + logf(p->min_p);
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++)
+            if (c[i].logit >= thresh) c[kept++] = c[i];
+        n = kept;
+    }
+    for (size_t i = 0; i < n; i++) c[i].logit /= p->temperature;
+    return n;
+}
+
+/* The greedy choice on s->work: the argmax (ties: the lowest id), -1 when every logit is -inf. */
+static int32_t argmax_work(const qr_sampler *s) {
+    int32_t token = -1;
+    float best = -INFINITY;
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        if (s->work[i] > best) best = s->work[i], token = i;
+    return token;
+}
+
 /* Runs the chain after penalties (greedy, or top-k -> top-p -> min-p -> temperature -> draw) on
  * s->work (not modified) and writes the token. QR_ERR_INVALID_ARG when every logit is -inf. */
 static qr_status pick(qr_sampler *s, int32_t *out_token) {
-    const qr_sampler_params *p = &s->p;
-    const int32_t nv = s->n_vocab;
     int32_t token = -1;
-    if (p->temperature <= 0.0f) {
-        float best = -INFINITY;
-        for (int32_t i = 0; i < nv; i++)
-            if (s->work[i] > best) best = s->work[i], token = i;
+    if (s->p.temperature <= 0.0f) {
+        token = argmax_work(s);
         if (token < 0) return QR_ERR_INVALID_ARG;
     } else {
-        size_t n = 0;
-        for (int32_t i = 0; i < nv; i++)
-            if (s->work[i] > -INFINITY) s->cands[n++] = (cand){i, s->work[i]};
+        const size_t n = truncate_cands(s);
         if (n == 0) return QR_ERR_INVALID_ARG;
-        cand *c = s->cands;
-        bool sorted = false;
-        if (p->top_k > 0 && (size_t)p->top_k < n) {
-            if (p->top_k <= HEAP_SELECT_MAX) select_top_heap(c, n, (size_t)p->top_k, s->tmp);
-            else select_top_inplace(c, n, (size_t)p->top_k);
-            n = (size_t)p->top_k;
-            sorted = true;
-        }
-        if (p->top_p < 1.0f && n > 1) {
-            n = apply_top_p(c, n, sorted, p->top_p);
-            sorted = true;
-        }
-        if (p->min_p > 0.0f && n > 1) {
-            float maxl = c[0].logit;
-            for (size_t i = 1; i < n; i++)
-                if (c[i].logit > maxl) maxl = c[i].logit;
-            float thresh = maxl + logf(p->min_p);
-            size_t kept = 0;
-            for (size_t i = 0; i < n; i++)
-                if (c[i].logit >= thresh) c[kept++] = c[i];
-            n = kept;
-        }
-        /* temperature, then draw from the softmax */
+        const cand *c = s->cands;
+        /* draw from the softmax */
         float maxl = -INFINITY;
-        for (size_t i = 0; i < n; i++) {
-            c[i].logit /= p->temperature;
+        for (size_t i = 0; i < n; i++)
             if (c[i].logit > maxl) maxl = c[i].logit;
-        }
         double sum = 0.0;
         for (size_t i = 0; i < n; i++) sum += exp((double)(c[i].logit - maxl));
         double u = rng_uniform(s->rng) * sum, cum = 0.0;
@@ -433,6 +449,40 @@ static qr_status pick(qr_sampler *s, int32_t *out_token) {
     return QR_OK;
 }
 
+qr_status qr_sampler_dist(qr_sampler *s, const float *logits, qr_token_prob *out, int32_t *n_out, char *err,
+                          size_t err_len) {
+    const int32_t nv = s->n_vocab;
+    *n_out = 0;
+    for (int32_t i = 0; i < nv; i++)
+        if (isnan(logits[i]) || (isinf(logits[i]) && logits[i] > 0))
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: logit for token %d is %g", i, (double)logits[i]);
+    memcpy(s->work, logits, sizeof *s->work * (size_t)nv);
+    qr_sampler_apply_penalties(s, s->work);
+    if (s->p.temperature <= 0.0f) {
+        const int32_t token = argmax_work(s);
+        if (token < 0) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: every token's logit is -inf");
+        out[0] = (qr_token_prob){token, 1.0f};
+        *n_out = 1;
+        return QR_OK;
+    }
+    const size_t n = truncate_cands(s);
+    if (n == 0) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: every token's logit is -inf");
+    float maxl = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+        if (s->cands[i].logit > maxl) maxl = s->cands[i].logit;
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) sum += exp((double)(s->cands[i].logit - maxl));
+    for (size_t i = 0; i < n; i++)
+        out[i] = (qr_token_prob){s->cands[i].id, (float)(exp((double)(s->cands[i].logit - maxl)) / sum)};
+    *n_out = (int32_t)n;
+    return QR_OK;
+}
+
+double qr_sampler_uniform(qr_sampler *s) { return rng_uniform(s->rng); }
+
+const qr_sampler_params *qr_sampler_get_params(const qr_sampler *s) { return &s->p; }
+
+int32_t qr_sampler_n_vocab(const qr_sampler *s) { return s->n_vocab; }
 
 qr_status qr_sampler_sample(qr_sampler *s, const float *logits, qr_sample_result *out, char *err, size_t err_len) {
     const qr_sampler_params *p = &s->p;

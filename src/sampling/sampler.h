@@ -135,6 +135,37 @@ qr_grammar_matcher *qr_sampler_grammar(qr_sampler *s);
 qr_sampler *qr_sampler_chain_sampler(qr_sampler_chain *s);
 void qr_sampler_chain_keep_vocab(qr_sampler_chain *s, qr_grammar_vocab *v);
 
+/* A token and its probability. */
+typedef struct qr_token_prob {
+    int32_t token;
+    float p;
+} qr_token_prob;
+
+/* The distribution qr_sampler_sample would draw from for logits[0..n_vocab) with the current history, before
+ * the grammar (which this does not apply): out[0..*n_out) holds the tokens that survive bias, penalties and
+ * truncation with their probabilities after temperature (summing to 1; greedy: the argmax with 1). out has
+ * room for n_vocab entries. Nothing is drawn or accepted. Errors as qr_sampler_sample's. */
+qr_status qr_sampler_dist(qr_sampler *s, const float *logits, qr_token_prob *out, int32_t *n_out, char *err,
+                          size_t err_len);
+/* One uniform draw in [0, 1) from the sampler's PRNG (advances it). */
+double qr_sampler_uniform(qr_sampler *s);
+/* The parameters the sampler was made with. */
+const qr_sampler_params *qr_sampler_get_params(const qr_sampler *s);
+/* The logits row length the sampler was made for. */
+int32_t qr_sampler_n_vocab(const qr_sampler *s);
+
+/* Speculative verification of one drafted token (spec_verify.c). Picks the next token from the target's
+ * logits of the row that follows the tokens accepted so far, so that it is distributed exactly as
+ * qr_sampler_sample's token (Leviathan et al. / Chen et al. rejection sampling), and accepts it into the
+ * history (and the grammar) as qr_sampler_sample does; *accepted = (out->token == draft).
+ * q[0..n_q): the drafter's distribution that `draft` was drawn from (NULL / 0: a deterministic drafter,
+ * whose proposal is a point mass at draft: then the rule is "accept with probability p(draft), else draw
+ * from p without draft", which is exactly a draw from p compared with the draft, and that is what runs).
+ * With a proper q (temperature > 0, no grammar): draft is kept with probability min(1, p(d) / q(d)), else
+ * the token is drawn from max(0, p - q) normalized. draft < 0 (the bonus row): a plain draw. */
+qr_status qr_sampler_verify(qr_sampler *s, const float *logits, int32_t draft, const qr_token_prob *q, int32_t n_q,
+                            qr_sample_result *out, bool *accepted, char *err, size_t err_len);
+
 /* Applies logit bias and penalties (the first two links of the chain) to logits[0..n_vocab) in place.
  * Exposed for tests and for callers that want the adjusted distribution. */
 void qr_sampler_apply_penalties(qr_sampler *s, float *logits);

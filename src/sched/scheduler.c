@@ -9,6 +9,7 @@
 
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "model/spec.h"
 #include "sched/grammar_vocab.h"
 #include "util/util.h"
 
@@ -43,6 +44,11 @@ typedef struct sreq {
     char think_open[32], think_close[32];
     char think_tail[64];     /* the last bytes of the reply (tags are found across tokens) */
     size_t think_tail_len;
+    /* speculative decoding */
+    bool spec;               /* the request asked for it and the scheduler has a qr_spec */
+    int32_t max_tokens;      /* the request's max_tokens (draft length bound) */
+    int32_t draft[QR_SPEC_DRAFT_MAX], n_draft; /* this step's draft (rows after the decode row) */
+    int32_t row0;            /* this step's decode row in the batch */
 } sreq;
 
 typedef struct sjob {
@@ -130,6 +136,7 @@ static void release_seq(qr_scheduler *s, sreq *r) {
     if (!s->p.no_prefix_cache && r->n_computed > 0)
         qr_kv_cache_prefix_commit(s->kv, r->seq, r->tokens, r->n_computed);
     qr_kv_seq_rm(s->ctx, r->seq, 0, -1);
+    if (s->p.spec) qr_spec_seq_reset(s->p.spec, r->seq);
     pthread_mutex_lock(&s->mu);
     s->seq_busy[r->seq] = 0;
     sreq **pp = &s->running;
@@ -254,6 +261,8 @@ qr_status qr_sched_submit(qr_scheduler *s, const qr_sched_request *q, uint64_t *
     r->seq = -1;
     r->prio = q->priority == QR_SCHED_BATCH ? QR_SCHED_BATCH : QR_SCHED_INTERACTIVE;
     r->ignore_eos = q->ignore_eos;
+    r->spec = q->speculative && s->p.spec;
+    r->max_tokens = q->max_tokens;
     r->cb = q->cb;
     r->user = q->user;
     r->timing.n_prompt = q->n_prompt;
@@ -396,8 +405,10 @@ static int cmp_admit(const void *a, const void *b) {
 }
 
 /* Samples the next token of r from the logits of batch row `row`, streams it, and ends r when a
- * stop rule fires. Returns true when r ended (it is freed). */
-static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row) {
+ * stop rule fires. Returns true when r ended (it is freed). draft >= 0: the row verifies drafted token
+ * `draft` (qr_sampler_verify with the drafter's distribution q[0..n_q)); *accepted tells whether it stood. */
+static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row, int32_t draft, const qr_token_prob *q,
+                              int32_t n_q, bool *accepted) {
     char err[512];
     const float *logits = qr_get_logits(s->ctx, row);
     qr_sample_result res;
@@ -407,7 +418,8 @@ static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row) {
         r->think_forced = forced ? r->think_forced + 1 : r->n_think_end; /* a grammar that refuses: stop forcing */
         if (r->think_forced == r->n_think_end) r->think_state = 2;
     }
-    if (!logits || (!forced && qr_sampler_sample(r->smp, logits, &res, err, sizeof err) != QR_OK)) {
+    *accepted = false;
+    if (!logits || (!forced && qr_sampler_verify(r->smp, logits, draft, q, n_q, &res, accepted, err, sizeof err) != QR_OK)) {
         release_seq(s, r);
         finish(s, r, QR_SCHED_END_ERROR, QR_FINISH_STOP, logits ? err : "no logits for the sequence");
         return true;
@@ -445,6 +457,67 @@ static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row) {
     return false;
 }
 
+/* Drafts for the speculative requests among act[0..n) that decode this step (take[i] == 1 after their
+ * last token): each draft is at most what the step's row budget, the request's remaining tokens and the
+ * context leave; take[i] grows by the draft's length. A reasoning budget that is forcing tokens drafts
+ * nothing. A drafter error only drops the draft. */
+static void draft_all(qr_scheduler *s, sreq **act, int32_t n, int32_t *take, int32_t *budget) {
+    char err[256];
+    for (int32_t i = 0; i < n; i++) {
+        sreq *r = act[i];
+        if (!r) continue;
+        r->n_draft = 0;
+        if (!r->spec || take[i] != 1 || r->n_tokens - r->n_computed != 1 || r->think_forced >= 0 || *budget <= 0)
+            continue;
+        int32_t room = r->max_tokens - r->timing.n_gen - 1, ctx_room = s->max_seq_len - r->n_tokens - 1;
+        if (room > ctx_room) room = ctx_room;
+        if (room > *budget) room = *budget;
+        const int32_t k = qr_spec_draft(s->p.spec, r->seq, r->tokens, r->n_tokens, room, r->smp, r->draft, err,
+                                        sizeof err);
+        if (k <= 0) continue;
+        r->n_draft = k;
+        take[i] += k;
+        *budget -= k;
+    }
+}
+
+/* Counts a verification of k drafted tokens of sequence seq of which n_acc stood (drafter and /metrics). */
+static void count_spec(qr_scheduler *s, int32_t seq, int32_t k, int32_t n_acc) {
+    qr_spec_count(s->p.spec, seq, k, n_acc);
+    pthread_mutex_lock(&s->mu);
+    s->stats.spec_drafted += (uint64_t)k;
+    s->stats.spec_accepted += (uint64_t)n_acc;
+    s->stats.spec_steps++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Verifies r's draft after the pass: rows row0 .. row0 + n_draft, in order, until one is rejected (its
+ * token is the target's own) or r ends; cuts r's KV back to the kept tokens. *n_reported: the tokens
+ * reported. Returns true when r ended (it is freed). */
+static bool verify_rows(qr_scheduler *s, sreq *r, uint64_t *n_reported) {
+    const int32_t k = r->n_draft, seq = r->seq;
+    int32_t n_acc = 0;
+    for (int32_t i = 0; i <= k; i++) {
+        int32_t n_q = 0;
+        const qr_token_prob *q = i < k ? qr_spec_q(s->p.spec, seq, i, &n_q) : NULL;
+        bool acc = false;
+        r->timing.n_drafted += i == 0 ? k : 0;
+        ++*n_reported;
+        if (sample_and_stream(s, r, r->row0 + i, i < k ? r->draft[i] : -1, q, n_q, &acc)) {
+            count_spec(s, seq, k, n_acc + acc);
+            return true;
+        }
+        if (!acc) break;
+        n_acc++;
+        r->timing.n_accepted++;
+    }
+    r->n_computed += n_acc;
+    qr_kv_seq_rm(s->ctx, seq, r->n_computed, -1);
+    r->n_draft = 0;
+    count_spec(s, seq, k, n_acc);
+    return false;
+}
+
 /* One iteration over the running requests act[0..n) (sorted by admission). */
 static void step(qr_scheduler *s, sreq **act, int32_t n) {
     int32_t *take = calloc((size_t)(n ? n : 1), sizeof(int32_t));
@@ -460,6 +533,7 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
             if (act[i]->n_tokens - act[i]->n_computed == 1) take[i] = 1, budget--;
         }
         if (n_live == 0) break;
+        draft_all(s, act, n, take, &budget);
         for (int32_t i = 0; i < n; i++) {
             if (!act[i] || take[i] || budget <= 0) continue;
             int32_t k = act[i]->n_tokens - act[i]->n_computed;
@@ -489,21 +563,30 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
         }
         /* build the batch */
         int32_t rows = 0;
+        bool any_draft = false, all_decode = true;
         for (int32_t i = 0; i < n; i++) {
             sreq *r = act[i];
             if (!r || !take[i]) continue;
+            r->row0 = rows;
             for (int32_t j = 0; j < take[i]; j++, rows++) {
-                s->b_tok[rows] = r->tokens[r->n_computed + j];
+                const bool drafted = j > 0 && r->n_draft > 0; /* a draft row: verified after the pass */
+                s->b_tok[rows] = drafted ? r->draft[j - 1] : r->tokens[r->n_computed + j];
                 s->b_pos[rows] = r->n_computed + j;
                 s->b_seq[rows] = r->seq;
-                const bool last = j == take[i] - 1 && r->n_computed + take[i] == r->n_tokens;
-                s->b_logits[rows] = last;
+                const bool last = r->n_draft > 0 ? j == 0 : j == take[i] - 1 && r->n_computed + take[i] == r->n_tokens;
+                s->b_logits[rows] = last || drafted;
                 s->b_req[rows] = last ? r : NULL;
             }
+            if (r->n_draft == 0) all_decode = all_decode && take[i] == 1 && r->n_computed + 1 == r->n_tokens;
+            any_draft = any_draft || r->n_draft > 0;
         }
         if (rows == 0) break;
         qr_batch b = {.n_tokens = rows, .token = s->b_tok, .pos = s->b_pos, .seq_id = s->b_seq, .logits = s->b_logits};
+        /* draft rows verify bit for bit what one-row passes would compute, unless prompt rows share the pass
+         * (their prefill would lose the multi-row kernels) */
+        qr_context_set_row_exact(s->ctx, any_draft && all_decode);
         const qr_status st = qr_decode(s->ctx, &b, err, sizeof err);
+        qr_context_set_row_exact(s->ctx, false);
         uint64_t n_prompt_rows = 0, n_sampled = 0;
         for (int32_t i = 0; i < n; i++) {
             sreq *r = act[i];
@@ -515,7 +598,7 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
                 continue;
             }
             if (r->n_computed < r->n_prompt) n_prompt_rows += (uint64_t)take[i];
-            r->n_computed += take[i];
+            r->n_computed += r->n_draft > 0 ? 1 : take[i]; /* draft rows count once they are kept */
             if (!r->prompt_committed && r->n_computed >= r->n_prompt && !s->p.no_prefix_cache) {
                 qr_kv_cache_prefix_commit(s->kv, r->seq, r->tokens, r->n_prompt);
                 r->prompt_committed = true;
@@ -525,8 +608,14 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
             for (int32_t row = 0; row < rows; row++) {
                 sreq *r = s->b_req[row];
                 if (!r) continue;
-                n_sampled++;
-                if (sample_and_stream(s, r, row))
+                bool acc, ended;
+                if (r->n_draft > 0) {
+                    ended = verify_rows(s, r, &n_sampled);
+                } else {
+                    n_sampled++;
+                    ended = sample_and_stream(s, r, row, -1, NULL, 0, &acc);
+                }
+                if (ended)
                     for (int32_t i = 0; i < n; i++)
                         if (act[i] == r) act[i] = NULL;
             }
@@ -639,6 +728,7 @@ qr_status qr_sched_create(qr_model *model, qr_context *ctx, const qr_tokenizer *
         if (params->prefill_chunk > 0) p.prefill_chunk = params->prefill_chunk;
         if (params->default_timeout_s > 0) p.default_timeout_s = params->default_timeout_s;
         p.no_prefix_cache = params->no_prefix_cache;
+        p.spec = params->spec;
     }
     if (p.n_seq > 4096 || p.step_tokens < p.n_seq)
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "scheduler: n_seq %d must be <= 4096 and <= step_tokens %d",
@@ -664,7 +754,7 @@ qr_status qr_sched_create(qr_model *model, qr_context *ctx, const qr_tokenizer *
         free(s);
         return st;
     }
-    s->b_cap = p.step_tokens + p.n_seq;
+    s->b_cap = p.step_tokens + p.n_seq * (p.spec ? QR_SPEC_DRAFT_MAX : 0);
     s->b_tok = malloc(sizeof(int32_t) * (size_t)s->b_cap);
     s->b_pos = malloc(sizeof(int32_t) * (size_t)s->b_cap);
     s->b_seq = malloc(sizeof(int32_t) * (size_t)s->b_cap);

@@ -13,6 +13,10 @@
  *      (its blocks are freed, it goes back to the front of the queue and is recomputed later),
  *   5. runs qr_decode, samples every sequence that produced logits, detokenizes, applies stop rules
  *      and reports tokens through the request's callback.
+ * A speculative request's decode row is followed by its draft's rows (drafted before the batch is built);
+ * after the pass its rows are verified in order (rejection sampling, qr_sampler_verify), each kept token is
+ * reported as a sampled one, and the sequence's KV is cut back past the first rejection. A pass with draft
+ * rows and no prompt rows is row-exact (each row as a one-row pass computes it).
  *
  * Callbacks run on the scheduler thread, never under the scheduler's lock, and must not block:
  * they copy what they need. After the QR_SCHED_EV_DONE event of a request, the scheduler never
@@ -42,6 +46,8 @@ typedef struct qr_sched_params {
     int32_t step_tokens;     /* batch rows per step (decode + prefill); 0 = 512 */
     int32_t prefill_chunk;   /* prompt rows per sequence per step; 0 = 256 */
     bool no_prefix_cache;    /* disable prefix caching */
+    qr_spec *spec;           /* speculative decoding for the requests that ask for it (made for the same
+                              * context; owned by the caller, outlives the scheduler); NULL = none */
     double default_timeout_s;/* request timeout when the request gives none; 0 = 300 s */
 } qr_sched_params;
 
@@ -67,6 +73,8 @@ typedef struct qr_sched_timing {
     double t_admit;       /* first given a sequence slot */
     double t_first;       /* first token sampled (end of prefill) */
     double t_end;         /* DONE */
+    int32_t n_drafted;    /* speculative decoding: drafted tokens verified */
+    int32_t n_accepted;   /* of which the target kept */
 } qr_sched_timing;
 
 typedef struct qr_sched_event {
@@ -96,6 +104,9 @@ typedef struct qr_sched_request {
                                   reference); the generation ends when the grammar can take nothing
                                   more; the model's vocabulary trie is built on the first use */
     bool special_text;         /* the event text shows control tokens (<|channel|>, [TOOL_CALLS], ...) */
+    bool speculative;          /* decode with the scheduler's qr_spec (ignored without one): each step of the
+                                  sequence verifies a draft in the shared batch (its rows next to the other
+                                  sequences' rows) and rolls its KV back past the first rejection */
     /* Reasoning budget (when think_limit): think_budget >= 0 tokens may be generated inside a reasoning
      * section (opened by think_open at the start of the reply, or by the prompt when think_started)
      * before the scheduler forces think_end (the token ids of the closing tag) as the next tokens.
@@ -131,6 +142,9 @@ typedef struct qr_sched_stats {
     uint64_t tokens_prompt;       /* prompt rows computed */
     uint64_t tokens_generated;    /* tokens sampled */
     uint64_t cancelled;           /* requests ended by cancel */
+    uint64_t spec_drafted;        /* speculative decoding: drafted tokens verified */
+    uint64_t spec_accepted;       /* drafted tokens kept */
+    uint64_t spec_steps;          /* verifications (sequence steps that had a draft) */
     bool alive;                   /* the thread runs */
 } qr_sched_stats;
 

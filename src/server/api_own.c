@@ -26,10 +26,11 @@ json_t *srv_native_done_json(const srv_ev *done, double t_first) {
     const qr_sched_timing *t = &done->timing;
     const double dt = t->t_end - (t_first > 0 ? t_first : t->t_end);
     const double tps = t->n_gen > 1 && dt > 0 ? (t->n_gen - 1) / dt : 0.0;
-    json_t *j = json_pack("{s:s%, s:i, s:b, s:f, s:s, s:{s:i, s:i, s:i}, s:f}", "token", done->text, done->len, "token_id",
-                          -1, "complete", 1, "tokens_per_sec", tps, "finish_reason", srv_finish_str(done), "usage",
-                          "prompt_tokens", t->n_prompt, "completion_tokens", t->n_gen, "cached_tokens", t->n_cached,
-                          "ttft_ms", t->t_first > 0 ? (t->t_first - t->t_submit) * 1e3 : 0.0);
+    json_t *j = json_pack("{s:s%, s:i, s:b, s:f, s:s, s:{s:i, s:i, s:i, s:i, s:i}, s:f}", "token", done->text, done->len,
+                          "token_id", -1, "complete", 1, "tokens_per_sec", tps, "finish_reason", srv_finish_str(done),
+                          "usage", "prompt_tokens", t->n_prompt, "completion_tokens", t->n_gen, "cached_tokens",
+                          t->n_cached, "draft_tokens", t->n_drafted, "draft_accepted_tokens", t->n_accepted, "ttft_ms",
+                          t->t_first > 0 ? (t->t_first - t->t_submit) * 1e3 : 0.0);
     return j;
 }
 
@@ -230,6 +231,11 @@ static void sum_model(void *arg, srv_model *m) {
     srv_metrics_set(ss->s->metrics, "quarrel_prefix_cache_tokens_total", lab, (double)st.prefix_tokens_reused);
     srv_metrics_set(ss->s->metrics, "quarrel_preemptions_total", lab, (double)st.preemptions);
     srv_metrics_set(ss->s->metrics, "quarrel_cancellations_total", lab, (double)st.cancelled);
+    srv_metrics_set(ss->s->metrics, "quarrel_spec_draft_tokens_total", lab, (double)st.spec_drafted);
+    srv_metrics_set(ss->s->metrics, "quarrel_spec_accepted_tokens_total", lab, (double)st.spec_accepted);
+    srv_metrics_set(ss->s->metrics, "quarrel_spec_verifications_total", lab, (double)st.spec_steps);
+    srv_metrics_set(ss->s->metrics, "quarrel_spec_acceptance_ratio", lab,
+                    st.spec_drafted ? (double)st.spec_accepted / (double)st.spec_drafted : 0.0);
     snapshot_arch(ss, m, esc);
 }
 

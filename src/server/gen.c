@@ -170,7 +170,8 @@ qr_status srv_gen_start(srv_gen *g, srv_model *m, int32_t *prompt, int32_t n_pro
     qr_sched_request q = {.prompt = prompt, .n_prompt = n_prompt, .sampler = req->sp, .stops = req->stops,
                           .n_stops = req->n_stops, .ignore_eos = req->ignore_eos, .grammar = req->grammar,
                           .priority = req->priority ? QR_SCHED_BATCH : QR_SCHED_INTERACTIVE, .timeout_s = timeout_s,
-                          .cb = on_event, .user = g, .special_text = req->special_text};
+                          .cb = on_event, .user = g, .special_text = req->special_text,
+                          .speculative = m->spec && req->speculative != 0};
     if (req->think_budget >= 0 && req->n_think_end > 0) {
         q.think_limit = true;
         q.think_budget = req->think_budget;

@@ -74,6 +74,8 @@ srv_registry *srv_registry_create(const srv_registry_opts *o) {
 static void model_free(srv_model *m) {
     if (!m) return;
     qr_sched_free(m->sched);
+    qr_spec_free(m->spec); /* after the scheduler, before the contexts and models it uses */
+    qr_model_free(m->draft_model);
     srv_arch_metrics_free(m->arch); /* after the scheduler thread, the only one that syncs it */
     qr_context_free(m->embed_ctx);
     qr_context_free(m->ctx);
@@ -104,6 +106,28 @@ static void name_of(const char *source, char *out, size_t cap) {
     snprintf(out, cap, "%s", slash ? slash + 1 : source);
     size_t n = strlen(out);
     if (n > 5 && !strcmp(out + n - 5, ".gguf")) out[n - 5] = 0;
+}
+
+/* Makes m's drafter (registry options spec_on, spec, draft_path) for its context, loading the draft model
+ * with the target's backend options; a draft whose vocabulary differs is refused here, at load time. */
+static qr_status spec_open(const srv_registry *r, srv_model *m, char *err, size_t err_len) {
+    qr_spec_params p = r->o.spec;
+    char msg[1024];
+    qr_status st;
+    if (r->o.draft_path) {
+        char path[4096];
+        qr_model_params mp = qr_model_default_params();
+        mp.n_threads = r->o.n_threads;
+        mp.backend = r->o.backend;
+        mp.gpu = r->o.gpu;
+        if ((st = qr_model_resolve_path(r->o.draft_path, path, sizeof path, msg, sizeof msg)) != QR_OK ||
+            (st = qr_model_load(path, &mp, &m->draft_model, msg, sizeof msg)) != QR_OK)
+            return qr_errf(err, err_len, st, "draft model: %s", msg);
+        p.draft_model = m->draft_model;
+    }
+    if ((st = qr_spec_create(m->ctx, &p, &m->spec, msg, sizeof msg)) != QR_OK)
+        return qr_errf(err, err_len, st, "speculative decoding: %s", msg);
+    return QR_OK;
 }
 
 /* Predominant weight type (by bytes) and parameter count. */
@@ -194,6 +218,8 @@ static qr_status load_model(const srv_registry *r, const char *source, srv_model
         if (r->o.prefill_chunk > 0) sp.prefill_chunk = r->o.prefill_chunk;
         sp.no_prefix_cache = r->o.no_prefix_cache;
         sp.default_timeout_s = r->o.request_timeout_s;
+        if (r->o.spec_on && (st = spec_open(r, m, err, err_len)) != QR_OK) goto fail;
+        sp.spec = m->spec;
         if ((st = qr_sched_create(m->model, m->ctx, m->tok, &sp, &m->sched, err, err_len)) != QR_OK) goto fail;
     } else {
         /* encoders: a scheduler over a one-sequence context serializes the embedding jobs */

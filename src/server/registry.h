@@ -38,6 +38,8 @@ typedef struct srv_model {
     double expires_at;     /* wall clock (epoch seconds) of the planned unload, 0 = never */
     int32_t refs;          /* in-flight requests (guarded by the registry lock) */
     bool pinned;           /* loaded at start (-m): never unloaded by keep_alive or the budget */
+    qr_model *draft_model; /* speculative decoding's draft model (--draft-model) or NULL */
+    qr_spec *spec;         /* the scheduler's drafter (--spec / --draft-model) or NULL */
     bool unloading;
 } srv_model;
 
@@ -71,6 +73,12 @@ typedef struct srv_registry_opts {
     double keep_alive_s;   /* default for models loaded on demand */
     bool allow_load;
     const char *model_dir;
+    /* speculative decoding: spec_on gives every generating model a drafter with spec's parameters (a draft
+     * model loaded from draft_path, which must share its vocabulary), used by requests that do not turn it
+     * off ("speculative": false) */
+    bool spec_on;
+    qr_spec_params spec;
+    const char *draft_path;
 } srv_registry_opts;
 
 /* NULL on OOM. */

@@ -329,6 +329,10 @@ int srv_gen_req_from_json(json_t *root, srv_api api, srv_gen_req *r, char *err, 
     if (get_str(root, "model", &r->model, err, err_len) < 0) return -1;
     if (get_bool(root, "stream", &r->stream, err, err_len) < 0) return -1;
     if (get_bool(root, "ignore_eos", &r->ignore_eos, err, err_len) < 0) return -1;
+    bool spec = false;
+    const int spec_rc = get_bool(root, "speculative", &spec, err, err_len);
+    if (spec_rc < 0) return -1;
+    r->speculative = spec_rc > 0 ? spec : -1;
     const char *prio = NULL;
     if (get_str(root, "priority", &prio, err, err_len) < 0) return -1;
     if (prio && strcmp(prio, "interactive") && strcmp(prio, "batch"))

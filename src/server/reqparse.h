@@ -45,6 +45,7 @@ typedef struct srv_gen_req {
     double keep_alive_s;    /* Ollama keep_alive: seconds (< 0 = forever, 0 = unload after) */
     int32_t priority;       /* 0 interactive, 1 batch */
     bool ignore_eos;
+    int8_t speculative;     /* "speculative": -1 absent (the server's setting), 0 off, 1 on */
     qr_logit_bias *bias;    /* owned, [n_bias] */
     int32_t n_bias;
     qr_grammar *grammar;    /* owned reference or NULL: OpenAI response_format (json_object, json_schema),

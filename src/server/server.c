@@ -30,6 +30,7 @@ void qr_server_config_default(qr_server_config *c) {
     c->request_timeout_s = sp.default_timeout_s;
     c->keep_alive_s = 300;
     c->allow_load = true;
+    c->spec = qr_spec_default_params();
     c->drain_s = 30;
 }
 
@@ -551,6 +552,14 @@ static void declare_metrics(srv_metrics *m) {
                         "Prompt tokens whose prefill the prefix cache saved.", NULL, 0);
     srv_metrics_declare(m, "quarrel_preemptions_total", SRV_COUNTER, "Requests preempted under KV pressure (recomputed).",
                         NULL, 0);
+    srv_metrics_declare(m, "quarrel_spec_draft_tokens_total", SRV_COUNTER,
+                        "Speculative decoding: drafted tokens verified by the target.", NULL, 0);
+    srv_metrics_declare(m, "quarrel_spec_accepted_tokens_total", SRV_COUNTER,
+                        "Speculative decoding: drafted tokens the target kept.", NULL, 0);
+    srv_metrics_declare(m, "quarrel_spec_verifications_total", SRV_COUNTER,
+                        "Speculative decoding: verification steps (a sequence's step with a draft).", NULL, 0);
+    srv_metrics_declare(m, "quarrel_spec_acceptance_ratio", SRV_GAUGE,
+                        "Speculative decoding: accepted / drafted tokens since the model loaded.", NULL, 0);
     srv_metrics_declare(m, "quarrel_cancellations_total", SRV_COUNTER,
                         "Requests cancelled (client disconnect, stop message).", NULL, 0);
     srv_metrics_declare(m, "quarrel_errors_total", SRV_COUNTER, "Error responses by error code.", NULL, 0);
@@ -597,7 +606,8 @@ qr_status qr_server_start(const qr_server_config *cfg, qr_server **out, char *er
                             .no_prefix_cache = cfg->no_prefix_cache, .backend = cfg->backend, .gpu = cfg->gpu,
                             .request_timeout_s = cfg->request_timeout_s, .mem_budget = cfg->mem_budget,
                             .keep_alive_s = cfg->keep_alive_s, .allow_load = cfg->allow_load,
-                            .model_dir = cfg->model_dir};
+                            .model_dir = cfg->model_dir, .spec_on = cfg->spec_on, .spec = cfg->spec,
+                            .draft_path = cfg->draft_path};
     s->reg = srv_registry_create(&ro);
     if (!s->reg) {
         st = qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");

@@ -34,6 +34,10 @@ typedef struct qr_server_config {
     int32_t http_threads;           /* CivetWeb worker threads (one per open connection); default 256 */
     int32_t prefill_chunk;          /* prompt rows per sequence per step; default 256 */
     bool no_prefix_cache;
+    bool spec_on;                   /* speculative decoding for every generating model (requests may turn it
+                                       off with "speculative": false) */
+    qr_spec_params spec;            /* its parameters; default qr_spec_default_params() */
+    const char *draft_path;         /* the draft model (path or Ollama name) of QR_SPEC_DRAFT */
     qr_backend_kind backend;        /* passed to qr_model_load */
     int32_t gpu;
     const char *api_key_db;         /* SQLite key store; NULL = auth off */

@@ -18,6 +18,7 @@
 #include "sampling/sampler.h"
 #include "sched/scheduler.h"
 #include "convert/synth.h"
+#include "model/spec.h"
 #include "tokenizer/tokenizer.h"
 #include "util/util.h"
 
@@ -375,9 +376,67 @@ static void test_preemption(void **state) {
     pthread_cond_destroy(&g.cv);
 }
 
+/* Speculative requests (n-gram drafter) next to a plain one in the same batches: every request's tokens equal
+ * plain greedy decoding, drafts were verified and kept, the plain request drafted nothing, the cache is
+ * empty at the end. */
+static void test_speculative_mixed(void **state) {
+    (void)state;
+    qr_context_params cp = qr_context_default_params();
+    cp.n_ctx = 1024;
+    cp.n_seq_max = 3;
+    qr_context *ctx;
+    char err[256];
+    assert_int_equal(qr_context_create(F.model, &cp, &ctx, err, sizeof err), QR_OK);
+    qr_spec_params pp = qr_spec_default_params();
+    pp.ngram_min = 1;
+    qr_spec *spec;
+    assert_int_equal(qr_spec_create(ctx, &pp, &spec, err, sizeof err), QR_OK);
+    qr_sched_params sp;
+    qr_sched_params_default(&sp);
+    sp.n_seq = 3;
+    sp.spec = spec;
+    qr_scheduler *s;
+    assert_int_equal(qr_sched_create(F.model, ctx, F.tok, &sp, &s, err, sizeof err), QR_OK);
+    const int32_t gen = 48;
+    int32_t prompts[3][40];
+    result res[3];
+    for (int i = 0; i < 3; i++) {
+        make_prompt(prompts[i], 8, 200u + (uint32_t)i);
+        for (int32_t j = 8; j < 40; j++) prompts[i][j] = prompts[i][j % 8]; /* a repeated phrase */
+        result_init(&res[i]);
+        qr_sched_request q = {.prompt = prompts[i], .n_prompt = 40, .max_tokens = gen, .ignore_eos = true,
+                              .cb = on_event, .user = &res[i], .speculative = i != 1};
+        qr_sampler_params_greedy(&q.sampler);
+        uint64_t id;
+        assert_int_equal(qr_sched_submit(s, &q, &id, err, sizeof err), QR_OK);
+    }
+    for (int i = 0; i < 3; i++) result_wait(&res[i]);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(res[i].end, QR_SCHED_END_FINISHED);
+        assert_int_equal(res[i].n, gen);
+        int32_t ref[MAX_GEN];
+        reference(prompts[i], 40, gen, ref);
+        assert_memory_equal(res[i].tokens, ref, sizeof(int32_t) * (size_t)gen);
+        assert_int_equal(res[i].timing.n_gen, gen);
+        if (i == 1) assert_int_equal(res[i].timing.n_drafted, 0);
+        else assert_true(res[i].timing.n_drafted > 0 && res[i].timing.n_accepted > 0);
+        assert_true(res[i].timing.n_accepted <= res[i].timing.n_drafted);
+    }
+    qr_sched_stats st;
+    qr_sched_get_stats(s, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.spec_drafted, (uint64_t)(res[0].timing.n_drafted + res[2].timing.n_drafted));
+    assert_int_equal(st.spec_accepted, (uint64_t)(res[0].timing.n_accepted + res[2].timing.n_accepted));
+    assert_int_equal(st.tokens_generated, 3u * (uint64_t)gen);
+    qr_sched_free(s);
+    qr_spec_free(spec);
+    qr_context_free(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_concurrent_equals_reference), cmocka_unit_test(test_cancel_frees_blocks),
+        cmocka_unit_test(test_speculative_mixed),
         cmocka_unit_test(test_queue_bound_and_timeout),     cmocka_unit_test(test_prefix_cache_hit),
         cmocka_unit_test(test_preemption),
     };

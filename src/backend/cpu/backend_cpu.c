@@ -213,6 +213,7 @@ static qr_status cpu_set_batch(qr_backend *be, const qr_batch_plan *p, char *err
     cb->n_seqs = p->n_seqs;
     cb->max_blocks = p->max_blocks;
     cb->n_outputs = p->n_outputs;
+    cb->row_exact = p->row_exact;
     return QR_OK;
 }
 
@@ -361,16 +362,19 @@ static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64
     cpu_backend *cb = CB(be);
     const qr_quant_traits *tr = cpu_traits(cb, w->type); /* has a vec_dot: w->type is in caps.matmul_types */
     if (n_rows <= 0) return;
+    /* the row count that picks the kernels: 1 in a row-exact pass (each row as a decode pass computes it;
+     * the weight is still read once for all rows) */
+    const int64_t n_sel = cb->row_exact ? 1 : n_rows;
     mm_task t = {.w = w, .tr = tr, .x = x, .y = y, .n_tok = n_rows, .k = w->ne[0], .n = w->ne[1], .dot = tr->vec_dot};
     /* llama.cpp's CPU backend repacks such weights and runs whole groups of 4 rows through its GEMM,
      * the rest through its GEMV: same split, same arithmetic */
     if (tr->vec_dot_gemm && tr->vec_dot_gemv && tr->repack_rows > 0 && w->ne[1] % tr->repack_rows == 0) {
         t.dot = tr->vec_dot_gemv;
         t.dot_gemm = tr->vec_dot_gemm;
-        t.n_gemm = n_rows - n_rows % 4;
-    } else if (tr->vec_dot_tiled && n_rows >= QR_TILED_MIN_ROWS) {
+        t.n_gemm = n_sel - n_sel % 4;
+    } else if (tr->vec_dot_tiled && n_sel >= QR_TILED_MIN_ROWS) {
         t.dot = tr->vec_dot_tiled; /* the other K-quants go through its tiled GEMM */
-    } else if (qr_quant_sgemm_applies(tr, t.k, t.n, n_rows)) {
+    } else if (qr_quant_sgemm_applies(tr, t.k, t.n, n_sel)) {
         t.dot = tr->vec_dot_sgemm; /* and others through llamafile's sgemm */
     }
     if (t.n_gemm > 0 && tr->vec_dot_gemm_tile && tr->vec_dot_gemv_tile && t.dot == tr->vec_dot_gemv &&
@@ -610,7 +614,7 @@ static void attn_task_fn(void *arg, int64_t lo, int64_t hi, int ith) {
             .head_dim_v = p->head_dim_v,
             .scale = p->scale,
             .softcap = p->softcap,
-            .single = cb->n_tokens == 1,
+            .single = cb->n_tokens == 1 || cb->row_exact,
             .has_sink = p->sinks != NULL,
             .sink = p->sinks ? ((const float *)p->sinks->host)[h] : 0.0f,
             .scores = scores,

@@ -185,6 +185,7 @@ typedef struct cpu_backend {
     float *gelu_tab;          /* [65536] */
     /* batch plan copy */
     int32_t n_tokens, n_seqs, max_blocks, n_outputs;
+    bool row_exact;              /* the plan's row_exact: kernels chosen as for a one-row pass */
     int32_t *tokens, *pos, *seq, *kv_slot, *block_table, *output_rows;
     size_t plan_cap_tok, plan_cap_bt; /* capacities of the arrays above */
     /* attention scratch: per thread, scores_cap floats each */

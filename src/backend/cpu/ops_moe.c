@@ -232,7 +232,7 @@ static void expert_mm(qr_backend *be, const qr_weight *w1, const qr_weight *w2, 
                       const void *xq, int64_t cnt, float *y1, float *y2) {
     cpu_backend *cb = CB(be);
     const size_t off = (size_t)e * (size_t)w1->ne[1] * w1->row_bytes;
-    const qr_vec_dot_fn dot = kd->dot_tiled && cnt >= QR_TILED_MIN_ROWS ? kd->dot_tiled : kd->dot;
+    const qr_vec_dot_fn dot = kd->dot_tiled && cnt >= QR_TILED_MIN_ROWS && !cb->row_exact ? kd->dot_tiled : kd->dot;
     xmm_task t = {.w1 = (const char *)w1->host + off, .w2 = w2 ? (const char *)w2->host + off : NULL,
                   .wrow = w1->row_bytes, .dot = dot, .k = w1->ne[0], .n = w1->ne[1], .cnt = cnt, .xq = xq,
                   .xq_row = kd->xq_row, .y1 = y1, .y2 = y2};

@@ -1,0 +1,382 @@
+/* spec.c — speculative decoding (spec.h, quarrel.h's qr_spec): the n-gram and draft-model drafters, the
+ * draft model's KV cache kept in step with the target's sequences, the vocabulary check and the counters.
+ * Verification (one row-exact target pass over the draft, rejection sampling, rollback) runs in its callers:
+ * qr_generate (generate.c) and the scheduler's step. */
+#include "model/spec.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "util/util.h"
+
+/* Vocabulary sizes a draft may differ by (the extra ids are never drafted), as llama.cpp allows. */
+#define VOCAB_SLACK 128
+/* First draft length of a sequence, and the longest pause after drafts of which nothing stood. */
+#define START_DRAFT 4
+#define MAX_SKIP 64
+
+qr_spec_params qr_spec_default_params(void) {
+    return (qr_spec_params){.kind = QR_SPEC_NGRAM, .draft_max = 16, .draft_min = 0, .draft_p_min = 0.75f,
+                            .ngram_min = 2, .ngram_max = 4};
+}
+
+/* Checks p's fields (not the draft model's vocabulary). */
+static qr_status check_params(const qr_spec_params *p, char *err, size_t err_len) {
+    if (p->kind != QR_SPEC_NGRAM && p->kind != QR_SPEC_DRAFT)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "speculative decoding: unknown kind %d", (int)p->kind);
+    if (p->draft_max < 1 || p->draft_max > QR_SPEC_DRAFT_MAX)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "draft_max must be in [1, %d] (got %d)", QR_SPEC_DRAFT_MAX,
+                       p->draft_max);
+    if (p->draft_min < 0 || p->draft_min > p->draft_max)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "draft_min must be in [0, draft_max = %d] (got %d)",
+                       p->draft_max, p->draft_min);
+    if (!(p->draft_p_min >= 0.0f && p->draft_p_min <= 1.0f))
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "draft_p_min must be in [0, 1] (got %g)",
+                       (double)p->draft_p_min);
+    if (p->kind == QR_SPEC_NGRAM && (p->ngram_min < 1 || p->ngram_max < p->ngram_min || p->ngram_max > 16))
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "n-gram sizes must satisfy 1 <= min <= max <= 16 (got %d..%d)",
+                       p->ngram_min, p->ngram_max);
+    if (p->kind == QR_SPEC_DRAFT && !p->draft_model)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "speculative decoding with a draft model needs the model");
+    return QR_OK;
+}
+
+/* A model whose per-sequence state can be cut back to any earlier position (attention layers only). */
+static qr_status check_rollback(const qr_model *m, const char *role, char *err, size_t err_len) {
+    if (m->arch->encoder)
+        return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "speculative decoding: the %s model (%s) is an encoder", role,
+                       m->hp.arch_name);
+    if (m->hp.has_ssm)
+        return qr_errf(err, err_len, QR_ERR_UNSUPPORTED,
+                       "speculative decoding: the %s model (%s) has Mamba2 layers, whose state cannot be rolled back",
+                       role, m->hp.arch_name);
+    return QR_OK;
+}
+
+/* The draft's vocabulary must be the target's: same special tokens and the same text for every id both
+ * have; sizes may differ by VOCAB_SLACK. */
+static qr_status check_vocab(const qr_model *target, const qr_model *draft, int32_t *n_common, char *err,
+                             size_t err_len) {
+    qr_tokenizer *tt = NULL, *td = NULL;
+    char a[256], b[256], msg[512];
+    qr_status st;
+    if ((st = qr_tokenizer_from_model(target, &tt, msg, sizeof msg)) != QR_OK) {
+        qr_errf(err, err_len, st, "target tokenizer: %s", msg);
+        goto done;
+    }
+    if ((st = qr_tokenizer_from_model(draft, &td, msg, sizeof msg)) != QR_OK) {
+        qr_errf(err, err_len, st, "draft model tokenizer: %s", msg);
+        goto done;
+    }
+    const int32_t nt = qr_model_n_vocab(target), nd = qr_model_n_vocab(draft);
+    const int32_t vt = qr_tokenizer_n_vocab(tt), vd = qr_tokenizer_n_vocab(td);
+    if (abs(nt - nd) > VOCAB_SLACK || abs(vt - vd) > VOCAB_SLACK) {
+        st = qr_errf(err, err_len, QR_ERR_INVALID_ARG,
+                     "the draft model's vocabulary is incompatible with the target's: %d tokens against %d", vd, vt);
+        goto done;
+    }
+    static const struct { qr_special_token which; const char *name; } specials[] = {
+        {QR_SPECIAL_BOS, "BOS"}, {QR_SPECIAL_EOS, "EOS"}, {QR_SPECIAL_EOT, "EOT"}};
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
+        if (qr_tokenizer_special(tt, specials[i].which) != qr_tokenizer_special(td, specials[i].which)) {
+            st = qr_errf(err, err_len, QR_ERR_INVALID_ARG,
+                         "the draft model's vocabulary is incompatible with the target's: %s token %d against %d",
+                         specials[i].name, qr_tokenizer_special(td, specials[i].which),
+                         qr_tokenizer_special(tt, specials[i].which));
+            goto done;
+        }
+    if (qr_tokenizer_add_bos(tt) != qr_tokenizer_add_bos(td)) {
+        st = qr_errf(err, err_len, QR_ERR_INVALID_ARG,
+                     "the draft model's vocabulary is incompatible with the target's: one adds BOS, the other not");
+        goto done;
+    }
+    const int32_t n = vt < vd ? vt : vd;
+    for (int32_t id = 0; id < n; id++) {
+        const int32_t la = qr_token_to_piece(tt, id, true, a, sizeof a - 1);
+        const int32_t lb = qr_token_to_piece(td, id, true, b, sizeof b - 1);
+        if (la != lb || (la > 0 && memcmp(a, b, (size_t)la) != 0)) {
+            a[la > 0 ? la : 0] = 0, b[lb > 0 ? lb : 0] = 0;
+            st = qr_errf(err, err_len, QR_ERR_INVALID_ARG,
+                         "the draft model's vocabulary is incompatible with the target's: token %d is '%s' in the "
+                         "draft, '%s' in the target", id, b, a);
+            goto done;
+        }
+    }
+    *n_common = nt < nd ? nt : nd;
+    if (n < *n_common) *n_common = n;
+done:
+    qr_tokenizer_free(tt);
+    qr_tokenizer_free(td);
+    return st;
+}
+
+void qr_spec_free(qr_spec *sp) {
+    if (!sp) return;
+    if (sp->dtok)
+        for (int32_t s = 0; s < sp->n_seq; s++) free(sp->dtok[s]);
+    free(sp->dtok);
+    free(sp->dlen);
+    free(sp->cur_max);
+    free(sp->skip);
+    free(sp->fails);
+    free(sp->dlogits);
+    free(sp->q);
+    free(sp->n_q);
+    qr_context_free(sp->dctx);
+    free(sp);
+}
+
+qr_status qr_spec_create(qr_context *ctx, const qr_spec_params *params, qr_spec **out, char *err, size_t err_len) {
+    if (!ctx || !out) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "qr_spec_create: NULL argument");
+    *out = NULL;
+    const qr_spec_params p = params ? *params : qr_spec_default_params();
+    qr_status st = check_params(&p, err, err_len);
+    if (st != QR_OK) return st;
+    const qr_model *target = qr_context_model(ctx);
+    if ((st = check_rollback(target, "target", err, err_len)) != QR_OK) return st;
+    qr_spec *sp = calloc(1, sizeof *sp);
+    if (!sp) return qr_errf(err, err_len, QR_ERR_NOMEM, "speculative decoding: out of memory");
+    sp->ctx = ctx;
+    sp->p = p;
+    sp->n_seq = qr_context_n_seq_max(ctx);
+    sp->n_vocab = qr_model_n_vocab(target);
+    sp->cur_max = calloc((size_t)sp->n_seq, sizeof *sp->cur_max);
+    sp->skip = calloc((size_t)sp->n_seq, sizeof *sp->skip);
+    sp->fails = calloc((size_t)sp->n_seq, sizeof *sp->fails);
+    if (!sp->cur_max || !sp->skip || !sp->fails) goto nomem;
+    for (int32_t s = 0; s < sp->n_seq; s++) sp->cur_max[s] = p.draft_max < START_DRAFT ? p.draft_max : START_DRAFT;
+    if (p.kind == QR_SPEC_DRAFT) {
+        if ((st = check_rollback(p.draft_model, "draft", err, err_len)) != QR_OK) goto fail;
+        if ((st = check_vocab(target, p.draft_model, &sp->n_vocab, err, err_len)) != QR_OK) goto fail;
+        qr_context_params cp = qr_context_default_params();
+        cp.n_ctx = qr_context_n_ctx(ctx);
+        cp.n_seq_max = sp->n_seq;
+        char msg[512];
+        if ((st = qr_context_create(p.draft_model, &cp, &sp->dctx, msg, sizeof msg)) != QR_OK) {
+            qr_errf(err, err_len, st, "draft model context: %s", msg);
+            goto fail;
+        }
+        sp->dcap = qr_context_n_ctx(sp->dctx);
+        sp->dtok = calloc((size_t)sp->n_seq, sizeof *sp->dtok);
+        sp->dlen = calloc((size_t)sp->n_seq, sizeof *sp->dlen);
+        sp->dlogits = malloc(sizeof *sp->dlogits * (size_t)qr_model_n_vocab(p.draft_model));
+        sp->q = malloc(sizeof *sp->q * (size_t)sp->n_seq * QR_SPEC_DRAFT_MAX * QR_SPEC_Q_MAX);
+        sp->n_q = calloc((size_t)sp->n_seq * QR_SPEC_DRAFT_MAX, sizeof *sp->n_q);
+        if (!sp->dtok || !sp->dlen || !sp->dlogits || !sp->q || !sp->n_q) goto nomem;
+        for (int32_t s = 0; s < sp->n_seq; s++)
+            if (!(sp->dtok[s] = malloc(sizeof(int32_t) * (size_t)sp->dcap))) goto nomem;
+    }
+    *out = sp;
+    return QR_OK;
+nomem:
+    st = qr_errf(err, err_len, QR_ERR_NOMEM, "speculative decoding: out of memory");
+fail:
+    qr_spec_free(sp);
+    return st;
+}
+
+void qr_spec_get_stats(const qr_spec *sp, qr_spec_stats *out) {
+    if (out) *out = sp ? sp->stats : (qr_spec_stats){0};
+}
+
+void qr_spec_count(qr_spec *sp, int32_t seq, int32_t n_drafted, int32_t n_accepted) {
+    if (n_drafted <= 0) return;
+    sp->stats.n_steps++;
+    sp->stats.n_drafted += n_drafted;
+    sp->stats.n_accepted += n_accepted;
+    if (seq < 0 || seq >= sp->n_seq) return;
+    if (n_accepted == 0) {
+        sp->fails[seq]++;
+        sp->skip[seq] = sp->fails[seq] < 7 ? (1 << sp->fails[seq]) : MAX_SKIP;
+        sp->cur_max[seq] = 1;
+        return;
+    }
+    sp->fails[seq] = 0;
+    const int32_t grown = n_accepted == n_drafted ? 2 * sp->cur_max[seq] : n_accepted + 1;
+    sp->cur_max[seq] = grown < sp->p.draft_max ? grown : sp->p.draft_max;
+}
+
+void qr_spec_seq_reset(qr_spec *sp, int32_t seq) {
+    if (seq < 0 || seq >= sp->n_seq) return;
+    sp->cur_max[seq] = sp->p.draft_max < START_DRAFT ? sp->p.draft_max : START_DRAFT;
+    sp->skip[seq] = sp->fails[seq] = 0;
+    if (!sp->dctx) return;
+    qr_kv_seq_rm(sp->dctx, seq, 0, -1);
+    sp->dlen[seq] = 0;
+}
+
+const qr_token_prob *qr_spec_q(const qr_spec *sp, int32_t seq, int32_t i, int32_t *n) {
+    *n = 0;
+    if (!sp->n_q || seq < 0 || seq >= sp->n_seq || i < 0 || i >= QR_SPEC_DRAFT_MAX) return NULL;
+    const size_t k = (size_t)seq * QR_SPEC_DRAFT_MAX + (size_t)i;
+    *n = sp->n_q[k];
+    return *n > 0 ? sp->q + k * QR_SPEC_Q_MAX : NULL;
+}
+
+int32_t qr_spec_ngram_lookup(const int32_t *hist, int32_t n_hist, int32_t ngram_min, int32_t ngram_max, int32_t max,
+                             int32_t *draft) {
+    for (int32_t n = ngram_max; n >= ngram_min; n--) {
+        if (n >= n_hist) continue;
+        const int32_t *pat = hist + n_hist - n;
+        /* occurrences that end before the pattern itself does, latest first */
+        for (int32_t j = n_hist - n - 1; j >= 0; j--) {
+            if (hist[j] != pat[0] || memcmp(hist + j, pat, sizeof(int32_t) * (size_t)n) != 0) continue;
+            int32_t k = 0;
+            while (k < max && j + n + k < n_hist) draft[k] = hist[j + n + k], k++;
+            if (k > 0) return k;
+        }
+    }
+    return 0;
+}
+
+/* The top (at most QR_SPEC_Q_MAX) logits of l[0..n) into q (token, logit), largest first; returns how many. */
+static int32_t top_logits(const float *l, int32_t n, qr_token_prob *q) {
+    int32_t k = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (!(l[i] > -INFINITY) || (k == QR_SPEC_Q_MAX && l[i] <= q[k - 1].p)) continue;
+        int32_t j = k < QR_SPEC_Q_MAX ? k++ : k - 1;
+        while (j > 0 && q[j - 1].p < l[i]) q[j] = q[j - 1], j--;
+        q[j] = (qr_token_prob){i, l[i]};
+    }
+    return k;
+}
+
+/* Softmax in place over q[0..n)'s logits divided by temp. */
+static void softmax_q(qr_token_prob *q, int32_t n, float temp) {
+    double sum = 0.0;
+    const float mx = q[0].p;
+    for (int32_t i = 0; i < n; i++) sum += exp((double)((q[i].p - mx) / temp));
+    for (int32_t i = 0; i < n; i++) q[i].p = (float)(exp((double)((q[i].p - mx) / temp)) / sum);
+}
+
+/* Decodes tokens[0..n) at the end of the draft's sequence seq (logits of the last row into sp->dlogits). */
+static qr_status draft_decode(qr_spec *sp, int32_t seq, const int32_t *tokens, int32_t n, char *err, size_t err_len) {
+    int32_t *seqs = malloc(sizeof(int32_t) * (size_t)n);
+    if (!seqs) return qr_errf(err, err_len, QR_ERR_NOMEM, "draft model: out of memory");
+    for (int32_t i = 0; i < n; i++) seqs[i] = seq;
+    const qr_batch b = {.n_tokens = n, .token = tokens, .seq_id = seqs};
+    qr_status st = qr_decode(sp->dctx, &b, err, err_len);
+    free(seqs);
+    if (st != QR_OK) return st;
+    memcpy(sp->dtok[seq] + sp->dlen[seq], tokens, sizeof(int32_t) * (size_t)n);
+    sp->dlen[seq] += n;
+    const float *l = qr_get_logits(sp->dctx, -1);
+    if (!l) return qr_errf(err, err_len, QR_ERR_INTERNAL, "draft model: no logits");
+    memcpy(sp->dlogits, l, sizeof(float) * (size_t)qr_model_n_vocab(sp->p.draft_model));
+    return QR_OK;
+}
+
+/* The draft model's drafter (see qr_spec_draft). */
+static int32_t draft_model(qr_spec *sp, int32_t seq, const int32_t *hist, int32_t n_hist, int32_t max, qr_sampler *smp,
+                           int32_t *draft, char *err, size_t err_len) {
+    /* the draft's cache holds dtok[seq][0..dlen): keep the prefix it shares with hist (at least one token of
+     * hist left to decode, for the logits), decode the rest */
+    int32_t c = 0, *dt = sp->dtok[seq];
+    const int32_t lim = sp->dlen[seq] < n_hist - 1 ? sp->dlen[seq] : n_hist - 1;
+    while (c < lim && dt[c] == hist[c]) c++;
+    if (c < sp->dlen[seq]) {
+        qr_kv_seq_rm(sp->dctx, seq, c, -1);
+        sp->dlen[seq] = c;
+    }
+    if (n_hist + max > sp->dcap) max = sp->dcap - n_hist;
+    if (max <= 0) return 0;
+    if (draft_decode(sp, seq, hist + c, n_hist - c, err, err_len) != QR_OK) return -1;
+    const float temp = smp ? qr_sampler_get_params(smp)->temperature : 0.0f;
+    const int32_t nv_draft = qr_model_n_vocab(sp->p.draft_model);
+    int32_t k = 0;
+    for (; k < max; k++) {
+        qr_token_prob *q = sp->q + ((size_t)seq * QR_SPEC_DRAFT_MAX + (size_t)k) * QR_SPEC_Q_MAX;
+        int32_t *n_q = sp->n_q + (size_t)seq * QR_SPEC_DRAFT_MAX + (size_t)k;
+        const int32_t n = top_logits(sp->dlogits, nv_draft, q);
+        if (n == 0) break;
+        /* confidence: the token's probability among the top logits at temperature 1 (llama.cpp's p_min test) */
+        qr_token_prob conf[QR_SPEC_Q_MAX];
+        memcpy(conf, q, sizeof(qr_token_prob) * (size_t)n);
+        softmax_q(conf, n, 1.0f);
+        int32_t token = q[0].token, at = 0;
+        if (temp > 0.0f) { /* sample the draft from its own distribution at the target's temperature */
+            softmax_q(q, n, temp);
+            const double u = qr_sampler_uniform(smp);
+            double cum = 0.0;
+            at = n - 1;
+            for (int32_t i = 0; i < n; i++)
+                if (u < (cum += q[i].p)) {
+                    at = i;
+                    break;
+                }
+            token = q[at].token;
+            *n_q = n;
+        } else {
+            *n_q = 0; /* greedy: a point mass */
+        }
+        if (conf[at].p < sp->p.draft_p_min || token >= sp->n_vocab) break;
+        draft[k] = token;
+        if (k + 1 == max) {
+            k++;
+            break;
+        }
+        if (draft_decode(sp, seq, &token, 1, err, err_len) != QR_OK) return -1;
+    }
+    return k;
+}
+
+int32_t qr_spec_draft(qr_spec *sp, int32_t seq, const int32_t *hist, int32_t n_hist, int32_t max, qr_sampler *smp,
+                      int32_t *draft, char *err, size_t err_len) {
+    if (max <= 0 || n_hist <= 0 || seq < 0 || seq >= sp->n_seq) return 0;
+    if (sp->skip[seq] > 0) { /* paused after drafts of which nothing stood */
+        sp->skip[seq]--;
+        return 0;
+    }
+    const int32_t cap = sp->cur_max[seq] > sp->p.draft_min ? sp->cur_max[seq] : sp->p.draft_min;
+    if (max > cap) max = cap;
+    int32_t k;
+    if (sp->p.kind == QR_SPEC_DRAFT) {
+        k = draft_model(sp, seq, hist, n_hist, max, smp, draft, err, err_len);
+        if (k < 0) return -1;
+    } else {
+        k = qr_spec_ngram_lookup(hist, n_hist, sp->p.ngram_min, sp->p.ngram_max, max, draft);
+    }
+    return k < sp->p.draft_min || k == 0 ? 0 : k;
+}
+
+qr_status qr_spec_verify(qr_spec *sp, qr_sampler *smp, int32_t seq, int32_t token, const int32_t *draft, int32_t k,
+                         int32_t *out, int32_t *n_out, char *err, size_t err_len) {
+    int32_t rows[QR_SPEC_DRAFT_MAX + 1], seqs[QR_SPEC_DRAFT_MAX + 1];
+    int8_t want[QR_SPEC_DRAFT_MAX + 1];
+    char msg[1024];
+    *n_out = 0;
+    if (k < 1 || k > QR_SPEC_DRAFT_MAX)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "speculative verification: %d drafted tokens", k);
+    for (int32_t i = 0; i <= k; i++) {
+        rows[i] = i ? draft[i - 1] : token;
+        seqs[i] = seq;
+        want[i] = 1;
+    }
+    const int32_t pos0 = qr_kv_seq_len(sp->ctx, seq);
+    const qr_batch b = {.n_tokens = k + 1, .token = rows, .seq_id = seqs, .logits = want};
+    qr_context_set_row_exact(sp->ctx, true);
+    qr_status st = qr_decode(sp->ctx, &b, msg, sizeof msg);
+    qr_context_set_row_exact(sp->ctx, false);
+    if (st != QR_OK) return qr_errf(err, err_len, st, "decode: %s", msg);
+    int32_t n_acc = 0;
+    for (int32_t i = 0; i <= k; i++) {
+        int32_t n_q = 0;
+        const qr_token_prob *q = i < k ? qr_spec_q(sp, seq, i, &n_q) : NULL;
+        qr_sample_result res;
+        bool acc = false;
+        if ((st = qr_sampler_verify(smp, qr_get_logits(sp->ctx, i), i < k ? draft[i] : -1, q, n_q, &res, &acc, msg,
+                                    sizeof msg)) != QR_OK) {
+            qr_kv_seq_rm(sp->ctx, seq, pos0, -1);
+            return qr_errf(err, err_len, st, "sampling: %s", msg);
+        }
+        out[(*n_out)++] = res.token;
+        if (!acc) break;
+        n_acc++;
+    }
+    /* rows 0..n_acc (token and the drafts that stood) stay in the cache; the rest is rolled back */
+    qr_kv_seq_rm(sp->ctx, seq, pos0 + n_acc + 1, -1);
+    qr_spec_count(sp, seq, k, n_acc);
+    return QR_OK;
+}

@@ -1,0 +1,77 @@
+/* spec.h — speculative decoding inside the engine (spec.c): the drafters (n-gram lookup, draft model with
+ * its own KV cache kept in step with the target's sequences) and the verification of a draft, shared by
+ * qr_generate (quarrel run / chat) and the scheduler (quarrel serve). The public face is qr_spec in
+ * quarrel.h. */
+#ifndef QR_MODEL_SPEC_H
+#define QR_MODEL_SPEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "quarrel.h"
+#include "sampling/sampler.h"
+
+/* Draft distributions keep at most this many tokens (the draft model's top logits). */
+#define QR_SPEC_Q_MAX 32
+
+struct qr_spec {
+    qr_context *ctx;        /* the target's context */
+    qr_spec_params p;
+    int32_t n_seq;          /* the target context's sequences */
+    int32_t n_vocab;        /* tokens both models have (the target's when there is no draft model) */
+    /* draft model (QR_SPEC_DRAFT) */
+    qr_context *dctx;       /* the draft model's context: n_seq sequences, the target's size */
+    int32_t **dtok;         /* [n_seq][dcap] tokens held in the draft's KV cache per sequence */
+    int32_t *dlen;          /* [n_seq] entries of dtok[s] (= the draft's sequence length) */
+    int32_t dcap;           /* the draft context's size */
+    float *dlogits;         /* [n_vocab] scratch */
+    qr_token_prob *q;       /* [n_seq][QR_SPEC_DRAFT_MAX][QR_SPEC_Q_MAX] the last draft's distributions */
+    int32_t *n_q;           /* [n_seq][QR_SPEC_DRAFT_MAX] entries of each (0: a point mass) */
+    /* draft length control per sequence: a draft costs a verification pass whose price grows with its rows
+     * (on a CPU each row costs about half a decode step), so drafts grow while they are accepted whole and
+     * shrink to what was accepted; after a draft of which nothing stood, drafting pauses for 2, 4, ... 64
+     * steps (text that the drafter cannot predict costs almost nothing) */
+    int32_t *cur_max;       /* [n_seq] most tokens of the next draft (1..p.draft_max) */
+    int32_t *skip;          /* [n_seq] steps left without drafting */
+    int32_t *fails;         /* [n_seq] verifications in a row that kept nothing */
+    qr_spec_stats stats;
+};
+
+/* Drafts at most max (<= p.draft_max) tokens continuing hist[0..n_hist) of target sequence seq (the prompt
+ * and every token generated so far, whose last one the target has not decoded yet) into draft[]; returns
+ * how many (0: no draft, or one shorter than p.draft_min). smp: the target's sampler: with temperature > 0
+ * the draft model samples its tokens (at that temperature, from its top QR_SPEC_Q_MAX logits, drawing from
+ * smp's PRNG) and keeps the distributions for qr_spec_q; otherwise drafts are greedy (point masses). The draft
+ * model's cache is first brought to hist[0..n_hist) (rolled back to the common prefix, then the missing tokens
+ * decoded), so rejected draft tokens need no explicit rollback. A draft-model decode error returns -1 with
+ * the message in err. */
+int32_t qr_spec_draft(qr_spec *sp, int32_t seq, const int32_t *hist, int32_t n_hist, int32_t max,
+                      qr_sampler *smp, int32_t *draft, char *err, size_t err_len);
+
+/* Verifies draft[0..k) (1 <= k <= QR_SPEC_DRAFT_MAX) continuing target sequence seq after `token` (sampled,
+ * not decoded): one row-exact pass over [token, draft...] with logits for every row, then qr_sampler_verify
+ * row by row with smp (the drafts' distributions from qr_spec_q): out[0..*n_out) gets the drafts that stood
+ * and the target's own next token (n_out = accepted + 1 <= k + 1); the cache keeps token and the accepted
+ * drafts (the last out token is not decoded), the rest is rolled back; the counters are updated. */
+qr_status qr_spec_verify(qr_spec *sp, qr_sampler *smp, int32_t seq, int32_t token, const int32_t *draft, int32_t k,
+                         int32_t *out, int32_t *n_out, char *err, size_t err_len);
+
+/* The distribution draft token i of seq's last draft was drawn from (*n entries), NULL for a point mass. */
+const qr_token_prob *qr_spec_q(const qr_spec *sp, int32_t seq, int32_t i, int32_t *n);
+
+/* Counts one verification of n_drafted tokens of sequence seq of which n_accepted stood (and adapts the
+ * sequence's next draft length). */
+void qr_spec_count(qr_spec *sp, int32_t seq, int32_t n_drafted, int32_t n_accepted);
+
+/* Forgets what the draft model holds of sequence seq and its draft length state (a new generation, a
+ * finished or preempted request). */
+void qr_spec_seq_reset(qr_spec *sp, int32_t seq);
+
+/* The longest drafted run ending at hist[n_hist) that the n-gram drafter proposes (pure; exposed for tests):
+ * for n = ngram_max down to ngram_min, the last n tokens of hist are looked up at earlier positions (latest
+ * first) and the tokens that followed the first match (at most max, within hist) are written to draft.
+ * Returns their count (0: no match). */
+int32_t qr_spec_ngram_lookup(const int32_t *hist, int32_t n_hist, int32_t ngram_min, int32_t ngram_max,
+                             int32_t max, int32_t *draft);
+
+#endif /* QR_MODEL_SPEC_H */
