@@ -82,9 +82,10 @@ def check(schema, text, finish):
     jsonschema.validate(json.loads(text), schema)
 
 
-def chat_one(client, i, stream, model=MODEL_NAME):
+def chat_one(client, i, stream, model=MODEL_NAME, strict=None):
     schema = SCHEMAS[i]
-    rf = {"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": schema, "strict": i % 3 == 0}}
+    strict = i % 3 == 0 if strict is None else strict
+    rf = {"type": "json_schema", "json_schema": {"name": f"s{i}", "schema": schema, "strict": strict}}
     msgs = [{"role": "user", "content": ask(schema)}]
     if not stream:
         r = client.chat.completions.create(model=model, messages=msgs, response_format=rf,
@@ -137,9 +138,43 @@ def test_openai_chat_json_schema_gemma(gemma_server, stream):
     """Gemma 3's GGUF carries no chat template: chat requests render through the built-in Gemma turn format."""
     c = openai.OpenAI(base_url=gemma_server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
     model = GEMMA.removesuffix(".gguf")
+    finished = 0
     with ThreadPoolExecutor(4) as ex:
-        for schema, text, finish in ex.map(lambda i: chat_one(c, i, stream, model), range(0, len(SCHEMAS), 3)):
-            check(schema, text, finish)
+        for schema, text, finish in ex.map(lambda i: chat_one(c, i, stream, model, True), range(len(SCHEMAS))):
+            if finish == "stop":  # a finished output always validates
+                jsonschema.validate(json.loads(text), schema)
+                finished += 1
+    # Gemma 3 270M is a base model: in chat form it may fill an unbounded string (an email, no maxLength) until
+    # max_tokens; the grammar keeps the text a valid prefix but cannot make the model end the string
+    assert finished >= len(SCHEMAS) - 2, finished
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_gemma_chat_required_tool_call(gemma_server, stream):
+    """tool_choice=required on Gemma 3 (built-in template, no tool markers: the generic JSON call format) returns
+    a parsed call whose arguments validate; streamed, the client assembles the deltas."""
+    weather = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}}, "required": ["city"]}
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather of a city",
+                                               "parameters": weather}}]
+    c = openai.OpenAI(base_url=gemma_server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    kw = dict(model=GEMMA.removesuffix(".gguf"), messages=[{"role": "user", "content": "Weather in Paris?"}],
+              tools=tools, tool_choice="required", parallel_tool_calls=False, max_tokens=120, temperature=0)
+    if not stream:
+        ch = c.chat.completions.create(**kw).choices[0]
+        assert ch.finish_reason == "tool_calls"
+        name, args = ch.message.tool_calls[0].function.name, ch.message.tool_calls[0].function.arguments
+    else:
+        name, args, finish = "", "", None
+        for chunk in c.chat.completions.create(stream=True, **kw):
+            if not chunk.choices:
+                continue
+            for tc in chunk.choices[0].delta.tool_calls or []:
+                name += tc.function.name or ""
+                args += tc.function.arguments or ""
+            finish = chunk.choices[0].finish_reason or finish
+        assert finish == "tool_calls"
+    assert name == "get_weather"
+    jsonschema.validate(json.loads(args), weather)
 
 
 def test_gemma_builtin_template_prompt(gemma_server):
