@@ -1,5 +1,5 @@
-/* quant_avx2_common.h — small AVX2 building blocks shared by quant_avx2.c and quant_kquants_avx2.c.
- * Include only from files compiled with -mavx2 -mfma -mf16c (the *_avx2.c files). */
+/* quant_avx2_common.h — small AVX2 building blocks shared by the *_avx2.c and *_avx512.c kernels.
+ * Include only from files compiled with at least -mavx2 -mfma -mf16c (the *_avx2.c and *_avx512.c files). */
 #ifndef QR_QUANT_AVX2_COMMON_H
 #define QR_QUANT_AVX2_COMMON_H
 
@@ -87,5 +87,33 @@ static inline __m256i q5_1_codes(const qr_block_q5_1 *b) {
     const __m256i high = _mm256_and_si256(bits_to_bytes_32(b->qh), _mm256_set1_epi8(0x10));
     return _mm256_or_si256(nibbles_32(b->qs), high);
 }
+
+/* Unpacks the 12 scale bytes of a Q4_K / Q5_K block into 8 scales (bytes 0..7) and 8 mins (8..15). */
+static inline __m128i k4_scales_mins(const uint8_t *packed) {
+    uint32_t a[3];
+    memcpy(a, packed, 12);
+    const uint32_t low6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, hi2 = 0x03030303u;
+    const uint32_t sc03 = a[0] & low6;
+    const uint32_t m03 = a[1] & low6;
+    const uint32_t sc47 = (a[2] & lo4) | (((a[0] >> 6) & hi2) << 4);
+    const uint32_t m47 = ((a[2] >> 4) & lo4) | (((a[1] >> 6) & hi2) << 4);
+    return _mm_set_epi32((int)m47, (int)m03, (int)sc47, (int)sc03);
+}
+
+/* A tile entry point NAME(n, s, bs, x, bx, y, by, nr, nc) that calls CALL(R, C) with constant R = nr, C = nc in
+ * 1..4 x 1..4 (one specialisation each, so the kernels' loops unroll; vx, vy are x and y as char pointers). */
+#define QR_TILE_CASE(CALL, R, C) \
+    case (R) * 8 + (C): CALL(R, C); return;
+#define QR_TILE_ROW(CALL, R) \
+    QR_TILE_CASE(CALL, R, 1) QR_TILE_CASE(CALL, R, 2) QR_TILE_CASE(CALL, R, 3) QR_TILE_CASE(CALL, R, 4)
+#define QR_TILE_FN(NAME, CALL)                                                                             \
+    void NAME(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, \
+              int nc) {                                                                                    \
+        const char *vx = x, *vy = y;                                                                       \
+        switch (nr * 8 + nc) {                                                                             \
+            QR_TILE_ROW(CALL, 1) QR_TILE_ROW(CALL, 2) QR_TILE_ROW(CALL, 3) QR_TILE_ROW(CALL, 4)            \
+        default: return;                                                                                   \
+        }                                                                                                  \
+    }
 
 #endif /* QR_QUANT_AVX2_COMMON_H */

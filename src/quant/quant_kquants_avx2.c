@@ -182,18 +182,6 @@ void qr_vec_dot_q3_K_q8_K_tiled_avx2(int64_t n, float *s, const void *vx, const 
  * Q4_K / Q5_K
  * ---------------------------------------------------------------------------------------------- */
 
-/* Unpacks the 12 scale bytes of a Q4_K / Q5_K block into 8 scales (bytes 0..7) and 8 mins (8..15). */
-static inline __m128i k4_scales_mins(const uint8_t *packed) {
-    uint32_t a[3];
-    memcpy(a, packed, 12);
-    const uint32_t low6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, hi2 = 0x03030303u;
-    const uint32_t sc03 = a[0] & low6;
-    const uint32_t m03 = a[1] & low6;
-    const uint32_t sc47 = (a[2] & lo4) | (((a[0] >> 6) & hi2) << 4);
-    const uint32_t m47 = ((a[2] >> 4) & lo4) | (((a[1] >> 6) & hi2) << 4);
-    return _mm_set_epi32((int)m47, (int)m03, (int)sc47, (int)sc03);
-}
-
 /* Shared min term of Q4_K / Q5_K: 4 int32 lanes whose sum is sum_j m_j * (bsums of sub-block j). */
 static inline __m128i k4_min_products(__m256i mins_and_scales, const int16_t *bsums) {
     const __m256i b = load256(bsums);

@@ -26,18 +26,6 @@ static inline __m256i half_sums4(__m512i a, __m512i b, __m512i c, __m512i d) {
     return _mm512_castsi512_si256(_mm512_shuffle_i32x4(w, w, _MM_SHUFFLE(2, 0, 2, 0)));
 }
 
-/* The 8 scales (bytes 0..7) and 8 mins (8..15) of a Q4_K / Q5_K block's 12 packed bytes. */
-static inline __m128i k4_scales_mins(const uint8_t *packed) {
-    uint32_t a[3];
-    memcpy(a, packed, 12);
-    const uint32_t low6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, hi2 = 0x03030303u;
-    const uint32_t sc03 = a[0] & low6;
-    const uint32_t m03 = a[1] & low6;
-    const uint32_t sc47 = (a[2] & lo4) | (((a[0] >> 6) & hi2) << 4);
-    const uint32_t m47 = ((a[2] >> 4) & lo4) | (((a[1] >> 6) & hi2) << 4);
-    return _mm_set_epi32((int)m47, (int)m03, (int)sc47, (int)sc03);
-}
-
 /* Transposes 4 vectors of 4 int32 (rows) into columns: out[k] = [a[k], b[k], c[k], d[k]]. */
 static inline void transpose4_epi32(const __m128i in[4], __m128i out[4]) {
     const __m128i t0 = _mm_unpacklo_epi32(in[0], in[1]), t1 = _mm_unpackhi_epi32(in[0], in[1]);
@@ -178,23 +166,11 @@ static inline __attribute__((always_inline)) void tile_q6_K(int64_t n, float *s,
     }
 }
 
-#define KTILE_CASE(CALL, R, C) \
-    case (R) * 8 + (C): CALL(R, C); return;
-#define KTILE_ROW(CALL, R) KTILE_CASE(CALL, R, 1) KTILE_CASE(CALL, R, 2) KTILE_CASE(CALL, R, 3) KTILE_CASE(CALL, R, 4)
-#define KTILE_FN(NAME, CALL)                                                                               \
-    void NAME(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, \
-              int nc) {                                                                                    \
-        const char *vx = x, *vy = y;                                                                       \
-        switch (nr * 8 + nc) {                                                                             \
-            KTILE_ROW(CALL, 1) KTILE_ROW(CALL, 2) KTILE_ROW(CALL, 3) KTILE_ROW(CALL, 4)                    \
-        default: return;                                                                                   \
-        }                                                                                                  \
-    }
-
+/* The tile entry points: one specialisation per (nr, nc) (QR_TILE_FN, quant_avx2_common.h). */
 #define CALL_Q4_K_GEMM(R, C) tile_q4_K(n, s, bs, vx, bx, vy, by, R, C, 1)
 #define CALL_Q4_K_GEMV(R, C) tile_q4_K(n, s, bs, vx, bx, vy, by, R, C, 0)
 #define CALL_Q6_K(R, C) tile_q6_K(n, s, bs, vx, bx, vy, by, R, C)
 
-KTILE_FN(qr_vec_dot_tile_q4_K_q8_K_gemm_avx512, CALL_Q4_K_GEMM)
-KTILE_FN(qr_vec_dot_tile_q4_K_q8_K_gemv_avx512, CALL_Q4_K_GEMV)
-KTILE_FN(qr_vec_dot_tile_q6_K_q8_K_tiled_avx512, CALL_Q6_K)
+QR_TILE_FN(qr_vec_dot_tile_q4_K_q8_K_gemm_avx512, CALL_Q4_K_GEMM)
+QR_TILE_FN(qr_vec_dot_tile_q4_K_q8_K_gemv_avx512, CALL_Q4_K_GEMV)
+QR_TILE_FN(qr_vec_dot_tile_q6_K_q8_K_tiled_avx512, CALL_Q6_K)

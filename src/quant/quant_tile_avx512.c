@@ -203,20 +203,7 @@ static inline __attribute__((always_inline)) void tile_rp(int64_t n, float *s, i
         for (int c = 0; c < NC; c++) s[(int64_t)c * bs + r] = acc[r][c];
 }
 
-/* One specialisation per (nr, nc) in 1..4 x 1..4, so that the loops above unroll. */
-#define TILE_CASE(CALL, R, C) \
-    case (R) * 8 + (C): CALL(R, C); return;
-#define TILE_ROW(CALL, R) TILE_CASE(CALL, R, 1) TILE_CASE(CALL, R, 2) TILE_CASE(CALL, R, 3) TILE_CASE(CALL, R, 4)
-#define TILE_FN(NAME, CALL)                                                                                \
-    void NAME(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, \
-              int nc) {                                                                                    \
-        const char *vx = x, *vy = y;                                                                       \
-        switch (nr * 8 + nc) {                                                                             \
-            TILE_ROW(CALL, 1) TILE_ROW(CALL, 2) TILE_ROW(CALL, 3) TILE_ROW(CALL, 4)                        \
-        default: return;                                                                                   \
-        }                                                                                                  \
-    }
-
+/* The tile entry points: one specialisation per (nr, nc) (QR_TILE_FN, quant_avx2_common.h). */
 #define CALL_Q8_0(R, C) tile_lanes(n, s, bs, vx, bx, vy, by, R, C, K_Q8_0)
 #define CALL_Q4_0(R, C) tile_lanes(n, s, bs, vx, bx, vy, by, R, C, K_Q4_0)
 #define CALL_Q4_1(R, C) tile_lanes(n, s, bs, vx, bx, vy, by, R, C, K_Q4_1)
@@ -224,9 +211,9 @@ static inline __attribute__((always_inline)) void tile_rp(int64_t n, float *s, i
 #define CALL_Q5_1(R, C) tile_lanes(n, s, bs, vx, bx, vy, by, R, C, K_Q5_1)
 #define CALL_Q4_0_RP(R, C) tile_rp(n, s, bs, vx, bx, vy, by, R, C)
 
-TILE_FN(qr_vec_dot_tile_q8_0_q8_0_avx512, CALL_Q8_0)
-TILE_FN(qr_vec_dot_tile_q4_0_q8_0_avx512, CALL_Q4_0)
-TILE_FN(qr_vec_dot_tile_q4_1_q8_1_avx512, CALL_Q4_1)
-TILE_FN(qr_vec_dot_tile_q5_0_q8_0_avx512, CALL_Q5_0)
-TILE_FN(qr_vec_dot_tile_q5_1_q8_1_avx512, CALL_Q5_1)
-TILE_FN(qr_vec_dot_tile_q4_0_q8_0_rp_avx512, CALL_Q4_0_RP)
+QR_TILE_FN(qr_vec_dot_tile_q8_0_q8_0_avx512, CALL_Q8_0)
+QR_TILE_FN(qr_vec_dot_tile_q4_0_q8_0_avx512, CALL_Q4_0)
+QR_TILE_FN(qr_vec_dot_tile_q4_1_q8_1_avx512, CALL_Q4_1)
+QR_TILE_FN(qr_vec_dot_tile_q5_0_q8_0_avx512, CALL_Q5_0)
+QR_TILE_FN(qr_vec_dot_tile_q5_1_q8_1_avx512, CALL_Q5_1)
+QR_TILE_FN(qr_vec_dot_tile_q4_0_q8_0_rp_avx512, CALL_Q4_0_RP)
