@@ -69,6 +69,7 @@ static int load_model(const char *name, const app_engine_opts *o, const char *wh
     mp.n_threads = o->n_threads;
     mp.backend = o->backend;
     mp.gpu = o->gpu;
+    mp.tp = o->tp;
     if (qr_model_load(path, &mp, out, err, sizeof err) != QR_OK) {
         fprintf(stderr, "quarrel: %s%s\n", what, err);
         return 1;
@@ -351,6 +352,7 @@ int app_engine_opt(int id, const char *arg, app_engine_opts *o) {
         }
         return 0;
     case 1101: return app_parse_int("--gpu", arg, 0, 1023, &o->gpu);
+    case 1104: return app_parse_int("--tp", arg, 1, 16, &o->tp);
     case 1102:
     case 1103: {
         const int t = qr_cache_type_from_name(arg);

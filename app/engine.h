@@ -30,6 +30,7 @@ typedef struct app_engine_opts {
     int32_t n_seq_max; /* 0: 1 */
     qr_backend_kind backend; /* --backend: auto (0, default), cpu, cuda */
     int32_t gpu;       /* --gpu: CUDA device index (default 0) */
+    int32_t tp;        /* --tp: tensor-parallel ranks (0 / 1: none) */
     qr_cache_type type_k, type_v; /* --cache-type-k / --cache-type-v (default f16) */
     /* speculative decoding (APP_SPEC_LONGOPTS): spec_on makes e->spec with spec (kind, draft_*; start from
      * qr_spec_default_params()), loading draft_path (path or Ollama name) as its draft model with the
@@ -88,11 +89,13 @@ int app_sampler_opt(int id, const char *arg, qr_sampler_chain_params *p);
 /* Backend options shared by run, chat, logits, perplexity and bench: long option ids 1100..1103.
  * app_engine_opt handles one (returns 0, or 2 on a bad value, or -1 when the id is not one of them). */
 #define APP_ENGINE_LONGOPTS \
-    {"backend", 1, 0, 1100}, {"gpu", 1, 0, 1101}, {"cache-type-k", 1, 0, 1102}, {"cache-type-v", 1, 0, 1103}
+    {"backend", 1, 0, 1100}, {"gpu", 1, 0, 1101}, {"cache-type-k", 1, 0, 1102}, {"cache-type-v", 1, 0, 1103}, \
+        {"tp", 1, 0, 1104}
 int app_engine_opt(int id, const char *arg, app_engine_opts *o);
 #define APP_ENGINE_HELP                                                                                  \
     "  --backend B          cpu, cuda or auto (default auto: CUDA when a GPU is usable, else the CPU)\n" \
     "  --gpu N              CUDA device index (default 0)\n"                                          \
+    "  --tp N               tensor parallelism over N ranks: GPUs gpu..gpu+N-1 (NCCL), or N CPU ranks\n" \
     "  --cache-type-k T, --cache-type-v T\n"                                                          \
     "                       KV cache storage of K / V: f16 (default), bf16, q8_0, q4_0, f32\n"
 

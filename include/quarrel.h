@@ -94,6 +94,10 @@ typedef struct qr_model_params {
     bool force_scalar; /* CPU: use the scalar reference kernels only (testing) */
     qr_backend_kind backend; /* default QR_BACKEND_AUTO */
     int32_t gpu;       /* CUDA device index (0 = the first GPU) */
+    int32_t tp;        /* tensor parallelism: ranks (0 or 1 = none). CUDA: GPUs gpu .. gpu + tp - 1 joined by NCCL
+                        * (loaded at run time); CPU: tp backends of n_threads / tp threads each, joined by a
+                        * shared-memory all-reduce. Attention heads, FFN / expert columns and the output's vocabulary
+                        * are split across the ranks (Megatron-style); Mamba2 mixers run whole on every rank */
 } qr_model_params;
 
 /* Defaults: backend auto on GPU 0, all CPUs, SIMD kernels. */
@@ -131,6 +135,8 @@ QR_API const char *qr_model_backend_name(const qr_model *model);
  * found" or "the model needs 14.2 GiB of GPU memory, 7.9 GiB are free"; "" when it runs where
  * asked (and in builds without CUDA). For one log line by the caller; the library prints nothing. */
 QR_API const char *qr_model_backend_note(const qr_model *model);
+/* Ranks the model runs on (1 without tensor parallelism). */
+QR_API int32_t qr_model_tp(const qr_model *model);
 /* One-line description ("llama: 30 layers, 576 embd, 9/3 heads, 49152 vocab, Q4_1"), into buf. */
 QR_API void qr_model_desc(const qr_model *model, char *buf, size_t buf_len);
 

@@ -457,6 +457,14 @@ typedef struct qr_backend_ops {
     /* Gated grouped RMSNorm (qr_ssm_gate_norm_args): t = y * silu(z); out[r][g] = t[r][g] / sqrt(mean(t[r][g]^2)
      * + eps) * w[g] over groups of d_inner / n_group (w NULL: out = t, no norm). next: a hint, as add_rmsnorm's. */
     void (*ssm_gate_norm)(qr_backend *be, const qr_ssm_gate_norm_args *a);
+
+    /* ---- tensor parallelism (optional) ---- */
+    /* Makes the calling thread use this backend's device (CUDA: cudaSetDevice); NULL: nothing to do. A
+     * tensor-parallel context calls it once on each rank's worker thread. */
+    void (*thread_bind)(qr_backend *be);
+    /* buf[0..n) = the sum of buf over every rank of the group the backend joined (qr_backend_cuda_tp_init), in
+     * place, issued in order like any op (a graph may record it); NULL: the caller sums host memory itself. */
+    void (*all_reduce)(qr_backend *be, float *buf, int64_t n);
 } qr_backend_ops;
 
 struct qr_backend {
@@ -509,5 +517,10 @@ int qr_cuda_device_count(void);
 /* Free and total memory of CUDA device `gpu` in bytes (cudaMemGetInfo); false when unavailable
  * (no CUDA build, no such device). */
 bool qr_cuda_mem_info(int gpu, size_t *free_bytes, size_t *total_bytes);
+
+/* Joins n CUDA backends (one a GPU, rank r = bes[r]) into one NCCL group: loads libnccl (QUARREL_NCCL_LIB, else
+ * libnccl.so.2 from the library path) and makes their communicators, after which each backend's all_reduce sums
+ * over the group. Errors: no NCCL library, a symbol missing, NCCL's own failure (its message). */
+qr_status qr_backend_cuda_tp_init(qr_backend *const *bes, int32_t n, char *err, size_t err_len);
 
 #endif /* QR_BACKEND_H */

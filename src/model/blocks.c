@@ -122,6 +122,7 @@ void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
     const qr_weight *o = &l->attn_out, *o_b = &l->attn_out_b;
     if (o_b->host) qr_fused_matmul_multi(be, 1, &o, &o_b, f->att, n, &f->xb2);
     else be->ops->matmul(be, o, f->att, n, f->xb2);
+    qr_tp_all_reduce(f, f->xb2, n * hp->n_embd); /* tensor parallelism: the ranks' partial sums */
 }
 
 void qr_block_ffn(const qr_model *m, qr_fwd *f, int il, bool gelu) {
@@ -141,6 +142,7 @@ void qr_block_ffn(const qr_model *m, qr_fwd *f, int il, bool gelu) {
         else be->ops->swiglu(be, f->ff_g, f->ff_u, nff, f->ff_g);
     }
     be->ops->matmul(be, &l->ffn_down, f->ff_g, n, f->xb2);
+    qr_tp_all_reduce(f, f->xb2, n * m->hp.n_embd);
 }
 
 void qr_block_keep_outputs(const qr_model *m, qr_fwd *f) {
@@ -168,5 +170,5 @@ void qr_block_output(const qr_model *m, qr_fwd *f) {
     if (f->embd) return; /* embeddings: the normed hidden states are the result */
     be->ops->matmul(be, &m->output, f->xo, f->n_outputs, f->logits);
     if (hp->final_softcap > 0.0f)
-        be->ops->softcap(be, f->logits, hp->final_softcap, (int64_t)f->n_outputs * hp->n_vocab, f->logits);
+        be->ops->softcap(be, f->logits, hp->final_softcap, (int64_t)f->n_outputs * qr_model_n_logits(m), f->logits);
 }

@@ -13,15 +13,31 @@
 
 #define KV_BLOCK_SIZE 32 /* token slots per KV block */
 
+/* One rank's part of a context: the model it runs (a tensor-parallel model's shard, else the model), its backend,
+ * activations and K/V storage. */
+typedef struct ctx_rank {
+    const qr_model *m;
+    qr_backend *be;
+    qr_fwd f;            /* activation buffers for n_batch rows (xo/logits grown on demand) */
+    qr_kv_storage *kvs;  /* K/V data (backend memory): this rank's heads */
+    int32_t dev_out_cap; /* rows f.xo / f.logits hold */
+    float *slice;        /* tensor parallelism: host [rows][n_logits] of this rank's logits, scattered into the
+                          * context's rows (from be's host_alloc when slice_pinned) */
+    bool slice_pinned;
+    size_t slice_cap;    /* rows slice holds */
+    qr_status st;        /* the last rank job's result, with its message */
+    char err[256];
+} ctx_rank;
+
 struct qr_context {
     qr_model *model;
-    qr_backend *be;
+    qr_backend *be;    /* rank 0's */
     int32_t n_ctx, n_batch, n_seq_max;
-    uint64_t kv_bytes; /* bytes of the K/V storage (n_ctx slots of every layer) */
-    qr_kv_cache *kvc;  /* block bookkeeping */
-    qr_kv_storage *kvs;/* K/V data (backend memory) */
-    qr_fwd f;          /* activation buffers for n_batch rows (xo/logits grown on demand) */
-    int32_t dev_out_cap;  /* rows f.xo / f.logits hold */
+    uint64_t kv_bytes; /* bytes of the K/V storage (n_ctx slots of every layer, all ranks) */
+    qr_kv_cache *kvc;  /* block bookkeeping (one for all ranks) */
+    int32_t world;     /* ranks: 1, or the model's tensor-parallel ranks */
+    qr_tp_pool *pool;  /* world > 1: the ranks' threads (every rank's backend calls run there) */
+    ctx_rank rk[QR_TP_MAX];
     /* host side */
     float *logits;        /* [n_out][n_vocab] logits of the last batch */
     bool logits_backend;  /* logits came from the backend's host_alloc (else malloc) */
@@ -123,6 +139,50 @@ static void logits_free(qr_context *c) {
     c->logits_backend = false;
 }
 
+/* ---- running a step on every rank ---- */
+
+typedef void (*rank_fn)(qr_context *c, int32_t r, void *arg);
+typedef struct rank_job {
+    qr_context *c;
+    rank_fn fn;
+    void *arg;
+} rank_job;
+static void rank_job_run(void *a, int32_t r) {
+    rank_job *j = a;
+    j->fn(j->c, r, j->arg);
+}
+/* fn(c, r, arg) for every rank: in turn on this thread with one rank, at once on the rank threads with more. */
+static void each_rank(qr_context *c, rank_fn fn, void *arg) {
+    if (!c->pool) {
+        for (int32_t r = 0; r < c->world; r++) fn(c, r, arg);
+        return;
+    }
+    rank_job j = {.c = c, .fn = fn, .arg = arg};
+    qr_tp_pool_run(c->pool, rank_job_run, &j);
+}
+/* The first rank's error of the last job (its message into err), else QR_OK. */
+static qr_status rank_error(qr_context *c, char *err, size_t err_len) {
+    for (int32_t r = 0; r < c->world; r++)
+        if (c->rk[r].st != QR_OK) {
+            if (err && err_len) snprintf(err, err_len, "%s", c->rk[r].err);
+            return c->rk[r].st;
+        }
+    return QR_OK;
+}
+
+static void rank_release(qr_context *c, int32_t r, void *arg) {
+    (void)arg;
+    ctx_rank *k = &c->rk[r];
+    if (!k->be) return;
+    if (k->be->ops->graph_release) k->be->ops->graph_release(k->be, c);
+    qr_fwd_free(k->be, &k->f);
+    if (k->kvs) k->be->ops->kv_free(k->be, k->kvs);
+    k->kvs = NULL;
+    if (k->slice && k->slice_pinned) k->be->ops->host_free(k->be, k->slice);
+    else free(k->slice);
+    k->slice = NULL;
+}
+
 static const char *const prof_names[6] = {"prepare", "set_batch", "forward / graph launch", "error check",
                                            "logits read (waits for the GPU)", "commit"};
 
@@ -133,11 +193,8 @@ void qr_context_free(qr_context *c) {
         for (int i = 0; i < 6; i++) fprintf(stderr, "%s %s %.1f", i ? "," : "", prof_names[i], c->prof[i] * 1e6 / (double)c->prof_n);
         fprintf(stderr, "\n");
     }
-    if (c->be) {
-        if (c->be->ops->graph_release) c->be->ops->graph_release(c->be, c);
-        qr_fwd_free(c->be, &c->f);
-        if (c->kvs) c->be->ops->kv_free(c->be, c->kvs);
-    }
+    if (c->world == 1 || c->pool) each_rank(c, rank_release, NULL);
+    qr_tp_pool_free(c->pool);
     qr_kv_cache_free(c->kvc);
     logits_free(c);
     free(c->row_out);
@@ -145,6 +202,37 @@ void qr_context_free(qr_context *c) {
     free(c->seq_pass);
     free(c->p_tok), free(c->p_pos), free(c->p_seq), free(c->p_slot), free(c->p_out), free(c->p_bt);
     free(c);
+}
+
+typedef struct rank_setup_args {
+    const qr_context_params *p;
+    const qr_kv_desc *kd; /* but k_dim / v_dim: the rank's heads */
+} rank_setup_args;
+
+/* A rank's threads, K/V storage and activations. */
+static void rank_setup(qr_context *c, int32_t r, void *arg) {
+    const rank_setup_args *a = arg;
+    ctx_rank *k = &c->rk[r];
+    const qr_hparams *hp = &k->m->hp;
+    qr_backend *be = k->be;
+    k->st = QR_OK;
+    int32_t nt = a->p->n_threads;
+    if (nt > 0 && c->world > 1) nt = nt / c->world > 0 ? nt / c->world : 1;
+    if (nt > 0 && (k->st = be->ops->set_n_threads(be, nt, k->err, sizeof k->err)) != QR_OK) return;
+    qr_kv_desc kd = *a->kd;
+    kd.k_dim = hp->n_head_kv * hp->head_dim_k;
+    kd.v_dim = hp->n_head_kv * hp->head_dim_v;
+    k->kvs = be->ops->kv_alloc(be, &kd, k->err, sizeof k->err);
+    if (!k->kvs) {
+        k->st = QR_ERR_NOMEM;
+        return;
+    }
+    k->f.kv = k->kvs;
+    if ((k->st = qr_fwd_alloc(k->m, be, c->n_batch, c->n_seq_max, &k->f, k->err, sizeof k->err)) != QR_OK) return;
+    k->f.rope_factors = qr_rope_factors(k->m, c->n_ctx); /* a sequence may hold n_ctx positions */
+    k->f.tp_world = c->world;
+    k->f.tp_rank = r;
+    k->f.tp = c->model->tp_comm;
 }
 
 qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr_context **out, char *err,
@@ -166,6 +254,7 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     /* cap the cache to what fits in memory (80% of MemAvailable) */
     const int32_t kdim = hp->n_head_kv * hp->head_dim_k, vdim = hp->n_head_kv * hp->head_dim_v;
     const uint64_t per_tok = qr_model_kv_bytes_per_token(model, p.type_k, p.type_v);
+    const int32_t world = model->tp_world > 1 ? model->tp_world : 1;
     if (hp->n_layer > 0 && per_tok == 0)
         return qr_errf(err, err_len, QR_ERR_UNSUPPORTED,
                        "context: a %s K / %s V cache stores each head in blocks of 32 values, and this model's heads "
@@ -175,6 +264,7 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     uint64_t avail = mem_available();
     size_t dev_free = 0, dev_total = 0; /* the cache lives in the backend's memory where it has its own (GPU) */
     if (model->be->ops->mem_info) avail = model->be->ops->mem_info(model->be, &dev_free, &dev_total) ? dev_free : 0;
+    if (world > 1 && model->be->ops->mem_info) avail *= (uint64_t)world; /* each GPU holds 1 / world of it */
     if (avail > 0 && per_tok > 0 && (uint64_t)n_ctx * per_tok > avail / 10 * 8) {
         const int64_t fit = (int64_t)(avail / 10 * 8 / per_tok) / KV_BLOCK_SIZE * KV_BLOCK_SIZE;
         if (fit < KV_BLOCK_SIZE)
@@ -197,26 +287,25 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     c->kv_bytes = (uint64_t)n_ctx * per_tok;
     c->prof_n = qr_knob_int(QR_KNOB_HOST_PROF) ? 0 : -1;
     c->last_out = -1;
-    qr_backend *be = c->be;
+    c->world = world;
+    for (int32_t r = 0; r < world; r++) {
+        c->rk[r].m = world > 1 ? model->tp_shards[r] : model;
+        c->rk[r].be = c->rk[r].m->be;
+    }
     qr_status st;
-    if (p.n_threads > 0 && (st = be->ops->set_n_threads(be, p.n_threads, err, err_len)) != QR_OK) goto fail;
+    if (world > 1 && (st = qr_tp_pool_create(model, &c->pool, err, err_len)) != QR_OK) goto fail;
     const int32_t n_blocks = c->n_ctx / KV_BLOCK_SIZE;
     if ((st = qr_kv_cache_create(n_blocks, KV_BLOCK_SIZE, c->n_seq_max, c->n_ctx, &c->kvc, err, err_len)) != QR_OK)
         goto fail;
-    const qr_kv_desc kd = {.n_layer = hp->n_layer, .n_blocks = n_blocks, .block_size = KV_BLOCK_SIZE, .k_dim = kdim,
-                           .v_dim = vdim, .type_k = cache_types[p.type_k].type,
-                           .type_v = cache_types[p.type_v].type,
+    (void)kdim, (void)vdim;
+    const qr_kv_desc kd = {.n_layer = hp->n_layer, .n_blocks = n_blocks, .block_size = KV_BLOCK_SIZE,
+                           .type_k = cache_types[p.type_k].type, .type_v = cache_types[p.type_v].type,
                            .rot_k = kv_rotation(cache_types[p.type_k].type, hp->head_dim_k, true),
                            .rot_v = kv_rotation(cache_types[p.type_v].type, hp->head_dim_v, false)};
-    c->kvs = be->ops->kv_alloc(be, &kd, err, err_len);
-    if (!c->kvs) {
-        st = QR_ERR_NOMEM;
-        goto fail;
-    }
+    rank_setup_args sa = {.p = &p, .kd = &kd};
+    each_rank(c, rank_setup, &sa);
+    if ((st = rank_error(c, err, err_len)) != QR_OK) goto fail;
     const size_t nb = (size_t)c->n_batch;
-    c->f.kv = c->kvs;
-    if ((st = qr_fwd_alloc(model, be, c->n_batch, c->n_seq_max, &c->f, err, err_len)) != QR_OK) goto fail;
-    c->f.rope_factors = qr_rope_factors(model, c->n_ctx); /* a sequence may hold n_ctx positions */
     c->next_pos = calloc((size_t)c->n_seq_max, sizeof(int32_t));
     c->seq_pass = calloc((size_t)c->n_seq_max, sizeof(uint32_t));
     c->p_tok = malloc(nb * sizeof(int32_t));
@@ -258,24 +347,45 @@ int32_t qr_context_n_ctx(const qr_context *c) { return c->n_ctx; }
 
 uint64_t qr_context_kv_bytes(const qr_context *c) { return c->kv_bytes; }
 
-/* Grows the backend output buffers to `rows` rows. */
-static qr_status ensure_dev_out(qr_context *c, int32_t rows, char *err, size_t err_len) {
-    if (rows <= c->dev_out_cap) return QR_OK;
-    qr_backend *be = c->be;
+/* Grows rank r's output buffers to *(int32_t *)arg rows (and its host slice of the logits, tensor parallelism). */
+static void rank_dev_out(qr_context *c, int32_t r, void *arg) {
+    const int32_t rows = *(const int32_t *)arg;
+    ctx_rank *k = &c->rk[r];
+    k->st = QR_OK;
+    if (rows <= k->dev_out_cap) return;
+    qr_backend *be = k->be;
     if (be->ops->graph_release) be->ops->graph_release(be, c); /* recorded passes use the old buffers */
-    const qr_hparams *hp = &c->model->hp;
-    if (c->f.xo) be->ops->free(be, c->f.xo);
-    if (c->f.logits) be->ops->free(be, c->f.logits);
-    c->f.xo = be->ops->alloc(be, (size_t)rows * hp->n_embd * sizeof(float));
-    c->f.logits = be->ops->alloc(be, (size_t)rows * hp->n_vocab * sizeof(float));
-    if (!c->f.xo || !c->f.logits) {
-        c->dev_out_cap = 0;
-        return qr_errf(err, err_len, QR_ERR_NOMEM, "cannot allocate logits for %d rows", rows);
+    const size_t nv = (size_t)qr_model_n_logits(k->m);
+    if (k->f.xo) be->ops->free(be, k->f.xo);
+    if (k->f.logits) be->ops->free(be, k->f.logits);
+    k->f.xo = be->ops->alloc(be, (size_t)rows * k->m->hp.n_embd * sizeof(float));
+    k->f.logits = be->ops->alloc(be, (size_t)rows * nv * sizeof(float));
+    bool ok = k->f.xo && k->f.logits;
+    if (ok && c->world > 1) {
+        if (k->slice && k->slice_pinned) be->ops->host_free(be, k->slice);
+        else free(k->slice);
+        const size_t bytes = (size_t)rows * nv * sizeof(float);
+        k->slice = be->ops->host_alloc && bytes <= LOGITS_BACKEND_MAX ? be->ops->host_alloc(be, bytes) : NULL;
+        k->slice_pinned = k->slice != NULL;
+        if (!k->slice) k->slice = malloc(bytes);
+        ok = k->slice != NULL;
     }
-    c->dev_out_cap = rows;
-    return QR_OK;
+    if (!ok) {
+        k->dev_out_cap = 0;
+        k->st = qr_errf(k->err, sizeof k->err, QR_ERR_NOMEM, "cannot allocate logits for %d rows", rows);
+        return;
+    }
+    k->dev_out_cap = rows;
 }
 
+/* Grows every rank's output buffers to `rows` rows. */
+static qr_status ensure_dev_out(qr_context *c, int32_t rows, char *err, size_t err_len) {
+    bool grow = false;
+    for (int32_t r = 0; r < c->world; r++) grow = grow || rows > c->rk[r].dev_out_cap;
+    if (!grow) return QR_OK;
+    each_rank(c, rank_dev_out, &rows);
+    return rank_error(c, err, err_len);
+}
 
 typedef struct graph_pass {
     const qr_model *m;
@@ -288,10 +398,78 @@ static void run_forward(void *arg) {
     gp->m->arch->forward(gp->m, gp->f);
 }
 
+/* One pass of qr_decode on a rank: plan, forward (a recorded graph where it may), error check, logits. */
+typedef struct pass_args {
+    const qr_batch_plan *plan;
+    bool graph;           /* replay / record a graph keyed by key */
+    uint64_t key;
+    int32_t out_done;     /* rows of c->logits already written */
+    bool embd;            /* qr_context_embd_pass: the hidden states into `hidden` (rank 0) instead of logits */
+    float *hidden;
+    double *prof;         /* rank 0's split of the time (set_batch, forward, error check, read), or NULL */
+} pass_args;
+
+static void rank_pass(qr_context *c, int32_t r, void *arg) {
+    const pass_args *a = arg;
+    ctx_rank *k = &c->rk[r];
+    qr_backend *be = k->be;
+    const qr_batch_plan *plan = a->plan;
+    double t = a->prof && r == 0 ? qr_time_s() : 0.0;
+#define RANK_PROF(i)                           \
+    if (a->prof && r == 0) {                   \
+        const double t_now_ = qr_time_s();     \
+        a->prof[i] += t_now_ - t;              \
+        t = t_now_;                            \
+    }
+    if ((k->st = be->ops->set_batch(be, plan, k->err, sizeof k->err)) != QR_OK) return;
+    RANK_PROF(1);
+    k->f.n_tokens = plan->n_tokens;
+    k->f.n_outputs = plan->n_outputs;
+    k->f.embd = a->embd;
+    if (a->graph) {
+        graph_pass gp = {.m = k->m, .f = &k->f};
+        if ((k->st = be->ops->run_graph(be, c, a->key, run_forward, &gp, k->err, sizeof k->err)) != QR_OK) return;
+    } else {
+        k->m->arch->forward(k->m, &k->f);
+    }
+    k->f.embd = false;
+    RANK_PROF(2);
+    if ((k->st = be->ops->last_error(be, k->err, sizeof k->err)) != QR_OK) {
+        if (k->f.mamba.ssm) { /* recurrent states may have advanced: the sequences start over */
+            if (k->st == QR_ERR_NUMERIC) k->f.stats.ssm_divergence_total++;
+            for (int32_t j = 0; j < plan->n_tokens; j++) qr_ssm_state_reset(k->f.mamba.ssm, plan->seq[j]);
+        }
+        return;
+    }
+    RANK_PROF(3);
+    const int32_t no = plan->n_outputs, V = c->model->hp.n_vocab;
+    if (a->embd) {
+        if (r == 0) be->ops->read(be, a->hidden, k->f.xo, (size_t)no * k->m->hp.n_embd * sizeof(float));
+    } else if (no > 0 && c->world == 1) {
+        be->ops->read(be, c->logits + (size_t)a->out_done * V, k->f.logits, (size_t)no * V * sizeof(float));
+    } else if (no > 0) { /* this rank's vocabulary columns of the rows */
+        const int32_t nv = qr_model_n_logits(k->m), v0 = k->m->tp_vocab0;
+        be->ops->read(be, k->slice, k->f.logits, (size_t)no * nv * sizeof(float));
+        for (int32_t i = 0; i < no; i++)
+            memcpy(c->logits + (size_t)(a->out_done + i) * V + v0, k->slice + (size_t)i * nv, (size_t)nv * sizeof(float));
+    }
+    RANK_PROF(4);
+#undef RANK_PROF
+}
+
+typedef struct cow_args {
+    int32_t src, dst;
+} cow_args;
+static void rank_cow(qr_context *c, int32_t r, void *arg) {
+    const cow_args *a = arg;
+    c->rk[r].be->ops->kv_copy_block(c->rk[r].be, c->rk[r].kvs, a->src, a->dst);
+}
+
 qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len) {
     const qr_model *m = c->model;
     const qr_hparams *hp = &m->hp;
     qr_backend *be = c->be;
+    qr_fwd *f0 = &c->rk[0].f;
     qr_kv_cache *kvc = c->kvc;
     qr_status st;
     if (!b || b->n_tokens < 1 || !b->token)
@@ -333,7 +511,10 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
         if (c->next_pos[s] == qr_kv_cache_seq_len(kvc, s)) continue;
         qr_kv_copy cow;
         if ((st = qr_kv_cache_reserve(kvc, s, c->next_pos[s], &cow, err, err_len)) != QR_OK) return st;
-        if (cow.src >= 0) be->ops->kv_copy_block(be, c->kvs, cow.src, cow.dst);
+        if (cow.src >= 0) {
+            cow_args ca = {.src = cow.src, .dst = cow.dst};
+            each_rank(c, rank_cow, &ca);
+        }
     }
     /* host outputs */
     if ((size_t)n_out > c->logits_cap) { /* the old rows are not kept: this pass rewrites them */
@@ -379,39 +560,23 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
                                     .kv_slot = c->p_slot, .n_seqs = c->n_seq_max, .max_blocks = mb,
                                     .block_table = c->p_bt, .n_outputs = no, .output_rows = c->p_out,
                                     .row_exact = c->row_exact && nt > 1};
-        if ((st = be->ops->set_batch(be, &plan, err, err_len)) != QR_OK) return st;
-        PROF(1);
-        c->f.n_tokens = nt;
-        c->f.n_outputs = no;
         /* MoE / SSM models too, unless their stats are on (the expert counts read the routing back, and
          * the block counters advance only when the forward pass runs on the host) */
         /* Decode passes replay a recorded graph per (rows, outputs, block-table shape): passes of up to 8
          * rows, and batched decode steps (one row per sequence) up to QUARREL_GRAPH_MAX_ROWS rows. Prompt
          * passes of other shapes run op by op: their lengths vary, and each new shape would be captured. */
         const bool graph_rows = nt <= 8 || (one_per_seq && nt <= qr_knob_int(QR_KNOB_GRAPH_MAX_ROWS));
-        if (be->ops->run_graph && graph_rows && !m->arch->encoder && !c->f.stats_enabled) {
-            const uint64_t key = (uint64_t)(uint16_t)nt | (uint64_t)(uint16_t)no << 16 |
-                                 (uint64_t)(uint16_t)mb << 32 | (uint64_t)(uint16_t)c->n_seq_max << 48;
-            graph_pass gp = {.m = m, .f = &c->f};
-            if ((st = be->ops->run_graph(be, c, key, run_forward, &gp, err, err_len)) != QR_OK) return st;
-        } else {
-            m->arch->forward(m, &c->f);
-        }
-        PROF(2);
-        if ((st = be->ops->last_error(be, err, err_len)) != QR_OK) {
-            if (c->f.mamba.ssm) { /* recurrent states may have advanced: the sequences start over */
-                if (st == QR_ERR_NUMERIC) c->f.stats.ssm_divergence_total++;
-                for (int32_t j = 0; j < nt; j++) {
-                    qr_ssm_state_reset(c->f.mamba.ssm, c->p_seq[j]);
-                    qr_kv_cache_seq_rm(kvc, c->p_seq[j], 0, -1);
-                }
-            }
+        pass_args pa = {.plan = &plan, .out_done = out_done, .prof = prof ? c->prof : NULL,
+                        .graph = be->ops->run_graph && graph_rows && !m->arch->encoder && !f0->stats_enabled,
+                        .key = (uint64_t)(uint16_t)nt | (uint64_t)(uint16_t)no << 16 | (uint64_t)(uint16_t)mb << 32 |
+                               (uint64_t)(uint16_t)c->n_seq_max << 48};
+        each_rank(c, rank_pass, &pa);
+        if (prof) t_mark = qr_time_s();
+        if ((st = rank_error(c, err, err_len)) != QR_OK) {
+            if (f0->mamba.ssm) /* the ranks reset the recurrent states; the sequences start over */
+                for (int32_t j = 0; j < nt; j++) qr_kv_cache_seq_rm(kvc, c->p_seq[j], 0, -1);
             return st;
         }
-        PROF(3);
-        if (no > 0)
-            be->ops->read(be, c->logits + (size_t)out_done * hp->n_vocab, c->f.logits,
-                          (size_t)no * hp->n_vocab * sizeof(float));
         out_done += no;
         PROF(4);
     }
@@ -433,12 +598,17 @@ const float *qr_get_logits(const qr_context *c, int32_t row) {
 
 int32_t qr_kv_seq_len(const qr_context *c, int32_t seq) { return qr_kv_cache_seq_len(c->kvc, seq); }
 
+/* Resets sequence *(int32_t *)arg's recurrent state on a rank (-1: every sequence's). */
+static void rank_ssm_reset(qr_context *c, int32_t r, void *arg) {
+    qr_ssm_state_reset(c->rk[r].f.mamba.ssm, *(const int32_t *)arg);
+}
+
 bool qr_kv_seq_rm(qr_context *c, int32_t seq, int32_t p0, int32_t p1) {
-    if (c->f.mamba.ssm) { /* a recurrent state can only be kept whole or reset (to position 0) */
+    if (c->rk[0].f.mamba.ssm) { /* a recurrent state can only be kept whole or reset (to position 0) */
         const int32_t len = seq >= 0 ? qr_kv_cache_seq_len(c->kvc, seq) : 0;
         if (p0 > 0 && (seq < 0 || p0 < len)) return false;
         if (p0 <= 0 && !qr_kv_cache_seq_rm(c->kvc, seq, p0, p1)) return false;
-        if (p0 <= 0) qr_ssm_state_reset(c->f.mamba.ssm, seq);
+        if (p0 <= 0) each_rank(c, rank_ssm_reset, &seq);
         return true;
     }
     return qr_kv_cache_seq_rm(c->kvc, seq, p0, p1);
@@ -446,14 +616,15 @@ bool qr_kv_seq_rm(qr_context *c, int32_t seq, int32_t p0, int32_t p1) {
 
 void qr_kv_clear(qr_context *c) {
     qr_kv_cache_clear(c->kvc);
-    if (c->f.mamba.ssm) qr_ssm_state_reset(c->f.mamba.ssm, -1);
+    int32_t all = -1;
+    if (c->rk[0].f.mamba.ssm) each_rank(c, rank_ssm_reset, &all);
 }
 
-const qr_arch_stats *qr_context_arch_stats(const qr_context *c) { return &c->f.stats; }
+const qr_arch_stats *qr_context_arch_stats(const qr_context *c) { return &c->rk[0].f.stats; }
 
 void qr_context_set_arch_stats(qr_context *c, bool on) {
     const qr_hparams *hp = &c->model->hp; /* only MoE / SSM models have counters to keep */
-    c->f.stats_enabled = on && (hp->n_expert > 0 || hp->has_ssm);
+    for (int32_t r = 0; r < c->world; r++) c->rk[r].f.stats_enabled = on && (hp->n_expert > 0 || hp->has_ssm);
 }
 
 qr_kv_cache *qr_context_kv_cache(qr_context *c) { return c->kvc; }
@@ -468,7 +639,6 @@ qr_status qr_context_embd_pass(qr_context *c, const int32_t *tok, const int32_t 
                                char *err, size_t err_len) {
     const qr_model *m = c->model;
     const qr_hparams *hp = &m->hp;
-    qr_backend *be = c->be;
     qr_kv_cache *kvc = c->kvc;
     qr_status st = QR_OK;
     if (n < 1 || n > c->n_batch)
@@ -505,14 +675,9 @@ qr_status qr_context_embd_pass(qr_context *c, const int32_t *tok, const int32_t 
     const qr_batch_plan plan = {.n_tokens = n, .tokens = c->p_tok, .pos = c->p_pos, .seq = c->p_seq,
                                 .kv_slot = c->p_slot, .n_seqs = c->n_seq_max, .max_blocks = kvc->max_blocks,
                                 .block_table = kvc->block_table, .n_outputs = n, .output_rows = c->p_out};
-    if ((st = be->ops->set_batch(be, &plan, err, err_len)) != QR_OK) goto done;
-    c->f.n_tokens = n;
-    c->f.n_outputs = n;
-    c->f.embd = true;
-    m->arch->forward(m, &c->f);
-    c->f.embd = false;
-    if ((st = be->ops->last_error(be, err, err_len)) != QR_OK) goto done;
-    be->ops->read(be, hidden, c->f.xo, (size_t)n * hp->n_embd * sizeof(float));
+    pass_args pa = {.plan = &plan, .embd = true, .hidden = hidden};
+    each_rank(c, rank_pass, &pa);
+    st = rank_error(c, err, err_len);
 done:
     qr_kv_cache_clear(kvc);
     c->n_rows_last = 0;

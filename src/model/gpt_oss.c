@@ -36,6 +36,7 @@ void qr_block_attention_x(const qr_model *m, qr_fwd *f, int il, bool rope, float
     }
     const qr_weight *o = &l->attn_out, *o_b = l->attn_out_b.host ? &l->attn_out_b : NULL;
     qr_fused_matmul_multi(be, 1, &o, &o_b, f->att, n, &f->xb2);
+    qr_tp_all_reduce(f, f->xb2, n * hp->n_embd); /* tensor parallelism: the ranks' partial sums */
 }
 
 void qr_gpt_oss_forward(const qr_model *m, qr_fwd *f) {

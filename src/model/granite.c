@@ -46,7 +46,7 @@ static void granite_forward(const qr_model *m, qr_fwd *f) {
     }
     qr_block_output(m, f);
     if (h->f_logit_scale != 0.0f && !f->embd && f->n_outputs > 0)
-        be->ops->scale(be, f->logits, 1.0f / h->f_logit_scale, (int64_t)f->n_outputs * hp->n_vocab, f->logits);
+        be->ops->scale(be, f->logits, 1.0f / h->f_logit_scale, (int64_t)f->n_outputs * qr_model_n_logits(m), f->logits);
 }
 
 void qr_granite_forward(const qr_model *m, qr_fwd *f) { granite_forward(m, f); }

@@ -310,6 +310,17 @@ struct qr_model {
     qr_weight **weights;        /* [n_weights] every bound weight (the tied output matrix left out): what the
                                  * backend prepares and releases */
     int32_t n_weights, cap_weights;
+    /* tensor parallelism (tp.c) */
+    int32_t tp_world;           /* ranks (1: none) */
+    int32_t tp_rank;            /* a shard's rank (0 for the full model) */
+    struct qr_model **tp_shards;/* the full model with tp_world > 1: [tp_world] shards (owned), rank r's weights
+                                 * and hyper-parameters (heads, FFN columns, output vocabulary: 1 / tp_world each) on
+                                 * its own backend; the full model's own weights are host views only */
+    struct qr_tp_comm *tp_comm; /* the full model: the host all-reduce of CPU ranks (owned), or NULL */
+    bool tp_is_shard;           /* a shard: the mapping, names and tokenizer are the full model's */
+    int32_t tp_vocab0;          /* a shard: its first output row (vocabulary id) */
+    void **tp_owned;            /* a shard: host copies of column / expert slices (owned) */
+    int32_t n_tp_owned, cap_tp_owned;
 };
 
 /* ---- forward state ---- */
@@ -365,7 +376,34 @@ struct qr_fwd {
     qr_mamba_scratch mamba; /* the Mamba2 block's scratch and state */
     qr_arch_stats stats;    /* MoE / SSM counters (expert_selection points into moe.sel_counts) */
     bool stats_enabled;     /* non-CPU backends: read the routing back to count expert selection */
+    int32_t tp_world;       /* tensor parallelism: ranks (0 or 1: none) */
+    int32_t tp_rank;        /* this pass's rank */
+    struct qr_tp_comm *tp;  /* the host all-reduce of CPU ranks (NULL when the backend has all_reduce) */
 };
+
+/* ---- tensor parallelism (tp.c) ---- */
+
+/* Most ranks a model is split into. */
+#define QR_TP_MAX 16
+typedef struct qr_tp_comm qr_tp_comm;
+/* Splits m (loaded, weights bound as host views, no backend yet) into p->tp shards on their own backends (CUDA:
+ * GPUs p->gpu + r, joined by NCCL; CPU: p->n_threads / tp threads each, a host all-reduce), prepares their weights
+ * and sets m->be to rank 0's backend. Errors name what does not split (heads, a weight's columns that are not whole
+ * quant blocks, an architecture without tensor parallelism). */
+qr_status qr_tp_build(qr_model *m, const qr_model_params *p, char *err, size_t err_len);
+/* Frees the shards, their backends and the communicator (m->be is then NULL). */
+void qr_tp_free(qr_model *m);
+/* In place: buf[0..n) (f's backend memory) = its sum over the ranks (nothing with one rank): the backend's
+ * all_reduce, else the host all-reduce of CPU ranks (a barrier, every element summed in rank order by one rank). */
+void qr_tp_all_reduce(qr_fwd *f, float *buf, int64_t n);
+/* Worker threads, one a rank of a tensor-parallel model (each bound to its rank's device). */
+typedef struct qr_tp_pool qr_tp_pool;
+qr_status qr_tp_pool_create(const qr_model *m, qr_tp_pool **out, char *err, size_t err_len);
+/* Runs fn(arg, r) on every rank's thread at once; returns when all have returned. */
+void qr_tp_pool_run(qr_tp_pool *p, void (*fn)(void *arg, int32_t rank), void *arg);
+void qr_tp_pool_free(qr_tp_pool *p);
+/* Rows of the output matrix the model (or shard) computes logits for. */
+static inline int32_t qr_model_n_logits(const qr_model *m) { return (int32_t)m->output.ne[1]; }
 
 /* Allocates f's buffers on be for n_batch rows and n_seq_max sequences (the MoE / Mamba2 scratch and
  * the SSM state only when the model has such layers; xo and logits are left to the caller). On failure

@@ -638,8 +638,17 @@ static qr_status try_cuda(qr_model *m, int32_t gpu, char *why, size_t why_len) {
 static qr_status create_backend(qr_model *m, const qr_model_params *p, char *err, size_t err_len) {
     m->backend_note[0] = 0;
     m->gpu = p->gpu;
+    m->tp_world = 1;
     if (p->backend != QR_BACKEND_AUTO && p->backend != QR_BACKEND_CPU && p->backend != QR_BACKEND_CUDA)
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "unknown backend kind %d", (int)p->backend);
+    if (p->tp < 0) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "tensor parallelism: %d ranks", p->tp);
+    if (p->tp > 1) { /* tp.c: shards on their own backends */
+        const qr_status st = qr_tp_build(m, p, err, err_len);
+        if (st == QR_OK || !err) return st;
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", err);
+        return qr_errf(err, err_len, st, "%s: %s", m->path, msg);
+    }
     if (p->backend != QR_BACKEND_CPU) {
         if (p->gpu < 0) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "GPU index %d must be >= 0", p->gpu);
         char why[256];
@@ -696,6 +705,7 @@ fail:
 
 void qr_model_free(qr_model *m) {
     if (!m) return;
+    qr_tp_free(m);
     release_weights(m);
     qr_backend_free(m->be);
     qr_tokenizer_free(m->embed_tok);
@@ -711,6 +721,7 @@ int32_t qr_model_n_ctx_train(const qr_model *m) { return m->hp.n_ctx_train; }
 int32_t qr_model_n_embd(const qr_model *m) { return m->hp.n_embd; }
 int32_t qr_model_n_layer(const qr_model *m) { return m->hp.n_layer; }
 const char *qr_model_arch(const qr_model *m) { return m->hp.arch_name; }
+int32_t qr_model_tp(const qr_model *m) { return m->tp_world > 1 ? m->tp_world : 1; }
 const qr_gguf *qr_model_gguf(const qr_model *m) { return m->gguf; }
 qr_backend *qr_model_backend(const qr_model *m) { return m->be; }
 const char *qr_model_backend_name(const qr_model *m) { return m->be ? m->be->name : "none"; }

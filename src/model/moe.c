@@ -133,6 +133,7 @@ void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
         be->ops->moe_combine(be, x->eo, x->weights, n, k, E, add, f->xb2);
     }
     if (be->ops->act_hold) be->ops->act_hold(be, NULL, 0, 0);
+    qr_tp_all_reduce(f, f->xb2, n * E); /* tensor parallelism: the ranks' partial sums */
     f->stats.moe_layer_calls++;
     f->stats.moe_routing_seconds += t1 - tr;
     f->stats.moe_layer_seconds += qr_time_s() - t0;
@@ -147,4 +148,5 @@ void qr_block_ffn_relu2(const qr_model *m, qr_fwd *f, int il) {
     be->ops->glu(be, f->ff_g, NULL, n * F, QR_GLU_RELU2, f->ff_g);
     be->ops->matmul(be, &l->ffn_down, f->ff_g, n, f->xb2);
     if (l->ffn_down_b.host) be->ops->add_row(be, f->xb2, &l->ffn_down_b, 0, n, f->xb2);
+    qr_tp_all_reduce(f, f->xb2, n * m->hp.n_embd);
 }

@@ -337,11 +337,16 @@ template <int D, int BN, int MT, int ST>
 static cudaError_t launch_flash(const cuda_attn_args *a, const int4 *tiles, int32_t n_tiles, int32_t ns, float *part,
                                 cudaStream_t stream) {
     typedef fa_cfg<D, BN, MT, ST> C;
-    static bool attr_set = false; /* per instantiation; the dynamic shared memory above 48 KiB */
-    if (!attr_set) {
+    static unsigned long long attr_set = 0; /* per instantiation, a bit per device (function attributes are per
+                                             * device context): the dynamic shared memory above 48 KiB */
+    int dev = 0;
+    cudaError_t ge = cudaGetDevice(&dev);
+    if (ge != cudaSuccess) return ge;
+    const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
+    if (!(attr_set & bit)) {
         const cudaError_t e = cudaFuncSetAttribute(attn_flash_kernel<D, BN, MT, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
         if (e != cudaSuccess) return e;
-        attr_set = true;
+        attr_set |= bit;
     }
     float2 *stats = ns > 1 ? (float2 *)(part + (size_t)ns * a->n_tok * a->n_head * D) : NULL;
     attn_flash_kernel<D, BN, MT, ST><<<dim3((unsigned)n_tiles, (unsigned)a->n_head_kv, (unsigned)ns), FA_THREADS, C::SMEM, stream>>>(

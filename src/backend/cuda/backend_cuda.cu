@@ -106,6 +106,7 @@ static void cuda_destroy(qr_backend *be) {
     cuda_backend *cb = CB(be);
     cudaSetDevice(cb->device);
     cudaStreamSynchronize(cb->stream);
+    cuda_tp_release(cb);
     for (int i = 0; i < cb->n_graphs; i++)
         if (cb->graphs[i].exec) cudaGraphExecDestroy(cb->graphs[i].exec);
     free(cb->graphs);
@@ -1562,6 +1563,7 @@ static qr_backend_ops make_cuda_ops(void) {
     o.ssm_conv = cuda_ssm_conv;
     o.ssm_scan = cuda_ssm_scan;
     o.ssm_gate_norm = cuda_ssm_gate_norm;
+    cuda_tp_ops(&o); /* tp_nccl.cu */
     return o;
 }
 

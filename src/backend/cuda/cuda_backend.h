@@ -94,6 +94,7 @@ typedef struct cuda_backend {
     /* the grouped expert GEMM of prefill (moe_gemm): device scratch, host staging of ids and orders */
     void *moe;
     size_t moe_cap;
+    void *nccl_comm; /* tensor parallelism: the NCCL communicator of this GPU's rank (tp_nccl.cu), or NULL */
     void *dq_part; /* the split-K partial sums of the batched-decode GEMM (matmul_dq.cu) */
     size_t dq_part_cap;
     int32_t *h_moe;
@@ -127,6 +128,10 @@ typedef struct cuda_backend {
 void cuda_tune_defaults(qr_cuda_tune *t);
 
 static inline cuda_backend *CB(qr_backend *be) { return (cuda_backend *)be->impl; }
+
+/* Tensor parallelism (tp_nccl.cu): fills the thread_bind and all_reduce ops; destroys the communicator. */
+void cuda_tp_ops(qr_backend_ops *o);
+void cuda_tp_release(cuda_backend *cb);
 
 /* Records the first error (sticky until last_error reports it). */
 void raise_error(cuda_backend *cb, qr_status st, const char *fmt, ...);

@@ -15,6 +15,11 @@ qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params, qr_backen
 
 int qr_cuda_device_count(void) { return 0; }
 
+qr_status qr_backend_cuda_tp_init(qr_backend *const *bes, int32_t n, char *err, size_t err_len) {
+    (void)bes, (void)n;
+    return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "built without CUDA");
+}
+
 bool qr_cuda_mem_info(int gpu, size_t *free_bytes, size_t *total_bytes) {
     (void)gpu;
     if (free_bytes) *free_bytes = 0;
