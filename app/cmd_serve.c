@@ -63,6 +63,7 @@ static const sopt opts[] = {
     {"spec-ngram", 1, "n-gram sizes MIN:MAX of the prompt lookup (default 2:4)"},
     {"backend", 1, "cpu, cuda or auto (default auto)"},
     {"gpu", 1, "CUDA device index (default 0)"},
+    {"tp", 1, "tensor parallelism over N ranks: GPUs gpu..gpu+N-1 joined by NCCL, or N CPU ranks (default 1)"},
     {"config", 1, "config file: 'key = value' lines with the option names above"},
 };
 #define N_OPTS (int)(sizeof opts / sizeof opts[0])
@@ -165,6 +166,7 @@ static int apply(serve_state *st, const char *name, const char *v) {
             rc = 2;
         }
     } else if (!strcmp(name, "gpu")) NUM(0, 64, c->gpu, int32_t);
+    else if (!strcmp(name, "tp")) NUM(1, 16, c->tp, int32_t);
     else if (!strncmp(name, "spec", 4) || !strncmp(name, "draft-", 6)) {
         static const char *const names[] = {"spec", "draft-model", "draft-max", "draft-min", "draft-p-min", "spec-ngram"};
         int id = -1;

@@ -137,6 +137,9 @@ QR_API const char *qr_model_backend_name(const qr_model *model);
 QR_API const char *qr_model_backend_note(const qr_model *model);
 /* Ranks the model runs on (1 without tensor parallelism). */
 QR_API int32_t qr_model_tp(const qr_model *model);
+/* Free and total bytes of the device memory rank `rank` (0..qr_model_tp - 1) runs in; false on the CPU (host
+ * memory) or for a rank that does not exist. */
+QR_API bool qr_model_rank_memory(const qr_model *model, int32_t rank, size_t *free_bytes, size_t *total_bytes);
 /* One-line description ("llama: 30 layers, 576 embd, 9/3 heads, 49152 vocab, Q4_1"), into buf. */
 QR_API void qr_model_desc(const qr_model *model, char *buf, size_t buf_len);
 

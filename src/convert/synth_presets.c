@@ -25,6 +25,11 @@ static const qr_synth_preset presets[] = {
      .n_head_kv = 8, .head_dim = 128, .n_vocab = 128256, .n_ctx = 131072, .rope_theta = 500000.0f,
      .rms_eps = 1e-5f, .rope_scaling = QR_SYNTH_ROPE_LLAMA3, .rope_factor = 8.0f, .rope_low_freq_factor = 1.0f,
      .rope_high_freq_factor = 4.0f, .rope_orig_ctx = 8192, .vocab = BPE, .bpe_pre = "llama-bpe"},
+    /* Llama-3-70B's shape (tensor-parallel speed runs, issue 37): 80 layers, 64 query heads on 8 kv heads */
+    {.arch = "llama", .name = "llama3-70b", .n_layer = 80, .n_embd = 8192, .n_ff = 28672, .n_head = 64,
+     .n_head_kv = 8, .head_dim = 128, .n_vocab = 128256, .n_ctx = 131072, .rope_theta = 500000.0f,
+     .rms_eps = 1e-5f, .rope_scaling = QR_SYNTH_ROPE_LLAMA3, .rope_factor = 8.0f, .rope_low_freq_factor = 1.0f,
+     .rope_high_freq_factor = 4.0f, .rope_orig_ctx = 8192, .vocab = BPE, .bpe_pre = "llama-bpe"},
     /* gemma3: 2 sliding-window layers, 4 query heads on 1 kv head, d_model 128 (not a multiple of 256,
      * so K-quants fall back as on the real 270m model), tied embeddings, SentencePiece vocabulary */
     {.arch = "gemma3", .name = "tiny", .n_layer = 2, .n_embd = 128, .n_ff = 512, .n_head = 4, .n_head_kv = 1,
@@ -48,6 +53,10 @@ static const qr_synth_preset presets[] = {
     {.arch = "llama", .name = "mixtral-8x7b", .n_layer = 32, .n_embd = 4096, .n_ff = 14336, .n_head = 32,
      .n_head_kv = 8, .head_dim = 128, .n_vocab = 32000, .n_ctx = 32768, .rope_theta = 1000000.0f, .rms_eps = 1e-5f,
      .vocab = BPE, .bpe_pre = "llama-bpe", .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 14336},
+    /* Mixtral-8x22B's shape (tensor-parallel speed runs): 56 layers, 48 query heads on 8 kv heads, 8 experts top-2 */
+    {.arch = "llama", .name = "mixtral-8x22b", .n_layer = 56, .n_embd = 6144, .n_ff = 16384, .n_head = 48,
+     .n_head_kv = 8, .head_dim = 128, .n_vocab = 32768, .n_ctx = 65536, .rope_theta = 1000000.0f, .rms_eps = 1e-5f,
+     .vocab = BPE, .bpe_pre = "llama-bpe", .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 16384},
     /* gpt-oss: biases, sinks, sliding window 32 on even layers, 4 experts top-2 with the clamped SwiGLU */
     {.arch = "gpt-oss", .name = "tiny", .n_layer = 2, .n_embd = 256, .n_ff = 256, .n_head = 4, .n_head_kv = 2,
      .head_dim = 64, .n_vocab = 2000, .n_ctx = 4096, .rope_theta = 150000.0f, .rms_eps = 1e-5f, .sliding_window = 32,

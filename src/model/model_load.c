@@ -722,6 +722,11 @@ int32_t qr_model_n_embd(const qr_model *m) { return m->hp.n_embd; }
 int32_t qr_model_n_layer(const qr_model *m) { return m->hp.n_layer; }
 const char *qr_model_arch(const qr_model *m) { return m->hp.arch_name; }
 int32_t qr_model_tp(const qr_model *m) { return m->tp_world > 1 ? m->tp_world : 1; }
+bool qr_model_rank_memory(const qr_model *m, int32_t rank, size_t *free_bytes, size_t *total_bytes) {
+    if (rank < 0 || rank >= qr_model_tp(m)) return false;
+    qr_backend *be = m->tp_world > 1 ? m->tp_shards[rank]->be : m->be;
+    return be && be->ops->mem_info && be->ops->mem_info(be, free_bytes, total_bytes);
+}
 const qr_gguf *qr_model_gguf(const qr_model *m) { return m->gguf; }
 qr_backend *qr_model_backend(const qr_model *m) { return m->be; }
 const char *qr_model_backend_name(const qr_model *m) { return m->be ? m->be->name : "none"; }

@@ -236,6 +236,16 @@ static void sum_model(void *arg, srv_model *m) {
     srv_metrics_set(ss->s->metrics, "quarrel_spec_verifications_total", lab, (double)st.spec_steps);
     srv_metrics_set(ss->s->metrics, "quarrel_spec_acceptance_ratio", lab,
                     st.spec_drafted ? (double)st.spec_accepted / (double)st.spec_drafted : 0.0);
+    const int32_t ranks = qr_model_tp(m->model);
+    srv_metrics_set(ss->s->metrics, "quarrel_tp_ranks", lab, ranks);
+    for (int32_t r = 0; r < ranks; r++) { /* per GPU */
+        size_t fb = 0, tb = 0;
+        if (!qr_model_rank_memory(m->model, r, &fb, &tb)) break;
+        char rl[340];
+        snprintf(rl, sizeof rl, "%s,rank=\"%d\"", lab, r);
+        srv_metrics_set(ss->s->metrics, "quarrel_gpu_memory_free_bytes", rl, (double)fb);
+        srv_metrics_set(ss->s->metrics, "quarrel_gpu_memory_total_bytes", rl, (double)tb);
+    }
     snapshot_arch(ss, m, esc);
 }
 

@@ -164,6 +164,7 @@ static qr_status load_model(const srv_registry *r, const char *source, srv_model
     mp.n_threads = r->o.n_threads;
     mp.backend = r->o.backend;
     mp.gpu = r->o.gpu;
+    mp.tp = r->o.tp;
     if ((st = qr_model_load(m->path, &mp, &m->model, err, err_len)) != QR_OK) goto fail;
     weight_stats(m);
     const qr_hparams *hp = &m->model->hp;

@@ -67,7 +67,7 @@ typedef struct srv_registry_opts {
     qr_cache_type cache_type_k, cache_type_v;
     bool no_prefix_cache;
     qr_backend_kind backend;
-    int32_t gpu;
+    int32_t gpu, tp;
     double request_timeout_s;
     uint64_t mem_budget;   /* bytes; 0 = 80% of MemTotal */
     double keep_alive_s;   /* default for models loaded on demand */

@@ -567,6 +567,11 @@ static void declare_metrics(srv_metrics *m) {
                         "Generation requests by feature used (tools, tool_choice_required, json_schema, reasoning, "
                         "previous_response_id).", NULL, 0);
     srv_metrics_declare(m, "quarrel_models_loaded", SRV_GAUGE, "Models loaded.", NULL, 0);
+    srv_metrics_declare(m, "quarrel_tp_ranks", SRV_GAUGE, "Tensor-parallel ranks a model runs on (1: none).", NULL, 0);
+    srv_metrics_declare(m, "quarrel_gpu_memory_free_bytes", SRV_GAUGE,
+                        "Free memory of the GPU each rank of a model runs on (CUDA only).", NULL, 0);
+    srv_metrics_declare(m, "quarrel_gpu_memory_total_bytes", SRV_GAUGE,
+                        "Total memory of the GPU each rank of a model runs on (CUDA only).", NULL, 0);
 }
 
 qr_status qr_server_start(const qr_server_config *cfg, qr_server **out, char *err, size_t err_len) {
@@ -603,7 +608,7 @@ qr_status qr_server_start(const qr_server_config *cfg, qr_server **out, char *er
     srv_registry_opts ro = {.parallel = cfg->parallel, .ctx = cfg->ctx, .kv_mem_bytes = cfg->kv_mem_bytes,
                             .cache_type_k = cfg->cache_type_k, .cache_type_v = cfg->cache_type_v, .n_threads = cfg->n_threads,
                             .max_queue = cfg->max_queue, .prefill_chunk = cfg->prefill_chunk,
-                            .no_prefix_cache = cfg->no_prefix_cache, .backend = cfg->backend, .gpu = cfg->gpu,
+                            .no_prefix_cache = cfg->no_prefix_cache, .backend = cfg->backend, .gpu = cfg->gpu, .tp = cfg->tp,
                             .request_timeout_s = cfg->request_timeout_s, .mem_budget = cfg->mem_budget,
                             .keep_alive_s = cfg->keep_alive_s, .allow_load = cfg->allow_load,
                             .model_dir = cfg->model_dir, .spec_on = cfg->spec_on, .spec = cfg->spec,

@@ -35,6 +35,11 @@ typedef struct qr_cuda_tune {
                               * grid of n_out / 128 x row tiles leaves most SMs idle on dense shapes, batched decode
                               * at 64 rows measured 2x slower on the H200) (QUARREL_CUDA_MMQ_DENSE=1 turns it on) */
     int32_t mmq_dense_max_rows; /* default 256, at most 4096 (QUARREL_CUDA_MMQ_DENSE_MAX_ROWS) */
+    int32_t tp_p2p_max;      /* tensor parallelism: all-reduces of up to this many floats run the one-shot peer-to-peer
+                              * kernel of tp_nccl.cu (NVLink / PCIe P2P), larger ones NCCL (QUARREL_CUDA_TP_P2P_MAX=0:
+                              * always NCCL); default 1 Mi floats (the kernel's staging) */
+    int32_t tp_skip_reduce;  /* profiling only (QUARREL_CUDA_TP_SKIP_REDUCE=1): the all-reduces do nothing, so a tensor-parallel
+                              * run times its ranks' own work (its results are wrong) */
     int32_t dq_gemm;         /* 1 (default): a matmul of more rows than the mat-vec takes, up to dq_max_rows, of Q4_K / Q6_K
                               * weights runs on the f16 tensor-core kernel that dequantizes the blocks in registers
                               * (matmul_dq.cu) instead of cuBLAS on the f16 cache (QUARREL_CUDA_DQ_GEMM=0: off) */

@@ -1,7 +1,15 @@
 /* tp_nccl.cu — tensor parallelism on CUDA: n backends (one a GPU) joined into one NCCL group, and the all_reduce op
  * their forward passes call after each row-parallel matmul (a float sum, in place, on the backend's stream, so a
  * decode graph records it). NCCL is loaded at run time (dlopen), so the one binary runs where it is absent:
- * QUARREL_NCCL_LIB names the library, else libnccl.so.2 is looked up on the library path. */
+ * QUARREL_NCCL_LIB names the library, else libnccl.so.2 is looked up on the library path.
+ *
+ * Small sums (a decode step's rows: 16 KB a row of a 4096-wide model) take a one-shot peer-to-peer kernel instead
+ * when every pair of GPUs can address each other's memory (NVLink or PCIe P2P): NCCL's latency, ~13 us a call on the
+ * H200 pair, times two calls a layer was most of a two-GPU decode step's overhead. Each rank writes its buffer
+ * into every peer's receive area (two, alternating by call), releases a flag in each peer's memory, acquires the
+ * peers' flags in its own, then sums the ranks' values in rank order from its own memory (the same float on every
+ * rank). The work is cut into up to 64 CTAs that synchronise each with its namesakes on the other GPUs only, each
+ * counting its own calls in device memory, so a recorded graph replays it as it is. */
 #include <dlfcn.h>
 #include <nccl.h>
 #include <stdlib.h>
@@ -52,9 +60,152 @@ static qr_status nccl_load(char *err, size_t err_len) {
     return QR_OK;
 }
 
+/* ---- the peer-to-peer all-reduce ---- */
+#include <stdint.h>
+
+#define P2P_MAX_RANKS 8
+#define P2P_MAX_CTAS 64
+#define P2P_THREADS 512
+
+typedef struct p2p_args {
+    float *recv[P2P_MAX_RANKS];      /* rank q's receive area: [2][P2P_MAX_RANKS][cap] floats (parity, sender) */
+    unsigned *flags[P2P_MAX_RANKS];  /* rank q's flags: [sender][P2P_MAX_CTAS], the last call each sender's CTA posted */
+    unsigned *calls;                 /* this rank's [P2P_MAX_CTAS] call counters */
+    int rank, world;
+    long long cap;
+} p2p_args;
+
+struct cuda_p2p {
+    p2p_args a;      /* device pointers (peers' through unified addressing) */
+    void *own_alloc; /* this rank's receive area + flags + counters */
+};
+
+static __device__ __forceinline__ void flag_release(unsigned *p, unsigned v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+static __device__ __forceinline__ unsigned flag_acquire(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* Push variant: every rank writes its chunk into each peer's receive area (posted writes over the link), releases a
+ * flag there, acquires the peers' flags in its own memory, and sums locally in rank order. n, chunk: multiples of 4
+ * (float4 traffic); buf 16-byte aligned. */
+__global__ void p2p_all_reduce_kernel(float *buf, long long n, long long chunk, p2p_args a) {
+    const int b = blockIdx.x, t = threadIdx.x;
+    __shared__ unsigned call;
+    if (t == 0) call = ++a.calls[b];
+    __syncthreads();
+    const unsigned c = call;
+    const long long par = (long long)(c & 1) * P2P_MAX_RANKS * a.cap;
+    const long long i0 = (long long)b * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
+    for (int q = 0; q < a.world; q++) {
+        if (q == a.rank) continue;
+        float4 *dst = (float4 *)(a.recv[q] + par + (long long)a.rank * a.cap);
+        for (long long i = i0 / 4 + t; i < i1 / 4; i += blockDim.x) dst[i] = ((const float4 *)buf)[i];
+    }
+    __syncthreads();
+    if (t < a.world && t != a.rank) { /* post to peer t (after every thread's writes), then wait for its post */
+        flag_release(a.flags[t] + a.rank * P2P_MAX_CTAS + b, c);
+        const unsigned *wait = a.flags[a.rank] + t * P2P_MAX_CTAS + b;
+        while ((int)(flag_acquire(wait) - c) < 0) {
+        }
+    }
+    __syncthreads();
+    const float *mine = a.recv[a.rank] + par;
+    for (long long i = i0 / 4 + t; i < i1 / 4; i += blockDim.x) {
+        float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int q = 0; q < a.world; q++) {
+            const float4 v = q == a.rank ? ((const float4 *)buf)[i] : ((const float4 *)(mine + (long long)q * a.cap))[i];
+            if (q == 0) s = v;
+            else s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+        }
+        ((float4 *)buf)[i] = s;
+    }
+}
+
+/* Peer access between every pair, and each rank's staging / flags / counters; NULL ranks' p2p on any failure (the
+ * sums then all go through NCCL). */
+static void p2p_setup(qr_backend *const *bes, int32_t n) {
+    if (n > P2P_MAX_RANKS) return;
+    const long long cap = CB(bes[0])->tune.tp_p2p_max;
+    if (cap <= 0) return;
+    for (int32_t i = 0; i < n; i++)
+        for (int32_t j = 0; j < n; j++) {
+            int ok = 0;
+            if (i != j && (cudaDeviceCanAccessPeer(&ok, CB(bes[i])->device, CB(bes[j])->device) != cudaSuccess || !ok)) {
+                qr_log(QR_LOG_INFO, "tensor parallelism: GPU %d cannot reach GPU %d directly: every sum through NCCL",
+                       CB(bes[i])->device, CB(bes[j])->device);
+                return;
+            }
+        }
+    const size_t flag_bytes = sizeof(unsigned) * P2P_MAX_RANKS * P2P_MAX_CTAS,
+                 recv_bytes = 2 * (size_t)P2P_MAX_RANKS * (size_t)cap * sizeof(float),
+                 bytes = recv_bytes + flag_bytes + sizeof(unsigned) * P2P_MAX_CTAS;
+    p2p_args a;
+    memset(&a, 0, sizeof a);
+    a.world = n;
+    a.cap = cap;
+    void *alloc[P2P_MAX_RANKS] = {0};
+    bool ok = true;
+    for (int32_t i = 0; i < n && ok; i++) {
+        cudaSetDevice(CB(bes[i])->device);
+        for (int32_t j = 0; j < n; j++) {
+            if (j == i) continue;
+            const cudaError_t e = cudaDeviceEnablePeerAccess(CB(bes[j])->device, 0);
+            if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+            else if (e != cudaSuccess) ok = false;
+        }
+        ok = ok && cudaMalloc(&alloc[i], bytes) == cudaSuccess && cudaMemset(alloc[i], 0, bytes) == cudaSuccess;
+        if (ok) {
+            a.recv[i] = (float *)alloc[i];
+            a.flags[i] = (unsigned *)((char *)alloc[i] + recv_bytes);
+        }
+    }
+    if (ok) {
+        for (int32_t i = 0; i < n; i++) {
+            cudaSetDevice(CB(bes[i])->device);
+            ok = ok && cudaDeviceSynchronize() == cudaSuccess;
+        }
+    }
+    for (int32_t i = 0; i < n && ok; i++) {
+        cuda_p2p *p = (cuda_p2p *)calloc(1, sizeof *p);
+        if (!p) {
+            ok = false;
+            break;
+        }
+        p->a = a;
+        p->a.rank = i;
+        p->a.calls = (unsigned *)((char *)alloc[i] + recv_bytes + flag_bytes);
+        p->own_alloc = alloc[i];
+        CB(bes[i])->p2p = p;
+    }
+    if (!ok) {
+        qr_log(QR_LOG_INFO, "tensor parallelism: no peer-to-peer all-reduce (%s): every sum through NCCL",
+               cudaGetErrorString(cudaGetLastError()));
+        for (int32_t i = 0; i < n; i++) {
+            cudaSetDevice(CB(bes[i])->device);
+            if (CB(bes[i])->p2p) free(CB(bes[i])->p2p);
+            CB(bes[i])->p2p = NULL;
+            if (alloc[i]) cudaFree(alloc[i]);
+        }
+    }
+}
+
 static void cuda_all_reduce(qr_backend *be, float *buf, int64_t n) {
     cuda_backend *cb = CB(be);
-    if (cb->error != QR_OK) return;
+    if (cb->error != QR_OK || cb->tune.tp_skip_reduce) return;
+    if (cb->p2p && n <= cb->p2p->a.cap && n % 4 == 0 && ((uintptr_t)buf & 15) == 0) {
+        int ctas = (int)((n + 4095) / 4096);
+        ctas = ctas < 1 ? 1 : ctas > P2P_MAX_CTAS ? P2P_MAX_CTAS : ctas;
+        const long long chunk = ((n + ctas - 1) / ctas + 3) / 4 * 4;
+        p2p_all_reduce_kernel<<<ctas, P2P_THREADS, 0, cb->stream>>>(buf, (long long)n, chunk, cb->p2p->a);
+        cb->op_epoch++;
+        cb->act_valid = false;
+        cuda_ok(cb, cudaGetLastError(), "all_reduce (peer-to-peer)");
+        return;
+    }
     if (!cb->nccl_comm) {
         raise_error(cb, QR_ERR_INTERNAL, "all_reduce: the backend is in no tensor-parallel group");
         return;
@@ -70,6 +221,11 @@ static void cuda_thread_bind(qr_backend *be) { cudaSetDevice(CB(be)->device); }
 void cuda_tp_release(cuda_backend *cb) {
     if (cb->nccl_comm && api.comm_destroy) api.comm_destroy((ncclComm_t)cb->nccl_comm);
     cb->nccl_comm = NULL;
+    if (cb->p2p) {
+        cudaFree(cb->p2p->own_alloc);
+        free(cb->p2p);
+        cb->p2p = NULL;
+    }
 }
 
 void cuda_tp_ops(qr_backend_ops *o) {
@@ -96,8 +252,11 @@ extern "C" qr_status qr_backend_cuda_tp_init(qr_backend *const *bes, int32_t n, 
     if (res != ncclSuccess)
         return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "NCCL cannot join the %d GPUs: %s", n, api.error_string(res));
     for (int32_t r = 0; r < n; r++) CB(bes[r])->nccl_comm = comms[r];
+    p2p_setup(bes, n);
     int v = 0;
     api.get_version(&v);
-    qr_log(QR_LOG_INFO, "tensor parallelism: %d GPUs joined by NCCL %d", n, v);
+    qr_log(QR_LOG_INFO, "tensor parallelism: %d GPUs joined by NCCL %d%s", n, v,
+           CB(bes[0])->p2p ? ", peer-to-peer all-reduce up to " : "");
+    if (CB(bes[0])->p2p) qr_log(QR_LOG_INFO, "  %lld floats a call (QUARREL_CUDA_TP_P2P_MAX)", CB(bes[0])->p2p->a.cap);
     return QR_OK;
 }
