@@ -103,6 +103,25 @@ if [ "$STAGE" = diag ]; then # where a tensor-parallel decode step's time goes: 
     QUARREL_CUDA_TP_P2P_MAX=0 bench "mistral-7b tp$TP nccl" -m "$f" --backend cuda --tp "$TP" -p 0 -n 128 -r 5
     QUARREL_CUDA_TP_SKIP_REDUCE=1 bench "mistral-7b tp$TP no-reduce (wrong results)" -m "$f" --backend cuda --tp "$TP" -p 0 -n 128 -r 5
 fi
+if [ "$STAGE" = moe ]; then # mixtral-8x22b Q4_0 (LAYERS of its 56 layers) at tp 1, 2, TP
+    f=$M/mixtral-8x22b-Q4_0${LAYERS:+-L$LAYERS}.gguf
+    if [ ! -f "$f" ]; then
+        t0=$(date +%s)
+        "$Q" synth --arch llama --preset mixtral-8x22b --type Q4_0 ${LAYERS:+--layers $LAYERS} -t "$(nproc)" -o "$f" > "$OUT/synth.log" 2>&1
+        log "synth mixtral-8x22b Q4_0 ${LAYERS:-}: $(($(date +%s) - t0)) s $(du -h "$f" | cut -f1)"
+    fi
+    for t in "$TP" 2 1; do bench "mixtral-8x22b${LAYERS:+ L$LAYERS} tp$t" -m "$f" --backend cuda --tp "$t" -p 512 -n 128 -r 5; done
+fi
+if [ "$STAGE" = llama_moe ]; then
+    f=$M/mixtral-8x22b-Q4_0${LAYERS:+-L$LAYERS}.gguf
+    cat build-gpu/llama-bin/lb.part* | xz -dc > /tmp/llama-bench && chmod +x /tmp/llama-bench
+    timeout 400 /tmp/llama-bench -m "$f" -ngl 99 -fa 1 -sm layer -p 512 -n 128 -r 5 -o json > "$OUT/llama_moe.json" 2> "$OUT/llama_moe.err"
+    python3 -c "
+import json, statistics
+for r in json.load(open('$OUT/llama_moe.json')):
+    print('llama.cpp -sm layer mixtral-8x22b', 'pp' if r['n_prompt'] else 'tg', 'median %.2f' % statistics.median(r['samples_ts']))
+" 2>&1 | tee -a "$OUT/steps.txt"
+fi
 if [ "$STAGE" = none ]; then :; fi # a call that only carries files (parts of llama-bench.xz) onto the warm machine
 if [ "$STAGE" = llama ]; then # llama.cpp's split modes on the same file (carry build-gpu/llama-bin too)
     f=$(synth llama3-70b Q4_K_M "${LAYERS:-}")

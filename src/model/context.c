@@ -37,6 +37,9 @@ struct qr_context {
     qr_kv_cache *kvc;  /* block bookkeeping (one for all ranks) */
     int32_t world;     /* ranks: 1, or the model's tensor-parallel ranks */
     qr_tp_pool *pool;  /* world > 1: the ranks' threads (every rank's backend calls run there) */
+    bool failed;       /* world > 1: a rank failed during a forward pass; the ranks may be out of step (qr_decode
+                        * refuses to run: the model has to be loaded again) */
+    char failed_msg[256];
     ctx_rank rk[QR_TP_MAX];
     /* host side */
     float *logits;        /* [n_out][n_vocab] logits of the last batch */
@@ -475,6 +478,9 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
     if (!b || b->n_tokens < 1 || !b->token)
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "decode: empty batch");
     const int32_t n = b->n_tokens;
+    if (c->failed)
+        return qr_errf(err, err_len, QR_ERR_INTERNAL, "tensor parallelism: a rank failed (%s); load the model again",
+                       c->failed_msg);
     const bool prof = c->prof_n >= 0;
     double t_mark = prof ? qr_time_s() : 0.0;
 #define PROF(i)                                  \
@@ -573,6 +579,7 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
         each_rank(c, rank_pass, &pa);
         if (prof) t_mark = qr_time_s();
         if ((st = rank_error(c, err, err_len)) != QR_OK) {
+            if (c->world > 1 && (st = rank_error(c, c->failed_msg, sizeof c->failed_msg)) != QR_OK) c->failed = true;
             if (f0->mamba.ssm) /* the ranks reset the recurrent states; the sequences start over */
                 for (int32_t j = 0; j < nt; j++) qr_kv_cache_seq_rm(kvc, c->p_seq[j], 0, -1);
             return st;
@@ -630,6 +637,8 @@ void qr_context_set_arch_stats(qr_context *c, bool on) {
 qr_kv_cache *qr_context_kv_cache(qr_context *c) { return c->kvc; }
 
 void qr_context_set_row_exact(qr_context *c, bool on) { c->row_exact = on; }
+
+bool qr_context_failed(const qr_context *c) { return c->failed; }
 
 qr_model *qr_context_model(const qr_context *c) { return c->model; }
 int32_t qr_context_n_batch(const qr_context *c) { return c->n_batch; }

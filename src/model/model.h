@@ -512,6 +512,9 @@ int32_t qr_context_n_seq_max(const qr_context *ctx);
  * kernels depend on the row count (the CPU); the weights are still read once per pass. Speculative
  * verification turns it on around its passes, so that greedy speculative output equals plain decoding. */
 void qr_context_set_row_exact(qr_context *ctx, bool on);
+/* True once a rank of a tensor-parallel context failed during a forward pass (a device error, an all-reduce that
+ * timed out): its ranks may be out of step, so qr_decode refuses further passes. */
+bool qr_context_failed(const qr_context *ctx);
 
 /* The model's GGUF (for the tokenizer and templates). */
 const qr_gguf *qr_model_gguf(const qr_model *m);

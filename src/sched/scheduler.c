@@ -592,6 +592,11 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
             sreq *r = act[i];
             if (!r || !take[i]) continue;
             if (st != QR_OK) {
+                if (qr_context_failed(s->ctx)) { /* the model cannot run any more: /readyz says so */
+                    pthread_mutex_lock(&s->mu);
+                    s->stats.alive = false;
+                    pthread_mutex_unlock(&s->mu);
+                }
                 release_seq(s, r);
                 finish(s, r, QR_SCHED_END_ERROR, QR_FINISH_STOP, err);
                 act[i] = NULL;

@@ -80,6 +80,13 @@ struct cuda_p2p {
     void *own_alloc; /* this rank's receive area + flags + counters */
 };
 
+/* How long a rank waits for a peer's post before it gives up (a lost GPU, a peer that died). */
+#define P2P_TIMEOUT_NS 20000000000ull
+static __device__ __forceinline__ unsigned long long global_ns(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 static __device__ __forceinline__ void flag_release(unsigned *p, unsigned v) {
     asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -109,8 +116,9 @@ __global__ void p2p_all_reduce_kernel(float *buf, long long n, long long chunk, 
     if (t < a.world && t != a.rank) { /* post to peer t (after every thread's writes), then wait for its post */
         flag_release(a.flags[t] + a.rank * P2P_MAX_CTAS + b, c);
         const unsigned *wait = a.flags[a.rank] + t * P2P_MAX_CTAS + b;
-        while ((int)(flag_acquire(wait) - c) < 0) {
-        }
+        const unsigned long long t0 = global_ns();
+        while ((int)(flag_acquire(wait) - c) < 0)
+            if (global_ns() - t0 > P2P_TIMEOUT_NS) __trap(); /* a peer is gone: fail the pass, never hang */
     }
     __syncthreads();
     const float *mine = a.recv[a.rank] + par;
@@ -195,7 +203,9 @@ static void p2p_setup(qr_backend *const *bes, int32_t n) {
 
 static void cuda_all_reduce(qr_backend *be, float *buf, int64_t n) {
     cuda_backend *cb = CB(be);
-    if (cb->error != QR_OK || cb->tune.tp_skip_reduce) return;
+    /* a rank with an error still takes part (its sum is discarded with the pass), so that the others do not wait
+     * for it; a rank whose device is lost cannot, and the peers' wait times out (the P2P kernel) */
+    if (cb->tune.tp_skip_reduce) return;
     if (cb->p2p && n <= cb->p2p->a.cap && n % 4 == 0 && ((uintptr_t)buf & 15) == 0) {
         int ctas = (int)((n + 4095) / 4096);
         ctas = ctas < 1 ? 1 : ctas > P2P_MAX_CTAS ? P2P_MAX_CTAS : ctas;
