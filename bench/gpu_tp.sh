@@ -96,6 +96,12 @@ if [ "$STAGE" = big ]; then
     f=$(synth llama3-70b Q4_K_M "${LAYERS:-}")
     for t in "$TP" 1; do bench "llama3-70b${LAYERS:+ L$LAYERS} tp$t" -m "$f" --backend cuda --tp "$t" -p 512 -n 128 -r 3; done
 fi
+if [ "$STAGE" = batched ]; then # batched decode only, tp 1 and TP
+    f=$(synth mistral-7b Q4_K_M)
+    for np in ${NPS:-64 256}; do
+        for t in 1 "$TP"; do bench "mistral-7b np$np tp$t" -m "$f" --backend cuda --tp "$t" --parallel "$np" -p 128 -n 128 -r 2; done
+    done
+fi
 if [ "$STAGE" = diag ]; then # where a tensor-parallel decode step's time goes: the all-reduce kinds, and none at all
     f=$(synth mistral-7b Q4_K_M)
     bench "mistral-7b tp1" -m "$f" --backend cuda --tp 1 -p 0 -n 128 -r 5

@@ -465,6 +465,11 @@ typedef struct qr_backend_ops {
     /* buf[0..n) = the sum of buf over every rank of the group the backend joined (qr_backend_cuda_tp_init), in
      * place, issued in order like any op (a graph may record it); NULL: the caller sums host memory itself. */
     void (*all_reduce)(qr_backend *be, float *buf, int64_t n);
+    /* Copies n_rows rows of row_bytes from backend memory (rows src_pitch bytes apart) into host memory (dst_pitch
+     * apart), waiting for pending ops: a rank's columns of the logits straight into the context's rows (required
+     * for tensor parallelism). */
+    void (*read_rows)(qr_backend *be, void *dst_host, size_t dst_pitch, const void *src, size_t src_pitch,
+                      size_t row_bytes, size_t n_rows);
 } qr_backend_ops;
 
 struct qr_backend {

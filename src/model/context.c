@@ -21,10 +21,6 @@ typedef struct ctx_rank {
     qr_fwd f;            /* activation buffers for n_batch rows (xo/logits grown on demand) */
     qr_kv_storage *kvs;  /* K/V data (backend memory): this rank's heads */
     int32_t dev_out_cap; /* rows f.xo / f.logits hold */
-    float *slice;        /* tensor parallelism: host [rows][n_logits] of this rank's logits, scattered into the
-                          * context's rows (from be's host_alloc when slice_pinned) */
-    bool slice_pinned;
-    size_t slice_cap;    /* rows slice holds */
     qr_status st;        /* the last rank job's result, with its message */
     char err[256];
 } ctx_rank;
@@ -181,9 +177,6 @@ static void rank_release(qr_context *c, int32_t r, void *arg) {
     qr_fwd_free(k->be, &k->f);
     if (k->kvs) k->be->ops->kv_free(k->be, k->kvs);
     k->kvs = NULL;
-    if (k->slice && k->slice_pinned) k->be->ops->host_free(k->be, k->slice);
-    else free(k->slice);
-    k->slice = NULL;
 }
 
 static const char *const prof_names[6] = {"prepare", "set_batch", "forward / graph launch", "error check",
@@ -350,7 +343,7 @@ int32_t qr_context_n_ctx(const qr_context *c) { return c->n_ctx; }
 
 uint64_t qr_context_kv_bytes(const qr_context *c) { return c->kv_bytes; }
 
-/* Grows rank r's output buffers to *(int32_t *)arg rows (and its host slice of the logits, tensor parallelism). */
+/* Grows rank r's output buffers to *(int32_t *)arg rows. */
 static void rank_dev_out(qr_context *c, int32_t r, void *arg) {
     const int32_t rows = *(const int32_t *)arg;
     ctx_rank *k = &c->rk[r];
@@ -363,17 +356,7 @@ static void rank_dev_out(qr_context *c, int32_t r, void *arg) {
     if (k->f.logits) be->ops->free(be, k->f.logits);
     k->f.xo = be->ops->alloc(be, (size_t)rows * k->m->hp.n_embd * sizeof(float));
     k->f.logits = be->ops->alloc(be, (size_t)rows * nv * sizeof(float));
-    bool ok = k->f.xo && k->f.logits;
-    if (ok && c->world > 1) {
-        if (k->slice && k->slice_pinned) be->ops->host_free(be, k->slice);
-        else free(k->slice);
-        const size_t bytes = (size_t)rows * nv * sizeof(float);
-        k->slice = be->ops->host_alloc && bytes <= LOGITS_BACKEND_MAX ? be->ops->host_alloc(be, bytes) : NULL;
-        k->slice_pinned = k->slice != NULL;
-        if (!k->slice) k->slice = malloc(bytes);
-        ok = k->slice != NULL;
-    }
-    if (!ok) {
+    if (!k->f.xo || !k->f.logits) {
         k->dev_out_cap = 0;
         k->st = qr_errf(k->err, sizeof k->err, QR_ERR_NOMEM, "cannot allocate logits for %d rows", rows);
         return;
@@ -450,11 +433,10 @@ static void rank_pass(qr_context *c, int32_t r, void *arg) {
         if (r == 0) be->ops->read(be, a->hidden, k->f.xo, (size_t)no * k->m->hp.n_embd * sizeof(float));
     } else if (no > 0 && c->world == 1) {
         be->ops->read(be, c->logits + (size_t)a->out_done * V, k->f.logits, (size_t)no * V * sizeof(float));
-    } else if (no > 0) { /* this rank's vocabulary columns of the rows */
-        const int32_t nv = qr_model_n_logits(k->m), v0 = k->m->tp_vocab0;
-        be->ops->read(be, k->slice, k->f.logits, (size_t)no * nv * sizeof(float));
-        for (int32_t i = 0; i < no; i++)
-            memcpy(c->logits + (size_t)(a->out_done + i) * V + v0, k->slice + (size_t)i * nv, (size_t)nv * sizeof(float));
+    } else if (no > 0) { /* this rank's vocabulary columns of the rows, in one strided copy */
+        const size_t nv = (size_t)qr_model_n_logits(k->m), fs = sizeof(float);
+        be->ops->read_rows(be, c->logits + (size_t)a->out_done * V + k->m->tp_vocab0, (size_t)V * fs, k->f.logits,
+                           nv * fs, nv * fs, (size_t)no);
     }
     RANK_PROF(4);
 #undef RANK_PROF

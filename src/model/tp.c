@@ -354,6 +354,8 @@ qr_status qr_tp_build(qr_model *m, const qr_model_params *p, char *err, size_t e
             const qr_backend_cpu_params cp = {.n_threads = nt, .force_scalar = p->force_scalar};
             st = qr_backend_cpu_create(&cp, &s->be, err, err_len);
         }
+        if (st == QR_OK && !s->be->ops->read_rows)
+            st = qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "tensor parallelism: backend %s cannot read rows", s->be->name);
         for (int32_t i = 0; i < s->n_weights && st == QR_OK; i++)
             st = s->be->ops->weight_prepare(s->be, s->weights[i], err, err_len);
     }

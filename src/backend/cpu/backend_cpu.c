@@ -89,6 +89,13 @@ static void cpu_read(qr_backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes) memcpy(dst, src, bytes);
 }
 
+static void cpu_read_rows(qr_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                          size_t row_bytes, size_t n_rows) {
+    (void)be;
+    for (size_t r = 0; r < n_rows; r++)
+        memcpy((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, row_bytes);
+}
+
 static void cpu_synchronize(qr_backend *be) { (void)be; }
 
 static qr_status cpu_weight_prepare(qr_backend *be, qr_weight *w, char *err, size_t err_len) {
@@ -860,6 +867,7 @@ static const qr_backend_ops cpu_ops = {
     .free = cpu_free,
     .write = cpu_write,
     .read = cpu_read,
+    .read_rows = cpu_read_rows,
     .synchronize = cpu_synchronize,
     .weight_prepare = cpu_weight_prepare,
     .weight_release = cpu_weight_release,

@@ -172,6 +172,15 @@ static void cuda_read(qr_backend *be, void *dst, const void *src, size_t bytes) 
         cuda_ok(cb, cudaStreamSynchronize(cb->stream), "read");
 }
 
+static void cuda_read_rows(qr_backend *be, void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                           size_t row_bytes, size_t n_rows) {
+    cuda_backend *cb = CB(be);
+    if (!row_bytes || !n_rows) return;
+    if (cuda_ok(cb, cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, n_rows, cudaMemcpyDeviceToHost, cb->stream),
+                "read_rows"))
+        cuda_ok(cb, cudaStreamSynchronize(cb->stream), "read_rows");
+}
+
 /* Page-locked host memory, or NULL (QUARREL_CUDA_PINNED=0, or page-locking failed): the caller then uses
  * malloc and frees it itself. */
 static void *cuda_host_alloc(qr_backend *be, size_t bytes) {
@@ -1516,6 +1525,7 @@ static qr_backend_ops make_cuda_ops(void) {
     o.free = cuda_free_mem;
     o.write = cuda_write;
     o.read = cuda_read;
+    o.read_rows = cuda_read_rows;
     o.host_alloc = cuda_host_alloc;
     o.host_free = cuda_host_free;
     o.synchronize = cuda_synchronize;
