@@ -64,6 +64,8 @@ static const sopt opts[] = {
     {"backend", 1, "cpu, cuda or auto (default auto)"},
     {"gpu", 1, "CUDA device index (default 0)"},
     {"tp", 1, "tensor parallelism over N ranks: GPUs gpu..gpu+N-1 joined by NCCL, or N CPU ranks (default 1)"},
+    {"split-mode", 1, "with --tp: tensor (default) or layer (whole layers a rank, run in turn)"},
+    {"tensor-split", 1, "with --split-mode layer: the ranks' shares of the layers, comma-separated (default even)"},
     {"config", 1, "config file: 'key = value' lines with the option names above"},
 };
 #define N_OPTS (int)(sizeof opts / sizeof opts[0])
@@ -167,6 +169,14 @@ static int apply(serve_state *st, const char *name, const char *v) {
         }
     } else if (!strcmp(name, "gpu")) NUM(0, 64, c->gpu, int32_t);
     else if (!strcmp(name, "tp")) NUM(1, 16, c->tp, int32_t);
+    else if (!strcmp(name, "split-mode")) {
+        if (!strcmp(v, "tensor") || !strcmp(v, "row")) c->split_mode = QR_SPLIT_TENSOR;
+        else if (!strcmp(v, "layer")) c->split_mode = QR_SPLIT_LAYER;
+        else {
+            fprintf(stderr, "quarrel serve: --split-mode: expected tensor or layer\n");
+            rc = 2;
+        }
+    } else if (!strcmp(name, "tensor-split")) rc = app_parse_split("--tensor-split", v, c->tensor_split);
     else if (!strncmp(name, "spec", 4) || !strncmp(name, "draft-", 6)) {
         static const char *const names[] = {"spec", "draft-model", "draft-max", "draft-min", "draft-p-min", "spec-ngram"};
         int id = -1;

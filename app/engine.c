@@ -70,6 +70,8 @@ static int load_model(const char *name, const app_engine_opts *o, const char *wh
     mp.backend = o->backend;
     mp.gpu = o->gpu;
     mp.tp = o->tp;
+    mp.split_mode = o->split_mode;
+    memcpy(mp.tensor_split, o->tensor_split, sizeof mp.tensor_split);
     if (qr_model_load(path, &mp, out, err, sizeof err) != QR_OK) {
         fprintf(stderr, "quarrel: %s%s\n", what, err);
         return 1;
@@ -340,6 +342,25 @@ int app_parse_u64(const char *opt, const char *s, uint64_t *out) {
     return 0;
 }
 
+int app_parse_split(const char *opt, const char *s, float out[16]) {
+    memset(out, 0, 16 * sizeof(float));
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end = NULL;
+        errno = 0;
+        const float v = strtof(p, &end);
+        if (errno || end == p || !(v >= 0.0f) || n == 16 || (*end && *end != ',')) {
+            fprintf(stderr, "quarrel: %s: bad value '%s' (expected up to 16 non-negative numbers, comma-separated)\n",
+                    opt, s);
+            return 2;
+        }
+        out[n++] = v;
+        p = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
 int app_engine_opt(int id, const char *arg, app_engine_opts *o) {
     switch (id) {
     case 1100:
@@ -353,6 +374,15 @@ int app_engine_opt(int id, const char *arg, app_engine_opts *o) {
         return 0;
     case 1101: return app_parse_int("--gpu", arg, 0, 1023, &o->gpu);
     case 1104: return app_parse_int("--tp", arg, 1, 16, &o->tp);
+    case 1105:
+        if (!strcmp(arg, "tensor") || !strcmp(arg, "row")) o->split_mode = QR_SPLIT_TENSOR;
+        else if (!strcmp(arg, "layer")) o->split_mode = QR_SPLIT_LAYER;
+        else {
+            fprintf(stderr, "quarrel: --split-mode: bad value '%s' (expected tensor or layer)\n", arg);
+            return 2;
+        }
+        return 0;
+    case 1106: return app_parse_split("--tensor-split", arg, o->tensor_split);
     case 1102:
     case 1103: {
         const int t = qr_cache_type_from_name(arg);

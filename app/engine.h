@@ -31,6 +31,8 @@ typedef struct app_engine_opts {
     qr_backend_kind backend; /* --backend: auto (0, default), cpu, cuda */
     int32_t gpu;       /* --gpu: CUDA device index (default 0) */
     int32_t tp;        /* --tp: tensor-parallel ranks (0 / 1: none) */
+    qr_split_mode split_mode; /* --split-mode: tensor (default) or layer */
+    float tensor_split[16];   /* --tensor-split: each rank's share of the layers (all 0: even) */
     qr_cache_type type_k, type_v; /* --cache-type-k / --cache-type-v (default f16) */
     /* speculative decoding (APP_SPEC_LONGOPTS): spec_on makes e->spec with spec (kind, draft_*; start from
      * qr_spec_default_params()), loading draft_path (path or Ollama name) as its draft model with the
@@ -68,6 +70,8 @@ int app_render_messages(const app_engine *e, const void *messages_json, char **o
 int app_parse_int(const char *opt, const char *s, long min, long max, int32_t *out);
 int app_parse_float(const char *opt, const char *s, float *out);
 int app_parse_u64(const char *opt, const char *s, uint64_t *out);
+/* Parses up to 16 comma-separated non-negative numbers (--tensor-split) into out (the rest 0); 0 or 2. */
+int app_parse_split(const char *opt, const char *s, float out[16]);
 
 /* Sampler options shared by run and chat: long option ids >= 1000. app_sampler_opt handles one
  * (returns 0, or 2 on a bad value, or -1 when the id is not a sampler option). */
@@ -90,12 +94,15 @@ int app_sampler_opt(int id, const char *arg, qr_sampler_chain_params *p);
  * app_engine_opt handles one (returns 0, or 2 on a bad value, or -1 when the id is not one of them). */
 #define APP_ENGINE_LONGOPTS \
     {"backend", 1, 0, 1100}, {"gpu", 1, 0, 1101}, {"cache-type-k", 1, 0, 1102}, {"cache-type-v", 1, 0, 1103}, \
-        {"tp", 1, 0, 1104}
+        {"tp", 1, 0, 1104}, {"split-mode", 1, 0, 1105}, {"tensor-split", 1, 0, 1106}
 int app_engine_opt(int id, const char *arg, app_engine_opts *o);
 #define APP_ENGINE_HELP                                                                                  \
     "  --backend B          cpu, cuda or auto (default auto: CUDA when a GPU is usable, else the CPU)\n" \
     "  --gpu N              CUDA device index (default 0)\n"                                          \
     "  --tp N               tensor parallelism over N ranks: GPUs gpu..gpu+N-1 (NCCL), or N CPU ranks\n" \
+    "  --split-mode M       with --tp: tensor (default: every layer split, all-reduces) or layer (whole\n" \
+    "                       layers a rank, run in turn: GPUs without a fast link)\n"                 \
+    "  --tensor-split A,B.. --split-mode layer: the ranks' shares of the layers (default even)\n"      \
     "  --cache-type-k T, --cache-type-v T\n"                                                          \
     "                       KV cache storage of K / V: f16 (default), bf16, q8_0, q4_0, f32\n"
 

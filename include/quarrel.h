@@ -89,6 +89,14 @@ typedef enum qr_backend_kind {
     QR_BACKEND_CUDA = 2, /* CUDA or an error (no device, model too large, unsupported weight type) */
 } qr_backend_kind;
 
+/* How tp > 1 ranks share a model. */
+typedef enum qr_split_mode {
+    QR_SPLIT_TENSOR = 0, /* every layer split across the ranks (heads, FFN columns), an all-reduce after each
+                          * sub-block: all ranks work on every token */
+    QR_SPLIT_LAYER = 1,  /* each rank holds whole consecutive layers (llama.cpp's --split-mode layer); a pass runs
+                          * the ranks one after the other, handing the hidden state on: for GPUs without a fast link */
+} qr_split_mode;
+
 typedef struct qr_model_params {
     int32_t n_threads; /* CPU threads for the model's backend; <= 0 = all online CPUs */
     bool force_scalar; /* CPU: use the scalar reference kernels only (testing) */
@@ -98,6 +106,8 @@ typedef struct qr_model_params {
                         * (loaded at run time); CPU: tp backends of n_threads / tp threads each, joined by a
                         * shared-memory all-reduce. Attention heads, FFN / expert columns and the output's vocabulary
                         * are split across the ranks (Megatron-style); Mamba2 mixers run whole on every rank */
+    qr_split_mode split_mode; /* with tp > 1: QR_SPLIT_TENSOR (default) or QR_SPLIT_LAYER */
+    float tensor_split[16];   /* QR_SPLIT_LAYER: each rank's share of the layers (all 0: even) */
 } qr_model_params;
 
 /* Defaults: backend auto on GPU 0, all CPUs, SIMD kernels. */

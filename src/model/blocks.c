@@ -160,7 +160,7 @@ void qr_block_keep_outputs(const qr_model *m, qr_fwd *f) {
 void qr_block_output(const qr_model *m, qr_fwd *f) {
     const qr_hparams *hp = &m->hp;
     qr_backend *be = f->be;
-    if (f->n_outputs == 0) return;
+    if (f->n_outputs == 0 || !qr_pipe_last(m)) return; /* layer split: the last rank's */
     const float *src = f->x; /* already the output rows when kept */
     if (!f->outputs_kept) {
         be->ops->gather_outputs(be, f->x, hp->n_embd, f->xo);

@@ -36,6 +36,8 @@ struct qr_context {
     bool failed;       /* world > 1: a rank failed during a forward pass; the ranks may be out of step (qr_decode
                         * refuses to run: the model has to be loaded again) */
     char failed_msg[256];
+    bool layer_split;  /* world > 1, QR_SPLIT_LAYER: a pass runs the ranks in turn, handing x on through pipe_x */
+    float *pipe_x;     /* layer split: host [n_batch][n_embd] */
     ctx_rank rk[QR_TP_MAX];
     /* host side */
     float *logits;        /* [n_out][n_vocab] logits of the last batch */
@@ -194,6 +196,7 @@ void qr_context_free(qr_context *c) {
     qr_kv_cache_free(c->kvc);
     logits_free(c);
     free(c->row_out);
+    free(c->pipe_x);
     free(c->next_pos);
     free(c->seq_pass);
     free(c->p_tok), free(c->p_pos), free(c->p_seq), free(c->p_slot), free(c->p_out), free(c->p_bt);
@@ -216,6 +219,7 @@ static void rank_setup(qr_context *c, int32_t r, void *arg) {
     if (nt > 0 && c->world > 1) nt = nt / c->world > 0 ? nt / c->world : 1;
     if (nt > 0 && (k->st = be->ops->set_n_threads(be, nt, k->err, sizeof k->err)) != QR_OK) return;
     qr_kv_desc kd = *a->kd;
+    kd.n_layer = hp->n_layer; /* a layer split's stage: its layers */
     kd.k_dim = hp->n_head_kv * hp->head_dim_k;
     kd.v_dim = hp->n_head_kv * hp->head_dim_v;
     k->kvs = be->ops->kv_alloc(be, &kd, k->err, sizeof k->err);
@@ -226,7 +230,7 @@ static void rank_setup(qr_context *c, int32_t r, void *arg) {
     k->f.kv = k->kvs;
     if ((k->st = qr_fwd_alloc(k->m, be, c->n_batch, c->n_seq_max, &k->f, k->err, sizeof k->err)) != QR_OK) return;
     k->f.rope_factors = qr_rope_factors(k->m, c->n_ctx); /* a sequence may hold n_ctx positions */
-    k->f.tp_world = c->world;
+    k->f.tp_world = c->layer_split ? 1 : c->world; /* a layer split has nothing to sum */
     k->f.tp_rank = r;
     k->f.tp = c->model->tp_comm;
 }
@@ -283,12 +287,17 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     c->kv_bytes = (uint64_t)n_ctx * per_tok;
     c->prof_n = qr_knob_int(QR_KNOB_HOST_PROF) ? 0 : -1;
     c->last_out = -1;
+    qr_status st;
     c->world = world;
+    c->layer_split = world > 1 && model->tp_split == QR_SPLIT_LAYER;
+    if (c->layer_split && !(c->pipe_x = malloc((size_t)c->n_batch * hp->n_embd * sizeof(float)))) {
+        st = qr_errf(err, err_len, QR_ERR_NOMEM, "context: out of memory");
+        goto fail;
+    }
     for (int32_t r = 0; r < world; r++) {
         c->rk[r].m = world > 1 ? model->tp_shards[r] : model;
         c->rk[r].be = c->rk[r].m->be;
     }
-    qr_status st;
     if (world > 1 && (st = qr_tp_pool_create(model, &c->pool, err, err_len)) != QR_OK) goto fail;
     const int32_t n_blocks = c->n_ctx / KV_BLOCK_SIZE;
     if ((st = qr_kv_cache_create(n_blocks, KV_BLOCK_SIZE, c->n_seq_max, c->n_ctx, &c->kvc, err, err_len)) != QR_OK)
@@ -351,7 +360,7 @@ static void rank_dev_out(qr_context *c, int32_t r, void *arg) {
     if (rows <= k->dev_out_cap) return;
     qr_backend *be = k->be;
     if (be->ops->graph_release) be->ops->graph_release(be, c); /* recorded passes use the old buffers */
-    const size_t nv = (size_t)qr_model_n_logits(k->m);
+    const size_t nv = qr_pipe_last(k->m) ? (size_t)qr_model_n_logits(k->m) : 1; /* a layer split: the last rank's */
     if (k->f.xo) be->ops->free(be, k->f.xo);
     if (k->f.logits) be->ops->free(be, k->f.logits);
     k->f.xo = be->ops->alloc(be, (size_t)rows * k->m->hp.n_embd * sizeof(float));
@@ -393,11 +402,13 @@ typedef struct pass_args {
     bool embd;            /* qr_context_embd_pass: the hidden states into `hidden` (rank 0) instead of logits */
     float *hidden;
     double *prof;         /* rank 0's split of the time (set_batch, forward, error check, read), or NULL */
+    int32_t stage;        /* a layer split: the rank that runs now */
 } pass_args;
 
 static void rank_pass(qr_context *c, int32_t r, void *arg) {
     const pass_args *a = arg;
     ctx_rank *k = &c->rk[r];
+    k->st = QR_OK;
     qr_backend *be = k->be;
     const qr_batch_plan *plan = a->plan;
     double t = a->prof && r == 0 ? qr_time_s() : 0.0;
@@ -407,7 +418,10 @@ static void rank_pass(qr_context *c, int32_t r, void *arg) {
         a->prof[i] += t_now_ - t;              \
         t = t_now_;                            \
     }
+    if (c->layer_split && r != a->stage) return; /* a layer split runs one stage at a time */
     if ((k->st = be->ops->set_batch(be, plan, k->err, sizeof k->err)) != QR_OK) return;
+    const size_t x_bytes = (size_t)plan->n_tokens * k->m->hp.n_embd * sizeof(float);
+    if (c->layer_split && !qr_pipe_first(k->m)) be->ops->write(be, k->f.x, c->pipe_x, x_bytes); /* the previous stage's */
     RANK_PROF(1);
     k->f.n_tokens = plan->n_tokens;
     k->f.n_outputs = plan->n_outputs;
@@ -429,9 +443,11 @@ static void rank_pass(qr_context *c, int32_t r, void *arg) {
     }
     RANK_PROF(3);
     const int32_t no = plan->n_outputs, V = c->model->hp.n_vocab;
-    if (a->embd) {
-        if (r == 0) be->ops->read(be, a->hidden, k->f.xo, (size_t)no * k->m->hp.n_embd * sizeof(float));
-    } else if (no > 0 && c->world == 1) {
+    if (!qr_pipe_last(k->m)) { /* a layer split's stage before the last: hand x on */
+        be->ops->read(be, c->pipe_x, k->f.x, x_bytes);
+    } else if (a->embd) {
+        if (r == 0 || c->layer_split) be->ops->read(be, a->hidden, k->f.xo, (size_t)no * k->m->hp.n_embd * sizeof(float));
+    } else if (no > 0 && (c->world == 1 || c->layer_split)) {
         be->ops->read(be, c->logits + (size_t)a->out_done * V, k->f.logits, (size_t)no * V * sizeof(float));
     } else if (no > 0) { /* this rank's vocabulary columns of the rows, in one strided copy */
         const size_t nv = (size_t)qr_model_n_logits(k->m), fs = sizeof(float);
@@ -440,6 +456,18 @@ static void rank_pass(qr_context *c, int32_t r, void *arg) {
     }
     RANK_PROF(4);
 #undef RANK_PROF
+}
+
+/* Resets sequence *(int32_t *)arg's recurrent state on a rank (-1: every sequence's). */
+static void rank_ssm_reset(qr_context *c, int32_t r, void *arg) {
+    qr_ssm_state_reset(c->rk[r].f.mamba.ssm, *(const int32_t *)arg);
+}
+
+/* Whether any rank keeps recurrent (Mamba2) states (a layer split's stage may have none). */
+static bool has_ssm(const qr_context *c) {
+    for (int32_t r = 0; r < c->world; r++)
+        if (c->rk[r].f.mamba.ssm) return true;
+    return false;
 }
 
 typedef struct cow_args {
@@ -558,12 +586,20 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
                         .graph = be->ops->run_graph && graph_rows && !m->arch->encoder && !f0->stats_enabled,
                         .key = (uint64_t)(uint16_t)nt | (uint64_t)(uint16_t)no << 16 | (uint64_t)(uint16_t)mb << 32 |
                                (uint64_t)(uint16_t)c->n_seq_max << 48};
-        each_rank(c, rank_pass, &pa);
+        for (pa.stage = 0; pa.stage < (c->layer_split ? c->world : 1); pa.stage++) {
+            each_rank(c, rank_pass, &pa);
+            if (rank_error(c, NULL, 0) != QR_OK) break;
+        }
         if (prof) t_mark = qr_time_s();
         if ((st = rank_error(c, err, err_len)) != QR_OK) {
-            if (c->world > 1 && (st = rank_error(c, c->failed_msg, sizeof c->failed_msg)) != QR_OK) c->failed = true;
-            if (f0->mamba.ssm) /* the ranks reset the recurrent states; the sequences start over */
-                for (int32_t j = 0; j < nt; j++) qr_kv_cache_seq_rm(kvc, c->p_seq[j], 0, -1);
+            if (c->world > 1 && !c->layer_split && (st = rank_error(c, c->failed_msg, sizeof c->failed_msg)) != QR_OK)
+                c->failed = true;
+            if (has_ssm(c)) /* recurrent states may have advanced: the sequences start over */
+                for (int32_t j = 0; j < nt; j++) {
+                    int32_t sq = c->p_seq[j];
+                    each_rank(c, rank_ssm_reset, &sq);
+                    qr_kv_cache_seq_rm(kvc, sq, 0, -1);
+                }
             return st;
         }
         out_done += no;
@@ -587,13 +623,8 @@ const float *qr_get_logits(const qr_context *c, int32_t row) {
 
 int32_t qr_kv_seq_len(const qr_context *c, int32_t seq) { return qr_kv_cache_seq_len(c->kvc, seq); }
 
-/* Resets sequence *(int32_t *)arg's recurrent state on a rank (-1: every sequence's). */
-static void rank_ssm_reset(qr_context *c, int32_t r, void *arg) {
-    qr_ssm_state_reset(c->rk[r].f.mamba.ssm, *(const int32_t *)arg);
-}
-
 bool qr_kv_seq_rm(qr_context *c, int32_t seq, int32_t p0, int32_t p1) {
-    if (c->rk[0].f.mamba.ssm) { /* a recurrent state can only be kept whole or reset (to position 0) */
+    if (has_ssm(c)) { /* a recurrent state can only be kept whole or reset (to position 0) */
         const int32_t len = seq >= 0 ? qr_kv_cache_seq_len(c->kvc, seq) : 0;
         if (p0 > 0 && (seq < 0 || p0 < len)) return false;
         if (p0 <= 0 && !qr_kv_cache_seq_rm(c->kvc, seq, p0, p1)) return false;
@@ -606,7 +637,7 @@ bool qr_kv_seq_rm(qr_context *c, int32_t seq, int32_t p0, int32_t p1) {
 void qr_kv_clear(qr_context *c) {
     qr_kv_cache_clear(c->kvc);
     int32_t all = -1;
-    if (c->rk[0].f.mamba.ssm) each_rank(c, rank_ssm_reset, &all);
+    if (has_ssm(c)) each_rank(c, rank_ssm_reset, &all);
 }
 
 const qr_arch_stats *qr_context_arch_stats(const qr_context *c) { return &c->rk[0].f.stats; }
@@ -667,8 +698,10 @@ qr_status qr_context_embd_pass(qr_context *c, const int32_t *tok, const int32_t 
                                 .kv_slot = c->p_slot, .n_seqs = c->n_seq_max, .max_blocks = kvc->max_blocks,
                                 .block_table = kvc->block_table, .n_outputs = n, .output_rows = c->p_out};
     pass_args pa = {.plan = &plan, .embd = true, .hidden = hidden};
-    each_rank(c, rank_pass, &pa);
-    st = rank_error(c, err, err_len);
+    for (pa.stage = 0; pa.stage < (c->layer_split ? c->world : 1); pa.stage++) {
+        each_rank(c, rank_pass, &pa);
+        if ((st = rank_error(c, err, err_len)) != QR_OK) break;
+    }
 done:
     qr_kv_cache_clear(kvc);
     c->n_rows_last = 0;

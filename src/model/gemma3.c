@@ -23,15 +23,17 @@ void qr_gemma3_forward(const qr_model *m, qr_fwd *f) {
 
     f->n_rows = f->n_tokens;
     f->outputs_kept = false;
-    be->ops->get_rows(be, &m->tok_embd, f->x);
-    if (m->arch->scale_embd) be->ops->scale(be, f->x, hp->embd_scale, nx, f->x); /* x *= sqrt(n_embd) */
+    if (qr_pipe_first(m)) { /* else x comes from the previous rank */
+        be->ops->get_rows(be, &m->tok_embd, f->x);
+        if (m->arch->scale_embd) be->ops->scale(be, f->x, hp->embd_scale, nx, f->x); /* x *= sqrt(n_embd) */
+    }
     const float q_scale = m->arch->q_prescale ? hp->attn_scale : 1.0f;
     for (int il = 0; il < hp->n_layer; il++) {
         const qr_layer *l = &m->layers[il];
         /* x += post_norm(attn(pre_norm(x))) */
         pre_norm(m, f, &l->attn_norm, n);
         qr_block_attention(m, f, il, q_scale);
-        if (il == hp->n_layer - 1) { /* the rest of the last layer: output rows only */
+        if (il == hp->n_layer - 1 && qr_pipe_last(m)) { /* the rest of the last layer: output rows only */
             qr_block_keep_outputs(m, f);
             n = f->n_rows;
             nx = n * hp->n_embd;

@@ -45,7 +45,7 @@ void qr_gpt_oss_forward(const qr_model *m, qr_fwd *f) {
     int64_t n = f->n_tokens;
     f->n_rows = f->n_tokens;
     f->outputs_kept = false;
-    be->ops->get_rows(be, &m->tok_embd, f->x);
+    if (qr_pipe_first(m)) be->ops->get_rows(be, &m->tok_embd, f->x); /* else x comes from the previous rank */
     bool pending = false; /* the previous layer's MoE output (xb2) is still to be added to x */
     for (int il = 0; il < hp->n_layer; il++) {
         const qr_layer *l = &m->layers[il];
@@ -54,7 +54,7 @@ void qr_gpt_oss_forward(const qr_model *m, qr_fwd *f) {
                              f->xb, &l->attn_q);
         pending = false;
         qr_block_attention_x(m, f, il, true, hp->attn_scale);
-        if (il == hp->n_layer - 1) {
+        if (il == hp->n_layer - 1 && qr_pipe_last(m)) {
             qr_block_keep_outputs(m, f);
             n = f->n_rows;
             if (n == 0) break;

@@ -21,8 +21,10 @@ static void granite_forward(const qr_model *m, qr_fwd *f) {
     const float rs = h->f_residual_scale != 0.0f ? h->f_residual_scale : 1.0f;
     f->n_rows = f->n_tokens;
     f->outputs_kept = false;
-    be->ops->get_rows(be, &m->tok_embd, f->x);
-    if (h->f_embedding_scale != 0.0f) be->ops->scale(be, f->x, h->f_embedding_scale, n * hp->n_embd, f->x);
+    if (qr_pipe_first(m)) { /* else x comes from the previous rank */
+        be->ops->get_rows(be, &m->tok_embd, f->x);
+        if (h->f_embedding_scale != 0.0f) be->ops->scale(be, f->x, h->f_embedding_scale, n * hp->n_embd, f->x);
+    }
     bool pending = false; /* the previous FFN's output (xb2) is still to be added to x */
     for (int il = 0; il < hp->n_layer; il++) {
         const qr_layer *l = &m->layers[il];
@@ -30,7 +32,7 @@ static void granite_forward(const qr_model *m, qr_fwd *f) {
                              mixer_in(m, il));
         if (l->kind == QR_LAYER_SSM) qr_block_mamba2(m, f, il);
         else qr_block_attention_x(m, f, il, h->use_rope, hp->attn_scale);
-        if (il == hp->n_layer - 1) {
+        if (il == hp->n_layer - 1 && qr_pipe_last(m)) {
             qr_block_keep_outputs(m, f);
             n = f->n_rows;
             if (n == 0) break;
@@ -45,7 +47,7 @@ static void granite_forward(const qr_model *m, qr_fwd *f) {
         be->ops->add(be, f->x, f->xb2, n * hp->n_embd, f->x);
     }
     qr_block_output(m, f);
-    if (h->f_logit_scale != 0.0f && !f->embd && f->n_outputs > 0)
+    if (h->f_logit_scale != 0.0f && !f->embd && f->n_outputs > 0 && qr_pipe_last(m))
         be->ops->scale(be, f->logits, 1.0f / h->f_logit_scale, (int64_t)f->n_outputs * qr_model_n_logits(m), f->logits);
 }
 

@@ -13,7 +13,7 @@ void qr_llama_forward(const qr_model *m, qr_fwd *f) {
 
     f->n_rows = f->n_tokens;
     f->outputs_kept = false;
-    be->ops->get_rows(be, &m->tok_embd, f->x); /* x = token embeddings */
+    if (qr_pipe_first(m)) be->ops->get_rows(be, &m->tok_embd, f->x); /* else x comes from the previous rank */ /* x = token embeddings */
     bool pending = false; /* the previous layer's FFN output (xb2) is still to be added to x */
     const float q_scale = m->arch->q_prescale ? hp->attn_scale : 1.0f;
     for (int il = 0; il < hp->n_layer; il++) {
@@ -23,7 +23,7 @@ void qr_llama_forward(const qr_model *m, qr_fwd *f) {
                              &l->attn_q);
         pending = false;
         qr_block_attention(m, f, il, q_scale);
-        if (il == hp->n_layer - 1) { /* the rest of the last layer: output rows only */
+        if (il == hp->n_layer - 1 && qr_pipe_last(m)) { /* the rest of the last layer: output rows only */
             qr_block_keep_outputs(m, f);
             n = f->n_rows;
             nx = n * hp->n_embd;

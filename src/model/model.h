@@ -319,6 +319,9 @@ struct qr_model {
     struct qr_tp_comm *tp_comm; /* the full model: the host all-reduce of CPU ranks (owned), or NULL */
     bool tp_is_shard;           /* a shard: the mapping, names and tokenizer are the full model's */
     int32_t tp_vocab0;          /* a shard: its first output row (vocabulary id) */
+    qr_split_mode tp_split;     /* how the shards share the model */
+    int32_t pipe_stage;         /* layer split: this shard's place (0: the first, which embeds the tokens) */
+    bool pipe_more;             /* layer split: more layers follow on the next rank (no output head here) */
     void **tp_owned;            /* a shard: host copies of column / expert slices (owned) */
     int32_t n_tp_owned, cap_tp_owned;
 };
@@ -402,6 +405,10 @@ qr_status qr_tp_pool_create(const qr_model *m, qr_tp_pool **out, char *err, size
 /* Runs fn(arg, r) on every rank's thread at once; returns when all have returned. */
 void qr_tp_pool_run(qr_tp_pool *p, void (*fn)(void *arg, int32_t rank), void *arg);
 void qr_tp_pool_free(qr_tp_pool *p);
+/* Layer split: whether the model (a shard) begins with the token embeddings and ends with the output head (true for
+ * every model that is not a later / earlier stage of a layer split). */
+static inline bool qr_pipe_first(const qr_model *m) { return m->pipe_stage == 0; }
+static inline bool qr_pipe_last(const qr_model *m) { return !m->pipe_more; }
 /* Rows of the output matrix the model (or shard) computes logits for. */
 static inline int32_t qr_model_n_logits(const qr_model *m) { return (int32_t)m->output.ne[1]; }
 

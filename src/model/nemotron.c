@@ -10,12 +10,12 @@ void qr_nemotron_forward(const qr_model *m, qr_fwd *f) {
     int64_t n = f->n_tokens;
     f->n_rows = f->n_tokens;
     f->outputs_kept = false;
-    be->ops->get_rows(be, &m->tok_embd, f->x);
+    if (qr_pipe_first(m)) be->ops->get_rows(be, &m->tok_embd, f->x); /* else x comes from the previous rank */
     for (int il = 0; il < hp->n_layer; il++) {
         const qr_layer *l = &m->layers[il];
         be->ops->layernorm(be, f->x, &l->attn_norm, &l->attn_norm_b, n, hp->n_embd, hp->norm_eps, f->xb);
         qr_block_attention_x(m, f, il, true, hp->attn_scale);
-        if (il == hp->n_layer - 1) {
+        if (il == hp->n_layer - 1 && qr_pipe_last(m)) {
             qr_block_keep_outputs(m, f);
             n = f->n_rows;
             if (n == 0) break;
@@ -26,7 +26,7 @@ void qr_nemotron_forward(const qr_model *m, qr_fwd *f) {
         be->ops->add(be, f->x, f->xb2, n * hp->n_embd, f->x);
     }
     /* output: LayerNorm (with bias) of the requested rows, then the head */
-    if (f->n_outputs == 0) return;
+    if (f->n_outputs == 0 || !qr_pipe_last(m)) return;
     const float *src = f->x;
     if (!f->outputs_kept) {
         be->ops->gather_outputs(be, f->x, hp->n_embd, f->xo);

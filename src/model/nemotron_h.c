@@ -19,7 +19,7 @@ void qr_nemotron_h_forward(const qr_model *m, qr_fwd *f) {
     int64_t n = f->n_tokens;
     f->n_rows = f->n_tokens;
     f->outputs_kept = false;
-    be->ops->get_rows(be, &m->tok_embd, f->x);
+    if (qr_pipe_first(m)) be->ops->get_rows(be, &m->tok_embd, f->x); /* else x comes from the previous rank */
     bool pending = false; /* the previous block's output (xb2) is still to be added to x */
     for (int il = 0; il < hp->n_layer; il++) {
         const qr_layer *l = &m->layers[il];
@@ -31,7 +31,7 @@ void qr_nemotron_h_forward(const qr_model *m, qr_fwd *f) {
         else if (l->kind == QR_LAYER_ATTN) qr_block_attention_x(m, f, il, false, hp->attn_scale);
         else if (l->gate_inp.host) qr_block_moe(m, f, il);
         else qr_block_ffn_relu2(m, f, il);
-        if (il == hp->n_layer - 1) {
+        if (il == hp->n_layer - 1 && qr_pipe_last(m)) {
             qr_block_keep_outputs(m, f);
             n = f->n_rows;
             if (n == 0) break;

@@ -231,24 +231,30 @@ static qr_status split_layer(splitter *S, qr_layer *l, const head_split *h) {
     return st;
 }
 
-/* The shard's own copy of the weight list: the full model's pointers moved into the shard (a layer field or a
- * model field), plus the output matrix when it is a slice of tied embeddings. */
-static qr_status shard_weights(splitter *S) {
+/* The shard's own copy of the weight list: the full model's pointers moved into the shard (a layer field, for the
+ * shard's layers [l0, l0 + shard's n_layer), or a model field; the embeddings only where the pipeline starts, the
+ * output head only where it ends), plus the output matrix of tied embeddings as a weight of its own. */
+static qr_status shard_weights(splitter *S, int32_t l0) {
     const qr_model *m = S->m;
     qr_model *s = S->s;
     s->weights = calloc((size_t)m->n_weights + 1, sizeof *s->weights);
     if (!s->weights) return qr_errf(S->err, S->err_len, QR_ERR_NOMEM, "out of memory");
     s->n_weights = 0;
     s->cap_weights = m->n_weights + 1;
-    const char *lb = (const char *)m->layers, *le = (const char *)(m->layers + m->hp.n_layer);
+    const char *lb = (const char *)(m->layers + l0), *le = (const char *)(m->layers + l0 + s->hp.n_layer);
+    const char *all_lb = (const char *)m->layers, *all_le = (const char *)(m->layers + m->hp.n_layer);
     for (int32_t i = 0; i < m->n_weights; i++) {
         const char *p = (const char *)m->weights[i];
+        if (p >= all_lb && p < all_le && (p < lb || p >= le)) continue; /* another rank's layer */
         qr_weight *w = p >= lb && p < le ? (qr_weight *)((char *)s->layers + (p - lb))
                                          : (qr_weight *)((char *)s + (p - (const char *)m));
+        if ((w == &s->tok_embd && !qr_pipe_first(s)) ||
+            ((w == &s->output || w == &s->output_norm || w == &s->output_norm_b) && !qr_pipe_last(s)))
+            continue;
         if (w->host) s->weights[s->n_weights++] = w; /* a bias left to rank 0 is no longer bound here */
     }
-    /* tied embeddings: the output slice is a weight of its own (a backend's prepared copy of tok_embd has every row) */
-    if (m->output.host == m->tok_embd.host && s->output.host) s->weights[s->n_weights++] = &s->output;
+    /* tied embeddings: the output (slice) is a weight of its own (a backend's prepared copy of tok_embd has every row) */
+    if (m->output.host == m->tok_embd.host && s->output.host && qr_pipe_last(s)) s->weights[s->n_weights++] = &s->output;
     return QR_OK;
 }
 
@@ -264,11 +270,10 @@ static void shard_free(qr_model *s) {
     free(s);
 }
 
-/* Makes rank `rank`'s shard of m (host weights; no backend). */
-static qr_status shard_make(const qr_model *m, int32_t world, int32_t rank, qr_model **out, char *err, size_t err_len) {
-    *out = NULL;
+/* A shard's model struct: a copy of m's without what the copy does not own. */
+static qr_model *shard_alloc(const qr_model *m, int32_t world, int32_t rank) {
     qr_model *s = calloc(1, sizeof *s);
-    if (!s) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
+    if (!s) return NULL;
     *s = *m;
     s->be = NULL;
     s->embed_tok = NULL;
@@ -277,9 +282,42 @@ static qr_status shard_make(const qr_model *m, int32_t world, int32_t rank, qr_m
     s->tp_owned = NULL;
     s->n_tp_owned = s->cap_tp_owned = 0;
     s->weights = NULL;
+    s->layers = NULL;
     s->tp_is_shard = true;
     s->tp_rank = rank;
     s->tp_world = world;
+    return s;
+}
+
+/* Rank `rank`'s stage of a layer split: layers [l0, l1) whole. */
+static qr_status shard_make_layers(const qr_model *m, int32_t world, int32_t rank, int32_t l0, int32_t l1,
+                                   qr_model **out, char *err, size_t err_len) {
+    *out = NULL;
+    qr_model *s = shard_alloc(m, world, rank);
+    if (!s) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
+    s->tp_split = QR_SPLIT_LAYER;
+    s->pipe_stage = rank;
+    s->pipe_more = rank < world - 1;
+    s->hp.n_layer = l1 - l0;
+    s->layers = malloc((size_t)(l1 - l0) * sizeof *s->layers);
+    splitter S = {.m = m, .s = s, .world = world, .rank = rank, .err = err, .err_len = err_len};
+    qr_status st = QR_OK;
+    if (!s->layers) st = qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
+    else memcpy(s->layers, m->layers + l0, (size_t)(l1 - l0) * sizeof *s->layers);
+    if (st == QR_OK) st = shard_weights(&S, l0);
+    if (st != QR_OK) {
+        shard_free(s);
+        return st;
+    }
+    *out = s;
+    return QR_OK;
+}
+
+/* Makes rank `rank`'s shard of m (host weights; no backend). */
+static qr_status shard_make(const qr_model *m, int32_t world, int32_t rank, qr_model **out, char *err, size_t err_len) {
+    *out = NULL;
+    qr_model *s = shard_alloc(m, world, rank);
+    if (!s) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
     s->layers = malloc((size_t)m->hp.n_layer * sizeof *s->layers);
     splitter S = {.m = m, .s = s, .world = world, .rank = rank, .err = err, .err_len = err_len};
     qr_status st = QR_OK;
@@ -305,7 +343,7 @@ static qr_status shard_make(const qr_model *m, int32_t world, int32_t rank, qr_m
         hp->n_ff /= world;
         hp->n_ff_exp /= world;
         hp->n_ff_shexp /= world;
-        st = shard_weights(&S);
+        st = shard_weights(&S, 0);
     }
     if (st != QR_OK) {
         shard_free(s);
@@ -336,7 +374,24 @@ qr_status qr_tp_build(qr_model *m, const qr_model_params *p, char *err, size_t e
     m->tp_shards = calloc((size_t)W, sizeof *m->tp_shards);
     if (!m->tp_shards) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
     qr_status st = QR_OK;
-    for (int32_t r = 0; r < W && st == QR_OK; r++) st = shard_make(m, W, r, &m->tp_shards[r], err, err_len);
+    const bool layers = p->split_mode == QR_SPLIT_LAYER;
+    if (p->split_mode != QR_SPLIT_TENSOR && !layers)
+        st = qr_errf(err, err_len, QR_ERR_INVALID_ARG, "unknown split mode %d", (int)p->split_mode);
+    if (st == QR_OK && layers) { /* consecutive layers, as many a rank as its share of tensor_split (all 0: even) */
+        double total = 0.0, acc = 0.0;
+        for (int32_t r = 0; r < W; r++) total += p->tensor_split[r] > 0.0f ? p->tensor_split[r] : 0.0f;
+        int32_t l0 = 0;
+        for (int32_t r = 0; r < W && st == QR_OK; r++) {
+            acc += total > 0.0 ? (p->tensor_split[r] > 0.0f ? p->tensor_split[r] : 0.0f) : 1.0;
+            const int32_t l1 = r == W - 1 ? m->hp.n_layer : (int32_t)(m->hp.n_layer * acc / (total > 0.0 ? total : W) + 0.5);
+            if (l1 <= l0)
+                st = qr_errf(err, err_len, QR_ERR_INVALID_ARG,
+                             "layer split over %d ranks: rank %d gets no layer of %d (--tensor-split)", W, r, m->hp.n_layer);
+            else st = shard_make_layers(m, W, r, l0, l1, &m->tp_shards[r], err, err_len);
+            l0 = l1;
+        }
+    }
+    for (int32_t r = 0; r < W && st == QR_OK && !layers; r++) st = shard_make(m, W, r, &m->tp_shards[r], err, err_len);
     /* auto: the GPUs when there are enough of them, else CPU ranks */
     const bool cuda = p->backend == QR_BACKEND_CUDA ||
                       (p->backend == QR_BACKEND_AUTO && qr_cuda_device_count() >= p->gpu + W);
@@ -359,12 +414,12 @@ qr_status qr_tp_build(qr_model *m, const qr_model_params *p, char *err, size_t e
         for (int32_t i = 0; i < s->n_weights && st == QR_OK; i++)
             st = s->be->ops->weight_prepare(s->be, s->weights[i], err, err_len);
     }
-    if (st == QR_OK && cuda) {
+    if (st == QR_OK && cuda && !layers) {
         qr_backend *bes[QR_TP_MAX];
         for (int32_t r = 0; r < W; r++) bes[r] = m->tp_shards[r]->be;
         st = qr_backend_cuda_tp_init(bes, W, err, err_len);
     }
-    if (st == QR_OK && !cuda && !(m->tp_comm = comm_create(W)))
+    if (st == QR_OK && !cuda && !layers && !(m->tp_comm = comm_create(W)))
         st = qr_errf(err, err_len, QR_ERR_NOMEM, "tensor parallelism: cannot make the host all-reduce");
     if (st != QR_OK) {
         qr_tp_free(m);
@@ -372,6 +427,7 @@ qr_status qr_tp_build(qr_model *m, const qr_model_params *p, char *err, size_t e
         return st;
     }
     m->be = m->tp_shards[0]->be;
+    m->tp_split = p->split_mode;
     return QR_OK;
 }
 

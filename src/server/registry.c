@@ -165,6 +165,8 @@ static qr_status load_model(const srv_registry *r, const char *source, srv_model
     mp.backend = r->o.backend;
     mp.gpu = r->o.gpu;
     mp.tp = r->o.tp;
+    mp.split_mode = r->o.split_mode;
+    memcpy(mp.tensor_split, r->o.tensor_split, sizeof mp.tensor_split);
     if ((st = qr_model_load(m->path, &mp, &m->model, err, err_len)) != QR_OK) goto fail;
     weight_stats(m);
     const qr_hparams *hp = &m->model->hp;

@@ -68,6 +68,8 @@ typedef struct srv_registry_opts {
     bool no_prefix_cache;
     qr_backend_kind backend;
     int32_t gpu, tp;
+    qr_split_mode split_mode;
+    float tensor_split[16];
     double request_timeout_s;
     uint64_t mem_budget;   /* bytes; 0 = 80% of MemTotal */
     double keep_alive_s;   /* default for models loaded on demand */

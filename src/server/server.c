@@ -608,11 +608,12 @@ qr_status qr_server_start(const qr_server_config *cfg, qr_server **out, char *er
     srv_registry_opts ro = {.parallel = cfg->parallel, .ctx = cfg->ctx, .kv_mem_bytes = cfg->kv_mem_bytes,
                             .cache_type_k = cfg->cache_type_k, .cache_type_v = cfg->cache_type_v, .n_threads = cfg->n_threads,
                             .max_queue = cfg->max_queue, .prefill_chunk = cfg->prefill_chunk,
-                            .no_prefix_cache = cfg->no_prefix_cache, .backend = cfg->backend, .gpu = cfg->gpu, .tp = cfg->tp,
-                            .request_timeout_s = cfg->request_timeout_s, .mem_budget = cfg->mem_budget,
+                            .no_prefix_cache = cfg->no_prefix_cache, .backend = cfg->backend, .gpu = cfg->gpu,
+                            .tp = cfg->tp, .split_mode = cfg->split_mode, .request_timeout_s = cfg->request_timeout_s, .mem_budget = cfg->mem_budget,
                             .keep_alive_s = cfg->keep_alive_s, .allow_load = cfg->allow_load,
                             .model_dir = cfg->model_dir, .spec_on = cfg->spec_on, .spec = cfg->spec,
                             .draft_path = cfg->draft_path};
+    memcpy(ro.tensor_split, cfg->tensor_split, sizeof ro.tensor_split);
     s->reg = srv_registry_create(&ro);
     if (!s->reg) {
         st = qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");

@@ -41,6 +41,8 @@ typedef struct qr_server_config {
     qr_backend_kind backend;        /* passed to qr_model_load */
     int32_t gpu;
     int32_t tp;                     /* tensor-parallel ranks (qr_model_params.tp; 0 / 1 = none) */
+    qr_split_mode split_mode;       /* qr_model_params.split_mode, tensor_split */
+    float tensor_split[16];
     const char *api_key_db;         /* SQLite key store; NULL = auth off */
     const char *cors_origins;       /* comma-separated allowed origins, "*" = any; NULL = no CORS headers */
     const char *allowed_hosts;      /* comma-separated Host names accepted besides the listen address,

@@ -1,4 +1,4 @@
-"""Tensor parallelism with CPU ranks (issue 37): `quarrel logits --backend cpu --tp N` splits the model into N shards
+"""Tensor parallelism and layer split with CPU ranks (issue 37): `quarrel logits --backend cpu --tp N` splits the model into N shards
 (attention heads, FFN / expert columns, output vocabulary) on N CPU backends joined by the shared-memory
 all-reduce, the same sharding code the CUDA ranks run over NCCL. Teacher-forced logits of 2 and 4 ranks must
 equal the one-rank run within float noise: mean KL <= 1e-6 and the same top-1 on >= 98 % of the rows (a random-
@@ -36,10 +36,10 @@ def synth(quarrel_bin, path, arch, preset, typ):
                     str(path)], check=True, capture_output=True)
 
 
-def logits(quarrel_bin, model, ids, out, tp, ubatch=64):
+def logits(quarrel_bin, model, ids, out, tp, ubatch=64, extra=()):
     r = subprocess.run([quarrel_bin, "logits", "-m", str(model), "--tokens", str(ids), "-o", str(out), "--backend",
-                        "cpu", "-t", "2", "--tp", str(tp), "--ubatch", str(ubatch)], capture_output=True, text=True,
-                       timeout=300)
+                        "cpu", "-t", "2", "--tp", str(tp), "--ubatch", str(ubatch), *extra], capture_output=True,
+                       text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return np.load(out)
 
@@ -101,23 +101,42 @@ def test_tp_decode_path_and_q8(typ, kl_max, quarrel_bin, tmp_path):
                   logits(quarrel_bin, model, ids, tmp_path / f"t{ub}_{tp}.npy", tp, ub), kl_max)
 
 
+@pytest.mark.parametrize("case,tp,split", [("llama:tiny", 2, None), ("gemma3:tiny", 2, "1,3"),
+                                           ("granitehybrid:tiny", 4, None), ("nemotron_h_moe:tiny", 3, "2,1,1"),
+                                           ("gpt-oss:tiny", 2, None), ("llama:mixtral-tiny", 2, None)])
+def test_layer_split_is_exact(case, tp, split, quarrel_bin, tmp_path):
+    """--split-mode layer: whole layers a rank, run in turn (x handed on through the host): the same arithmetic as
+    one rank, so the same logits bit for bit, at 64-row and 1-row passes."""
+    arch, preset = case.split(":")
+    model = tmp_path / "m.gguf"
+    synth(quarrel_bin, model, arch, preset, "F16")
+    ids = token_file(tmp_path, 96)
+    extra = ["--split-mode", "layer"] + (["--tensor-split", split] if split else [])
+    for ub in (64, 1):
+        ref = logits(quarrel_bin, model, ids, tmp_path / f"r{ub}.npy", 1, ub)
+        got = logits(quarrel_bin, model, ids, tmp_path / f"l{ub}.npy", tp, ub, extra)
+        assert np.array_equal(ref, got), f"{case} layer split over {tp}: max diff {np.abs(ref - got).max()}"
+
+
 @pytest.mark.parametrize("arch,preset,tp,msg", [
     ("llama", "tiny", 3, "4 attention heads do not split evenly"),
     ("olmo2", "tiny", 2, "normalises q / k over all heads"),
     ("bert", "tiny", 2, "is an encoder"),
+    ("llama", "tiny", "3 --split-mode layer", "rank 1 gets no layer of 2"),
 ])
 def test_tp_refusals(arch, preset, tp, msg, quarrel_bin, tmp_path):
     model = tmp_path / "m.gguf"
     synth(quarrel_bin, model, arch, preset, "F16")
     ids = token_file(tmp_path, 8, 200)
     r = subprocess.run([quarrel_bin, "logits", "-m", str(model), "--tokens", str(ids), "-o", str(tmp_path / "x.npy"),
-                        "--backend", "cpu", "--tp", str(tp)], capture_output=True, text=True, timeout=60)
+                        "--backend", "cpu", "--tp", *str(tp).split()], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and msg in r.stderr, r.stderr
-    assert "tensor parallelism" in r.stderr
+    assert "tensor parallelism" in r.stderr or "layer split" in r.stderr
 
 
 def test_tp_bad_values(quarrel_bin, tmp_path):
-    for bad in ("0", "17", "x"):
-        r = subprocess.run([quarrel_bin, "logits", "-m", "none.gguf", "-p", "hi", "-o", str(tmp_path / "x.npy"), "--tp",
+    for opt, bad in (("--tp", "0"), ("--tp", "17"), ("--tp", "x"), ("--split-mode", "rows"), ("--tensor-split", "1,x"),
+                     ("--tensor-split", "-1"), ("--tensor-split", ",".join(["1"] * 17))):
+        r = subprocess.run([quarrel_bin, "logits", "-m", "none.gguf", "-p", "hi", "-o", str(tmp_path / "x.npy"), opt,
                             bad], capture_output=True, text=True, timeout=30)
-        assert r.returncode == 2 and "--tp" in r.stderr, r.stderr
+        assert r.returncode == 2 and opt in r.stderr, r.stderr
