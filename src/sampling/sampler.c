@@ -243,6 +243,32 @@ void qr_sampler_apply_penalties(qr_sampler *s, float *logits) {
     }
 }
 
+/* The first logit that is NaN or +inf, or -1: a pass the compiler vectorizes (integer tests of the bits: an all-ones
+ * exponent is inf or NaN, and of those only -inf, 0xff800000, is allowed), then the index when one is found. */
+static int32_t first_bad_logit(const float *logits, int32_t n) {
+    uint32_t bad = 0;
+    for (int32_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &logits[i], sizeof b);
+        bad |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u) & (uint32_t)(b != 0xff800000u);
+    }
+    if (!bad) return -1;
+    for (int32_t i = 0; i < n; i++)
+        if (isnan(logits[i]) || (isinf(logits[i]) && logits[i] > 0)) return i;
+    return -1;
+}
+
+/* The argmax of x[0..n) (ties: the lowest index), -1 when every value is -inf: the maximum first (a reduction the
+ * compiler vectorizes on finite / -inf values), then its first index. */
+static int32_t argmax_f(const float *x, int32_t n) {
+    float best = -INFINITY;
+    for (int32_t i = 0; i < n; i++) best = x[i] > best ? x[i] : best;
+    if (best == -INFINITY) return -1;
+    for (int32_t i = 0; i < n; i++)
+        if (x[i] == best) return i;
+    return -1;
+}
+
 /* Total order: higher logit first, ties to the lower id. */
 static inline bool cand_before(cand a, cand b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); }
 
@@ -329,6 +355,46 @@ static void select_top_heap(cand *c, size_t n, size_t m, cand *heap) {
     qsort(c, size, sizeof *c, cand_cmp);
 }
 
+/* select_top_heap straight from a row of logits: the first m (in order) of the finite entries of x[0..n) into
+ * c[0..m), sorted, read in one pass (an entry that cannot enter the full heap costs one compare: ids only grow, so a
+ * tie never displaces the heap's last). Returns the number of finite entries when that is more than m (c then holds
+ * m), else 0 and c is unspecified (the caller keeps them all, in id order). */
+static size_t select_top_heap_row(const float *x, int32_t n, size_t m, cand *heap, cand *c) {
+    size_t size = 0, finite = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const float v = x[i];
+        if (!(v > -INFINITY)) continue;
+        finite++;
+        if (size == m && !(v > heap[0].logit)) continue;
+        const cand e = {i, v};
+        size_t j;
+        if (size < m) {
+            j = size++;
+            while (j > 0) { /* sift up */
+                size_t parent = (j - 1) / 2;
+                if (!cand_before(heap[parent], e)) break;
+                heap[j] = heap[parent];
+                j = parent;
+            }
+        } else {
+            j = 0;
+            for (;;) { /* sift down */
+                size_t l = 2 * j + 1, r = l + 1, worst = l;
+                if (l >= size) break;
+                if (r < size && cand_before(heap[l], heap[r])) worst = r;
+                if (!cand_before(e, heap[worst])) break;
+                heap[j] = heap[worst];
+                j = worst;
+            }
+        }
+        heap[j] = e;
+    }
+    if (finite <= m) return 0;
+    memcpy(c, heap, m * sizeof *c);
+    qsort(c, m, sizeof *c, cand_cmp);
+    return finite;
+}
+
 /* Keeps the smallest prefix (in order) whose probability mass reaches top_p. c[0..n) unsorted
  * unless *sorted. Returns the new n; c[0..new n) is sorted afterwards. */
 static size_t apply_top_p(cand *c, size_t n, bool sorted, float top_p) {
@@ -380,12 +446,18 @@ static size_t truncate_cands(qr_sampler *s) {
     const qr_sampler_params *p = &s->p;
     const int32_t nv = s->n_vocab;
     size_t n = 0;
-    for (int32_t i = 0; i < nv; i++)
-        if (s->work[i] > -INFINITY) s->cands[n++] = (cand){i, s->work[i]};
-    if (n == 0) return 0;
     cand *c = s->cands;
     bool sorted = false;
-    if (p->top_k > 0 && (size_t)p->top_k < n) {
+    if (p->top_k > 0 && p->top_k <= HEAP_SELECT_MAX &&
+        select_top_heap_row(s->work, nv, (size_t)p->top_k, s->tmp, c) > 0) { /* one pass, no full candidate list */
+        n = (size_t)p->top_k;
+        sorted = true;
+    } else {
+        for (int32_t i = 0; i < nv; i++)
+            if (s->work[i] > -INFINITY) s->cands[n++] = (cand){i, s->work[i]};
+    }
+    if (n == 0) return 0;
+    if (!sorted && p->top_k > 0 && (size_t)p->top_k < n) {
         if (p->top_k <= HEAP_SELECT_MAX) select_top_heap(c, n, (size_t)p->top_k, s->tmp);
         else select_top_inplace(c, n, (size_t)p->top_k);
         n = (size_t)p->top_k;
@@ -410,13 +482,7 @@ static size_t truncate_cands(qr_sampler *s) {
 }
 
 /* The greedy choice on s->work: the argmax (ties: the lowest id), -1 when every logit is -inf. */
-static int32_t argmax_work(const qr_sampler *s) {
-    int32_t token = -1;
-    float best = -INFINITY;
-    for (int32_t i = 0; i < s->n_vocab; i++)
-        if (s->work[i] > best) best = s->work[i], token = i;
-    return token;
-}
+static int32_t argmax_work(const qr_sampler *s) { return argmax_f(s->work, s->n_vocab); }
 
 /* Runs the chain after penalties (greedy, or top-k -> top-p -> min-p -> temperature -> draw) on
  * s->work (not modified) and writes the token. QR_ERR_INVALID_ARG when every logit is -inf. */
@@ -453,9 +519,9 @@ qr_status qr_sampler_dist(qr_sampler *s, const float *logits, qr_token_prob *out
                           size_t err_len) {
     const int32_t nv = s->n_vocab;
     *n_out = 0;
-    for (int32_t i = 0; i < nv; i++)
-        if (isnan(logits[i]) || (isinf(logits[i]) && logits[i] > 0))
-            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: logit for token %d is %g", i, (double)logits[i]);
+    const int32_t bad = first_bad_logit(logits, nv);
+    if (bad >= 0)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: logit for token %d is %g", bad, (double)logits[bad]);
     memcpy(s->work, logits, sizeof *s->work * (size_t)nv);
     qr_sampler_apply_penalties(s, s->work);
     if (s->p.temperature <= 0.0f) {
@@ -488,15 +554,21 @@ qr_status qr_sampler_sample(qr_sampler *s, const float *logits, qr_sample_result
     const qr_sampler_params *p = &s->p;
     int32_t nv = s->n_vocab;
     memset(out, 0, sizeof *out);
-    for (int32_t i = 0; i < nv; i++) {
-        if (isnan(logits[i]) || (isinf(logits[i]) && logits[i] > 0))
-            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: logit for token %d is %g", i, (double)logits[i]);
-    }
-    memcpy(s->work, logits, sizeof *s->work * (size_t)nv);
-    qr_sampler_apply_penalties(s, s->work);
-
+    const int32_t bad = first_bad_logit(logits, nv);
+    if (bad >= 0)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: logit for token %d is %g", bad, (double)logits[bad]);
     int32_t token = -1;
-    qr_status st = pick(s, &token);
+    qr_status st;
+    const bool plain = p->n_logit_bias == 0 && (s->hist_len == 0 || (p->repeat_penalty == 1.0f &&
+                       p->frequency_penalty == 0.0f && p->presence_penalty == 0.0f));
+    if (p->temperature <= 0.0f && plain && !s->grammar) { /* greedy on the logits as they are: no copy */
+        token = argmax_f(logits, nv);
+        st = token < 0 ? QR_ERR_INVALID_ARG : QR_OK;
+    } else {
+        memcpy(s->work, logits, sizeof *s->work * (size_t)nv);
+        qr_sampler_apply_penalties(s, s->work);
+        st = pick(s, &token);
+    }
     if (s->grammar && (st != QR_OK || !qr_grammar_matcher_allows(s->grammar, token))) {
         /* the unconstrained pick is not allowed: mask and pick again */
         const uint64_t *mask = qr_grammar_matcher_mask(s->grammar);

@@ -12,6 +12,9 @@
 #include "model/spec.h"
 #include "sched/grammar_vocab.h"
 #include "util/util.h"
+#include "backend/cpu/cpu.h" /* cpu_pool: the sample pool */
+#include "util/knobs.h"
+#include <unistd.h>
 
 typedef struct sreq {
     uint64_t id;
@@ -59,6 +62,14 @@ typedef struct sjob {
     struct sjob *next;
 } sjob;
 
+/* A row's sampling done ahead (pre_sample_rows): what qr_sampler_verify returned. */
+typedef struct pre_sample {
+    bool done;
+    qr_status st;
+    qr_sample_result res;
+    char err[256];
+} pre_sample;
+
 struct qr_scheduler {
     qr_model *model;
     qr_context *ctx;
@@ -87,6 +98,10 @@ struct qr_scheduler {
     int8_t *b_logits;
     sreq **b_req;            /* [step_tokens] request of each row that wants logits */
     int32_t b_cap;
+    /* the sampling of a step's rows, done at once on the sample pool before they stream in order */
+    cpu_pool *sample_pool;   /* NULL: one thread */
+    pre_sample *pre;         /* [b_cap] */
+    int32_t *pre_rows;       /* [b_cap] the rows sampled ahead */
 };
 
 void qr_sched_params_default(qr_sched_params *p) {
@@ -413,6 +428,18 @@ static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row, int32_t dra
     const float *logits = qr_get_logits(s->ctx, row);
     qr_sample_result res;
     bool forced = false;
+    pre_sample *pre = draft < 0 && !q && s->pre[row].done ? &s->pre[row] : NULL; /* sampled ahead */
+    if (pre) {
+        pre->done = false;
+        *accepted = false;
+        if (pre->st != QR_OK || !logits) {
+            release_seq(s, r);
+            finish(s, r, QR_SCHED_END_ERROR, QR_FINISH_STOP, logits ? pre->err : "no logits for the sequence");
+            return true;
+        }
+        res = pre->res;
+        goto sampled;
+    }
     if (logits && r->think_forced >= 0 && r->think_forced < r->n_think_end) { /* the reasoning budget is spent */
         forced = qr_sampler_force(r->smp, logits, r->think_end[r->think_forced], &res, err, sizeof err) == QR_OK;
         r->think_forced = forced ? r->think_forced + 1 : r->n_think_end; /* a grammar that refuses: stop forcing */
@@ -424,6 +451,7 @@ static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row, int32_t dra
         finish(s, r, QR_SCHED_END_ERROR, QR_FINISH_STOP, logits ? err : "no logits for the sequence");
         return true;
     }
+sampled:
     if (!push_token(r, res.token)) {
         release_seq(s, r);
         finish(s, r, QR_SCHED_END_ERROR, QR_FINISH_STOP, "out of memory");
@@ -455,6 +483,43 @@ static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row, int32_t dra
         return true;
     }
     return false;
+}
+
+/* The rows [0, rows) of a step that sample one plain token (no draft to verify, no forced reasoning end), sampled
+ * on the sample pool at once: each row is its own request's sampler (no state shared between rows), and
+ * sample_and_stream then streams them in order with the results. */
+typedef struct pre_args {
+    qr_scheduler *s;
+    const int32_t *rows; /* the rows to sample */
+} pre_args;
+
+static void pre_sample_range(void *arg, int64_t lo, int64_t hi, int ith) {
+    (void)ith;
+    const pre_args *a = arg;
+    qr_scheduler *s = a->s;
+    for (int64_t i = lo; i < hi; i++) {
+        const int32_t row = a->rows[i];
+        sreq *r = s->b_req[row];
+        pre_sample *p = &s->pre[row];
+        const float *logits = qr_get_logits(s->ctx, row);
+        bool acc;
+        p->st = logits ? qr_sampler_verify(r->smp, logits, -1, NULL, 0, &p->res, &acc, p->err, sizeof p->err)
+                       : QR_ERR_INTERNAL;
+        p->done = true;
+    }
+}
+
+static void pre_sample_rows(qr_scheduler *s, int32_t rows, int32_t *list) {
+    if (!s->sample_pool) return;
+    int32_t n = 0;
+    for (int32_t row = 0; row < rows; row++) {
+        const sreq *r = s->b_req[row];
+        if (!r || r->n_draft > 0 || (r->think_forced >= 0 && r->think_forced < r->n_think_end)) continue;
+        list[n++] = row;
+    }
+    if (n < 2) return; /* one row: sampled in turn */
+    pre_args a = {.s = s, .rows = list};
+    cpu_pool_for(s->sample_pool, n, 2, pre_sample_range, &a);
 }
 
 /* Drafts for the speculative requests among act[0..n) that decode this step (take[i] == 1 after their
@@ -609,6 +674,7 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
                 r->prompt_committed = true;
             }
         }
+        if (st == QR_OK) pre_sample_rows(s, rows, s->pre_rows);
         if (st == QR_OK)
             for (int32_t row = 0; row < rows; row++) {
                 sreq *r = s->b_req[row];
@@ -624,6 +690,7 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
                     for (int32_t i = 0; i < n; i++)
                         if (act[i] == r) act[i] = NULL;
             }
+        for (int32_t row = 0; row < rows; row++) s->pre[row].done = false; /* (each was consumed above) */
         pthread_mutex_lock(&s->mu);
         s->stats.steps++;
         s->stats.tokens_prompt += n_prompt_rows;
@@ -765,6 +832,14 @@ qr_status qr_sched_create(qr_model *model, qr_context *ctx, const qr_tokenizer *
     s->b_seq = malloc(sizeof(int32_t) * (size_t)s->b_cap);
     s->b_logits = malloc((size_t)s->b_cap);
     s->b_req = malloc(sizeof(sreq *) * (size_t)s->b_cap);
+    s->pre = calloc((size_t)s->b_cap, sizeof *s->pre);
+    s->pre_rows = malloc(sizeof(int32_t) * (size_t)s->b_cap);
+    { /* the sample pool: up to 8 threads, only when rows come in numbers */
+        const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        const int knob = (int)qr_knob_int(QR_KNOB_SAMPLE_THREADS);
+        const int nt = knob > 0 ? knob : ncpu > 8 ? 8 : (int)ncpu;
+        if (nt > 1 && p.n_seq >= 2) s->sample_pool = cpu_pool_create(nt);
+    }
     s->seq_busy = calloc((size_t)p.n_seq, 1);
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->gv_mu, NULL);
@@ -772,7 +847,7 @@ qr_status qr_sched_create(qr_model *model, qr_context *ctx, const qr_tokenizer *
     pthread_cond_init(&s->idle_cv, NULL);
     s->stats.n_seq = p.n_seq;
     s->stats.alive = true;
-    if (!s->b_tok || !s->b_pos || !s->b_seq || !s->b_logits || !s->b_req || !s->seq_busy) {
+    if (!s->b_tok || !s->b_pos || !s->b_seq || !s->b_logits || !s->b_req || !s->seq_busy || !s->pre || !s->pre_rows) {
         qr_sched_free(s);
         return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
     }
@@ -795,6 +870,9 @@ void qr_sched_free(qr_scheduler *s) {
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->thread, NULL);
     }
+    cpu_pool_free(s->sample_pool);
+    free(s->pre);
+    free(s->pre_rows);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->gv_mu);
     qr_grammar_vocab_free(s->gvocab);

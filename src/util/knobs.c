@@ -37,6 +37,9 @@ const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
                                 "batched decode steps (one row per sequence) of at most this many rows run as "
                                 "recorded graphs, one per (rows, outputs, block-table shape), as every pass of up to "
                                 "8 rows does; larger steps and prompt passes run op by op"},
+    [QR_KNOB_SAMPLE_THREADS] = {"QUARREL_SAMPLE_THREADS", QR_KNOB_INT, "0", 0, 64, NULL, "the scheduler (serve)",
+                                "threads that sample a step's rows at once (0: up to 8, the online CPUs; 1: the "
+                                "scheduler thread alone, row after row)"},
     [QR_KNOB_OLLAMA_MODELS] = {"OLLAMA_MODELS", QR_KNOB_STRING, "", 0, 0, NULL, "model name resolution",
                                "the Ollama store searched for names like `smollm2:135m` (unset: "
                                "`$HOME/.ollama/models`)"},
