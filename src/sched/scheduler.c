@@ -102,6 +102,9 @@ struct qr_scheduler {
     cpu_pool *sample_pool;   /* NULL: one thread */
     pre_sample *pre;         /* [b_cap] */
     int32_t *pre_rows;       /* [b_cap] the rows sampled ahead */
+    bool prof;               /* QUARREL_HOST_PROF: where the steps' host time goes, logged every 256 steps */
+    double prof_s[4];        /* plan, decode, sample ahead, stream */
+    int64_t prof_steps, prof_rows;
 };
 
 void qr_sched_params_default(qr_sched_params *p) {
@@ -588,6 +591,13 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
     int32_t *take = calloc((size_t)(n ? n : 1), sizeof(int32_t));
     if (!take) return;
     char err[512];
+    double t_mark = s->prof ? qr_time_s() : 0.0;
+#define SPROF(i)                                      \
+    if (s->prof) {                                    \
+        const double t_now_ = qr_time_s();            \
+        s->prof_s[i] += t_now_ - t_mark;              \
+        t_mark = t_now_;                              \
+    }
     for (;;) {
         /* plan: decode rows first, then prompt chunks, oldest first */
         int32_t budget = s->p.step_tokens, grow = 0, n_live = 0;
@@ -650,8 +660,10 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
         /* draft rows verify bit for bit what one-row passes would compute, unless prompt rows share the pass
          * (their prefill would lose the multi-row kernels) */
         qr_context_set_row_exact(s->ctx, any_draft && all_decode);
+        SPROF(0);
         const qr_status st = qr_decode(s->ctx, &b, err, sizeof err);
         qr_context_set_row_exact(s->ctx, false);
+        SPROF(1);
         uint64_t n_prompt_rows = 0, n_sampled = 0;
         for (int32_t i = 0; i < n; i++) {
             sreq *r = act[i];
@@ -675,6 +687,7 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
             }
         }
         if (st == QR_OK) pre_sample_rows(s, rows, s->pre_rows);
+        SPROF(2);
         if (st == QR_OK)
             for (int32_t row = 0; row < rows; row++) {
                 sreq *r = s->b_req[row];
@@ -691,6 +704,17 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
                         if (act[i] == r) act[i] = NULL;
             }
         for (int32_t row = 0; row < rows; row++) s->pre[row].done = false; /* (each was consumed above) */
+        SPROF(3);
+        if (s->prof) {
+            s->prof_rows += rows;
+            if (++s->prof_steps % 256 == 0) {
+                const double k = 1e6 / (double)s->prof_steps;
+                fprintf(stderr, "quarrel: scheduler host profile, %lld steps of %.1f rows (us a step): plan %.1f, decode "
+                        "%.1f, sample ahead %.1f, stream %.1f\n", (long long)s->prof_steps,
+                        (double)s->prof_rows / (double)s->prof_steps, s->prof_s[0] * k, s->prof_s[1] * k,
+                        s->prof_s[2] * k, s->prof_s[3] * k);
+            }
+        }
         pthread_mutex_lock(&s->mu);
         s->stats.steps++;
         s->stats.tokens_prompt += n_prompt_rows;
@@ -699,6 +723,7 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
         break;
     }
     free(take);
+#undef SPROF
 }
 
 static void update_kv_stats(qr_scheduler *s) {
@@ -834,6 +859,7 @@ qr_status qr_sched_create(qr_model *model, qr_context *ctx, const qr_tokenizer *
     s->b_req = malloc(sizeof(sreq *) * (size_t)s->b_cap);
     s->pre = calloc((size_t)s->b_cap, sizeof *s->pre);
     s->pre_rows = malloc(sizeof(int32_t) * (size_t)s->b_cap);
+    s->prof = qr_knob_int(QR_KNOB_HOST_PROF) != 0;
     { /* the sample pool: up to 8 threads, only when rows come in numbers */
         const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         const int knob = (int)qr_knob_int(QR_KNOB_SAMPLE_THREADS);

@@ -29,9 +29,11 @@ const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
                           "`ssd`: prefill runs of >= 32 rows of one sequence in the chunked SSD form; `rec` "
                           "(or `recurrent`): the recurrence row by row, ggml's order bit for bit (2.5x faster "
                           "on the CPU)"},
-    [QR_KNOB_HOST_PROF] = {"QUARREL_HOST_PROF", QR_KNOB_BOOL, "0", 0, 0, NULL, "contexts (any backend)",
+    [QR_KNOB_HOST_PROF] = {"QUARREL_HOST_PROF", QR_KNOB_BOOL, "0", 0, 0, NULL, "contexts (any backend), the scheduler",
                            "prints, when a context is freed, where `qr_decode`'s host time went per pass (prepare, "
-                           "set_batch, forward or graph launch, error check, logits read, commit)"},
+                           "set_batch, forward or graph launch, error check, logits read, commit); the server's "
+                           "scheduler prints every 256 steps where a step's time went (plan, decode, sampling, "
+                           "streaming)"},
     [QR_KNOB_GRAPH_MAX_ROWS] = {"QUARREL_GRAPH_MAX_ROWS", QR_KNOB_INT, "256", 1, 4096, NULL,
                                 "contexts (backends with graphs: CUDA)",
                                 "batched decode steps (one row per sequence) of at most this many rows run as "
