@@ -115,7 +115,9 @@ int app_spec_open(app_engine *e, const app_engine_opts *o) {
     char err[1024], path[4096];
     qr_spec_params sp = o->spec;
     if (o->draft_path) {
-        if (load_model(o->draft_path, o, "--draft-model: ", path, sizeof path, &e->draft_model)) return 1;
+        app_engine_opts d = *o; /* a draft model runs on one rank (small, and its heads may not split) */
+        d.tp = 0;
+        if (load_model(o->draft_path, &d, "--draft-model: ", path, sizeof path, &e->draft_model)) return 1;
         sp.draft_model = e->draft_model;
     }
     if (qr_spec_create(e->ctx, &sp, &e->spec, err, sizeof err) != QR_OK) {

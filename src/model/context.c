@@ -252,7 +252,6 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
                        (int)p.type_k, (int)p.type_v);
 
     /* cap the cache to what fits in memory (80% of MemAvailable) */
-    const int32_t kdim = hp->n_head_kv * hp->head_dim_k, vdim = hp->n_head_kv * hp->head_dim_v;
     const uint64_t per_tok = qr_model_kv_bytes_per_token(model, p.type_k, p.type_v);
     const int32_t world = model->tp_world > 1 ? model->tp_world : 1;
     if (hp->n_layer > 0 && per_tok == 0)
@@ -302,7 +301,6 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     const int32_t n_blocks = c->n_ctx / KV_BLOCK_SIZE;
     if ((st = qr_kv_cache_create(n_blocks, KV_BLOCK_SIZE, c->n_seq_max, c->n_ctx, &c->kvc, err, err_len)) != QR_OK)
         goto fail;
-    (void)kdim, (void)vdim;
     const qr_kv_desc kd = {.n_layer = hp->n_layer, .n_blocks = n_blocks, .block_size = KV_BLOCK_SIZE,
                            .type_k = cache_types[p.type_k].type, .type_v = cache_types[p.type_v].type,
                            .rot_k = kv_rotation(cache_types[p.type_k].type, hp->head_dim_k, true),
@@ -412,12 +410,8 @@ static void rank_pass(qr_context *c, int32_t r, void *arg) {
     qr_backend *be = k->be;
     const qr_batch_plan *plan = a->plan;
     double t = a->prof && r == 0 ? qr_time_s() : 0.0;
-#define RANK_PROF(i)                           \
-    if (a->prof && r == 0) {                   \
-        const double t_now_ = qr_time_s();     \
-        a->prof[i] += t_now_ - t;              \
-        t = t_now_;                            \
-    }
+#define RANK_PROF(i) \
+    if (a->prof && r == 0) qr_prof_lap(&a->prof[i], &t)
     if (c->layer_split && r != a->stage) return; /* a layer split runs one stage at a time */
     if ((k->st = be->ops->set_batch(be, plan, k->err, sizeof k->err)) != QR_OK) return;
     const size_t x_bytes = (size_t)plan->n_tokens * k->m->hp.n_embd * sizeof(float);
@@ -493,12 +487,8 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
                        c->failed_msg);
     const bool prof = c->prof_n >= 0;
     double t_mark = prof ? qr_time_s() : 0.0;
-#define PROF(i)                                  \
-    if (prof) {                                  \
-        const double t_now_ = qr_time_s();       \
-        c->prof[i] += t_now_ - t_mark;           \
-        t_mark = t_now_;                         \
-    }
+#define PROF(i) \
+    if (prof) qr_prof_lap(&c->prof[i], &t_mark)
     /* validate: token ids, sequence ids, positions continuing each sequence in order */
     for (int32_t s = 0; s < c->n_seq_max; s++) c->next_pos[s] = qr_kv_cache_seq_len(kvc, s);
     int32_t n_out = 0;

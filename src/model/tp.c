@@ -132,13 +132,12 @@ static qr_status slice_cols(splitter *S, qr_weight *w, int64_t c0, int64_t n) {
     return QR_OK;
 }
 
-/* Rank S->rank's part of `total` (rows or columns) in units of `unit`: [*a, *a + *n). */
-static qr_status part(splitter *S, const qr_weight *w, int64_t total, int64_t unit, const char *what, int64_t *a,
-                      int64_t *n) {
-    if (total % (unit * S->world))
+/* Rank S->rank's part of `total` rows or columns: [*a, *a + *n). */
+static qr_status part(splitter *S, const qr_weight *w, int64_t total, const char *what, int64_t *a, int64_t *n) {
+    if (total % S->world)
         return qr_errf(S->err, S->err_len, QR_ERR_UNSUPPORTED,
                        "tensor parallelism over %d ranks: %s has %lld %s, which do not split evenly", S->world,
-                       w->name, (long long)(total / unit), what);
+                       w->name, (long long)total, what);
     *n = total / S->world;
     *a = *n * S->rank;
     return QR_OK;
@@ -148,7 +147,7 @@ static qr_status part(splitter *S, const qr_weight *w, int64_t total, int64_t un
 static qr_status split_out(splitter *S, qr_weight *w, qr_weight *b) {
     if (!w->host) return QR_OK;
     int64_t a = 0, n = 0;
-    qr_status st = part(S, w, w->ne[1], 1, "rows", &a, &n);
+    qr_status st = part(S, w, w->ne[1], "rows", &a, &n);
     if (st == QR_OK) st = slice_rows(S, w, a, n);
     if (st == QR_OK && b && b->host) st = slice_cols(S, b, a, n);
     return st;
@@ -158,7 +157,7 @@ static qr_status split_out(splitter *S, qr_weight *w, qr_weight *b) {
 static qr_status split_in(splitter *S, qr_weight *w, qr_weight *b) {
     if (!w->host) return QR_OK;
     int64_t a = 0, n = 0;
-    qr_status st = part(S, w, w->ne[0], 1, "columns", &a, &n);
+    qr_status st = part(S, w, w->ne[0], "columns", &a, &n);
     if (st == QR_OK) st = slice_cols(S, w, a, n);
     if (st == QR_OK && b && S->rank > 0) b->host = NULL;
     return st;
@@ -270,8 +269,9 @@ static void shard_free(qr_model *s) {
     free(s);
 }
 
-/* A shard's model struct: a copy of m's without what the copy does not own. */
-static qr_model *shard_alloc(const qr_model *m, int32_t world, int32_t rank) {
+/* A shard's model struct: a copy of m's without what the copy does not own, with its own copy of layers [l0, l1);
+ * NULL when out of memory. */
+static qr_model *shard_alloc(const qr_model *m, int32_t world, int32_t rank, int32_t l0, int32_t l1) {
     qr_model *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     *s = *m;
@@ -286,6 +286,12 @@ static qr_model *shard_alloc(const qr_model *m, int32_t world, int32_t rank) {
     s->tp_is_shard = true;
     s->tp_rank = rank;
     s->tp_world = world;
+    s->hp.n_layer = l1 - l0;
+    if (!(s->layers = malloc((size_t)(l1 - l0) * sizeof *s->layers))) {
+        free(s);
+        return NULL;
+    }
+    memcpy(s->layers, m->layers + l0, (size_t)(l1 - l0) * sizeof *s->layers);
     return s;
 }
 
@@ -293,18 +299,13 @@ static qr_model *shard_alloc(const qr_model *m, int32_t world, int32_t rank) {
 static qr_status shard_make_layers(const qr_model *m, int32_t world, int32_t rank, int32_t l0, int32_t l1,
                                    qr_model **out, char *err, size_t err_len) {
     *out = NULL;
-    qr_model *s = shard_alloc(m, world, rank);
+    qr_model *s = shard_alloc(m, world, rank, l0, l1);
     if (!s) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
     s->tp_split = QR_SPLIT_LAYER;
     s->pipe_stage = rank;
     s->pipe_more = rank < world - 1;
-    s->hp.n_layer = l1 - l0;
-    s->layers = malloc((size_t)(l1 - l0) * sizeof *s->layers);
     splitter S = {.m = m, .s = s, .world = world, .rank = rank, .err = err, .err_len = err_len};
-    qr_status st = QR_OK;
-    if (!s->layers) st = qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
-    else memcpy(s->layers, m->layers + l0, (size_t)(l1 - l0) * sizeof *s->layers);
-    if (st == QR_OK) st = shard_weights(&S, l0);
+    const qr_status st = shard_weights(&S, l0);
     if (st != QR_OK) {
         shard_free(s);
         return st;
@@ -316,17 +317,14 @@ static qr_status shard_make_layers(const qr_model *m, int32_t world, int32_t ran
 /* Makes rank `rank`'s shard of m (host weights; no backend). */
 static qr_status shard_make(const qr_model *m, int32_t world, int32_t rank, qr_model **out, char *err, size_t err_len) {
     *out = NULL;
-    qr_model *s = shard_alloc(m, world, rank);
+    qr_model *s = shard_alloc(m, world, rank, 0, m->hp.n_layer);
     if (!s) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
-    s->layers = malloc((size_t)m->hp.n_layer * sizeof *s->layers);
     splitter S = {.m = m, .s = s, .world = world, .rank = rank, .err = err, .err_len = err_len};
     qr_status st = QR_OK;
-    if (!s->layers) st = qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
-    else memcpy(s->layers, m->layers, (size_t)m->hp.n_layer * sizeof *s->layers);
     head_split h = {0};
     bool any_attn = false;
-    for (int il = 0; st == QR_OK && il < m->hp.n_layer; il++) any_attn = any_attn || m->layers[il].attn_q.host;
-    if (st == QR_OK && any_attn) st = split_heads(&S, &h);
+    for (int il = 0; il < m->hp.n_layer; il++) any_attn = any_attn || m->layers[il].attn_q.host;
+    if (any_attn) st = split_heads(&S, &h);
     for (int il = 0; st == QR_OK && il < m->hp.n_layer; il++) st = split_layer(&S, &s->layers[il], &h);
     /* the output's vocabulary rows: as even as the count allows */
     if (st == QR_OK && !m->arch->encoder) {

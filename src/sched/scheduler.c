@@ -432,29 +432,27 @@ static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row, int32_t dra
     qr_sample_result res;
     bool forced = false;
     pre_sample *pre = draft < 0 && !q && s->pre[row].done ? &s->pre[row] : NULL; /* sampled ahead */
+    const char *why = err;
+    bool ok = false;
+    *accepted = false;
     if (pre) {
         pre->done = false;
-        *accepted = false;
-        if (pre->st != QR_OK || !logits) {
-            release_seq(s, r);
-            finish(s, r, QR_SCHED_END_ERROR, QR_FINISH_STOP, logits ? pre->err : "no logits for the sequence");
-            return true;
-        }
+        ok = pre->st == QR_OK;
         res = pre->res;
-        goto sampled;
+        why = pre->err;
+    } else if (logits) {
+        if (r->think_forced >= 0 && r->think_forced < r->n_think_end) { /* the reasoning budget is spent */
+            forced = qr_sampler_force(r->smp, logits, r->think_end[r->think_forced], &res, err, sizeof err) == QR_OK;
+            r->think_forced = forced ? r->think_forced + 1 : r->n_think_end; /* a grammar that refuses: stop forcing */
+            if (r->think_forced == r->n_think_end) r->think_state = 2;
+        }
+        ok = forced || qr_sampler_verify(r->smp, logits, draft, q, n_q, &res, accepted, err, sizeof err) == QR_OK;
     }
-    if (logits && r->think_forced >= 0 && r->think_forced < r->n_think_end) { /* the reasoning budget is spent */
-        forced = qr_sampler_force(r->smp, logits, r->think_end[r->think_forced], &res, err, sizeof err) == QR_OK;
-        r->think_forced = forced ? r->think_forced + 1 : r->n_think_end; /* a grammar that refuses: stop forcing */
-        if (r->think_forced == r->n_think_end) r->think_state = 2;
-    }
-    *accepted = false;
-    if (!logits || (!forced && qr_sampler_verify(r->smp, logits, draft, q, n_q, &res, accepted, err, sizeof err) != QR_OK)) {
+    if (!logits || !ok) {
         release_seq(s, r);
-        finish(s, r, QR_SCHED_END_ERROR, QR_FINISH_STOP, logits ? err : "no logits for the sequence");
+        finish(s, r, QR_SCHED_END_ERROR, QR_FINISH_STOP, logits ? why : "no logits for the sequence");
         return true;
     }
-sampled:
     if (!push_token(r, res.token)) {
         release_seq(s, r);
         finish(s, r, QR_SCHED_END_ERROR, QR_FINISH_STOP, "out of memory");
@@ -592,12 +590,8 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
     if (!take) return;
     char err[512];
     double t_mark = s->prof ? qr_time_s() : 0.0;
-#define SPROF(i)                                      \
-    if (s->prof) {                                    \
-        const double t_now_ = qr_time_s();            \
-        s->prof_s[i] += t_now_ - t_mark;              \
-        t_mark = t_now_;                              \
-    }
+#define SPROF(i) \
+    if (s->prof) qr_prof_lap(&s->prof_s[i], &t_mark)
     for (;;) {
         /* plan: decode rows first, then prompt chunks, oldest first */
         int32_t budget = s->p.step_tokens, grow = 0, n_live = 0;

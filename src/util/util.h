@@ -40,6 +40,12 @@ void qr_unmap_file(qr_mapped_file *m);
 
 /* Monotonic time in seconds. */
 double qr_time_s(void);
+/* Profiling: adds the time since *t_mark to *slot and moves *t_mark to now. */
+static inline void qr_prof_lap(double *slot, double *t_mark) {
+    const double now = qr_time_s();
+    *slot += now - *t_mark;
+    *t_mark = now;
+}
 
 /* Progress bar on stderr, drawn only when stderr is a TTY and the task has run > 1 s. */
 typedef struct qr_progress {

@@ -265,8 +265,8 @@ extern "C" qr_status qr_backend_cuda_tp_init(qr_backend *const *bes, int32_t n, 
     p2p_setup(bes, n);
     int v = 0;
     api.get_version(&v);
-    qr_log(QR_LOG_INFO, "tensor parallelism: %d GPUs joined by NCCL %d%s", n, v,
-           CB(bes[0])->p2p ? ", peer-to-peer all-reduce up to " : "");
-    if (CB(bes[0])->p2p) qr_log(QR_LOG_INFO, "  %lld floats a call (QUARREL_CUDA_TP_P2P_MAX)", CB(bes[0])->p2p->a.cap);
+    const cuda_p2p *p2p = CB(bes[0])->p2p;
+    qr_log(QR_LOG_INFO, "tensor parallelism: %d GPUs joined by NCCL %d; peer-to-peer all-reduce up to %lld floats a call",
+           n, v, p2p ? p2p->a.cap : 0LL);
     return QR_OK;
 }
