@@ -225,6 +225,17 @@ preset_arch() { # the synth architecture of a preset name
     granite-4.0-h-tiny) echo granitehybrid ;;
     gpt-oss-20b) echo gpt-oss ;;
     nemotron-3-nano-30b-a3b) echo nemotron_h_moe ;;
+    qwen2.5-7b) echo qwen2 ;;
+    qwen3-8b) echo qwen3 ;;
+    qwen3-30b-a3b) echo qwen3moe ;;
+    qwen1.5-moe-a2.7b) echo qwen2moe ;;
+    phi-4-mini) echo phi3 ;;
+    gemma2-9b) echo gemma2 ;;
+    olmo2-7b) echo olmo2 ;;
+    granite-3.1-3b-a800m) echo granitemoe ;;
+    glm4-9b) echo glm4 ;;
+    ministral-3-8b) echo mistral3 ;;
+    deepseek-v2-lite) echo deepseek2 ;;
     *) echo llama ;; # mistral-7b, tinyllama-1.1b, mixtral-8x7b (llama + experts), ...
     esac
 }

@@ -79,7 +79,9 @@ STRICT_CASES = {f"synth-{arch}-{preset}-{t.lower()}": (arch, preset, t)
                                      ("llama", "yarn-tiny"),
                                      # issue 30 part 3 (OLMo 3's sliding window and YaRN: olmo3-tiny)
                                      ("olmo2", "tiny"), ("olmo2", "olmo3-tiny"), ("granitemoe", "tiny"),
-                                     ("glm4", "tiny"), ("mistral3", "tiny")] for t in ("Q8_0", "Q4_K_M")}
+                                     ("glm4", "tiny"), ("mistral3", "tiny"),
+                                     # issue 30 part 4: multi-head latent attention
+                                     ("deepseek2", "tiny"), ("deepseek2", "lite-tiny")] for t in ("Q8_0", "Q4_K_M")}
 STRICT = {"n_ubatch": 64, "kl_max": 1e-6, "top1_min": 0.999}
 for name, spec in STRICT_CASES.items():
     CASES[name] = ("synth", spec)

@@ -160,6 +160,10 @@ typedef struct qr_moe_route_params {
     bool norm;                 /* divide the k weights by their sum (clamped to >= 2^-14, as llama.cpp) */
     float scale;               /* then multiply them by scale (1 = none) */
     const qr_weight *sel_bias; /* F32 [n_expert] added to probs for the selection only (nemotron-h), or NULL */
+    int32_t n_groups;          /* > 1: group-limited routing (DeepSeek): the experts form n_groups groups of
+                                * n_expert / n_groups (>= 2), a group scores the sum of its two best selection scores,
+                                * and the top-k is taken within the n_group_used best groups; 0 or 1: none */
+    int32_t n_group_used;
 } qr_moe_route_params;
 
 /* Activation of a gated (or plain) FFN: h = act(g, u). */
@@ -264,6 +268,20 @@ typedef struct qr_moe_matmul_args {
     const float *add;               /* [n_rows][n_out] added after the sum (the shared expert), or NULL */
     float *scratch;                 /* [n_rows][n_used][n_out], may be written */
 } qr_moe_matmul_args;
+
+/* matmul_heads: one matrix per head over a strided activation (multi-head latent attention's attn_k_b / attn_v_b):
+ * y[r][h * y_head + i] = sum_c W[h][i][c] x[r][h * x_head + c] for r < n_rows, h < w->ne[2], i < w->ne[1],
+ * c < w->ne[0]; rows x_row / y_row floats apart. Each head is computed as matmul computes a 2-D weight of that
+ * head's rows over the n_rows contiguous rows of its slice (llama.cpp's mul_mat of a 3-D weight, which its CPU
+ * backend never repacks). */
+typedef struct qr_matmul_heads_args {
+    const qr_weight *w; /* [n_head][n_out][n_in] (ne = {n_in, n_out, n_head}) */
+    const float *x;
+    int64_t x_row, x_head;
+    int64_t n_rows;
+    float *y;           /* may not overlap x */
+    int64_t y_row, y_head;
+} qr_matmul_heads_args;
 
 /* ssm_scan (see the op). */
 typedef struct qr_ssm_scan_args {
@@ -371,6 +389,12 @@ typedef struct qr_backend_ops {
     void (*softmax)(qr_backend *be, const float *x, int64_t n_rows, int64_t dim, float *out);
     /* dst[0..n) = src[0..n) (floats). */
     void (*copy)(qr_backend *be, const float *src, int64_t n, float *dst);
+    /* dst[r * dst_stride + i] = src[r * src_stride + i] for r < n_rows, i < width (a strided copy: a column
+     * range of rows into another); the ranges may not overlap. */
+    void (*copy_rows)(qr_backend *be, const float *src, int64_t src_stride, float *dst, int64_t dst_stride,
+                      int64_t n_rows, int64_t width);
+    /* One matrix per head (qr_matmul_heads_args). */
+    void (*matmul_heads)(qr_backend *be, const qr_matmul_heads_args *a);
     /* x[r][i] += table row of r, for r < n_rows and i < table->ne[0] (dequantized from any type with a
      * to_float): row >= 0 adds that one row to every r (a bias: an F32 [dim] vector with row 0; token type
      * 0), row == -1 adds row pos[r] of the batch plan (learned position embeddings). out may equal x. */

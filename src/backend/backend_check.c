@@ -71,7 +71,10 @@ static bool ssm_params_ok(const qr_ssm_params *p) {
 /* The routing parameters: expert counts and the selection bias. */
 static bool route_ok(const qr_moe_route_params *p) {
     return p && p->n_expert >= 1 && p->n_used >= 1 && p->n_used <= p->n_expert &&
-           (unsigned)p->gating <= QR_MOE_SOFTMAX_WEIGHT && f32_vec(p->sel_bias, p->n_expert, true);
+           (unsigned)p->gating <= QR_MOE_SOFTMAX_WEIGHT && f32_vec(p->sel_bias, p->n_expert, true) &&
+           (p->n_groups <= 1 || (p->n_expert % p->n_groups == 0 && p->n_expert / p->n_groups >= 2 &&
+                                 p->n_group_used >= 1 && p->n_group_used <= p->n_groups &&
+                                 p->n_used <= p->n_group_used * (p->n_expert / p->n_groups)));
 }
 
 /* The experts' activations (moe_gate_up); the glu op also takes QR_GLU_SIGMOID. */
@@ -263,6 +266,23 @@ static void chk_softmax(qr_backend *be, const float *x, int64_t n_rows, int64_t 
 static void chk_copy(qr_backend *be, const float *src, int64_t n, float *dst) {
     EW_CHECK(be, "copy", src, src, dst, n);
     be->impl_ops->copy(be, src, n, dst);
+}
+
+static void chk_copy_rows(qr_backend *be, const float *src, int64_t src_stride, float *dst, int64_t dst_stride,
+                          int64_t n_rows, int64_t width) {
+    CHECK(be, n_rows <= 0 || width <= 0 || (src && dst && src_stride >= width && dst_stride >= width),
+          "copy_rows: no input or output, or a stride below the width");
+    be->impl_ops->copy_rows(be, src, src_stride, dst, dst_stride, n_rows, width);
+}
+
+static void chk_matmul_heads(qr_backend *be, const qr_matmul_heads_args *a) {
+    CHECK(be, a && a->w && a->w->ne[2] >= 1 && a->w->ne[3] == 1, "matmul_heads: no weight, or not [n_head][n][k]");
+    CHECK(be, a->n_rows <= 0 || (a->x && a->y && a->x_head >= 0 && a->y_head >= 0 &&
+                                 a->x_row >= (a->w->ne[2] - 1) * a->x_head + a->w->ne[0] &&
+                                 a->y_row >= (a->w->ne[2] - 1) * a->y_head + a->w->ne[1]),
+          "matmul_heads: no input or output, or strides that do not hold the heads");
+    if (!mm_type_ok(be, a->w, "matmul_heads")) return;
+    be->impl_ops->matmul_heads(be, a);
 }
 
 static void chk_add_row(qr_backend *be, const float *x, const qr_weight *table, int64_t row, int64_t n_rows,
@@ -458,6 +478,8 @@ void qr_backend_init(qr_backend *be, const char *name, const qr_backend_ops *ops
     WRAP(o, softcap);
     WRAP(o, softmax);
     WRAP(o, copy);
+    WRAP(o, copy_rows);
+    WRAP(o, matmul_heads);
     WRAP(o, add_row);
     WRAP(o, add_rmsnorm);
     WRAP(o, matmul_multi);

@@ -250,6 +250,7 @@ static const synth_arch archs[] = {
     {"glm4", qr_synth_post_tensors, qr_synth_post_hparams},
     {"granitemoe", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
     {"mistral3", llama_tensors, llama_hparams},
+    {"deepseek2", qr_synth_deepseek2_tensors, qr_synth_deepseek2_hparams},
 };
 
 static const synth_arch *find_arch(const char *name) {

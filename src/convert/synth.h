@@ -71,6 +71,15 @@ typedef struct qr_synth_preset {
     float yarn_beta_fast, yarn_beta_slow; /* rope.scaling.yarn_beta_fast / _slow (written when > 0) */
     float yarn_log_mul;          /* rope.scaling.yarn_log_multiplier (written when > 0) */
     float attn_temp_scale;       /* attention.temperature_scale (written when > 0) */
+    /* deepseek2 (multi-head latent attention; head_dim = key_length_mla, n_rot of it roped) */
+    uint32_t q_lora, kv_lora;    /* attention.q_lora_rank (0: attn_q), attention.kv_lora_rank */
+    uint32_t v_head_dim;         /* attention.value_length_mla */
+    uint32_t n_expert_shared;    /* expert_shared_count (the shared expert is n_ff_exp * this wide) */
+    uint32_t n_dense_lead;       /* leading_dense_block_count */
+    uint32_t n_expert_groups, n_group_used; /* expert_group_count / expert_group_used_count (0: none) */
+    uint32_t gating_func;        /* expert_gating_func: 1 softmax, 2 sigmoid (+ exp_probs_b) */
+    bool expert_weights_norm;    /* expert_weights_norm */
+    float expert_weights_scale;  /* expert_weights_scale (written when > 0) */
 } qr_synth_preset;
 
 /* The preset `name` of `arch`; arch may be NULL when the name is unique. NULL when not found. */

@@ -57,4 +57,9 @@ void qr_synth_phi3_hparams(const qr_synth_preset *p, qr_gguf_stream *s);
 bool qr_synth_post_tensors(const qr_synth_preset *p, tensor_list *l);
 void qr_synth_post_hparams(const qr_synth_preset *p, qr_gguf_stream *s);
 
+/* deepseek2 (synth_deepseek2.c): multi-head latent attention (attn_kv_a_mqa, per-head attn_k_b / attn_v_b), leading
+ * dense blocks, routed + shared experts. */
+bool qr_synth_deepseek2_tensors(const qr_synth_preset *p, tensor_list *l);
+void qr_synth_deepseek2_hparams(const qr_synth_preset *p, qr_gguf_stream *s);
+
 #endif /* QR_CONVERT_SYNTH_INTERNAL_H */

@@ -218,6 +218,25 @@ static const qr_synth_preset presets[] = {
      .yarn_beta_slow = 1.0f, .yarn_log_mul = 1.0f, .attn_temp_scale = 0.1f},
     /* more architectures are added here as rows,
      * together with a row in synth.c's architecture table */
+    /* ---- deepseek2 (synth_deepseek2.c): multi-head latent attention. tiny: q through the low-rank pair, sigmoid
+     * routing with a selection bias over 4 groups of 2 experts (2 used), normalised and scaled weights, YaRN with
+     * DeepSeek's mscale (V3 / Moonlight-style); lite-tiny: attn_q, softmax routing, two shared experts (V2-Lite-style);
+     * deepseek-v2-lite: the real model's shape. head_dim = key_length_mla (nope + rope). ---- */
+    {.arch = "deepseek2", .name = "tiny", .n_layer = 3, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 1,
+     .head_dim = 96, .n_rot = 32, .v_head_dim = 64, .q_lora = 128, .kv_lora = 128, .n_vocab = 2000, .n_ctx = 4096,
+     .rope_theta = 10000.0f, .rms_eps = 1e-6f, .vocab = BPE, .bpe_pre = "llama-bpe", .n_expert = 8,
+     .n_expert_used = 2, .n_ff_exp = 256, .n_expert_shared = 1, .n_dense_lead = 1, .n_expert_groups = 4,
+     .n_group_used = 2, .gating_func = 2, .expert_weights_norm = true, .expert_weights_scale = 2.5f,
+     .yarn_factor = 4.0f, .yarn_orig_ctx = 1024, .yarn_log_mul = 0.0707f},
+    {.arch = "deepseek2", .name = "lite-tiny", .n_layer = 2, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 1,
+     .head_dim = 96, .n_rot = 32, .v_head_dim = 64, .q_lora = 0, .kv_lora = 128, .n_vocab = 2000, .n_ctx = 4096,
+     .rope_theta = 10000.0f, .rms_eps = 1e-6f, .vocab = BPE, .bpe_pre = "llama-bpe", .n_expert = 8,
+     .n_expert_used = 3, .n_ff_exp = 128, .n_expert_shared = 2, .n_dense_lead = 1, .gating_func = 1},
+    {.arch = "deepseek2", .name = "deepseek-v2-lite", .n_layer = 27, .n_embd = 2048, .n_ff = 10944, .n_head = 16,
+     .n_head_kv = 1, .head_dim = 192, .n_rot = 64, .v_head_dim = 128, .q_lora = 0, .kv_lora = 512, .n_vocab = 102400,
+     .n_ctx = 163840, .rope_theta = 10000.0f, .rms_eps = 1e-6f, .vocab = BPE, .bpe_pre = "deepseek-llm",
+     .n_expert = 64, .n_expert_used = 6, .n_ff_exp = 1408, .n_expert_shared = 2, .n_dense_lead = 1,
+     .gating_func = 1, .yarn_factor = 40.0f, .yarn_orig_ctx = 4096, .yarn_log_mul = 0.0707f},
 };
 
 size_t qr_synth_n_presets(void) { return sizeof presets / sizeof presets[0]; }

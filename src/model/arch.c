@@ -23,8 +23,8 @@ static const qr_hparam_spec hp_common[] = {
     HP("feed_forward_length", INT, REQ, n_ff, 1, 1 << 22, 0),
     HP("attention.head_count", INT, REQ, n_head, 1, 4096, 0),
     HP("attention.head_count_kv", INT, OPT, n_head_kv, 1, 4096, 0),   /* default n_head */
-    HP("attention.key_length", INT, OPT, head_dim_k, 1, 512, 0),      /* default n_embd / n_head */
-    HP("attention.value_length", INT, OPT, head_dim_v, 1, 512, 0),    /* default n_embd / n_head */
+    HP("attention.key_length", INT, OPT, head_dim_k, 1, 576, 0),      /* default n_embd / n_head */
+    HP("attention.value_length", INT, OPT, head_dim_v, 1, 576, 0),    /* default n_embd / n_head */
     HP("rope.dimension_count", INT, OPT, n_rot, 2, 512, 0),           /* default key_length */
     HP("pooling_type", INT, OPT, pooling_type, 0, 4, -1),
     HP("rope.freq_base", FLOAT, OPT, rope_base, 0, 0, 10000.0),
@@ -95,6 +95,26 @@ static const qr_hparam_spec hp_mistral3[] = {
     HP("rope.scaling.yarn_beta_slow", FLOAT, OPT, yarn_beta_slow, 0, 0, 1.0),
     HP("rope.scaling.yarn_log_multiplier", FLOAT, OPT, yarn_log_mul, 0, 0, 0),
     HP("attention.temperature_scale", FLOAT, OPT, attn_temp_scale, 0, 0, 0),
+    {0},
+};
+/* deepseek2: multi-head latent attention, shared + routed experts after leading dense blocks (llama.cpp's keys; the
+ * shared expert is expert_shared_count experts wide, group-limited routing when expert_group_count > 1) */
+static const qr_hparam_spec hp_deepseek2[] = {
+    HP("attention.q_lora_rank", INT, OPT, q_lora, 0, 1 << 20, 0),
+    HP("attention.kv_lora_rank", INT, REQ, kv_lora, 1, 512, 0),
+    HP("attention.key_length_mla", INT, OPT, head_dim_k_mla, 0, 1024, 0),
+    HP("attention.value_length_mla", INT, OPT, head_dim_v_mla, 0, 1024, 0),
+    HP("leading_dense_block_count", INT, OPT, n_dense_lead, 0, 4096, 0),
+    HP("expert_count", INT, OPT, n_expert, 0, 4096, 0),
+    HP("expert_used_count", INT, REQ_MOE, n_expert_used, 1, 4096, 0),
+    HP("expert_feed_forward_length", INT, REQ_MOE, n_ff_exp, 1, 1 << 22, 0),
+    HP("expert_shared_count", INT, REQ_MOE, n_expert_shared, 0, 64, 0),
+    HP("expert_weights_scale", FLOAT, OPT, w_scale, 0, 0, 0),
+    HP("expert_weights_norm", BOOL, OPT, norm_w, 0, 0, 0),
+    HP("expert_gating_func", INT, OPT, gating_func, 0, 2, 0),
+    HP("expert_group_count", INT, OPT, n_expert_groups, 0, 4096, 0),
+    HP("expert_group_used_count", INT, OPT, n_group_used, 0, 4096, 0),
+    HP("rope.scaling.yarn_log_multiplier", FLOAT, OPT, yarn_log_mul, 0, 0, 0),
     {0},
 };
 #undef HP
@@ -227,6 +247,20 @@ static const qr_tensor_spec t_glm4[] = {
     L(FFN, REQ, F32, "post_ffw_norm.weight", EMBD, 1, 1, ffn_post_norm),
     L(FFN, REQ_SPLIT2, MATMUL, "ffn_up.weight", EMBD, FF2, 1, ffn_gate), /* -> ffn_gate, ffn_up */
     L(FFN, REQ, MATMUL, "ffn_down.weight", FF, EMBD, 1, ffn_down),
+    {0},
+};
+/* deepseek2's multi-head latent attention (llama.cpp's MLA form: attn_kv_b split into per-head attn_k_b / attn_v_b);
+ * attn_q or attn_q_a | attn_q_a_norm | attn_q_b by attention.q_lora_rank (model_load.c checks which) */
+static const qr_tensor_spec t_mla[] = {
+    L(ATTN, OPT, MATMUL, "attn_q.weight", EMBD, Q_MLA, 1, attn_q),
+    L(ATTN, OPT, MATMUL, "attn_q_a.weight", EMBD, Q_LORA, 1, mla_q_a),
+    L(ATTN, OPT, F32, "attn_q_a_norm.weight", Q_LORA, 1, 1, mla_q_a_norm),
+    L(ATTN, OPT, MATMUL, "attn_q_b.weight", Q_LORA, Q_MLA, 1, mla_q_b),
+    L(ATTN, REQ, MATMUL, "attn_kv_a_mqa.weight", EMBD, KV_A, 1, mla_kv_a),
+    L(ATTN, REQ, F32, "attn_kv_a_norm.weight", KV_LORA, 1, 1, mla_kv_a_norm),
+    L(ATTN, REQ, MATMUL, "attn_k_b.weight", QK_NOPE, KV_LORA, HEAD, mla_k_b),
+    L(ATTN, REQ, MATMUL, "attn_v_b.weight", KV_LORA, V_MLA, HEAD, mla_v_b),
+    L(ATTN, REQ, MATMUL, "attn_output.weight", O_MLA, EMBD, 1, attn_out),
     {0},
 };
 static const qr_tensor_spec t_gpt_oss[] = {
@@ -397,6 +431,13 @@ static const qr_arch_info arch_table[QR_ARCH_COUNT] = {
                           .tensors = TS(t_decoder, t_attention, t_attn_bias, t_ffn_norm, t_ffn_glu, t_moe_glu),
                           .rope_mode = QR_ROPE_NORMAL, .moe_every_layer = true, .gating = QR_MOE_SOFTMAX,
                           .norm_w = true, .expert_act = QR_GLU_SWIGLU},
+    /* deepseek2: llama's forward pass, whose attention block hands MLA layers to mla.c; dense FFNs in the leading
+     * blocks, experts + shared expert after */
+    [QR_ARCH_DEEPSEEK2] = {.arch = QR_ARCH_DEEPSEEK2, .name = "deepseek2", .forward = qr_llama_forward,
+                           .hparams = HPS(hp_common, hp_rms_eps, hp_causal, hp_deepseek2),
+                           .tensors = TS(t_decoder, t_mla, t_ffn_norm, t_ffn_glu, t_moe_glu),
+                           .rope_mode = QR_ROPE_NORMAL, .gating = QR_MOE_SOFTMAX, .norm_w = false,
+                           .expert_act = QR_GLU_SWIGLU},
 };
 #undef HPS
 #undef TS

@@ -80,6 +80,10 @@ void qr_rope_store_attend(qr_backend *be, float *q, float *k, const float *v, co
 }
 
 void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
+    if (m->hp.kv_lora > 0) { /* deepseek2's multi-head latent attention (mla.c) */
+        qr_block_mla(m, f, il);
+        return;
+    }
     const qr_hparams *hp = &m->hp;
     const qr_layer *l = &m->layers[il];
     qr_backend *be = f->be;

@@ -10,7 +10,8 @@
 void qr_fwd_free(qr_backend *be, qr_fwd *f) {
     float *bufs[] = {f->x, f->xb, f->xb2, f->q, f->k, f->v, f->att, f->ff_g, f->ff_u, f->xo, f->logits,
                      f->moe.router, f->moe.weights, f->moe.eh, f->moe.eo, f->moe.sh,
-                     f->mamba.zxbcdt, f->mamba.xbc, f->mamba.y};
+                     f->mamba.zxbcdt, f->mamba.xbc, f->mamba.y, f->mla.q, f->mla.q_a, f->mla.kv_a, f->mla.pe,
+                     f->mla.o};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->ops->free(be, bufs[i]);
     if (f->moe.ids) be->ops->free(be, f->moe.ids);
@@ -47,6 +48,15 @@ static qr_status alloc_blocks(const qr_model *m, qr_backend *be, int32_t n_seq_m
         f->stats.n_expert = h->n_expert;
         f->stats.expert_selection = x->sel_counts;
     }
+    if (ok && h->kv_lora > 0) { /* multi-head latent attention */
+        qr_mla_scratch *x = &f->mla;
+        x->q = be->ops->alloc(be, (size_t)(nb * h->n_head * h->head_dim_k_mla * fs));
+        if (h->q_lora > 0) x->q_a = be->ops->alloc(be, (size_t)(nb * h->q_lora * fs));
+        x->kv_a = be->ops->alloc(be, (size_t)(nb * (h->kv_lora + h->n_rot) * fs));
+        x->pe = be->ops->alloc(be, (size_t)(nb * h->n_head * h->n_rot * fs));
+        x->o = be->ops->alloc(be, (size_t)(nb * h->n_head * h->head_dim_v_mla * fs));
+        ok = x->q && (h->q_lora == 0 || x->q_a) && x->kv_a && x->pe && x->o;
+    }
     if (ok && h->has_ssm) {
         qr_mamba_scratch *x = &f->mamba;
         const qr_ssm_params *p = &h->ssm;
@@ -67,7 +77,7 @@ static qr_status alloc_blocks(const qr_model *m, qr_backend *be, int32_t n_seq_m
         }
     }
     if (!ok)
-        return qr_errf(err, err_len, QR_ERR_NOMEM, "context: cannot allocate the MoE / SSM buffers for n_batch %d",
+        return qr_errf(err, err_len, QR_ERR_NOMEM, "context: cannot allocate the MoE / SSM / MLA buffers for n_batch %d",
                        f->n_batch);
     return QR_OK;
 }

@@ -38,6 +38,8 @@ typedef enum qr_arch {
     QR_ARCH_GRANITE_MOE = 17,   /* Granite 3.x MoE: granite with softmax top-k experts (+ optional shared expert) */
     QR_ARCH_GLM4 = 18,          /* GLM-4-0414: pre- and post-norms, partial normal rope, fused gate|up */
     QR_ARCH_MISTRAL3 = 19,      /* Ministral 3 / Mistral Small 3.x text: llama + YaRN keys, attention temperature */
+    QR_ARCH_DEEPSEEK2 = 20,     /* DeepSeek-V2 / V2-Lite, Moonlight: multi-head latent attention (mla.c), shared +
+                                 * routed experts after leading dense blocks */
     QR_ARCH_COUNT
 } qr_arch;
 
@@ -112,6 +114,14 @@ typedef enum qr_dim {
     QR_D_SSM_INNER,  /* d_inner */
     QR_D_SSM_GROUP_SIZE, /* d_inner / n_group */
     QR_D_SSM_GROUP,  /* n_group */
+    /* multi-head latent attention (deepseek2) */
+    QR_D_Q_MLA,      /* n_head * head_dim_k_mla (a query head before absorption: nope | rope) */
+    QR_D_Q_LORA,     /* q_lora */
+    QR_D_KV_LORA,    /* kv_lora */
+    QR_D_KV_A,       /* kv_lora + n_rot (the compressed KV | the shared rope key) */
+    QR_D_QK_NOPE,    /* head_dim_k_mla - n_rot */
+    QR_D_V_MLA,      /* head_dim_v_mla */
+    QR_D_O_MLA,      /* n_head * head_dim_v_mla */
 } qr_dim;
 /* A tensor: name, where, how, shape [dims[0] (row length), dims[1], dims[2]] and the qr_weight it binds. */
 typedef struct qr_tensor_spec {
@@ -225,6 +235,17 @@ typedef struct qr_hparams {
     float f_residual_scale;   /* {arch}.residual_scale */
     float f_logit_scale;      /* {arch}.logit_scale: logits /= it */
     bool use_rope;            /* granite: rope.scaling.finetuned (default true); true for the others */
+    /* multi-head latent attention (deepseek2; kv_lora 0 = none). The cache holds one head of kv_lora + n_rot
+     * (head_dim_k) per token, its first kv_lora values the value head (head_dim_v = kv_lora) */
+    int32_t q_lora;           /* attention.q_lora_rank: q through attn_q_a / its norm / attn_q_b (0: attn_q) */
+    int32_t kv_lora;          /* attention.kv_lora_rank */
+    int32_t head_dim_k_mla;   /* attention.key_length_mla: a query head of attn_q (nope | rope) */
+    int32_t head_dim_v_mla;   /* attention.value_length_mla: a value head after attn_v_b */
+    int32_t n_expert_shared;  /* expert_shared_count: the shared expert is n_ff_exp * this wide */
+    int32_t gating_func;      /* expert_gating_func (llama.cpp: 1 softmax, 2 sigmoid; 0 = absent: softmax) */
+    int32_t n_dense_lead;     /* leading_dense_block_count */
+    int32_t n_expert_groups;  /* expert_group_count: group-limited routing when > 1 */
+    int32_t n_group_used;     /* expert_group_used_count */
 } qr_hparams;
 
 /* What a layer's mixer is. */
@@ -275,6 +296,14 @@ typedef struct qr_layer {
     qr_weight gate_shexp, up_shexp; /* shared expert [n_ff_shexp][n_embd]; gate absent for relu^2 */
     qr_weight down_shexp;         /* [n_embd][n_ff_shexp] */
     qr_weight gate_inp_shexp;     /* [1][n_embd] the shared expert's gate: its output *= sigmoid(x . w) (qwen2moe) */
+    /* multi-head latent attention (deepseek2, mla.c) */
+    qr_weight mla_q_a;            /* [q_lora][n_embd] (q_lora > 0; else attn_q: [n_head * head_dim_k_mla][n_embd]) */
+    qr_weight mla_q_a_norm;       /* F32 [q_lora] */
+    qr_weight mla_q_b;            /* [n_head * head_dim_k_mla][q_lora] */
+    qr_weight mla_kv_a;           /* attn_kv_a_mqa [kv_lora + n_rot][n_embd] */
+    qr_weight mla_kv_a_norm;      /* F32 [kv_lora] */
+    qr_weight mla_k_b;            /* [n_head][kv_lora][qk_nope]: q_nope -> the compressed space, per head */
+    qr_weight mla_v_b;            /* [n_head][head_dim_v_mla][kv_lora]: attention output -> value head, per head */
     /* Mamba2 */
     qr_weight ssm_in;             /* [2 d_inner + 2 n_group d_state + n_head][n_embd]: z | xBC | dt */
     qr_weight ssm_conv1d;         /* F32 [conv_dim][d_conv] */
@@ -350,6 +379,15 @@ typedef struct qr_mamba_scratch {
     qr_ssm_state *ssm;     /* per-sequence conv and scan state */
 } qr_mamba_scratch;
 
+/* Scratch of multi-head latent attention (mla.c), backend memory for n_batch rows; NULL without MLA. */
+typedef struct qr_mla_scratch {
+    float *q;              /* [n_batch][n_head * head_dim_k_mla] attn_q's output (nope | rope per head) */
+    float *q_a;            /* [n_batch][q_lora] (q_lora > 0) */
+    float *kv_a;           /* [n_batch][kv_lora + n_rot] attn_kv_a_mqa's output */
+    float *pe;             /* [n_batch][n_head][n_rot] the rope parts of q (then of k) */
+    float *o;              /* [n_batch][n_head * head_dim_v_mla] the value heads */
+} qr_mla_scratch;
+
 /* The per-context forward state: buffers (backend memory, rows = the plan's n_tokens, allocated for
  * n_batch rows by qr_fwd_alloc) and sizes of one forward pass. */
 struct qr_fwd {
@@ -377,6 +415,7 @@ struct qr_fwd {
     const qr_weight *rope_factors; /* the rope frequency factors of this context (qr_rope_factors), or NULL */
     qr_moe_scratch moe;     /* the MoE block's scratch */
     qr_mamba_scratch mamba; /* the Mamba2 block's scratch and state */
+    qr_mla_scratch mla;     /* multi-head latent attention's scratch */
     qr_arch_stats stats;    /* MoE / SSM counters (expert_selection points into moe.sel_counts) */
     bool stats_enabled;     /* non-CPU backends: read the routing back to count expert selection */
     int32_t tp_world;       /* tensor parallelism: ranks (0 or 1: none) */
@@ -470,6 +509,11 @@ void qr_block_moe(const qr_model *m, qr_fwd *f, int il);
 void qr_block_ffn_relu2(const qr_model *m, qr_fwd *f, int il);
 /* Mamba2 mixer of layer il on f->xb (normed input, n_tokens rows), result in f->xb2. */
 void qr_block_mamba2(const qr_model *m, qr_fwd *f, int il);
+/* Multi-head latent attention of layer il (deepseek2; mla.c), f->xb -> f->xb2, in llama.cpp's absorbed form: the
+ * cache holds one head per token, [normed compressed KV (kv_lora) | roped shared key (n_rot)]; each query head's nope
+ * part goes through attn_k_b into the compressed space, attention reads the compressed KV as the value, and attn_v_b
+ * takes each head back to its value head before attn_output. */
+void qr_block_mla(const qr_model *m, qr_fwd *f, int il);
 /* Self-attention with the optional extras (biases, sinks, no rope, own scale), f->xb -> f->xb2. */
 void qr_block_attention_x(const qr_model *m, qr_fwd *f, int il, bool rope, float scale);
 

@@ -158,12 +158,64 @@ static qr_status load_rope_scaling(loader *L) {
     }
     if (hp->yarn_ext_factor != 0.0f) { /* get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) */
         const float fac = 1.0f / hp->rope_scale, all = hp->yarn_log_mul;
-        const float ms = 1.0f;
+        /* deepseek2: mscale = mscale_all_dim (llama.cpp's special case of DeepSeek-V2's config) */
+        const float ms = m->arch->arch == QR_ARCH_DEEPSEEK2 && all != 1.0f ? all : 1.0f;
         float mscale = fac <= 1.0f ? 1.0f : 0.1f * ms * logf(fac) + 1.0f;
         if (all != 0.0f) mscale /= fac <= 1.0f ? 1.0f : 0.1f * all * logf(fac) + 1.0f;
         hp->yarn_attn_factor = mscale * (1.0f / (1.0f + 0.1f * logf(fac)));
     }
     hp->yarn_attn_factor *= rope_attn_factor;
+    return QR_OK;
+}
+
+/* deepseek2's multi-head latent attention and MoE constants: the MLA form of the file (llama.cpp's: one K head of
+ * kv_lora + n_rot, the value the first kv_lora of it), the gating function, the shared expert's width. */
+static qr_status load_mla_hparams(loader *L) {
+    qr_model *m = L->m;
+    qr_hparams *hp = &m->hp;
+    if (hp->head_dim_k_mla == 0 || hp->head_dim_v_mla == 0)
+        return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED,
+                       "%s: a DeepSeek-V2 file without %s.attention.key_length_mla / value_length_mla (the old unsplit "
+                       "attn_kv_b form) is not supported: convert the model again with a current convert_hf_to_gguf.py",
+                       m->path, L->arch);
+    if (hp->n_head_kv != 1 || hp->head_dim_k != hp->kv_lora + hp->n_rot || hp->head_dim_v != hp->kv_lora ||
+        hp->head_dim_k_mla <= hp->n_rot)
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT,
+                       "%s: multi-head latent attention needs head_count_kv 1, key_length = kv_lora_rank + "
+                       "rope.dimension_count and value_length = kv_lora_rank (got %d, %d, %d; kv_lora_rank %d, rope %d), "
+                       "key_length_mla > rope.dimension_count", m->path, hp->n_head_kv, hp->head_dim_k, hp->head_dim_v,
+                       hp->kv_lora, hp->n_rot);
+    hp->n_ff_shexp = hp->n_expert > 0 ? hp->n_ff_exp * hp->n_expert_shared : 0;
+    if (hp->n_expert_groups > 1 &&
+        (hp->n_expert % hp->n_expert_groups || hp->n_expert / hp->n_expert_groups < 2 || hp->n_group_used < 1 ||
+         hp->n_group_used >= hp->n_expert_groups ||
+         hp->n_expert_used > hp->n_group_used * (hp->n_expert / hp->n_expert_groups)))
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT,
+                       "%s: expert_group_count %d / expert_group_used_count %d do not fit %d experts, top-%d", m->path,
+                       hp->n_expert_groups, hp->n_group_used, hp->n_expert, hp->n_expert_used);
+    return QR_OK;
+}
+
+/* Layer il's MLA query weights: attn_q, or attn_q_a with its norm and attn_q_b when q_lora_rank > 0; the leading
+ * dense blocks without a router, the others with one (deepseek2). */
+static qr_status check_mla_layer(loader *L, int il) {
+    const qr_model *m = L->m;
+    const qr_layer *l = &m->layers[il];
+    const bool lora = m->hp.q_lora > 0;
+    if (il == 0) { /* expert_gating_func: 2 sigmoid, else softmax (absent: softmax, but GLM 4.7 Lite's 47/48 layers
+                    * over a 154880-token vocabulary: sigmoid, as llama.cpp guesses for files without the key) */
+        qr_hparams *hp = &L->m->hp;
+        const bool glm47 = (hp->n_layer == 47 || hp->n_layer == 48) && hp->n_vocab == 154880;
+        hp->gating = hp->gating_func == 2 || (hp->gating_func == 0 && glm47) ? QR_MOE_SIGMOID : QR_MOE_SOFTMAX;
+    }
+    if (lora ? !(l->mla_q_a.host && l->mla_q_a_norm.host && l->mla_q_b.host) : !l->attn_q.host)
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: missing tensor blk.%d.%s (required by architecture %s "
+                       "with attention.q_lora_rank %d)", m->path, il, lora ? "attn_q_a.weight" : "attn_q.weight",
+                       L->arch, m->hp.q_lora);
+    if (m->hp.n_expert > 0 && (il < m->hp.n_dense_lead) == (l->gate_inp.host != NULL))
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: layer %d %s blk.%d.ffn_gate_inp.weight (%s."
+                       "leading_dense_block_count is %d)", m->path, il, l->gate_inp.host ? "has" : "lacks", il, L->arch,
+                       m->hp.n_dense_lead);
     return QR_OK;
 }
 
@@ -201,8 +253,8 @@ static qr_status load_hparams(loader *L) {
                        m->path, hp->n_head, hp->n_head_kv);
     if (hp->head_dim_k == 0) hp->head_dim_k = hp->n_embd / hp->n_head;
     if (hp->head_dim_v == 0) hp->head_dim_v = hp->n_embd / hp->n_head;
-    if (hp->head_dim_k < 1 || hp->head_dim_k > 512 || hp->head_dim_v < 1 || hp->head_dim_v > 512)
-        return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED, "%s: head size %d/%d is outside 1..512", m->path,
+    if (hp->head_dim_k < 1 || hp->head_dim_k > 576 || hp->head_dim_v < 1 || hp->head_dim_v > 576)
+        return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED, "%s: head size %d/%d is outside 1..576", m->path,
                        hp->head_dim_k, hp->head_dim_v);
     if (hp->n_rot == 0) hp->n_rot = hp->head_dim_k;
     if (hp->n_rot > hp->head_dim_k)
@@ -215,7 +267,17 @@ static qr_status load_hparams(loader *L) {
                        hp->norm_eps);
     if (!(hp->rope_base > 1.0f))
         return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: rope.freq_base %g must be > 1", m->path, hp->rope_base);
+    if (ai->arch == QR_ARCH_DEEPSEEK2) {
+        TRY(load_mla_hparams(L));
+        hp->yarn_log_mul /= 0.1f; /* llama.cpp cancels the converter's factor 0.1 (TAG_DEEPSEEK2_YARN_LOG_MUL_FIX) */
+    }
     TRY(load_rope_scaling(L));
+    if (ai->arch == QR_ARCH_DEEPSEEK2) { /* the kq scale pre-multiplied by YaRN's mscale^2, llama.cpp's floats */
+        const float fs = hp->rope_scale;
+        const float attn_factor_org = hp->yarn_attn_factor * (1.0f + 0.1f * logf(1.0f / fs));
+        const float mscale = attn_factor_org * (1.0f + 0.1f * hp->yarn_log_mul * logf(1.0f / fs));
+        hp->attn_scale = 1.0f * mscale * mscale / sqrtf((float)hp->head_dim_k_mla);
+    }
     if (ai->rope_base_swa > 0.0f) hp->rope_base_swa = ai->rope_base_swa;
     else if (hp->rope_base_swa == 0.0f) hp->rope_base_swa = hp->rope_base; /* olmo2: rope.freq_base_swa */
     if (ai->ignore_swa) hp->n_swa = 0; /* phi3: llama.cpp ignores the window of the metadata */
@@ -359,6 +421,13 @@ static int64_t dim_size(const qr_model *m, int il, qr_dim d, const qr_gguf_tenso
     case QR_D_SSM_INNER: return p->d_inner;
     case QR_D_SSM_GROUP_SIZE: return p->n_group ? p->d_inner / p->n_group : 0;
     case QR_D_SSM_GROUP: return p->n_group;
+    case QR_D_Q_MLA: return (int64_t)hp->n_head * hp->head_dim_k_mla;
+    case QR_D_Q_LORA: return hp->q_lora;
+    case QR_D_KV_LORA: return hp->kv_lora;
+    case QR_D_KV_A: return (int64_t)hp->kv_lora + hp->n_rot;
+    case QR_D_QK_NOPE: return hp->head_dim_k_mla - hp->n_rot;
+    case QR_D_V_MLA: return hp->head_dim_v_mla;
+    case QR_D_O_MLA: return (int64_t)hp->n_head * hp->head_dim_v_mla;
     }
     return 0;
 }
@@ -516,6 +585,8 @@ static qr_status load_weights(loader *L) {
             for (const qr_tensor_spec *s = *grp; s->name; s++)
                 if (s->in & parts) TRY(bind_spec(L, s, il, &m->layers[il]));
     }
+    if (ai->arch == QR_ARCH_DEEPSEEK2)
+        for (int il = 0; il < hp->n_layer; il++) TRY(check_mla_layer(L, il));
     for (uint64_t i = 0; i < L->g->n_tensors; i++) {
         qr_gguf_str n = L->g->tensors[i].name;
         if (n.len <= 5 || memcmp(n.data + n.len - 5, ".bias", 5)) continue;

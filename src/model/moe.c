@@ -36,7 +36,8 @@ static qr_moe_route_params route_params(const qr_model *m, int il) {
     const qr_layer *lx = &m->layers[il];
     return (qr_moe_route_params){.n_expert = h->n_expert, .n_used = h->n_expert_used, .gating = h->gating,
                                  .norm = h->norm_w, .scale = h->w_scale,
-                                 .sel_bias = lx->exp_probs_b.host ? &lx->exp_probs_b : NULL};
+                                 .sel_bias = lx->exp_probs_b.host ? &lx->exp_probs_b : NULL,
+                                 .n_groups = h->n_expert_groups, .n_group_used = h->n_group_used};
 }
 
 void qr_ffn_norm(const qr_model *m, qr_fwd *f, int il, const float *b, float b_scale, const qr_weight *w, int64_t n,

@@ -60,6 +60,7 @@ static void cpu_destroy(qr_backend *be) {
     free(cb->output_rows);
     free(cb->block_table);
     free(cb->wdata);
+    free(cb->heads_buf);
     free(cb->scores);
     free(cb->attn_acc);
     free(cb->seq_last);
@@ -365,7 +366,7 @@ static void mm_dot_task(void *arg, int64_t lo, int64_t hi, int ith) {
  * weight and this number of rows (see quant.h): the repacked GEMM for whole groups of 4 rows and the
  * GEMV for the rest when the type is repacked and w has a multiple of repack_rows rows; else the
  * tiled order from QR_TILED_MIN_ROWS rows; else the sgemm order from 2 rows; else vec_dot. */
-static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y) {
+static void matmul_rows(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y, bool no_repack) {
     cpu_backend *cb = CB(be);
     const qr_quant_traits *tr = cpu_traits(cb, w->type); /* has a vec_dot: w->type is in caps.matmul_types */
     if (n_rows <= 0) return;
@@ -375,7 +376,7 @@ static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64
     mm_task t = {.w = w, .tr = tr, .x = x, .y = y, .n_tok = n_rows, .k = w->ne[0], .n = w->ne[1], .dot = tr->vec_dot};
     /* llama.cpp's CPU backend repacks such weights and runs whole groups of 4 rows through its GEMM,
      * the rest through its GEMV: same split, same arithmetic */
-    if (tr->vec_dot_gemm && tr->vec_dot_gemv && tr->repack_rows > 0 && w->ne[1] % tr->repack_rows == 0) {
+    if (!no_repack && tr->vec_dot_gemm && tr->vec_dot_gemv && tr->repack_rows > 0 && w->ne[1] % tr->repack_rows == 0) {
         t.dot = tr->vec_dot_gemv;
         t.dot_gemm = tr->vec_dot_gemm;
         t.n_gemm = n_sel - n_sel % 4;
@@ -444,6 +445,45 @@ static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64
     t.n_chunks = t.n_row_chunks * n_tok_chunks;
     if (nth == 1 || t.n * t.k * n_rows < 4096) mm_dot_task(&t, 0, t.n_chunks, 0);
     else cpu_pool_for(cb->pool, t.n_chunks, 1, mm_dot_task, &t);
+}
+
+static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y) {
+    matmul_rows(be, w, x, n_rows, y, false);
+}
+
+static void cpu_copy_rows(qr_backend *be, const float *src, int64_t src_stride, float *dst, int64_t dst_stride,
+                          int64_t n_rows, int64_t width) {
+    (void)be;
+    for (int64_t r = 0; r < n_rows; r++)
+        memcpy(dst + r * dst_stride, src + r * src_stride, (size_t)width * sizeof(float));
+}
+
+/* Each head as a 2-D weight over its contiguous slice of the rows (llama.cpp's 3-D mul_mat: never the repacked
+ * kernels), through the head scratch. */
+static void cpu_matmul_heads(qr_backend *be, const qr_matmul_heads_args *a) {
+    cpu_backend *cb = CB(be);
+    const qr_weight *w = a->w;
+    const int64_t k = w->ne[0], n = w->ne[1], nr = a->n_rows;
+    if (nr <= 0) return;
+    const size_t need = (size_t)nr * (size_t)(k + n);
+    if (need > cb->heads_cap) {
+        float *p = realloc(cb->heads_buf, need * sizeof(float));
+        if (!p) {
+            raise_error(cb, QR_ERR_NOMEM, "matmul_heads: out of memory");
+            return;
+        }
+        cb->heads_buf = p;
+        cb->heads_cap = need;
+    }
+    float *xs = cb->heads_buf, *ys = cb->heads_buf + (size_t)nr * (size_t)k;
+    for (int64_t h = 0; h < w->ne[2]; h++) {
+        qr_weight v = *w;
+        v.ne[2] = 1;
+        v.host = (const char *)w->host + (size_t)(h * n) * w->row_bytes;
+        cpu_copy_rows(be, a->x + h * a->x_head, a->x_row, xs, k, nr, k);
+        matmul_rows(be, &v, xs, nr, ys, true);
+        cpu_copy_rows(be, ys, n, a->y + h * a->y_head, a->y_row, nr, n);
+    }
 }
 
 /* ---- norms ---- */
@@ -894,6 +934,8 @@ static const qr_backend_ops cpu_ops = {
     .softcap = cpu_softcap,
     .softmax = cpu_softmax,
     .copy = cpu_copy,
+    .copy_rows = cpu_copy_rows,
+    .matmul_heads = cpu_matmul_heads,
     .add_row = cpu_add_row,
     .mem_info = NULL, /* host memory: the caller asks the OS */
     .moe_route = qr_cpu_moe_route,

@@ -13,7 +13,7 @@
 #include "quant/quant.h"
 
 /* Largest head size the attention kernels accept (their q copy and the per-thread lane scratch). */
-#define QR_CPU_MAX_HEAD_DIM 512
+#define QR_CPU_MAX_HEAD_DIM 576
 /* Lane accumulators of one attention head: [QR_CPU_ATTN_LANES][QR_CPU_MAX_HEAD_DIM] floats per thread. */
 #define QR_CPU_ATTN_LANES 32
 
@@ -202,6 +202,8 @@ typedef struct cpu_backend {
     /* matmul scratch: activations converted to the weight's vec_dot_type */
     void *wdata;
     size_t wdata_cap;
+    float *heads_buf;   /* matmul_heads' contiguous head slices (x | y) */
+    size_t heads_cap;   /* floats */
     int tile_r, tile_c;       /* matmul tile for multi-row passes: weight rows x token rows (QUARREL_TILE=RxC) */
     /* sticky error raised by an op */
     qr_status error;

@@ -68,6 +68,35 @@ static void router_softmax(const float *x, int64_t n, float *y) {
     for (i = 0; i < n; i++) y[i] *= inv;
 }
 
+/* Group-limited routing (llama.cpp's build_moe_ffn, DeepSeek's group_limited_greedy / noaux_tc): a group's score is
+ * the sum of its two best selection scores (the best plus the second); the n_used groups with the best scores (ties
+ * to the lower group) keep their scores, the others' experts get -inf. */
+static void mask_groups(float *sel, int32_t ne, int32_t n_groups, int32_t n_used) {
+    const int32_t per = ne / n_groups;
+    float score[4096];
+    bool keep[4096];
+    for (int32_t g = 0; g < n_groups; g++) {
+        const float *x = sel + (int64_t)g * per;
+        int32_t b1 = 0;
+        for (int32_t i = 1; i < per; i++)
+            if (x[i] > x[b1]) b1 = i;
+        int32_t b2 = b1 == 0 ? 1 : 0;
+        for (int32_t i = 0; i < per; i++)
+            if (i != b1 && x[i] > x[b2]) b2 = i;
+        score[g] = x[b1] + x[b2];
+        keep[g] = false;
+    }
+    for (int32_t j = 0; j < n_used; j++) {
+        int32_t best = -1;
+        for (int32_t g = 0; g < n_groups; g++)
+            if (!keep[g] && (best < 0 || score[g] > score[best])) best = g;
+        keep[best] = true;
+    }
+    for (int32_t g = 0; g < n_groups; g++)
+        if (!keep[g])
+            for (int32_t i = 0; i < per; i++) sel[(int64_t)g * per + i] = -INFINITY;
+}
+
 void qr_cpu_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const qr_moe_route_params *p, int32_t *ids,
                       float *weights) {
     const int32_t ne = p->n_expert, k = p->n_used;
@@ -87,6 +116,7 @@ void qr_cpu_moe_route(qr_backend *be, const float *logits, int64_t n_rows, const
             for (int32_t e = 0; e < ne; e++) probs[e] = lg[e];
         }
         for (int32_t e = 0; e < ne; e++) sel[e] = bias ? probs[e] + bias[e] : probs[e];
+        if (p->n_groups > 1) mask_groups(sel, ne, p->n_groups, p->n_group_used);
         /* top-k by selection score, ties to the lower expert id */
         int32_t *id = ids + r * k;
         float *w = weights + r * k;
