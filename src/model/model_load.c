@@ -196,8 +196,7 @@ static qr_status load_mla_hparams(loader *L) {
     return QR_OK;
 }
 
-/* Layer il's MLA query weights: attn_q, or attn_q_a with its norm and attn_q_b when q_lora_rank > 0; the leading
- * dense blocks without a router, the others with one (deepseek2). */
+/* Layer il's MLA query weights (deepseek2): attn_q, or attn_q_a with its norm and attn_q_b when q_lora_rank > 0. */
 static qr_status check_mla_layer(loader *L, int il) {
     const qr_model *m = L->m;
     const qr_layer *l = &m->layers[il];
@@ -212,10 +211,6 @@ static qr_status check_mla_layer(loader *L, int il) {
         return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: missing tensor blk.%d.%s (required by architecture %s "
                        "with attention.q_lora_rank %d)", m->path, il, lora ? "attn_q_a.weight" : "attn_q.weight",
                        L->arch, m->hp.q_lora);
-    if (m->hp.n_expert > 0 && (il < m->hp.n_dense_lead) == (l->gate_inp.host != NULL))
-        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: layer %d %s blk.%d.ffn_gate_inp.weight (%s."
-                       "leading_dense_block_count is %d)", m->path, il, l->gate_inp.host ? "has" : "lacks", il, L->arch,
-                       m->hp.n_dense_lead);
     return QR_OK;
 }
 
@@ -548,7 +543,9 @@ static qr_status layer_parts(loader *L, int il, bool arch_moe, unsigned *parts) 
     if (!has_ffn) return QR_OK;
     char router[NAME_CAP];
     snprintf(router, sizeof router, "blk.%d.ffn_gate_inp.weight", il);
-    const bool moe = arch_moe && hp->n_expert > 0 && qr_gguf_get_tensor(L->g, router);
+    /* deepseek2: experts from leading_dense_block_count on (llama.cpp's rule), else where the router is */
+    const bool moe = arch_moe && hp->n_expert > 0 &&
+                     (m->arch->arch == QR_ARCH_DEEPSEEK2 ? il >= hp->n_dense_lead : qr_gguf_get_tensor(L->g, router) != NULL);
     if (!moe && hp->n_expert > 0 && m->arch->moe_every_layer)
         return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: missing tensor %s (expert_count is %d)", m->path, router,
                        hp->n_expert);

@@ -365,9 +365,9 @@ qr_status qr_tp_build(qr_model *m, const qr_model_params *p, char *err, size_t e
     const int32_t W = p->tp;
     if (W < 2 || W > QR_TP_MAX)
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "tensor parallelism: %d ranks (2..%d allowed)", W, QR_TP_MAX);
-    if (m->hp.kv_lora > 0)
+    if (m->hp.kv_lora > 0 && p->split_mode != QR_SPLIT_LAYER)
         return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "tensor parallelism: %s's multi-head latent attention is not "
-                       "split across ranks yet (run it on one GPU or the CPU)", m->arch->name);
+                       "split across ranks yet (use --split-mode layer, one GPU or the CPU)", m->arch->name);
     if (m->arch->encoder)
         return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "tensor parallelism: %s is an encoder (embeddings run on one "
                        "rank)", m->hp.arch_name);

@@ -94,6 +94,13 @@ def test_rewrite_roundtrip_loads(quarrel_bin, tmp_path):
      "olmo2.attention.sliding_window_pattern must be 4 booleans"),
     ("granitemoe", "tiny", ["granitemoe.expert_used_count"], None, "missing metadata key granitemoe.expert_used_count"),
     ("glm4", "tiny", [], {"glm4.rope.dimension_count": 96}, "glm4.rope.dimension_count = 96 is out of range"),
+    # issue 30 part 4: deepseek2's MLA form and routing keys
+    ("deepseek2", "lite-tiny", ["deepseek2.attention.key_length_mla"], None, "the old unsplit attn_kv_b form"),
+    ("deepseek2", "lite-tiny", ["deepseek2.attention.kv_lora_rank"], None,
+     "missing metadata key deepseek2.attention.kv_lora_rank"),
+    ("deepseek2", "lite-tiny", [], {"deepseek2.attention.key_length": 128}, "key_length = kv_lora_rank + rope"),
+    ("deepseek2", "tiny", [], {"deepseek2.expert_group_used_count": 4}, "do not fit 8 experts"),
+    ("deepseek2", "lite-tiny", ["deepseek2.expert_shared_count"], None, "missing metadata key deepseek2.expert_shared_count"),
 ])
 def test_bad_metadata_is_a_clear_error(quarrel_bin, tmp_path, arch, preset, drop, change, expect):
     src = synth(quarrel_bin, tmp_path, arch, preset)
@@ -135,6 +142,12 @@ def test_bad_metadata_is_a_clear_error(quarrel_bin, tmp_path, arch, preset, drop
     ("glm4", "tiny", ["blk.0.post_attention_norm.weight"], None, "missing tensor blk.0.post_attention_norm.weight"),
     ("granitemoe", "tiny", ["blk.1.ffn_gate_inp.weight"], None, "missing tensor blk.1.ffn_gate_inp.weight (expert_count is"),
     ("mistral3", "tiny", ["blk.0.ffn_norm.weight"], None, "missing tensor blk.0.ffn_norm.weight (required by architecture mistral3)"),
+    # issue 30 part 4: deepseek2's MLA tensors, q's low-rank pair, the leading dense blocks
+    ("deepseek2", "tiny", ["blk.1.attn_k_b.weight"], None, "missing tensor blk.1.attn_k_b.weight (required by architecture deepseek2)"),
+    ("deepseek2", "tiny", ["blk.0.attn_q_a.weight"], None, "missing tensor blk.0.attn_q_a.weight (required by architecture deepseek2 with attention.q_lora_rank 128)"),
+    ("deepseek2", "lite-tiny", ["blk.0.attn_q.weight"], None, "missing tensor blk.0.attn_q.weight"),
+    ("deepseek2", "lite-tiny", ["blk.1.ffn_gate_inp.weight"], None,
+     "missing tensor blk.1.ffn_gate_inp.weight (required by architecture deepseek2)"),
 ])
 def test_bad_tensors_are_a_clear_error(quarrel_bin, tmp_path, arch, preset, drop, add, expect):
     src = synth(quarrel_bin, tmp_path, arch, preset)

@@ -103,7 +103,8 @@ def test_tp_decode_path_and_q8(typ, kl_max, quarrel_bin, tmp_path):
 
 @pytest.mark.parametrize("case,tp,split", [("llama:tiny", 2, None), ("gemma3:tiny", 2, "1,3"),
                                            ("granitehybrid:tiny", 4, None), ("nemotron_h_moe:tiny", 3, "2,1,1"),
-                                           ("gpt-oss:tiny", 2, None), ("llama:mixtral-tiny", 2, None)])
+                                           ("gpt-oss:tiny", 2, None), ("llama:mixtral-tiny", 2, None),
+                                           ("deepseek2:tiny", 3, None)])
 def test_layer_split_is_exact(case, tp, split, quarrel_bin, tmp_path):
     """--split-mode layer: whole layers a rank, run in turn (x handed on through the host): the same arithmetic as
     one rank, so the same logits bit for bit, at 64-row and 1-row passes."""
@@ -122,6 +123,7 @@ def test_layer_split_is_exact(case, tp, split, quarrel_bin, tmp_path):
     ("llama", "tiny", 3, "4 attention heads do not split evenly"),
     ("olmo2", "tiny", 2, "normalises q / k over all heads"),
     ("bert", "tiny", 2, "is an encoder"),
+    ("deepseek2", "lite-tiny", 2, "multi-head latent attention is not split"),
     ("llama", "tiny", "3 --split-mode layer", "rank 1 gets no layer of 2"),
 ])
 def test_tp_refusals(arch, preset, tp, msg, quarrel_bin, tmp_path):

@@ -235,7 +235,8 @@ extern "C" cudaError_t qr_cuda_attention(const cuda_attn_args *a, cudaStream_t s
     if (dmax <= 64) return launch_attn<2, 8>(a, stream);
     if (dmax <= 128) return launch_attn<4, 8>(a, stream);
     if (dmax <= 256) return launch_attn<8, 4>(a, stream);
-    if (dmax <= QR_CUDA_MAX_HEAD_DIM) return launch_attn<16, 2>(a, stream);
+    if (dmax <= 512) return launch_attn<16, 2>(a, stream);
+    if (dmax <= QR_CUDA_MAX_HEAD_DIM) return launch_attn<18, 2>(a, stream); /* MLA: 576 / 512 (deepseek2) */
     return cudaErrorInvalidValue;
 }
 

@@ -120,6 +120,9 @@ static void cuda_destroy(qr_backend *be) {
     cudaFree(cb->attn);
     cudaFree(cb->attn_cnt);
     cudaFree(cb->zero_ids);
+    cudaFree(cb->head_ids);
+    cudaFree(cb->heads_x);
+    cudaFree(cb->heads_y);
     cudaFree(cb->tmp);
     cudaFree(cb->fa_tiles);
     free(cb->h_fa_tiles);
@@ -985,7 +988,7 @@ static bool add_rmsnorm_route(qr_backend *be, float *x, const float *b, float b_
                               const qr_weight *router_b, const qr_moe_route_params *p, float *logits, int32_t *ids,
                               float *weights) {
     cuda_backend *cb = CB(be);
-    if (cb->exact || !cb->tune.fuse || !cb->tune.norm_route || n_rows > cb->tune.mmvq_max_rows ||
+    if (cb->exact || !cb->tune.fuse || !cb->tune.norm_route || n_rows > cb->tune.mmvq_max_rows || p->n_groups > 1 ||
         !qr_cuda_norm_route_supported(dim, p->n_expert, p->n_used) || router->type != QR_TYPE_F32 ||
         router->ne[0] != dim || router->ne[1] != p->n_expert || (router_b && router_b->type != QR_TYPE_F32) ||
         (p->sel_bias && p->sel_bias->type != QR_TYPE_F32) || overlaps(x, n_rows * dim, y, n_rows * dim))
@@ -1460,6 +1463,14 @@ static void cuda_softcap(qr_backend *be, const float *x, float cap, int64_t n, f
     ew(be, CUDA_EW_SOFTCAP, x, NULL, cap, n, out, "softcap");
 }
 
+void cuda_copy_rows(qr_backend *be, const float *src, int64_t src_stride, float *dst, int64_t dst_stride,
+                    int64_t n_rows, int64_t width) {
+    cuda_backend *cb = CB(be);
+    if (n_rows <= 0 || width <= 0) return;
+    cuda_ok(cb, cudaMemcpy2DAsync(dst, (size_t)dst_stride * 4, src, (size_t)src_stride * 4, (size_t)width * 4,
+                                  (size_t)n_rows, cudaMemcpyDeviceToDevice, cb->stream), "copy_rows");
+}
+
 static void cuda_softmax(qr_backend *be, const float *x, int64_t n_rows, int64_t dim, float *out) {
     cuda_backend *cb = CB(be);
     cuda_ok(cb, qr_cuda_softmax(x, n_rows, dim, out, cb->stream), "softmax");
@@ -1555,6 +1566,8 @@ static qr_backend_ops make_cuda_ops(void) {
     o.softcap = cuda_softcap;
     o.softmax = cuda_softmax;
     o.copy = cuda_copy;
+    o.copy_rows = cuda_copy_rows;
+    o.matmul_heads = cuda_matmul_heads;
     o.add_row = cuda_add_row;
     o.run_graph = cuda_run_graph;
     o.graph_release = cuda_graph_release;

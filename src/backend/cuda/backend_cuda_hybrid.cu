@@ -316,6 +316,87 @@ void cuda_matmul_id(qr_backend *be, const qr_moe_matmul_args *a) {
     matmul_id(be, a->w, a->w_b, a->x, a->x_per_slot, a->ids, a->n_rows, a->n_used, a->y);
 }
 
+/* Rows [row0, row0 + n) of a prepared weight as a view (a head of a 3-D weight): the planes hold blocks in row order. */
+static cuda_wview row_view(const qr_weight *w, const cuda_weight *cw, int64_t row0, int64_t n) {
+    cuda_wview v = cw->v;
+    const cuda_plane_desc pd = qr_cuda_plane_desc(w->type);
+    const uint8_t **pl[3] = {&v.p0, &v.p1, &v.p2};
+    for (int p = 0; p < pd.n_planes && p < 3; p++)
+        if (*pl[p]) *pl[p] += pd.block == 1 ? (size_t)row0 * w->row_bytes : (size_t)(row0 * v.nb) * (size_t)pd.size[p];
+    v.n = n;
+    return v;
+}
+
+/* ids r * H + j = j for r < n_rows (each head an "expert" of the expert mat-vec / grouped GEMM); filled outside a
+ * capture (the warm-up pass sizes it). */
+static const int32_t *head_ids(cuda_backend *cb, int32_t H, int64_t n_rows) {
+    const int64_t need = (int64_t)H * n_rows;
+    if (cb->head_ids && cb->head_ids_h == H && cb->head_ids_cap >= need) return cb->head_ids;
+    if (cb->capturing) {
+        raise_error(cb, QR_ERR_INTERNAL, "matmul_heads: head ids not ready in a graph capture");
+        return NULL;
+    }
+    const int64_t cap = need < 4096 ? 4096 - 4096 % H : need;
+    int32_t *h = (int32_t *)malloc((size_t)cap * 4);
+    if (!h) {
+        raise_error(cb, QR_ERR_NOMEM, "matmul_heads: out of memory");
+        return NULL;
+    }
+    for (int64_t i = 0; i < cap; i++) h[i] = (int32_t)(i % H);
+    cudaFree(cb->head_ids);
+    cb->head_ids = NULL;
+    bool ok = cuda_ok(cb, cudaMalloc((void **)&cb->head_ids, (size_t)cap * 4), "matmul_heads (ids)") &&
+              cuda_ok(cb, cudaMemcpy(cb->head_ids, h, (size_t)cap * 4, cudaMemcpyHostToDevice), "matmul_heads (ids)");
+    free(h);
+    if (!ok) return NULL;
+    cb->head_ids_h = H;
+    cb->head_ids_cap = cap;
+    return cb->head_ids;
+}
+
+/* One matrix per head. Default mode: the heads as the "experts" of matmul_id over [n_rows][H][k] slots (the expert
+ * mat-vec at decode sizes, the grouped GEMM beyond), the slices copied in / out where the strides are not already
+ * that layout. Exact mode: each head as a 2-D matmul over its contiguous rows, as the CPU computes it. */
+void cuda_matmul_heads(qr_backend *be, const qr_matmul_heads_args *a) {
+    cuda_backend *cb = CB(be);
+    const qr_weight *w = a->w;
+    const cuda_weight *cw = prepared(cb, w, "matmul_heads");
+    if (!cw || a->n_rows <= 0) return;
+    const int64_t H = w->ne[2], k = w->ne[0], n = w->ne[1], nr = a->n_rows;
+    if (cb->exact) {
+        if (!ensure_scratch(cb, &cb->heads_x, &cb->heads_x_cap, (size_t)(nr * k) * 4, "matmul_heads") ||
+            !ensure_scratch(cb, &cb->heads_y, &cb->heads_y_cap, (size_t)(nr * n) * 4, "matmul_heads"))
+            return;
+        float *xs = (float *)cb->heads_x, *ys = (float *)cb->heads_y;
+        for (int64_t h = 0; h < H; h++) {
+            const cuda_wview v = row_view(w, cw, h * n, n);
+            cuda_copy_rows(be, a->x + h * a->x_head, a->x_row, xs, k, nr, k);
+            cuda_exact_matmul_view(cb, w, &v, xs, nr, ys, true);
+            cuda_copy_rows(be, ys, n, a->y + h * a->y_head, a->y_row, nr, n);
+        }
+        return;
+    }
+    const int32_t *ids = head_ids(cb, (int32_t)H, nr);
+    if (!ids) return;
+    const float *xs = a->x;
+    if (a->x_head != k || a->x_row != H * k) { /* the slices into [n_rows][H][k] */
+        if (!ensure_scratch(cb, &cb->heads_x, &cb->heads_x_cap, (size_t)(nr * H * k) * 4, "matmul_heads")) return;
+        float *dst = (float *)cb->heads_x;
+        if (a->x_row == H * a->x_head) cuda_copy_rows(be, a->x, a->x_head, dst, k, nr * H, k);
+        else
+            for (int64_t r = 0; r < nr; r++) cuda_copy_rows(be, a->x + r * a->x_row, a->x_head, dst + r * H * k, k, H, k);
+        xs = dst;
+    }
+    const bool direct = a->y_head == n && a->y_row == H * n;
+    if (!direct && !ensure_scratch(cb, &cb->heads_y, &cb->heads_y_cap, (size_t)(nr * H * n) * 4, "matmul_heads")) return;
+    float *ys = direct ? a->y : (float *)cb->heads_y;
+    matmul_id(be, w, NULL, xs, true, ids, nr, (int32_t)H, ys);
+    if (direct) return;
+    if (a->y_row == H * a->y_head) cuda_copy_rows(be, ys, n, a->y, a->y_head, nr * H, n);
+    else
+        for (int64_t r = 0; r < nr; r++) cuda_copy_rows(be, ys + r * H * n, n, a->y + r * a->y_row, a->y_head, H, n);
+}
+
 /* out = act(w x): at decode sizes the expert mat-vec with every row on "expert" 0 (its epilogue applies the
  * activation: no glu kernel); else matmul + glu. */
 void cuda_matmul_act(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, qr_glu_kind act, float *out,

@@ -106,6 +106,11 @@ typedef struct cuda_backend {
      * mat-vec on other ids (NULL: on any) reads them before its dependency wait. */
     const int32_t *ids_unfenced;
     int32_t *zero_ids;      /* 64 zero expert ids (matmul_act runs the expert mat-vec on one matrix) */
+    int32_t *head_ids;      /* matmul_heads: [head_ids_cap] ids r * H + j -> j (each head its own "expert") */
+    int64_t head_ids_cap;   /* entries of head_ids */
+    int32_t head_ids_h;     /* the H they were filled for */
+    void *heads_x, *heads_y;/* matmul_heads' contiguous slices */
+    size_t heads_x_cap, heads_y_cap;
     unsigned int *attn_cnt; /* flash-decoding's per-tile split counters (zero between launches) */
     size_t attn_cnt_cap;    /* counters allocated */
     /* exact mode (QUARREL_CUDA_EXACT=1, exact.cu): matmul, rmsnorm, rope and attention with the CPU
@@ -198,6 +203,12 @@ void cuda_ssm_gate_norm(qr_backend *be, const qr_ssm_gate_norm_args *a);
 /* ---- exact mode (exact.cu) ---- */
 void cuda_exact_matmul(cuda_backend *cb, const qr_weight *w, const cuda_weight *cw, const float *x, int64_t n_rows,
                        float *y);
+/* As cuda_exact_matmul over the rows of view v (a head of a 3-D weight: no_repack, as llama.cpp's 3-D mul_mat). */
+void cuda_exact_matmul_view(cuda_backend *cb, const qr_weight *w, const cuda_wview *v, const float *x, int64_t n_rows,
+                            float *y, bool no_repack);
+void cuda_matmul_heads(qr_backend *be, const qr_matmul_heads_args *a);
+void cuda_copy_rows(qr_backend *be, const float *src, int64_t src_stride, float *dst, int64_t dst_stride,
+                    int64_t n_rows, int64_t width);
 void cuda_exact_rmsnorm(cuda_backend *cb, const float *x, const float *w, int64_t n_rows, int64_t dim, float eps,
                         float *y);
 void cuda_exact_rope(cuda_backend *cb, float *x, int32_t n_head, int32_t head_dim, const qr_rope_params *p);

@@ -169,7 +169,7 @@ typedef struct cuda_attn_args {
                                  * first and last rank, [2][16] */
 } cuda_attn_args;
 /* Largest head size the attention kernel takes. */
-#define QR_CUDA_MAX_HEAD_DIM 512
+#define QR_CUDA_MAX_HEAD_DIM 576
 cudaError_t qr_cuda_attention(const cuda_attn_args *a, cudaStream_t stream);
 /* attention_decode.cu: the same op for a few rows over a long cache (flash-decoding: K and V read
  * once, wide loads). Covers f16 caches with dk == dv in {64, 128, 256} (qr_cuda_attn_decode_supported).

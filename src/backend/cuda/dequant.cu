@@ -221,10 +221,7 @@ static cudaError_t launch_dequant(const cuda_wview *w, int64_t r0, int64_t r1, v
     QR_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" cudaError_t qr_cuda_dequant_f16(const cuda_wview *w, int64_t r0, int64_t r1, void *out,
-                                           cudaStream_t stream) {
-    if (r1 <= r0) return cudaSuccess;
-    if (r1 - r0 > 65535) return cudaErrorInvalidValue;
+static cudaError_t dequant_f16_rows(const cuda_wview *w, int64_t r0, int64_t r1, void *out, cudaStream_t stream) {
     switch ((qr_type)w->type) {
     case QR_TYPE_Q4_0: return launch_dequant<TQ4_0>(w, r0, r1, out, stream);
     case QR_TYPE_Q4_1: return launch_dequant<TQ4_1>(w, r0, r1, out, stream);
@@ -240,4 +237,16 @@ extern "C" cudaError_t qr_cuda_dequant_f16(const cuda_wview *w, int64_t r0, int6
     case QR_TYPE_Q6_K: return launch_dequant<TQ6_K>(w, r0, r1, out, stream);
     default: return cudaErrorInvalidValue;
     }
+}
+
+/* Rows [r0, r1) into out (row r0 first), in launches of at most 65535 rows (the grid's y limit: an output matrix of a
+ * 102400- or 152064-token vocabulary is more). */
+extern "C" cudaError_t qr_cuda_dequant_f16(const cuda_wview *w, int64_t r0, int64_t r1, void *out,
+                                           cudaStream_t stream) {
+    for (int64_t c = r0; c < r1; c += 65535) {
+        const int64_t c1 = r1 - c > 65535 ? c + 65535 : r1;
+        const cudaError_t e = dequant_f16_rows(w, c, c1, (uint8_t *)out + (size_t)((c - r0) * w->k) * 2, stream);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
 }

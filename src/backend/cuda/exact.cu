@@ -777,13 +777,18 @@ static bool exact_act(cuda_backend *cb, cuda_exact *ex, const qr_quant_traits *t
  * and row count, on activations converted as the CPU converts them. */
 void cuda_exact_matmul(cuda_backend *cb, const qr_weight *w, const cuda_weight *cw, const float *x, int64_t n_rows,
                        float *y) {
+    cuda_exact_matmul_view(cb, w, &cw->v, x, n_rows, y, false);
+}
+
+void cuda_exact_matmul_view(cuda_backend *cb, const qr_weight *w, const cuda_wview *v, const float *x, int64_t n_rows,
+                            float *y, bool no_repack) {
     const qr_quant_traits *tr = exact_traits(cb, w, "matmul (exact)");
     cuda_exact *ex = tr ? exact_state(cb) : NULL;
     if (!ex) return;
-    const int64_t k = cw->v.k, n = w->ne[1];
+    const int64_t k = v->k, n = w->ne[1];
     int ord = QX_VEC, ord_x4 = QX_VEC;
     int64_t n_x4 = 0;
-    if (tr->vec_dot_gemm && tr->vec_dot_gemv && tr->repack_rows > 0 && n % tr->repack_rows == 0) {
+    if (!no_repack && tr->vec_dot_gemm && tr->vec_dot_gemv && tr->repack_rows > 0 && n % tr->repack_rows == 0) {
         ord = QX_GEMV;
         ord_x4 = QX_GEMM;
         n_x4 = n_rows - n_rows % 4;
@@ -796,7 +801,7 @@ void cuda_exact_matmul(cuda_backend *cb, const qr_weight *w, const cuda_weight *
     const uint8_t *act;
     if (!exact_act(cb, ex, tr, x, n_rows, k, tr->from_float_gemm ? n_x4 : 0, &row_bytes, &act)) return;
     qxm_args A = {};
-    A.w = cw->v;
+    A.w = *v;
     A.w.n = n;
     A.pd = qr_cuda_plane_desc(w->type);
     A.y = act, A.row_bytes = row_bytes;

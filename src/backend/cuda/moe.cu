@@ -58,9 +58,47 @@ static __device__ __forceinline__ uint32_t route_key(float f) {
  * registers (loops unrolled over ROUTE_KREG and guarded); else they go through global memory, one
  * round trip per access. */
 #define ROUTE_KREG 16
+/* Group-limited routing (as the CPU's mask_groups, ops_moe.c): lane g < n_groups scores group g as the sum of its two
+ * best selection scores (the first best, then the first best of the rest), the n_used best groups are chosen by warp
+ * argmax (ties to the lower group), and every other group's experts get -inf. sh: this warp's [n_expert] staging. */
+template <int PL>
+static __device__ __forceinline__ void route_mask_groups(float (&sc)[PL], int n_expert, int n_groups, int n_used,
+                                                         float *sh, int lane) {
+#pragma unroll
+    for (int i = 0; i < PL; i++)
+        if (lane + 32 * i < n_expert) sh[lane + 32 * i] = sc[i];
+    __syncwarp();
+    const int per = n_expert / n_groups;
+    float score = -INFINITY;
+    if (lane < n_groups) {
+        const float *x = sh + lane * per;
+        int b1 = 0;
+        for (int i = 1; i < per; i++)
+            if (x[i] > x[b1]) b1 = i;
+        int b2 = b1 == 0 ? 1 : 0;
+        for (int i = 0; i < per; i++)
+            if (i != b1 && x[i] > x[b2]) b2 = i;
+        score = __fadd_rn(x[b1], x[b2]);
+    }
+    uint32_t keep = 0u; /* bit g: group g kept (n_groups <= 32) */
+    for (int j = 0; j < n_used; j++) {
+        const uint32_t key = lane < n_groups && !(keep >> lane & 1u) ? route_key(score) : 0u;
+        const uint32_t top = __reduce_max_sync(0xffffffffu, key);
+        const uint32_t g = __reduce_min_sync(0xffffffffu, key == top && key ? (uint32_t)lane : 0xffffffffu);
+        keep |= 1u << g;
+    }
+#pragma unroll
+    for (int i = 0; i < PL; i++) {
+        const int e = lane + 32 * i;
+        if (e < n_expert && !(keep >> (e / per) & 1u)) sc[i] = -INFINITY;
+    }
+    __syncwarp();
+}
+
 template <int PL, bool KR>
 static __device__ __forceinline__ void route_row(const float *lg, int n_expert, int k, int gating, bool norm, float scale,
-                                                 bool has_sel_bias, const float *sb, int32_t *id, float *w, int lane) {
+                                                 bool has_sel_bias, const float *sb, int32_t *id, float *w, int lane,
+                                                 int n_groups = 0, int n_group_used = 0, float *sh = nullptr) {
     /* this lane's logits, probabilities and selection scores, in registers (unrolled, guarded) */
     float l[PL], pr[PL], sc[PL];
     float mx = -INFINITY;
@@ -85,6 +123,7 @@ static __device__ __forceinline__ void route_row(const float *lg, int n_expert, 
         pr[i] = e < n_expert ? route_prob(l[i], gating, mx, inv) : 0.0f;
         sc[i] = e < n_expert ? (has_sel_bias ? __fadd_rn(pr[i], sb[i]) : pr[i]) : -INFINITY;
     }
+    if (n_groups > 1) route_mask_groups<PL>(sc, n_expert, n_groups, n_group_used, sh, lane);
     constexpr int KN = KR ? ROUTE_KREG : 1, KLOOP = KR ? ROUTE_KREG : (1 << 30);
     float wk[KN];       /* KR: lane 0's selected probabilities */
     uint32_t taken = 0; /* bit i: expert lane + 32 i is chosen */
@@ -143,7 +182,9 @@ static __device__ __forceinline__ void route_row(const float *lg, int n_expert, 
 template <int PL, bool KR>
 static __global__ void moe_route_kernel(const float *__restrict__ logits, int64_t n_rows, int n_expert, int k,
                                         int gating, bool norm, float scale, const float *__restrict__ sel_bias,
-                                        int32_t *__restrict__ ids, float *__restrict__ weights) {
+                                        int32_t *__restrict__ ids, float *__restrict__ weights, int n_groups,
+                                        int n_group_used) {
+    __shared__ float sh[ROUTE_WARPS][QR_CUDA_MOE_MAX_EXPERT]; /* group-limited routing's staging */
     const int lane = threadIdx.x & 31;
     float sb[PL]; /* the selection bias (a weight) is read before waiting for the logits */
 #pragma unroll
@@ -152,19 +193,20 @@ static __global__ void moe_route_kernel(const float *__restrict__ logits, int64_
     const int64_t r = (int64_t)blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5);
     if (r >= n_rows) return;
     route_row<PL, KR>(logits + r * n_expert, n_expert, k, gating, norm, scale, sel_bias != nullptr, sb, ids + r * k,
-                      weights + r * k, lane);
+                      weights + r * k, lane, n_groups, n_group_used, sh[threadIdx.x >> 5]);
 }
 
 extern "C" cudaError_t qr_cuda_moe_route(const float *logits, int64_t n_rows, const qr_moe_route_params *p,
                                          const float *sel_bias, int32_t *ids, float *weights, bool pdl,
                                          cudaStream_t stream) {
     if (n_rows <= 0) return cudaSuccess;
-    if (p->n_expert < 1 || p->n_expert > QR_CUDA_MOE_MAX_EXPERT || p->n_used < 1 || p->n_used > p->n_expert)
+    if (p->n_expert < 1 || p->n_expert > QR_CUDA_MOE_MAX_EXPERT || p->n_used < 1 || p->n_used > p->n_expert ||
+        p->n_groups > 32)
         return cudaErrorInvalidValue;
     const dim3 grid((unsigned)((n_rows + ROUTE_WARPS - 1) / ROUTE_WARPS)), block(32 * ROUTE_WARPS);
 #define ROUTE(PL, KR)                                                                                                  \
     launch_k(moe_route_kernel<PL, KR>, grid, block, 0, stream, pdl, logits, n_rows, (int)p->n_expert, (int)p->n_used, \
-             (int)p->gating, (bool)p->norm, p->scale, sel_bias, ids, weights)
+             (int)p->gating, (bool)p->norm, p->scale, sel_bias, ids, weights, (int)p->n_groups, (int)p->n_group_used)
     if (p->n_used > ROUTE_KREG) return ROUTE(QR_CUDA_MOE_MAX_EXPERT / 32, false);
     if (p->n_expert <= 32) return ROUTE(1, true);
     if (p->n_expert <= 64) return ROUTE(2, true);
