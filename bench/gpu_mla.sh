@@ -36,6 +36,18 @@ if [ "$STAGE" = bisect ]; then # the default mode on the lite shape with the CUD
     done
     exit 0
 fi
+if [ "$STAGE" = splits ]; then # decode t/s of the lite shape at each attention split count (QUARREL_CUDA_ATTN_SPLITS)
+    f=/tmp/qr_models_chk/deepseek2-deepseek-v2-lite-Q4_K_M.gguf
+    mkdir -p /tmp/qr_models_chk
+    [ -f "$f" ] || build-gpu/bundle/quarrel synth --arch deepseek2 --preset deepseek-v2-lite --type Q4_K_M -t "$(nproc)" \
+        -o "$f" > /tmp/mla/synth.log 2>&1
+    for sp in ${SPLITS:-default 1 2 4 8 16 32 nograph}; do
+        r=$(env $( [ "$sp" = default ] || { [ "$sp" = nograph ] && echo QUARREL_CUDA_GRAPH=0; } || echo "QUARREL_CUDA_ATTN_SPLITS=$sp" ) build-gpu/bundle/quarrel bench -m "$f" \
+            --backend cuda -p 0 -n 64 -r 2 --json 2> /dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["tg_median_tps"])')
+        echo "splits $sp: tg64 $r t/s" | tee -a "$OUT/splits.txt"
+    done
+    exit 0
+fi
 if [ "$STAGE" = trace ]; then # the default mode on the lite shape, then kernel timelines of decode and prefill
     f=/tmp/qr_models_chk/deepseek2-deepseek-v2-lite-Q4_K_M.gguf
     mkdir -p /tmp/qr_models_chk

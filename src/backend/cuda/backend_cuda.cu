@@ -1311,14 +1311,20 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
     const int group = p->n_head / p->n_head_kv;
     const int64_t base = (int64_t)a.n_tok * p->n_head_kv * ((group + gmax - 1) / gmax);
     int64_t ns = cb->tune.attn_splits;
+    /* head shapes the decode kernels do not take (MLA's 576 / 512) run the two-pass kernel below at every row
+     * count: its CTAs are (row, kv head, tile of GMAX heads), 8 for an MLA decode row, so it needs key splits even
+     * on short spans (deepseek-v2-lite decode at 64 keys in a graph: 1 split 251 t/s, 8: 376, 16: 382, 32: 375) */
+    const bool two_pass = !qr_cuda_attn_decode_supported(&a);
     if (ns <= 0) {
         ns = ((int64_t)cb->tune.attn_ctas_per_sm * cb->n_sm + base - 1) / base;
         const int64_t by_len = (max_span + 31) / 32;
         if (ns > by_len && !cb->graph_mode) ns = by_len;
-        if (max_span <= 256 && !cb->graph_mode) ns = 1; /* one CTA per tile: the fused kernel */
+        if (max_span <= 256 && !cb->graph_mode && !two_pass) ns = 1; /* one CTA per tile: the fused kernel */
         /* a graph serves every length the block table can address: one split (the fused single-kernel
-         * flash-decoding) while that is <= 1024 keys, else at least 64 keys per split */
-        const int64_t cap = (int64_t)cb->max_blocks * d->block_size, by_cap = cap <= 1024 ? 1 : (cap + 63) / 64;
+         * flash-decoding) while that is <= 1024 keys, else at least 64 keys per split; the two-pass kernel: 16
+         * splits, more from 4096 keys on (at least 256 keys per split) */
+        const int64_t cap = (int64_t)cb->max_blocks * d->block_size;
+        const int64_t by_cap = two_pass ? (cap / 256 > 16 ? cap / 256 : 16) : cap <= 1024 ? 1 : (cap + 63) / 64;
         if (ns > by_cap && cb->graph_mode) ns = by_cap;
     }
     /* a graph replays one split count at every length: empty splits are harmless (max -inf, sum 0) */

@@ -24,7 +24,7 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->mmvq_wpr = 0;
     t->gemm_tile_bytes = (int64_t)128 << 20;
     t->pdl = !env_is("QUARREL_CUDA_PDL", "0");
-    t->attn_splits = 0;
+    t->attn_splits = env_int("QUARREL_CUDA_ATTN_SPLITS", 0, 256, 0); /* 0: by the occupancy rule (backend_cuda.cu) */
     t->act_reuse = !env_is("QUARREL_CUDA_ACT_REUSE", "0");
     t->fuse = !env_is("QUARREL_CUDA_FUSE", "0");
     t->multi_pair = !env_is("QUARREL_CUDA_MULTI_PAIR", "0");
