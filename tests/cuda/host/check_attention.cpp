@@ -87,7 +87,8 @@ int main(int argc, char **argv) {
     if (dmax <= 64) { if (f16) run_grid<2, 8, true>(a); else run_grid<2, 8, false>(a); }
     else if (dmax <= 128) { if (f16) run_grid<4, 8, true>(a); else run_grid<4, 8, false>(a); }
     else if (dmax <= 256) { if (f16) run_grid<8, 4, true>(a); else run_grid<8, 4, false>(a); }
-    else { if (f16) run_grid<16, 2, true>(a); else run_grid<16, 2, false>(a); }
+    else if (dmax <= 512) { if (f16) run_grid<16, 2, true>(a); else run_grid<16, 2, false>(a); }
+    else { if (f16) run_grid<18, 2, true>(a); else run_grid<18, 2, false>(a); } /* MLA: 576 / 512 */
     double mx = 0, mw = 0; int worst = 0;
     for (size_t i = 0; i < oc.size(); i++) { double e = fabs(og[i] - oc[i]); if (!(e <= mx)) { mx = e; worst = (int)i; } mw = fmax(mw, fabs(oc[i])); }
     printf("attention h%d/%d dk%d dv%d bs%d win%d cap%g %s splits%d: max err %.3g (rel to max %.3g)\n", n_head, n_head_kv, dk, dv, bs, window, cap, f16 ? "f16" : "f32", splits, mx, mx / mw);

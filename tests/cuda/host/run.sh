@@ -119,6 +119,10 @@ for a in "9 3 64 64 16 0 0 1 1" "9 3 64 64 16 0 0 1 3" "4 4 20 12 7 0 5 0 4" "6 
     "$T/check_attention" $a || rc=1
 done
 LEN=9 "$T/check_attention" 32 8 128 128 16 0 0 1 40 || rc=1
+# multi-head latent attention (deepseek2): one kv head of 576 (kv_lora 512 + rope 64), values its first 512, 16 heads
+LEN=12 "$T/check_attention" 16 1 576 512 16 0 0 1 1 || rc=1
+LEN=12 "$T/check_attention" 16 1 576 512 16 0 0 1 16 || rc=1
+LEN=20 "$T/check_attention" 4 1 160 128 16 0 0 1 3 || rc=1
 # flash-decoding (attention_decode.cu): n_head n_head_kv d block_size window softcap splits rows
 for a in "32 8 128 16 0 0 3 1" "32 8 128 16 0 0 1 2" "9 3 64 16 0 0 5 1" "32 4 64 32 0 0 4 3" \
          "8 4 256 16 100 50 3 1" "4 1 256 32 0 0 2 1" "28 4 128 7 0 30 6 1" "40 8 128 16 0 0 2 1"; do
