@@ -427,7 +427,8 @@ static int gen_format(jsc *c, const char *fmt, sbuf *o, const char *path) {
     else if (!strcmp(fmt, "time")) g = TIME_G;
     else if (!strcmp(fmt, "date-time")) g = DATE_G " \"T\" " TIME_G;
     else if (!strcmp(fmt, "uuid")) g = HEX "{8} \"-\" " HEX "{4} \"-\" " HEX "{4} \"-\" " HEX "{4} \"-\" " HEX "{12}";
-    else if (!strcmp(fmt, "email")) g = "[a-zA-Z0-9._%+-]+ \"@\" [a-zA-Z0-9-]+ ( \".\" [a-zA-Z0-9-]+ )+";
+    else if (!strcmp(fmt, "email")) /* RFC 5321's limits: a local part of <= 64 characters, DNS labels of <= 63 */
+        g = "[a-zA-Z0-9._%+-]{1,64} \"@\" [a-zA-Z0-9-]{1,63} ( \".\" [a-zA-Z0-9-]{1,63} )+";
     else if (!strcmp(fmt, "ipv4")) g = OCTET " \".\" " OCTET " \".\" " OCTET " \".\" " OCTET;
     else if (!strcmp(fmt, "uri")) g = "[a-zA-Z] [a-zA-Z0-9+.-]* \":\" [^\"\\\\\\x00-\\x20]+";
     if (!g) return fail(c, QR_ERR_UNSUPPORTED, path, "unsupported format '%.64s'", fmt);

@@ -273,7 +273,9 @@ static const schema_case schema_cases[] = {
      {"\"2024-02-29 12:30:00\"", "\"2024-02-29T24:00:00Z\""}},
     {"{\"type\":\"string\",\"format\":\"uuid\"}", {"\"123e4567-e89b-12d3-a456-426614174000\""},
      {"\"123e4567e89b12d3a456426614174000\""}},
-    {"{\"type\":\"string\",\"format\":\"email\"}", {"\"a.b@example.com\""}, {"\"a@b\"", "\"@x.com\""}},
+    /* RFC 5321's limits make the string end: a local part of <= 64 characters, labels of <= 63 */
+    {"{\"type\":\"string\",\"format\":\"email\"}", {"\"a.b@example.com\"", "\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx@ddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd.com\""},
+     {"\"a@b\"", "\"@x.com\"", "\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx@x.com\"", "\"a@dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd.com\""}},
     {"{\"type\":\"string\",\"format\":\"ipv4\"}", {"\"192.168.0.1\"", "\"0.0.0.0\""}, {"\"256.1.1.1\"", "\"1.2.3\""}},
     {"{\"type\":[\"string\",\"null\"]}", {"\"x\"", "null"}, {"1"}},
     {"{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}]}",
