@@ -121,6 +121,41 @@ static void test_route_sigmoid_bias_and_softmax_weight(void **state) {
     qr_backend_free(be);
 }
 
+/* Group-limited routing (deepseek2): a group scores the sum of its two best selection scores; the top-k is taken
+ * within the best groups only. */
+static void test_route_groups(void **state) {
+    (void)state;
+    qr_backend *be = cpu(false);
+    /* sigmoid gating over logits whose probabilities are these scores (selection bias 0): groups of 2 score
+     * 0.9 + 0.1, 0.5 + 0.45, 0.8 + 0.0, 0.3 + 0.3 */
+    const float want[8] = {0.9f, 0.1f, 0.5f, 0.45f, 0.8f, 0.0001f, 0.3f, 0.3f};
+    float lg[8];
+    for (int e = 0; e < 8; e++) lg[e] = logf(want[e] / (1.0f - want[e]));
+    int32_t ids[2];
+    float w[2];
+    qr_moe_route_params p = {.n_expert = 8, .n_used = 2, .gating = QR_MOE_SIGMOID, .scale = 1.0f};
+    be->ops->moe_route(be, lg, 1, &p, ids, w);
+    expect_ok(be);
+    assert_int_equal(ids[0], 0); /* without groups: the two best experts */
+    assert_int_equal(ids[1], 4);
+    p.n_groups = 4;
+    p.n_group_used = 2; /* groups 0 (1.0) and 1 (0.95) kept, group 2 (0.8001) masked: expert 4 is out */
+    be->ops->moe_route(be, lg, 1, &p, ids, w);
+    expect_ok(be);
+    assert_int_equal(ids[0], 0);
+    assert_int_equal(ids[1], 2);
+    assert_true(fabs(w[1] - 0.5) < 1e-6);
+    p.n_group_used = 3; /* group 2 back in */
+    be->ops->moe_route(be, lg, 1, &p, ids, w);
+    assert_int_equal(ids[1], 4);
+    /* a group of one expert cannot be scored: refused */
+    p.n_groups = 8;
+    be->ops->moe_route(be, lg, 1, &p, ids, w);
+    char err[256];
+    assert_int_not_equal(be->ops->last_error(be, err, sizeof err), QR_OK);
+    qr_backend_free(be);
+}
+
 /* ---- experts ---- */
 
 static void test_matmul_id_matches_dense(void **state) {
@@ -442,6 +477,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_route_softmax_norm),
         cmocka_unit_test(test_route_sigmoid_bias_and_softmax_weight),
+        cmocka_unit_test(test_route_groups),
         cmocka_unit_test(test_matmul_id_matches_dense),
         cmocka_unit_test(test_matmul_id_tiled_kquant),
         cmocka_unit_test(test_gate_up_combine_glu),
