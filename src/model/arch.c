@@ -20,6 +20,7 @@ static const qr_hparam_spec hp_common[] = {
     HP("context_length", INT, REQ, n_ctx_train, 1, INT32_MAX, 0),
     HP("embedding_length", INT, REQ, n_embd, 1, 1 << 20, 0),
     HP("block_count", INT, REQ, n_layer, 1, 4096, 0),
+    HP("nextn_predict_layers", INT, OPT, n_layer_nextn, 0, 4096, 0),
     HP("feed_forward_length", INT, REQ, n_ff, 1, 1 << 22, 0),
     HP("attention.head_count", INT, REQ, n_head, 1, 4096, 0),
     HP("attention.head_count_kv", INT, OPT, n_head_kv, 1, 4096, 0),   /* default n_head */

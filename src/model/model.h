@@ -191,7 +191,9 @@ typedef struct qr_hparams {
     int32_t n_vocab;      /* token_embd rows */
     int32_t n_ctx_train;  /* {arch}.context_length */
     int32_t n_embd;       /* {arch}.embedding_length */
-    int32_t n_layer;      /* {arch}.block_count */
+    int32_t n_layer;      /* {arch}.block_count less the MTP blocks: the layers the forward pass runs */
+    int32_t n_layer_nextn;/* {arch}.nextn_predict_layers: multi-token-prediction blocks after the trunk (DeepSeek-V3,
+                           * GLM-4.5), counted in block_count and not run (llama.cpp's n_layer()) */
     int32_t n_head;       /* {arch}.attention.head_count */
     int32_t n_head_kv;    /* {arch}.attention.head_count_kv (default n_head) */
     int32_t head_dim_k;   /* {arch}.attention.key_length (default n_embd / n_head) */

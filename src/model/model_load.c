@@ -240,6 +240,10 @@ static qr_status load_hparams(loader *L) {
     hp->yarn_beta_slow = 1.0f;
     for (const qr_hparam_spec *const *grp = ai->hparams; *grp; grp++)
         for (const qr_hparam_spec *s = *grp; s->key; s++) TRY(read_hparam(L, s));
+    if (hp->n_layer_nextn >= hp->n_layer)
+        return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: metadata %s.nextn_predict_layers = %d leaves no layer of %s."
+                       "block_count = %d", m->path, L->arch, hp->n_layer_nextn, L->arch, hp->n_layer);
+    hp->n_layer -= hp->n_layer_nextn; /* the MTP blocks after the trunk are not run */
 
     /* attention shapes */
     if (hp->n_head_kv == 0) hp->n_head_kv = hp->n_head;
@@ -589,6 +593,8 @@ static qr_status load_weights(loader *L) {
         if (n.len <= 5 || memcmp(n.data + n.len - 5, ".bias", 5)) continue;
         char tmp[96];
         qr_gguf_str_copy(n, tmp, sizeof tmp);
+        int blk = -1;
+        if (sscanf(tmp, "blk.%d.", &blk) == 1 && blk >= hp->n_layer) continue; /* an MTP block's: not run */
         bool bound = false;
         for (int32_t j = 0; j < m->name_used && !bound; j++) bound = !strcmp(m->name_arena + (size_t)j * NAME_CAP, tmp);
         if (!bound)

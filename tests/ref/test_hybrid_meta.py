@@ -3,6 +3,7 @@ the MoE / SSM counters.
 
 Bad files are made from tiny synth models (F16, so every tensor copies as a plain array) with one
 metadata key removed or changed, through the gguf package's reader and writer."""
+import json
 import subprocess
 
 import numpy as np
@@ -153,6 +154,49 @@ def test_bad_tensors_are_a_clear_error(quarrel_bin, tmp_path, arch, preset, drop
     src = synth(quarrel_bin, tmp_path, arch, preset)
     bad = rewrite(src, tmp_path / "bad.gguf", drop_tensors=drop, add_tensors=add)
     assert_load_error(quarrel_bin, bad, tmp_path, expect)
+
+
+def test_mtp_blocks_are_not_run(quarrel_bin, tmp_path):
+    """A multi-token-prediction block after the trunk (DeepSeek-V3 / GLM-4.5 files: {arch}.nextn_predict_layers,
+    counted in block_count) is not run, as llama.cpp's n_layer() leaves it out: the logits equal those of the file
+    without it, its tensors (a bias among them) are not refused, and a count that leaves no layer is."""
+    src = synth(quarrel_bin, tmp_path, "deepseek2", "lite-tiny", "F32")
+    r = gguf.GGUFReader(str(src))
+    extra = {t.name.replace("blk.1.", "blk.2.", 1): np.asarray(t.data).copy() * 3.0 for t in r.tensors
+             if t.name.startswith("blk.1.")}
+    extra["blk.2.exp_probs_b.bias"] = np.ones(8, dtype=np.float32)
+    extra["blk.2.nextn.eh_proj.weight"] = np.zeros((256, 512), dtype=np.float32)
+    mtp = tmp_path / "mtp.gguf"
+    w = gguf.GGUFWriter(str(mtp), "deepseek2")
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        val = 3 if name == "deepseek2.block_count" else f.contents()
+        if f.types[0] == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(name, val, f.types[0], sub_type=f.types[-1])
+        else:
+            w.add_key_value(name, val, f.types[0])
+    w.add_key_value("deepseek2.nextn_predict_layers", 1, gguf.GGUFValueType.UINT32)
+    for t in r.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    for name, arr in extra.items():
+        w.add_tensor(name, arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    ids = tmp_path / "ids.json"
+    ids.write_text(json.dumps([(i * 37) % 1900 + 5 for i in range(40)]))
+    out = []
+    for path in (src, mtp):
+        o = tmp_path / f"{path.stem}.npy"
+        p = subprocess.run([quarrel_bin, "logits", "-m", str(path), "--tokens", str(ids), "-o", str(o), "--backend",
+                            "cpu"], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        out.append(np.load(o))
+    assert np.array_equal(out[0], out[1])
+    bad = rewrite(mtp, tmp_path / "bad.gguf", change={"deepseek2.nextn_predict_layers": 3})
+    assert_load_error(quarrel_bin, bad, tmp_path, "nextn_predict_layers = 3 leaves no layer")
 
 
 def test_run_stats_reports_moe_and_ssm(quarrel_bin, tmp_path):
