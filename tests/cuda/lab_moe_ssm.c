@@ -239,9 +239,11 @@ static void check_block(lab *L, const qr_weight *up, const qr_weight *gate, cons
 }
 
 static void check_route(lab *L) {
-    const int ne_list[] = {8, 32, 128};
-    const int k_list[] = {2, 4, 6};
-    for (int a = 0; a < 3; a++)
+    const int ne_list[] = {8, 32, 128, 8, 32, 128};
+    const int k_list[] = {2, 4, 6, 2, 4, 8};
+    /* the last three: group-limited routing (deepseek2): groups / groups used */
+    const int g_list[] = {0, 0, 0, 4, 8, 8}, gu_list[] = {0, 0, 0, 2, 3, 4};
+    for (int a = 0; a < 6; a++)
         for (int gating = 0; gating < 3; gating++) {
             const int32_t ne = ne_list[a], k = k_list[a];
             const int64_t rows = L->quick ? 17 : 257;
@@ -253,7 +255,8 @@ static void check_route(lab *L) {
             if (L->gpu->ops->weight_prepare(L->gpu, &bw, err, sizeof err) != QR_OK) exit(2);
             const qr_moe_route_params p = {.n_expert = ne, .n_used = k, .gating = (qr_moe_gating)gating,
                                            .norm = gating != 2, .scale = gating == 1 ? 2.5f : 1.0f,
-                                           .sel_bias = gating == 1 ? &bw : NULL};
+                                           .sel_bias = gating == 1 ? &bw : NULL, .n_groups = g_list[a],
+                                           .n_group_used = gu_list[a]};
             int32_t *ic = malloc(sizeof(int32_t) * (size_t)(rows * k)), *ig = malloc(sizeof(int32_t) * (size_t)(rows * k));
             int32_t *igd = (int32_t *)lab_gpu_alloc(L, sizeof(int32_t) * (size_t)(rows * k));
             L->cpu->ops->moe_route(L->cpu, lg.h, rows, &p, ic, wc.h);
@@ -262,9 +265,9 @@ static void check_route(lab *L) {
             int64_t diff = 0;
             for (int64_t i = 0; i < rows * k; i++) diff += ic[i] != ig[i];
             char cfg[72];
-            snprintf(cfg, sizeof cfg, "%s E%d k%d rows %lld (ids differ: %lld)",
-                     gating == 0 ? "softmax" : gating == 1 ? "sigmoid+bias" : "softmax-w", ne, k, (long long)rows,
-                     (long long)diff);
+            snprintf(cfg, sizeof cfg, "%s E%d k%d g%d/%d rows %lld (ids differ: %lld)",
+                     gating == 0 ? "softmax" : gating == 1 ? "sigmoid+bias" : "softmax-w", ne, k, g_list[a], gu_list[a],
+                     (long long)rows, (long long)diff);
             compare(L, "moe_route", cfg, wc.h, wg.d, rows * k, diff ? -1.0 : 1e-5, NULL, NULL, 0);
             free(ic), free(ig);
             lab_gpu_free(L, igd);
