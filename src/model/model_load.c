@@ -201,12 +201,6 @@ static qr_status check_mla_layer(loader *L, int il) {
     const qr_model *m = L->m;
     const qr_layer *l = &m->layers[il];
     const bool lora = m->hp.q_lora > 0;
-    if (il == 0) { /* expert_gating_func: 2 sigmoid, else softmax (absent: softmax, but GLM 4.7 Lite's 47/48 layers
-                    * over a 154880-token vocabulary: sigmoid, as llama.cpp guesses for files without the key) */
-        qr_hparams *hp = &L->m->hp;
-        const bool glm47 = (hp->n_layer == 47 || hp->n_layer == 48) && hp->n_vocab == 154880;
-        hp->gating = hp->gating_func == 2 || (hp->gating_func == 0 && glm47) ? QR_MOE_SIGMOID : QR_MOE_SOFTMAX;
-    }
     if (lora ? !(l->mla_q_a.host && l->mla_q_a_norm.host && l->mla_q_b.host) : !l->attn_q.host)
         return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: missing tensor blk.%d.%s (required by architecture %s "
                        "with attention.q_lora_rank %d)", m->path, il, lora ? "attn_q_a.weight" : "attn_q.weight",
@@ -586,8 +580,13 @@ static qr_status load_weights(loader *L) {
             for (const qr_tensor_spec *s = *grp; s->name; s++)
                 if (s->in & parts) TRY(bind_spec(L, s, il, &m->layers[il]));
     }
-    if (ai->arch == QR_ARCH_DEEPSEEK2)
+    if (ai->arch == QR_ARCH_DEEPSEEK2) {
+        /* expert_gating_func: 2 sigmoid, else softmax (absent: softmax, but GLM 4.7 Lite's 47/48 layers over a
+         * 154880-token vocabulary: sigmoid, as llama.cpp guesses for files without the key; n_vocab is known here) */
+        const bool glm47 = (hp->n_layer == 47 || hp->n_layer == 48) && hp->n_vocab == 154880;
+        m->hp.gating = hp->gating_func == 2 || (hp->gating_func == 0 && glm47) ? QR_MOE_SIGMOID : QR_MOE_SOFTMAX;
         for (int il = 0; il < hp->n_layer; il++) TRY(check_mla_layer(L, il));
+    }
     for (uint64_t i = 0; i < L->g->n_tensors; i++) {
         qr_gguf_str n = L->g->tensors[i].name;
         if (n.len <= 5 || memcmp(n.data + n.len - 5, ".bias", 5)) continue;

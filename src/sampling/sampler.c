@@ -321,36 +321,38 @@ static void select_top_inplace(cand *c, size_t n, size_t m) {
     qsort(c, m, sizeof *c, cand_cmp);
 }
 
-/* Writes the first m (< n) elements of c[0..n) in order into c[0..m), using out[0..m) as a heap.
- * The rest of c is left undefined. */
-static void select_top_heap(cand *c, size_t n, size_t m, cand *heap) {
-    /* min-heap under cand_before: heap[0] is the element that comes last in the order. */
-    size_t size = 0;
-    for (size_t i = 0; i < n; i++) {
-        cand x = c[i];
-        size_t j;
-        if (size < m) {
-            j = size++;
-            while (j > 0) { /* sift up */
-                size_t parent = (j - 1) / 2;
-                if (!cand_before(heap[parent], x)) break;
-                heap[j] = heap[parent];
-                j = parent;
-            }
-            heap[j] = x;
-        } else if (cand_before(x, heap[0])) {
-            j = 0;
-            for (;;) { /* sift down */
-                size_t l = 2 * j + 1, r = l + 1, worst = l;
-                if (l >= size) break;
-                if (r < size && cand_before(heap[l], heap[r])) worst = r;
-                if (!cand_before(x, heap[worst])) break;
-                heap[j] = heap[worst];
-                j = worst;
-            }
-            heap[j] = x;
+/* A bounded heap of candidates under cand_before, heap[0] the one that comes last in the order: heap_add puts x in
+ * (size < cap: grows; else x replaces heap[0] when it comes before it, or is dropped). */
+static void heap_add(cand *heap, size_t *size, size_t cap, cand x) {
+    size_t j;
+    if (*size < cap) {
+        j = (*size)++;
+        while (j > 0) { /* sift up */
+            const size_t parent = (j - 1) / 2;
+            if (!cand_before(heap[parent], x)) break;
+            heap[j] = heap[parent];
+            j = parent;
+        }
+    } else {
+        if (!cand_before(x, heap[0])) return;
+        j = 0;
+        for (;;) { /* sift down */
+            const size_t l = 2 * j + 1, r = l + 1;
+            if (l >= *size) break;
+            const size_t worst = r < *size && cand_before(heap[l], heap[r]) ? r : l;
+            if (!cand_before(x, heap[worst])) break;
+            heap[j] = heap[worst];
+            j = worst;
         }
     }
+    heap[j] = x;
+}
+
+/* Writes the first m (< n) elements of c[0..n) in order into c[0..m), using heap[0..m) as a heap.
+ * The rest of c is left undefined. */
+static void select_top_heap(cand *c, size_t n, size_t m, cand *heap) {
+    size_t size = 0;
+    for (size_t i = 0; i < n; i++) heap_add(heap, &size, m, c[i]);
     memcpy(c, heap, size * sizeof *c);
     qsort(c, size, sizeof *c, cand_cmp);
 }
@@ -366,28 +368,7 @@ static size_t select_top_heap_row(const float *x, int32_t n, size_t m, cand *hea
         if (!(v > -INFINITY)) continue;
         finite++;
         if (size == m && !(v > heap[0].logit)) continue;
-        const cand e = {i, v};
-        size_t j;
-        if (size < m) {
-            j = size++;
-            while (j > 0) { /* sift up */
-                size_t parent = (j - 1) / 2;
-                if (!cand_before(heap[parent], e)) break;
-                heap[j] = heap[parent];
-                j = parent;
-            }
-        } else {
-            j = 0;
-            for (;;) { /* sift down */
-                size_t l = 2 * j + 1, r = l + 1, worst = l;
-                if (l >= size) break;
-                if (r < size && cand_before(heap[l], heap[r])) worst = r;
-                if (!cand_before(e, heap[worst])) break;
-                heap[j] = heap[worst];
-                j = worst;
-            }
-        }
-        heap[j] = e;
+        heap_add(heap, &size, m, (cand){i, v});
     }
     if (finite <= m) return 0;
     memcpy(c, heap, m * sizeof *c);
