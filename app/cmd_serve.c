@@ -65,6 +65,8 @@ static const sopt opts[] = {
     {"gpu", 1, "CUDA device index (default 0)"},
     {"tp", 1, "tensor parallelism over N ranks: GPUs gpu..gpu+N-1 joined by NCCL, or N CPU ranks (default 1)"},
     {"split-mode", 1, "with --tp: tensor (default) or layer (whole layers a rank, run in turn)"},
+    {"tp-addr", 1, "with --tp: one rank a process, meeting at HOST:PORT (this server is rank 0; start "
+                   "`quarrel worker` for ranks 1..N-1); the startup model only"},
     {"tensor-split", 1, "with --split-mode layer: the ranks' shares of the layers, comma-separated (default even)"},
     {"config", 1, "config file: 'key = value' lines with the option names above"},
 };
@@ -169,6 +171,7 @@ static int apply(serve_state *st, const char *name, const char *v) {
         }
     } else if (!strcmp(name, "gpu")) NUM(0, 64, c->gpu, int32_t);
     else if (!strcmp(name, "tp")) NUM(1, 16, c->tp, int32_t);
+    else if (!strcmp(name, "tp-addr")) c->tp_addr = v;
     else if (!strcmp(name, "split-mode")) {
         if (!strcmp(v, "tensor") || !strcmp(v, "row")) c->split_mode = QR_SPLIT_TENSOR;
         else if (!strcmp(v, "layer")) c->split_mode = QR_SPLIT_LAYER;

@@ -22,6 +22,7 @@ int cmd_embed(int argc, char **argv);
 int cmd_push(int argc, char **argv);
 int cmd_search(int argc, char **argv);
 int cmd_list(int argc, char **argv);
+int cmd_worker(int argc, char **argv);
 
 /* cmd_list.c: "models (quarrel list): NAME, ..." — the names that resolve as MODEL — for the --help
  * texts; nothing when there are none. */

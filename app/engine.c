@@ -72,6 +72,8 @@ static int load_model(const char *name, const app_engine_opts *o, const char *wh
     mp.tp = o->tp;
     mp.split_mode = o->split_mode;
     memcpy(mp.tensor_split, o->tensor_split, sizeof mp.tensor_split);
+    mp.tp_addr = o->tp_addr;
+    mp.tp_rank = o->tp_rank;
     if (qr_model_load(path, &mp, out, err, sizeof err) != QR_OK) {
         fprintf(stderr, "quarrel: %s%s\n", what, err);
         return 1;
@@ -79,11 +81,33 @@ static int load_model(const char *name, const app_engine_opts *o, const char *wh
     return 0;
 }
 
+/* A worker rank (--tp-rank >= 1): serves the driver's commands until it leaves, then exits the process. */
+static void serve_rank(qr_model *m, const app_engine_opts *o) {
+    char err[1024];
+    fprintf(stderr, "quarrel: rank %d of %d (%s) joined the driver at %s\n", o->tp_rank, o->tp,
+            qr_model_backend_name(m), o->tp_addr);
+    const qr_status st = qr_tp_worker_serve(m, err, sizeof err);
+    if (st != QR_OK) fprintf(stderr, "quarrel: %s\n", err);
+    else fprintf(stderr, "quarrel: rank %d: the driver left\n", o->tp_rank);
+    qr_model_free(m);
+    fflush(stdout);
+    exit(st == QR_OK ? 0 : 1);
+}
+
 int app_engine_open(app_engine *e, const app_engine_opts *o) {
     char err[1024];
     memset(e, 0, sizeof *e);
     double t0 = app_time_s();
+    if (o->tp_rank > 0 && (o->tp < 2 || !o->tp_addr)) {
+        fprintf(stderr, "quarrel: --tp-rank %d needs --tp N (N > 1) and --tp-addr HOST:PORT\n", o->tp_rank);
+        return 2;
+    }
+    if (o->tp_addr && o->tp < 2) {
+        fprintf(stderr, "quarrel: --tp-addr needs --tp N (N > 1): the number of ranks\n");
+        return 2;
+    }
     if (load_model(o->model, o, "", e->path, sizeof e->path, &e->model)) return 1;
+    if (o->tp_rank > 0) serve_rank(e->model, o); /* does not return */
     const char *note = qr_model_backend_note(e->model);
     if (note[0]) fprintf(stderr, "quarrel: %s, using the CPU\n", note);
     if (qr_tokenizer_from_model(e->model, &e->tok, err, sizeof err) != QR_OK) {
@@ -117,6 +141,7 @@ int app_spec_open(app_engine *e, const app_engine_opts *o) {
     if (o->draft_path) {
         app_engine_opts d = *o; /* a draft model runs on one rank (small, and its heads may not split) */
         d.tp = 0;
+        d.tp_addr = NULL;
         if (load_model(o->draft_path, &d, "--draft-model: ", path, sizeof path, &e->draft_model)) return 1;
         sp.draft_model = e->draft_model;
     }
@@ -385,6 +410,8 @@ int app_engine_opt(int id, const char *arg, app_engine_opts *o) {
         }
         return 0;
     case 1106: return app_parse_split("--tensor-split", arg, o->tensor_split);
+    case 1107: o->tp_addr = arg; return 0;
+    case 1108: return app_parse_int("--tp-rank", arg, 0, 15, &o->tp_rank);
     case 1102:
     case 1103: {
         const int t = qr_cache_type_from_name(arg);

@@ -33,6 +33,8 @@ typedef struct app_engine_opts {
     int32_t tp;        /* --tp: tensor-parallel ranks (0 / 1: none) */
     qr_split_mode split_mode; /* --split-mode: tensor (default) or layer */
     float tensor_split[16];   /* --tensor-split: each rank's share of the layers (all 0: even) */
+    const char *tp_addr;      /* --tp-addr HOST:PORT: ranks in several processes meet there (NULL: one process) */
+    int32_t tp_rank;          /* --tp-rank: this process's rank (>= 1: a worker; app_engine_open serves and exits) */
     qr_cache_type type_k, type_v; /* --cache-type-k / --cache-type-v (default f16) */
     /* speculative decoding (APP_SPEC_LONGOPTS): spec_on makes e->spec with spec (kind, draft_*; start from
      * qr_spec_default_params()), loading draft_path (path or Ollama name) as its draft model with the
@@ -94,7 +96,8 @@ int app_sampler_opt(int id, const char *arg, qr_sampler_chain_params *p);
  * app_engine_opt handles one (returns 0, or 2 on a bad value, or -1 when the id is not one of them). */
 #define APP_ENGINE_LONGOPTS \
     {"backend", 1, 0, 1100}, {"gpu", 1, 0, 1101}, {"cache-type-k", 1, 0, 1102}, {"cache-type-v", 1, 0, 1103}, \
-        {"tp", 1, 0, 1104}, {"split-mode", 1, 0, 1105}, {"tensor-split", 1, 0, 1106}
+        {"tp", 1, 0, 1104}, {"split-mode", 1, 0, 1105}, {"tensor-split", 1, 0, 1106}, {"tp-addr", 1, 0, 1107}, \
+        {"tp-rank", 1, 0, 1108}
 int app_engine_opt(int id, const char *arg, app_engine_opts *o);
 #define APP_ENGINE_HELP                                                                                  \
     "  --backend B          cpu, cuda or auto (default auto: CUDA when a GPU is usable, else the CPU)\n" \
@@ -103,6 +106,9 @@ int app_engine_opt(int id, const char *arg, app_engine_opts *o);
     "  --split-mode M       with --tp: tensor (default: every layer split, all-reduces) or layer (whole\n" \
     "                       layers a rank, run in turn: GPUs without a fast link)\n"                 \
     "  --tensor-split A,B.. --split-mode layer: the ranks' shares of the layers (default even)\n"      \
+    "  --tp-addr HOST:PORT  with --tp: one rank a process (this host or several), meeting there; this\n" \
+    "                       process is rank 0 and runs the model, `quarrel worker` the other ranks\n"  \
+    "  --tp-rank R          with --tp-addr: this process's rank (>= 1: serve rank R, like quarrel worker)\n" \
     "  --cache-type-k T, --cache-type-v T\n"                                                          \
     "                       KV cache storage of K / V: f16 (default), bf16, q8_0, q4_0, f32\n"
 

@@ -24,6 +24,7 @@ static const command commands[] = {
     {"tokenize", cmd_tokenize, "text -> token ids with a model's tokenizer (as llama.cpp tokenizes)"},
     {"detokenize", cmd_detokenize, "token ids -> text"},
     {"serve", cmd_serve, "HTTP/WebSocket server: Ollama + OpenAI APIs, continuous batching"},
+    {"worker", cmd_worker, "one rank of a model split over several processes or hosts (--tp-addr)"},
     {"keys", cmd_keys, "create, list, rotate and revoke the server's API keys"},
     {"template", cmd_template, "render a chat template (as transformers' apply_chat_template does)"},
     {"embed", cmd_embed, "embeddings of texts (bert, nomic-bert, pooled decoders) as .npy or JSON lines"},

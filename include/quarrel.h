@@ -108,6 +108,12 @@ typedef struct qr_model_params {
                         * are split across the ranks (Megatron-style); Mamba2 mixers run whole on every rank */
     qr_split_mode split_mode; /* with tp > 1: QR_SPLIT_TENSOR (default) or QR_SPLIT_LAYER */
     float tensor_split[16];   /* QR_SPLIT_LAYER: each rank's share of the layers (all 0: even) */
+    const char *tp_addr; /* with tp > 1: "HOST:PORT" where the tp ranks, one a process (on one host or several),
+                          * meet over TCP; NULL = all ranks in this process. Rank 0 (the driver, which runs the
+                          * model: contexts, qr_decode) listens there; ranks 1..tp-1 are loaded with tp_rank set
+                          * and then run qr_tp_worker_serve. CUDA ranks join one NCCL group (gpu = this process's
+                          * GPU); CPU ranks sum over the TCP connections. QR_SPLIT_TENSOR only */
+    int32_t tp_rank;     /* with tp_addr: this process's rank, 0..tp-1 */
 } qr_model_params;
 
 /* Defaults: backend auto on GPU 0, all CPUs, SIMD kernels. */
@@ -145,6 +151,9 @@ QR_API const char *qr_model_backend_name(const qr_model *model);
  * found" or "the model needs 14.2 GiB of GPU memory, 7.9 GiB are free"; "" when it runs where
  * asked (and in builds without CUDA). For one log line by the caller; the library prints nothing. */
 QR_API const char *qr_model_backend_note(const qr_model *model);
+/* A model loaded with tp_addr and tp_rank >= 1 (a worker): runs the driver's commands on this rank's shard until
+ * the driver closes the connection (QR_OK) or the connection fails (QR_ERR_IO). The model is then unusable: free it. */
+QR_API qr_status qr_tp_worker_serve(qr_model *model, char *err, size_t err_len);
 /* Ranks the model runs on (1 without tensor parallelism). */
 QR_API int32_t qr_model_tp(const qr_model *model);
 /* Free and total bytes of the device memory rank `rank` (0..qr_model_tp - 1) runs in; false on the CPU (host

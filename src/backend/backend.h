@@ -551,5 +551,10 @@ bool qr_cuda_mem_info(int gpu, size_t *free_bytes, size_t *total_bytes);
  * libnccl.so.2 from the library path) and makes their communicators, after which each backend's all_reduce sums
  * over the group. Errors: no NCCL library, a symbol missing, NCCL's own failure (its message). */
 qr_status qr_backend_cuda_tp_init(qr_backend *const *bes, int32_t n, char *err, size_t err_len);
+/* Ranks in several processes: a new NCCL unique id (128 bytes, made by rank 0 and sent to the others), and one
+ * backend joining the group of `world` ranks as rank `rank` (ncclCommInitRank: every rank calls it at once). */
+qr_status qr_backend_cuda_nccl_id(uint8_t *id, char *err, size_t err_len);
+qr_status qr_backend_cuda_tp_join(qr_backend *be, int32_t world, int32_t rank, const uint8_t *id, char *err,
+                                  size_t err_len);
 
 #endif /* QR_BACKEND_H */

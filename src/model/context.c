@@ -1,10 +1,12 @@
 /* context.c — qr_context: the paged KV cache, activation buffers, and qr_decode, which validates a
  * batch, reserves cache blocks, splits it into passes of at most n_batch rows, runs the model's
  * forward pass on the backend and collects the requested logits. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/uio.h>
 
 #include "model/model.h"
 #include "kv/kv_cache.h"
@@ -23,6 +25,7 @@ typedef struct ctx_rank {
     int32_t dev_out_cap; /* rows f.xo / f.logits hold */
     qr_status st;        /* the last rank job's result, with its message */
     char err[256];
+    bool remote;         /* a rank of another process (the driver's view: m, be NULL; its jobs go over tp_net) */
 } ctx_rank;
 
 struct qr_context {
@@ -32,6 +35,7 @@ struct qr_context {
     uint64_t kv_bytes; /* bytes of the K/V storage (n_ctx slots of every layer, all ranks) */
     qr_kv_cache *kvc;  /* block bookkeeping (one for all ranks) */
     int32_t world;     /* ranks: 1, or the model's tensor-parallel ranks */
+    uint32_t net_id;   /* ranks in several processes: this context's name in the commands to the other ranks */
     qr_tp_pool *pool;  /* world > 1: the ranks' threads (every rank's backend calls run there) */
     bool failed;       /* world > 1: a rank failed during a forward pass; the ranks may be out of step (qr_decode
                         * refuses to run: the model has to be loaded again) */
@@ -171,9 +175,49 @@ static qr_status rank_error(qr_context *c, char *err, size_t err_len) {
     return QR_OK;
 }
 
+/* ---- ranks in other processes: each rank job as a command over tp_net (the worker's side: qr_tp_worker_serve) ---- */
+
+enum { TP_CMD_CTX = 1, TP_CMD_DEV_OUT, TP_CMD_PASS, TP_CMD_SSM_RESET, TP_CMD_COW, TP_CMD_CTX_FREE };
+
+typedef struct tp_ctx_msg {
+    uint32_t id;
+    int32_t n_ctx, n_batch, n_seq_max, n_threads;
+    qr_kv_desc kd;
+} tp_ctx_msg;
+
+typedef struct tp_small_msg { /* DEV_OUT (a = rows), SSM_RESET (a = seq), COW (a = src, b = dst), CTX_FREE */
+    uint32_t id;
+    int32_t a, b;
+} tp_small_msg;
+
+typedef struct tp_pass_msg { /* then tokens, pos, seq, kv_slot [n_tokens], block_table, output_rows [n_outputs] */
+    uint32_t id;
+    int32_t n_tokens, n_seqs, max_blocks, n_outputs;
+    uint8_t row_exact, graph, embd, pad;
+    uint64_t key;
+} tp_pass_msg;
+
+static _Atomic uint32_t tp_next_ctx_id = 1;
+
+static void remote_call(qr_context *c, int32_t r, uint32_t type, const struct iovec *parts, int n_parts,
+                        const void **reply, size_t *reply_len) {
+    ctx_rank *k = &c->rk[r];
+    k->st = qr_tp_net_call(c->model->tp_net, r, type, parts, n_parts, reply, reply_len, k->err, sizeof k->err);
+}
+
+static void remote_small(qr_context *c, int32_t r, uint32_t type, int32_t a, int32_t b) {
+    tp_small_msg m = {.id = c->net_id, .a = a, .b = b};
+    const struct iovec part = {.iov_base = &m, .iov_len = sizeof m};
+    remote_call(c, r, type, &part, 1, NULL, NULL);
+}
+
 static void rank_release(qr_context *c, int32_t r, void *arg) {
     (void)arg;
     ctx_rank *k = &c->rk[r];
+    if (k->remote) {
+        if (k->dev_out_cap >= 0) remote_small(c, r, TP_CMD_CTX_FREE, 0, 0);
+        return;
+    }
     if (!k->be) return;
     if (k->be->ops->graph_release) k->be->ops->graph_release(k->be, c);
     qr_fwd_free(k->be, &k->f);
@@ -212,11 +256,19 @@ typedef struct rank_setup_args {
 static void rank_setup(qr_context *c, int32_t r, void *arg) {
     const rank_setup_args *a = arg;
     ctx_rank *k = &c->rk[r];
+    k->st = QR_OK;
+    if (k->remote) {
+        tp_ctx_msg m = {.id = c->net_id, .n_ctx = c->n_ctx, .n_batch = c->n_batch, .n_seq_max = c->n_seq_max,
+                        .n_threads = a->p->n_threads, .kd = *a->kd};
+        const struct iovec part = {.iov_base = &m, .iov_len = sizeof m};
+        remote_call(c, r, TP_CMD_CTX, &part, 1, NULL, NULL);
+        if (k->st != QR_OK) k->dev_out_cap = -1; /* nothing to free there */
+        return;
+    }
     const qr_hparams *hp = &k->m->hp;
     qr_backend *be = k->be;
-    k->st = QR_OK;
     int32_t nt = a->p->n_threads;
-    if (nt > 0 && c->world > 1) nt = nt / c->world > 0 ? nt / c->world : 1;
+    if (nt > 0 && c->world > 1 && !c->model->tp_net) nt = nt / c->world > 0 ? nt / c->world : 1; /* one process's */
     if (nt > 0 && (k->st = be->ops->set_n_threads(be, nt, k->err, sizeof k->err)) != QR_OK) return;
     qr_kv_desc kd = *a->kd;
     kd.n_layer = hp->n_layer; /* a layer split's stage: its layers */
@@ -293,9 +345,11 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
         st = qr_errf(err, err_len, QR_ERR_NOMEM, "context: out of memory");
         goto fail;
     }
+    c->net_id = atomic_fetch_add(&tp_next_ctx_id, 1);
     for (int32_t r = 0; r < world; r++) {
         c->rk[r].m = world > 1 ? model->tp_shards[r] : model;
-        c->rk[r].be = c->rk[r].m->be;
+        c->rk[r].be = c->rk[r].m ? c->rk[r].m->be : NULL;
+        c->rk[r].remote = !c->rk[r].m; /* another process's rank */
     }
     if (world > 1 && (st = qr_tp_pool_create(model, &c->pool, err, err_len)) != QR_OK) goto fail;
     const int32_t n_blocks = c->n_ctx / KV_BLOCK_SIZE;
@@ -356,6 +410,11 @@ static void rank_dev_out(qr_context *c, int32_t r, void *arg) {
     ctx_rank *k = &c->rk[r];
     k->st = QR_OK;
     if (rows <= k->dev_out_cap) return;
+    if (k->remote) {
+        remote_small(c, r, TP_CMD_DEV_OUT, rows, 0);
+        if (k->st == QR_OK) k->dev_out_cap = rows;
+        return;
+    }
     qr_backend *be = k->be;
     if (be->ops->graph_release) be->ops->graph_release(be, c); /* recorded passes use the old buffers */
     const size_t nv = qr_pipe_last(k->m) ? (size_t)qr_model_n_logits(k->m) : 1; /* a layer split: the last rank's */
@@ -401,7 +460,36 @@ typedef struct pass_args {
     float *hidden;
     double *prof;         /* rank 0's split of the time (set_batch, forward, error check, read), or NULL */
     int32_t stage;        /* a layer split: the rank that runs now */
+    float *cols;          /* a worker process: its rank's vocabulary columns of the rows, [n_outputs][its rows] */
 } pass_args;
+
+/* A rank of another process: the pass as a command, its vocabulary columns of the logits back. */
+static void remote_pass(qr_context *c, int32_t r, const pass_args *a) {
+    ctx_rank *k = &c->rk[r];
+    const qr_batch_plan *p = a->plan;
+    tp_pass_msg m = {.id = c->net_id, .n_tokens = p->n_tokens, .n_seqs = p->n_seqs, .max_blocks = p->max_blocks,
+                     .n_outputs = p->n_outputs, .row_exact = p->row_exact, .graph = a->graph, .embd = a->embd,
+                     .key = a->key};
+    const size_t nt = (size_t)p->n_tokens * sizeof(int32_t);
+    const struct iovec parts[] = {
+        {&m, sizeof m}, {(void *)p->tokens, nt}, {(void *)p->pos, nt}, {(void *)p->seq, nt}, {(void *)p->kv_slot, nt},
+        {(void *)p->block_table, (size_t)p->n_seqs * (size_t)p->max_blocks * sizeof(int32_t)},
+        {(void *)p->output_rows, (size_t)p->n_outputs * sizeof(int32_t)}};
+    const void *reply = NULL;
+    size_t len = 0;
+    remote_call(c, r, TP_CMD_PASS, parts, (int)(sizeof parts / sizeof parts[0]), &reply, &len);
+    if (k->st != QR_OK || a->embd) return;
+    const int64_t V = c->model->hp.n_vocab, v0 = V * r / c->world, nv = V * (r + 1) / c->world - v0;
+    const size_t no = (size_t)p->n_outputs;
+    if (len != no * (size_t)nv * sizeof(float)) {
+        k->st = qr_errf(k->err, sizeof k->err, QR_ERR_INTERNAL, "rank %d sent %zu bytes of logits, not %zu", r, len,
+                        no * (size_t)nv * sizeof(float));
+        return;
+    }
+    for (size_t i = 0; i < no; i++)
+        memcpy(c->logits + ((size_t)a->out_done + i) * (size_t)V + v0, (const float *)reply + i * (size_t)nv,
+               (size_t)nv * sizeof(float));
+}
 
 static void rank_pass(qr_context *c, int32_t r, void *arg) {
     const pass_args *a = arg;
@@ -413,6 +501,10 @@ static void rank_pass(qr_context *c, int32_t r, void *arg) {
 #define RANK_PROF(i) \
     if (a->prof && r == 0) qr_prof_lap(&a->prof[i], &t)
     if (c->layer_split && r != a->stage) return; /* a layer split runs one stage at a time */
+    if (k->remote) {
+        remote_pass(c, r, a);
+        return;
+    }
     if ((k->st = be->ops->set_batch(be, plan, k->err, sizeof k->err)) != QR_OK) return;
     const size_t x_bytes = (size_t)plan->n_tokens * k->m->hp.n_embd * sizeof(float);
     if (c->layer_split && !qr_pipe_first(k->m)) be->ops->write(be, k->f.x, c->pipe_x, x_bytes); /* the previous stage's */
@@ -439,6 +531,8 @@ static void rank_pass(qr_context *c, int32_t r, void *arg) {
     const int32_t no = plan->n_outputs, V = c->model->hp.n_vocab;
     if (!qr_pipe_last(k->m)) { /* a layer split's stage before the last: hand x on */
         be->ops->read(be, c->pipe_x, k->f.x, x_bytes);
+    } else if (a->cols) {
+        if (no > 0) be->ops->read(be, a->cols, k->f.logits, (size_t)no * (size_t)qr_model_n_logits(k->m) * sizeof(float));
     } else if (a->embd) {
         if (r == 0 || c->layer_split) be->ops->read(be, a->hidden, k->f.xo, (size_t)no * k->m->hp.n_embd * sizeof(float));
     } else if (no > 0 && (c->world == 1 || c->layer_split)) {
@@ -454,7 +548,8 @@ static void rank_pass(qr_context *c, int32_t r, void *arg) {
 
 /* Resets sequence *(int32_t *)arg's recurrent state on a rank (-1: every sequence's). */
 static void rank_ssm_reset(qr_context *c, int32_t r, void *arg) {
-    qr_ssm_state_reset(c->rk[r].f.mamba.ssm, *(const int32_t *)arg);
+    if (c->rk[r].remote) remote_small(c, r, TP_CMD_SSM_RESET, *(const int32_t *)arg, 0);
+    else qr_ssm_state_reset(c->rk[r].f.mamba.ssm, *(const int32_t *)arg);
 }
 
 /* Whether any rank keeps recurrent (Mamba2) states (a layer split's stage may have none). */
@@ -469,7 +564,8 @@ typedef struct cow_args {
 } cow_args;
 static void rank_cow(qr_context *c, int32_t r, void *arg) {
     const cow_args *a = arg;
-    c->rk[r].be->ops->kv_copy_block(c->rk[r].be, c->rk[r].kvs, a->src, a->dst);
+    if (c->rk[r].remote) remote_small(c, r, TP_CMD_COW, a->src, a->dst);
+    else c->rk[r].be->ops->kv_copy_block(c->rk[r].be, c->rk[r].kvs, a->src, a->dst);
 }
 
 qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len) {
@@ -696,5 +792,170 @@ done:
     qr_kv_cache_clear(kvc);
     c->n_rows_last = 0;
     c->last_out = -1;
+    return st;
+}
+
+/* ---- a worker process's side of the commands (ranks in several processes) ---- */
+
+#define TP_WORKER_MAX_CTX 64
+
+/* The worker's context for the driver's context `id`: rank `self` alone (the others are other processes). */
+static qr_status worker_ctx_create(qr_model *m, const tp_ctx_msg *msg, qr_context **out, char *err, size_t err_len) {
+    const int32_t R = m->tp_self;
+    qr_context *c = calloc(1, sizeof *c);
+    if (!c) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
+    c->model = m;
+    c->be = m->be;
+    c->n_ctx = msg->n_ctx;
+    c->n_batch = msg->n_batch;
+    c->n_seq_max = msg->n_seq_max;
+    c->world = m->tp_world;
+    c->net_id = msg->id;
+    c->prof_n = -1;
+    c->last_out = -1;
+    c->rk[R].m = m->tp_shards[R];
+    c->rk[R].be = m->tp_shards[R]->be;
+    const qr_context_params p = {.n_threads = msg->n_threads};
+    rank_setup_args sa = {.p = &p, .kd = &msg->kd};
+    rank_setup(c, R, &sa);
+    if (c->rk[R].st != QR_OK) {
+        const qr_status st = qr_errf(err, err_len, c->rk[R].st, "%s", c->rk[R].err);
+        rank_release(c, R, NULL);
+        free(c);
+        return st;
+    }
+    *out = c;
+    return QR_OK;
+}
+
+static void worker_ctx_free(qr_context *c) {
+    rank_release(c, c->model->tp_self, NULL);
+    free(c);
+}
+
+/* One PASS command on the worker's context: the plan from the message, the rank's pass, its logits columns. */
+static qr_status worker_pass(qr_context *c, const void *payload, size_t bytes, float **cols, size_t *cols_cap,
+                             size_t *out_bytes, char *err, size_t err_len) {
+    const int32_t R = c->model->tp_self;
+    ctx_rank *k = &c->rk[R];
+    tp_pass_msg m;
+    if (bytes < sizeof m) return qr_errf(err, err_len, QR_ERR_FORMAT, "a short pass command");
+    memcpy(&m, payload, sizeof m);
+    const size_t nt = (size_t)m.n_tokens, nbt = (size_t)m.n_seqs * (size_t)m.max_blocks;
+    if (m.n_tokens < 1 || m.n_tokens > c->n_batch || m.n_outputs < 0 || m.n_outputs > m.n_tokens ||
+        m.n_seqs != c->n_seq_max || m.max_blocks < 1 ||
+        bytes != sizeof m + (4 * nt + nbt + (size_t)m.n_outputs) * sizeof(int32_t))
+        return qr_errf(err, err_len, QR_ERR_FORMAT, "a malformed pass command (%d rows, %d outputs)", m.n_tokens,
+                       m.n_outputs);
+    const int32_t *a = (const int32_t *)((const char *)payload + sizeof m);
+    const qr_batch_plan plan = {.n_tokens = m.n_tokens, .tokens = a, .pos = a + nt, .seq = a + 2 * nt,
+                                .kv_slot = a + 3 * nt, .n_seqs = m.n_seqs, .max_blocks = m.max_blocks,
+                                .block_table = a + 4 * nt, .n_outputs = m.n_outputs,
+                                .output_rows = a + 4 * nt + nbt, .row_exact = m.row_exact};
+    const int32_t rows = m.n_outputs > 0 ? m.n_outputs : 1;
+    rank_dev_out(c, R, (void *)&rows);
+    if (k->st != QR_OK) return qr_errf(err, err_len, k->st, "%s", k->err);
+    const size_t need = (size_t)m.n_outputs * (size_t)qr_model_n_logits(k->m) * sizeof(float);
+    if (need > *cols_cap) {
+        float *nb = realloc(*cols, need);
+        if (!nb) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory for %d rows of logits", m.n_outputs);
+        *cols = nb;
+        *cols_cap = need;
+    }
+    float hidden_sink = 0.0f;
+    pass_args pa = {.plan = &plan, .graph = m.graph && k->be->ops->run_graph, .key = m.key, .embd = m.embd,
+                    .hidden = &hidden_sink, .cols = m.embd ? NULL : *cols};
+    rank_pass(c, R, &pa);
+    if (k->st != QR_OK) return qr_errf(err, err_len, k->st, "%s", k->err);
+    *out_bytes = m.embd ? 0 : need;
+    return QR_OK;
+}
+
+qr_status qr_tp_worker_serve(qr_model *m, char *err, size_t err_len) {
+    if (!m || !m->tp_net || m->tp_self < 1)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "not a worker rank (load the model with tp_addr and tp_rank >= 1)");
+    qr_tp_net *net = m->tp_net;
+    struct {
+        uint32_t id;
+        qr_context *c;
+    } ctxs[TP_WORKER_MAX_CTX] = {{0}};
+    float *cols = NULL;
+    size_t cols_cap = 0;
+    qr_status st = QR_OK;
+    for (;;) {
+        uint32_t type = 0;
+        const void *pl = NULL;
+        size_t bytes = 0;
+        st = qr_tp_net_next(net, &type, &pl, &bytes);
+        if (st == QR_ERR_NOT_FOUND) { /* the driver closed the connection: done */
+            st = QR_OK;
+            break;
+        }
+        if (st != QR_OK) {
+            st = qr_errf(err, err_len, st, "tensor parallelism: rank %d lost the driver", m->tp_self);
+            break;
+        }
+        const uint32_t id = bytes >= sizeof(uint32_t) ? *(const uint32_t *)pl : 0;
+        int slot = -1;
+        for (int i = 0; i < TP_WORKER_MAX_CTX && slot < 0; i++)
+            if (ctxs[i].c && ctxs[i].id == id) slot = i;
+        char msg[512] = "";
+        qr_status rs = QR_OK;
+        const void *out = NULL;
+        size_t out_bytes = 0;
+        tp_small_msg sm = {0};
+        if (type != TP_CMD_CTX && type != TP_CMD_PASS) {
+            if (bytes != sizeof sm) rs = qr_errf(msg, sizeof msg, QR_ERR_FORMAT, "a malformed command %u", type);
+            else memcpy(&sm, pl, sizeof sm);
+        }
+        if (rs == QR_OK && type != TP_CMD_CTX && slot < 0)
+            rs = qr_errf(msg, sizeof msg, QR_ERR_INVALID_ARG, "no context %u on this rank", id);
+        qr_context *c = slot >= 0 ? ctxs[slot].c : NULL;
+        ctx_rank *k = c ? &c->rk[m->tp_self] : NULL;
+        if (rs == QR_OK) switch (type) {
+            case TP_CMD_CTX: {
+                int free_slot = -1;
+                for (int i = 0; i < TP_WORKER_MAX_CTX && free_slot < 0; i++)
+                    if (!ctxs[i].c) free_slot = i;
+                if (bytes != sizeof(tp_ctx_msg)) rs = qr_errf(msg, sizeof msg, QR_ERR_FORMAT, "a malformed context command");
+                else if (slot >= 0) rs = qr_errf(msg, sizeof msg, QR_ERR_INVALID_ARG, "context %u exists", id);
+                else if (free_slot < 0)
+                    rs = qr_errf(msg, sizeof msg, QR_ERR_BUSY, "more than %d contexts on one rank", TP_WORKER_MAX_CTX);
+                else {
+                    tp_ctx_msg cm;
+                    memcpy(&cm, pl, sizeof cm);
+                    rs = worker_ctx_create(m, &cm, &ctxs[free_slot].c, msg, sizeof msg);
+                    if (rs == QR_OK) ctxs[free_slot].id = id;
+                }
+                break;
+            }
+            case TP_CMD_DEV_OUT:
+                rank_dev_out(c, m->tp_self, &sm.a);
+                if ((rs = k->st) != QR_OK) snprintf(msg, sizeof msg, "%s", k->err);
+                break;
+            case TP_CMD_PASS:
+                rs = worker_pass(c, pl, bytes, &cols, &cols_cap, &out_bytes, msg, sizeof msg);
+                out = cols;
+                break;
+            case TP_CMD_SSM_RESET: rank_ssm_reset(c, m->tp_self, &sm.a); break;
+            case TP_CMD_COW: {
+                cow_args ca = {.src = sm.a, .dst = sm.b};
+                rank_cow(c, m->tp_self, &ca);
+                break;
+            }
+            case TP_CMD_CTX_FREE:
+                worker_ctx_free(c);
+                ctxs[slot].c = NULL;
+                break;
+            default: rs = qr_errf(msg, sizeof msg, QR_ERR_UNSUPPORTED, "unknown command %u", type);
+            }
+        if (!qr_tp_net_reply(net, rs, msg, rs == QR_OK ? out : NULL, rs == QR_OK ? out_bytes : 0)) {
+            st = qr_errf(err, err_len, QR_ERR_IO, "tensor parallelism: rank %d lost the driver", m->tp_self);
+            break;
+        }
+    }
+    for (int i = 0; i < TP_WORKER_MAX_CTX; i++)
+        if (ctxs[i].c) worker_ctx_free(ctxs[i].c);
+    free(cols);
     return st;
 }

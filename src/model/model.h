@@ -355,6 +355,9 @@ struct qr_model {
     bool pipe_more;             /* layer split: more layers follow on the next rank (no output head here) */
     void **tp_owned;            /* a shard: host copies of column / expert slices (owned) */
     int32_t n_tp_owned, cap_tp_owned;
+    struct qr_tp_net *tp_net;   /* the full model, ranks in several processes (tp_addr): the connections (owned), or
+                                 * NULL; only rank tp_self's shard is here, the other tp_shards[r] are NULL */
+    int32_t tp_self;            /* with tp_net: this process's rank (0: the driver) */
 };
 
 /* ---- forward state ---- */
@@ -446,6 +449,32 @@ qr_status qr_tp_pool_create(const qr_model *m, qr_tp_pool **out, char *err, size
 /* Runs fn(arg, r) on every rank's thread at once; returns when all have returned. */
 void qr_tp_pool_run(qr_tp_pool *p, void (*fn)(void *arg, int32_t rank), void *arg);
 void qr_tp_pool_free(qr_tp_pool *p);
+/* ---- ranks in several processes (tp_net.c): TCP between the driver (rank 0) and the workers ---- */
+typedef struct qr_tp_net qr_tp_net;
+struct iovec;
+#define QR_TP_NCCL_ID_BYTES 128
+/* The driver: listens at addr until world - 1 ranks joined (each checked: world, rank, backend 0 CPU / 1 CUDA, the
+ * model's fingerprint), then sends each the welcome (with nccl_id when not NULL). Bounded by QUARREL_TP_TIMEOUT. */
+qr_status qr_tp_net_listen(const char *addr, int32_t world, uint32_t backend, uint64_t fingerprint,
+                           const uint8_t *nccl_id, qr_tp_net **out, char *err, size_t err_len);
+/* A worker: joins the driver at addr as rank `rank`; the welcome's NCCL id into nccl_id (when not NULL). */
+qr_status qr_tp_net_connect(const char *addr, int32_t world, int32_t rank, uint32_t backend, uint64_t fingerprint,
+                            uint8_t *nccl_id, qr_tp_net **out, char *err, size_t err_len);
+void qr_tp_net_free(qr_tp_net *n);
+int32_t qr_tp_net_world(const qr_tp_net *n);
+int32_t qr_tp_net_rank(const qr_tp_net *n);
+/* The driver: command `type` (payload: the parts) to rank r, and its reply's payload (valid until the next call for
+ * r). A rank's error comes back as its status and message; a lost connection as QR_ERR_IO. */
+qr_status qr_tp_net_call(qr_tp_net *n, int32_t r, uint32_t type, const struct iovec *parts, int n_parts,
+                         const void **reply, size_t *reply_len, char *err, size_t err_len);
+/* A worker: the next command (QR_ERR_NOT_FOUND when the driver closed the connection), then its reply. */
+qr_status qr_tp_net_next(qr_tp_net *n, uint32_t *type, const void **payload, size_t *bytes);
+bool qr_tp_net_reply(qr_tp_net *n, qr_status st, const char *msg, const void *payload, size_t bytes);
+/* In place: buf = the sum over the ranks' buffers, in rank order (the driver sums, the workers send and receive). */
+bool qr_tp_net_all_reduce(qr_tp_net *n, float *buf, int64_t count, char *err, size_t err_len);
+/* The model's tensors (names, types, shapes) and hyper-parameters, hashed: ranks of several processes must agree. */
+uint64_t qr_tp_fingerprint(const qr_model *m);
+
 /* Layer split: whether the model (a shard) begins with the token embeddings and ends with the output head (true for
  * every model that is not a later / earlier stage of a layer split). */
 static inline bool qr_pipe_first(const qr_model *m) { return m->pipe_stage == 0; }

@@ -797,7 +797,7 @@ const char *qr_model_arch(const qr_model *m) { return m->hp.arch_name; }
 int32_t qr_model_tp(const qr_model *m) { return m->tp_world > 1 ? m->tp_world : 1; }
 bool qr_model_rank_memory(const qr_model *m, int32_t rank, size_t *free_bytes, size_t *total_bytes) {
     if (rank < 0 || rank >= qr_model_tp(m)) return false;
-    qr_backend *be = m->tp_world > 1 ? m->tp_shards[rank]->be : m->be;
+    qr_backend *be = m->tp_world > 1 ? (m->tp_shards[rank] ? m->tp_shards[rank]->be : NULL) : m->be; /* NULL: another process's */
     return be && be->ops->mem_info && be->ops->mem_info(be, free_bytes, total_bytes);
 }
 const qr_gguf *qr_model_gguf(const qr_model *m) { return m->gguf; }

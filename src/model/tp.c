@@ -24,13 +24,15 @@ struct qr_tp_comm {
     int32_t world;
     pthread_barrier_t bar;
     float *buf[QR_TP_MAX]; /* each rank's buffer of the all-reduce in progress */
+    qr_tp_net *net;        /* ranks in several processes: the sums go over their connections (not owned) */
 };
 
-static qr_tp_comm *comm_create(int32_t world) {
+static qr_tp_comm *comm_create(int32_t world, qr_tp_net *net) {
     qr_tp_comm *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->world = world;
-    if (pthread_barrier_init(&c->bar, NULL, (unsigned)world) != 0) {
+    c->net = net;
+    if (!net && pthread_barrier_init(&c->bar, NULL, (unsigned)world) != 0) {
         free(c);
         return NULL;
     }
@@ -39,7 +41,7 @@ static qr_tp_comm *comm_create(int32_t world) {
 
 static void comm_free(qr_tp_comm *c) {
     if (!c) return;
-    pthread_barrier_destroy(&c->bar);
+    if (!c->net) pthread_barrier_destroy(&c->bar);
     free(c);
 }
 
@@ -53,6 +55,11 @@ void qr_tp_all_reduce(qr_fwd *f, float *buf, int64_t n) {
     qr_tp_comm *c = f->tp;
     if (!c) {
         be->ops->raise(be, QR_ERR_INTERNAL, "tensor parallelism: no all-reduce for this backend");
+        return;
+    }
+    if (c->net) {
+        char msg[256];
+        if (!qr_tp_net_all_reduce(c->net, buf, n, msg, sizeof msg)) be->ops->raise(be, QR_ERR_IO, msg);
         return;
     }
     const int32_t W = c->world, r = f->tp_rank;
@@ -358,7 +365,40 @@ void qr_tp_free(qr_model *m) {
     m->tp_shards = NULL;
     comm_free(m->tp_comm);
     m->tp_comm = NULL;
+    qr_tp_net_free(m->tp_net); /* the driver closing: its workers leave */
+    m->tp_net = NULL;
     m->be = NULL; /* rank 0's, freed with its shard */
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+    return h;
+}
+
+uint64_t qr_tp_fingerprint(const qr_model *m) {
+    uint64_t h = 14695981039346656037ull;
+    const qr_hparams *hp = &m->hp;
+    const int32_t dims[] = {hp->n_layer, hp->n_embd, hp->n_vocab, hp->n_head, hp->n_head_kv, hp->n_ff, m->n_weights};
+    h = fnv(h, hp->arch_name, strlen(hp->arch_name));
+    h = fnv(h, dims, sizeof dims);
+    for (int32_t i = 0; i < m->n_weights; i++) {
+        const qr_weight *w = m->weights[i];
+        if (w->name) h = fnv(h, w->name, strlen(w->name));
+        h = fnv(h, &w->type, sizeof w->type);
+        h = fnv(h, w->ne, sizeof w->ne);
+    }
+    return h;
+}
+
+/* Ranks in several processes: the driver (rank 0) waits for the others at p->tp_addr, a worker joins it; CUDA
+ * ranks get the driver's NCCL unique id in `id`. */
+static qr_status tp_meet(qr_model *m, const qr_model_params *p, bool cuda, uint8_t *id, char *err, size_t err_len) {
+    const uint64_t fp = qr_tp_fingerprint(m);
+    if (p->tp_rank > 0) return qr_tp_net_connect(p->tp_addr, p->tp, p->tp_rank, cuda, fp, id, &m->tp_net, err, err_len);
+    qr_status st = cuda ? qr_backend_cuda_nccl_id(id, err, err_len) : QR_OK;
+    if (st == QR_OK) st = qr_tp_net_listen(p->tp_addr, p->tp, cuda, fp, cuda ? id : NULL, &m->tp_net, err, err_len);
+    return st;
 }
 
 qr_status qr_tp_build(qr_model *m, const qr_model_params *p, char *err, size_t err_len) {
@@ -371,13 +411,35 @@ qr_status qr_tp_build(qr_model *m, const qr_model_params *p, char *err, size_t e
     if (m->arch->encoder)
         return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "tensor parallelism: %s is an encoder (embeddings run on one "
                        "rank)", m->hp.arch_name);
+    /* ranks in several processes: this process builds and runs rank `self` only */
+    const bool net = p->tp_addr && p->tp_addr[0];
+    const int32_t self = net ? p->tp_rank : 0;
+    if (net && p->split_mode != QR_SPLIT_TENSOR)
+        return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "--tp-addr: ranks in several processes split by tensor only "
+                       "(--split-mode tensor)");
+    if (net && (self < 0 || self >= W))
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "--tp-rank %d: outside 0..%d (--tp %d)", self, W - 1, W);
+    if (!net && p->tp_rank != 0)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "--tp-rank %d needs --tp-addr (where the ranks meet)", p->tp_rank);
     m->tp_world = W;
+    m->tp_self = self;
     m->tp_shards = calloc((size_t)W, sizeof *m->tp_shards);
     if (!m->tp_shards) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
     qr_status st = QR_OK;
     const bool layers = p->split_mode == QR_SPLIT_LAYER;
     if (p->split_mode != QR_SPLIT_TENSOR && !layers)
         st = qr_errf(err, err_len, QR_ERR_INVALID_ARG, "unknown split mode %d", (int)p->split_mode);
+    /* auto: the GPUs when there are enough of them (one a process with --tp-addr), else CPU ranks */
+    const int32_t gpus_needed = net ? p->gpu + 1 : p->gpu + W;
+    const bool cuda = p->backend == QR_BACKEND_CUDA ||
+                      (p->backend == QR_BACKEND_AUTO && qr_cuda_device_count() >= gpus_needed);
+    if (st == QR_OK && cuda && qr_cuda_device_count() < gpus_needed)
+        st = net ? qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "tensor parallelism: rank %d on GPU %d: this machine has %d",
+                           self, p->gpu, qr_cuda_device_count())
+                 : qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "tensor parallelism over %d GPUs from GPU %d: this machine "
+                           "has %d", W, p->gpu, qr_cuda_device_count());
+    uint8_t nccl_id[QR_TP_NCCL_ID_BYTES] = {0};
+    if (st == QR_OK && net) st = tp_meet(m, p, cuda, nccl_id, err, err_len);
     if (st == QR_OK && layers) { /* consecutive layers, as many a rank as its share of tensor_split (all 0: even) */
         double total = 0.0, acc = 0.0;
         for (int32_t r = 0; r < W; r++) total += p->tensor_split[r] > 0.0f ? p->tensor_split[r] : 0.0f;
@@ -392,21 +454,17 @@ qr_status qr_tp_build(qr_model *m, const qr_model_params *p, char *err, size_t e
             l0 = l1;
         }
     }
-    for (int32_t r = 0; r < W && st == QR_OK && !layers; r++) st = shard_make(m, W, r, &m->tp_shards[r], err, err_len);
-    /* auto: the GPUs when there are enough of them, else CPU ranks */
-    const bool cuda = p->backend == QR_BACKEND_CUDA ||
-                      (p->backend == QR_BACKEND_AUTO && qr_cuda_device_count() >= p->gpu + W);
-    if (st == QR_OK && cuda && qr_cuda_device_count() < p->gpu + W)
-        st = qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "tensor parallelism over %d GPUs from GPU %d: this machine has %d",
-                     W, p->gpu, qr_cuda_device_count());
+    for (int32_t r = 0; r < W && st == QR_OK && !layers; r++)
+        if (!net || r == self) st = shard_make(m, W, r, &m->tp_shards[r], err, err_len);
     for (int32_t r = 0; r < W && st == QR_OK; r++) {
         qr_model *s = m->tp_shards[r];
+        if (!s) continue; /* another process's rank */
         if (cuda) {
-            const qr_backend_cuda_params cp = {.gpu = p->gpu + r};
+            const qr_backend_cuda_params cp = {.gpu = net ? p->gpu : p->gpu + r};
             st = qr_backend_cuda_create(&cp, &s->be, err, err_len);
         } else {
             int32_t nt = p->n_threads > 0 ? p->n_threads : (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
-            nt = nt / W > 0 ? nt / W : 1;
+            if (!net) nt = nt / W > 0 ? nt / W : 1; /* the ranks of one process share its cores */
             const qr_backend_cpu_params cp = {.n_threads = nt, .force_scalar = p->force_scalar};
             st = qr_backend_cpu_create(&cp, &s->be, err, err_len);
         }
@@ -415,19 +473,20 @@ qr_status qr_tp_build(qr_model *m, const qr_model_params *p, char *err, size_t e
         for (int32_t i = 0; i < s->n_weights && st == QR_OK; i++)
             st = s->be->ops->weight_prepare(s->be, s->weights[i], err, err_len);
     }
-    if (st == QR_OK && cuda && !layers) {
+    if (st == QR_OK && cuda && net) st = qr_backend_cuda_tp_join(m->tp_shards[self]->be, W, self, nccl_id, err, err_len);
+    if (st == QR_OK && cuda && !layers && !net) {
         qr_backend *bes[QR_TP_MAX];
         for (int32_t r = 0; r < W; r++) bes[r] = m->tp_shards[r]->be;
         st = qr_backend_cuda_tp_init(bes, W, err, err_len);
     }
-    if (st == QR_OK && !cuda && !layers && !(m->tp_comm = comm_create(W)))
+    if (st == QR_OK && !cuda && !layers && !(m->tp_comm = comm_create(W, m->tp_net)))
         st = qr_errf(err, err_len, QR_ERR_NOMEM, "tensor parallelism: cannot make the host all-reduce");
     if (st != QR_OK) {
         qr_tp_free(m);
         m->tp_world = 1;
         return st;
     }
-    m->be = m->tp_shards[0]->be;
+    m->be = m->tp_shards[self]->be;
     m->tp_split = p->split_mode;
     return QR_OK;
 }
@@ -457,7 +516,8 @@ static void *pool_main(void *arg) {
     const worker_arg wa = *(worker_arg *)arg;
     free(arg);
     qr_tp_pool *p = wa.p;
-    if (p->be[wa.rank]->ops->thread_bind) p->be[wa.rank]->ops->thread_bind(p->be[wa.rank]);
+    qr_backend *be = p->be[wa.rank]; /* NULL: a rank of another process (its thread waits on the connection) */
+    if (be && be->ops->thread_bind) be->ops->thread_bind(be);
     uint64_t seen = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
@@ -495,7 +555,7 @@ qr_status qr_tp_pool_create(const qr_model *m, qr_tp_pool **out, char *err, size
     pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);
     for (int32_t r = 0; r < p->world; r++) {
-        p->be[r] = m->tp_shards[r]->be;
+        p->be[r] = m->tp_shards[r] ? m->tp_shards[r]->be : NULL;
         worker_arg *wa = malloc(sizeof *wa);
         if (wa) *wa = (worker_arg){.p = p, .rank = r};
         if (!wa || pthread_create(&p->th[r], NULL, pool_main, wa) != 0) {

@@ -140,7 +140,8 @@ static void weight_stats(srv_model *m) {
 }
 
 /* Loads source into a new srv_model (no registry lock held). */
-static qr_status load_model(const srv_registry *r, const char *source, srv_model **out, char *err, size_t err_len) {
+static qr_status load_model(const srv_registry *r, const char *source, bool startup, srv_model **out, char *err,
+                            size_t err_len) {
     *out = NULL;
     srv_model *m = calloc(1, sizeof *m);
     if (m) m->kv_type_k = m->kv_type_v = qr_cache_type_name(QR_CACHE_F16);
@@ -167,6 +168,14 @@ static qr_status load_model(const srv_registry *r, const char *source, srv_model
     mp.tp = r->o.tp;
     mp.split_mode = r->o.split_mode;
     memcpy(mp.tensor_split, r->o.tensor_split, sizeof mp.tensor_split);
+    if (r->o.tp_addr && r->o.tp > 1) {
+        if (!startup) {
+            st = qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "this server's ranks in other processes (--tp-addr) run the "
+                         "model it started with; another model is not loaded on demand");
+            goto fail;
+        }
+        mp.tp_addr = r->o.tp_addr;
+    }
     if ((st = qr_model_load(m->path, &mp, &m->model, err, err_len)) != QR_OK) goto fail;
     weight_stats(m);
     const qr_hparams *hp = &m->model->hp;
@@ -274,7 +283,7 @@ static void remove_at(srv_registry *r, int32_t i) {
 
 qr_status srv_registry_load(srv_registry *r, const char *source, char *err, size_t err_len) {
     srv_model *m;
-    qr_status st = load_model(r, source, &m, err, err_len);
+    qr_status st = load_model(r, source, true, &m, err, err_len);
     if (st != QR_OK) return st;
     m->keep_alive_s = -1;
     m->pinned = true;
@@ -325,7 +334,7 @@ srv_model *srv_registry_acquire(srv_registry *r, const char *name, bool may_load
     pthread_mutex_unlock(&r->mu);
     srv_model *nm;
     char lerr[512];
-    if (load_model(r, name, &nm, lerr, sizeof lerr) != QR_OK) {
+    if (load_model(r, name, false, &nm, lerr, sizeof lerr) != QR_OK) {
         pthread_mutex_unlock(&r->load_mu);
         *why = qr_errf(err, err_len, QR_ERR_NOT_FOUND, "model '%s' not found: %s", name, lerr);
         return NULL;

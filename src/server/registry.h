@@ -68,6 +68,7 @@ typedef struct srv_registry_opts {
     bool no_prefix_cache;
     qr_backend_kind backend;
     int32_t gpu, tp;
+    const char *tp_addr; /* ranks in several processes (the startup models; on-demand loads are refused) */
     qr_split_mode split_mode;
     float tensor_split[16];
     double request_timeout_s;

@@ -609,7 +609,7 @@ qr_status qr_server_start(const qr_server_config *cfg, qr_server **out, char *er
                             .cache_type_k = cfg->cache_type_k, .cache_type_v = cfg->cache_type_v, .n_threads = cfg->n_threads,
                             .max_queue = cfg->max_queue, .prefill_chunk = cfg->prefill_chunk,
                             .no_prefix_cache = cfg->no_prefix_cache, .backend = cfg->backend, .gpu = cfg->gpu,
-                            .tp = cfg->tp, .split_mode = cfg->split_mode, .request_timeout_s = cfg->request_timeout_s, .mem_budget = cfg->mem_budget,
+                            .tp = cfg->tp, .tp_addr = cfg->tp_addr, .split_mode = cfg->split_mode, .request_timeout_s = cfg->request_timeout_s, .mem_budget = cfg->mem_budget,
                             .keep_alive_s = cfg->keep_alive_s, .allow_load = cfg->allow_load,
                             .model_dir = cfg->model_dir, .spec_on = cfg->spec_on, .spec = cfg->spec,
                             .draft_path = cfg->draft_path};

@@ -41,6 +41,7 @@ typedef struct qr_server_config {
     qr_backend_kind backend;        /* passed to qr_model_load */
     int32_t gpu;
     int32_t tp;                     /* tensor-parallel ranks (qr_model_params.tp; 0 / 1 = none) */
+    const char *tp_addr;            /* qr_model_params.tp_addr (rank 0): the startup models only */
     qr_split_mode split_mode;       /* qr_model_params.split_mode, tensor_split */
     float tensor_split[16];
     const char *api_key_db;         /* SQLite key store; NULL = auth off */

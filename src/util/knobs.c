@@ -55,6 +55,10 @@ const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
     [QR_KNOB_FLIGHT_KEY] = {"QUARREL_FLIGHT_KEY", QR_KNOB_STRING, "", 0, 0, NULL, "`quarrel push` / `search`",
                             "the API key sent as `authorization: Bearer KEY` on every Flight call when "
                             "`--flight-key` is not given (never logged)"},
+    [QR_KNOB_TP_TIMEOUT] = {"QUARREL_TP_TIMEOUT", QR_KNOB_INT, "300", 1, 86400, NULL,
+                            "tensor parallelism across processes (`--tp-addr`)",
+                            "seconds the driver waits for its ranks to join (and a worker for the driver), and "
+                            "any rank for a reply or an all-reduce from another"},
 };
 
 static qr_knob_value g_values[QR_KNOB_COUNT]; /* written once under g_once, read-only afterwards */

@@ -22,6 +22,7 @@ typedef enum qr_knob {
     QR_KNOB_MODELS_DIR,    /* QUARREL_MODELS_DIR: string, "" = $HOME/.cache/quarrel/models */
     QR_KNOB_HOME,          /* HOME: string */
     QR_KNOB_FLIGHT_KEY,    /* QUARREL_FLIGHT_KEY: string, "" = none */
+    QR_KNOB_TP_TIMEOUT,    /* QUARREL_TP_TIMEOUT: int seconds */
     QR_KNOB_COUNT
 } qr_knob;
 

@@ -19,7 +19,7 @@ class ModelParams(ctypes.Structure):
     """qr_model_params, field for field (returned by value: a size that differs from C's breaks the call ABI)."""
     _fields_ = [("n_threads", ctypes.c_int32), ("force_scalar", ctypes.c_bool), ("backend", ctypes.c_int),
                 ("gpu", ctypes.c_int32), ("tp", ctypes.c_int32), ("split_mode", ctypes.c_int),
-                ("tensor_split", ctypes.c_float * 16)]
+                ("tensor_split", ctypes.c_float * 16), ("tp_addr", ctypes.c_char_p), ("tp_rank", ctypes.c_int32)]
 
 
 class ContextParams(ctypes.Structure):

@@ -20,6 +20,17 @@ qr_status qr_backend_cuda_tp_init(qr_backend *const *bes, int32_t n, char *err, 
     return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "built without CUDA");
 }
 
+qr_status qr_backend_cuda_nccl_id(uint8_t *id, char *err, size_t err_len) {
+    (void)id;
+    return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "built without CUDA");
+}
+
+qr_status qr_backend_cuda_tp_join(qr_backend *be, int32_t world, int32_t rank, const uint8_t *id, char *err,
+                                  size_t err_len) {
+    (void)be, (void)world, (void)rank, (void)id;
+    return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "built without CUDA");
+}
+
 bool qr_cuda_mem_info(int gpu, size_t *free_bytes, size_t *total_bytes) {
     (void)gpu;
     if (free_bytes) *free_bytes = 0;

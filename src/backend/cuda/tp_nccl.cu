@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
+#define QR_TP_NCCL_ID_BYTES_CU 128 /* model.h's QR_TP_NCCL_ID_BYTES */
 extern "C" {
 #include "util/util.h"
 }
@@ -29,6 +30,8 @@ typedef struct nccl_api {
     ncclResult_t (*comm_destroy)(ncclComm_t comm);
     const char *(*error_string)(ncclResult_t r);
     ncclResult_t (*get_version)(int *version);
+    ncclResult_t (*get_unique_id)(ncclUniqueId *id);
+    ncclResult_t (*comm_init_rank)(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
 } nccl_api;
 
 static nccl_api api;
@@ -51,7 +54,10 @@ static qr_status nccl_load(char *err, size_t err_len) {
     a.comm_destroy = (ncclResult_t(*)(ncclComm_t))dlsym(lib, "ncclCommDestroy");
     a.error_string = (const char *(*)(ncclResult_t))dlsym(lib, "ncclGetErrorString");
     a.get_version = (ncclResult_t(*)(int *))dlsym(lib, "ncclGetVersion");
-    if (!a.comm_init_all || !a.all_reduce || !a.comm_destroy || !a.error_string || !a.get_version) {
+    a.get_unique_id = (ncclResult_t(*)(ncclUniqueId *))dlsym(lib, "ncclGetUniqueId");
+    a.comm_init_rank = (ncclResult_t(*)(ncclComm_t *, int, ncclUniqueId, int))dlsym(lib, "ncclCommInitRank");
+    if (!a.comm_init_all || !a.all_reduce || !a.comm_destroy || !a.error_string || !a.get_version ||
+        !a.get_unique_id || !a.comm_init_rank) {
         dlclose(lib);
         return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "%s lacks the NCCL functions tensor parallelism calls",
                        path && *path ? path : "libnccl.so.2");
@@ -268,5 +274,39 @@ extern "C" qr_status qr_backend_cuda_tp_init(qr_backend *const *bes, int32_t n, 
     const cuda_p2p *p2p = CB(bes[0])->p2p;
     qr_log(QR_LOG_INFO, "tensor parallelism: %d GPUs joined by NCCL %d; peer-to-peer all-reduce up to %lld floats a call",
            n, v, p2p ? p2p->a.cap : 0LL);
+    return QR_OK;
+}
+
+static_assert(sizeof(ncclUniqueId) == QR_TP_NCCL_ID_BYTES_CU, "NCCL's unique id size");
+
+extern "C" qr_status qr_backend_cuda_nccl_id(uint8_t *id, char *err, size_t err_len) {
+    qr_status st = nccl_load(err, err_len);
+    if (st != QR_OK) return st;
+    ncclUniqueId u;
+    const ncclResult_t r = api.get_unique_id(&u);
+    if (r != ncclSuccess) return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "NCCL: no unique id: %s", api.error_string(r));
+    memcpy(id, &u, sizeof u);
+    return QR_OK;
+}
+
+/* One process's rank: NCCL only (the peer-to-peer kernel needs the peers' memory in this process). */
+extern "C" qr_status qr_backend_cuda_tp_join(qr_backend *be, int32_t world, int32_t rank, const uint8_t *id, char *err,
+                                             size_t err_len) {
+    qr_status st = nccl_load(err, err_len);
+    if (st != QR_OK) return st;
+    if (strcmp(be->name, "cuda") != 0)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "tensor parallelism: rank %d is not a CUDA backend", rank);
+    ncclUniqueId u;
+    memcpy(&u, id, sizeof u);
+    ncclComm_t comm;
+    cudaSetDevice(CB(be)->device);
+    const ncclResult_t r = api.comm_init_rank(&comm, (int)world, u, (int)rank);
+    if (r != ncclSuccess)
+        return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "NCCL cannot join rank %d of %d: %s", rank, world,
+                       api.error_string(r));
+    CB(be)->nccl_comm = comm;
+    int v = 0;
+    api.get_version(&v);
+    qr_log(QR_LOG_INFO, "tensor parallelism: GPU %d joined as rank %d of %d by NCCL %d", CB(be)->device, rank, world, v);
     return QR_OK;
 }
