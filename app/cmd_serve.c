@@ -171,7 +171,7 @@ static int apply(serve_state *st, const char *name, const char *v) {
         }
     } else if (!strcmp(name, "gpu")) NUM(0, 64, c->gpu, int32_t);
     else if (!strcmp(name, "tp")) NUM(1, 16, c->tp, int32_t);
-    else if (!strcmp(name, "tp-addr")) c->tp_addr = v;
+    else if (!strcmp(name, "tp-addr")) c->tp_addr = keep(st, v);
     else if (!strcmp(name, "split-mode")) {
         if (!strcmp(v, "tensor") || !strcmp(v, "row")) c->split_mode = QR_SPLIT_TENSOR;
         else if (!strcmp(v, "layer")) c->split_mode = QR_SPLIT_LAYER;

@@ -4,6 +4,8 @@
 #   STAGE=check  GPU topology, NCCL found, tp 1 vs tp N logits on CUDA for the tiny synth models (mean KL, top-1),
 #                the refusal of more ranks than GPUs, then mistral-7b Q4_K_M: prefill / decode (-r 5 medians) and
 #                batched decode (--parallel 64, 256) at tp 1 and tp N
+#   STAGE=procs  ranks as processes (quarrel worker, --tp-addr): logits against one process's ranks and tp 1, and
+#                mistral-7b's speed against one process's ranks
 #   STAGE=big    llama3-70b Q4_K_M (LAYERS of its 80 layers, default all): decode and prefill at tp 1 and tp N
 # OUT=... TP=2 (ranks) LAYERS=80
 set -uo pipefail
@@ -127,6 +129,49 @@ import json, statistics
 for r in json.load(open('$OUT/llama_moe.json')):
     print('llama.cpp -sm layer mixtral-8x22b', 'pp' if r['n_prompt'] else 'tg', 'median %.2f' % statistics.median(r['samples_ts']))
 " 2>&1 | tee -a "$OUT/steps.txt"
+fi
+if [ "$STAGE" = procs ]; then # ranks as processes (--tp-addr): logits against one process's ranks, then speed
+    python3 -c "import json, random; r = random.Random(7); print(json.dumps([r.randrange(3, 900) for _ in range(256)]))" > "$OUT/ids.json"
+    cat > $M/kl.py << 'PY'
+import sys
+import numpy as np
+a = np.load(sys.argv[1]).astype(np.float64); b = np.load(sys.argv[2]).astype(np.float64)
+la = a - a.max(1, keepdims=True); la -= np.log(np.exp(la).sum(1, keepdims=True))
+lb = b - b.max(1, keepdims=True); lb -= np.log(np.exp(lb).sum(1, keepdims=True))
+k = (np.exp(la) * (la - lb)).sum(1)
+print(f"KL {sys.argv[3]}: mean {k.mean():.3e}, max {k.max():.3e}, top-1 {100 * (a.argmax(1) == b.argmax(1)).mean():.1f}%, "
+      f"identical {np.array_equal(a, b)}")
+PY
+    port=29600
+    workers() { # model, extra args: ranks 1..TP-1 as processes on GPUs 1..TP-1
+        for r in $(seq 1 $((TP - 1))); do
+            timeout 400 "$Q" worker -m "$1" --backend cuda --gpu "$r" --tp "$TP" --tp-rank "$r" --tp-addr 127.0.0.1:$port \
+                > "$OUT/lg/worker.$port.$r.txt" 2>&1 &
+        done
+    }
+    for ap in ${CHECK_ARCHS:-llama:tiny llama:mixtral-tiny gpt-oss:tiny granitehybrid:tiny}; do
+        a=${ap%%:*} p=${ap##*:}
+        f=$M/$a-$p.gguf
+        "$Q" synth --arch "$a" --preset "$p" --type F16 --seed 1 -o "$f" > /dev/null 2>&1
+        QUARREL_CUDA_TP_P2P_MAX=0 timeout 120 "$Q" logits -m "$f" --tokens "$OUT/ids.json" -o "$M/$a-$p.in.npy" --backend cuda --tp "$TP" > /dev/null 2>&1
+        timeout 120 "$Q" logits -m "$f" --tokens "$OUT/ids.json" -o "$M/$a-$p.1.npy" --backend cuda > /dev/null 2>&1
+        port=$((port + 1)); workers "$f"
+        QUARREL_LOG=info timeout 120 "$Q" logits -m "$f" --tokens "$OUT/ids.json" -o "$M/$a-$p.pr.npy" --backend cuda --gpu 0 --tp "$TP" \
+            --tp-addr 127.0.0.1:$port > "$OUT/lg/procs.$a-$p.txt" 2>&1 || log "$ap procs failed: $(tail -3 "$OUT/lg/procs.$a-$p.txt")"
+        wait
+        python3 $M/kl.py "$M/$a-$p.in.npy" "$M/$a-$p.pr.npy" "$ap procs vs one process (nccl)" | tee -a "$OUT/steps.txt"
+        python3 $M/kl.py "$M/$a-$p.1.npy" "$M/$a-$p.pr.npy" "$ap procs vs tp 1" | tee -a "$OUT/steps.txt"
+    done
+    grep -h "NCCL\|joined" "$OUT"/lg/procs.llama-tiny.txt | head -3 | tee -a "$OUT/steps.txt"
+    f=$(synth mistral-7b Q4_K_M)
+    port=$((port + 1)); workers "$f"
+    bench "mistral-7b tp$TP procs" -m "$f" --backend cuda --gpu 0 --tp "$TP" --tp-addr 127.0.0.1:$port -p 512 -n 128 -r 5
+    wait
+    if [ -z "${PROCS_ONLY:-}" ]; then
+        QUARREL_CUDA_TP_P2P_MAX=0 bench "mistral-7b tp$TP one process, nccl-only" -m "$f" --backend cuda --tp "$TP" -p 512 -n 128 -r 5
+        bench "mistral-7b tp$TP one process" -m "$f" --backend cuda --tp "$TP" -p 512 -n 128 -r 5
+        bench "mistral-7b tp1" -m "$f" --backend cuda -p 512 -n 128 -r 5
+    fi
 fi
 if [ "$STAGE" = none ]; then :; fi # a call that only carries files (parts of llama-bench.xz) onto the warm machine
 if [ "$STAGE" = llama ]; then # llama.cpp's split modes on the same file (carry build-gpu/llama-bin too)

@@ -360,13 +360,15 @@ static qr_status shard_make(const qr_model *m, int32_t world, int32_t rank, qr_m
 
 void qr_tp_free(qr_model *m) {
     if (!m->tp_shards) return;
+    /* the connections first: a driver closing them lets its workers leave and tear down their NCCL communicators
+     * while it tears down its own (each teardown may wait for the peers') */
+    qr_tp_net_free(m->tp_net);
+    m->tp_net = NULL;
     for (int32_t r = 0; r < m->tp_world; r++) shard_free(m->tp_shards[r]);
     free(m->tp_shards);
     m->tp_shards = NULL;
     comm_free(m->tp_comm);
     m->tp_comm = NULL;
-    qr_tp_net_free(m->tp_net); /* the driver closing: its workers leave */
-    m->tp_net = NULL;
     m->be = NULL; /* rank 0's, freed with its shard */
 }
 

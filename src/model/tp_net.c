@@ -427,6 +427,9 @@ bool qr_tp_net_all_reduce(qr_tp_net *n, float *buf, int64_t count, char *err, si
     if (!ok) {
         n->broken = true;
         qr_errf(err, err_len, QR_ERR_IO, "tensor parallelism: all-reduce with rank %d (%s): %s", bad, n->addr, io_why());
+        /* the others may wait for this rank's part of the sum: end their waits now, not after the timeout */
+        for (int32_t r = 0; r < QR_TP_MAX; r++)
+            if (n->data[r] >= 0) shutdown(n->data[r], SHUT_RDWR);
     }
     return ok;
 }

@@ -142,3 +142,102 @@ def test_tp_bad_values(quarrel_bin, tmp_path):
         r = subprocess.run([quarrel_bin, "logits", "-m", "none.gguf", "-p", "hi", "-o", str(tmp_path / "x.npy"), opt,
                             bad], capture_output=True, text=True, timeout=30)
         assert r.returncode == 2 and opt in r.stderr, r.stderr
+
+
+# ---- ranks as processes (--tp-addr, `quarrel worker`): the same shards, each rank job sent over TCP ----
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_workers(quarrel_bin, model, tp, port, ranks=None, extra=()):
+    return [subprocess.Popen([quarrel_bin, "worker", "-m", str(model), "--backend", "cpu", "-t", "1", "--tp", str(tp),
+                              "--tp-rank", str(r), "--tp-addr", f"127.0.0.1:{port}", *extra],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for r in (ranks or range(1, tp))]
+
+
+def logits_procs(quarrel_bin, model, ids, out, tp, ubatch=64):
+    """Rank 0 here, ranks 1..tp-1 as `quarrel worker` processes; every worker must exit 0 after the driver."""
+    port = free_port()
+    ws = start_workers(quarrel_bin, model, tp, port)
+    r = subprocess.run([quarrel_bin, "logits", "-m", str(model), "--tokens", str(ids), "-o", str(out), "--backend",
+                        "cpu", "-t", "1", "--tp", str(tp), "--tp-addr", f"127.0.0.1:{port}", "--ubatch", str(ubatch)],
+                       capture_output=True, text=True, timeout=300)
+    for w in ws:
+        _, err = w.communicate(timeout=60)
+        assert w.returncode == 0, err
+        assert "the driver left" in err, err
+    assert r.returncode == 0, r.stderr
+    return np.load(out)
+
+
+@pytest.mark.parametrize("case,typ,tp", [("llama:tiny", "F16", 2), ("llama:tiny", "Q8_0", 4),
+                                         ("llama:mixtral-tiny", "F16", 2), ("gpt-oss:tiny", "F16", 2),
+                                         ("granitehybrid:tiny", "F16", 2), ("gemma3:tiny", "Q8_0", 2)])
+def test_tp_processes_equal_one_process(case, typ, tp, quarrel_bin, tmp_path):
+    """Ranks in tp processes sum in the same rank order as tp ranks of one process: the same logits bit for bit, in
+    prompt passes (64 rows) and token-by-token passes (the decode path)."""
+    arch, preset = case.split(":")
+    model = tmp_path / "m.gguf"
+    synth(quarrel_bin, model, arch, preset, typ)
+    ids = token_file(tmp_path, 80)
+    for ub in (64, 1):
+        ref = logits(quarrel_bin, model, ids, tmp_path / f"in{ub}.npy", tp, ub)
+        got = logits_procs(quarrel_bin, model, ids, tmp_path / f"pr{ub}.npy", tp, ub)
+        assert np.array_equal(ref, got), f"{case} {typ} tp{tp} ubatch {ub}: max diff {np.abs(ref - got).max()}"
+
+
+def run_driver(quarrel_bin, model, tp, port, env=None, extra=()):
+    import os
+    return subprocess.run([quarrel_bin, "logits", "-m", str(model), "-p", "hello", "-o", "/dev/null", "--backend", "cpu",
+                           "--tp", str(tp), "--tp-addr", f"127.0.0.1:{port}", *extra], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **(env or {})})
+
+
+def test_tp_processes_refuse_mismatches(quarrel_bin, tmp_path):
+    """A worker started with another --tp, another model file or a rank already taken is refused by the driver,
+    both sides exit with the reason; a driver whose ranks never come gives up after QUARREL_TP_TIMEOUT naming them."""
+    model, other = tmp_path / "m.gguf", tmp_path / "o.gguf"
+    synth(quarrel_bin, model, "llama", "tiny", "F16")
+    synth(quarrel_bin, other, "llama", "tiny", "Q8_0")
+    for wmodel, wtp, ranks, msg in ((model, 4, [1], "it was started with --tp 4, this driver with --tp 2"),
+                                    (other, 2, [1], "it loaded a different model file"),
+                                    (model, 4, [1, 1], "joined twice")):
+        port = free_port()
+        ws = start_workers(quarrel_bin, wmodel, wtp, port, ranks)
+        r = run_driver(quarrel_bin, model, 4 if len(ranks) == 2 else 2, port, {"QUARREL_TP_TIMEOUT": "20"})
+        assert r.returncode == 1 and msg in r.stderr, r.stderr
+        errs = []
+        for w in ws:
+            _, err = w.communicate(timeout=60)
+            errs.append((w.returncode, err))
+        assert any(rc == 1 and "refused rank 1" in e and msg in e for rc, e in errs), errs
+    r = run_driver(quarrel_bin, model, 3, free_port(), {"QUARREL_TP_TIMEOUT": "1"})
+    assert r.returncode == 1 and "waited 1 s" in r.stderr and "for ranks 1, 2" in r.stderr, r.stderr
+    w = subprocess.run([quarrel_bin, "worker", "-m", str(model), "--backend", "cpu", "--tp", "2", "--tp-rank", "1",
+                        "--tp-addr", f"127.0.0.1:{free_port()}"], capture_output=True, text=True, timeout=60,
+                       env={**__import__("os").environ, "QUARREL_TP_TIMEOUT": "1"})
+    assert w.returncode == 1 and "no driver at 127.0.0.1" in w.stderr, w.stderr
+
+
+def test_tp_processes_bad_options(quarrel_bin, tmp_path):
+    model = tmp_path / "m.gguf"
+    synth(quarrel_bin, model, "llama", "tiny", "F16")
+    cases = ((["--tp", "2", "--tp-addr", "127.0.0.1:99999"], 1, "port must be 1..65535"),
+             (["--tp", "2", "--tp-addr", "127.0.0.1"], 1, "expected HOST:PORT"),
+             (["--tp", "2", "--tp-addr", "no.such.host.invalid:5000", "--tp-rank", "1"], 1, "--tp-addr"),
+             (["--tp", "2", "--tp-rank", "1"], 2, "--tp-rank 1 needs --tp N"),
+             (["--tp-addr", "127.0.0.1:5000"], 2, "--tp-addr needs --tp N"),
+             (["--tp", "2", "--tp-addr", "127.0.0.1:5000", "--split-mode", "layer"], 1, "split by tensor only"),
+             (["--tp", "2", "--tp-rank", "2", "--tp-addr", "127.0.0.1:5000"], 1, "--tp-rank 2: outside 0..1"))
+    for opts, rc, msg in cases:
+        r = subprocess.run([quarrel_bin, "logits", "-m", str(model), "-p", "hi", "-o", "/dev/null", "--backend", "cpu",
+                            *opts], capture_output=True, text=True, timeout=60)
+        assert r.returncode == rc and msg in r.stderr, (opts, r.stderr)
+    r = subprocess.run([quarrel_bin, "worker", "-m", str(model), "--tp", "2", "--tp-addr", "127.0.0.1:5000"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--tp-rank R in 1..N-1" in r.stderr, r.stderr

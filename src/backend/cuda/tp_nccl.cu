@@ -28,6 +28,7 @@ typedef struct nccl_api {
     ncclResult_t (*all_reduce)(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
                                ncclComm_t comm, cudaStream_t stream);
     ncclResult_t (*comm_destroy)(ncclComm_t comm);
+    ncclResult_t (*comm_abort)(ncclComm_t comm);
     const char *(*error_string)(ncclResult_t r);
     ncclResult_t (*get_version)(int *version);
     ncclResult_t (*get_unique_id)(ncclUniqueId *id);
@@ -52,12 +53,13 @@ static qr_status nccl_load(char *err, size_t err_len) {
     a.all_reduce = (ncclResult_t(*)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                                     cudaStream_t))dlsym(lib, "ncclAllReduce");
     a.comm_destroy = (ncclResult_t(*)(ncclComm_t))dlsym(lib, "ncclCommDestroy");
+    a.comm_abort = (ncclResult_t(*)(ncclComm_t))dlsym(lib, "ncclCommAbort");
     a.error_string = (const char *(*)(ncclResult_t))dlsym(lib, "ncclGetErrorString");
     a.get_version = (ncclResult_t(*)(int *))dlsym(lib, "ncclGetVersion");
     a.get_unique_id = (ncclResult_t(*)(ncclUniqueId *))dlsym(lib, "ncclGetUniqueId");
     a.comm_init_rank = (ncclResult_t(*)(ncclComm_t *, int, ncclUniqueId, int))dlsym(lib, "ncclCommInitRank");
     if (!a.comm_init_all || !a.all_reduce || !a.comm_destroy || !a.error_string || !a.get_version ||
-        !a.get_unique_id || !a.comm_init_rank) {
+        !a.get_unique_id || !a.comm_init_rank || !a.comm_abort) {
         dlclose(lib);
         return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "%s lacks the NCCL functions tensor parallelism calls",
                        path && *path ? path : "libnccl.so.2");
@@ -235,7 +237,10 @@ static void cuda_all_reduce(qr_backend *be, float *buf, int64_t n) {
 static void cuda_thread_bind(qr_backend *be) { cudaSetDevice(CB(be)->device); }
 
 void cuda_tp_release(cuda_backend *cb) {
-    if (cb->nccl_comm && api.comm_destroy) api.comm_destroy((ncclComm_t)cb->nccl_comm);
+    /* a communicator with ranks in other processes: abort, which does not wait for the peers (destroy may, and a
+     * peer may be gone already) */
+    if (cb->nccl_comm && cb->nccl_joined && api.comm_abort) api.comm_abort((ncclComm_t)cb->nccl_comm);
+    else if (cb->nccl_comm && api.comm_destroy) api.comm_destroy((ncclComm_t)cb->nccl_comm);
     cb->nccl_comm = NULL;
     if (cb->p2p) {
         cudaFree(cb->p2p->own_alloc);
@@ -305,6 +310,7 @@ extern "C" qr_status qr_backend_cuda_tp_join(qr_backend *be, int32_t world, int3
         return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "NCCL cannot join rank %d of %d: %s", rank, world,
                        api.error_string(r));
     CB(be)->nccl_comm = comm;
+    CB(be)->nccl_joined = true;
     int v = 0;
     api.get_version(&v);
     qr_log(QR_LOG_INFO, "tensor parallelism: GPU %d joined as rank %d of %d by NCCL %d", CB(be)->device, rank, world, v);

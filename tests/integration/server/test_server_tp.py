@@ -47,3 +47,40 @@ def test_tp_server_refuses_uneven_split(quarrel_bin, smollm):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert "9 attention heads do not split evenly" in r.stderr
+
+
+def test_tp_server_with_worker_processes(make_server, quarrel_bin, smollm):
+    """`serve --tp 3 --tp-addr` with ranks 1 and 2 as `quarrel worker` processes: the same completions as the
+    server with three ranks in one process, token for token (the ranks sum in the same order); a worker killed
+    mid-run fails the next request fast (no hang) and turns /readyz to 503."""
+    import socket
+    import time
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    addr = f"127.0.0.1:{port}"
+    workers = [subprocess.Popen([quarrel_bin, "worker", "-m", smollm, "--backend", "cpu", "-t", "1", "--tp", "3",
+                                 "--tp-rank", str(r), "--tp-addr", addr], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True) for r in (1, 2)]
+    try:
+        one = make_server([smollm], ["--parallel", "4", "--backend", "cpu", "--tp", "3"])
+        procs = make_server([smollm], ["--parallel", "4", "--backend", "cpu", "--tp", "3", "--tp-addr", addr])
+        with concurrent.futures.ThreadPoolExecutor(4) as ex:
+            ref = list(ex.map(lambda p: complete(one, p), PROMPTS))
+            got = list(ex.map(lambda p: complete(procs, p), PROMPTS))
+        for p, a, b in zip(PROMPTS, ref, got):
+            assert a["tokens"] == b["tokens"], p
+        assert procs.metric("quarrel_tp_ranks", model=MODEL_NAME) == 3
+        assert requests.get(procs.url + "/readyz", timeout=5).status_code == 200
+        workers[1].kill()
+        workers[1].wait(timeout=30)
+        t0 = time.time()
+        r = requests.post(procs.url + "/v1/completions", json={"model": MODEL_NAME, "prompt": "Hello", "max_tokens": 8,
+                                                               "temperature": 0}, timeout=120)
+        assert r.status_code >= 500, r.text
+        assert time.time() - t0 < 60
+        assert requests.get(procs.url + "/readyz", timeout=5).status_code == 503
+    finally:
+        for w in workers:
+            w.kill()
+            w.wait(timeout=30)
