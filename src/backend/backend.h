@@ -489,6 +489,10 @@ typedef struct qr_backend_ops {
     /* buf[0..n) = the sum of buf over every rank of the group the backend joined (qr_backend_cuda_tp_init), in
      * place, issued in order like any op (a graph may record it); NULL: the caller sums host memory itself. */
     void (*all_reduce)(qr_backend *be, float *buf, int64_t n);
+    /* Another rank is gone (ranks in several processes): ends this backend's group so that an all-reduce waiting for
+     * that rank returns (CUDA: ncclCommAbort, callable from another thread while a kernel waits); later all-reduces
+     * raise an error. NULL: nothing to end (the CPU's sums fail on their own connections). */
+    void (*tp_abort)(qr_backend *be);
     /* Copies n_rows rows of row_bytes from backend memory (rows src_pitch bytes apart) into host memory (dst_pitch
      * apart), waiting for pending ops: a rank's columns of the logits straight into the context's rows (required
      * for tensor parallelism). */

@@ -1,12 +1,14 @@
 /* context.c — qr_context: the paged KV cache, activation buffers, and qr_decode, which validates a
  * batch, reserves cache blocks, splits it into passes of at most n_batch rows, runs the model's
  * forward pass on the backend and collects the requested logits. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "model/model.h"
 #include "kv/kv_cache.h"
@@ -39,6 +41,8 @@ struct qr_context {
     qr_tp_pool *pool;  /* world > 1: the ranks' threads (every rank's backend calls run there) */
     bool failed;       /* world > 1: a rank failed during a forward pass; the ranks may be out of step (qr_decode
                         * refuses to run: the model has to be loaded again) */
+    atomic_bool lost;  /* ranks in several processes: a connection to a rank failed (set at once by the rank's
+                        * thread, while the pass may still be waiting on the GPU): qr_context_failed */
     char failed_msg[256];
     bool layer_split;  /* world > 1, QR_SPLIT_LAYER: a pass runs the ranks in turn, handing x on through pipe_x */
     float *pipe_x;     /* layer split: host [n_batch][n_embd] */
@@ -203,6 +207,21 @@ static void remote_call(qr_context *c, int32_t r, uint32_t type, const struct io
                         const void **reply, size_t *reply_len) {
     ctx_rank *k = &c->rk[r];
     k->st = qr_tp_net_call(c->model->tp_net, r, type, parts, n_parts, reply, reply_len, k->err, sizeof k->err);
+    if (k->st == QR_ERR_IO) atomic_store(&c->lost, true);
+}
+
+/* Ends this process's backend group from a thread of its own: NCCL's abort may itself wait for a kernel that waits
+ * for the lost rank, and the rank's thread has to report the failure meanwhile. */
+static void *tp_abort_main(void *arg) {
+    qr_backend *be = arg;
+    be->ops->tp_abort(be);
+    return NULL;
+}
+static void tp_abort_async(qr_backend *be) {
+    pthread_t th;
+    if (!be || !be->ops->tp_abort) return;
+    if (pthread_create(&th, NULL, tp_abort_main, be) == 0) pthread_detach(th);
+    else be->ops->tp_abort(be);
 }
 
 static void remote_small(qr_context *c, int32_t r, uint32_t type, int32_t a, int32_t b) {
@@ -478,7 +497,12 @@ static void remote_pass(qr_context *c, int32_t r, const pass_args *a) {
     const void *reply = NULL;
     size_t len = 0;
     remote_call(c, r, TP_CMD_PASS, parts, (int)(sizeof parts / sizeof parts[0]), &reply, &len);
-    if (k->st != QR_OK || a->embd) return;
+    if (k->st != QR_OK) { /* this rank may not take part in the pass's sums: end the group so that ours return */
+        atomic_store(&c->lost, true);
+        tp_abort_async(c->rk[c->model->tp_self].be);
+        return;
+    }
+    if (a->embd) return;
     const int64_t V = c->model->hp.n_vocab, v0 = V * r / c->world, nv = V * (r + 1) / c->world - v0;
     const size_t no = (size_t)p->n_outputs;
     if (len != no * (size_t)nv * sizeof(float)) {
@@ -578,9 +602,9 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
     if (!b || b->n_tokens < 1 || !b->token)
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "decode: empty batch");
     const int32_t n = b->n_tokens;
-    if (c->failed)
+    if (c->failed || atomic_load(&c->lost))
         return qr_errf(err, err_len, QR_ERR_INTERNAL, "tensor parallelism: a rank failed (%s); load the model again",
-                       c->failed_msg);
+                       c->failed ? c->failed_msg : "a rank of another process is gone");
     const bool prof = c->prof_n >= 0;
     double t_mark = prof ? qr_time_s() : 0.0;
 #define PROF(i) \
@@ -737,7 +761,7 @@ qr_kv_cache *qr_context_kv_cache(qr_context *c) { return c->kvc; }
 
 void qr_context_set_row_exact(qr_context *c, bool on) { c->row_exact = on; }
 
-bool qr_context_failed(const qr_context *c) { return c->failed; }
+bool qr_context_failed(const qr_context *c) { return c->failed || atomic_load(&c->lost); }
 
 qr_model *qr_context_model(const qr_context *c) { return c->model; }
 int32_t qr_context_n_batch(const qr_context *c) { return c->n_batch; }
@@ -871,10 +895,37 @@ static qr_status worker_pass(qr_context *c, const void *payload, size_t bytes, f
     return QR_OK;
 }
 
+/* A worker's watch over its driver during a pass: a driver that dies while this rank waits inside a GPU all-reduce
+ * for it would leave the rank waiting for ever; the watch sees the connection close and ends the backend's group. */
+typedef struct worker_watch {
+    qr_tp_net *net;
+    qr_backend *be;
+    atomic_bool in_pass, stop;
+} worker_watch;
+
+static void *worker_watch_main(void *arg) {
+    worker_watch *w = arg;
+    while (!atomic_load(&w->stop)) {
+        if (!atomic_load(&w->in_pass) || !qr_tp_net_peer_gone(w->net, 200)) {
+            if (!atomic_load(&w->in_pass)) usleep(50 * 1000);
+            continue;
+        }
+        if (atomic_load(&w->in_pass)) {
+            qr_log(QR_LOG_WARN, "tensor parallelism: the driver is gone during a pass");
+            w->be->ops->tp_abort(w->be);
+            break;
+        }
+    }
+    return NULL;
+}
+
 qr_status qr_tp_worker_serve(qr_model *m, char *err, size_t err_len) {
     if (!m || !m->tp_net || m->tp_self < 1)
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "not a worker rank (load the model with tp_addr and tp_rank >= 1)");
     qr_tp_net *net = m->tp_net;
+    worker_watch watch = {.net = net, .be = m->be};
+    pthread_t watch_th;
+    const bool watching = m->be->ops->tp_abort && pthread_create(&watch_th, NULL, worker_watch_main, &watch) == 0;
     struct {
         uint32_t id;
         qr_context *c;
@@ -934,7 +985,9 @@ qr_status qr_tp_worker_serve(qr_model *m, char *err, size_t err_len) {
                 if ((rs = k->st) != QR_OK) snprintf(msg, sizeof msg, "%s", k->err);
                 break;
             case TP_CMD_PASS:
+                atomic_store(&watch.in_pass, true);
                 rs = worker_pass(c, pl, bytes, &cols, &cols_cap, &out_bytes, msg, sizeof msg);
+                atomic_store(&watch.in_pass, false);
                 out = cols;
                 break;
             case TP_CMD_SSM_RESET: rank_ssm_reset(c, m->tp_self, &sm.a); break;
@@ -954,6 +1007,8 @@ qr_status qr_tp_worker_serve(qr_model *m, char *err, size_t err_len) {
             break;
         }
     }
+    atomic_store(&watch.stop, true);
+    if (watching) pthread_join(watch_th, NULL);
     for (int i = 0; i < TP_WORKER_MAX_CTX; i++)
         if (ctxs[i].c) worker_ctx_free(ctxs[i].c);
     free(cols);

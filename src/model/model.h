@@ -470,6 +470,8 @@ qr_status qr_tp_net_call(qr_tp_net *n, int32_t r, uint32_t type, const struct io
 /* A worker: the next command (QR_ERR_NOT_FOUND when the driver closed the connection), then its reply. */
 qr_status qr_tp_net_next(qr_tp_net *n, uint32_t *type, const void **payload, size_t *bytes);
 bool qr_tp_net_reply(qr_tp_net *n, qr_status st, const char *msg, const void *payload, size_t bytes);
+/* A worker: whether the driver closed its connection (waits up to ms for a sign; reads nothing). */
+bool qr_tp_net_peer_gone(qr_tp_net *n, int ms);
 /* In place: buf = the sum over the ranks' buffers, in rank order (the driver sums, the workers send and receive). */
 bool qr_tp_net_all_reduce(qr_tp_net *n, float *buf, int64_t count, char *err, size_t err_len);
 /* The model's tensors (names, types, shapes) and hyper-parameters, hashed: ranks of several processes must agree. */

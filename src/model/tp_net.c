@@ -394,6 +394,11 @@ bool qr_tp_net_reply(qr_tp_net *n, qr_status st, const char *msg, const void *pa
            (!h.bytes || send_all(n->ctl[0], payload, h.bytes));
 }
 
+bool qr_tp_net_peer_gone(qr_tp_net *n, int ms) {
+    struct pollfd pf = {.fd = n->ctl[0], .events = POLLRDHUP};
+    return poll(&pf, 1, ms) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 /* ---- the all-reduce of CPU ranks ---- */
 
 bool qr_tp_net_all_reduce(qr_tp_net *n, float *buf, int64_t count, char *err, size_t err_len) {

@@ -942,6 +942,8 @@ int32_t qr_sched_drain(qr_scheduler *s, double timeout_s) {
 void qr_sched_get_stats(qr_scheduler *s, qr_sched_stats *out) {
     pthread_mutex_lock(&s->mu);
     *out = s->stats;
+    /* a tensor-parallel rank lost mid-step: not alive although the step may still be waiting on the device */
+    if (s->ctx && qr_context_failed(s->ctx)) out->alive = false;
     out->queue_depth = s->n_waiting;
     out->running = s->n_running;
     pthread_mutex_unlock(&s->mu);

@@ -96,6 +96,7 @@ typedef struct cuda_backend {
     size_t moe_cap;
     void *nccl_comm; /* tensor parallelism: the NCCL communicator of this GPU's rank (tp_nccl.cu), or NULL */
     bool nccl_joined; /* nccl_comm joins ranks of other processes (qr_backend_cuda_tp_join): torn down by abort */
+    bool nccl_aborted; /* that abort happened (a rank was lost, or teardown): all_reduce raises an error */
     struct cuda_p2p *p2p; /* its peer-to-peer all-reduce (tp_nccl.cu), or NULL when the GPUs cannot reach each other */
     void *dq_part; /* the split-K partial sums of the batched-decode GEMM (matmul_dq.cu) */
     size_t dq_part_cap;

@@ -224,6 +224,10 @@ static void cuda_all_reduce(qr_backend *be, float *buf, int64_t n) {
         cuda_ok(cb, cudaGetLastError(), "all_reduce (peer-to-peer)");
         return;
     }
+    if (cb->nccl_aborted) {
+        raise_error(cb, QR_ERR_IO, "all_reduce: another rank is gone (the NCCL group was ended)");
+        return;
+    }
     if (!cb->nccl_comm) {
         raise_error(cb, QR_ERR_INTERNAL, "all_reduce: the backend is in no tensor-parallel group");
         return;
@@ -236,10 +240,20 @@ static void cuda_all_reduce(qr_backend *be, float *buf, int64_t n) {
 
 static void cuda_thread_bind(qr_backend *be) { cudaSetDevice(CB(be)->device); }
 
+/* Ends the group once (from any thread): NCCL's kernels waiting for a lost peer return; the context is failed. */
+static void cuda_tp_abort(qr_backend *be) {
+    cuda_backend *cb = CB(be);
+    if (!cb->nccl_comm || !cb->nccl_joined || __atomic_exchange_n(&cb->nccl_aborted, true, __ATOMIC_ACQ_REL)) return;
+    qr_log(QR_LOG_WARN, "tensor parallelism: a rank is gone; ending GPU %d's NCCL group", cb->device);
+    api.comm_abort((ncclComm_t)cb->nccl_comm);
+}
+
 void cuda_tp_release(cuda_backend *cb) {
     /* a communicator with ranks in other processes: abort, which does not wait for the peers (destroy may, and a
      * peer may be gone already) */
-    if (cb->nccl_comm && cb->nccl_joined && api.comm_abort) api.comm_abort((ncclComm_t)cb->nccl_comm);
+    if (cb->nccl_comm && cb->nccl_joined && api.comm_abort) {
+        if (!__atomic_exchange_n(&cb->nccl_aborted, true, __ATOMIC_ACQ_REL)) api.comm_abort((ncclComm_t)cb->nccl_comm);
+    }
     else if (cb->nccl_comm && api.comm_destroy) api.comm_destroy((ncclComm_t)cb->nccl_comm);
     cb->nccl_comm = NULL;
     if (cb->p2p) {
@@ -252,6 +266,7 @@ void cuda_tp_release(cuda_backend *cb) {
 void cuda_tp_ops(qr_backend_ops *o) {
     o->thread_bind = cuda_thread_bind;
     o->all_reduce = cuda_all_reduce;
+    o->tp_abort = cuda_tp_abort;
 }
 
 extern "C" qr_status qr_backend_cuda_tp_init(qr_backend *const *bes, int32_t n, char *err, size_t err_len) {
