@@ -249,7 +249,7 @@ qr_status qr_tp_net_listen(const char *addr, int32_t world, uint32_t backend, ui
             snprintf(buf, sizeof buf, "rank %u joined twice", h.rank), why = buf;
         if (why) {
             welcome w = {.magic = TP_MAGIC, .status = QR_ERR_INVALID_ARG};
-            snprintf(w.msg, sizeof w.msg, "the driver at %.64s refused rank %u: %.150s", addr, h.rank, why);
+            snprintf(w.msg, sizeof w.msg, "the driver at %.64s refused rank %u: %.140s", addr, h.rank, why);
             send_all(fd, &w, sizeof w);
             close(fd);
             st = qr_errf(err, err_len, QR_ERR_INVALID_ARG, "tensor parallelism: refused rank %u from %s: %s", h.rank,
@@ -263,7 +263,7 @@ qr_status qr_tp_net_listen(const char *addr, int32_t world, uint32_t backend, ui
     close(lfd);
     /* the verdict to every control connection */
     welcome w = {.magic = TP_MAGIC, .status = st};
-    if (st != QR_OK) snprintf(w.msg, sizeof w.msg, "the driver at %.64s gave up: %.180s", addr, err ? err : "");
+    if (st != QR_OK) snprintf(w.msg, sizeof w.msg, "the driver at %.64s gave up: %.140s", addr, err ? err : "");
     if (nccl_id) memcpy(w.nccl_id, nccl_id, sizeof w.nccl_id);
     for (int32_t r = 1; r < world; r++) {
         if (n->ctl[r] >= 0 && !send_all(n->ctl[r], &w, sizeof w) && st == QR_OK)
