@@ -321,7 +321,7 @@ static void test_attention(void **state) {
         {.n_head = 4, .n_head_kv = 4, .dk = 20, .dv = 12, .block_size = 7, .softcap = 5.0f, .kv_type = QR_TYPE_F32},
         {.n_head = 6, .n_head_kv = 2, .dk = 33, .dv = 33, .block_size = 5, .window = 9, .kv_type = QR_TYPE_F16},
         {.n_head = 2, .n_head_kv = 1, .dk = 8, .dv = 8, .block_size = 128, .kv_type = QR_TYPE_F16},
-        /* F32 K/V in the 8-key / 16-dim loops of the AVX-512 level */
+        /* F32 K/V, head sizes that are multiples of 8 (the four-key score loop and the register-blocked V sums) */
         {.n_head = 4, .n_head_kv = 2, .dk = 32, .dv = 48, .block_size = 16, .kv_type = QR_TYPE_F32},
         /* encoders (BERT): every row attends to its whole sequence */
         {.n_head = 12, .n_head_kv = 12, .dk = 32, .dv = 32, .block_size = 32, .kv_type = QR_TYPE_F16, .non_causal = true},

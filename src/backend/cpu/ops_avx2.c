@@ -6,8 +6,6 @@
 #include <string.h>
 
 #include "backend/cpu/cpu.h"
-#include "quant/quant.h"
-#include "util/knobs.h"
 #include "util/util.h"
 
 /* ---- helpers ---- */
@@ -232,65 +230,10 @@ static inline void axpy_v(float *acc, float e, const void *v, qr_type t, int32_t
     }
 }
 
-/* ---- AVX-512 forms of the two hot loops of attn_head (chosen at run time on a CPU with AVX-512: the QUARREL_CPU_ISA
- * level), each lane doing the same operations in the same order as the AVX2 loops, so the results are the same bits ---- */
-#define QR_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-
-/* keys a (lanes 0..7) and b (lanes 8..15): elements i..i+7 of each */
-QR_AVX512_TARGET static inline __m512 load2_kv(const char *ka, const char *kb, qr_type t, int32_t i) {
-    if (t == QR_TYPE_F16) {
-        const __m128i ha = _mm_loadu_si128((const __m128i *)((const uint16_t *)(const void *)ka + i));
-        const __m128i hb = _mm_loadu_si128((const __m128i *)((const uint16_t *)(const void *)kb + i));
-        return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(ha), hb, 1));
-    }
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)(const void *)ka + i)),
-                              _mm256_loadu_ps((const float *)(const void *)kb + i), 1);
-}
-
-/* dot4_q_k for 8 keys: two keys a zmm register (one 8-lane accumulator each), the same sums. */
-QR_AVX512_TARGET static void dot8_q_k_512(const float *q, const char *k, size_t stride, qr_type t, int32_t n, float *out) {
-    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (int32_t i = 0; i < n; i += 8) {
-        const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(q + i));
-        for (int e = 0; e < 4; e++)
-            a[e] = _mm512_fmadd_ps(load2_kv(k + 2 * e * stride, k + (2 * e + 1) * stride, t, i), qv, a[e]);
-    }
-    for (int e = 0; e < 4; e++) {
-        out[2 * e] = reduce8_avx(_mm512_castps512_ps256(a[e]));
-        out[2 * e + 1] = reduce8_avx(_mm512_extractf32x8_ps(a[e], 1));
-    }
-}
-
-/* pass 3's register-blocked V sums for 16 dims at a time (dv % 16 == 0): acc[l][c..c+16) += pr[8g + l] * v, g < ng. */
-QR_AVX512_TARGET static void v_sums_512(float (*acc)[QR_CPU_MAX_HEAD_DIM], const void *const *vp, const float *pr,
-                                        int32_t ng, qr_type vt, int32_t dv) {
-    for (int32_t c = 0; c < dv; c += 16) {
-        __m512 a[8];
-        for (int l = 0; l < 8; l++) a[l] = _mm512_load_ps(acc[l] + c);
-        for (int32_t g = 0; g < ng; g++)
-            for (int l = 0; l < 8; l++) {
-                const int e = g * 8 + l;
-                const __m512 v = vt == QR_TYPE_F16
-                                     ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)vp[e] + c)))
-                                     : _mm512_loadu_ps((const float *)vp[e] + c);
-                a[l] = _mm512_fmadd_ps(_mm512_set1_ps(pr[e]), v, a[l]);
-            }
-        for (int l = 0; l < 8; l++) _mm512_store_ps(acc[l] + c, a[l]);
-    }
-}
-
-/* Whether attn_head takes the AVX-512 loops (the CPU has them and QUARREL_CPU_ISA allows them). */
-static bool attn_wide(void) {
-    static int wide = -1;
-    if (wide < 0) wide = qr_quant_cpu_isa() == QR_CPU_ISA_AVX512;
-    return wide;
-}
-
 static void attn_head_avx2(const cpu_attn_job *j) {
     float (*acc)[QR_CPU_MAX_HEAD_DIM] = (float (*)[QR_CPU_MAX_HEAD_DIM])j->acc; /* 64-byte aligned */
     float q[QR_CPU_MAX_HEAD_DIM];
     const int32_t dk = j->head_dim_k, dv = j->head_dim_v, lanes = j->single ? 32 : 8;
-    const bool wide = attn_wide();
     int32_t i = 0;
     for (; i + 8 <= dk; i += 8)
         _mm256_storeu_ps(q + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(j->q + i), _MM_FROUND_TO_NEAREST_INT)));
@@ -311,14 +254,12 @@ static void attn_head_avx2(const cpu_attn_job *j) {
         if (run > n - t) run = n - t;
         const int64_t slot0 = (int64_t)j->block_table[p / j->block_size] * j->block_size + off;
         int32_t u = 0;
-        const int32_t step = wide ? 8 : 4;
-        if (!j->single && dk % 8 == 0) /* four (eight) keys at a time, same sums */
-            for (; u + step <= run; u += step) {
-                float sc4[8];
-                const char *k0 = kb + ((slot0 + u) * j->k_stride + j->k_off) * esz;
-                if (wide) dot8_q_k_512(q, k0, (size_t)j->k_stride * esz, j->kv_type, dk, sc4);
-                else dot4_q_k(q, k0, (size_t)j->k_stride * esz, j->kv_type, dk, sc4);
-                for (int e = 0; e < step; e++) {
+        if (!j->single && dk % 8 == 0) /* four keys at a time, same sums */
+            for (; u + 4 <= run; u += 4) {
+                float sc4[4];
+                dot4_q_k(q, kb + ((slot0 + u) * j->k_stride + j->k_off) * esz, (size_t)j->k_stride * esz, j->kv_type,
+                         dk, sc4);
+                for (int e = 0; e < 4; e++) {
                     float sc = sc4[e];
                     if (j->softcap > 0.0f) sc = tanhf(sc * (1.0f / j->softcap)) * j->softcap;
                     sc *= j->scale;
@@ -378,10 +319,6 @@ static void attn_head_avx2(const cpu_attn_job *j) {
             }
             const qr_type vt = j->kv_type;
             const int32_t ng = (j->last - P0) / 8 + 1 < 8 ? (j->last - P0) / 8 + 1 : 8;
-            if (wide && dv % 16 == 0) {
-                v_sums_512(acc, vp, pr, ng, vt, dv);
-                continue;
-            }
             for (int32_t c = 0; c < dv; c += 8) {
                 __m256 a[8];
                 for (int l = 0; l < 8; l++) a[l] = _mm256_load_ps(acc[l] + c);
