@@ -26,7 +26,8 @@ static const sopt opts[] = {
     {"model", 1, "GGUF path or Ollama name; repeat to load several (env QUARREL_MODEL: comma-separated)"},
     {"host", 1, "listen address (default 127.0.0.1)"},
     {"port", 1, "listen port (default 8080; 0 = any free port)"},
-    {"parallel", 1, "sequences decoded together per model (default 4)"},
+    {"parallel", 1, "sequences decoded together per model (default 4; on a GPU up to 64, as its free memory holds "
+                    "64 x 4096 tokens of KV cache)"},
     {"ctx", 1, "KV cache tokens per model, shared by its sequences (default: what --kv-mem-mb holds)"},
     {"cache-type-k", 1, "KV cache storage of K: f16 (default), bf16, q8_0, q4_0, f32"},
     {"cache-type-v", 1, "KV cache storage of V: f16 (default), bf16, q8_0, q4_0, f32"},

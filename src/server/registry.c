@@ -61,6 +61,14 @@ void srv_kv_sizing(int32_t parallel, int32_t ctx, uint64_t kv_mem_bytes, uint64_
     }
 }
 
+int32_t srv_gpu_parallel(uint64_t free_bytes, int32_t world, uint64_t per_tok) {
+    if (per_tok == 0 || world < 1) return 0;
+    const double budget = (double)free_bytes * SRV_GPU_KV_SHARE * (double)world;
+    const double seqs = budget / ((double)per_tok * QR_N_CTX_DEFAULT);
+    if (seqs < SRV_GPU_PARALLEL_MIN) return 0;
+    return seqs >= SRV_GPU_PARALLEL ? SRV_GPU_PARALLEL : (int32_t)seqs;
+}
+
 srv_registry *srv_registry_create(const srv_registry_opts *o) {
     srv_registry *r = calloc(1, sizeof *r);
     if (!r) return NULL;
@@ -212,8 +220,19 @@ static qr_status load_model(const srv_registry *r, const char *source, bool star
                          qr_cache_type_name(r->o.cache_type_v), hp->head_dim_k, hp->head_dim_v);
             goto fail;
         }
-        int32_t n_ctx;
-        srv_kv_sizing(r->o.parallel, r->o.ctx, r->o.kv_mem_bytes, per_tok,
+        int32_t n_ctx, parallel = r->o.parallel;
+        uint64_t kv_mem = r->o.kv_mem_bytes;
+        size_t gpu_free = 0, gpu_total = 0;
+        if (!parallel && !kv_mem && !r->o.ctx && !strcmp(qr_model_backend_name(m->model), "cuda") &&
+            qr_model_rank_memory(m->model, 0, &gpu_free, &gpu_total) &&
+            (parallel = srv_gpu_parallel(gpu_free, qr_model_tp(m->model), per_tok)) > 0) {
+            /* a GPU decodes many sequences a step for little more than one: a batch that suits the device */
+            kv_mem = (uint64_t)parallel * QR_N_CTX_DEFAULT * per_tok;
+            qr_log(QR_LOG_INFO, "model '%s' on the GPU: --parallel %d (a KV cache of %.1f GiB for %d x %d tokens; "
+                   "--parallel, --ctx or --kv-mem-mb set it)", m->name, parallel, (double)kv_mem / (1 << 30), parallel,
+                   QR_N_CTX_DEFAULT);
+        }
+        srv_kv_sizing(parallel, r->o.ctx, kv_mem, per_tok,
                       qr_model_kv_bytes_per_token(m->model, QR_CACHE_F16, QR_CACHE_F16), &sp.n_seq, &n_ctx);
         qr_context_params cp = qr_context_default_params();
         cp.n_ctx = n_ctx;

@@ -61,6 +61,15 @@ typedef struct srv_registry srv_registry;
 void srv_kv_sizing(int32_t parallel, int32_t ctx, uint64_t kv_mem_bytes, uint64_t per_tok, uint64_t f16_per_tok,
                    int32_t *n_seq, int32_t *n_ctx);
 
+/* The default --parallel of a model on GPUs (no --parallel, --ctx or --kv-mem-mb given): as many sequences of
+ * QR_N_CTX_DEFAULT tokens as SRV_GPU_KV_SHARE of the GPU memory left after the weights holds (free_bytes of one
+ * GPU, times `world` GPUs that each hold 1/world of the cache), at most SRV_GPU_PARALLEL; 0 when fewer than
+ * SRV_GPU_PARALLEL_MIN fit (the CPU's default then applies). */
+#define SRV_GPU_PARALLEL 64
+#define SRV_GPU_PARALLEL_MIN 8
+#define SRV_GPU_KV_SHARE 0.4
+int32_t srv_gpu_parallel(uint64_t free_bytes, int32_t world, uint64_t per_tok);
+
 typedef struct srv_registry_opts {
     int32_t parallel, ctx, n_threads, max_queue, prefill_chunk;
     uint64_t kv_mem_bytes;                  /* qr_server_config's */

@@ -14,6 +14,7 @@
 #include "server/keys.h"
 #include "server/metrics.h"
 #include "server/ratelimit.h"
+#include "server/registry.h"
 #include "server/reqparse.h"
 
 static int parse(const char *body, srv_api api, srv_gen_req *r, char *err) {
@@ -167,6 +168,18 @@ static void count_keys(void *arg, const srv_key_info *k) {
     l->revoked += k->revoked;
 }
 
+/* The GPU default of --parallel: 64 sequences of 4096 tokens where 40 % of the free memory holds them, fewer
+ * where it holds fewer, none (the CPU default) under 8. */
+static void test_gpu_parallel(void **state) {
+    (void)state;
+    const uint64_t mistral = 131072, gib = 1ull << 30; /* f16 bytes a token of a mistral-7b cache */
+    assert_int_equal(srv_gpu_parallel(130 * gib, 1, mistral), 64); /* an H200 after the weights */
+    assert_int_equal(srv_gpu_parallel(18 * gib, 1, mistral), 14);  /* a 24 GB card: 7.2 GiB / 0.5 GiB */
+    assert_int_equal(srv_gpu_parallel(18 * gib, 2, mistral), 28);  /* two of them: each holds half the cache */
+    assert_int_equal(srv_gpu_parallel(4 * gib, 1, mistral), 0);    /* 3 sequences: the CPU default */
+    assert_int_equal(srv_gpu_parallel(130 * gib, 1, 0), 0);
+}
+
 static void test_keys(void **state) {
     (void)state;
     char path[] = "/tmp/quarrel_test_keys_XXXXXX";
@@ -220,7 +233,7 @@ static void test_keys(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reqparse), cmocka_unit_test(test_utf8_and_duration), cmocka_unit_test(test_metrics),
-        cmocka_unit_test(test_ratelimit), cmocka_unit_test(test_keys),
+        cmocka_unit_test(test_ratelimit), cmocka_unit_test(test_keys), cmocka_unit_test(test_gpu_parallel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
