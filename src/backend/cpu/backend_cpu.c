@@ -319,6 +319,14 @@ static void mm_convert_task(void *arg, int64_t lo, int64_t hi, int ith) {
 }
 
 /* Chunks c of the output: row block c % n_row_chunks times token block c / n_row_chunks. */
+/* Weight bytes [p + MM_PREFETCH, + bytes) into the cache ahead of their use, not past end (the chunk's last row): a
+ * chunk of rows is a new stream the hardware prefetcher has to learn, and a decode step reads each weight row once,
+ * from memory (SmolLM2 Q4_1 tg128 at 2 threads, Zen 5: 212 -> 254 t/s; 1 KiB ahead 244, 4 KiB 254, 8 KiB 236). */
+#define MM_PREFETCH 2048
+static inline void prefetch_ahead(const char *p, size_t bytes, const char *end) {
+    for (size_t o = 0; o < bytes && p + MM_PREFETCH + o < end; o += 64) __builtin_prefetch(p + MM_PREFETCH + o);
+}
+
 static void mm_dot_task(void *arg, int64_t lo, int64_t hi, int ith) {
     mm_task *t = arg;
     const char *wbase = t->w->host;
@@ -329,10 +337,12 @@ static void mm_dot_task(void *arg, int64_t lo, int64_t hi, int ith) {
         const int64_t r0 = rc * t->rows_per_chunk, r1 = r0 + t->rows_per_chunk < t->n ? r0 + t->rows_per_chunk : t->n;
         const int64_t t0 = tc * t->toks_per_chunk,
                       t1 = t0 + t->toks_per_chunk < t->n_tok ? t0 + t->toks_per_chunk : t->n_tok;
+        const char *pf_end = wbase + (size_t)r1 * wrow;
         if (t->tile_gemm) { /* repacked path: token rows below n_gemm through the GEMM order */
             const int64_t tm = t1 < t->n_gemm ? t1 : (t0 > t->n_gemm ? t0 : t->n_gemm);
             for (int64_t i = r0; i < r1; i += t->tile_r) {
                 const int nr = (int)(r1 - i < t->tile_r ? r1 - i : t->tile_r);
+                prefetch_ahead(wbase + (size_t)i * wrow, (size_t)nr * wrow, pf_end);
                 for (int64_t tk = t0; tk < t1;) {
                     const int64_t end = tk < tm ? tm : t1;
                     const int nc = (int)(end - tk < t->tile_c ? end - tk : t->tile_c);
@@ -346,6 +356,7 @@ static void mm_dot_task(void *arg, int64_t lo, int64_t hi, int ith) {
         if (t->tile) {
             for (int64_t i = r0; i < r1; i += t->tile_r) {
                 const int nr = (int)(r1 - i < t->tile_r ? r1 - i : t->tile_r);
+                prefetch_ahead(wbase + (size_t)i * wrow, (size_t)nr * wrow, pf_end);
                 for (int64_t tk = t0; tk < t1; tk += t->tile_c) {
                     const int nc = (int)(t1 - tk < t->tile_c ? t1 - tk : t->tile_c);
                     t->tile(t->k, t->y + tk * t->n + i, t->n, wbase + (size_t)i * wrow, wrow,
@@ -355,7 +366,8 @@ static void mm_dot_task(void *arg, int64_t lo, int64_t hi, int ith) {
             continue;
         }
         for (int64_t i = r0; i < r1; i++) {
-            const void *wr = wbase + (size_t)i * wrow;
+            const char *wr = wbase + (size_t)i * wrow;
+            prefetch_ahead(wr, wrow, pf_end);
             for (int64_t tk = t0; tk < t1; tk++)
                 (tk < t->n_gemm ? t->dot_gemm : t->dot)(t->k, t->y + tk * t->n + i, wr, t->xq + (size_t)tk * t->xq_row);
         }
@@ -397,9 +409,10 @@ static void matmul_rows(qr_backend *be, const qr_weight *w, const float *x, int6
         t.tile_r = cb->tile_r;
         t.tile_c = cb->tile_c;
     }
-    if (t.dot == tr->vec_dot && t.n_gemm == 0 && tr->vec_dot_tile && n_rows >= 2) {
-        /* several weight rows x token rows per call: same sums, fewer loads, independent FMA chains
-         * (one token row gains nothing from it: measured) */
+    if (t.dot == tr->vec_dot && t.n_gemm == 0 && tr->vec_dot_tile) {
+        /* several weight rows x token rows per call: same sums, fewer loads, independent FMA chains; also for one
+         * token row (decode) now that the weights are prefetched (prefetch_ahead): the rows' chains then overlap
+         * (SmolLM2 Q4_1 tg128 at 2 threads, Zen 5: +7 %; before the prefetch it gained nothing) */
         t.tile = tr->vec_dot_tile;
         t.tile_r = cb->tile_r;
         t.tile_c = cb->tile_c;
