@@ -839,7 +839,7 @@ static qr_status worker_ctx_create(qr_model *m, const tp_ctx_msg *msg, qr_contex
     c->last_out = -1;
     c->rk[R].m = m->tp_shards[R];
     c->rk[R].be = m->tp_shards[R]->be;
-    const qr_context_params p = {.n_threads = msg->n_threads};
+    const qr_context_params p = {.n_threads = 0}; /* this rank's threads: its own -t (at load), not the driver's */
     rank_setup_args sa = {.p = &p, .kd = &msg->kd};
     rank_setup(c, R, &sa);
     if (c->rk[R].st != QR_OK) {

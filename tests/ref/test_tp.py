@@ -163,15 +163,17 @@ def start_workers(quarrel_bin, model, tp, port, ranks=None, extra=()):
 def logits_procs(quarrel_bin, model, ids, out, tp, ubatch=64):
     """Rank 0 here, ranks 1..tp-1 as `quarrel worker` processes; every worker must exit 0 after the driver."""
     port = free_port()
+    # the driver first: it binds the port at once (the workers retry until it listens)
+    d = subprocess.Popen([quarrel_bin, "logits", "-m", str(model), "--tokens", str(ids), "-o", str(out), "--backend",
+                          "cpu", "-t", "1", "--tp", str(tp), "--tp-addr", f"127.0.0.1:{port}", "--ubatch", str(ubatch)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ws = start_workers(quarrel_bin, model, tp, port)
-    r = subprocess.run([quarrel_bin, "logits", "-m", str(model), "--tokens", str(ids), "-o", str(out), "--backend",
-                        "cpu", "-t", "1", "--tp", str(tp), "--tp-addr", f"127.0.0.1:{port}", "--ubatch", str(ubatch)],
-                       capture_output=True, text=True, timeout=300)
+    _, derr = d.communicate(timeout=300)
     for w in ws:
         _, err = w.communicate(timeout=60)
         assert w.returncode == 0, err
         assert "the driver left" in err, err
-    assert r.returncode == 0, r.stderr
+    assert d.returncode == 0, derr
     return np.load(out)
 
 
@@ -191,6 +193,13 @@ def test_tp_processes_equal_one_process(case, typ, tp, quarrel_bin, tmp_path):
         assert np.array_equal(ref, got), f"{case} {typ} tp{tp} ubatch {ub}: max diff {np.abs(ref - got).max()}"
 
 
+def start_driver(quarrel_bin, model, tp, port, env=None):
+    import os
+    return subprocess.Popen([quarrel_bin, "logits", "-m", str(model), "-p", "hello", "-o", "/dev/null", "--backend", "cpu",
+                             "--tp", str(tp), "--tp-addr", f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+
 def run_driver(quarrel_bin, model, tp, port, env=None, extra=()):
     import os
     return subprocess.run([quarrel_bin, "logits", "-m", str(model), "-p", "hello", "-o", "/dev/null", "--backend", "cpu",
@@ -208,9 +217,10 @@ def test_tp_processes_refuse_mismatches(quarrel_bin, tmp_path):
                                     (other, 2, [1], "it loaded a different model file"),
                                     (model, 4, [1, 1], "joined twice")):
         port = free_port()
+        d = start_driver(quarrel_bin, model, 4 if len(ranks) == 2 else 2, port, {"QUARREL_TP_TIMEOUT": "20"})
         ws = start_workers(quarrel_bin, wmodel, wtp, port, ranks)
-        r = run_driver(quarrel_bin, model, 4 if len(ranks) == 2 else 2, port, {"QUARREL_TP_TIMEOUT": "20"})
-        assert r.returncode == 1 and msg in r.stderr, r.stderr
+        _, derr = d.communicate(timeout=120)
+        assert d.returncode == 1 and msg in derr, derr
         errs = []
         for w in ws:
             _, err = w.communicate(timeout=60)
