@@ -342,7 +342,15 @@ qr_status qr_tp_net_connect(const char *addr, int32_t world, int32_t rank, uint3
                 }
             }
             if (fd >= 0 || qr_time_s() > t_end) break;
+            if (ch == 1) { /* the driver may have answered the control connection already (a refusal): read it */
+                struct pollfd pf = {.fd = n->ctl[0], .events = POLLIN};
+                if (poll(&pf, 1, 0) > 0) break;
+            }
             usleep(200 * 1000);
+        }
+        if (fd < 0 && ch == 1) { /* no data connection: the welcome on the control connection says why */
+            struct pollfd pf = {.fd = n->ctl[0], .events = POLLIN};
+            if (poll(&pf, 1, 0) > 0) break;
         }
         if (fd < 0) {
             st = qr_errf(err, err_len, QR_ERR_IO, "tensor parallelism: no driver at %s after %.0f s: %s "
