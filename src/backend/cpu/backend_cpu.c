@@ -378,10 +378,11 @@ static void mm_dot_task(void *arg, int64_t lo, int64_t hi, int ith) {
  * weight and this number of rows (see quant.h): the repacked GEMM for whole groups of 4 rows and the
  * GEMV for the rest when the type is repacked and w has a multiple of repack_rows rows; else the
  * tiled order from QR_TILED_MIN_ROWS rows; else the sgemm order from 2 rows; else vec_dot. */
-static void matmul_rows(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y, bool no_repack) {
-    cpu_backend *cb = CB(be);
+/* The kernels matmul_rows runs for w and n_rows rows and the activations' conversion (t->act, t->xq_row) into *t;
+ * false when an error was raised. */
+static bool mm_plan(cpu_backend *cb, const qr_weight *w, const float *x, int64_t n_rows, float *y, bool no_repack,
+                    mm_task *out) {
     const qr_quant_traits *tr = cpu_traits(cb, w->type); /* has a vec_dot: w->type is in caps.matmul_types */
-    if (n_rows <= 0) return;
     /* the row count that picks the kernels: 1 in a row-exact pass (each row as a decode pass computes it;
      * the weight is still read once for all rows) */
     const int64_t n_sel = cb->row_exact ? 1 : n_rows;
@@ -426,38 +427,132 @@ static void matmul_rows(qr_backend *be, const qr_weight *w, const float *x, int6
         if (!t.act && vtr) t.act = vtr->from_float;
         if (!t.act) {
             raise_error(cb, QR_ERR_UNSUPPORTED, "matmul: cannot convert activations to the vec_dot type");
-            return;
+            return false;
         }
         t.act_gemm = tr->from_float_gemm ? tr->from_float_gemm : t.act;
         t.xq_row = qr_type_row_size(tr->vec_dot_type, t.k);
-        const size_t need = t.xq_row * (size_t)n_rows;
         if (t.xq_row == 0) {
             raise_error(cb, QR_ERR_INVALID_ARG, "matmul: row length is not a multiple of the block size");
-            return;
+            return false;
         }
+    }
+    *out = t;
+    return true;
+}
+
+/* t's chunks of the output: token rows in blocks of 32, weight rows in enough chunks to balance (~8 per thread for
+ * decode, at least 16 rows each). */
+static void mm_chunks(cpu_backend *cb, mm_task *t) {
+    const int nth = cpu_pool_n_threads(cb->pool);
+    t->toks_per_chunk = t->n_tok < 32 ? t->n_tok : 32;
+    const int64_t n_tok_chunks = (t->n_tok + t->toks_per_chunk - 1) / t->toks_per_chunk;
+    int64_t rows = t->n / ((int64_t)nth * 8 / (n_tok_chunks < 8 ? n_tok_chunks : 8) + 1);
+    if (rows < 16) rows = 16;
+    t->rows_per_chunk = rows;
+    t->n_row_chunks = (t->n + rows - 1) / rows;
+    t->n_chunks = t->n_row_chunks * n_tok_chunks;
+}
+
+/* t's activations converted into cb->wdata (nothing to do for an F32 vec_dot type), and t's chunks of the output. */
+static bool mm_prepare(cpu_backend *cb, mm_task *t) {
+    const int64_t n_rows = t->n_tok;
+    if (t->act) {
+        const size_t need = t->xq_row * (size_t)n_rows;
         if (need > cb->wdata_cap) {
             void *p = realloc(cb->wdata, need);
             if (!p) {
                 raise_error(cb, QR_ERR_NOMEM, "matmul: cannot allocate the activation buffer");
-                return;
+                return false;
             }
             cb->wdata = p;
             cb->wdata_cap = need;
         }
-        t.xq = cb->wdata;
-        run_items(cb, mm_convert_task, &t, n_rows, t.k * 8);
+        t->xq = cb->wdata;
+        run_items(cb, mm_convert_task, t, n_rows, t->k * 8);
     }
-    const int nth = cpu_pool_n_threads(cb->pool);
-    t.toks_per_chunk = n_rows < 32 ? n_rows : 32;
-    const int64_t n_tok_chunks = (n_rows + t.toks_per_chunk - 1) / t.toks_per_chunk;
-    /* enough row chunks to balance: ~8 per thread for decode, at least 16 rows each */
-    int64_t rows = t.n / ((int64_t)nth * 8 / (n_tok_chunks < 8 ? n_tok_chunks : 8) + 1);
-    if (rows < 16) rows = 16;
-    t.rows_per_chunk = rows;
-    t.n_row_chunks = (t.n + rows - 1) / rows;
-    t.n_chunks = t.n_row_chunks * n_tok_chunks;
-    if (nth == 1 || t.n * t.k * n_rows < 4096) mm_dot_task(&t, 0, t.n_chunks, 0);
+    mm_chunks(cb, t);
+    return true;
+}
+
+static void matmul_rows(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y, bool no_repack) {
+    cpu_backend *cb = CB(be);
+    mm_task t;
+    if (n_rows <= 0 || !mm_plan(cb, w, x, n_rows, y, no_repack, &t) || !mm_prepare(cb, &t)) return;
+    if (cpu_pool_n_threads(cb->pool) == 1 || t.n * t.k * n_rows < 4096) mm_dot_task(&t, 0, t.n_chunks, 0);
     else cpu_pool_for(cb->pool, t.n_chunks, 1, mm_dot_task, &t);
+}
+
+/* Several matmuls of one x whose activations convert alike (the same vec_dot type, row length and conversion):
+ * x converted once, and every weight's chunks in one parallel loop (a decode step's q / k / v, gate / up: fewer
+ * hand-offs to the thread pool). Each weight's rows run the kernels matmul_rows would give them: the same bits. */
+typedef struct mm_multi {
+    mm_task t[3];
+    int32_t n;
+    int64_t start[4]; /* chunk c belongs to weight i for start[i] <= c < start[i + 1] */
+} mm_multi;
+
+static void mm_multi_task(void *arg, int64_t lo, int64_t hi, int ith) {
+    mm_multi *m = arg;
+    for (int64_t c = lo; c < hi; c++) {
+        int32_t i = 0;
+        while (i + 1 < m->n && c >= m->start[i + 1]) i++;
+        mm_dot_task(&m->t[i], c - m->start[i], c - m->start[i] + 1, ith);
+    }
+}
+
+/* Whether matmuls planned as a and b can share converted activations. */
+static bool mm_same_input(const mm_task *a, const mm_task *b) {
+    return a->k == b->k && a->tr->vec_dot_type == b->tr->vec_dot_type && a->act == b->act && a->xq_row == b->xq_row &&
+           a->n_gemm == b->n_gemm && (a->n_gemm == 0 || a->act_gemm == b->act_gemm);
+}
+
+static void matmul_group(qr_backend *be, int32_t n_w, const qr_weight *const *w, const float *x, int64_t n_rows,
+                         float *const *y) {
+    cpu_backend *cb = CB(be);
+    if (n_rows <= 0) return;
+    mm_multi m = {.n = n_w};
+    bool shared = n_w >= 2 && n_w <= 3;
+    for (int32_t i = 0; i < n_w && shared; i++) {
+        if (!mm_plan(cb, w[i], x, n_rows, y[i], false, &m.t[i])) return;
+        shared = mm_same_input(&m.t[0], &m.t[i]);
+    }
+    if (!shared) {
+        for (int32_t i = 0; i < n_w; i++) matmul_rows(be, w[i], x, n_rows, y[i], false);
+        return;
+    }
+    if (!mm_prepare(cb, &m.t[0])) return;
+    for (int32_t i = 1; i < n_w; i++) {
+        m.t[i].xq = m.t[0].xq;
+        mm_chunks(cb, &m.t[i]);
+    }
+    int64_t total = 0, work = 0;
+    for (int32_t i = 0; i < n_w; i++) {
+        m.start[i] = total;
+        total += m.t[i].n_chunks;
+        work += m.t[i].n * m.t[i].k * n_rows;
+    }
+    m.start[n_w] = total;
+    if (cpu_pool_n_threads(cb->pool) == 1 || work < 4096) mm_multi_task(&m, 0, total, 0);
+    else cpu_pool_for(cb->pool, total, 1, mm_multi_task, &m);
+}
+
+static void cpu_add_row(qr_backend *be, const float *x, const qr_weight *table, int64_t row, int64_t n_rows, float *out);
+
+static void cpu_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *const *w, const qr_weight *const *b,
+                             const float *x, int64_t n_rows, float *const *y) {
+    matmul_group(be, n_w, w, x, n_rows, y);
+    for (int32_t i = 0; b && i < n_w; i++)
+        if (b[i]) cpu_add_row(be, y[i], b[i], 0, n_rows, y[i]);
+}
+
+static void cpu_swiglu(qr_backend *be, const float *g, const float *u, int64_t n, float *out);
+
+static void cpu_matmul_swiglu(qr_backend *be, const qr_weight *gate, const qr_weight *up, const float *x,
+                              int64_t n_rows, float *out, float *scratch) {
+    const qr_weight *w[2] = {gate, up};
+    float *y[2] = {out, scratch};
+    matmul_group(be, 2, w, x, n_rows, y);
+    cpu_swiglu(be, out, scratch, n_rows * gate->ne[1], out);
 }
 
 static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y) {
@@ -950,6 +1045,8 @@ static const qr_backend_ops cpu_ops = {
     .copy_rows = cpu_copy_rows,
     .matmul_heads = cpu_matmul_heads,
     .add_row = cpu_add_row,
+    .matmul_multi = cpu_matmul_multi,
+    .matmul_swiglu = cpu_matmul_swiglu,
     .mem_info = NULL, /* host memory: the caller asks the OS */
     .moe_route = qr_cpu_moe_route,
     .matmul_id = qr_cpu_matmul_id,
