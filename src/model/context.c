@@ -876,9 +876,9 @@ static qr_status worker_pass(qr_context *c, const void *payload, size_t bytes, f
                                 .kv_slot = a + 3 * nt, .n_seqs = m.n_seqs, .max_blocks = m.max_blocks,
                                 .block_table = a + 4 * nt, .n_outputs = m.n_outputs,
                                 .output_rows = a + 4 * nt + nbt, .row_exact = m.row_exact};
-    const int32_t rows = m.n_outputs > 0 ? m.n_outputs : 1;
-    rank_dev_out(c, R, (void *)&rows);
-    if (k->st != QR_OK) return qr_errf(err, err_len, k->st, "%s", k->err);
+    if (m.n_outputs > k->dev_out_cap) /* the driver grows the output buffers (DEV_OUT) before such a pass */
+        return qr_errf(err, err_len, QR_ERR_FORMAT, "a pass of %d outputs on buffers of %d rows", m.n_outputs,
+                       k->dev_out_cap);
     const size_t need = (size_t)m.n_outputs * (size_t)qr_model_n_logits(k->m) * sizeof(float);
     if (need > *cols_cap) {
         float *nb = realloc(*cols, need);
@@ -906,11 +906,9 @@ typedef struct worker_watch {
 static void *worker_watch_main(void *arg) {
     worker_watch *w = arg;
     while (!atomic_load(&w->stop)) {
-        if (!atomic_load(&w->in_pass) || !qr_tp_net_peer_gone(w->net, 200)) {
-            if (!atomic_load(&w->in_pass)) usleep(50 * 1000);
-            continue;
-        }
-        if (atomic_load(&w->in_pass)) {
+        if (!atomic_load(&w->in_pass)) {
+            usleep(50 * 1000);
+        } else if (qr_tp_net_peer_gone(w->net, 200) && atomic_load(&w->in_pass)) {
             qr_log(QR_LOG_WARN, "tensor parallelism: the driver is gone during a pass");
             w->be->ops->tp_abort(w->be);
             break;

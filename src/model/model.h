@@ -461,8 +461,6 @@ qr_status qr_tp_net_listen(const char *addr, int32_t world, uint32_t backend, ui
 qr_status qr_tp_net_connect(const char *addr, int32_t world, int32_t rank, uint32_t backend, uint64_t fingerprint,
                             uint8_t *nccl_id, qr_tp_net **out, char *err, size_t err_len);
 void qr_tp_net_free(qr_tp_net *n);
-int32_t qr_tp_net_world(const qr_tp_net *n);
-int32_t qr_tp_net_rank(const qr_tp_net *n);
 /* The driver: command `type` (payload: the parts) to rank r, and its reply's payload (valid until the next call for
  * r). A rank's error comes back as its status and message; a lost connection as QR_ERR_IO. */
 qr_status qr_tp_net_call(qr_tp_net *n, int32_t r, uint32_t type, const struct iovec *parts, int n_parts,

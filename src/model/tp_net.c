@@ -167,8 +167,6 @@ void qr_tp_net_free(qr_tp_net *n) {
     free(n);
 }
 
-int32_t qr_tp_net_world(const qr_tp_net *n) { return n->world; }
-int32_t qr_tp_net_rank(const qr_tp_net *n) { return n->rank; }
 
 /* ---- the driver ---- */
 
