@@ -21,7 +21,7 @@ long prompt with the decode steps), the streams' median longest gap between chun
 usage:
     python3 bench/serve_bench.py --quarrel build/quarrel [--llama-server PATH] --model MODEL.gguf \\
         [--concurrency 1,64,256] [--prompt-tokens 128] [--max-tokens 256] [--reps 3] [--backend cuda|cpu] \\
-        [--threads N] [--port 8090] [--json OUT] [--mixed [--mixed-prompt-tokens 16000] [--mixed-delay 0.5]] \
+        [--threads N] [--port 8090] [--json OUT] [--log-dir DIR] [--mixed [--mixed-prompt-tokens 16000] [--mixed-delay 0.5]] \
         [--quarrel-arg=--prefill-chunk --quarrel-arg=128 ...] [--llama-arg=-ub --llama-arg=256 ...]
 Exit status 1 when a server does not start or a request fails.
 """
@@ -34,6 +34,7 @@ sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(
 import argparse  # noqa: E402
 import http.client
 import json
+import shutil
 import signal
 import statistics
 import subprocess
@@ -52,6 +53,11 @@ def make_prompt(i, n_words):
     """About n_words + 3 tokens: a request number, then the word list rotated by i (a prompt per i)."""
     words = [WORDS[(i * 7 + k) % len(WORDS)] for k in range(max(1, n_words))]
     return f"Request {i}: " + " ".join(words)
+
+
+def words_for(a, tokens):
+    """The words of a prompt of about `tokens` tokens (after the calibration of the first warm-up request)."""
+    return max(1, round((tokens - 3) * (a.words_per_token or 1.0)))
 
 
 def median(xs):
@@ -92,7 +98,7 @@ class Server:
         except (OSError, ValueError, KeyError, IndexError):
             return None
 
-    def stop(self):
+    def stop(self, keep=None):
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -104,6 +110,8 @@ class Server:
                     pass
                 self.proc.wait(timeout=15)
         self.log.close()
+        if keep:
+            shutil.copyfile(self.log.name, keep)
         os.unlink(self.log.name)
 
 
@@ -201,7 +209,7 @@ class Request:
 def run_round(port, model, a, c, first_prompt, long_prompt=None):
     """C concurrent requests (prompts first_prompt .. first_prompt + C - 1), plus the long prompt once every
     stream has its first token when given. Returns (the C requests, the long one or None, wall seconds)."""
-    reqs = [Request(port, model, make_prompt(first_prompt + i, a.prompt_tokens - 3), a.max_tokens, a.timeout)
+    reqs = [Request(port, model, make_prompt(first_prompt + i, words_for(a, a.prompt_tokens)), a.max_tokens, a.timeout)
             for i in range(c)]
     for r in reqs:
         r.connect()
@@ -243,12 +251,18 @@ def measure(kind, a, c):
     try:
         srv.wait_ready(a.start_timeout)
         model = srv.model_id()
-        warm = Request(a.port, model, make_prompt(10 ** 6, a.prompt_tokens - 3), min(16, a.max_tokens), a.timeout)
+        warm = Request(a.port, model, make_prompt(10 ** 6, words_for(a, a.prompt_tokens)), min(16, a.max_tokens),
+                       a.timeout)
         warm.run()
         if warm.error:
             raise RuntimeError(f"warm-up request failed: {warm.error}")
+        if a.words_per_token is None and warm.prompt_tokens and warm.prompt_tokens > 8:
+            # the first server's tokenizer sets how many words make a token (the same file: the same for both)
+            a.words_per_token = (a.prompt_tokens - 3) / (warm.prompt_tokens - 3)
+            print(f"#   {warm.prompt_tokens} prompt tokens from {a.prompt_tokens - 3} words: "
+                  f"{a.words_per_token:.3f} words a token from now on", file=sys.stderr, flush=True)
         rounds = []
-        long_prompt = make_prompt(2 * 10 ** 6, a.mixed_prompt_tokens - 3) if a.mixed else None
+        long_prompt = make_prompt(2 * 10 ** 6, words_for(a, a.mixed_prompt_tokens)) if a.mixed else None
         for rep in range(a.reps):
             reqs, _, wall = run_round(a.port, model, a, c, (2 * rep) * c)
             fig = round_figures(reqs, wall)
@@ -264,7 +278,7 @@ def measure(kind, a, c):
     except RuntimeError as e:
         raise RuntimeError(f"{kind}, C={c}: {e}\n--- {' '.join(cmd)}: log tail ---\n{srv.log_tail()}") from None
     finally:
-        srv.stop()
+        srv.stop(os.path.join(a.log_dir, f"{kind}_C{c}.log") if a.log_dir else None)
     keys = rounds[0].keys()
     return {"rounds": rounds, "median": {k: median([r[k] for r in rounds]) for k in keys}}
 
@@ -315,6 +329,7 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="CPU threads of both servers (default: theirs)")
     ap.add_argument("--port", type=int, default=8090)
     ap.add_argument("--json", help="write every round's figures here")
+    ap.add_argument("--log-dir", help="keep each server's log here as KIND_C<concurrency>.log")
     ap.add_argument("--mixed", action="store_true", help="also measure the streams while a long prompt arrives")
     ap.add_argument("--mixed-prompt-tokens", type=int, default=16000)
     ap.add_argument("--mixed-delay", type=float, default=0.5, help="seconds after every stream's first token")
@@ -323,6 +338,7 @@ def main():
     ap.add_argument("--start-timeout", type=float, default=600, help="seconds for a server to load")
     ap.add_argument("--timeout", type=float, default=1800, help="socket timeout of a request, seconds")
     a = ap.parse_args()
+    a.words_per_token = None
     try:
         a.concurrency = [int(x) for x in a.concurrency.split(",") if x.strip()]
     except ValueError:

@@ -498,6 +498,12 @@ typedef struct qr_backend_ops {
      * for tensor parallelism). */
     void (*read_rows)(qr_backend *be, void *dst_host, size_t dst_pitch, const void *src, size_t src_pitch,
                       size_t row_bytes, size_t n_rows);
+    /* The k (1..64, <= n) largest of each of the n_rows rows of src (backend memory, [n_rows][n] f32) in the
+     * sampler's order (value descending, ties: the lower index first; -0 equals +0), waiting for pending ops, into
+     * host memory out: vals [n_rows][k] f32, then ids [n_rows][k] int32, then n_fin [n_rows] int32 (the row's
+     * count of values above -inf, -1 when it holds a NaN or +inf). NULL: the caller reads the rows (a batched
+     * step's sampling then scans them on the host). */
+    void (*topk_rows)(qr_backend *be, const float *src, int64_t n_rows, int64_t n, int32_t k, void *out);
 } qr_backend_ops;
 
 struct qr_backend {

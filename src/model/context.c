@@ -12,6 +12,7 @@
 
 #include "model/model.h"
 #include "kv/kv_cache.h"
+#include "sampling/sampler.h"
 #include "util/knobs.h"
 #include "util/util.h"
 
@@ -61,6 +62,17 @@ struct qr_context {
     bool row_exact;   /* passes compute each row as a one-row pass would (qr_context_set_row_exact) */
     int32_t *p_tok, *p_pos, *p_seq, *p_slot, *p_out; /* [n_batch] plan arrays */
     int32_t *p_bt; /* [n_seq_max][max_blocks] the plan's block table (plan_table) */
+    /* top-k rows (qr_context_set_topk): a one-pass batch's outputs come back as their k best candidates, and a row's
+     * logits are read from the device only when asked for (qr_get_logits) */
+    int32_t topk_k;       /* requested k; 0: off */
+    int32_t topk_n;       /* k of the last batch's candidates; 0: it has none (its logits were read) */
+    int32_t topk_rows;    /* output rows of those candidates */
+    void *topk_host;      /* topk_rows's layout for topk_cap rows of QR_SAMPLER_TOPK_MAX: vals, ids, n_fin */
+    bool topk_backend;    /* topk_host came from the backend's host_alloc */
+    size_t topk_cap;
+    uint8_t *row_host;    /* [row_host_cap] topk_n > 0: 1 once the row's logits were read */
+    size_t row_host_cap;
+    pthread_mutex_t lazy_mu; /* qr_get_logits may read rows from several threads (a step's rows sampled at once) */
     double prof[6];   /* QUARREL_HOST_PROF=1: seconds in decode's host steps (prof_names), summed over passes */
     int64_t prof_n;   /* passes profiled; -1: profiling off */
 };
@@ -258,6 +270,10 @@ void qr_context_free(qr_context *c) {
     qr_tp_pool_free(c->pool);
     qr_kv_cache_free(c->kvc);
     logits_free(c);
+    if (c->topk_backend) c->be->ops->host_free(c->be, c->topk_host);
+    else free(c->topk_host);
+    free(c->row_host);
+    pthread_mutex_destroy(&c->lazy_mu);
     free(c->row_out);
     free(c->pipe_x);
     free(c->next_pos);
@@ -357,6 +373,7 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     c->kv_bytes = (uint64_t)n_ctx * per_tok;
     c->prof_n = qr_knob_int(QR_KNOB_HOST_PROF) ? 0 : -1;
     c->last_out = -1;
+    pthread_mutex_init(&c->lazy_mu, NULL);
     qr_status st;
     c->world = world;
     c->layer_split = world > 1 && model->tp_split == QR_SPLIT_LAYER;
@@ -452,8 +469,15 @@ static void rank_dev_out(qr_context *c, int32_t r, void *arg) {
 /* Grows every rank's output buffers to `rows` rows. */
 static qr_status ensure_dev_out(qr_context *c, int32_t rows, char *err, size_t err_len) {
     bool grow = false;
-    for (int32_t r = 0; r < c->world; r++) grow = grow || rows > c->rk[r].dev_out_cap;
+    int32_t cap = 0;
+    for (int32_t r = 0; r < c->world; r++) {
+        grow = grow || rows > c->rk[r].dev_out_cap;
+        if (c->rk[r].dev_out_cap > cap) cap = c->rk[r].dev_out_cap;
+    }
     if (!grow) return QR_OK;
+    /* geometric growth (up to a micro-batch): a server's steps gain output rows one at a time, and each growth
+     * drops the recorded graphs */
+    if (rows < 2 * cap) rows = 2 * cap < c->n_batch ? 2 * cap : (rows > c->n_batch ? rows : c->n_batch);
     each_rank(c, rank_dev_out, &rows);
     return rank_error(c, err, err_len);
 }
@@ -475,6 +499,7 @@ typedef struct pass_args {
     bool graph;           /* replay / record a graph keyed by key */
     uint64_t key;
     int32_t out_done;     /* rows of c->logits already written */
+    bool topk;            /* the outputs' top-k candidates into c->topk_host instead of their logits */
     bool embd;            /* qr_context_embd_pass: the hidden states into `hidden` (rank 0) instead of logits */
     float *hidden;
     double *prof;         /* rank 0's split of the time (set_batch, forward, error check, read), or NULL */
@@ -559,6 +584,8 @@ static void rank_pass(qr_context *c, int32_t r, void *arg) {
         if (no > 0) be->ops->read(be, a->cols, k->f.logits, (size_t)no * (size_t)qr_model_n_logits(k->m) * sizeof(float));
     } else if (a->embd) {
         if (r == 0 || c->layer_split) be->ops->read(be, a->hidden, k->f.xo, (size_t)no * k->m->hp.n_embd * sizeof(float));
+    } else if (no > 0 && a->topk) {
+        be->ops->topk_rows(be, k->f.logits, no, V, c->topk_n, c->topk_host);
     } else if (no > 0 && (c->world == 1 || c->layer_split)) {
         be->ops->read(be, c->logits + (size_t)a->out_done * V, k->f.logits, (size_t)no * V * sizeof(float));
     } else if (no > 0) { /* this rank's vocabulary columns of the rows, in one strided copy */
@@ -644,11 +671,42 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
     }
     /* host outputs */
     if ((size_t)n_out > c->logits_cap) { /* the old rows are not kept: this pass rewrites them */
+        /* geometric growth: a server's steps gain output rows one at a time (page-locked buffers are slow to make) */
+        const size_t row_bytes = (size_t)hp->n_vocab * sizeof(float);
+        size_t cap = (size_t)n_out > 2 * c->logits_cap ? (size_t)n_out : 2 * c->logits_cap;
+        if (cap * row_bytes > LOGITS_BACKEND_MAX && (size_t)n_out * row_bytes <= LOGITS_BACKEND_MAX)
+            cap = LOGITS_BACKEND_MAX / row_bytes; /* keep it in the backend's fast memory */
         logits_free(c);
         c->logits_cap = 0;
-        logits_alloc(c, (size_t)n_out * hp->n_vocab * sizeof(float));
+        logits_alloc(c, cap * row_bytes);
         if (!c->logits) return qr_errf(err, err_len, QR_ERR_NOMEM, "decode: cannot allocate logits for %d rows", n_out);
-        c->logits_cap = (size_t)n_out;
+        c->logits_cap = cap;
+    }
+    /* top-k rows: a batch of one pass on one rank whose backend finds them */
+    c->topk_n = 0;
+    const int32_t K = c->topk_k;
+    if (K > 0 && n_out > 0 && n <= c->n_batch && c->world == 1 && be->ops->topk_rows && K <= hp->n_vocab &&
+        qr_model_n_logits(m) == hp->n_vocab) {
+        if ((size_t)n_out > c->topk_cap) {
+            const size_t cap = (size_t)n_out > 2 * c->topk_cap ? (size_t)n_out : 2 * c->topk_cap;
+            const size_t bytes = cap * ((size_t)QR_SAMPLER_TOPK_MAX * 8 + 4);
+            if (c->topk_backend) be->ops->host_free(be, c->topk_host);
+            else free(c->topk_host);
+            c->topk_cap = 0;
+            c->topk_host = be->ops->host_alloc ? be->ops->host_alloc(be, bytes) : NULL;
+            c->topk_backend = c->topk_host != NULL;
+            if (!c->topk_host) c->topk_host = malloc(bytes);
+            if (c->topk_host) c->topk_cap = cap;
+        }
+        if (c->topk_cap && c->logits_cap > c->row_host_cap) {
+            uint8_t *rh = realloc(c->row_host, c->logits_cap);
+            if (rh) c->row_host = rh, c->row_host_cap = c->logits_cap;
+        }
+        if (c->topk_cap && c->row_host_cap >= (size_t)n_out) {
+            memset(c->row_host, 0, (size_t)n_out);
+            c->topk_n = K;
+            c->topk_rows = n_out;
+        }
     }
     if (n > c->row_out_cap) {
         int32_t *nr = realloc(c->row_out, (size_t)n * sizeof(int32_t));
@@ -692,7 +750,7 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
          * rows, and batched decode steps (one row per sequence) up to QUARREL_GRAPH_MAX_ROWS rows. Prompt
          * passes of other shapes run op by op: their lengths vary, and each new shape would be captured. */
         const bool graph_rows = nt <= 8 || (one_per_seq && nt <= qr_knob_int(QR_KNOB_GRAPH_MAX_ROWS));
-        pass_args pa = {.plan = &plan, .out_done = out_done, .prof = prof ? c->prof : NULL,
+        pass_args pa = {.plan = &plan, .out_done = out_done, .prof = prof ? c->prof : NULL, .topk = c->topk_n > 0,
                         .graph = be->ops->run_graph && graph_rows && !m->arch->encoder && !f0->stats_enabled,
                         .key = (uint64_t)(uint16_t)nt | (uint64_t)(uint16_t)no << 16 | (uint64_t)(uint16_t)mb << 32 |
                                (uint64_t)(uint16_t)c->n_seq_max << 48};
@@ -725,10 +783,46 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
     return QR_OK;
 }
 
+/* Output j's logits row on the host: read from the device first when the batch came back as top-k rows. */
+static const float *out_row(const qr_context *cc, int32_t j) {
+    qr_context *c = (qr_context *)cc; /* the lazy read fills the host copy (the caller sees the logits as they were) */
+    const size_t V = (size_t)c->model->hp.n_vocab;
+    float *dst = c->logits + (size_t)j * V;
+    if (c->topk_n == 0) return dst;
+    const float *res = dst;
+    pthread_mutex_lock(&c->lazy_mu);
+    if (!c->row_host[j]) {
+        qr_backend *be = c->rk[0].be;
+        char e[8];
+        be->ops->read(be, dst, c->rk[0].f.logits + (size_t)j * V, V * sizeof(float));
+        if (be->ops->last_error(be, e, sizeof e) == QR_OK) c->row_host[j] = 1;
+        else res = NULL;
+    }
+    pthread_mutex_unlock(&c->lazy_mu);
+    return res;
+}
+
 const float *qr_get_logits(const qr_context *c, int32_t row) {
-    if (row == -1) return c->last_out >= 0 ? c->logits + (size_t)c->last_out * c->model->hp.n_vocab : NULL;
+    if (row == -1) return c->last_out >= 0 ? out_row(c, c->last_out) : NULL;
     if (row < 0 || row >= c->n_rows_last || c->row_out[row] < 0) return NULL;
-    return c->logits + (size_t)c->row_out[row] * c->model->hp.n_vocab;
+    return out_row(c, c->row_out[row]);
+}
+
+void qr_context_set_topk(qr_context *c, int32_t k) {
+    c->topk_k = k < 0 ? 0 : k > QR_SAMPLER_TOPK_MAX ? QR_SAMPLER_TOPK_MAX : k;
+}
+
+bool qr_context_topk(const qr_context *c, int32_t row, const float **vals, const int32_t **ids, int32_t *k,
+                     int32_t *n_fin) {
+    if (c->topk_n == 0 || row < 0 || row >= c->n_rows_last || c->row_out[row] < 0) return false;
+    const int32_t j = c->row_out[row], K = c->topk_n, R = c->topk_rows;
+    const float *v = (const float *)c->topk_host;
+    const int32_t *id = (const int32_t *)(v + (size_t)R * K), *nf = id + (size_t)R * K;
+    *vals = v + (size_t)j * K;
+    *ids = id + (size_t)j * K;
+    *k = K;
+    *n_fin = nf[j];
+    return true;
 }
 
 int32_t qr_kv_seq_len(const qr_context *c, int32_t seq) { return qr_kv_cache_seq_len(c->kvc, seq); }
@@ -837,6 +931,7 @@ static qr_status worker_ctx_create(qr_model *m, const tp_ctx_msg *msg, qr_contex
     c->net_id = msg->id;
     c->prof_n = -1;
     c->last_out = -1;
+    pthread_mutex_init(&c->lazy_mu, NULL);
     c->rk[R].m = m->tp_shards[R];
     c->rk[R].be = m->tp_shards[R]->be;
     const qr_context_params p = {.n_threads = 0}; /* this rank's threads: its own -t (at load), not the driver's */

@@ -594,6 +594,15 @@ int32_t qr_context_n_seq_max(const qr_context *ctx);
  * kernels depend on the row count (the CPU); the weights are still read once per pass. Speculative
  * verification turns it on around its passes, so that greedy speculative output equals plain decoding. */
 void qr_context_set_row_exact(qr_context *ctx, bool on);
+/* Top-k rows (k 1..QR_SAMPLER_TOPK_MAX; 0: off, the default): a later qr_decode of one pass on a backend that has
+ * topk_rows brings each output row back as its k best candidates (qr_context_topk) instead of its logits; qr_get_logits
+ * still gives any row (read from the device when first asked for, until the next pass). For batched decode steps
+ * whose samplers need only a row's best candidates (qr_sampler_topk_need). */
+void qr_context_set_topk(qr_context *ctx, int32_t k);
+/* Output row `row`'s candidates of the last qr_decode (vals / ids[0..*k) in the sampler's order, *n_fin the row's
+ * count of logits above -inf, -1 with a NaN or +inf); false when it brought back no candidates (use qr_get_logits). */
+bool qr_context_topk(const qr_context *ctx, int32_t row, const float **vals, const int32_t **ids, int32_t *k,
+                     int32_t *n_fin);
 /* True once a rank of a tensor-parallel context failed during a forward pass (a device error, an all-reduce that
  * timed out): its ranks may be out of step, so qr_decode refuses further passes. */
 bool qr_context_failed(const qr_context *ctx);

@@ -420,6 +420,8 @@ static void compute_logprobs(qr_sampler *s, const float *logits, int32_t token, 
 
 /* ---- the chain ---------------------------------------------------------------------------- */
 
+static size_t truncate_rest(qr_sampler *s, size_t n, bool sorted);
+
 /* The truncation links of a sampling chain (top-k -> top-p -> min-p -> temperature) on s->work (not
  * modified): s->cands[0..n) get the surviving tokens with their logits divided by the temperature.
  * Returns n (0 when every logit is -inf). */
@@ -444,6 +446,14 @@ static size_t truncate_cands(qr_sampler *s) {
         n = (size_t)p->top_k;
         sorted = true;
     }
+    return truncate_rest(s, n, sorted);
+}
+
+/* The links after top-k (top-p -> min-p -> temperature) on s->cands[0..n) (sorted: in the total order). Returns
+ * the new n. */
+static size_t truncate_rest(qr_sampler *s, size_t n, bool sorted) {
+    const qr_sampler_params *p = &s->p;
+    cand *c = s->cands;
     if (p->top_p < 1.0f && n > 1) {
         n = apply_top_p(c, n, sorted, p->top_p);
         sorted = true;
@@ -465,6 +475,8 @@ static size_t truncate_cands(qr_sampler *s) {
 /* The greedy choice on s->work: the argmax (ties: the lowest id), -1 when every logit is -inf. */
 static int32_t argmax_work(const qr_sampler *s) { return argmax_f(s->work, s->n_vocab); }
 
+static int32_t draw(qr_sampler *s, size_t n);
+
 /* Runs the chain after penalties (greedy, or top-k -> top-p -> min-p -> temperature -> draw) on
  * s->work (not modified) and writes the token. QR_ERR_INVALID_ARG when every logit is -inf. */
 static qr_status pick(qr_sampler *s, int32_t *out_token) {
@@ -475,25 +487,57 @@ static qr_status pick(qr_sampler *s, int32_t *out_token) {
     } else {
         const size_t n = truncate_cands(s);
         if (n == 0) return QR_ERR_INVALID_ARG;
-        const cand *c = s->cands;
-        /* draw from the softmax */
-        float maxl = -INFINITY;
-        for (size_t i = 0; i < n; i++)
-            if (c[i].logit > maxl) maxl = c[i].logit;
-        double sum = 0.0;
-        for (size_t i = 0; i < n; i++) sum += exp((double)(c[i].logit - maxl));
-        double u = rng_uniform(s->rng) * sum, cum = 0.0;
-        token = c[n - 1].id;
-        for (size_t i = 0; i < n; i++) {
-            cum += exp((double)(c[i].logit - maxl));
-            if (u < cum) {
-                token = c[i].id;
-                break;
-            }
-        }
+        token = draw(s, n);
     }
     *out_token = token;
     return QR_OK;
+}
+
+/* A draw from the softmax of s->cands[0..n) (n >= 1). */
+static int32_t draw(qr_sampler *s, size_t n) {
+    const cand *c = s->cands;
+    float maxl = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+        if (c[i].logit > maxl) maxl = c[i].logit;
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) sum += exp((double)(c[i].logit - maxl));
+    const double u = rng_uniform(s->rng) * sum;
+    double cum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        cum += exp((double)(c[i].logit - maxl));
+        if (u < cum) return c[i].id;
+    }
+    return c[n - 1].id;
+}
+
+int32_t qr_sampler_topk_need(const qr_sampler *s) {
+    const qr_sampler_params *p = &s->p;
+    const bool plain = p->n_logit_bias == 0 && (s->hist_len == 0 || (p->repeat_penalty == 1.0f &&
+                       p->frequency_penalty == 0.0f && p->presence_penalty == 0.0f));
+    if (!plain || s->grammar || p->logprobs) return 0;
+    if (p->temperature <= 0.0f) return 1;
+    return p->top_k > 0 && p->top_k < QR_SAMPLER_TOPK_MAX ? p->top_k + 1 : 0;
+}
+
+bool qr_sampler_sample_topk(qr_sampler *s, const float *vals, const int32_t *ids, int32_t k, int32_t n_finite,
+                            qr_sample_result *out) {
+    const int32_t need = qr_sampler_topk_need(s);
+    if (need == 0 || k < need || n_finite < need) return false; /* (n_finite -1: a NaN or +inf: the row's error) */
+    memset(out, 0, sizeof *out);
+    int32_t token;
+    if (s->p.temperature <= 0.0f) {
+        token = ids[0]; /* the argmax, ties to the lowest id, as argmax_f */
+    } else {
+        /* more than top_k finite logits: the chain's top-k is candidates [0, top_k) in this order */
+        const size_t n0 = (size_t)s->p.top_k;
+        for (size_t i = 0; i < n0; i++) s->cands[i] = (cand){ids[i], vals[i]};
+        const size_t n = truncate_rest(s, n0, true);
+        if (n == 0) return false;
+        token = draw(s, n);
+    }
+    out->token = token;
+    qr_sampler_accept(s, token);
+    return true;
 }
 
 qr_status qr_sampler_dist(qr_sampler *s, const float *logits, qr_token_prob *out, int32_t *n_out, char *err,

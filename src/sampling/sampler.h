@@ -166,6 +166,21 @@ int32_t qr_sampler_n_vocab(const qr_sampler *s);
 qr_status qr_sampler_verify(qr_sampler *s, const float *logits, int32_t draft, const qr_token_prob *q, int32_t n_q,
                             qr_sample_result *out, bool *accepted, char *err, size_t err_len);
 
+/* Most candidates a row's top-k list (qr_sampler_sample_topk) holds. */
+#define QR_SAMPLER_TOPK_MAX 64
+
+/* How many of a row's best candidates qr_sampler_sample_topk needs to give this sampler's next token exactly as
+ * qr_sampler_sample would from the whole row: 1 (greedy), top_k + 1 (sampling with 0 < top_k < QR_SAMPLER_TOPK_MAX),
+ * or 0 (the whole row: a grammar, logit bias, penalties in effect, logprobs, or no top-k). */
+int32_t qr_sampler_topk_need(const qr_sampler *s);
+
+/* qr_sampler_sample from a row's k best candidates instead of the row: vals / ids[0..k) in the chain's order (logit
+ * descending, ties: the lower id first) and n_finite, the row's count of logits above -inf (-1: the row holds a NaN or
+ * +inf). True when that gives qr_sampler_sample's token exactly (qr_sampler_topk_need(s) is not 0, k and n_finite are
+ * at least that): *out gets it (no logprobs) and it is accepted; false changes nothing (sample from the row). */
+bool qr_sampler_sample_topk(qr_sampler *s, const float *vals, const int32_t *ids, int32_t k, int32_t n_finite,
+                            qr_sample_result *out);
+
 /* Applies logit bias and penalties (the first two links of the chain) to logits[0..n_vocab) in place.
  * Exposed for tests and for callers that want the adjusted distribution. */
 void qr_sampler_apply_penalties(qr_sampler *s, float *logits);

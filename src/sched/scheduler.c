@@ -102,9 +102,10 @@ struct qr_scheduler {
     cpu_pool *sample_pool;   /* NULL: one thread */
     pre_sample *pre;         /* [b_cap] */
     int32_t *pre_rows;       /* [b_cap] the rows sampled ahead */
+    bool no_topk;            /* QUARREL_SAMPLE_TOPK=0: every sampled row's logits come back (no top-k rows) */
     bool prof;               /* QUARREL_HOST_PROF: where the steps' host time goes, logged every 256 steps */
     double prof_s[4];        /* plan, decode, sample ahead, stream */
-    int64_t prof_steps, prof_rows;
+    int64_t prof_steps, prof_rows, prof_topk;
 };
 
 void qr_sched_params_default(qr_sched_params *p) {
@@ -425,22 +426,37 @@ static int cmp_admit(const void *a, const void *b) {
 /* Samples the next token of r from the logits of batch row `row`, streams it, and ends r when a
  * stop rule fires. Returns true when r ended (it is freed). draft >= 0: the row verifies drafted token
  * `draft` (qr_sampler_verify with the drafter's distribution q[0..n_q)); *accepted tells whether it stood. */
+/* Samples row `row` for request r from its top-k candidates (qr_context_set_topk) where those give the sampler's
+ * token exactly; false: sample from the logits. */
+static bool sample_topk(qr_scheduler *s, sreq *r, int32_t row, qr_sample_result *res) {
+    const float *vals;
+    const int32_t *ids;
+    int32_t k, n_fin;
+    return qr_context_topk(s->ctx, row, &vals, &ids, &k, &n_fin) &&
+           qr_sampler_sample_topk(r->smp, vals, ids, k, n_fin, res);
+}
+
 static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row, int32_t draft, const qr_token_prob *q,
                               int32_t n_q, bool *accepted) {
     char err[512];
-    const float *logits = qr_get_logits(s->ctx, row);
+    const float *logits = NULL;
     qr_sample_result res;
     bool forced = false;
     pre_sample *pre = draft < 0 && !q && s->pre[row].done ? &s->pre[row] : NULL; /* sampled ahead */
     const char *why = err;
-    bool ok = false;
+    bool ok = false, have = true;
     *accepted = false;
+    const bool forcing = r->think_forced >= 0 && r->think_forced < r->n_think_end;
     if (pre) {
         pre->done = false;
         ok = pre->st == QR_OK;
         res = pre->res;
         why = pre->err;
-    } else if (logits) {
+    } else if (draft < 0 && !q && !forcing && sample_topk(s, r, row, &res)) {
+        ok = true;
+    } else if ((logits = qr_get_logits(s->ctx, row)) == NULL) {
+        have = false;
+    } else {
         if (r->think_forced >= 0 && r->think_forced < r->n_think_end) { /* the reasoning budget is spent */
             forced = qr_sampler_force(r->smp, logits, r->think_end[r->think_forced], &res, err, sizeof err) == QR_OK;
             r->think_forced = forced ? r->think_forced + 1 : r->n_think_end; /* a grammar that refuses: stop forcing */
@@ -448,9 +464,9 @@ static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row, int32_t dra
         }
         ok = forced || qr_sampler_verify(r->smp, logits, draft, q, n_q, &res, accepted, err, sizeof err) == QR_OK;
     }
-    if (!logits || !ok) {
+    if (!have || !ok) {
         release_seq(s, r);
-        finish(s, r, QR_SCHED_END_ERROR, QR_FINISH_STOP, logits ? why : "no logits for the sequence");
+        finish(s, r, QR_SCHED_END_ERROR, QR_FINISH_STOP, have ? why : "no logits for the sequence");
         return true;
     }
     if (!push_token(r, res.token)) {
@@ -502,11 +518,15 @@ static void pre_sample_range(void *arg, int64_t lo, int64_t hi, int ith) {
         const int32_t row = a->rows[i];
         sreq *r = s->b_req[row];
         pre_sample *p = &s->pre[row];
+        p->done = true;
+        if (sample_topk(s, r, row, &p->res)) {
+            p->st = QR_OK;
+            continue;
+        }
         const float *logits = qr_get_logits(s->ctx, row);
         bool acc;
         p->st = logits ? qr_sampler_verify(r->smp, logits, -1, NULL, 0, &p->res, &acc, p->err, sizeof p->err)
                        : QR_ERR_INTERNAL;
-        p->done = true;
     }
 }
 
@@ -585,6 +605,19 @@ static bool verify_rows(qr_scheduler *s, sreq *r, uint64_t *n_reported) {
 }
 
 /* One iteration over the running requests act[0..n) (sorted by admission). */
+/* The candidates a step's sampled rows need (qr_sampler_topk_need), 0 when a row needs its whole logits row. */
+static int32_t topk_need(const qr_scheduler *s, int32_t rows) {
+    int32_t k = 0;
+    for (int32_t row = 0; row < rows; row++) {
+        const sreq *r = s->b_req[row];
+        if (!r) continue;
+        const int32_t need = r->think_forced >= 0 && r->think_forced < r->n_think_end ? 0 : qr_sampler_topk_need(r->smp);
+        if (need == 0) return 0;
+        if (need > k) k = need;
+    }
+    return k;
+}
+
 static void step(qr_scheduler *s, sreq **act, int32_t n) {
     int32_t *take = calloc((size_t)(n ? n : 1), sizeof(int32_t));
     if (!take) return;
@@ -654,6 +687,9 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
         /* draft rows verify bit for bit what one-row passes would compute, unless prompt rows share the pass
          * (their prefill would lose the multi-row kernels) */
         qr_context_set_row_exact(s->ctx, any_draft && all_decode);
+        const int32_t topk = any_draft || s->no_topk ? 0 : topk_need(s, rows);
+        qr_context_set_topk(s->ctx, topk);
+        s->prof_topk += topk > 0;
         SPROF(0);
         const qr_status st = qr_decode(s->ctx, &b, err, sizeof err);
         qr_context_set_row_exact(s->ctx, false);
@@ -704,9 +740,9 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
             if (++s->prof_steps % 256 == 0) {
                 const double k = 1e6 / (double)s->prof_steps;
                 fprintf(stderr, "quarrel: scheduler host profile, %lld steps of %.1f rows (us a step): plan %.1f, decode "
-                        "%.1f, sample ahead %.1f, stream %.1f\n", (long long)s->prof_steps,
+                        "%.1f, sample ahead %.1f, stream %.1f; %lld steps asked for top-k rows\n", (long long)s->prof_steps,
                         (double)s->prof_rows / (double)s->prof_steps, s->prof_s[0] * k, s->prof_s[1] * k,
-                        s->prof_s[2] * k, s->prof_s[3] * k);
+                        s->prof_s[2] * k, s->prof_s[3] * k, (long long)s->prof_topk);
             }
         }
         pthread_mutex_lock(&s->mu);
@@ -854,6 +890,7 @@ qr_status qr_sched_create(qr_model *model, qr_context *ctx, const qr_tokenizer *
     s->pre = calloc((size_t)s->b_cap, sizeof *s->pre);
     s->pre_rows = malloc(sizeof(int32_t) * (size_t)s->b_cap);
     s->prof = qr_knob_int(QR_KNOB_HOST_PROF) != 0;
+    s->no_topk = qr_knob_int(QR_KNOB_SAMPLE_TOPK) == 0;
     { /* the sample pool: up to 8 threads, only when rows come in numbers */
         const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         const int knob = (int)qr_knob_int(QR_KNOB_SAMPLE_THREADS);

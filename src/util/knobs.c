@@ -42,6 +42,10 @@ const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
     [QR_KNOB_SAMPLE_THREADS] = {"QUARREL_SAMPLE_THREADS", QR_KNOB_INT, "0", 0, 64, NULL, "the scheduler (serve)",
                                 "threads that sample a step's rows at once (0: up to 8, the online CPUs; 1: the "
                                 "scheduler thread alone, row after row)"},
+    [QR_KNOB_SAMPLE_TOPK] = {"QUARREL_SAMPLE_TOPK", QR_KNOB_BOOL, "1", 0, 0, NULL, "the scheduler (serve)",
+                             "a step whose rows all sample greedily or with a top-k under 64 (no grammar, bias, "
+                             "penalties or logprobs) brings back each row's best candidates found on the GPU "
+                             "instead of its logits (CUDA; 0: every row's logits, scanned on the host)"},
     [QR_KNOB_OLLAMA_MODELS] = {"OLLAMA_MODELS", QR_KNOB_STRING, "", 0, 0, NULL, "model name resolution",
                                "the Ollama store searched for names like `smollm2:135m` (unset: "
                                "`$HOME/.ollama/models`)"},

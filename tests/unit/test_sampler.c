@@ -590,6 +590,98 @@ static void test_stop_length_and_eog(void **state) {
     assert_int_equal(qr_stop_create(NULL, 0, -1, &s, err, sizeof err), QR_ERR_INVALID_ARG);
 }
 
+/* The k best of l[0..n) in the sampler's order (value descending, ties: the lower id), and the count of finite ones. */
+static int32_t ref_topk(const float *l, int32_t n, int32_t k, float *vals, int32_t *ids) {
+    int32_t fin = 0;
+    for (int32_t i = 0; i < n; i++) fin += l[i] > -INFINITY;
+    for (int32_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (int32_t i = 0; i < n; i++) {
+            bool used = false;
+            for (int32_t u = 0; u < j && !used; u++) used = ids[u] == i;
+            if (!used && (best < 0 || l[i] > l[best])) best = i;
+        }
+        vals[j] = l[best];
+        ids[j] = best;
+    }
+    return fin;
+}
+
+/* qr_sampler_sample_topk gives qr_sampler_sample's tokens (and keeps the PRNG in step) wherever it accepts, and
+ * declines (changing nothing) where the whole row is needed. */
+static void test_topk_equals_full(void **state) {
+    (void)state;
+    enum { N = 700, K = QR_SAMPLER_TOPK_MAX, STEPS = 60 };
+    static float l[N];
+    float vals[K];
+    int32_t ids[K];
+    struct { float temp, top_p, min_p; int32_t top_k; bool expect; } cases[] = {
+        {0.0f, 1.0f, 0.0f, 0, true},    {0.8f, 0.95f, 0.05f, 40, true}, {1.0f, 1.0f, 0.0f, 1, true},
+        {1.3f, 0.5f, 0.0f, 63, true},   {0.7f, 1.0f, 0.2f, 5, true},    {1.0f, 0.9f, 0.0f, 0, false},
+        {1.0f, 1.0f, 0.0f, 64, false},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        qr_sampler_params p;
+        qr_sampler_params_default(&p);
+        p.temperature = cases[c].temp;
+        p.top_p = cases[c].top_p;
+        p.min_p = cases[c].min_p;
+        p.top_k = cases[c].top_k;
+        p.seed = 77 + c;
+        qr_sampler *a = make(&p, N), *b = make(&p, N);
+        for (int step = 0; step < STEPS; step++) {
+            fill_logits(l, N, (uint32_t)(step * 31 + (int)c));
+            for (int32_t i = 0; i < N; i++) l[i] = roundf(l[i] * 4.0f) * 0.25f; /* ties */
+            if (step % 3 == 0) l[0] = l[5] = l[N - 1] = -0.0f, l[3] = 0.0f;
+            if (step % 4 == 1)
+                for (int32_t i = 0; i < N; i += 3) l[i] = -INFINITY;
+            const int32_t fin = ref_topk(l, N, K, vals, ids);
+            qr_sample_result ra, rb;
+            const bool used = qr_sampler_sample_topk(b, vals, ids, K, fin, &rb);
+            assert_int_equal(used, cases[c].expect);
+            if (!used) {
+                char err[64];
+                assert_int_equal(qr_sampler_sample(b, l, &rb, err, sizeof err), QR_OK);
+            }
+            char err[64];
+            assert_int_equal(qr_sampler_sample(a, l, &ra, err, sizeof err), QR_OK);
+            assert_int_equal(ra.token, rb.token);
+        }
+        /* too few candidates or finite logits, a NaN row: declined */
+        const int32_t need = qr_sampler_topk_need(b);
+        qr_sample_result r;
+        if (need > 0) {
+            assert_false(qr_sampler_sample_topk(b, vals, ids, need - 1, N, &r));
+            assert_false(qr_sampler_sample_topk(b, vals, ids, K, need - 1, &r));
+            assert_false(qr_sampler_sample_topk(b, vals, ids, K, -1, &r));
+        }
+        qr_sampler_free(a);
+        qr_sampler_free(b);
+    }
+    /* what needs the whole row: logprobs, logit bias, penalties with a history */
+    qr_sampler_params p;
+    qr_sampler_params_greedy(&p);
+    p.logprobs = true;
+    qr_sampler *s = make(&p, N);
+    assert_int_equal(qr_sampler_topk_need(s), 0);
+    qr_sampler_free(s);
+    qr_sampler_params_greedy(&p);
+    qr_logit_bias bias = {3, 1.0f};
+    p.logit_bias = &bias;
+    p.n_logit_bias = 1;
+    s = make(&p, N);
+    assert_int_equal(qr_sampler_topk_need(s), 0);
+    qr_sampler_free(s);
+    qr_sampler_params_greedy(&p);
+    p.repeat_penalty = 1.2f;
+    p.penalty_last_n = 8;
+    s = make(&p, N);
+    assert_int_equal(qr_sampler_topk_need(s), 1); /* no history yet */
+    assert_int_equal(qr_sampler_accept(s, 4), QR_OK);
+    assert_int_equal(qr_sampler_topk_need(s), 0);
+    qr_sampler_free(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invalid_params),
@@ -609,6 +701,7 @@ int main(void) {
         cmocka_unit_test(test_safe_prefix),
         cmocka_unit_test(test_stop_across_tokens),
         cmocka_unit_test(test_stop_length_and_eog),
+        cmocka_unit_test(test_topk_equals_full),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -97,6 +97,32 @@ static void cpu_read_rows(qr_backend *be, void *dst, size_t dst_pitch, const voi
         memcpy((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, row_bytes);
 }
 
+/* topk_rows as the CUDA backend computes it (the same contract, so that the scheduler's top-k path runs in the CPU
+ * tests too): per row an insertion into the k best so far, in the order value descending, ties to the lower index. */
+static void cpu_topk_rows(qr_backend *be, const float *src, int64_t n_rows, int64_t n, int32_t k, void *out) {
+    (void)be;
+    float *vals = (float *)out;
+    int32_t *ids = (int32_t *)(vals + n_rows * k), *n_fin = ids + n_rows * k;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *x = src + r * n;
+        float *v = vals + r * k;
+        int32_t *id = ids + r * k, m = 0, fin = 0;
+        bool bad = false;
+        for (int64_t i = 0; i < n; i++) {
+            const float a = x[i];
+            bad = bad || isnan(a) || a == INFINITY;
+            fin += a > -INFINITY;
+            if (isnan(a) || (m == k && !(a > v[k - 1]))) continue; /* (a later index never wins a tie) */
+            int32_t j = m < k ? m++ : k - 1;
+            for (; j > 0 && a > v[j - 1]; j--) v[j] = v[j - 1], id[j] = id[j - 1];
+            v[j] = a;
+            id[j] = (int32_t)i;
+        }
+        for (; m < k; m++) v[m] = -INFINITY, id[m] = 0; /* (k <= n: only NaN rows, flagged) */
+        n_fin[r] = bad ? -1 : fin;
+    }
+}
+
 static void cpu_synchronize(qr_backend *be) { (void)be; }
 
 static qr_status cpu_weight_prepare(qr_backend *be, qr_weight *w, char *err, size_t err_len) {
@@ -1017,6 +1043,7 @@ static const qr_backend_ops cpu_ops = {
     .write = cpu_write,
     .read = cpu_read,
     .read_rows = cpu_read_rows,
+    .topk_rows = cpu_topk_rows,
     .synchronize = cpu_synchronize,
     .weight_prepare = cpu_weight_prepare,
     .weight_release = cpu_weight_release,

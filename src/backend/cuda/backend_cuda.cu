@@ -128,6 +128,7 @@ static void cuda_destroy(qr_backend *be) {
     free(cb->h_fa_tiles);
     cudaFree(cb->moe);
     cudaFree(cb->dq_part);
+    cudaFree(cb->topk);
     free(cb->h_moe);
     if (cb->diverged_h) cudaFreeHost(cb->diverged_h);
     if (cb->pinned) cudaFreeHost(cb->pinned);
@@ -182,6 +183,30 @@ static void cuda_read_rows(qr_backend *be, void *dst, size_t dst_pitch, const vo
     if (cuda_ok(cb, cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, n_rows, cudaMemcpyDeviceToHost, cb->stream),
                 "read_rows"))
         cuda_ok(cb, cudaStreamSynchronize(cb->stream), "read_rows");
+}
+
+static void cuda_topk_rows(qr_backend *be, const float *src, int64_t n_rows, int64_t n, int32_t k, void *out) {
+    cuda_backend *cb = CB(be);
+    if (n_rows <= 0) return;
+    const size_t bytes = (size_t)n_rows * ((size_t)k * 8 + 4);
+    if (bytes > cb->topk_cap) { /* its own buffer: outside the scratch that recorded graphs use */
+        cudaStreamSynchronize(cb->stream);
+        cudaFree(cb->topk);
+        cb->topk = NULL;
+        cb->topk_cap = 0;
+        if (cudaMalloc(&cb->topk, bytes) != cudaSuccess) {
+            (void)cudaGetLastError();
+            cb->topk = NULL;
+            raise_error(cb, QR_ERR_NOMEM, "cannot allocate %zu bytes of GPU memory for the top-k rows", bytes);
+            return;
+        }
+        cb->topk_cap = bytes;
+    }
+    float *vals = (float *)cb->topk;
+    int32_t *ids = (int32_t *)(vals + n_rows * k), *n_fin = ids + n_rows * k;
+    if (cuda_ok(cb, qr_cuda_topk_rows(src, n_rows, n, k, vals, ids, n_fin, cb->stream), "topk_rows") &&
+        cuda_ok(cb, cudaMemcpyAsync(out, cb->topk, bytes, cudaMemcpyDeviceToHost, cb->stream), "topk_rows"))
+        cuda_ok(cb, cudaStreamSynchronize(cb->stream), "topk_rows");
 }
 
 /* Page-locked host memory, or NULL (QUARREL_CUDA_PINNED=0, or page-locking failed): the caller then uses
@@ -1543,6 +1568,7 @@ static qr_backend_ops make_cuda_ops(void) {
     o.write = cuda_write;
     o.read = cuda_read;
     o.read_rows = cuda_read_rows;
+    o.topk_rows = cuda_topk_rows;
     o.host_alloc = cuda_host_alloc;
     o.host_free = cuda_host_free;
     o.synchronize = cuda_synchronize;

@@ -98,6 +98,8 @@ typedef struct cuda_backend {
     bool nccl_joined; /* nccl_comm joins ranks of other processes (qr_backend_cuda_tp_join): torn down by abort */
     bool nccl_aborted; /* that abort happened (a rank was lost, or teardown): all_reduce raises an error */
     struct cuda_p2p *p2p; /* its peer-to-peer all-reduce (tp_nccl.cu), or NULL when the GPUs cannot reach each other */
+    void *topk; /* topk_rows's results on the device (vals, ids, n_fin), topk_cap bytes */
+    size_t topk_cap;
     void *dq_part; /* the split-K partial sums of the batched-decode GEMM (matmul_dq.cu) */
     size_t dq_part_cap;
     int32_t *h_moe;

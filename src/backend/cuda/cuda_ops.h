@@ -106,6 +106,12 @@ cudaError_t qr_cuda_matvec_multi(const cuda_wview *w, int32_t n_mat, const cuda_
  * no backend, so not a qr_cuda_tune field); read once per process (tune.cu, with the other switches). */
 bool cuda_tune_mmv_u2(void);
 
+/* ---- topk.cu ---- */
+/* The k (1..64, <= n) largest of each row of logits[n_rows][n] in the sampler's order into vals / ids [n_rows][k],
+ * and each row's count of values above -inf into n_fin (-1: a NaN or +inf in the row). */
+cudaError_t qr_cuda_topk_rows(const float *logits, int64_t n_rows, int64_t n, int32_t k, float *vals, int32_t *ids,
+                              int32_t *n_fin, cudaStream_t stream);
+
 /* ---- norm.cu ---- */
 cudaError_t qr_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t dim, float eps, float *y,
                             cudaStream_t stream);
