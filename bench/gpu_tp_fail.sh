@@ -9,6 +9,14 @@ OUT=${OUT:-/tmp/gpu_tp_fail}
 mkdir -p "$OUT" build-gpu
 [ -d build-gpu/bundle ] || tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz
 Q=$PWD/build-gpu/bundle/quarrel
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if [ -z "${QUARREL_NCCL_LIB:-}" ]; then
+    for d in /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu /usr/local/lib; do
+        [ -f $d/libnccl.so.2 ] && { export QUARREL_NCCL_LIB=$d/libnccl.so.2; break; }
+    done
+    [ -z "${QUARREL_NCCL_LIB:-}" ] && QUARREL_NCCL_LIB=$(find / -xdev -name 'libnccl.so.2' 2> /dev/null | head -1)
+    export QUARREL_NCCL_LIB
+fi
 f=/tmp/m4.gguf
 [ -f $f ] || "$Q" synth --arch llama --preset mistral-7b --type Q4_K_M --layers 4 -t "$(nproc)" -o $f > /dev/null 2>&1
 run_case() { # port, victim (worker | driver)
@@ -46,5 +54,8 @@ if [ "${SERVE:-1}" = 1 ]; then
     kill -9 $W
     sleep 2
     echo "readyz 2 s after the worker was killed: $(curl -s -m 5 -o /dev/null -w '%{http_code}' 127.0.0.1:18181/readyz)"
+    for i in $(seq 1 20); do [ -s "$OUT/completion.code" ] && break; sleep 0.5; done
+    echo "the completion in flight ended with HTTP $(cat "$OUT/completion.code" 2> /dev/null || echo 'nothing yet (10 s)'): $(head -c 300 "$OUT/completion.txt" 2> /dev/null)"
+    echo "a new completion: HTTP $(curl -s -m 20 -o "$OUT/after.txt" -w '%{http_code}' 127.0.0.1:18181/v1/completions -d '{"prompt": "a", "max_tokens": 4}') $(head -c 300 "$OUT/after.txt")"
     kill -9 $S 2> /dev/null
 fi
