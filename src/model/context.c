@@ -29,6 +29,8 @@ typedef struct ctx_rank {
     qr_status st;        /* the last rank job's result, with its message */
     char err[256];
     bool remote;         /* a rank of another process (the driver's view: m, be NULL; its jobs go over tp_net) */
+    void *tk_host;       /* world > 1: this rank's top-k rows of its vocabulary columns (topk_rows's layout) */
+    size_t tk_cap;       /* rows of QR_SAMPLER_TOPK_MAX it holds */
 } ctx_rank;
 
 struct qr_context {
@@ -249,6 +251,9 @@ static void rank_release(qr_context *c, int32_t r, void *arg) {
         if (k->dev_out_cap >= 0) remote_small(c, r, TP_CMD_CTX_FREE, 0, 0);
         return;
     }
+    free(k->tk_host);
+    k->tk_host = NULL;
+    k->tk_cap = 0;
     if (!k->be) return;
     if (k->be->ops->graph_release) k->be->ops->graph_release(k->be, c);
     qr_fwd_free(k->be, &k->f);
@@ -584,8 +589,8 @@ static void rank_pass(qr_context *c, int32_t r, void *arg) {
         if (no > 0) be->ops->read(be, a->cols, k->f.logits, (size_t)no * (size_t)qr_model_n_logits(k->m) * sizeof(float));
     } else if (a->embd) {
         if (r == 0 || c->layer_split) be->ops->read(be, a->hidden, k->f.xo, (size_t)no * k->m->hp.n_embd * sizeof(float));
-    } else if (no > 0 && a->topk) {
-        be->ops->topk_rows(be, k->f.logits, no, V, c->topk_n, c->topk_host);
+    } else if (no > 0 && a->topk) { /* world > 1: this rank's columns, merged by qr_decode */
+        be->ops->topk_rows(be, k->f.logits, no, qr_model_n_logits(k->m), c->topk_n, c->world == 1 ? c->topk_host : k->tk_host);
     } else if (no > 0 && (c->world == 1 || c->layer_split)) {
         be->ops->read(be, c->logits + (size_t)a->out_done * V, k->f.logits, (size_t)no * V * sizeof(float));
     } else if (no > 0) { /* this rank's vocabulary columns of the rows, in one strided copy */
@@ -618,6 +623,8 @@ static void rank_cow(qr_context *c, int32_t r, void *arg) {
     if (c->rk[r].remote) remote_small(c, r, TP_CMD_COW, a->src, a->dst);
     else c->rk[r].be->ops->kv_copy_block(c->rk[r].be, c->rk[r].kvs, a->src, a->dst);
 }
+
+static void topk_merge(qr_context *c);
 
 qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len) {
     const qr_model *m = c->model;
@@ -685,8 +692,18 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
     /* top-k rows: a batch of one pass on one rank whose backend finds them */
     c->topk_n = 0;
     const int32_t K = c->topk_k;
-    if (K > 0 && n_out > 0 && n <= c->n_batch && c->world == 1 && be->ops->topk_rows && K <= hp->n_vocab &&
-        qr_model_n_logits(m) == hp->n_vocab) {
+    bool tk_ok = K > 0 && n_out > 0 && n <= c->n_batch && !c->layer_split;
+    for (int32_t r = 0; r < c->world && tk_ok; r++) { /* every rank finds its columns' candidates */
+        ctx_rank *k = &c->rk[r];
+        tk_ok = !k->remote && k->be->ops->topk_rows && K <= qr_model_n_logits(k->m);
+        if (tk_ok && c->world > 1 && k->tk_cap < (size_t)n_out) {
+            free(k->tk_host);
+            k->tk_cap = 0;
+            if ((k->tk_host = malloc((size_t)n_out * ((size_t)QR_SAMPLER_TOPK_MAX * 8 + 4)))) k->tk_cap = (size_t)n_out;
+            tk_ok = k->tk_host != NULL;
+        }
+    }
+    if (tk_ok) {
         if ((size_t)n_out > c->topk_cap) {
             const size_t cap = (size_t)n_out > 2 * c->topk_cap ? (size_t)n_out : 2 * c->topk_cap;
             const size_t bytes = cap * ((size_t)QR_SAMPLER_TOPK_MAX * 8 + 4);
@@ -773,6 +790,7 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
         out_done += no;
         PROF(4);
     }
+    if (c->topk_n > 0 && c->world > 1) topk_merge(c);
     /* commit */
     for (int32_t s = 0; s < c->n_seq_max; s++) qr_kv_cache_set_seq_len(kvc, s, c->next_pos[s]);
     c->n_rows_last = n;
@@ -783,6 +801,48 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
     return QR_OK;
 }
 
+/* world > 1: each rank's top-k rows of its vocabulary columns merged into c->topk_host (the k best of the union in
+ * the sampler's order: the ranks hold increasing id ranges, so on equal values the earlier rank's id is the lower). */
+static void topk_merge(qr_context *c) {
+    const int32_t K = c->topk_n, R = c->topk_rows;
+    float *ov = (float *)c->topk_host;
+    int32_t *oi = (int32_t *)(ov + (size_t)R * K), *of = oi + (size_t)R * K;
+    for (int32_t j = 0; j < R; j++) {
+        int32_t at[QR_TP_MAX] = {0}, fin = 0;
+        bool bad = false;
+        for (int32_t r = 0; r < c->world; r++) {
+            const int32_t *nf = (const int32_t *)((const float *)c->rk[r].tk_host + (size_t)R * K * 2);
+            if (nf[j] < 0) bad = true;
+            else fin += nf[j];
+        }
+        for (int32_t o = 0; o < K; o++) {
+            int32_t best = -1;
+            float bv = 0.0f;
+            for (int32_t r = 0; r < c->world; r++) {
+                if (at[r] >= K) continue;
+                const float v = ((const float *)c->rk[r].tk_host)[(size_t)j * K + at[r]];
+                if (best < 0 || v > bv) best = r, bv = v;
+            }
+            const float *rv = (const float *)c->rk[best].tk_host;
+            const int32_t *ri = (const int32_t *)(rv + (size_t)R * K);
+            ov[(size_t)j * K + o] = bv;
+            oi[(size_t)j * K + o] = ri[(size_t)j * K + at[best]] + c->rk[best].m->tp_vocab0;
+            at[best]++;
+        }
+        of[j] = bad ? -1 : fin;
+    }
+}
+
+/* Reads output row *(int32_t *)arg's columns of a rank (world > 1) into the context's logits row. */
+static void rank_read_row(qr_context *c, int32_t r, void *arg) {
+    const int32_t j = *(const int32_t *)arg;
+    ctx_rank *k = &c->rk[r];
+    const size_t nv = (size_t)qr_model_n_logits(k->m), V = (size_t)c->model->hp.n_vocab;
+    k->be->ops->read(k->be, c->logits + (size_t)j * V + k->m->tp_vocab0, k->f.logits + (size_t)j * nv, nv * sizeof(float));
+    char e[8];
+    k->st = k->be->ops->last_error(k->be, e, sizeof e);
+}
+
 /* Output j's logits row on the host: read from the device first when the batch came back as top-k rows. */
 static const float *out_row(const qr_context *cc, int32_t j) {
     qr_context *c = (qr_context *)cc; /* the lazy read fills the host copy (the caller sees the logits as they were) */
@@ -791,7 +851,11 @@ static const float *out_row(const qr_context *cc, int32_t j) {
     if (c->topk_n == 0) return dst;
     const float *res = dst;
     pthread_mutex_lock(&c->lazy_mu);
-    if (!c->row_host[j]) {
+    if (!c->row_host[j] && c->world > 1) {
+        each_rank(c, rank_read_row, &j);
+        if (rank_error(c, NULL, 0) == QR_OK) c->row_host[j] = 1;
+        else res = NULL;
+    } else if (!c->row_host[j]) {
         qr_backend *be = c->rk[0].be;
         char e[8];
         be->ops->read(be, dst, c->rk[0].f.logits + (size_t)j * V, V * sizeof(float));

@@ -63,3 +63,13 @@ def test_topk_rows_profile(make_server, smollm):
     assert m, logs[-2000:]
     steps, topk = map(int, m[-1])
     assert steps == 256 and topk >= 250  # every decode step of greedy requests (a prompt pass has no history)
+
+
+def test_topk_rows_tensor_parallel(make_server, smollm):
+    """With CPU ranks (--tp 3) each rank finds its vocabulary columns' candidates and the context merges them; a row
+    that needs its logits reads every rank's columns. The texts equal those of the full rows."""
+    on = make_server([smollm], ["--parallel", "1", "--backend", "cpu", "--tp", "3"], env={"QUARREL_HOST_PROF": "1"})
+    off = make_server([smollm], ["--parallel", "1", "--backend", "cpu", "--tp", "3"], env={"QUARREL_SAMPLE_TOPK": "0"})
+    a, b = run_all(on, False), run_all(off, False)
+    assert a == b
+    assert all(text for text, _ in a)
