@@ -56,8 +56,43 @@ def make_prompt(i, n_words):
 
 
 def words_for(a, tokens):
-    """The words of a prompt of about `tokens` tokens (after the calibration of the first warm-up request)."""
-    return max(1, round((tokens - 3) * (a.words_per_token or 1.0)))
+    """The words of a prompt of about `tokens` tokens (fit on the first server's /tokenize, see calibrate)."""
+    fit = a.words_fit.get(tokens)
+    return fit if fit else max(1, tokens - 3)
+
+
+def count_tokens(port, model, text):
+    """Tokens of text by the server's /tokenize (quarrel and llama-server: {"content"} -> {"tokens"}); None if absent."""
+    body = {"content": text}
+    if model:
+        body["model"] = model
+    req = urllib.request.Request(f"http://{HOST}:{port}/tokenize", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return len(json.loads(r.read())["tokens"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def calibrate(port, model, a, targets):
+    """For each target length, the word count whose prompt (make_prompt of request 0) tokenizes closest to it: a few
+    secant steps on the first server's tokenizer (the same file, so the same counts for the second server)."""
+    for target in targets:
+        if target in a.words_fit:
+            continue
+        n, best = max(1, target - 3), None
+        for _ in range(6):
+            got = count_tokens(port, model, make_prompt(0, n))
+            if got is None:
+                return
+            if best is None or abs(got - target) < abs(best[1] - target):
+                best = (n, got)
+            if got == target:
+                break
+            n = max(1, n + round((target - got) * n / max(got, 1)))
+        a.words_fit[target] = best[0]
+        print(f"#   prompts of ~{target} tokens: {best[0]} words ({best[1]} tokens)", file=sys.stderr, flush=True)
 
 
 def median(xs):
@@ -251,16 +286,12 @@ def measure(kind, a, c):
     try:
         srv.wait_ready(a.start_timeout)
         model = srv.model_id()
+        calibrate(a.port, model, a, [a.prompt_tokens] + ([a.mixed_prompt_tokens] if a.mixed else []))
         warm = Request(a.port, model, make_prompt(10 ** 6, words_for(a, a.prompt_tokens)), min(16, a.max_tokens),
                        a.timeout)
         warm.run()
         if warm.error:
             raise RuntimeError(f"warm-up request failed: {warm.error}")
-        if a.words_per_token is None and warm.prompt_tokens and warm.prompt_tokens > 8:
-            # the first server's tokenizer sets how many words make a token (the same file: the same for both)
-            a.words_per_token = (a.prompt_tokens - 3) / (warm.prompt_tokens - 3)
-            print(f"#   {warm.prompt_tokens} prompt tokens from {a.prompt_tokens - 3} words: "
-                  f"{a.words_per_token:.3f} words a token from now on", file=sys.stderr, flush=True)
         rounds = []
         long_prompt = make_prompt(2 * 10 ** 6, words_for(a, a.mixed_prompt_tokens)) if a.mixed else None
         for rep in range(a.reps):
@@ -338,7 +369,7 @@ def main():
     ap.add_argument("--start-timeout", type=float, default=600, help="seconds for a server to load")
     ap.add_argument("--timeout", type=float, default=1800, help="socket timeout of a request, seconds")
     a = ap.parse_args()
-    a.words_per_token = None
+    a.words_fit = {}  # prompt tokens -> words (calibrate)
     try:
         a.concurrency = [int(x) for x in a.concurrency.split(",") if x.strip()]
     except ValueError:

@@ -270,6 +270,19 @@ void qr_vec_dot_iq4_nl_q8_0_sgemm_avx2(int64_t n, float *s, const void *vx, cons
 }
 
 /* Exact integer dot of 32 signed codes with 32 signed activation codes (b != -128). */
+/* The 8 int32 partial sums of the dot of two blocks of 32 signed bytes (their total is isum_i8i8). */
+static inline __m256i pair_sums_i8i8(__m256i a, __m256i b) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)), _mm256_set1_epi16(1));
+}
+
+/* [hsum(p[0]), ..., hsum(p[7])] */
+static inline __m256i hsum8_epi32(const __m256i p[8]) {
+    const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+    const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+    const __m256i g0 = _mm256_hadd_epi32(h01, h23), g1 = _mm256_hadd_epi32(h45, h67); /* lane sums of 0-3 / 4-7 */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
+}
+
 static inline int isum_i8i8(__m256i a, __m256i b) {
     const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
     return hsum_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
@@ -278,11 +291,22 @@ static inline int isum_i8i8(__m256i a, __m256i b) {
 /* ggml's repacked 8-row kernels of the 32-value formats (ggml_gemv / ggml_gemm_{q4_0,iq4_nl,mxfp4}_
  * 8x8_q8_0, the same order for both): per block one fma of the block's integer sum,
  * acc = fma(isum, dx * dy, acc). CODES(b) gives the 32 signed codes of weight block b. */
+/* Eight blocks at a time: their 8 x 8 partial sums reduced together into one vector of the 8 integer block
+ * sums (exact, as one hsum each), then the same fma chain in block order: the results are unchanged. */
 #define DOT_REPACKED_Q8_0(XTYPE, XSCALE, CODES)                                                            \
     const XTYPE *x = vx;                                                                                   \
     const qr_block_q8_0 *y = vy;                                                                           \
+    const int64_t nb = n / QR_QK8_0;                                                                       \
     float acc = 0.0f;                                                                                      \
-    for (int64_t i = 0; i < n / QR_QK8_0; i++)                                                             \
+    int64_t i = 0;                                                                                         \
+    for (; i + 8 <= nb; i += 8) {                                                                          \
+        __m256i p[8];                                                                                      \
+        for (int j = 0; j < 8; j++) p[j] = pair_sums_i8i8(CODES(x + i + j), load_q8(y[i + j].qs));        \
+        float is[8];                                                                                       \
+        _mm256_storeu_ps(is, _mm256_cvtepi32_ps(hsum8_epi32(p)));                                          \
+        for (int j = 0; j < 8; j++) acc = fmaf(is[j], XSCALE(x + i + j) * qr_avx2_fp16_table[y[i + j].d], acc); \
+    }                                                                                                      \
+    for (; i < nb; i++)                                                                                    \
         acc = fmaf((float)isum_i8i8(CODES(x + i), load_q8(y[i].qs)), XSCALE(x + i) * qr_avx2_fp16_table[y[i].d], acc); \
     *s = acc
 
