@@ -108,7 +108,7 @@ static const simd_override avx2_overrides[] = {
 /* AVX-512 overrides, applied over the AVX2 ones: the same results (each kernel bit-identical to the
  * AVX2 one of its order), faster. */
 static const simd_override avx512_overrides[] = {
-    {.type = QR_TYPE_Q4_0, .vec_dot_tile = qr_vec_dot_tile_q4_0_q8_0_avx512,
+    {.type = QR_TYPE_Q4_0, .vec_dot_tile = qr_vec_dot_tile_q4_0_q8_0_avx512, .vec_dot_gemv = qr_vec_dot_q4_0_q8_0_rp_avx512,
      .vec_dot_gemm_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx512, .vec_dot_gemv_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx512},
     {.type = QR_TYPE_Q4_1, .vec_dot_tile = qr_vec_dot_tile_q4_1_q8_1_avx512},
     {.type = QR_TYPE_Q5_0, .vec_dot_tile = qr_vec_dot_tile_q5_0_q8_0_avx512},
