@@ -170,9 +170,15 @@ static inline __attribute__((always_inline)) void tile_rp(int64_t n, float *s, i
     float acc[4][4];
     for (int r = 0; r < NR; r++)
         for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
+    /* NC == 4: lane l of accv is the dot of row rp_lane_row[l] and column rp_lane_col[l] (half_sums4's order over
+     * the vectors r * 2 + p: lanes 0-3 the low halves (column 2p) of vectors 0-3, lanes 4-7 their high halves, lanes
+     * 8-15 the same for vectors 4-7) */
+    const __m512i rp_lane_row = _mm512_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1, 2, 2, 3, 3, 2, 2, 3, 3);
+    const __m512i rp_lane_col = _mm512_setr_epi32(0, 2, 0, 2, 1, 3, 1, 3, 0, 2, 0, 2, 1, 3, 1, 3);
+    __m512 accv = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         __m512i yv[2], start[2], d[8];
-        float dy[4], dx[4];
+        float dy[4] = {0.0f, 0.0f, 0.0f, 0.0f}, dx[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int p = 0; p < NP; p++) {
             const int c0 = 2 * p, c1 = 2 * p + 1 < NC ? 2 * p + 1 : 2 * p;
             const qr_block_q8_0 *y0 = (const qr_block_q8_0 *)(vy + (size_t)c0 * by) + i;
@@ -188,6 +194,17 @@ static inline __attribute__((always_inline)) void tile_rp(int64_t n, float *s, i
             dx[r] = T16[b->d];
             for (int p = 0; p < NP; p++) d[r * NP + p] = _mm512_dpbusd_epi32(start[p], wx, yv[p]);
         }
+        if (NC == 4) { /* the NR x 4 dots a lane each: the same fma per dot, in one register */
+            const __m256i h0 = half_sums4(d[0], d[1], NV > 2 ? d[2] : zero, NV > 3 ? d[3] : zero);
+            const __m256i h1 = NV > 4 ? half_sums4(d[4], NV > 5 ? d[5] : zero, NV > 6 ? d[6] : zero, NV > 7 ? d[7] : zero)
+                                      : _mm256_setzero_si256();
+            const __m512i isum = _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1);
+            /* (from registers: a vector load of the scalars just stored would stall on the store forwarding) */
+            const __m512 dxv = _mm512_permutexvar_ps(rp_lane_row, _mm512_castps128_ps512(_mm_setr_ps(dx[0], dx[1], dx[2], dx[3])));
+            const __m512 dyv = _mm512_permutexvar_ps(rp_lane_col, _mm512_castps128_ps512(_mm_setr_ps(dy[0], dy[1], dy[2], dy[3])));
+            accv = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dxv, dyv), accv);
+            continue;
+        }
         for (int g = 0; g < NV; g += 4) {
             int32_t isum[8];
             _mm256_storeu_si256((__m256i *)isum, half_sums4(d[g], g + 1 < NV ? d[g + 1] : zero,
@@ -197,6 +214,14 @@ static inline __attribute__((always_inline)) void tile_rp(int64_t n, float *s, i
                 acc[r][c0] = fmaf((float)isum[k], dx[r] * dy[c0], acc[r][c0]);
                 if (c1 < NC) acc[r][c1] = fmaf((float)isum[4 + k], dx[r] * dy[c1], acc[r][c1]);
             }
+        }
+    }
+    if (NC == 4) {
+        float lanes[16];
+        _mm512_storeu_ps(lanes, accv);
+        for (int l = 0; l < 16; l++) {
+            const int r = ((l & 3) >> 1) + 2 * (l >> 3), c = 2 * (l & 1) + ((l >> 2) & 1);
+            if (r < NR) acc[r][c] = lanes[l];
         }
     }
     for (int r = 0; r < NR; r++)

@@ -24,7 +24,8 @@ const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
                          "\"AVX-512 kernels\")"},
     [QR_KNOB_TILE] = {"QUARREL_TILE", QR_KNOB_DIMS, "3x4", 1, QR_KNOB_TILE_MAX, NULL, "CPU backend",
                       "prefill GEMM tile shape, weight rows x token rows (tuning experiments; 3x4 measured best or "
-                      "near it for Q4_1 / Q5_0 rows of 576..640)"},
+                      "near it for Q4_1 / Q5_0 rows of 576..640 on the AVX2 host); unset on an AVX-512 host, prefill "
+                      "tiles take 4 weight rows for every type but Q4_1 (measured faster there)"},
     [QR_KNOB_SSM_SCAN] = {"QUARREL_SSM_SCAN", QR_KNOB_CHOICE, "rec", 0, 0, "rec|ssd|recurrent", "CPU backend (Mamba2)",
                           "`ssd`: prefill runs of >= 32 rows of one sequence in the chunked SSD form; `rec` "
                           "(or `recurrent`): the recurrence row by row, ggml's order bit for bit (2.5x faster "
@@ -66,6 +67,7 @@ const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
 };
 
 static qr_knob_value g_values[QR_KNOB_COUNT]; /* written once under g_once, read-only afterwards */
+static bool g_set[QR_KNOB_COUNT];              /* the environment gave the knob a valid value */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 /* A decimal int32 that is the whole of [s, end) (end NULL: the whole string), into *v. */
@@ -151,6 +153,7 @@ static void load_all(void) {
         char why[160];
         if (!qr_knob_parse(d, text, &g_values[k], why, sizeof why))
             qr_log(QR_LOG_WARN, "%s=%s ignored: %s; using the default %s", d->name, text, why, d->def);
+        else g_set[k] = text && *text;
         if (d->type == QR_KNOB_STRING) {
             char *copy = strdup(g_values[k].s ? g_values[k].s : "");
             g_values[k].s = copy ? copy : d->def;
@@ -165,6 +168,11 @@ static const qr_knob_value *value(qr_knob k) {
 }
 
 int32_t qr_knob_int(qr_knob k) { return value(k)->i[0]; }
+
+bool qr_knob_is_set(qr_knob k) {
+    value(k);
+    return g_set[k];
+}
 
 void qr_knob_dims(qr_knob k, int32_t *a, int32_t *b) {
     const qr_knob_value *v = value(k);

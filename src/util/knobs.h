@@ -71,5 +71,7 @@ bool qr_knob_parse(const qr_knob_def *d, const char *text, qr_knob_value *out, c
 int32_t qr_knob_int(qr_knob k);                            /* BOOL, INT, CHOICE */
 void qr_knob_dims(qr_knob k, int32_t *a, int32_t *b);      /* DIMS */
 const char *qr_knob_str(qr_knob k);                        /* STRING; never NULL */
+/* True when the environment set knob k (to a valid value): callers may keep their own default otherwise. */
+bool qr_knob_is_set(qr_knob k);
 
 #endif

@@ -407,6 +407,14 @@ static void mm_dot_task(void *arg, int64_t lo, int64_t hi, int ith) {
  * tiled order from QR_TILED_MIN_ROWS rows; else the sgemm order from 2 rows; else vec_dot. */
 /* The kernels matmul_rows runs for w and n_rows rows and the activations' conversion (t->act, t->xq_row) into *t;
  * false when an error was raised. */
+/* The weight rows of a prefill tile for type `type`: QUARREL_TILE's when set; else 4 on AVX-512 but for Q4_1, where
+ * 3 measured best (the 2-core Zen 5, pp512 at 2 threads, 4 rows against 3: llama-1b Q4_0 +15 %, SmolLM2 Q8_0 +7 %,
+ * Gemma-3 Q4_K_M (Q4_K / Q6_K / Q5_0) +4 %; SmolLM2 Q4_1 -7 %), and 3 elsewhere (the AVX2 host's measurements). */
+static int tile_rows_for(const cpu_backend *cb, qr_type type) {
+    if (cb->tile_set || qr_quant_cpu_isa() != QR_CPU_ISA_AVX512) return cb->tile_r;
+    return type == QR_TYPE_Q4_1 ? cb->tile_r : QR_TILE_MAX;
+}
+
 static bool mm_plan(cpu_backend *cb, const qr_weight *w, const float *x, int64_t n_rows, float *y, bool no_repack,
                     mm_task *out) {
     const qr_quant_traits *tr = cpu_traits(cb, w->type); /* has a vec_dot: w->type is in caps.matmul_types */
@@ -429,12 +437,12 @@ static bool mm_plan(cpu_backend *cb, const qr_weight *w, const float *x, int64_t
         t.dot_gemm == tr->vec_dot_gemm) {
         t.tile_gemm = tr->vec_dot_gemm_tile;
         t.tile_gemv = tr->vec_dot_gemv_tile;
-        t.tile_r = cb->tile_r;
+        t.tile_r = tile_rows_for(cb, w->type);
         t.tile_c = cb->tile_c;
     }
     if (t.dot == tr->vec_dot_tiled && t.n_gemm == 0 && tr->vec_dot_tiled_tile) {
         t.tile = tr->vec_dot_tiled_tile;
-        t.tile_r = cb->tile_r;
+        t.tile_r = tile_rows_for(cb, w->type);
         t.tile_c = cb->tile_c;
     }
     if (t.dot == tr->vec_dot && t.n_gemm == 0 && tr->vec_dot_tile) {
@@ -442,7 +450,7 @@ static bool mm_plan(cpu_backend *cb, const qr_weight *w, const float *x, int64_t
          * token row (decode) now that the weights are prefetched (prefetch_ahead): the rows' chains then overlap
          * (SmolLM2 Q4_1 tg128 at 2 threads, Zen 5: +7 %; before the prefetch it gained nothing) */
         t.tile = tr->vec_dot_tile;
-        t.tile_r = cb->tile_r;
+        t.tile_r = n_rows > 1 ? tile_rows_for(cb, w->type) : cb->tile_r; /* (decode: 3 rows measured best) */
         t.tile_c = cb->tile_c;
     }
     if (tr->vec_dot_type == QR_TYPE_F32) {
@@ -1108,6 +1116,7 @@ qr_status qr_backend_cpu_create(const qr_backend_cpu_params *params, qr_backend 
     qr_knob_dims(QR_KNOB_TILE, &tile_r, &tile_c);
     cb->tile_r = tile_r;
     cb->tile_c = tile_c;
+    cb->tile_set = qr_knob_is_set(QR_KNOB_TILE);
     cb->gelu_tab = malloc(65536 * sizeof(float));
     if (!cb->gelu_tab) goto oom;
     qr_cpu_gelu_table_init(cb->gelu_tab);

@@ -205,6 +205,7 @@ typedef struct cpu_backend {
     float *heads_buf;   /* matmul_heads' contiguous head slices (x | y) */
     size_t heads_cap;   /* floats */
     int tile_r, tile_c;       /* matmul tile for multi-row passes: weight rows x token rows (QUARREL_TILE=RxC) */
+    bool tile_set;            /* QUARREL_TILE was set: that shape for every type (else tile_rows_for's rows) */
     /* sticky error raised by an op */
     qr_status error;
     char error_msg[256];
