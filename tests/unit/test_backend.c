@@ -622,6 +622,47 @@ static void test_pool(void **state) {
     qr_backend_free(be);
 }
 
+/* topk_rows (the contract the CUDA kernel shares): each row's k largest in the sampler's order (value descending,
+ * ties to the lower index, -0 equal to +0), the count of values above -inf, -1 for a row with a NaN or +inf. */
+static void test_topk_rows(void **state) {
+    (void)state;
+    char err[256];
+    qr_backend *be = NULL;
+    qr_backend_cpu_params p = {.n_threads = 2};
+    assert_int_equal(qr_backend_cpu_create(&p, &be, err, sizeof err), QR_OK);
+    assert_non_null(be->ops->topk_rows);
+    enum { R = 5, N = 300, K = 16 };
+    static float x[R * N];
+    fill(x, R * N, 2.0f);
+    for (int i = 0; i < R * N; i++) x[i] = roundf(x[i] * 8.0f) / 8.0f; /* ties */
+    x[0] = x[7] = -0.0f, x[3] = 0.0f;               /* row 0: signed zeros */
+    for (int i = 0; i < N; i += 2) x[N + i] = -INFINITY; /* row 1: half -inf */
+    x[2 * N + 10] = NAN;                            /* row 2: NaN */
+    x[3 * N + 20] = INFINITY;                       /* row 3: +inf */
+    static uint8_t out[R * (K * 8 + 4)];
+    be->ops->topk_rows(be, x, R, N, K, out);
+    const float *vals = (const float *)out;
+    const int32_t *ids = (const int32_t *)(vals + R * K), *nfin = ids + R * K;
+    assert_int_equal(nfin[2], -1);
+    assert_int_equal(nfin[3], -1);
+    assert_int_equal(nfin[1], N / 2);
+    assert_int_equal(nfin[0], N);
+    for (int r = 0; r < R; r++) {
+        if (r == 2 || r == 3) continue;
+        const float *row = x + r * N;
+        bool used[N] = {false};
+        for (int j = 0; j < K; j++) { /* the reference: the first of the best left */
+            int best = -1;
+            for (int i = 0; i < N; i++)
+                if (!used[i] && (best < 0 || row[i] > row[best])) best = i;
+            used[best] = true;
+            assert_int_equal(ids[r * K + j], best);
+            assert_true(vals[r * K + j] == row[best]);
+        }
+    }
+    qr_backend_free(be);
+}
+
 /* cpu_expf (the exp of the SIMD softmax and SiLU) is within 2 ulp of exp over its whole range,
  * including the split-scale paths for tiny and huge results. */
 /* The AVX2 activation quantizers write the same bytes as the plain C ones (act_quant.c), ties (x * id
@@ -672,7 +713,7 @@ int main(void) {
         cmocka_unit_test(test_simd_selected),   cmocka_unit_test(test_elementwise), cmocka_unit_test(test_rmsnorm_softmax),
         cmocka_unit_test(test_rope),            cmocka_unit_test(test_attention),   cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_llama_cpp_paths), cmocka_unit_test(test_add_row),
-        cmocka_unit_test(test_ops_threaded),    cmocka_unit_test(test_pool),        cmocka_unit_test(test_expf), cmocka_unit_test(test_act_quant_avx2),
+        cmocka_unit_test(test_ops_threaded),    cmocka_unit_test(test_pool),        cmocka_unit_test(test_topk_rows),        cmocka_unit_test(test_expf), cmocka_unit_test(test_act_quant_avx2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
