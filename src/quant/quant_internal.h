@@ -197,6 +197,7 @@ void qr_vec_dot_tile_q5_0_q8_0_avx512(int64_t n, float *s, int64_t bs, const voi
 void qr_vec_dot_tile_q5_1_q8_1_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 void qr_vec_dot_tile_q4_1_q8_1_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 void qr_vec_dot_q4_0_q8_0_rp_avx512(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_tile_q4_0_q8_0_rp_avx2(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 void qr_vec_dot_tile_q4_0_q8_0_rp_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 void qr_vec_dot_tile_q4_K_q8_K_gemm_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 void qr_vec_dot_tile_q4_K_q8_K_gemv_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);

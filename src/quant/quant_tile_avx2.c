@@ -127,7 +127,60 @@ static inline __attribute__((always_inline)) void tile_off(int64_t n, float *s, 
         TILE_DISPATCH(FN, KIND)                                                                            \
     }
 
+/* The 8 block sums of 8 dots' partial sums at once: [hsum(p[0]), ..., hsum(p[7])] (p[k] NULL-free). */
+static inline __m256i hsum8_rp(const __m256i p[8]) {
+    const __m256i h01 = _mm256_hadd_epi32(p[0], p[1]), h23 = _mm256_hadd_epi32(p[2], p[3]);
+    const __m256i h45 = _mm256_hadd_epi32(p[4], p[5]), h67 = _mm256_hadd_epi32(p[6], p[7]);
+    const __m256i g0 = _mm256_hadd_epi32(h01, h23), g1 = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
+}
+
+/* llama.cpp's repacked Q4_0 order (qr_vec_dot_q4_0_q8_0_rp_avx2: per block acc = fmaf(isum, dx * dy, acc)) for a
+ * tile: dot l = r * NC + c is lane l % 8 of accumulator l / 8, and each block's step is that fma on the lane's own
+ * isum and dx * dy: the same float operations as the single dot's. */
+static inline __attribute__((always_inline)) void tile_rp(int64_t n, float *s, int64_t bs, const char *vx, size_t bx,
+                                                          const char *vy, size_t by, const int NR, const int NC) {
+    const int64_t nb = n / QR_QK8_0;
+    const int ND = NR * NC;
+    const __m256i ones16 = _mm256_set1_epi16(1), eight = _mm256_set1_epi8(8);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i wx[4], p[16];
+        float dx[4], dy[4];
+        for (int r = 0; r < NR; r++) {
+            const qr_block_q4_0 *b = (const qr_block_q4_0 *)(vx + (size_t)r * bx) + i;
+            wx[r] = nibbles_32(b->qs);
+            dx[r] = T16[b->d];
+        }
+        for (int c = 0; c < NC; c++) {
+            const qr_block_q8_0 *yb = (const qr_block_q8_0 *)(vy + (size_t)c * by) + i;
+            const __m256i yv = load_q8(yb->qs);
+            const __m256i off = _mm256_maddubs_epi16(eight, yv); /* (q - 8) . y = q . y - 8 * (sums of y) */
+            dy[c] = T16[yb->d];
+            for (int r = 0; r < NR; r++)
+                p[r * NC + c] = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(wx[r], yv), off), ones16);
+        }
+        for (int l = ND; l < 16; l++) p[l] = _mm256_setzero_si256();
+        for (int g = 0; g < (ND + 7) / 8; g++) {
+            float d[8];
+            for (int k = 0; k < 8; k++) {
+                const int l = 8 * g + k;
+                d[k] = l < ND ? dx[l / NC] * dy[l % NC] : 0.0f;
+            }
+            const __m256 dd = _mm256_setr_ps(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+            acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_rp(p + 8 * g)), dd, acc[g]);
+        }
+    }
+    float out[16];
+    _mm256_storeu_ps(out, acc[0]);
+    _mm256_storeu_ps(out + 8, acc[1]);
+    for (int l = 0; l < ND; l++) s[(int64_t)(l % NC) * bs + l / NC] = out[l];
+}
+
+#define TILE_RP(n, s, bs, vx, bx, vy, by, R, C, KIND) tile_rp(n, s, bs, vx, bx, vy, by, R, C)
+
 TILE_FN(qr_vec_dot_tile_q4_0_q8_0_avx2, tile_sym, K_Q4_0)
+TILE_FN(qr_vec_dot_tile_q4_0_q8_0_rp_avx2, TILE_RP, K_Q4_0)
 TILE_FN(qr_vec_dot_tile_q5_0_q8_0_avx2, tile_sym, K_Q5_0)
 TILE_FN(qr_vec_dot_tile_q8_0_q8_0_avx2, tile_sym, K_Q8_0)
 TILE_FN(qr_vec_dot_tile_q4_1_q8_1_avx2, tile_off, K_Q4_1)
