@@ -457,7 +457,7 @@ static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row, int32_t dra
     } else if ((logits = qr_get_logits(s->ctx, row)) == NULL) {
         have = false;
     } else {
-        if (r->think_forced >= 0 && r->think_forced < r->n_think_end) { /* the reasoning budget is spent */
+        if (forcing) { /* the reasoning budget is spent */
             forced = qr_sampler_force(r->smp, logits, r->think_end[r->think_forced], &res, err, sizeof err) == QR_OK;
             r->think_forced = forced ? r->think_forced + 1 : r->n_think_end; /* a grammar that refuses: stop forcing */
             if (r->think_forced == r->n_think_end) r->think_state = 2;

@@ -79,7 +79,7 @@ typedef struct mm_case {
     bool time;
     bool warm;           /* time without evicting L2 first (activations/weights L2-resident) */
     bool no_pdl;         /* launch the mat-vec without programmatic dependent launch */
-    bool no_dq;          /* batches of K-quant weights through the f16 cache + cuBLAS, not matmul_dq.cu / matmul_kq.cu */
+    bool no_dq;          /* batches of K-quant weights through the f16 cache + cuBLAS, not matmul_dq.cu */
     const char *shape;   /* label, e.g. "mistral ffn_up" */
 } mm_case;
 
@@ -121,9 +121,7 @@ static void matmul_case(lab *L, const mm_case *c) {
     if (c->max_rows) tune->mmvq_max_rows = c->max_rows;
     if (c->tile) tune->gemm_tile_bytes = c->tile;
     if (c->no_pdl) tune->pdl = 0;
-    if (c->no_dq) tune->dq_gemm = 0, tune->kq_gemm = 0;
-    const bool kq_on = tune->kq_gemm && c->nr > tune->mmvq_max_rows && c->nr <= tune->kq_max_rows &&
-                       (c->type == QR_TYPE_Q4_K || c->type == QR_TYPE_Q6_K);
+    if (c->no_dq) tune->dq_gemm = 0;
     float *xd = lab_gpu_alloc(L, (size_t)(c->nr * c->k) * 4), *yd = lab_gpu_alloc(L, (size_t)(c->nr * c->n) * 4);
     lab_upload(L, xd, xh, (size_t)(c->nr * c->k) * 4);
     lab_poison(L, yd, (size_t)(c->nr * c->n) * 4);
@@ -157,7 +155,6 @@ static void matmul_case(lab *L, const mm_case *c) {
     if (c->warm) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " warm");
     if (c->no_pdl) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " no-pdl");
     if (c->no_dq) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " no-dq");
-    if (kq_on) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " kq");
     const double bytes = (double)wbytes + (double)(c->nr * c->k) * 4 + (double)(c->nr * c->n) * 4;
     lab_record(L, gemm ? "matmul-gemm" : "matmul", cfg, max_err, rel_err, tol, pass, us, gemm ? 0 : bytes,
                gemm ? 2.0 * (double)c->n * (double)c->k * (double)c->nr : 0);

@@ -828,29 +828,6 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     return true;
 }
 
-/* A batch of more rows than the mat-vec takes, up to kq_max_rows (batched decode), of Q4_K / Q6_K weights on the int8
- * tensor-core kernel (matmul_kq.cu): the blocks' codes and the activations' Q8_K codes (the mat-vec's) into mma s8.
- * True when it ran (or raised). */
-static bool matmul_kq(cuda_backend *cb, const cuda_weight *cw, const float *x, int64_t n_rows, int64_t n, float *y) {
-    const cuda_wview *v = &cw->v;
-    const int64_t k = v->k;
-    if (!cb->tune.kq_gemm || n_rows > cb->tune.kq_max_rows || !qr_cuda_kq_gemm_supported((qr_type)v->type) || k % 256 ||
-        v->nb != k / 256)
-        return false;
-    act_ptrs a;
-    if (!act_prepare(cb, (qr_type)v->type, x, n_rows, k, &a)) return true;
-    const int32_t splits = cb->tune.kq_splits ? cb->tune.kq_splits : qr_cuda_kq_gemm_splits(n_rows, n, k, cb->n_sm);
-    if (splits > 1 && !ensure_scratch(cb, &cb->dq_part, &cb->dq_part_cap, (size_t)(splits * n_rows * n) * 4,
-                                      "matmul (split-K partial sums)"))
-        return true;
-    const cuda_xview xv = act_view(&a, 0);
-    cuda_wview wv = *v;
-    wv.n = n;
-    cuda_ok(cb, qr_cuda_kq_gemm(&wv, &xv, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream), "matmul (kq gemm)");
-    if (!overlaps(x, n_rows * k, y, n_rows * n)) act_mark(cb, x, n_rows, k, a.kind); /* y did not overwrite x */
-    return true;
-}
-
 static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y) {
     cuda_backend *cb = CB(be);
     const cuda_weight *cw = prepared(cb, w, "matmul");
@@ -862,7 +839,6 @@ static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int6
     const cuda_wview *v = &cw->v;
     const int64_t k = v->k, n = w->ne[1];
     const bool mmv = n_rows <= cb->tune.mmvq_max_rows && v->nb > 0;
-    if (!mmv && matmul_kq(cb, cw, x, n_rows, n, y)) return;
     if (!mmv && matmul_dq(cb, cw, x, n_rows, n, y)) return;
     if (!mmv && matmul_mmq_dense(cb, cw, x, n_rows, n, y)) return;
     if (!mmv) {

@@ -44,11 +44,6 @@ typedef struct qr_cuda_tune {
                               * weights runs on the f16 tensor-core kernel that dequantizes the blocks in registers
                               * (matmul_dq.cu) instead of cuBLAS on the f16 cache (QUARREL_CUDA_DQ_GEMM=0: off) */
     int32_t dq_max_rows;     /* default 16 (QUARREL_CUDA_DQ_MAX_ROWS) */
-    int32_t kq_gemm;         /* 1: a matmul of more rows than the mat-vec takes, up to kq_max_rows, of Q4_K / Q6_K weights runs
-                              * on the int8 tensor-core kernel (matmul_kq.cu: the weight and Q8_K activation codes into
-                              * mma s8) before the dq kernel and the f16 cache (QUARREL_CUDA_KQ_GEMM) */
-    int32_t kq_max_rows;     /* QUARREL_CUDA_KQ_MAX_ROWS */
-    int32_t kq_splits;       /* split-K count; 0 (default): chosen from the shape (QUARREL_CUDA_KQ_SPLITS) */
     int32_t dq_splits;       /* split-K count; 0 (default): chosen from the shape (QUARREL_CUDA_DQ_SPLITS) */
     int32_t f16_cache;       /* 1 (default): a quantized 2-D weight multiplied by more rows than the mat-vec takes is
                               * dequantized to f16 once and kept (cuda_weight.f16) while the device keeps

@@ -249,16 +249,6 @@ cudaError_t qr_cuda_gather_rows(const float *src, int64_t dim, const int32_t *ro
 cudaError_t qr_cuda_add_row(const float *x, const cuda_wview *t, int64_t row, const int32_t *pos, int64_t n_rows,
                             float *out, cudaStream_t stream);
 
-/* ---- matmul_kq.cu (issue 29) ---- */
-/* Whether the int8 batched-decode GEMM takes weights of this type (Q4_K, Q6_K). */
-bool qr_cuda_kq_gemm_supported(qr_type type);
-/* Its split-K count for a shape on a device of sms SMs (1..8). */
-int32_t qr_cuda_kq_gemm_splits(int64_t n_tok, int64_t n_out, int64_t k, int32_t sms);
-/* y[t][n_out] = the Q8_K activation rows of x (q, d, g) . w^T for t < n_tok (w->n rows; k a multiple of 256), on int8
- * tensor cores; splits > 1: part holds splits x n_tok x n_out floats of partial sums. */
-cudaError_t qr_cuda_kq_gemm(const cuda_wview *w, const cuda_xview *x, int64_t n_tok, int64_t n_out, int32_t splits,
-                            float *part, float *y, cudaStream_t stream);
-
 /* ---- moe.cu (issue 9) ---- */
 /* ids[n_rows][n_used], weights[n_rows][n_used] from logits[n_rows][n_expert] per p (sel_bias: device F32
  * [n_expert] or NULL; p->sel_bias is ignored). n_expert <= 512. */
