@@ -833,7 +833,7 @@ static void topk_merge(qr_context *c) {
     }
 }
 
-/* Reads output row *(int32_t *)arg's columns of a rank (world > 1) into the context's logits row. */
+/* Reads output row *(int32_t *)arg's columns of a rank (of one rank: the whole row) into the context's logits row. */
 static void rank_read_row(qr_context *c, int32_t r, void *arg) {
     const int32_t j = *(const int32_t *)arg;
     ctx_rank *k = &c->rk[r];
@@ -851,15 +851,9 @@ static const float *out_row(const qr_context *cc, int32_t j) {
     if (c->topk_n == 0) return dst;
     const float *res = dst;
     pthread_mutex_lock(&c->lazy_mu);
-    if (!c->row_host[j] && c->world > 1) {
+    if (!c->row_host[j]) { /* every rank's columns (one rank: the whole row) */
         each_rank(c, rank_read_row, &j);
         if (rank_error(c, NULL, 0) == QR_OK) c->row_host[j] = 1;
-        else res = NULL;
-    } else if (!c->row_host[j]) {
-        qr_backend *be = c->rk[0].be;
-        char e[8];
-        be->ops->read(be, dst, c->rk[0].f.logits + (size_t)j * V, V * sizeof(float));
-        if (be->ops->last_error(be, e, sizeof e) == QR_OK) c->row_host[j] = 1;
         else res = NULL;
     }
     pthread_mutex_unlock(&c->lazy_mu);
