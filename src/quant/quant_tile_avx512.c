@@ -243,54 +243,38 @@ QR_TILE_FN(qr_vec_dot_tile_q5_0_q8_0_avx512, CALL_Q5_0)
 QR_TILE_FN(qr_vec_dot_tile_q5_1_q8_1_avx512, CALL_Q5_1)
 QR_TILE_FN(qr_vec_dot_tile_q4_0_q8_0_rp_avx512, CALL_Q4_0_RP)
 
-/* The repacked Q4_0 order for NR weight rows and one activation row (the decode GEMV), two consecutive blocks a zmm
+/* The repacked Q4_0 order for one weight row and one activation row (the decode GEMV), two consecutive blocks a zmm
  * register: [low nibbles of block i, high nibbles of i, low of i + 1, high of i + 1] against the activation blocks
- * i, i + 1; the 8 block sums of four registers reduced at once, then per row acc = fmaf(isum, dx * dy, acc) in
- * block order (bit-identical to qr_vec_dot_q4_0_q8_0_rp_avx2). Used for one row a call: several rows a call
- * (the activation blocks loaded once for them) measured 14 % slower on the Zen 5 (llama-1b Q4_0 tg64 39.9 against
- * 46.2 t/s at 2 threads). */
-static inline __attribute__((always_inline)) void gemv_rp(int64_t n, float *s, const char *vx, size_t bx, const void *vy,
-                                                          const int NR) {
+ * i, i + 1; the 8 block sums of four registers reduced at once, then acc = fmaf(isum, dx * dy, acc) in block order
+ * (bit-identical to qr_vec_dot_q4_0_q8_0_rp_avx2). Several weight rows a call (the activation blocks loaded once
+ * for them) measured 14 % slower on the Zen 5 (llama-1b Q4_0 tg64 39.9 against 46.2 t/s at 2 threads). */
+void qr_vec_dot_q4_0_q8_0_rp_avx512(int64_t n, float *s, const void *vx, const void *vy) {
+    const qr_block_q4_0 *x = vx;
     const qr_block_q8_0 *y = vy;
     const int64_t nb = n / QR_QK8_0;
     const __m512i zero = _mm512_setzero_si512(), eight = _mm512_set1_epi8(8), m4 = _mm512_set1_epi8(0x0F);
     const __m512i dup = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float acc = 0.0f;
     int64_t i = 0;
     for (; i + 8 <= nb; i += 8) {
-        __m512i yv[4], st[4];
-        float dy[8];
+        __m512i d[4];
         for (int k = 0; k < 4; k++) {
-            yv[k] = load_pair(y[i + 2 * k].qs, y[i + 2 * k + 1].qs);
-            st[k] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, eight, yv[k]));
+            const __m512i yv = load_pair(y[i + 2 * k].qs, y[i + 2 * k + 1].qs);
+            const __m256i qs = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)x[i + 2 * k + 1].qs),
+                                                _mm_loadu_si128((const __m128i *)x[i + 2 * k].qs));
+            const __m512i v = _mm512_permutexvar_epi64(dup, _mm512_castsi256_si512(qs));
+            const __m512i st = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, eight, yv)); /* -8 * sum(y) */
+            d[k] = _mm512_dpbusd_epi32(st, _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4), m4), yv);
         }
-        for (int j = 0; j < 8; j++) dy[j] = T16[y[i + j].d];
-        for (int r = 0; r < NR; r++) {
-            const qr_block_q4_0 *x = (const qr_block_q4_0 *)(vx + (size_t)r * bx) + i;
-            __m512i d[4];
-            for (int k = 0; k < 4; k++) {
-                const __m256i qs = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)x[2 * k + 1].qs),
-                                                    _mm_loadu_si128((const __m128i *)x[2 * k].qs));
-                const __m512i v = _mm512_permutexvar_epi64(dup, _mm512_castsi256_si512(qs));
-                d[k] = _mm512_dpbusd_epi32(st[k], _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFF00FF00u, v, 4), m4), yv[k]);
-            }
-            int32_t isum[8]; /* [blocks 0, 2, 4, 6, then 1, 3, 5, 7] */
-            _mm256_storeu_si256((__m256i *)isum, half_sums4(d[0], d[1], d[2], d[3]));
-            for (int j = 0; j < 8; j++) acc[r] = fmaf((float)isum[(j >> 1) + 4 * (j & 1)], T16[x[j].d] * dy[j], acc[r]);
-        }
+        int32_t isum[8]; /* [blocks 0, 2, 4, 6, then 1, 3, 5, 7] */
+        _mm256_storeu_si256((__m256i *)isum, half_sums4(d[0], d[1], d[2], d[3]));
+        for (int j = 0; j < 8; j++) acc = fmaf((float)isum[(j >> 1) + 4 * (j & 1)], T16[x[i + j].d] * T16[y[i + j].d], acc);
     }
     for (; i < nb; i++) { /* the last blocks one at a time (the block in both halves; the low half's sum) */
         const __m512i yv = bcast32(y[i].qs), st = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, eight, yv));
-        for (int r = 0; r < NR; r++) {
-            const qr_block_q4_0 *x = (const qr_block_q4_0 *)(vx + (size_t)r * bx) + i;
-            int32_t is[8];
-            _mm256_storeu_si256((__m256i *)is, half_sums4(_mm512_dpbusd_epi32(st, nibbles_64(x->qs), yv), zero, zero, zero));
-            acc[r] = fmaf((float)is[0], T16[x->d] * T16[y[i].d], acc[r]);
-        }
+        int32_t is[8];
+        _mm256_storeu_si256((__m256i *)is, half_sums4(_mm512_dpbusd_epi32(st, nibbles_64(x[i].qs), yv), zero, zero, zero));
+        acc = fmaf((float)is[0], T16[x[i].d] * T16[y[i].d], acc);
     }
-    for (int r = 0; r < NR; r++) s[r] = acc[r];
-}
-
-void qr_vec_dot_q4_0_q8_0_rp_avx512(int64_t n, float *s, const void *vx, const void *vy) {
-    gemv_rp(n, s, vx, 0, vy, 1);
+    *s = acc;
 }

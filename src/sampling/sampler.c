@@ -420,6 +420,13 @@ static void compute_logprobs(qr_sampler *s, const float *logits, int32_t token, 
 
 /* ---- the chain ---------------------------------------------------------------------------- */
 
+/* No logit bias and no penalty in effect: the chain sees the logits as they are. */
+static bool plain_logits(const qr_sampler *s) {
+    const qr_sampler_params *p = &s->p;
+    return p->n_logit_bias == 0 && (s->hist_len == 0 || (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
+                                                          p->presence_penalty == 0.0f));
+}
+
 static size_t truncate_rest(qr_sampler *s, size_t n, bool sorted);
 
 /* The truncation links of a sampling chain (top-k -> top-p -> min-p -> temperature) on s->work (not
@@ -512,8 +519,7 @@ static int32_t draw(qr_sampler *s, size_t n) {
 
 int32_t qr_sampler_topk_need(const qr_sampler *s) {
     const qr_sampler_params *p = &s->p;
-    const bool plain = p->n_logit_bias == 0 && (s->hist_len == 0 || (p->repeat_penalty == 1.0f &&
-                       p->frequency_penalty == 0.0f && p->presence_penalty == 0.0f));
+    const bool plain = plain_logits(s);
     if (!plain || s->grammar || p->logprobs) return 0;
     if (p->temperature <= 0.0f) return 1;
     return p->top_k > 0 && p->top_k < QR_SAMPLER_TOPK_MAX ? p->top_k + 1 : 0;
@@ -584,8 +590,7 @@ qr_status qr_sampler_sample(qr_sampler *s, const float *logits, qr_sample_result
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "sampler: logit for token %d is %g", bad, (double)logits[bad]);
     int32_t token = -1;
     qr_status st;
-    const bool plain = p->n_logit_bias == 0 && (s->hist_len == 0 || (p->repeat_penalty == 1.0f &&
-                       p->frequency_penalty == 0.0f && p->presence_penalty == 0.0f));
+    const bool plain = plain_logits(s);
     if (p->temperature <= 0.0f && plain && !s->grammar) { /* greedy on the logits as they are: no copy */
         token = argmax_f(logits, nv);
         st = token < 0 ? QR_ERR_INVALID_ARG : QR_OK;

@@ -423,9 +423,6 @@ static int cmp_admit(const void *a, const void *b) {
     return x->admit_order < y->admit_order ? -1 : x->admit_order > y->admit_order;
 }
 
-/* Samples the next token of r from the logits of batch row `row`, streams it, and ends r when a
- * stop rule fires. Returns true when r ended (it is freed). draft >= 0: the row verifies drafted token
- * `draft` (qr_sampler_verify with the drafter's distribution q[0..n_q)); *accepted tells whether it stood. */
 /* Samples row `row` for request r from its top-k candidates (qr_context_set_topk) where those give the sampler's
  * token exactly; false: sample from the logits. */
 static bool sample_topk(qr_scheduler *s, sreq *r, int32_t row, qr_sample_result *res) {
@@ -436,6 +433,12 @@ static bool sample_topk(qr_scheduler *s, sreq *r, int32_t row, qr_sample_result 
            qr_sampler_sample_topk(r->smp, vals, ids, k, n_fin, res);
 }
 
+/* True while r's reasoning budget is spent and the end of its reasoning is being forced, a token a step. */
+static bool forcing_end(const sreq *r) { return r->think_forced >= 0 && r->think_forced < r->n_think_end; }
+
+/* Samples the next token of r from the logits of batch row `row`, streams it, and ends r when a
+ * stop rule fires. Returns true when r ended (it is freed). draft >= 0: the row verifies drafted token
+ * `draft` (qr_sampler_verify with the drafter's distribution q[0..n_q)); *accepted tells whether it stood. */
 static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row, int32_t draft, const qr_token_prob *q,
                               int32_t n_q, bool *accepted) {
     char err[512];
@@ -446,7 +449,7 @@ static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row, int32_t dra
     const char *why = err;
     bool ok = false, have = true;
     *accepted = false;
-    const bool forcing = r->think_forced >= 0 && r->think_forced < r->n_think_end;
+    const bool forcing = forcing_end(r);
     if (pre) {
         pre->done = false;
         ok = pre->st == QR_OK;
@@ -535,7 +538,7 @@ static void pre_sample_rows(qr_scheduler *s, int32_t rows, int32_t *list) {
     int32_t n = 0;
     for (int32_t row = 0; row < rows; row++) {
         const sreq *r = s->b_req[row];
-        if (!r || r->n_draft > 0 || (r->think_forced >= 0 && r->think_forced < r->n_think_end)) continue;
+        if (!r || r->n_draft > 0 || forcing_end(r)) continue;
         list[n++] = row;
     }
     if (n < 2) return; /* one row: sampled in turn */
@@ -604,20 +607,20 @@ static bool verify_rows(qr_scheduler *s, sreq *r, uint64_t *n_reported) {
     return false;
 }
 
-/* One iteration over the running requests act[0..n) (sorted by admission). */
 /* The candidates a step's sampled rows need (qr_sampler_topk_need), 0 when a row needs its whole logits row. */
 static int32_t topk_need(const qr_scheduler *s, int32_t rows) {
     int32_t k = 0;
     for (int32_t row = 0; row < rows; row++) {
         const sreq *r = s->b_req[row];
         if (!r) continue;
-        const int32_t need = r->think_forced >= 0 && r->think_forced < r->n_think_end ? 0 : qr_sampler_topk_need(r->smp);
+        const int32_t need = forcing_end(r) ? 0 : qr_sampler_topk_need(r->smp);
         if (need == 0) return 0;
         if (need > k) k = need;
     }
     return k;
 }
 
+/* One iteration over the running requests act[0..n) (sorted by admission). */
 static void step(qr_scheduler *s, sreq **act, int32_t n) {
     int32_t *take = calloc((size_t)(n ? n : 1), sizeof(int32_t));
     if (!take) return;
