@@ -405,8 +405,6 @@ static void mm_dot_task(void *arg, int64_t lo, int64_t hi, int ith) {
  * weight and this number of rows (see quant.h): the repacked GEMM for whole groups of 4 rows and the
  * GEMV for the rest when the type is repacked and w has a multiple of repack_rows rows; else the
  * tiled order from QR_TILED_MIN_ROWS rows; else the sgemm order from 2 rows; else vec_dot. */
-/* The kernels matmul_rows runs for w and n_rows rows and the activations' conversion (t->act, t->xq_row) into *t;
- * false when an error was raised. */
 /* The weight rows of a prefill tile for type `type`: QUARREL_TILE's when set; else 4 on AVX-512 but for Q4_1, where
  * 3 measured best (the 2-core Zen 5, pp512 at 2 threads, 4 rows against 3: llama-1b Q4_0 +15 %, SmolLM2 Q8_0 +7 %,
  * Gemma-3 Q4_K_M (Q4_K / Q6_K / Q5_0) +4 %; SmolLM2 Q4_1 -7 %), and 3 elsewhere (the AVX2 host's measurements). */
@@ -415,6 +413,8 @@ static int tile_rows_for(const cpu_backend *cb, qr_type type) {
     return type == QR_TYPE_Q4_1 ? cb->tile_r : QR_TILE_MAX;
 }
 
+/* The kernels matmul_rows runs for w and n_rows rows and the activations' conversion (t->act, t->xq_row) into *t;
+ * false when an error was raised. */
 static bool mm_plan(cpu_backend *cb, const qr_weight *w, const float *x, int64_t n_rows, float *y, bool no_repack,
                     mm_task *out) {
     const qr_quant_traits *tr = cpu_traits(cb, w->type); /* has a vec_dot: w->type is in caps.matmul_types */
