@@ -56,7 +56,7 @@ build_direct() {
         o=$b/$(echo "$f" | tr / _).o
         case $f in
         *_avx2.c) jobs+=("cc $cflags -mavx2 -mfma -mf16c -c $f -o $o") ;;
-        *_avx512.c) jobs+=("cc $cflags -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c -c $f -o $o") ;;
+        *_avx512.c) jobs+=("cc $cflags -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c -c $f -o $o") ;;
         *) jobs+=("cc $cflags -c $f -o $o") ;;
         esac
     done

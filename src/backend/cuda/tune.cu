@@ -62,7 +62,7 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->mmq_dense_max_rows = env_int("QUARREL_CUDA_MMQ_DENSE_MAX_ROWS", 0, 4096, 256);
     t->dq_gemm = !env_is("QUARREL_CUDA_DQ_GEMM", "0");
     t->dq_max_rows = env_int("QUARREL_CUDA_DQ_MAX_ROWS", 0, 4096, 16); /* H200: +13 % at 16 rows, even at 32, slower at 48+ */
-    t->dq_splits = env_int("QUARREL_CUDA_DQ_SPLITS", 0, 16, 0);
+    t->dq_splits = env_int("QUARREL_CUDA_DQ_SPLITS", 0, 8, 0);
     t->tp_p2p_max = env_int("QUARREL_CUDA_TP_P2P_MAX", 0, 1 << 20, 1 << 20); /* tp_nccl.cu */
     t->tp_skip_reduce = env_is("QUARREL_CUDA_TP_SKIP_REDUCE", "1"); /* profiling only: wrong results */
     t->attn_cluster = !env_is("QUARREL_CUDA_ATTN", "nocluster");
