@@ -609,6 +609,31 @@ static const void *f16_cache(cuda_backend *cb, cuda_weight *cw, int64_t n) {
     return cw->f16;
 }
 
+/* xh (the act scratch's f16 region) = x[n_rows][k] as f16: with the Q8 rounding of act kind `kind` (0, 1), or plainly
+ * (-1; -2: as bf16); kept when the op just before was a GEMM that left exactly these there (act_f16_done). False
+ * when an error was raised. */
+static bool act_f16(cuda_backend *cb, const float *x, int64_t n_rows, int64_t k, int kind, void *xh) {
+    if (cb->tune.act_reuse && cb->xh_valid && cb->xh_x == x && cb->xh_rows == n_rows && cb->xh_k == k &&
+        cb->xh_kind == kind && cb->xh_epoch == cb->op_epoch && cb->xh_gen == cb->scratch_gen)
+        return true;
+    cb->xh_valid = false;
+    const cudaError_t ce = kind >= 0 ? qr_cuda_act_q8_as_f16(x, n_rows * k, kind, xh, cb->stream)
+                                     : qr_cuda_to_half(x, n_rows * k, xh, kind == -2, cb->stream);
+    if (!cuda_ok(cb, ce, "matmul (convert)")) return false;
+    cb->xh_x = x;
+    cb->xh_rows = n_rows;
+    cb->xh_k = k;
+    cb->xh_kind = kind;
+    cb->xh_gen = cb->scratch_gen;
+    return true;
+}
+
+/* The GEMM that read xh (act_f16's, this op) ran: the next op may take xh as it is. */
+static void act_f16_done(cuda_backend *cb) {
+    cb->xh_valid = true;
+    cb->xh_epoch = cb->op_epoch;
+}
+
 static void matmul_gemm(cuda_backend *cb, const cuda_weight *cw, const float *x, int64_t n_rows, int64_t n, float *y,
                         void *xh) {
     const cuda_wview *v = &cw->v;
@@ -623,23 +648,23 @@ static void matmul_gemm(cuda_backend *cb, const cuda_weight *cw, const float *x,
     const bool bf16 = v->type == QR_TYPE_BF16;
     const int kind = qr_cuda_act_kind((qr_type)v->type);
     /* quantized weights: the activations as the CPU's Q8 rounding leaves them (kind 0/1), in f16 */
-    const cudaError_t ce = kind <= 1 && cb->tune.gemm_q8_act ? qr_cuda_act_q8_as_f16(x, n_rows * k, kind, xh, cb->stream)
-                                                              : qr_cuda_to_half(x, n_rows * k, xh, bf16, cb->stream);
-    if (!cuda_ok(cb, ce, "matmul (convert)")) return;
+    if (!act_f16(cb, x, n_rows, k, kind <= 1 && cb->tune.gemm_q8_act ? kind : bf16 ? -2 : -1, xh)) return;
     const cudaDataType_t dt = bf16 ? CUDA_R_16BF : CUDA_R_16F;
     if (v->type == QR_TYPE_F16 || bf16) {
-        cublas_ok(cb, cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)n_rows, (int)k, &one, v->p0, dt,
-                                   (int)k, xh, dt, (int)k, &zero, y, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
-                                   CUBLAS_GEMM_DEFAULT),
-                  "matmul (gemm)");
+        if (cublas_ok(cb, cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)n_rows, (int)k, &one, v->p0, dt,
+                                       (int)k, xh, dt, (int)k, &zero, y, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT),
+                      "matmul (gemm)"))
+            act_f16_done(cb);
         return;
     }
     const void *wf16 = f16_cache(cb, (cuda_weight *)cw, n);
     if (wf16) { /* the matrix dequantized once: one GEMM, no tiles */
-        cublas_ok(cb, cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)n_rows, (int)k, &one, wf16, CUDA_R_16F,
-                                   (int)k, xh, CUDA_R_16F, (int)k, &zero, y, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
-                                   CUBLAS_GEMM_DEFAULT),
-                  "matmul (gemm, f16 cache)");
+        if (cublas_ok(cb, cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)n_rows, (int)k, &one, wf16,
+                                       CUDA_R_16F, (int)k, xh, CUDA_R_16F, (int)k, &zero, y, CUDA_R_32F, (int)n,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                      "matmul (gemm, f16 cache)"))
+            act_f16_done(cb);
         return;
     }
     const int64_t rows = gemm_tile_rows(cb, k, n);
@@ -653,6 +678,7 @@ static void matmul_gemm(cuda_backend *cb, const cuda_weight *cw, const float *x,
                        "matmul (gemm)"))
             return;
     }
+    act_f16_done(cb);
 }
 
 
@@ -821,10 +847,12 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     if (splits > 1 && !ensure_scratch(cb, &cb->dq_part, &cb->dq_part_cap, (size_t)(splits * n_rows * n) * 4,
                                       "matmul (split-K partial sums)"))
         return true;
-    if (!cuda_ok(cb, qr_cuda_act_q8_as_f16(x, n_rows * k, 1, xh, cb->stream), "matmul (convert)")) return true;
+    if (!act_f16(cb, x, n_rows, k, 1, xh)) return true;
     cuda_wview wv = *v;
     wv.n = n;
-    cuda_ok(cb, qr_cuda_dq_gemm(&wv, cw->dqs, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream), "matmul (dq gemm)");
+    if (cuda_ok(cb, qr_cuda_dq_gemm(&wv, cw->dqs, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream),
+                "matmul (dq gemm)"))
+        act_f16_done(cb);
     return true;
 }
 

@@ -88,6 +88,13 @@ typedef struct cuda_backend {
     int64_t hold_rows, hold_k;
     int hold_kind;
     bool hold_valid;
+    /* the f16 activations of the batched GEMMs (act + its h region): the next GEMM on the same input right after
+     * (q / k / v, gate / up) takes them as they are (act_f16) */
+    bool xh_valid;
+    const float *xh_x;
+    int64_t xh_rows, xh_k;
+    int xh_kind;
+    uint64_t xh_epoch, xh_gen;
     void *act2;
     size_t act2_cap;
     int *diverged_h, *diverged_d; /* the scan's divergence flag (mapped pinned memory), or NULL */
