@@ -855,6 +855,13 @@ qr_status qr_sched_create(qr_model *model, qr_context *ctx, const qr_tokenizer *
         if (params->n_seq > 0) p.n_seq = params->n_seq;
         if (params->max_queue > 0) p.max_queue = params->max_queue;
         if (params->step_tokens > 0) p.step_tokens = params->step_tokens;
+    }
+    {
+        const int64_t knob = qr_knob_int(QR_KNOB_STEP_TOKENS);
+        if (knob > 0) p.step_tokens = (int32_t)knob;
+        if (p.step_tokens < p.n_seq) p.step_tokens = p.n_seq;
+    }
+    if (params) {
         if (params->prefill_chunk > 0) p.prefill_chunk = params->prefill_chunk;
         if (params->default_timeout_s > 0) p.default_timeout_s = params->default_timeout_s;
         p.no_prefix_cache = params->no_prefix_cache;

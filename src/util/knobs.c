@@ -47,6 +47,9 @@ const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
                              "a step whose rows all sample greedily or with a top-k under 64 (no grammar, bias, "
                              "penalties or logprobs) brings back each row's best candidates found on the GPU "
                              "instead of its logits (CUDA; 0: every row's logits, scanned on the host)"},
+    [QR_KNOB_STEP_TOKENS] = {"QUARREL_STEP_TOKENS", QR_KNOB_INT, "0", 0, 65536, NULL, "the scheduler (serve)",
+                             "rows a scheduler step may take in all (decode rows first, then prompt chunks); 0: 512, "
+                             "or --parallel when that is larger"},
     [QR_KNOB_OLLAMA_MODELS] = {"OLLAMA_MODELS", QR_KNOB_STRING, "", 0, 0, NULL, "model name resolution",
                                "the Ollama store searched for names like `smollm2:135m` (unset: "
                                "`$HOME/.ollama/models`)"},
