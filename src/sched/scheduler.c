@@ -855,21 +855,16 @@ qr_status qr_sched_create(qr_model *model, qr_context *ctx, const qr_tokenizer *
         if (params->n_seq > 0) p.n_seq = params->n_seq;
         if (params->max_queue > 0) p.max_queue = params->max_queue;
         if (params->step_tokens > 0) p.step_tokens = params->step_tokens;
-    }
-    {
-        const int64_t knob = qr_knob_int(QR_KNOB_STEP_TOKENS);
-        if (knob > 0) p.step_tokens = (int32_t)knob;
-        if (p.step_tokens < p.n_seq) p.step_tokens = p.n_seq;
-    }
-    if (params) {
         if (params->prefill_chunk > 0) p.prefill_chunk = params->prefill_chunk;
         if (params->default_timeout_s > 0) p.default_timeout_s = params->default_timeout_s;
         p.no_prefix_cache = params->no_prefix_cache;
         p.spec = params->spec;
     }
-    if (p.n_seq > 4096 || p.step_tokens < p.n_seq)
-        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "scheduler: n_seq %d must be <= 4096 and <= step_tokens %d",
-                       p.n_seq, p.step_tokens);
+    const int64_t step_knob = qr_knob_int(QR_KNOB_STEP_TOKENS);
+    if (step_knob > 0) p.step_tokens = (int32_t)step_knob;
+    if (p.step_tokens < p.n_seq) p.step_tokens = p.n_seq; /* every sequence's decode row fits a step */
+    if (p.n_seq > 4096)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "scheduler: n_seq %d must be <= 4096", p.n_seq);
     qr_scheduler *s = calloc(1, sizeof *s);
     if (!s) return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
     s->model = model;
