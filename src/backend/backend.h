@@ -60,7 +60,10 @@ typedef struct qr_weight {
     int64_t ne[4];     /* ne[0] = row length (the contiguous dim, k), ne[1] = number of rows (n); unused = 1 */
     size_t row_bytes;  /* bytes of one ne[0]-element row = qr_type_row_size(type, ne[0]) */
     const void *host;  /* [ne[3]][ne[2]][ne[1]] rows of row_bytes, host memory */
-    void *device;      /* backend-private copy/repack made by weight_prepare; NULL when unused (CPU) */
+    void *device;      /* backend-private copy/repack made by weight_prepare (CPU: a load-time repack or NULL) */
+    bool host_file;    /* host lies in the model file's read-only mapping (the CPU backend may drop its pages once
+                        * repacked: they come back from the file if read again) */
+    bool table;        /* bound as an embedding table (read by get_rows only): never repacked */
 } qr_weight;
 
 /* The rows of one forward pass. All arrays are host memory, read by set_batch only. */

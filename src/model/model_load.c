@@ -469,7 +469,8 @@ static qr_status bind_tensor(loader *L, const char *name, bool required, const i
         return qr_errf(L->err, L->err_len, QR_ERR_INTERNAL, "%s: tensor name arena full", m->path);
     char *slot = m->name_arena + (size_t)m->name_used++ * NAME_CAP;
     snprintf(slot, NAME_CAP, "%s", name);
-    *w = (qr_weight){.name = slot, .type = t->type, .ne = {ne[0], ne[1], ne[2], 1}, .row_bytes = rb, .host = t->data};
+    *w = (qr_weight){.name = slot, .type = t->type, .ne = {ne[0], ne[1], ne[2], 1}, .row_bytes = rb, .host = t->data,
+                     .host_file = true, .table = use == QR_USE_TABLE};
     return QR_OK;
 }
 

@@ -116,6 +116,7 @@ static qr_status slice_rows(splitter *S, qr_weight *w, int64_t r0, int64_t n) {
         memcpy(dst + (size_t)(e * n) * w->row_bytes, (const char *)w->host + (size_t)(e * rows + r0) * w->row_bytes,
                (size_t)n * w->row_bytes);
     w->host = dst;
+    w->host_file = false;
     w->ne[1] = n;
     return QR_OK;
 }
@@ -134,6 +135,7 @@ static qr_status slice_cols(splitter *S, qr_weight *w, int64_t c0, int64_t n) {
     if (!dst) return qr_errf(S->err, S->err_len, QR_ERR_NOMEM, "tensor parallelism: out of memory splitting %s", w->name);
     for (int64_t r = 0; r < rows; r++) memcpy(dst + (size_t)r * rb, (const char *)w->host + (size_t)r * w->row_bytes + off, rb);
     w->host = dst;
+    w->host_file = false;
     w->ne[0] = n;
     w->row_bytes = rb;
     return QR_OK;

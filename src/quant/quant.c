@@ -69,6 +69,7 @@ typedef struct simd_override {
     qr_vec_dot_tile_fn vec_dot_tile;
     qr_vec_dot_tile_fn vec_dot_gemm_tile, vec_dot_gemv_tile;
     qr_vec_dot_tile_fn vec_dot_tiled_tile;
+    qr_quant_repack rp;
 } simd_override;
 
 #define OV(t, tf, ff, vd) {.type = t, .to_float = tf, .from_float = ff, .vec_dot = vd}
@@ -108,15 +109,24 @@ static const simd_override avx2_overrides[] = {
 
 /* AVX-512 overrides, applied over the AVX2 ones: the same results (each kernel bit-identical to the
  * AVX2 one of its order), faster. */
+static size_t q4_K_rp16_row_bytes(int64_t k) { return (size_t)(k / QR_QK_K) * (QR_Q4_K_RP16_SB / 16); }
+static size_t q4_0_rp16_row_bytes(int64_t k) { return (size_t)(k / QR_QK4_0) * 18; }
+static size_t q4_0_rp16_act_extra_bytes(int64_t k) { return (size_t)(k / QR_QK8_0) * 4; }
+
 static const simd_override avx512_overrides[] = {
     {.type = QR_TYPE_Q4_0, .vec_dot_tile = qr_vec_dot_tile_q4_0_q8_0_avx512, .vec_dot_gemv = qr_vec_dot_q4_0_q8_0_rp_avx512,
-     .vec_dot_gemm_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx512, .vec_dot_gemv_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx512},
+     .vec_dot_gemm_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx512, .vec_dot_gemv_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx512,
+     .rp = {.rows = 16, .cols = 4, .row_bytes_of = q4_0_rp16_row_bytes, .pack = qr_q4_0_rp16_pack,
+            .gemm_tile = qr_vec_dot_tile_q4_0_q8_0_rp16_avx512, .gemv_tile = qr_vec_dot_tile_q4_0_q8_0_rp16_avx512,
+            .act_extra_bytes = q4_0_rp16_act_extra_bytes, .act_extra = qr_q4_0_rp16_act_extra}},
     {.type = QR_TYPE_Q4_1, .vec_dot_tile = qr_vec_dot_tile_q4_1_q8_1_avx512},
     {.type = QR_TYPE_Q5_0, .vec_dot_tile = qr_vec_dot_tile_q5_0_q8_0_avx512},
     {.type = QR_TYPE_Q5_1, .vec_dot_tile = qr_vec_dot_tile_q5_1_q8_1_avx512},
     {.type = QR_TYPE_Q8_0, .vec_dot_tile = qr_vec_dot_tile_q8_0_q8_0_avx512},
     {.type = QR_TYPE_Q4_K, .vec_dot_gemm_tile = qr_vec_dot_tile_q4_K_q8_K_gemm_avx512,
-     .vec_dot_gemv_tile = qr_vec_dot_tile_q4_K_q8_K_gemv_avx512},
+     .vec_dot_gemv_tile = qr_vec_dot_tile_q4_K_q8_K_gemv_avx512, .rp = {.rows = 16, .cols = QR_Q4_K_RP16_NC, .row_bytes_of = q4_K_rp16_row_bytes, .pack = qr_q4_K_rp16_pack,
+            .gemm_tile = qr_vec_dot_tile_q4_K_q8_K_gemm_rp16_avx512,
+            .gemv_tile = qr_vec_dot_tile_q4_K_q8_K_gemv_rp16_avx512}},
     {.type = QR_TYPE_Q6_K, .vec_dot_tiled_tile = qr_vec_dot_tile_q6_K_q8_K_tiled_avx512},
 };
 
@@ -181,6 +191,7 @@ static void apply_overrides(const simd_override *ov, size_t n) {
         if (o->vec_dot_gemm_tile) t->vec_dot_gemm_tile = o->vec_dot_gemm_tile;
         if (o->vec_dot_gemv_tile) t->vec_dot_gemv_tile = o->vec_dot_gemv_tile;
         if (o->vec_dot_tiled_tile) t->vec_dot_tiled_tile = o->vec_dot_tiled_tile;
+        if (o->rp.pack) t->rp = o->rp;
         if (o->vec_dot_sgemm) {
             t->vec_dot_sgemm = o->vec_dot_sgemm;
             t->sgemm_k = o->sgemm_k;

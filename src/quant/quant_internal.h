@@ -201,6 +201,15 @@ void qr_vec_dot_tile_q4_0_q8_0_rp_avx2(int64_t n, float *s, int64_t bs, const vo
 void qr_vec_dot_tile_q4_0_q8_0_rp_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 void qr_vec_dot_tile_q4_K_q8_K_gemm_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 void qr_vec_dot_tile_q4_K_q8_K_gemv_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
+/* Q4_K repacked 16 rows at a time (quant_kquants_avx512.c): QR_Q4_K_RP16_SB bytes per group per super-block */
+#define QR_Q4_K_RP16_SB 2368
+#define QR_Q4_K_RP16_NC 4
+void qr_q4_K_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst);
+void qr_vec_dot_tile_q4_K_q8_K_gemm_rp16_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
+void qr_vec_dot_tile_q4_K_q8_K_gemv_rp16_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
+void qr_q4_0_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst);
+void qr_q4_0_rp16_act_extra(const void *yrow, int64_t k, void *extra);
+void qr_vec_dot_tile_q4_0_q8_0_rp16_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 void qr_vec_dot_tile_q6_K_q8_K_tiled_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 
 #endif /* QR_QUANT_INTERNAL_H */

@@ -174,3 +174,126 @@ static inline __attribute__((always_inline)) void tile_q6_K(int64_t n, float *s,
 QR_TILE_FN(qr_vec_dot_tile_q4_K_q8_K_gemm_avx512, CALL_Q4_K_GEMM)
 QR_TILE_FN(qr_vec_dot_tile_q4_K_q8_K_gemv_avx512, CALL_Q4_K_GEMV)
 QR_TILE_FN(qr_vec_dot_tile_q6_K_q8_K_tiled_avx512, CALL_Q6_K)
+
+/* ---- Q4_K repacked 16 rows at a time (rows in lanes) -------------------------------------------------------
+ * The repacked GEMM / GEMV orders above need, for every (weight row, activation row, super-block), the integer sum
+ * of each sub-block pair, which a zmm of one row's products yields only after a 16-lane reduction (~5x the
+ * vpdpbusd work). With 16 weight rows interleaved (qr_q4_K_rp16_pack, at load time), lane r of a vpdpbusd is
+ * weight row r: 4 bytes of its codes times 4 activation bytes broadcast to every lane, so the 8 vpdpbusd of a
+ * sub-block leave row r's sub-block sum in lane r with nothing to reduce; the scales, mins and the float steps
+ * (the same fma chains, 16 weight rows wide) follow per lane. Layout of a group of 16 rows, per super-block
+ * (QR_Q4_K_RP16_SB bytes, super-blocks consecutive):
+ *   [0, 2048)     codes: [pair k 0..3][t 0..7][row r 0..15][4 bytes]: row r's qs[32k + 4t .. + 3] (the low
+ *                 nibbles are sub-block 2k's values 4t.., the high ones sub-block 2k + 1's)
+ *   [2048, 2176)  scales: [sub-block 0..7][row] u8
+ *   [2176, 2304)  mins: [pair k][row][2] u8 (sub-blocks 2k, 2k + 1; widened to int16 pairs for vpmaddwd)
+ *   [2304, 2336)  d: [row] f16;  [2336, 2368) dmin: [row] f16 */
+#define RP16_CODES 0
+#define RP16_SC 2048
+#define RP16_MN 2176
+#define RP16_D 2304
+#define RP16_DMIN 2336
+
+void qr_q4_K_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst) {
+    const int64_t nsb = k / QR_QK_K;
+    uint8_t *out = dst;
+    for (int64_t g = 0; g < n_rows / 16; g++) {
+        for (int64_t i = 0; i < nsb; i++, out += QR_Q4_K_RP16_SB) {
+            for (int r = 0; r < 16; r++) {
+                const qr_block_q4_K *x = (const qr_block_q4_K *)((const char *)src + (size_t)(16 * g + r) * row_bytes) + i;
+                for (int kk = 0; kk < 4; kk++)
+                    for (int t = 0; t < 8; t++) memcpy(out + RP16_CODES + ((kk * 8 + t) * 16 + r) * 4, x->qs + 32 * kk + 4 * t, 4);
+                for (int j = 0; j < 8; j++) {
+                    uint8_t sc, m;
+                    kquant_scale_min(j, x->scales, &sc, &m);
+                    out[RP16_SC + j * 16 + r] = sc;
+                    out[RP16_MN + ((j / 2) * 16 + r) * 2 + j % 2] = m;
+                }
+                memcpy(out + RP16_D + 2 * r, &x->d, 2);
+                memcpy(out + RP16_DMIN + 2 * r, &x->dmin, 2);
+            }
+        }
+    }
+}
+
+static inline int32_t load_i32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* s[c * bs + r] for the 16 rows r of the group at vx and NC activation rows: the GEMM (gemm = 1) or GEMV order of
+ * qr_vec_dot_q4_K_q8_K_gemm / _gemv, each lane bit for bit. */
+static inline __attribute__((always_inline)) void tile_q4_K_rp16(int64_t n, float *s, int64_t bs, const char *vx,
+                                                                 const char *vy, size_t by, const int NC,
+                                                                 const int gemm) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+    __m512 acc[QR_Q4_K_RP16_NC], accm[QR_Q4_K_RP16_NC];
+    for (int c = 0; c < NC; c++) acc[c] = accm[c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        const char *xb = vx + (size_t)i * QR_Q4_K_RP16_SB;
+        const int8_t *yq[QR_Q4_K_RP16_NC];
+        int32_t pb[QR_Q4_K_RP16_NC][4]; /* per pair k: the two sub-blocks' activation sums as int16 x 2 */
+        __m512 dc[QR_Q4_K_RP16_NC], dmc[QR_Q4_K_RP16_NC];
+        const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(xb + RP16_D)));
+        const __m512 dmx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(xb + RP16_DMIN)));
+        for (int c = 0; c < NC; c++) {
+            const qr_block_q8_K *y = (const qr_block_q8_K *)(vy + (size_t)c * by) + i;
+            yq[c] = y->qs;
+            const __m512 yd = _mm512_set1_ps(y->d);
+            dc[c] = _mm512_mul_ps(dx, yd);
+            dmc[c] = _mm512_mul_ps(dmx, yd);
+            const __m256i b = _mm256_loadu_si256((const __m256i *)y->bsums);
+            _mm_storeu_si128((__m128i *)pb[c], _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)));
+        }
+        __m512i ist[QR_Q4_K_RP16_NC], imt[QR_Q4_K_RP16_NC];
+        for (int c = 0; c < NC; c++) ist[c] = imt[c] = zero;
+        for (int k = 0; k < 4; k++) {
+            __m512i a[QR_Q4_K_RP16_NC], b[QR_Q4_K_RP16_NC];
+            for (int c = 0; c < NC; c++) a[c] = b[c] = zero;
+            for (int t = 0; t < 8; t++) {
+                const __m512i v = load512(xb + RP16_CODES + (k * 8 + t) * 64);
+                const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                for (int c = 0; c < NC; c++) {
+                    a[c] = _mm512_dpbusd_epi32(a[c], lo, _mm512_set1_epi32(load_i32(yq[c] + 64 * k + 4 * t)));
+                    b[c] = _mm512_dpbusd_epi32(b[c], hi, _mm512_set1_epi32(load_i32(yq[c] + 64 * k + 32 + 4 * t)));
+                }
+            }
+            const __m512i sca = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(xb + RP16_SC + 32 * k)));
+            const __m512i scb = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(xb + RP16_SC + 32 * k + 16)));
+            const __m512i mn = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(xb + RP16_MN + 32 * k)));
+            for (int c = 0; c < NC; c++) {
+                const __m512i is = _mm512_add_epi32(_mm512_mullo_epi32(a[c], sca), _mm512_mullo_epi32(b[c], scb));
+                const __m512i im = _mm512_madd_epi16(mn, _mm512_set1_epi32(pb[c][k]));
+                if (gemm) {
+                    acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dc[c], acc[c]);
+                    accm[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), dmc[c], accm[c]);
+                } else {
+                    ist[c] = _mm512_add_epi32(ist[c], is);
+                    imt[c] = _mm512_add_epi32(imt[c], im);
+                }
+            }
+        }
+        if (!gemm)
+            for (int c = 0; c < NC; c++) {
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ist[c]), dc[c], acc[c]);
+                accm[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imt[c]), dmc[c], accm[c]);
+            }
+    }
+    for (int c = 0; c < NC; c++) _mm512_storeu_ps(s + (int64_t)c * bs, _mm512_sub_ps(acc[c], accm[c]));
+}
+
+#define RP16_CASE(C, G) \
+    case C: tile_q4_K_rp16(n, s, bs, x, y, by, C, G); return;
+#define RP16_FN(NAME, G)                                                                                      \
+    void NAME(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr,   \
+              int nc) {                                                                                       \
+        (void)bx;                                                                                             \
+        (void)nr;                                                                                             \
+        switch (nc) {                                                                                         \
+            RP16_CASE(1, G) RP16_CASE(2, G) RP16_CASE(3, G) RP16_CASE(4, G)                                   \
+        default: return;                                                                                      \
+        }                                                                                                     \
+    }
+RP16_FN(qr_vec_dot_tile_q4_K_q8_K_gemm_rp16_avx512, 1)
+RP16_FN(qr_vec_dot_tile_q4_K_q8_K_gemv_rp16_avx512, 0)

@@ -278,3 +278,82 @@ void qr_vec_dot_q4_0_q8_0_rp_avx512(int64_t n, float *s, const void *vx, const v
     }
     *s = acc;
 }
+
+/* ---- Q4_0 repacked 16 rows at a time (rows in lanes; see quant_kquants_avx512.c's Q4_K form) -----------------
+ * llama.cpp's repacked Q4_0 order is per block acc = fmaf(isum, dx * dy, acc) (qr_vec_dot_q4_0_q8_0_rp). With 16
+ * weight rows interleaved (qr_q4_0_rp16_pack), lane r of a vpdpbusd is row r: 4 of its codes (0..15) times 4
+ * activation bytes broadcast, started at -8 * (the activation block's sum) so that the lane ends at the exact
+ * isum; then the same fma, 16 rows wide. Layout of a group of 16 rows, per block (288 bytes, blocks consecutive):
+ *   [0, 256)    codes: [t 0..3][row r][4 bytes]: row r's qs[4t .. 4t + 3] (low nibbles: values 4t.., high: 16 + 4t..)
+ *   [256, 288)  d: [row] f16
+ * The activation rows carry, after their blocks, -8 * each block's sum as int32 (qr_q4_0_rp16_act_extra). */
+void qr_q4_0_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst) {
+    const int64_t nb = k / QR_QK4_0;
+    uint8_t *out = dst;
+    for (int64_t g = 0; g < n_rows / 16; g++)
+        for (int64_t i = 0; i < nb; i++, out += 288)
+            for (int r = 0; r < 16; r++) {
+                const qr_block_q4_0 *x = (const qr_block_q4_0 *)((const char *)src + (size_t)(16 * g + r) * row_bytes) + i;
+                for (int t = 0; t < 4; t++) memcpy(out + (t * 16 + r) * 4, x->qs + 4 * t, 4);
+                memcpy(out + 256 + 2 * r, &x->d, 2);
+            }
+}
+
+void qr_q4_0_rp16_act_extra(const void *yrow, int64_t k, void *extra) {
+    const qr_block_q8_0 *y = yrow;
+    for (int64_t i = 0; i < k / QR_QK8_0; i++) {
+        int32_t sum = 0;
+        for (int l = 0; l < QR_QK8_0; l++) sum += y[i].qs[l];
+        const int32_t v = -8 * sum;
+        memcpy((char *)extra + 4 * i, &v, 4);
+    }
+}
+
+static inline int32_t rp_load_i32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline __attribute__((always_inline)) void tile_q4_0_rp16(int64_t n, float *s, int64_t bs, const char *vx,
+                                                                 const char *vy, size_t by, const int NC) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const int64_t nb = n / QR_QK4_0;
+    __m512 acc[4];
+    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const char *xb = vx + (size_t)i * 288;
+        __m512i code[8]; /* code[t]: values 4t.. (t < 4), 16 + 4(t - 4).. (t >= 4) */
+        for (int t = 0; t < 4; t++) {
+            const __m512i v = _mm512_loadu_si512(xb + 64 * t);
+            code[t] = _mm512_and_si512(v, m4);
+            code[t + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+        const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(xb + 256)));
+        for (int c = 0; c < NC; c++) {
+            const char *yr = vy + (size_t)c * by;
+            const qr_block_q8_0 *y = (const qr_block_q8_0 *)yr + i;
+            __m512i a = _mm512_set1_epi32(rp_load_i32(yr + nb * sizeof(qr_block_q8_0) + 4 * i));
+            for (int t = 0; t < 4; t++) {
+                a = _mm512_dpbusd_epi32(a, code[t], _mm512_set1_epi32(rp_load_i32(y->qs + 4 * t)));
+                a = _mm512_dpbusd_epi32(a, code[t + 4], _mm512_set1_epi32(rp_load_i32(y->qs + 16 + 4 * t)));
+            }
+            const __m512 d = _mm512_mul_ps(dx, _mm512_set1_ps(f16c_to_fp32(y->d)));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), d, acc[c]);
+        }
+    }
+    for (int c = 0; c < NC; c++) _mm512_storeu_ps(s + (int64_t)c * bs, acc[c]);
+}
+
+void qr_vec_dot_tile_q4_0_q8_0_rp16_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y,
+                                           size_t by, int nr, int nc) {
+    (void)bx;
+    (void)nr;
+    switch (nc) {
+    case 1: tile_q4_0_rp16(n, s, bs, x, y, by, 1); return;
+    case 2: tile_q4_0_rp16(n, s, bs, x, y, by, 2); return;
+    case 3: tile_q4_0_rp16(n, s, bs, x, y, by, 3); return;
+    case 4: tile_q4_0_rp16(n, s, bs, x, y, by, 4); return;
+    default: return;
+    }
+}

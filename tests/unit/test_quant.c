@@ -637,6 +637,70 @@ static void test_simd_convert_exact(void **state) {
     free(qb);
 }
 
+/* The load-time repacks (qr_quant_traits rp_*): the repacked tiles equal vec_dot_gemm / vec_dot_gemv bit for bit
+ * for every column count, rows of 1..18 super-blocks, two row groups. */
+static void test_repacked_tiles(void **state) {
+    (void)state;
+    int n_checked = 0;
+    for (size_t c = 0; c < N_CASES; c++) {
+        const qr_quant_traits *best = qr_quant_traits_best(cases[c].type);
+        if (!best->rp.pack) continue;
+        const qr_quant_traits *ta = qr_quant_traits_best(best->vec_dot_type);
+        const qr_quant_traits *tw = qr_quant_traits_ref(cases[c].type);
+        const int R = best->rp.rows, NR = 2 * R, NC = best->rp.cols;
+        rng_seed(9100 + c);
+        static const int64_t blocks[] = {1, 2, 3, 18};
+        for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
+            const int64_t n = blocks[bi] * bsize(cases[c].type);
+            const size_t ybase = qr_type_row_size(best->vec_dot_type, n),
+                         by = ybase + (best->rp.act_extra ? best->rp.act_extra_bytes(n) : 0) + 8;
+            const size_t bx = qr_type_row_size(cases[c].type, n);
+            const size_t prow = best->rp.row_bytes_of(n);
+            char *wx = malloc(bx * NR), *wy = malloc(by * NC), *pk = NULL;
+            float *f = malloc((size_t)n * sizeof(float)), *s = malloc(sizeof(float) * (size_t)R * NC);
+            assert_true(wx && wy && f && s && posix_memalign((void **)&pk, 64, prow * NR) == 0);
+            for (int r = 0; r < NR; r++) {
+                fill_weights(f, n);
+                tw->from_float(f, wx + r * bx, n);
+            }
+            for (int cc = 0; cc < NC; cc++) {
+                fill_gauss(f, n);
+                ta->from_float(f, wy + cc * by, n);
+                if (best->rp.act_extra) best->rp.act_extra(wy + cc * by, n, wy + cc * by + ybase);
+            }
+            best->rp.pack(wx, bx, NR, n, pk);
+            for (int kind = 0; kind < 2; kind++)
+                for (int g = 0; g < NR / R; g++)
+                    for (int nc = 1; nc <= NC; nc++) {
+                        (kind ? best->rp.gemv_tile : best->rp.gemm_tile)(n, s, R, pk + (size_t)g * R * prow, prow, wy,
+                                                                         by, R, nc);
+                        for (int r = 0; r < R; r++)
+                            for (int cc = 0; cc < nc; cc++) {
+                                float one = NAN;
+                                (kind ? best->vec_dot_gemv : best->vec_dot_gemm)(n, &one, wx + (g * R + r) * bx,
+                                                                                 wy + cc * by);
+                                uint32_t a, b;
+                                memcpy(&a, &one, 4);
+                                memcpy(&b, &s[cc * R + r], 4);
+                                if (a != b)
+                                    printf("test_quant: repacked FAIL %s %s n=%lld nc=%d r=%d c=%d %.9g vs %.9g\n",
+                                           qr_type_name(cases[c].type), kind ? "gemv" : "gemm", (long long)n, nc,
+                                           g * R + r, cc, (double)one, (double)s[cc * R + r]);
+                                assert_int_equal(a, b);
+                                n_checked++;
+                            }
+                    }
+            free(wx);
+            free(wy);
+            free(pk);
+            free(f);
+            free(s);
+        }
+    }
+    printf("test_quant: repacked tiles == vec_dot_gemm / _gemv bit for bit on %d dots\n", n_checked);
+    if (strcmp(qr_quant_simd_level(), "avx512") == 0) assert_true(n_checked > 0);
+}
+
 int main(void) {
     print_tolerances();
     const struct CMUnitTest tests[] = {
@@ -646,6 +710,7 @@ int main(void) {
         cmocka_unit_test(test_activation_ties),
         cmocka_unit_test(test_vec_dot),          cmocka_unit_test(test_simd_convert_exact),
         cmocka_unit_test(test_llama_cpp_orders), cmocka_unit_test(test_vec_dot_tile),
+        cmocka_unit_test(test_repacked_tiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

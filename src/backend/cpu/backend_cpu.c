@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -125,15 +126,35 @@ static void cpu_topk_rows(qr_backend *be, const float *src, int64_t n_rows, int6
 
 static void cpu_synchronize(qr_backend *be) { (void)be; }
 
+static const qr_quant_traits *cpu_traits(const cpu_backend *cb, qr_type t);
+
+/* The weight's repacked copy (w->device) when its type has a load-time repack on this CPU (qr_quant_traits rp_*:
+ * Q4_K on AVX-512) and it is a 2-D matrix of a multiple of rp_rows rows; QUARREL_CPU_REPACK=0 keeps the file's
+ * layout. The mapped file's pages of the weight are read once here and then only by ops that take the rows as the
+ * file has them (get_rows of a tied embedding, heads, experts). */
 static qr_status cpu_weight_prepare(qr_backend *be, qr_weight *w, char *err, size_t err_len) {
-    (void)be;
     if (!w->host) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "weight %s has no data", w->name ? w->name : "?");
     w->device = NULL;
+    const qr_quant_traits *tr = cpu_traits(CB(be), w->type);
+    if (!tr || !tr->rp.pack || w->table || !qr_knob_int(QR_KNOB_CPU_REPACK) || w->ne[2] != 1 || w->ne[3] != 1 ||
+        w->ne[1] % tr->rp.rows != 0 || qr_type_row_size(w->type, w->ne[0]) == 0)
+        return QR_OK;
+    const size_t bytes = tr->rp.row_bytes_of(w->ne[0]) * (size_t)w->ne[1];
+    void *p = NULL;
+    if (bytes == 0 || posix_memalign(&p, 64, bytes) != 0) return QR_OK; /* (no room: the file's layout serves) */
+    tr->rp.pack(w->host, w->row_bytes, w->ne[1], w->ne[0], p);
+    w->device = p;
+    if (w->host_file) { /* the file's pages of the whole pages inside the weight: not resident twice */
+        const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = ((uintptr_t)w->host + page - 1) / page * page,
+                        hi = ((uintptr_t)w->host + w->row_bytes * (size_t)w->ne[1]) / page * page;
+        if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    }
     return QR_OK;
 }
 
 static void cpu_weight_release(qr_backend *be, qr_weight *w) {
     (void)be;
+    free(w->device);
     w->device = NULL;
 }
 
@@ -327,7 +348,11 @@ typedef struct mm_task {
     qr_vec_dot_fn dot, dot_gemm;
     qr_vec_dot_tile_fn tile;    /* dot's tiled form (bit-identical results) when the weight type has one, else NULL */
     qr_vec_dot_tile_fn tile_gemm, tile_gemv; /* the same for dot_gemm (rows < n_gemm) and dot (the rest) */
-    int tile_r, tile_c;         /* tile shape: weight rows x token rows, each <= QR_TILE_MAX */
+    int tile_r, tile_c;         /* tile shape: weight rows x token rows, each <= QR_TILE_MAX (rp: rp_rows x rp_cols) */
+    const char *wbase;          /* the weight rows: w->host, or its repacked copy (tr->rp_*) */
+    void (*act_extra)(const void *yrow, int64_t k, void *extra); /* the repacked tiles' extra (tr->rp.act_extra) */
+    size_t xq_base;             /* bytes of a converted row before its extra */
+    size_t wrow;                /* bytes a row at wbase */
     int64_t n_gemm;
     const float *x;
     float *y;
@@ -340,8 +365,11 @@ typedef struct mm_task {
 static void mm_convert_task(void *arg, int64_t lo, int64_t hi, int ith) {
     mm_task *t = arg;
     (void)ith;
-    for (int64_t r = lo; r < hi; r++)
-        (r < t->n_gemm ? t->act_gemm : t->act)(t->x + r * t->k, (char *)t->xq + (size_t)r * t->xq_row, t->k);
+    for (int64_t r = lo; r < hi; r++) {
+        char *row = (char *)t->xq + (size_t)r * t->xq_row;
+        (r < t->n_gemm ? t->act_gemm : t->act)(t->x + r * t->k, row, t->k);
+        if (t->act_extra) t->act_extra(row, t->k, row + t->xq_base);
+    }
 }
 
 /* Chunks c of the output: row block c % n_row_chunks times token block c / n_row_chunks. */
@@ -356,8 +384,8 @@ static inline void prefetch_ahead(const char *p, size_t bytes, const char *end) 
 
 static void mm_dot_task(void *arg, int64_t lo, int64_t hi, int ith) {
     mm_task *t = arg;
-    const char *wbase = t->w->host;
-    const size_t wrow = t->w->row_bytes;
+    const char *wbase = t->wbase;
+    const size_t wrow = t->wrow;
     (void)ith;
     for (int64_t c = lo; c < hi; c++) {
         const int64_t rc = c % t->n_row_chunks, tc = c / t->n_row_chunks;
@@ -421,7 +449,8 @@ static bool mm_plan(cpu_backend *cb, const qr_weight *w, const float *x, int64_t
     /* the row count that picks the kernels: 1 in a row-exact pass (each row as a decode pass computes it;
      * the weight is still read once for all rows) */
     const int64_t n_sel = cb->row_exact ? 1 : n_rows;
-    mm_task t = {.w = w, .tr = tr, .x = x, .y = y, .n_tok = n_rows, .k = w->ne[0], .n = w->ne[1], .dot = tr->vec_dot};
+    mm_task t = {.w = w, .tr = tr, .x = x, .y = y, .n_tok = n_rows, .k = w->ne[0], .n = w->ne[1], .dot = tr->vec_dot,
+                 .wbase = w->host, .wrow = w->row_bytes};
     /* llama.cpp's CPU backend repacks such weights and runs whole groups of 4 rows through its GEMM,
      * the rest through its GEMV: same split, same arithmetic */
     if (!no_repack && tr->vec_dot_gemm && tr->vec_dot_gemv && tr->repack_rows > 0 && w->ne[1] % tr->repack_rows == 0) {
@@ -439,6 +468,15 @@ static bool mm_plan(cpu_backend *cb, const qr_weight *w, const float *x, int64_t
         t.tile_gemv = tr->vec_dot_gemv_tile;
         t.tile_r = tile_rows_for(cb, w->type);
         t.tile_c = cb->tile_c;
+    }
+    if (w->device && tr->rp.pack && t.dot_gemm == tr->vec_dot_gemm && t.dot == tr->vec_dot_gemv) {
+        /* the load-time repack (cpu_weight_prepare), for any row count (decode: the GEMV order) */
+        t.wbase = w->device;
+        t.wrow = tr->rp.row_bytes_of(t.k);
+        t.tile_gemm = tr->rp.gemm_tile;
+        t.tile_gemv = tr->rp.gemv_tile;
+        t.tile_r = tr->rp.rows;
+        t.tile_c = tr->rp.cols;
     }
     if (t.dot == tr->vec_dot_tiled && t.n_gemm == 0 && tr->vec_dot_tiled_tile) {
         t.tile = tr->vec_dot_tiled_tile;
@@ -470,6 +508,11 @@ static bool mm_plan(cpu_backend *cb, const qr_weight *w, const float *x, int64_t
             raise_error(cb, QR_ERR_INVALID_ARG, "matmul: row length is not a multiple of the block size");
             return false;
         }
+        t.xq_base = t.xq_row;
+        if (t.wbase != w->host && tr->rp.act_extra) {
+            t.act_extra = tr->rp.act_extra;
+            t.xq_row += tr->rp.act_extra_bytes(t.k);
+        }
     }
     *out = t;
     return true;
@@ -483,6 +526,7 @@ static void mm_chunks(cpu_backend *cb, mm_task *t) {
     const int64_t n_tok_chunks = (t->n_tok + t->toks_per_chunk - 1) / t->toks_per_chunk;
     int64_t rows = t->n / ((int64_t)nth * 8 / (n_tok_chunks < 8 ? n_tok_chunks : 8) + 1);
     if (rows < 16) rows = 16;
+    if (t->tile_r > 4) rows = (rows + t->tile_r - 1) / t->tile_r * t->tile_r; /* whole repacked groups */
     t->rows_per_chunk = rows;
     t->n_row_chunks = (t->n + rows - 1) / rows;
     t->n_chunks = t->n_row_chunks * n_tok_chunks;
@@ -538,6 +582,7 @@ static void mm_multi_task(void *arg, int64_t lo, int64_t hi, int ith) {
 /* Whether matmuls planned as a and b can share converted activations. */
 static bool mm_same_input(const mm_task *a, const mm_task *b) {
     return a->k == b->k && a->tr->vec_dot_type == b->tr->vec_dot_type && a->act == b->act && a->xq_row == b->xq_row &&
+           a->act_extra == b->act_extra &&
            a->n_gemm == b->n_gemm && (a->n_gemm == 0 || a->act_gemm == b->act_gemm);
 }
 
