@@ -807,55 +807,77 @@ typedef struct attn_task {
     qr_from_float_fn q_to_vec_dot; /* the flash path's conversions (cpu_attn_job) */
     qr_vec_dot_fn k_dot;
     qr_to_float_fn v_to_float;
+    int32_t group_heads; /* > 0: heads a job of qr_cpu_attn_group_avx512 (cpu_attention says when) */
+    size_t keys;         /* scores a head in the thread's scratch (group jobs) */
 } attn_task;
 
-/* Jobs jb = row * n_head + head. */
+/* The job of query row r, head h (scores and acc: the calling thread's scratch). */
+static cpu_attn_job attn_job(const attn_task *t, int32_t r, int32_t h, float *scores, float *acc) {
+    const cpu_backend *cb = t->cb;
+    const qr_attn_params *p = t->p;
+    const qr_kv_desc *d = &t->kv->desc;
+    const int32_t kvh = h / (p->n_head / p->n_head_kv);
+    const int32_t pos = cb->pos[r], last = p->non_causal ? cb->seq_last[cb->seq[r]] : pos;
+    return (cpu_attn_job){
+        .q = t->q + ((int64_t)r * p->n_head + h) * p->head_dim_k,
+        .k_base = t->kv->k[t->layer],
+        .v_base = t->kv->v[t->layer],
+        .k_stride = d->k_dim,
+        .v_stride = d->v_dim,
+        .k_off = (int64_t)kvh * p->head_dim_k,
+        .v_off = (int64_t)kvh * p->head_dim_v,
+        .kv_type = d->type_k,
+        .k_type = d->type_k,
+        .v_type = d->type_v,
+        .k_row_bytes = t->kv->row_k,
+        .v_row_bytes = t->kv->row_v,
+        .k_head_bytes = qr_type_row_size(d->type_k, (int64_t)kvh * p->head_dim_k),
+        .v_head_bytes = qr_type_row_size(d->type_v, (int64_t)kvh * p->head_dim_v),
+        .q_to_vec_dot = t->q_to_vec_dot,
+        .k_dot = t->k_dot,
+        .v_to_float = t->v_to_float,
+        .rot_k = d->rot_k,
+        .rot_v = d->rot_v,
+        .block_table = cb->block_table + (int64_t)cb->seq[r] * cb->max_blocks,
+        .block_size = d->block_size,
+        .first = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0,
+        .last = last,
+        .head_dim_k = p->head_dim_k,
+        .head_dim_v = p->head_dim_v,
+        .scale = p->scale,
+        .softcap = p->softcap,
+        .single = cb->n_tokens == 1 || cb->row_exact,
+        .has_sink = p->sinks != NULL,
+        .sink = p->sinks ? ((const float *)p->sinks->host)[h] : 0.0f,
+        .scores = scores,
+        .acc = acc,
+        .out = t->out + ((int64_t)r * p->n_head + h) * p->head_dim_v,
+    };
+}
+
+/* Jobs jb = row * n_head + head; with t->group_heads > 0, jb = row * n_sub + sub: the group_heads heads (or fewer)
+ * from sub * group_heads, of one GQA group, through qr_cpu_attn_group_avx512. */
 static void attn_task_fn(void *arg, int64_t lo, int64_t hi, int ith) {
     attn_task *t = arg;
     const cpu_backend *cb = t->cb;
     const qr_attn_params *p = t->p;
-    const qr_kv_desc *d = &t->kv->desc;
-    const int32_t group = p->n_head / p->n_head_kv;
     float *scores = cb->scores + (size_t)ith * cb->scores_cap;
     float *acc = cb->attn_acc + (size_t)ith * QR_CPU_ATTN_LANES * QR_CPU_MAX_HEAD_DIM;
+    if (t->group_heads > 0) {
+        const int32_t group = p->n_head / p->n_head_kv, per = (group + t->group_heads - 1) / t->group_heads;
+        const int32_t n_sub = p->n_head_kv * per;
+        for (int64_t jb = lo; jb < hi; jb++) {
+            const int32_t r = (int32_t)(jb / n_sub), sub = (int32_t)(jb % n_sub);
+            const int32_t h0 = (sub / per) * group + (sub % per) * t->group_heads;
+            const int32_t h1 = h0 + t->group_heads < (sub / per + 1) * group ? h0 + t->group_heads : (sub / per + 1) * group;
+            cpu_attn_job jobs[QR_CPU_ATTN_GROUP_MAX];
+            for (int32_t h = h0; h < h1; h++) jobs[h - h0] = attn_job(t, r, h, scores + (size_t)(h - h0) * t->keys, acc);
+            qr_cpu_attn_group_avx512(jobs, h1 - h0);
+        }
+        return;
+    }
     for (int64_t jb = lo; jb < hi; jb++) {
-        const int32_t r = (int32_t)(jb / p->n_head), h = (int32_t)(jb % p->n_head), kvh = h / group;
-        const int32_t pos = cb->pos[r], last = p->non_causal ? cb->seq_last[cb->seq[r]] : pos;
-        cpu_attn_job job = {
-            .q = t->q + ((int64_t)r * p->n_head + h) * p->head_dim_k,
-            .k_base = t->kv->k[t->layer],
-            .v_base = t->kv->v[t->layer],
-            .k_stride = d->k_dim,
-            .v_stride = d->v_dim,
-            .k_off = (int64_t)kvh * p->head_dim_k,
-            .v_off = (int64_t)kvh * p->head_dim_v,
-            .kv_type = d->type_k,
-            .k_type = d->type_k,
-            .v_type = d->type_v,
-            .k_row_bytes = t->kv->row_k,
-            .v_row_bytes = t->kv->row_v,
-            .k_head_bytes = qr_type_row_size(d->type_k, (int64_t)kvh * p->head_dim_k),
-            .v_head_bytes = qr_type_row_size(d->type_v, (int64_t)kvh * p->head_dim_v),
-            .q_to_vec_dot = t->q_to_vec_dot,
-            .k_dot = t->k_dot,
-            .v_to_float = t->v_to_float,
-            .rot_k = d->rot_k,
-            .rot_v = d->rot_v,
-            .block_table = cb->block_table + (int64_t)cb->seq[r] * cb->max_blocks,
-            .block_size = d->block_size,
-            .first = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0,
-            .last = last,
-            .head_dim_k = p->head_dim_k,
-            .head_dim_v = p->head_dim_v,
-            .scale = p->scale,
-            .softcap = p->softcap,
-            .single = cb->n_tokens == 1 || cb->row_exact,
-            .has_sink = p->sinks != NULL,
-            .sink = p->sinks ? ((const float *)p->sinks->host)[h] : 0.0f,
-            .scores = scores,
-            .acc = acc,
-            .out = t->out + ((int64_t)r * p->n_head + h) * p->head_dim_v,
-        };
+        const cpu_attn_job job = attn_job(t, (int32_t)(jb / p->n_head), (int32_t)(jb % p->n_head), scores, acc);
         if (t->kv->flash) qr_cpu_attn_head_flash(cb->k, &job);
         else cb->k->attn_head(&job);
     }
@@ -923,6 +945,20 @@ static void cpu_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, cons
         if ((size_t)last + 1 > max_keys) max_keys = (size_t)last + 1;
     }
     if (p->window > 0 && !p->non_causal && max_keys > (size_t)p->window) max_keys = (size_t)p->window;
+    /* the heads of a GQA group together (each K / V row converted once for them): AVX-512, a multi-row pass over
+     * an f16 cache; as many heads a job as the lane accumulators hold (8 per head of head_dim_v floats) */
+    const int32_t group = p->n_head / p->n_head_kv;
+    if (!kv->flash && cb->k == &qr_cpu_kernels_avx2 && qr_quant_cpu_isa() == QR_CPU_ISA_AVX512 && cb->n_tokens > 1 &&
+        !cb->row_exact && d->type_k == QR_TYPE_F16 && d->type_v == QR_TYPE_F16 && p->head_dim_k % 8 == 0 &&
+        p->head_dim_v % 16 == 0 && p->head_dim_k <= QR_CPU_MAX_HEAD_DIM && p->head_dim_v <= QR_CPU_MAX_HEAD_DIM) {
+        int32_t gh = QR_CPU_ATTN_LANES * QR_CPU_MAX_HEAD_DIM / (8 * p->head_dim_v);
+        if (gh > QR_CPU_ATTN_GROUP_MAX) gh = QR_CPU_ATTN_GROUP_MAX;
+        if (gh > group) gh = group;
+        t.group_heads = gh;
+        t.keys = max_keys;
+        t.n_jobs = (int64_t)cb->n_tokens * p->n_head_kv * ((group + gh - 1) / gh);
+        max_keys *= (size_t)gh;
+    }
     if (max_keys > cb->scores_cap || !cb->scores || nth > cb->scores_nth) {
         size_t cap = max_keys < 1024 ? 1024 : max_keys;
         float *ns = realloc(cb->scores, cap * (size_t)nth * sizeof(float));

@@ -153,6 +153,18 @@ void qr_cpu_fwht(float *x, int64_t n, int32_t chunk);
 extern const cpu_kernels qr_cpu_kernels_scalar;
 /* The AVX2/FMA/F16C table (ops_avx2.c, compiled with those flags; call only when cpuid has them). */
 extern const cpu_kernels qr_cpu_kernels_avx2;
+
+/* attn_head_avx2's softmax step (ops_avx2.c): scores s[0..last - first] with maximum max -> f16-rounded
+ * probabilities in place. */
+void qr_cpu_attn_probs_avx2(const cpu_attn_job *j, float *s, float max);
+/* attn_head_avx2 for the n heads jobs[0..n) of one GQA group at one query row (the same K / V rows, positions and
+ * block table; each its own q, scores, out), multi-row passes only (!single), F16 K and V, head_dim_k % 8 == 0,
+ * head_dim_v % 16 == 0, n <= QR_CPU_ATTN_GROUP_MAX, n * 8 * head_dim_v <= QR_CPU_ATTN_LANES * QR_CPU_MAX_HEAD_DIM;
+ * jobs[0].acc the scratch, each job's scores its own. Bit-identical to attn_head_avx2 per head: each K / V row is
+ * converted once for the group, two keys per zmm in the scores, 16 dims per zmm in the weighted V sums
+ * (attn_avx512.c; AVX-512 hosts only). */
+#define QR_CPU_ATTN_GROUP_MAX 8
+void qr_cpu_attn_group_avx512(const cpu_attn_job *jobs, int n);
 /* True when the CPU (and OS) support AVX2, FMA and F16C. */
 bool qr_cpu_has_avx2(void);
 

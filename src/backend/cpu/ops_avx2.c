@@ -230,6 +230,35 @@ static inline void axpy_v(float *acc, float e, const void *v, qr_type t, int32_t
     }
 }
 
+/* Passes 2 and 3's start of attn_head_avx2 on the n = last - first + 1 scores s (already scaled) whose maximum is max:
+ * exp(s - max), the sum as ggml forms it (float sums of aligned groups of 8 positions, positions outside [first, last]
+ * counting as 0, added in double; a sink joins after the keys), and the probabilities rounded to f16, in place. */
+void qr_cpu_attn_probs_avx2(const cpu_attn_job *j, float *s, float max) {
+    const int32_t n = j->last - j->first + 1;
+    if (j->has_sink) max = fmaxf(max, j->sink);
+    const __m256 bm = _mm256_set1_ps(max);
+    int32_t t = 0;
+    for (; t + 8 <= n; t += 8) _mm256_storeu_ps(s + t, exp256(_mm256_sub_ps(_mm256_loadu_ps(s + t), bm)));
+    for (; t < n; t++) s[t] = cpu_expf(s[t] - max);
+    double sum = 0.0;
+    for (int32_t c = j->first & ~7; c <= j->last; c += 8) {
+        if (c >= j->first && c + 7 <= j->last) { /* (a whole group: straight from s, no store-forwarding stall) */
+            sum += (double)reduce8_avx(_mm256_loadu_ps(s + (c - j->first)));
+            continue;
+        }
+        float l[8];
+        for (int k = 0; k < 8; k++) l[k] = c + k >= j->first && c + k <= j->last ? s[c + k - j->first] : 0.0f;
+        sum += (double)reduce8_avx(_mm256_loadu_ps(l));
+    }
+    if (j->has_sink) sum += (double)expf(j->sink - max); /* ggml: the sink joins the sum after the keys */
+    const float inv = (float)(1.0 / sum);
+    const __m256 vinv = _mm256_set1_ps(inv);
+    for (t = 0; t + 8 <= n; t += 8)
+        _mm256_storeu_ps(s + t, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(s + t), vinv),
+                                                               _MM_FROUND_TO_NEAREST_INT)));
+    for (; t < n; t++) s[t] = qr_fp16_to_fp32(qr_fp32_to_fp16(s[t] * inv));
+}
+
 static void attn_head_avx2(const cpu_attn_job *j) {
     float (*acc)[QR_CPU_MAX_HEAD_DIM] = (float (*)[QR_CPU_MAX_HEAD_DIM])j->acc; /* 64-byte aligned */
     float q[QR_CPU_MAX_HEAD_DIM];
@@ -276,27 +305,8 @@ static void attn_head_avx2(const cpu_attn_job *j) {
         }
         t += run;
     }
-    if (j->has_sink) max = fmaxf(max, j->sink);
-    /* pass 2: exp, and the sum as ggml forms it: float sums of aligned groups of 8 positions
-     * (positions outside [first, last] count as 0), added in double */
-    const __m256 bm = _mm256_set1_ps(max);
-    int32_t t = 0;
-    for (; t + 8 <= n; t += 8) _mm256_storeu_ps(s + t, exp256(_mm256_sub_ps(_mm256_loadu_ps(s + t), bm)));
-    for (; t < n; t++) s[t] = cpu_expf(s[t] - max);
-    double sum = 0.0;
-    for (int32_t c = j->first & ~7; c <= j->last; c += 8) {
-        float l[8];
-        for (int k = 0; k < 8; k++) l[k] = c + k >= j->first && c + k <= j->last ? s[c + k - j->first] : 0.0f;
-        sum += (double)reduce8_avx(_mm256_loadu_ps(l));
-    }
-    if (j->has_sink) sum += (double)expf(j->sink - max); /* ggml: the sink joins the sum after the keys */
-    /* pass 3: probabilities rounded to f16; the key at position p accumulates into lane p % lanes */
-    const float inv = (float)(1.0 / sum);
-    const __m256 vinv = _mm256_set1_ps(inv);
-    for (t = 0; t + 8 <= n; t += 8)
-        _mm256_storeu_ps(s + t, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(s + t), vinv),
-                                                               _MM_FROUND_TO_NEAREST_INT)));
-    for (; t < n; t++) s[t] = qr_fp16_to_fp32(qr_fp32_to_fp16(s[t] * inv));
+    qr_cpu_attn_probs_avx2(j, j->scores, max);
+    int32_t t;
     for (int l = 0; l < lanes; l++) memset(acc[l], 0, sizeof(float) * (size_t)dv);
     if (!j->single && dv % 8 == 0) {
         /* the same sums with the 8 lane accumulators of 8 dims held in registers: positions in aligned
