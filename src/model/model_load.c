@@ -520,6 +520,7 @@ static qr_status bind_spec(loader *L, const qr_tensor_spec *s, int il, void *bas
             return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED,
                            "%s: no %s, and token_embd.weight (%s) cannot be used as the output matrix", m->path, name,
                            qr_type_name(m->tok_embd.type));
+        m->tok_embd.table = false; /* (a matmul weight too: the CPU backend may repack it) */
         *w = m->tok_embd;
         return QR_OK; /* prepared as tok_embd */
     }

@@ -112,6 +112,8 @@ static const simd_override avx2_overrides[] = {
 static size_t q4_K_rp16_row_bytes(int64_t k) { return (size_t)(k / QR_QK_K) * (QR_Q4_K_RP16_SB / 16); }
 static size_t q4_0_rp16_row_bytes(int64_t k) { return (size_t)(k / QR_QK4_0) * 18; }
 static size_t q4_0_rp16_act_extra_bytes(int64_t k) { return (size_t)(k / QR_QK8_0) * 4; }
+static size_t q8_0_rp16_row_bytes(int64_t k) { return (size_t)(k / QR_QK8_0) * 34; }
+static size_t q8_0_rp16_act_extra_bytes(int64_t k) { return (size_t)(k / QR_QK8_0) * 32; }
 
 static const simd_override avx512_overrides[] = {
     {.type = QR_TYPE_Q4_0, .vec_dot_tile = qr_vec_dot_tile_q4_0_q8_0_avx512, .vec_dot_gemv = qr_vec_dot_q4_0_q8_0_rp_avx512,
@@ -122,7 +124,10 @@ static const simd_override avx512_overrides[] = {
     {.type = QR_TYPE_Q4_1, .vec_dot_tile = qr_vec_dot_tile_q4_1_q8_1_avx512},
     {.type = QR_TYPE_Q5_0, .vec_dot_tile = qr_vec_dot_tile_q5_0_q8_0_avx512},
     {.type = QR_TYPE_Q5_1, .vec_dot_tile = qr_vec_dot_tile_q5_1_q8_1_avx512},
-    {.type = QR_TYPE_Q8_0, .vec_dot_tile = qr_vec_dot_tile_q8_0_q8_0_avx512},
+    {.type = QR_TYPE_Q8_0, .vec_dot_tile = qr_vec_dot_tile_q8_0_q8_0_avx512,
+     .rp = {.rows = 16, .cols = 2, .vec_dot_order = true, .row_bytes_of = q8_0_rp16_row_bytes, .pack = qr_q8_0_rp16_pack,
+            .gemm_tile = qr_vec_dot_tile_q8_0_q8_0_rp16_avx512, .gemv_tile = qr_vec_dot_tile_q8_0_q8_0_rp16_avx512,
+            .act_extra_bytes = q8_0_rp16_act_extra_bytes, .act_extra = qr_q8_0_rp16_act_extra}},
     {.type = QR_TYPE_Q4_K, .vec_dot_gemm_tile = qr_vec_dot_tile_q4_K_q8_K_gemm_avx512,
      .vec_dot_gemv_tile = qr_vec_dot_tile_q4_K_q8_K_gemv_avx512, .rp = {.rows = 16, .cols = QR_Q4_K_RP16_NC, .row_bytes_of = q4_K_rp16_row_bytes, .pack = qr_q4_K_rp16_pack,
             .gemm_tile = qr_vec_dot_tile_q4_K_q8_K_gemm_rp16_avx512,
@@ -167,12 +172,22 @@ bool qr_quant_cpu_has_avx512(void) {
 #endif
 }
 
-int qr_quant_cpu_isa(void) {
+static int cpu_isa;
+static pthread_once_t cpu_isa_once = PTHREAD_ONCE_INIT;
+
+static void init_cpu_isa(void) {
     const int32_t want = qr_knob_int(QR_KNOB_CPU_ISA);
     if (want == QR_CPU_ISA_SCALAR || qr_knob_int(QR_KNOB_SIMD) == QR_SIMD_SCALAR || !cpu_has_avx2())
-        return QR_CPU_ISA_SCALAR;
-    if (want == QR_CPU_ISA_AVX2 || !qr_quant_cpu_has_avx512()) return QR_CPU_ISA_AVX2;
-    return QR_CPU_ISA_AVX512;
+        cpu_isa = QR_CPU_ISA_SCALAR;
+    else if (want == QR_CPU_ISA_AVX2 || !qr_quant_cpu_has_avx512()) cpu_isa = QR_CPU_ISA_AVX2;
+    else cpu_isa = QR_CPU_ISA_AVX512;
+}
+
+/* Decided once (the knobs are read once; cpuid traps to the hypervisor in a VM: microseconds a call, and the CPU
+ * backend asks per op). */
+int qr_quant_cpu_isa(void) {
+    pthread_once(&cpu_isa_once, init_cpu_isa);
+    return cpu_isa;
 }
 
 /* Copies the non-NULL members of n overrides into best_traits. */

@@ -34,15 +34,16 @@ typedef void (*qr_vec_dot_tile_fn)(int64_t n, float *s, int64_t bs, const void *
                                    size_t by, int nr, int nc);
 #define QR_TILE_MAX 4
 
-/* A load-time repack of a weight type's rows for its repacked path (vec_dot_gemm / _gemv), made by the CPU
+/* A load-time repack of a weight type's rows for its repacked path (vec_dot_gemm / _gemv, or vec_dot), made by the CPU
  * backend's weight_prepare when the row count is a multiple of `rows`: pack writes n_rows rows of length k (a multiple
  * of the block size; rows row_bytes apart) as row_bytes_of(k) bytes a row, groups of `rows` rows consecutive;
- * gemm_tile / gemv_tile are vec_dot_gemm_tile / _gemv_tile on that layout, x = the first row of a group, nr = rows,
+ * gemm_tile / gemv_tile are vec_dot_gemm_tile / _gemv_tile (vec_dot_order: vec_dot_tile) on that layout, x = the first row of a group, nr = rows,
  * nc <= cols, results bit-identical. act_extra (NULL: none) appends act_extra_bytes(k) bytes to each converted
  * activation row these tiles read (the y rows then lie qr_type_row_size(vec_dot_type, k) + act_extra_bytes(k) bytes
  * apart). */
 typedef struct qr_quant_repack {
     int32_t rows, cols;
+    bool vec_dot_order;  /* the tiles compute vec_dot's order (both tiles the same), not vec_dot_gemm / _gemv's */
     size_t (*row_bytes_of)(int64_t k);
     void (*pack)(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst);
     qr_vec_dot_tile_fn gemm_tile, gemv_tile;

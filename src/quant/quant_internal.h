@@ -210,6 +210,9 @@ void qr_vec_dot_tile_q4_K_q8_K_gemv_rp16_avx512(int64_t n, float *s, int64_t bs,
 void qr_q4_0_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst);
 void qr_q4_0_rp16_act_extra(const void *yrow, int64_t k, void *extra);
 void qr_vec_dot_tile_q4_0_q8_0_rp16_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
+void qr_q8_0_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst);
+void qr_q8_0_rp16_act_extra(const void *yrow, int64_t k, void *extra);
+void qr_vec_dot_tile_q8_0_q8_0_rp16_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 void qr_vec_dot_tile_q6_K_q8_K_tiled_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 
 #endif /* QR_QUANT_INTERNAL_H */

@@ -357,3 +357,74 @@ void qr_vec_dot_tile_q4_0_q8_0_rp16_avx512(int64_t n, float *s, int64_t bs, cons
     default: return;
     }
 }
+
+/* ---- Q8_0 repacked 16 rows at a time (rows in lanes) ----------------------------------------------------------
+ * ggml's Q8_0 vec_dot order: per block acc = fma(dx * dy, (float)quad sums, acc) on 8 lanes (lane k: the block's
+ * values 4k .. 4k + 3), then hsum_ps. Here lane r of 8 accumulators acc[k] is weight row r's lane k: a vpdpbusd of
+ * row r's 4 codes (stored + 128, unsigned) times 4 activation bytes broadcast, started at -128 * their sum (the
+ * activation rows' extra, qr_q8_0_rp16_act_extra) ends at the exact quad sum; the same fma per lane and block; the
+ * same horizontal sum per lane at the end. Layout of a group of 16 rows, per block (544 bytes, blocks consecutive):
+ *   [0, 512)    codes: [quad k 0..7][row r][4 bytes]: row r's qs[4k .. 4k + 3] + 128
+ *   [512, 544)  d: [row] f16 */
+void qr_q8_0_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst) {
+    const int64_t nb = k / QR_QK8_0;
+    uint8_t *out = dst;
+    for (int64_t g = 0; g < n_rows / 16; g++)
+        for (int64_t i = 0; i < nb; i++, out += 544)
+            for (int r = 0; r < 16; r++) {
+                const qr_block_q8_0 *x = (const qr_block_q8_0 *)((const char *)src + (size_t)(16 * g + r) * row_bytes) + i;
+                for (int q = 0; q < 32; q++) out[((q / 4) * 16 + r) * 4 + q % 4] = (uint8_t)(x->qs[q] ^ 0x80);
+                memcpy(out + 512 + 2 * r, &x->d, 2);
+            }
+}
+
+void qr_q8_0_rp16_act_extra(const void *yrow, int64_t k, void *extra) {
+    const qr_block_q8_0 *y = yrow;
+    for (int64_t i = 0; i < k / QR_QK8_0; i++)
+        for (int q = 0; q < 8; q++) {
+            const int32_t v = -128 * (y[i].qs[4 * q] + y[i].qs[4 * q + 1] + y[i].qs[4 * q + 2] + y[i].qs[4 * q + 3]);
+            memcpy((char *)extra + 32 * i + 4 * q, &v, 4);
+        }
+}
+
+static inline __attribute__((always_inline)) void tile_q8_0_rp16(int64_t n, float *s, int64_t bs, const char *vx,
+                                                                 const char *vy, size_t by, const int NC) {
+    const int64_t nb = n / QR_QK8_0;
+    __m512 acc[4][8];
+    for (int c = 0; c < NC; c++)
+        for (int q = 0; q < 8; q++) acc[c][q] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const char *xb = vx + (size_t)i * 544;
+        const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(xb + 512)));
+        for (int c = 0; c < NC; c++) {
+            const char *yr = vy + (size_t)c * by;
+            const qr_block_q8_0 *y = (const qr_block_q8_0 *)yr + i;
+            const char *ex = yr + nb * sizeof(qr_block_q8_0) + 32 * i;
+            const __m512 d = _mm512_mul_ps(dx, _mm512_set1_ps(f16c_to_fp32(y->d)));
+            for (int q = 0; q < 8; q++) {
+                const __m512i a = _mm512_dpbusd_epi32(_mm512_set1_epi32(rp_load_i32(ex + 4 * q)),
+                                                      _mm512_loadu_si512(xb + 64 * q),
+                                                      _mm512_set1_epi32(rp_load_i32(y->qs + 4 * q)));
+                acc[c][q] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(a), acc[c][q]);
+            }
+        }
+    }
+    for (int c = 0; c < NC; c++) {
+        const __m512 t0 = _mm512_add_ps(acc[c][0], acc[c][4]), t1 = _mm512_add_ps(acc[c][1], acc[c][5]);
+        const __m512 t2 = _mm512_add_ps(acc[c][2], acc[c][6]), t3 = _mm512_add_ps(acc[c][3], acc[c][7]);
+        _mm512_storeu_ps(s + (int64_t)c * bs, _mm512_add_ps(_mm512_add_ps(t0, t2), _mm512_add_ps(t1, t3)));
+    }
+}
+
+void qr_vec_dot_tile_q8_0_q8_0_rp16_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y,
+                                           size_t by, int nr, int nc) {
+    (void)bx;
+    (void)nr;
+    switch (nc) {
+    case 1: tile_q8_0_rp16(n, s, bs, x, y, by, 1); return;
+    case 2: tile_q8_0_rp16(n, s, bs, x, y, by, 2); return;
+    case 3: tile_q8_0_rp16(n, s, bs, x, y, by, 3); return;
+    case 4: tile_q8_0_rp16(n, s, bs, x, y, by, 4); return;
+    default: return;
+    }
+}

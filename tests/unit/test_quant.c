@@ -677,8 +677,9 @@ static void test_repacked_tiles(void **state) {
                         for (int r = 0; r < R; r++)
                             for (int cc = 0; cc < nc; cc++) {
                                 float one = NAN;
-                                (kind ? best->vec_dot_gemv : best->vec_dot_gemm)(n, &one, wx + (g * R + r) * bx,
-                                                                                 wy + cc * by);
+                                (best->rp.vec_dot_order ? best->vec_dot
+                                 : kind                  ? best->vec_dot_gemv
+                                                         : best->vec_dot_gemm)(n, &one, wx + (g * R + r) * bx, wy + cc * by);
                                 uint32_t a, b;
                                 memcpy(&a, &one, 4);
                                 memcpy(&b, &s[cc * R + r], 4);

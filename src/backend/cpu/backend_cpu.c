@@ -469,15 +469,6 @@ static bool mm_plan(cpu_backend *cb, const qr_weight *w, const float *x, int64_t
         t.tile_r = tile_rows_for(cb, w->type);
         t.tile_c = cb->tile_c;
     }
-    if (w->device && tr->rp.pack && t.dot_gemm == tr->vec_dot_gemm && t.dot == tr->vec_dot_gemv) {
-        /* the load-time repack (cpu_weight_prepare), for any row count (decode: the GEMV order) */
-        t.wbase = w->device;
-        t.wrow = tr->rp.row_bytes_of(t.k);
-        t.tile_gemm = tr->rp.gemm_tile;
-        t.tile_gemv = tr->rp.gemv_tile;
-        t.tile_r = tr->rp.rows;
-        t.tile_c = tr->rp.cols;
-    }
     if (t.dot == tr->vec_dot_tiled && t.n_gemm == 0 && tr->vec_dot_tiled_tile) {
         t.tile = tr->vec_dot_tiled_tile;
         t.tile_r = tile_rows_for(cb, w->type);
@@ -490,6 +481,18 @@ static bool mm_plan(cpu_backend *cb, const qr_weight *w, const float *x, int64_t
         t.tile = tr->vec_dot_tile;
         t.tile_r = n_rows > 1 ? tile_rows_for(cb, w->type) : cb->tile_r; /* (decode: 3 rows measured best) */
         t.tile_c = cb->tile_c;
+    }
+    if (w->device && tr->rp.pack &&
+        (tr->rp.vec_dot_order ? t.dot == tr->vec_dot && t.n_gemm == 0
+                              : t.dot_gemm == tr->vec_dot_gemm && t.dot == tr->vec_dot_gemv)) {
+        /* the load-time repack (cpu_weight_prepare), for any row count (decode: the GEMV / vec_dot order) */
+        t.wbase = w->device;
+        t.wrow = tr->rp.row_bytes_of(t.k);
+        t.tile = NULL;
+        t.tile_gemm = tr->rp.gemm_tile;
+        t.tile_gemv = tr->rp.gemv_tile;
+        t.tile_r = tr->rp.rows;
+        t.tile_c = tr->rp.cols;
     }
     if (tr->vec_dot_type == QR_TYPE_F32) {
         t.xq = (const char *)x;
@@ -948,8 +951,8 @@ static void cpu_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, cons
     /* the heads of a GQA group together (each K / V row converted once for them): AVX-512, a multi-row pass over
      * an f16 cache; as many heads a job as the lane accumulators hold (8 per head of head_dim_v floats) */
     const int32_t group = p->n_head / p->n_head_kv;
-    if (!kv->flash && cb->k == &qr_cpu_kernels_avx2 && qr_quant_cpu_isa() == QR_CPU_ISA_AVX512 && cb->n_tokens > 1 &&
-        !cb->row_exact && d->type_k == QR_TYPE_F16 && d->type_v == QR_TYPE_F16 && p->head_dim_k % 8 == 0 &&
+    if (cb->n_tokens > 1 && !cb->row_exact && !kv->flash && cb->k == &qr_cpu_kernels_avx2 &&
+        qr_quant_cpu_isa() == QR_CPU_ISA_AVX512 && d->type_k == QR_TYPE_F16 && d->type_v == QR_TYPE_F16 && p->head_dim_k % 8 == 0 &&
         p->head_dim_v % 16 == 0 && p->head_dim_k <= QR_CPU_MAX_HEAD_DIM && p->head_dim_v <= QR_CPU_MAX_HEAD_DIM) {
         int32_t gh = QR_CPU_ATTN_LANES * QR_CPU_MAX_HEAD_DIM / (8 * p->head_dim_v);
         if (gh > QR_CPU_ATTN_GROUP_MAX) gh = QR_CPU_ATTN_GROUP_MAX;
