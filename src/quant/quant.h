@@ -49,6 +49,8 @@ typedef struct qr_quant_repack {
     qr_vec_dot_tile_fn gemm_tile, gemv_tile;
     size_t (*act_extra_bytes)(int64_t k);
     void (*act_extra)(const void *yrow, int64_t k, void *extra);
+    /* row r (< rows) of the packed group at `group` back in the file's layout (dst: one row of the type) */
+    void (*unpack_row)(const void *group, int r, int64_t k, void *dst);
 } qr_quant_repack;
 
 typedef struct qr_quant_traits {

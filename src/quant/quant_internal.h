@@ -205,6 +205,9 @@ void qr_vec_dot_tile_q4_K_q8_K_gemv_avx512(int64_t n, float *s, int64_t bs, cons
 #define QR_Q4_K_RP16_SB 2368
 #define QR_Q4_K_RP16_NC 4
 void qr_q4_K_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst);
+void qr_q4_K_rp16_unpack_row(const void *group, int r, int64_t k, void *dst);
+void qr_q4_0_rp16_unpack_row(const void *group, int r, int64_t k, void *dst);
+void qr_q8_0_rp16_unpack_row(const void *group, int r, int64_t k, void *dst);
 void qr_vec_dot_tile_q4_K_q8_K_gemm_rp16_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 void qr_vec_dot_tile_q4_K_q8_K_gemv_rp16_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 void qr_q4_0_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst);

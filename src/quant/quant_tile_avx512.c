@@ -299,6 +299,15 @@ void qr_q4_0_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_
             }
 }
 
+void qr_q4_0_rp16_unpack_row(const void *group, int r, int64_t k, void *dst) {
+    const uint8_t *in = group;
+    qr_block_q4_0 *x = dst;
+    for (int64_t i = 0; i < k / QR_QK4_0; i++, in += 288) {
+        for (int t = 0; t < 4; t++) memcpy(x[i].qs + 4 * t, in + (t * 16 + r) * 4, 4);
+        memcpy(&x[i].d, in + 256 + 2 * r, 2);
+    }
+}
+
 void qr_q4_0_rp16_act_extra(const void *yrow, int64_t k, void *extra) {
     const qr_block_q8_0 *y = yrow;
     for (int64_t i = 0; i < k / QR_QK8_0; i++) {
@@ -376,6 +385,15 @@ void qr_q8_0_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_
                 for (int q = 0; q < 32; q++) out[((q / 4) * 16 + r) * 4 + q % 4] = (uint8_t)(x->qs[q] ^ 0x80);
                 memcpy(out + 512 + 2 * r, &x->d, 2);
             }
+}
+
+void qr_q8_0_rp16_unpack_row(const void *group, int r, int64_t k, void *dst) {
+    const uint8_t *in = group;
+    qr_block_q8_0 *x = dst;
+    for (int64_t i = 0; i < k / QR_QK8_0; i++, in += 544) {
+        for (int q = 0; q < 32; q++) x[i].qs[q] = (int8_t)(in[((q / 4) * 16 + r) * 4 + q % 4] ^ 0x80);
+        memcpy(&x[i].d, in + 512 + 2 * r, 2);
+    }
 }
 
 void qr_q8_0_rp16_act_extra(const void *yrow, int64_t k, void *extra) {

@@ -669,6 +669,15 @@ static void test_repacked_tiles(void **state) {
                 if (best->rp.act_extra) best->rp.act_extra(wy + cc * by, n, wy + cc * by + ybase);
             }
             best->rp.pack(wx, bx, NR, n, pk);
+            if (best->rp.unpack_row) { /* every row back in the file's layout, byte for byte */
+                char *row = malloc(bx);
+                assert_true(row != NULL);
+                for (int r = 0; r < NR; r++) {
+                    best->rp.unpack_row(pk + (size_t)(r / R) * R * prow, r % R, n, row);
+                    assert_memory_equal(row, wx + r * bx, bx);
+                }
+                free(row);
+            }
             for (int kind = 0; kind < 2; kind++)
                 for (int g = 0; g < NR / R; g++)
                     for (int nc = 1; nc <= NC; nc++) {

@@ -142,13 +142,24 @@ static qr_status cpu_weight_prepare(qr_backend *be, qr_weight *w, char *err, siz
     const size_t bytes = tr->rp.row_bytes_of(w->ne[0]) * (size_t)w->ne[1];
     void *p = NULL;
     if (bytes == 0 || posix_memalign(&p, 64, bytes) != 0) return QR_OK; /* (no room: the file's layout serves) */
-    tr->rp.pack(w->host, w->row_bytes, w->ne[1], w->ne[0], p);
-    w->device = p;
-    if (w->host_file) { /* the file's pages of the whole pages inside the weight: not resident twice */
-        const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = ((uintptr_t)w->host + page - 1) / page * page,
-                        hi = ((uintptr_t)w->host + w->row_bytes * (size_t)w->ne[1]) / page * page;
-        if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    /* packed about 1 MiB of rows at a time, the file's pages of the rows packed so far dropped as it goes (whole pages
+     * inside the weight, from the read-only mapping only): the weight is never resident twice, not even while
+     * it is packed (a 178 MB tied embedding would otherwise raise the peak by its size) */
+    const size_t prow = tr->rp.row_bytes_of(w->ne[0]), page = (size_t)sysconf(_SC_PAGESIZE);
+    int64_t chunk = (int64_t)(((size_t)1 << 20) / w->row_bytes) / tr->rp.rows * tr->rp.rows;
+    if (chunk < tr->rp.rows) chunk = tr->rp.rows;
+    uintptr_t dropped = ((uintptr_t)w->host + page - 1) / page * page;
+    for (int64_t r0 = 0; r0 < w->ne[1]; r0 += chunk) {
+        const int64_t n = w->ne[1] - r0 < chunk ? w->ne[1] - r0 : chunk;
+        tr->rp.pack((const char *)w->host + (size_t)r0 * w->row_bytes, w->row_bytes, n, w->ne[0],
+                    (char *)p + (size_t)r0 * prow);
+        const uintptr_t done = ((uintptr_t)w->host + (size_t)(r0 + n) * w->row_bytes) / page * page;
+        if (w->host_file && done > dropped) {
+            madvise((void *)dropped, done - dropped, MADV_DONTNEED);
+            dropped = done;
+        }
     }
+    w->device = p;
     return QR_OK;
 }
 
@@ -310,9 +321,19 @@ static void get_rows_task(void *arg, int64_t lo, int64_t hi, int ith) {
     rows_task *t = arg;
     const qr_weight *w = t->w;
     (void)ith;
+    /* a repacked table (a tied output matrix): its rows from the packed copy, whose file pages were dropped (reading
+     * them back would fault in their neighbours too) */
+    const bool packed = w->device && t->tr->rp.unpack_row && w->row_bytes <= 65536;
+    _Alignas(64) char row[packed ? w->row_bytes : 1];
+    const size_t prow = packed ? t->tr->rp.row_bytes_of(t->dim) : 0;
     for (int64_t r = lo; r < hi; r++) {
         const int32_t id = t->cb->tokens[r];
         const void *src = (const char *)w->host + (size_t)id * w->row_bytes;
+        if (packed) {
+            const int R = t->tr->rp.rows;
+            t->tr->rp.unpack_row((const char *)w->device + (size_t)(id / R) * R * prow, id % R, t->dim, row);
+            src = row;
+        }
         if (w->type == QR_TYPE_F32) memcpy(t->y + r * t->dim, src, (size_t)t->dim * sizeof(float));
         else t->tr->to_float(src, t->y + r * t->dim, t->dim);
     }
