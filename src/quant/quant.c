@@ -76,6 +76,12 @@ typedef struct simd_override {
 #define TOV(t, tf, ff, vd, vdtile) {.type = t, .to_float = tf, .from_float = ff, .vec_dot = vd, .vec_dot_tile = vdtile}
 #define KOV(t, vd, vdtiled) {.type = t, .vec_dot = vd, .vec_dot_tiled = vdtiled}
 
+static size_t q4_K_rp16_row_bytes(int64_t k) { return (size_t)(k / QR_QK_K) * (QR_Q4_K_RP16_SB / 16); }
+static size_t q4_0_rp16_row_bytes(int64_t k) { return (size_t)(k / QR_QK4_0) * 18; }
+static size_t q4_0_rp16_act_extra_bytes(int64_t k) { return (size_t)(k / QR_QK8_0) * 4; }
+static size_t q8_0_rp16_row_bytes(int64_t k) { return (size_t)(k / QR_QK8_0) * 34; }
+static size_t q8_0_rp16_act_extra_bytes(int64_t k) { return (size_t)(k / QR_QK8_0) * 32; }
+
 static const simd_override avx2_overrides[] = {
     {.type = QR_TYPE_F32, .vec_dot = qr_vec_dot_f32_avx2, .vec_dot_sgemm = qr_vec_dot_f32_sgemm_avx2, .sgemm_k = 8,
      .sgemm_m = 4},
@@ -84,7 +90,11 @@ static const simd_override avx2_overrides[] = {
     OV(QR_TYPE_BF16, NULL, NULL, qr_vec_dot_bf16_avx2),
     {.type = QR_TYPE_Q4_0, .vec_dot = qr_vec_dot_q4_0_q8_0_avx2, .vec_dot_gemv = qr_vec_dot_q4_0_q8_0_rp_avx2,
      .vec_dot_gemm = qr_vec_dot_q4_0_q8_0_rp_avx2, .vec_dot_tile = qr_vec_dot_tile_q4_0_q8_0_avx2,
-     .vec_dot_gemm_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx2, .vec_dot_gemv_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx2},
+     .vec_dot_gemm_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx2, .vec_dot_gemv_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx2,
+     .rp = {.rows = 8, .cols = 4, .row_bytes_of = q4_0_rp16_row_bytes, .pack = qr_q4_0_rp8_pack,
+            .unpack_row = qr_q4_0_rp8_unpack_row, .gemm_tile = qr_vec_dot_tile_q4_0_q8_0_rp8_avx2,
+            .gemv_tile = qr_vec_dot_tile_q4_0_q8_0_rp8_avx2, .act_extra_bytes = q4_0_rp16_act_extra_bytes,
+            .act_extra = qr_q4_0_rp_act_extra}},
     TOV(QR_TYPE_Q4_1, NULL, NULL, qr_vec_dot_q4_1_q8_1_avx2, qr_vec_dot_tile_q4_1_q8_1_avx2),
     TOV(QR_TYPE_Q5_0, NULL, NULL, qr_vec_dot_q5_0_q8_0_avx2, qr_vec_dot_tile_q5_0_q8_0_avx2),
     TOV(QR_TYPE_Q5_1, NULL, NULL, qr_vec_dot_q5_1_q8_1_avx2, qr_vec_dot_tile_q5_1_q8_1_avx2),
@@ -95,7 +105,10 @@ static const simd_override avx2_overrides[] = {
     {.type = QR_TYPE_Q4_K, .vec_dot = qr_vec_dot_q4_K_q8_K_avx2, .vec_dot_gemv = qr_vec_dot_q4_K_q8_K_gemv_avx2,
      .vec_dot_gemm = qr_vec_dot_q4_K_q8_K_gemm_avx2, .from_float_gemm = qr_q8_K_from_float_x4_avx2,
      .vec_dot_gemm_tile = qr_vec_dot_tile_q4_K_q8_K_gemm_avx2, .vec_dot_gemv_tile = qr_vec_dot_tile_q4_K_q8_K_gemv_avx2,
-     .vec_dot_tiled = qr_vec_dot_q4_K_q8_K_tiled_avx2},
+     .vec_dot_tiled = qr_vec_dot_q4_K_q8_K_tiled_avx2,
+     .rp = {.rows = 8, .cols = 4, .row_bytes_of = q4_K_rp16_row_bytes, .pack = qr_q4_K_rp8_pack,
+            .unpack_row = qr_q4_K_rp8_unpack_row, .gemm_tile = qr_vec_dot_tile_q4_K_q8_K_gemm_rp8_avx2,
+            .gemv_tile = qr_vec_dot_tile_q4_K_q8_K_gemv_rp8_avx2}},
     KOV(QR_TYPE_Q5_K, qr_vec_dot_q5_K_q8_K_avx2, qr_vec_dot_q5_K_q8_K_tiled_avx2),
     {.type = QR_TYPE_Q6_K, .vec_dot = qr_vec_dot_q6_K_q8_K_avx2, .vec_dot_tiled = qr_vec_dot_q6_K_q8_K_tiled_avx2,
      .vec_dot_tiled_tile = qr_vec_dot_tile_q6_K_q8_K_tiled_avx2},
@@ -109,18 +122,12 @@ static const simd_override avx2_overrides[] = {
 
 /* AVX-512 overrides, applied over the AVX2 ones: the same results (each kernel bit-identical to the
  * AVX2 one of its order), faster. */
-static size_t q4_K_rp16_row_bytes(int64_t k) { return (size_t)(k / QR_QK_K) * (QR_Q4_K_RP16_SB / 16); }
-static size_t q4_0_rp16_row_bytes(int64_t k) { return (size_t)(k / QR_QK4_0) * 18; }
-static size_t q4_0_rp16_act_extra_bytes(int64_t k) { return (size_t)(k / QR_QK8_0) * 4; }
-static size_t q8_0_rp16_row_bytes(int64_t k) { return (size_t)(k / QR_QK8_0) * 34; }
-static size_t q8_0_rp16_act_extra_bytes(int64_t k) { return (size_t)(k / QR_QK8_0) * 32; }
-
 static const simd_override avx512_overrides[] = {
     {.type = QR_TYPE_Q4_0, .vec_dot_tile = qr_vec_dot_tile_q4_0_q8_0_avx512, .vec_dot_gemv = qr_vec_dot_q4_0_q8_0_rp_avx512,
      .vec_dot_gemm_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx512, .vec_dot_gemv_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx512,
      .rp = {.rows = 16, .cols = 4, .row_bytes_of = q4_0_rp16_row_bytes, .pack = qr_q4_0_rp16_pack, .unpack_row = qr_q4_0_rp16_unpack_row,
             .gemm_tile = qr_vec_dot_tile_q4_0_q8_0_rp16_avx512, .gemv_tile = qr_vec_dot_tile_q4_0_q8_0_rp16_avx512,
-            .act_extra_bytes = q4_0_rp16_act_extra_bytes, .act_extra = qr_q4_0_rp16_act_extra}},
+            .act_extra_bytes = q4_0_rp16_act_extra_bytes, .act_extra = qr_q4_0_rp_act_extra}},
     {.type = QR_TYPE_Q4_1, .vec_dot_tile = qr_vec_dot_tile_q4_1_q8_1_avx512},
     {.type = QR_TYPE_Q5_0, .vec_dot_tile = qr_vec_dot_tile_q5_0_q8_0_avx512},
     {.type = QR_TYPE_Q5_1, .vec_dot_tile = qr_vec_dot_tile_q5_1_q8_1_avx512},

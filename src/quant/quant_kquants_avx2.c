@@ -539,3 +539,100 @@ void qr_vec_dot_tile_q6_K_q8_K_tiled_avx2(int64_t n, float *s, int64_t bs, const
     default: return;
     }
 }
+
+/* ---- Q4_K repacked 8 rows at a time (AVX2; rows in the ymm lanes) ---------------------------------------------
+ * quant_kquants_avx512.c's 16-row form with 8 rows a ymm register and no VNNI: lane r of a vpmaddubsw is row r's 4
+ * codes times 4 activation bytes broadcast (two int16 pair sums); the 8 of a 32-value sub-block add up exactly in
+ * int16 (|sum| <= 8 * 2 * 15 * 128), and one vpmaddwd with the sub-block's scale in both halves of the lane gives
+ * scale * (the sub-block sum) in int32: the pair sums, the mins and the float steps are the GEMM / GEMV orders'.
+ * Layout of a group of 8 rows, per super-block (1184 bytes, super-blocks consecutive):
+ *   [0, 1024)     codes: [pair k][t 0..7][row r][4 bytes]: row r's qs[32k + 4t .. + 3]
+ *   [1024, 1088)  scales: [sub-block 0..7][row] u8
+ *   [1088, 1152)  mins: [pair k][row][2] u8
+ *   [1152, 1168)  d: [row] f16;  [1168, 1184) dmin: [row] f16 */
+#define RP8_SB 1184
+
+static inline int32_t rp8k_load_i32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* The 8 rows' scales of sub-block j as int16 pairs (sc, sc) a lane. */
+static inline __m256i rp8_scale_pairs(const uint8_t *p) {
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+}
+
+static inline __attribute__((always_inline)) void tile_q4_K_rp8(int64_t n, float *s, int64_t bs, const char *vx,
+                                                                const char *vy, size_t by, const int NC, const int gemm) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();
+    __m256 acc[4], accm[4];
+    for (int c = 0; c < NC; c++) acc[c] = accm[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QR_QK_K; i++) {
+        const uint8_t *xb = (const uint8_t *)vx + (size_t)i * RP8_SB;
+        const int8_t *yq[4];
+        int32_t pb[4][4];
+        __m256 dc[4], dmc[4];
+        const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(xb + 1152)));
+        const __m256 dmx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(xb + 1168)));
+        for (int c = 0; c < NC; c++) {
+            const qr_block_q8_K *y = (const qr_block_q8_K *)(vy + (size_t)c * by) + i;
+            yq[c] = y->qs;
+            const __m256 yd = _mm256_set1_ps(y->d);
+            dc[c] = _mm256_mul_ps(dx, yd);
+            dmc[c] = _mm256_mul_ps(dmx, yd);
+            const __m256i b = _mm256_loadu_si256((const __m256i *)y->bsums);
+            _mm_storeu_si128((__m128i *)pb[c], _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)));
+        }
+        __m256i ist[4], imt[4];
+        for (int c = 0; c < NC; c++) ist[c] = imt[c] = zero;
+        for (int k = 0; k < 4; k++) {
+            __m256i a[4], b[4];
+            for (int c = 0; c < NC; c++) a[c] = b[c] = zero;
+            for (int t = 0; t < 8; t++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(xb + (k * 8 + t) * 32));
+                const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                for (int c = 0; c < NC; c++) {
+                    a[c] = _mm256_add_epi16(a[c], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(rp8k_load_i32(yq[c] + 64 * k + 4 * t))));
+                    b[c] = _mm256_add_epi16(
+                        b[c], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(rp8k_load_i32(yq[c] + 64 * k + 32 + 4 * t))));
+                }
+            }
+            const __m256i sca = rp8_scale_pairs(xb + 1024 + 16 * k), scb = rp8_scale_pairs(xb + 1024 + 16 * k + 8);
+            const __m256i mn = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(xb + 1088 + 16 * k)));
+            for (int c = 0; c < NC; c++) {
+                const __m256i is = _mm256_add_epi32(_mm256_madd_epi16(a[c], sca), _mm256_madd_epi16(b[c], scb));
+                const __m256i im = _mm256_madd_epi16(mn, _mm256_set1_epi32(pb[c][k]));
+                if (gemm) {
+                    acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), dc[c], acc[c]);
+                    accm[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im), dmc[c], accm[c]);
+                } else {
+                    ist[c] = _mm256_add_epi32(ist[c], is);
+                    imt[c] = _mm256_add_epi32(imt[c], im);
+                }
+            }
+        }
+        if (!gemm)
+            for (int c = 0; c < NC; c++) {
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ist[c]), dc[c], acc[c]);
+                accm[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imt[c]), dmc[c], accm[c]);
+            }
+    }
+    for (int c = 0; c < NC; c++) _mm256_storeu_ps(s + (int64_t)c * bs, _mm256_sub_ps(acc[c], accm[c]));
+}
+
+#define RP8_CASE(C, G) \
+    case C: tile_q4_K_rp8(n, s, bs, x, y, by, C, G); return;
+#define RP8_FN(NAME, G)                                                                                     \
+    void NAME(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, \
+              int nc) {                                                                                     \
+        (void)bx;                                                                                           \
+        (void)nr;                                                                                           \
+        switch (nc) {                                                                                       \
+            RP8_CASE(1, G) RP8_CASE(2, G) RP8_CASE(3, G) RP8_CASE(4, G)                                     \
+        default: return;                                                                                    \
+        }                                                                                                   \
+    }
+RP8_FN(qr_vec_dot_tile_q4_K_q8_K_gemm_rp8_avx2, 1)
+RP8_FN(qr_vec_dot_tile_q4_K_q8_K_gemv_rp8_avx2, 0)

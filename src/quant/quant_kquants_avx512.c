@@ -194,49 +194,6 @@ QR_TILE_FN(qr_vec_dot_tile_q6_K_q8_K_tiled_avx512, CALL_Q6_K)
 #define RP16_D 2304
 #define RP16_DMIN 2336
 
-void qr_q4_K_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst) {
-    const int64_t nsb = k / QR_QK_K;
-    uint8_t *out = dst;
-    for (int64_t g = 0; g < n_rows / 16; g++) {
-        for (int64_t i = 0; i < nsb; i++, out += QR_Q4_K_RP16_SB) {
-            for (int r = 0; r < 16; r++) {
-                const qr_block_q4_K *x = (const qr_block_q4_K *)((const char *)src + (size_t)(16 * g + r) * row_bytes) + i;
-                for (int kk = 0; kk < 4; kk++)
-                    for (int t = 0; t < 8; t++) memcpy(out + RP16_CODES + ((kk * 8 + t) * 16 + r) * 4, x->qs + 32 * kk + 4 * t, 4);
-                for (int j = 0; j < 8; j++) {
-                    uint8_t sc, m;
-                    kquant_scale_min(j, x->scales, &sc, &m);
-                    out[RP16_SC + j * 16 + r] = sc;
-                    out[RP16_MN + ((j / 2) * 16 + r) * 2 + j % 2] = m;
-                }
-                memcpy(out + RP16_D + 2 * r, &x->d, 2);
-                memcpy(out + RP16_DMIN + 2 * r, &x->dmin, 2);
-            }
-        }
-    }
-}
-
-void qr_q4_K_rp16_unpack_row(const void *group, int r, int64_t k, void *dst) {
-    const uint8_t *in = group;
-    qr_block_q4_K *x = dst;
-    for (int64_t i = 0; i < k / QR_QK_K; i++, in += QR_Q4_K_RP16_SB) {
-        for (int kk = 0; kk < 4; kk++)
-            for (int t = 0; t < 8; t++) memcpy(x[i].qs + 32 * kk + 4 * t, in + RP16_CODES + ((kk * 8 + t) * 16 + r) * 4, 4);
-        uint8_t sc[8], m[8], *q = x[i].scales; /* kquant_scale_min's packing, inverted */
-        for (int j = 0; j < 8; j++) {
-            sc[j] = in[RP16_SC + j * 16 + r];
-            m[j] = in[RP16_MN + ((j / 2) * 16 + r) * 2 + j % 2];
-        }
-        for (int j = 0; j < 4; j++) {
-            q[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
-            q[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
-            q[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
-        }
-        memcpy(&x[i].d, in + RP16_D + 2 * r, 2);
-        memcpy(&x[i].dmin, in + RP16_DMIN + 2 * r, 2);
-    }
-}
-
 static inline int32_t load_i32(const void *p) {
     int32_t v;
     memcpy(&v, p, 4);

@@ -10,6 +10,7 @@
  * latency that a single dot's one accumulator exposes.
  */
 #include <math.h>
+#include <string.h>
 
 #include "quant/quant_avx2_common.h"
 #include "quant/quant_internal.h"
@@ -185,3 +186,64 @@ TILE_FN(qr_vec_dot_tile_q5_0_q8_0_avx2, tile_sym, K_Q5_0)
 TILE_FN(qr_vec_dot_tile_q8_0_q8_0_avx2, tile_sym, K_Q8_0)
 TILE_FN(qr_vec_dot_tile_q4_1_q8_1_avx2, tile_off, K_Q4_1)
 TILE_FN(qr_vec_dot_tile_q5_1_q8_1_avx2, tile_off, K_Q5_1)
+
+/* ---- Q4_0 repacked 8 rows at a time (AVX2; rows in the ymm lanes) ---------------------------------------------
+ * The AVX-512 form's idea (quant_tile_avx512.c) with 8 rows a ymm register and no VNNI: lane r of a vpmaddubsw is
+ * row r's 4 codes (0..15) times 4 activation bytes broadcast, as two int16 pair sums; 8 of them (one 32-value block)
+ * add up in int16 exactly (|sum| <= 8 * 2 * 15 * 128 = 30720), vpmaddwd folds each lane's pair and the block's
+ * -8 * (activation sum) (the rows' extra, qr_q4_0_rp_act_extra) is added: the exact isum in lane r, then the same
+ * fma as ggml's repacked order. Layout of a group of 8 rows, per block (144 bytes, blocks consecutive):
+ *   [0, 128)    codes: [t 0..3][row r][4 bytes]: row r's qs[4t .. 4t + 3]
+ *   [128, 144)  d: [row] f16 */
+/* -8 x each Q8_0 block's sum, as int32 after the row: the repacked Q4_0 tiles' lane starts (AVX2 and AVX-512). */
+static inline int32_t rp8_load_i32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline __attribute__((always_inline)) void tile_q4_0_rp8(int64_t n, float *s, int64_t bs, const char *vx,
+                                                                const char *vy, size_t by, const int NC) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const int64_t nb = n / QR_QK4_0;
+    __m256 acc[4];
+    for (int c = 0; c < NC; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const char *xb = vx + (size_t)i * 144;
+        __m256i code[8]; /* code[t]: values 4t.. (t < 4), 16 + 4(t - 4).. (t >= 4) */
+        for (int t = 0; t < 4; t++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(xb + 32 * t));
+            code[t] = _mm256_and_si256(v, m4);
+            code[t + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        }
+        const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(xb + 128)));
+        for (int c = 0; c < NC; c++) {
+            const char *yr = vy + (size_t)c * by;
+            const qr_block_q8_0 *y = (const qr_block_q8_0 *)yr + i;
+            __m256i s16 = _mm256_setzero_si256();
+            for (int t = 0; t < 4; t++) {
+                s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(code[t], _mm256_set1_epi32(rp8_load_i32(y->qs + 4 * t))));
+                s16 = _mm256_add_epi16(
+                    s16, _mm256_maddubs_epi16(code[t + 4], _mm256_set1_epi32(rp8_load_i32(y->qs + 16 + 4 * t))));
+            }
+            const __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(s16, ones),
+                                                  _mm256_set1_epi32(rp8_load_i32(yr + nb * sizeof(qr_block_q8_0) + 4 * i)));
+            const __m256 d = _mm256_mul_ps(dx, _mm256_set1_ps(f16c_to_fp32(y->d)));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, acc[c]);
+        }
+    }
+    for (int c = 0; c < NC; c++) _mm256_storeu_ps(s + (int64_t)c * bs, acc[c]);
+}
+
+void qr_vec_dot_tile_q4_0_q8_0_rp8_avx2(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y,
+                                        size_t by, int nr, int nc) {
+    (void)bx;
+    (void)nr;
+    switch (nc) {
+    case 1: tile_q4_0_rp8(n, s, bs, x, y, by, 1); return;
+    case 2: tile_q4_0_rp8(n, s, bs, x, y, by, 2); return;
+    case 3: tile_q4_0_rp8(n, s, bs, x, y, by, 3); return;
+    case 4: tile_q4_0_rp8(n, s, bs, x, y, by, 4); return;
+    default: return;
+    }
+}

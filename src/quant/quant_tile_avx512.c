@@ -286,38 +286,7 @@ void qr_vec_dot_q4_0_q8_0_rp_avx512(int64_t n, float *s, const void *vx, const v
  * isum; then the same fma, 16 rows wide. Layout of a group of 16 rows, per block (288 bytes, blocks consecutive):
  *   [0, 256)    codes: [t 0..3][row r][4 bytes]: row r's qs[4t .. 4t + 3] (low nibbles: values 4t.., high: 16 + 4t..)
  *   [256, 288)  d: [row] f16
- * The activation rows carry, after their blocks, -8 * each block's sum as int32 (qr_q4_0_rp16_act_extra). */
-void qr_q4_0_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst) {
-    const int64_t nb = k / QR_QK4_0;
-    uint8_t *out = dst;
-    for (int64_t g = 0; g < n_rows / 16; g++)
-        for (int64_t i = 0; i < nb; i++, out += 288)
-            for (int r = 0; r < 16; r++) {
-                const qr_block_q4_0 *x = (const qr_block_q4_0 *)((const char *)src + (size_t)(16 * g + r) * row_bytes) + i;
-                for (int t = 0; t < 4; t++) memcpy(out + (t * 16 + r) * 4, x->qs + 4 * t, 4);
-                memcpy(out + 256 + 2 * r, &x->d, 2);
-            }
-}
-
-void qr_q4_0_rp16_unpack_row(const void *group, int r, int64_t k, void *dst) {
-    const uint8_t *in = group;
-    qr_block_q4_0 *x = dst;
-    for (int64_t i = 0; i < k / QR_QK4_0; i++, in += 288) {
-        for (int t = 0; t < 4; t++) memcpy(x[i].qs + 4 * t, in + (t * 16 + r) * 4, 4);
-        memcpy(&x[i].d, in + 256 + 2 * r, 2);
-    }
-}
-
-void qr_q4_0_rp16_act_extra(const void *yrow, int64_t k, void *extra) {
-    const qr_block_q8_0 *y = yrow;
-    for (int64_t i = 0; i < k / QR_QK8_0; i++) {
-        int32_t sum = 0;
-        for (int l = 0; l < QR_QK8_0; l++) sum += y[i].qs[l];
-        const int32_t v = -8 * sum;
-        memcpy((char *)extra + 4 * i, &v, 4);
-    }
-}
-
+ * The activation rows carry, after their blocks, -8 * each block's sum as int32 (qr_q4_0_rp_act_extra). */
 static inline int32_t rp_load_i32(const void *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -375,36 +344,6 @@ void qr_vec_dot_tile_q4_0_q8_0_rp16_avx512(int64_t n, float *s, int64_t bs, cons
  * same horizontal sum per lane at the end. Layout of a group of 16 rows, per block (544 bytes, blocks consecutive):
  *   [0, 512)    codes: [quad k 0..7][row r][4 bytes]: row r's qs[4k .. 4k + 3] + 128
  *   [512, 544)  d: [row] f16 */
-void qr_q8_0_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst) {
-    const int64_t nb = k / QR_QK8_0;
-    uint8_t *out = dst;
-    for (int64_t g = 0; g < n_rows / 16; g++)
-        for (int64_t i = 0; i < nb; i++, out += 544)
-            for (int r = 0; r < 16; r++) {
-                const qr_block_q8_0 *x = (const qr_block_q8_0 *)((const char *)src + (size_t)(16 * g + r) * row_bytes) + i;
-                for (int q = 0; q < 32; q++) out[((q / 4) * 16 + r) * 4 + q % 4] = (uint8_t)(x->qs[q] ^ 0x80);
-                memcpy(out + 512 + 2 * r, &x->d, 2);
-            }
-}
-
-void qr_q8_0_rp16_unpack_row(const void *group, int r, int64_t k, void *dst) {
-    const uint8_t *in = group;
-    qr_block_q8_0 *x = dst;
-    for (int64_t i = 0; i < k / QR_QK8_0; i++, in += 544) {
-        for (int q = 0; q < 32; q++) x[i].qs[q] = (int8_t)(in[((q / 4) * 16 + r) * 4 + q % 4] ^ 0x80);
-        memcpy(&x[i].d, in + 512 + 2 * r, 2);
-    }
-}
-
-void qr_q8_0_rp16_act_extra(const void *yrow, int64_t k, void *extra) {
-    const qr_block_q8_0 *y = yrow;
-    for (int64_t i = 0; i < k / QR_QK8_0; i++)
-        for (int q = 0; q < 8; q++) {
-            const int32_t v = -128 * (y[i].qs[4 * q] + y[i].qs[4 * q + 1] + y[i].qs[4 * q + 2] + y[i].qs[4 * q + 3]);
-            memcpy((char *)extra + 32 * i + 4 * q, &v, 4);
-        }
-}
-
 static inline __attribute__((always_inline)) void tile_q8_0_rp16(int64_t n, float *s, int64_t bs, const char *vx,
                                                                  const char *vy, size_t by, const int NC) {
     const int64_t nb = n / QR_QK8_0;

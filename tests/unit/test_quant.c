@@ -708,7 +708,7 @@ static void test_repacked_tiles(void **state) {
         }
     }
     printf("test_quant: repacked tiles == vec_dot_gemm / _gemv bit for bit on %d dots\n", n_checked);
-    if (strcmp(qr_quant_simd_level(), "avx512") == 0) assert_true(n_checked > 0);
+    if (strcmp(qr_quant_simd_level(), "scalar") != 0) assert_true(n_checked > 0); /* (Q4_0 at least) */
 }
 
 int main(void) {
