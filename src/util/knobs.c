@@ -25,7 +25,8 @@ const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
     [QR_KNOB_TILE] = {"QUARREL_TILE", QR_KNOB_DIMS, "3x4", 1, QR_KNOB_TILE_MAX, NULL, "CPU backend",
                       "prefill GEMM tile shape, weight rows x token rows (tuning experiments; 3x4 measured best or "
                       "near it for Q4_1 / Q5_0 rows of 576..640 on the AVX2 host); unset on an AVX-512 host, prefill "
-                      "tiles take 4 weight rows for every type but Q4_1 (measured faster there)"},
+                      "tiles take 4 weight rows for every type but Q4_1 (measured faster there), and at the AVX2 level Q8_0 "
+                      "tiles take 2 (register pressure)"},
     [QR_KNOB_SSM_SCAN] = {"QUARREL_SSM_SCAN", QR_KNOB_CHOICE, "rec", 0, 0, "rec|ssd|recurrent", "CPU backend (Mamba2)",
                           "`ssd`: prefill runs of >= 32 rows of one sequence in the chunked SSD form; `rec` "
                           "(or `recurrent`): the recurrence row by row, ggml's order bit for bit (2.5x faster "

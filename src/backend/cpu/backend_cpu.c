@@ -456,9 +456,13 @@ static void mm_dot_task(void *arg, int64_t lo, int64_t hi, int ith) {
  * tiled order from QR_TILED_MIN_ROWS rows; else the sgemm order from 2 rows; else vec_dot. */
 /* The weight rows of a prefill tile for type `type`: QUARREL_TILE's when set; else 4 on AVX-512 but for Q4_1, where
  * 3 measured best (the 2-core Zen 5, pp512 at 2 threads, 4 rows against 3: llama-1b Q4_0 +15 %, SmolLM2 Q8_0 +7 %,
- * Gemma-3 Q4_K_M (Q4_K / Q6_K / Q5_0) +4 %; SmolLM2 Q4_1 -7 %), and 3 elsewhere (the AVX2 host's measurements). */
+ * Gemma-3 Q4_K_M (Q4_K / Q6_K / Q5_0) +4 %; SmolLM2 Q4_1 -7 %), and 3 elsewhere (the AVX2 host's measurements) but
+ * for Q8_0 at the AVX2 level: its tile keeps each row's codes and their absolute values, 3 x 4 accumulators + 6 code
+ * registers are more than the 16 ymm registers (2 x 4 at QUARREL_CPU_ISA=avx2 on the Zen 5: SmolLM2 Q8_0 pp512
+ * 712-722 -> 753-776 t/s; Gemma-3, mostly Q5_0, +1 %, SmolLM2 Q4_1 -2..-7 %: those keep 3). */
 static int tile_rows_for(const cpu_backend *cb, qr_type type) {
-    if (cb->tile_set || qr_quant_cpu_isa() != QR_CPU_ISA_AVX512) return cb->tile_r;
+    if (cb->tile_set) return cb->tile_r;
+    if (qr_quant_cpu_isa() != QR_CPU_ISA_AVX512) return type == QR_TYPE_Q8_0 ? 2 : cb->tile_r;
     return type == QR_TYPE_Q4_1 ? cb->tile_r : QR_TILE_MAX;
 }
 
