@@ -79,6 +79,8 @@ typedef struct simd_override {
 static size_t q4_K_rp16_row_bytes(int64_t k) { return (size_t)(k / QR_QK_K) * (QR_Q4_K_RP16_SB / 16); }
 static size_t q4_0_rp16_row_bytes(int64_t k) { return (size_t)(k / QR_QK4_0) * 18; }
 static size_t q4_0_rp16_act_extra_bytes(int64_t k) { return (size_t)(k / QR_QK8_0) * 4; }
+static size_t q4_1_rp16_row_bytes(int64_t k) { return (size_t)(k / QR_QK4_1) * 20; }
+static size_t q5_0_rp16_row_bytes(int64_t k) { return (size_t)(k / QR_QK5_0) * 22; }
 static size_t q8_0_rp16_row_bytes(int64_t k) { return (size_t)(k / QR_QK8_0) * 34; }
 static size_t q8_0_rp16_act_extra_bytes(int64_t k) { return (size_t)(k / QR_QK8_0) * 32; }
 
@@ -128,8 +130,15 @@ static const simd_override avx512_overrides[] = {
      .rp = {.rows = 16, .cols = 4, .row_bytes_of = q4_0_rp16_row_bytes, .pack = qr_q4_0_rp16_pack, .unpack_row = qr_q4_0_rp16_unpack_row,
             .gemm_tile = qr_vec_dot_tile_q4_0_q8_0_rp16_avx512, .gemv_tile = qr_vec_dot_tile_q4_0_q8_0_rp16_avx512,
             .act_extra_bytes = q4_0_rp16_act_extra_bytes, .act_extra = qr_q4_0_rp_act_extra}},
-    {.type = QR_TYPE_Q4_1, .vec_dot_tile = qr_vec_dot_tile_q4_1_q8_1_avx512},
-    {.type = QR_TYPE_Q5_0, .vec_dot_tile = qr_vec_dot_tile_q5_0_q8_0_avx512},
+    {.type = QR_TYPE_Q4_1, .vec_dot_tile = qr_vec_dot_tile_q4_1_q8_1_avx512,
+     .rp = {.rows = 16, .cols = 2, .vec_dot_order = true, .row_bytes_of = q4_1_rp16_row_bytes,
+            .pack = qr_q4_1_rp16_pack, .unpack_row = qr_q4_1_rp16_unpack_row,
+            .gemm_tile = qr_vec_dot_tile_q4_1_q8_1_rp16_avx512, .gemv_tile = qr_vec_dot_tile_q4_1_q8_1_rp16_avx512}},
+    {.type = QR_TYPE_Q5_0, .vec_dot_tile = qr_vec_dot_tile_q5_0_q8_0_avx512,
+     .rp = {.rows = 16, .cols = 2, .vec_dot_order = true, .row_bytes_of = q5_0_rp16_row_bytes,
+            .pack = qr_q5_0_rp16_pack, .unpack_row = qr_q5_0_rp16_unpack_row,
+            .gemm_tile = qr_vec_dot_tile_q5_0_q8_0_rp16_avx512, .gemv_tile = qr_vec_dot_tile_q5_0_q8_0_rp16_avx512,
+            .act_extra_bytes = q8_0_rp16_act_extra_bytes, .act_extra = qr_q5_0_rp16_act_extra}},
     {.type = QR_TYPE_Q5_1, .vec_dot_tile = qr_vec_dot_tile_q5_1_q8_1_avx512},
     {.type = QR_TYPE_Q8_0, .vec_dot_tile = qr_vec_dot_tile_q8_0_q8_0_avx512,
      .rp = {.rows = 16, .cols = 2, .vec_dot_order = true, .row_bytes_of = q8_0_rp16_row_bytes, .pack = qr_q8_0_rp16_pack, .unpack_row = qr_q8_0_rp16_unpack_row,

@@ -220,6 +220,13 @@ void qr_vec_dot_tile_q4_0_q8_0_rp8_avx2(int64_t n, float *s, int64_t bs, const v
 void qr_q4_0_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst);
 void qr_q4_0_rp_act_extra(const void *yrow, int64_t k, void *extra);
 void qr_vec_dot_tile_q4_0_q8_0_rp16_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
+void qr_q4_1_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst);
+void qr_q4_1_rp16_unpack_row(const void *group, int r, int64_t k, void *dst);
+void qr_vec_dot_tile_q4_1_q8_1_rp16_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
+void qr_q5_0_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst);
+void qr_q5_0_rp16_unpack_row(const void *group, int r, int64_t k, void *dst);
+void qr_q5_0_rp16_act_extra(const void *yrow, int64_t k, void *extra);
+void qr_vec_dot_tile_q5_0_q8_0_rp16_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 void qr_q8_0_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst);
 void qr_q8_0_rp16_act_extra(const void *yrow, int64_t k, void *extra);
 void qr_vec_dot_tile_q8_0_q8_0_rp16_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);

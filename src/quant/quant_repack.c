@@ -79,6 +79,67 @@ static void q4_0_unpack_row(const void *group, int r, int64_t k, void *dst, int 
     }
 }
 
+/* ---- Q4_1 (R = 16): per block of a group, 320 bytes: codes [t 0..3][row][4] (row r's qs[4t ..]), d [row] f16,
+ * m [row] f16 */
+
+void qr_q4_1_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst) {
+    uint8_t *out = dst;
+    for (int64_t g = 0; g < n_rows / 16; g++)
+        for (int64_t i = 0; i < k / QR_QK4_1; i++, out += 320)
+            for (int r = 0; r < 16; r++) {
+                const qr_block_q4_1 *x = (const qr_block_q4_1 *)row_of(src, row_bytes, 16, g, r) + i;
+                for (int t = 0; t < 4; t++) memcpy(out + (t * 16 + r) * 4, x->qs + 4 * t, 4);
+                memcpy(out + 256 + 2 * r, &x->d, 2);
+                memcpy(out + 288 + 2 * r, &x->m, 2);
+            }
+}
+
+void qr_q4_1_rp16_unpack_row(const void *group, int r, int64_t k, void *dst) {
+    const uint8_t *in = group;
+    qr_block_q4_1 *x = dst;
+    for (int64_t i = 0; i < k / QR_QK4_1; i++, in += 320) {
+        for (int t = 0; t < 4; t++) memcpy(x[i].qs + 4 * t, in + (t * 16 + r) * 4, 4);
+        memcpy(&x[i].d, in + 256 + 2 * r, 2);
+        memcpy(&x[i].m, in + 288 + 2 * r, 2);
+    }
+}
+
+/* ---- Q5_0 (R = 16): per block of a group, 352 bytes: low 4 bits as Q4_0's codes [t][row][4], the 5th bits [quad
+ * k][u64: bit 4r + b = row r's value 4k + b], d [row] f16 */
+
+void qr_q5_0_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst) {
+    uint8_t *out = dst;
+    for (int64_t g = 0; g < n_rows / 16; g++)
+        for (int64_t i = 0; i < k / QR_QK5_0; i++, out += 352) {
+            uint64_t hb[8] = {0};
+            for (int r = 0; r < 16; r++) {
+                const qr_block_q5_0 *x = (const qr_block_q5_0 *)row_of(src, row_bytes, 16, g, r) + i;
+                uint32_t qh;
+                memcpy(&qh, x->qh, 4);
+                for (int t = 0; t < 4; t++) memcpy(out + (t * 16 + r) * 4, x->qs + 4 * t, 4);
+                for (int q = 0; q < 8; q++)
+                    for (int b = 0; b < 4; b++) hb[q] |= (uint64_t)((qh >> (4 * q + b)) & 1) << (4 * r + b);
+                memcpy(out + 320 + 2 * r, &x->d, 2);
+            }
+            memcpy(out + 256, hb, sizeof hb);
+        }
+}
+
+void qr_q5_0_rp16_unpack_row(const void *group, int r, int64_t k, void *dst) {
+    const uint8_t *in = group;
+    qr_block_q5_0 *x = dst;
+    for (int64_t i = 0; i < k / QR_QK5_0; i++, in += 352) {
+        for (int t = 0; t < 4; t++) memcpy(x[i].qs + 4 * t, in + (t * 16 + r) * 4, 4);
+        uint64_t hb[8];
+        memcpy(hb, in + 256, sizeof hb);
+        uint32_t qh = 0;
+        for (int q = 0; q < 8; q++)
+            for (int b = 0; b < 4; b++) qh |= (uint32_t)((hb[q] >> (4 * r + b)) & 1) << (4 * q + b);
+        memcpy(x[i].qh, &qh, 4);
+        memcpy(&x[i].d, in + 320 + 2 * r, 2);
+    }
+}
+
 /* ---- Q8_0 (R = 16): per block of a group, 544 bytes: codes + 128 [quad q 0..7][row][4], d [row] f16 ---- */
 
 void qr_q8_0_rp16_pack(const void *src, size_t row_bytes, int64_t n_rows, int64_t k, void *dst) {
@@ -137,12 +198,16 @@ void qr_q4_0_rp_act_extra(const void *yrow, int64_t k, void *extra) {
     }
 }
 
-/* Q8_0 tiles: -128 x each 4-value quad's sum, 8 int32 a block. */
-void qr_q8_0_rp16_act_extra(const void *yrow, int64_t k, void *extra) {
+/* -c x each 4-value quad's sum, 8 int32 a block. */
+static void quad_sums(const void *yrow, int64_t k, void *extra, int32_t c) {
     const qr_block_q8_0 *y = yrow;
     for (int64_t i = 0; i < k / QR_QK8_0; i++)
         for (int q = 0; q < 8; q++) {
-            const int32_t v = -128 * (y[i].qs[4 * q] + y[i].qs[4 * q + 1] + y[i].qs[4 * q + 2] + y[i].qs[4 * q + 3]);
+            const int32_t v = -c * (y[i].qs[4 * q] + y[i].qs[4 * q + 1] + y[i].qs[4 * q + 2] + y[i].qs[4 * q + 3]);
             memcpy((char *)extra + 32 * i + 4 * q, &v, 4);
         }
 }
+
+/* Q8_0 tiles (codes + 128): -128 x the quad sums; Q5_0 tiles (codes 0..31): -16 x. */
+void qr_q8_0_rp16_act_extra(const void *yrow, int64_t k, void *extra) { quad_sums(yrow, k, extra, 128); }
+void qr_q5_0_rp16_act_extra(const void *yrow, int64_t k, void *extra) { quad_sums(yrow, k, extra, 16); }

@@ -344,25 +344,48 @@ void qr_vec_dot_tile_q4_0_q8_0_rp16_avx512(int64_t n, float *s, int64_t bs, cons
  * same horizontal sum per lane at the end. Layout of a group of 16 rows, per block (544 bytes, blocks consecutive):
  *   [0, 512)    codes: [quad k 0..7][row r][4 bytes]: row r's qs[4k .. 4k + 3] + 128
  *   [512, 544)  d: [row] f16 */
-static inline __attribute__((always_inline)) void tile_q8_0_rp16(int64_t n, float *s, int64_t bs, const char *vx,
-                                                                 const char *vy, size_t by, const int NC) {
+/* Q5_0 (the same vec_dot order with codes 0..31 and a start of -16 * the quad's sum, qr_q5_0_rp16_act_extra) in a
+ * layout of the file's size, per block of a group (352 bytes):
+ *   [0, 256)    low 4 bits: [t 0..3][row r][4 bytes]: row r's qs[4t .. 4t + 3] (low nibbles: values 4t.., high: 16 + 4t..)
+ *   [256, 320)  5th bits: [quad k 0..7] u64, bit 4r + b = row r's value 4k + b's (added as 16 through a byte mask)
+ *   [320, 352)  d: [row] f16 */
+enum rp16_sym { RP16_Q8_0, RP16_Q5_0 };
+
+static inline __attribute__((always_inline)) void tile_sym_rp16(int64_t n, float *s, int64_t bs, const char *vx,
+                                                                const char *vy, size_t by, const int NC,
+                                                                const enum rp16_sym kind) {
     const int64_t nb = n / QR_QK8_0;
+    const size_t bstride = kind == RP16_Q8_0 ? 544 : 352, doff = kind == RP16_Q8_0 ? 512 : 320;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
     __m512 acc[4][8];
     for (int c = 0; c < NC; c++)
         for (int q = 0; q < 8; q++) acc[c][q] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const char *xb = vx + (size_t)i * 544;
-        const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(xb + 512)));
+        const char *xb = vx + (size_t)i * bstride;
+        const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(xb + doff)));
+        const qr_block_q8_0 *y[4];
+        const char *ex[4];
+        __m512 d[4];
         for (int c = 0; c < NC; c++) {
             const char *yr = vy + (size_t)c * by;
-            const qr_block_q8_0 *y = (const qr_block_q8_0 *)yr + i;
-            const char *ex = yr + nb * sizeof(qr_block_q8_0) + 32 * i;
-            const __m512 d = _mm512_mul_ps(dx, _mm512_set1_ps(f16c_to_fp32(y->d)));
-            for (int q = 0; q < 8; q++) {
-                const __m512i a = _mm512_dpbusd_epi32(_mm512_set1_epi32(rp_load_i32(ex + 4 * q)),
-                                                      _mm512_loadu_si512(xb + 64 * q),
-                                                      _mm512_set1_epi32(rp_load_i32(y->qs + 4 * q)));
-                acc[c][q] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(a), acc[c][q]);
+            y[c] = (const qr_block_q8_0 *)yr + i;
+            ex[c] = yr + nb * sizeof(qr_block_q8_0) + 32 * i;
+            d[c] = _mm512_mul_ps(dx, _mm512_set1_ps(f16c_to_fp32(y[c]->d)));
+        }
+        for (int q = 0; q < 8; q++) { /* (one quad's codes live at a time: room for more columns' accumulators) */
+            __m512i code;
+            if (kind == RP16_Q8_0) code = _mm512_loadu_si512(xb + 64 * q);
+            else {
+                const __m512i v = _mm512_loadu_si512(xb + 64 * (q & 3));
+                code = _mm512_and_si512(q < 4 ? v : _mm512_srli_epi16(v, 4), m4);
+                uint64_t hb;
+                memcpy(&hb, xb + 256 + 8 * q, 8);
+                code = _mm512_mask_add_epi8(code, _cvtu64_mask64(hb), code, sixteen);
+            }
+            for (int c = 0; c < NC; c++) {
+                const __m512i a = _mm512_dpbusd_epi32(_mm512_set1_epi32(rp_load_i32(ex[c] + 4 * q)), code,
+                                                      _mm512_set1_epi32(rp_load_i32(y[c]->qs + 4 * q)));
+                acc[c][q] = _mm512_fmadd_ps(d[c], _mm512_cvtepi32_ps(a), acc[c][q]);
             }
         }
     }
@@ -378,10 +401,80 @@ void qr_vec_dot_tile_q8_0_q8_0_rp16_avx512(int64_t n, float *s, int64_t bs, cons
     (void)bx;
     (void)nr;
     switch (nc) {
-    case 1: tile_q8_0_rp16(n, s, bs, x, y, by, 1); return;
-    case 2: tile_q8_0_rp16(n, s, bs, x, y, by, 2); return;
-    case 3: tile_q8_0_rp16(n, s, bs, x, y, by, 3); return;
-    case 4: tile_q8_0_rp16(n, s, bs, x, y, by, 4); return;
+    case 1: tile_sym_rp16(n, s, bs, x, y, by, 1, RP16_Q8_0); return;
+    case 2: tile_sym_rp16(n, s, bs, x, y, by, 2, RP16_Q8_0); return;
+    case 3: tile_sym_rp16(n, s, bs, x, y, by, 3, RP16_Q8_0); return;
+    case 4: tile_sym_rp16(n, s, bs, x, y, by, 4, RP16_Q8_0); return;
+    default: return;
+    }
+}
+
+void qr_vec_dot_tile_q5_0_q8_0_rp16_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y,
+                                           size_t by, int nr, int nc) {
+    (void)bx;
+    (void)nr;
+    switch (nc) {
+    case 1: tile_sym_rp16(n, s, bs, x, y, by, 1, RP16_Q5_0); return;
+    case 2: tile_sym_rp16(n, s, bs, x, y, by, 2, RP16_Q5_0); return;
+    case 3: tile_sym_rp16(n, s, bs, x, y, by, 3, RP16_Q5_0); return;
+    case 4: tile_sym_rp16(n, s, bs, x, y, by, 4, RP16_Q5_0); return;
+    default: return;
+    }
+}
+
+/* ---- Q4_1 repacked 16 rows at a time (rows in lanes) ----------------------------------------------------------
+ * ggml's Q4_1 x Q8_1 vec_dot order: per block summs = fmaf(m, s_y, summs) and acc = fma(dx * dy, (float)quad sums,
+ * acc) on 8 lanes (lane k: values 4k .. 4k + 3), then hsum_ps(acc) + summs. Lane r of 8 accumulators acc[k] and of
+ * summs is weight row r: the codes 0..15 are unsigned, so a vpdpbusd of row r's 4 codes and 4 activation bytes
+ * broadcast gives the quad sum exactly with no start. Layout of a group of 16 rows, per block (320 bytes):
+ *   [0, 256)    codes: [t 0..3][row r][4 bytes]: row r's qs[4t .. 4t + 3] (low nibbles: values 4t.., high: 16 + 4t..)
+ *   [256, 288)  d: [row] f16;  [288, 320) m: [row] f16 */
+static inline __attribute__((always_inline)) void tile_q4_1_rp16(int64_t n, float *s, int64_t bs, const char *vx,
+                                                                 const char *vy, size_t by, const int NC) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+    const int64_t nb = n / QR_QK4_1;
+    __m512 acc[2][8], summs[2];
+    for (int c = 0; c < NC; c++) {
+        summs[c] = _mm512_setzero_ps();
+        for (int q = 0; q < 8; q++) acc[c][q] = _mm512_setzero_ps();
+    }
+    for (int64_t i = 0; i < nb; i++) {
+        const char *xb = vx + (size_t)i * 320;
+        const __m512 dx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(xb + 256)));
+        const __m512 mx = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(xb + 288)));
+        const qr_block_q8_1 *y[2];
+        __m512 d[2];
+        for (int c = 0; c < NC; c++) {
+            y[c] = (const qr_block_q8_1 *)(vy + (size_t)c * by) + i;
+            summs[c] = _mm512_fmadd_ps(mx, _mm512_set1_ps(f16c_to_fp32(y[c]->s)), summs[c]);
+            d[c] = _mm512_mul_ps(dx, _mm512_set1_ps(f16c_to_fp32(y[c]->d)));
+        }
+        for (int t = 0; t < 4; t++) {
+            const __m512i v = _mm512_loadu_si512(xb + 64 * t);
+            const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            for (int c = 0; c < NC; c++) {
+                const __m512i a = _mm512_dpbusd_epi32(zero, lo, _mm512_set1_epi32(rp_load_i32(y[c]->qs + 4 * t)));
+                const __m512i b = _mm512_dpbusd_epi32(zero, hi, _mm512_set1_epi32(rp_load_i32(y[c]->qs + 16 + 4 * t)));
+                acc[c][t] = _mm512_fmadd_ps(d[c], _mm512_cvtepi32_ps(a), acc[c][t]);
+                acc[c][t + 4] = _mm512_fmadd_ps(d[c], _mm512_cvtepi32_ps(b), acc[c][t + 4]);
+            }
+        }
+    }
+    for (int c = 0; c < NC; c++) {
+        const __m512 t0 = _mm512_add_ps(acc[c][0], acc[c][4]), t1 = _mm512_add_ps(acc[c][1], acc[c][5]);
+        const __m512 t2 = _mm512_add_ps(acc[c][2], acc[c][6]), t3 = _mm512_add_ps(acc[c][3], acc[c][7]);
+        _mm512_storeu_ps(s + (int64_t)c * bs,
+                         _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(t0, t2), _mm512_add_ps(t1, t3)), summs[c]));
+    }
+}
+
+void qr_vec_dot_tile_q4_1_q8_1_rp16_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y,
+                                           size_t by, int nr, int nc) {
+    (void)bx;
+    (void)nr;
+    switch (nc) {
+    case 1: tile_q4_1_rp16(n, s, bs, x, y, by, 1); return;
+    case 2: tile_q4_1_rp16(n, s, bs, x, y, by, 2); return;
     default: return;
     }
 }
