@@ -135,7 +135,7 @@ static const simd_override avx512_overrides[] = {
             .pack = qr_q4_1_rp16_pack, .unpack_row = qr_q4_1_rp16_unpack_row,
             .gemm_tile = qr_vec_dot_tile_q4_1_q8_1_rp16_avx512, .gemv_tile = qr_vec_dot_tile_q4_1_q8_1_rp16_avx512}},
     {.type = QR_TYPE_Q5_0, .vec_dot_tile = qr_vec_dot_tile_q5_0_q8_0_avx512,
-     .rp = {.rows = 16, .cols = 2, .vec_dot_order = true, .row_bytes_of = q5_0_rp16_row_bytes,
+     .rp = {.rows = 16, .cols = 3, .vec_dot_order = true, .row_bytes_of = q5_0_rp16_row_bytes,
             .pack = qr_q5_0_rp16_pack, .unpack_row = qr_q5_0_rp16_unpack_row,
             .gemm_tile = qr_vec_dot_tile_q5_0_q8_0_rp16_avx512, .gemv_tile = qr_vec_dot_tile_q5_0_q8_0_rp16_avx512,
             .act_extra_bytes = q8_0_rp16_act_extra_bytes, .act_extra = qr_q5_0_rp16_act_extra}},

@@ -69,7 +69,7 @@ const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
                             "seconds the driver waits for its ranks to join (and a worker for the driver), and "
                             "any rank for a reply or an all-reduce from another"},
     [QR_KNOB_CPU_REPACK] = {"QUARREL_CPU_REPACK", QR_KNOB_BOOL, "1", 0, 0, NULL, "CPU backend (weight loading)",
-                            "Q4_K, Q4_0 (AVX2, AVX-512) and Q8_0 (AVX-512) matmul weights are copied at load time into "
+                            "Q4_K, Q4_0 (AVX2, AVX-512), Q8_0, Q4_1, Q5_0 (AVX-512) matmul weights are copied at load time into "
                             "groups of 8 / 16 interleaved rows (rows in the vector lanes; same results, faster); 0: the "
                             "file's layout"},
 };
