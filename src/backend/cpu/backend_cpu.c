@@ -128,10 +128,11 @@ static void cpu_synchronize(qr_backend *be) { (void)be; }
 
 static const qr_quant_traits *cpu_traits(const cpu_backend *cb, qr_type t);
 
-/* The weight's repacked copy (w->device) when its type has a load-time repack on this CPU (qr_quant_traits rp_*:
- * Q4_K on AVX-512) and it is a 2-D matrix of a multiple of rp_rows rows; QUARREL_CPU_REPACK=0 keeps the file's
- * layout. The mapped file's pages of the weight are read once here and then only by ops that take the rows as the
- * file has them (get_rows of a tied embedding, heads, experts). */
+/* The weight's repacked copy (w->device) when its type has a load-time repack on this CPU (qr_quant_traits rp:
+ * Q4_K, Q4_0 at both ISA levels, Q8_0, Q4_1, Q5_0 on AVX-512), it is a 2-D matrix of a multiple of rp.rows rows and
+ * not an embedding table only gathered; QUARREL_CPU_REPACK=0 keeps the file's layout. The mapped file's pages of the
+ * weight are read once here and then only by ops that take the rows as the file has them (heads, experts: 3-D
+ * weights, never packed; get_rows of a packed table reads the packed copy). */
 static qr_status cpu_weight_prepare(qr_backend *be, qr_weight *w, char *err, size_t err_len) {
     if (!w->host) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "weight %s has no data", w->name ? w->name : "?");
     w->device = NULL;
@@ -369,8 +370,8 @@ typedef struct mm_task {
     qr_vec_dot_fn dot, dot_gemm;
     qr_vec_dot_tile_fn tile;    /* dot's tiled form (bit-identical results) when the weight type has one, else NULL */
     qr_vec_dot_tile_fn tile_gemm, tile_gemv; /* the same for dot_gemm (rows < n_gemm) and dot (the rest) */
-    int tile_r, tile_c;         /* tile shape: weight rows x token rows, each <= QR_TILE_MAX (rp: rp_rows x rp_cols) */
-    const char *wbase;          /* the weight rows: w->host, or its repacked copy (tr->rp_*) */
+    int tile_r, tile_c;         /* tile shape: weight rows x token rows, each <= QR_TILE_MAX (repacked: rp.rows x rp.cols) */
+    const char *wbase;          /* the weight rows: w->host, or its repacked copy (tr->rp) */
     void (*act_extra)(const void *yrow, int64_t k, void *extra); /* the repacked tiles' extra (tr->rp.act_extra) */
     size_t xq_base;             /* bytes of a converted row before its extra */
     size_t wrow;                /* bytes a row at wbase */
