@@ -20,6 +20,7 @@ A model may also be `file:PATH`, a GGUF file with real weights (e.g. the default
 its prompts are --prompts evenly spaced chunks of --prompt-len tokens of real text (--text, default
 tests/data/ref/teacher_text.txt), tokenized by the model, instead of random ids.
 --exact runs the GPU in its exact mode (QUARREL_CUDA_EXACT=1: the CPU's arithmetic, bit for bit).
+--cache-type T gives both backends a KV cache of type T (q8_0, q4_0: the quantized cache of issue 34).
 Environment: OUT (default /tmp/gpu_check), BUNDLE (build-gpu/bundle), MODEL_DIR (/tmp/qr_check_models).
 Exit status: 0 when every target holds, 1 otherwise.
 """
@@ -81,6 +82,8 @@ def main():
                     help="file:PATH models (real weights): prompts are chunks of this text, not random ids")
     ap.add_argument("--exact", action="store_true", help="the GPU in exact mode (QUARREL_CUDA_EXACT=1)")
     ap.add_argument("--gpu-backend", default="cuda", help="backend compared with the CPU (cpu: a dry run of this script)")
+    ap.add_argument("--cache-type", default=None,
+                    help="KV cache type of both backends (--cache-type-k / -v: q8_0, q4_0, ...; default f16)")
     args = ap.parse_args()
     if args.exact:
         os.environ["QUARREL_CUDA_EXACT"] = "1"
@@ -90,6 +93,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     os.makedirs(model_dir, exist_ok=True)
     qr = os.path.join(bundle, "quarrel")
+    cache = ["--cache-type-k", args.cache_type, "--cache-type-v", args.cache_type] if args.cache_type else []
     jl = open(os.path.join(out, "gpu_check.jsonl"), "a")
     rows, problems = [], []
 
@@ -155,7 +159,7 @@ def main():
                                    ("cpu_decode", "cpu", ["--ubatch", "1"]),
                                    ("decode", args.gpu_backend, ["--ubatch", "1"])):
                 npy = os.path.join(out, f"logits_{name}_{key}.npy")
-                rc, so, se = run([qr, "logits", "-m", path, "--tokens", allfile, "-o", npy, "--backend", be] + extra)
+                rc, so, se = run([qr, "logits", "-m", path, "--tokens", allfile, "-o", npy, "--backend", be] + extra + cache)
                 if rc != 0:
                     problems.append(f"{name}: logits --backend {be} {' '.join(extra)} failed: {se.strip()[-300:]}")
                     log(problems[-1])
@@ -176,7 +180,7 @@ def main():
                 gens = {}
                 for be in ("cpu", args.gpu_backend):
                     rc, so, se = run([qr, "run", "-m", path, "--tokens", pfile, "-n", str(args.gen), "--temp", "0",
-                                      "--ignore-eos", "--ids-only", "-q", "--backend", be])
+                                      "--ignore-eos", "--ids-only", "-q", "--backend", be] + cache)
                     if rc != 0:
                         problems.append(f"{name} {os.path.basename(pfile)}: run --backend {be} failed: "
                                         f"{se.strip()[-300:]}")

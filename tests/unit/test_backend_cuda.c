@@ -42,7 +42,8 @@ static void test_create(void **state) {
     assert_int_equal(be->caps.max_head_dim, 512);
     assert_true(be->caps.matmul_types & QR_TYPE_BIT(QR_TYPE_Q4_0));
     assert_true(be->caps.matmul_types & QR_TYPE_BIT(QR_TYPE_F16));
-    assert_int_equal(be->caps.kv_types, QR_TYPE_BIT(QR_TYPE_F16) | QR_TYPE_BIT(QR_TYPE_F32));
+    assert_int_equal(be->caps.kv_types, QR_TYPE_BIT(QR_TYPE_F16) | QR_TYPE_BIT(QR_TYPE_F32) | QR_TYPE_BIT(QR_TYPE_Q8_0) |
+                                            QR_TYPE_BIT(QR_TYPE_Q4_0));
     size_t mem_free = 0, mem_total = 0;
     assert_non_null(be->ops->mem_info);
     assert_true(be->ops->mem_info(be, &mem_free, &mem_total));

@@ -25,12 +25,16 @@
 #include "backend/cuda/cuda_dev.cuh"
 
 #define FA_THREADS 128
+#include "backend/cuda/kv_quant.cuh"
 #define FA_BM 64 /* flat rows a CTA */
 #define FA_PAD 8 /* halves of padding a shared row: 8 rows of a ldmatrix fall in different banks */
 /* The launch forms (head size, keys a block, m16 tiles a warp, K/V pipeline stages): the backend picks MT
  * (qr_cuda_tune.attn_flash_mt; 1 for head size 256: the registers) and, where two forms differ only in them, the
  * stages (attn_flash_stages); 3 stages where two CTAs an SM still fit the shared memory. */
 #define FA_FORMS(X) X(64, 64, 2, 3) X(64, 64, 1, 3) X(128, 32, 2, 3) X(128, 32, 2, 2) X(128, 64, 1, 2) X(256, 32, 1, 2)
+/* The forms over a quantized cache (head size, keys a block, m16 tiles a warp, raw stages): one f16 K/V tile that each
+ * block's raw rows are dequantized into (kv_quant.cuh); two m16 tiles a warp halve that work a row */
+#define FA_QFORMS(X) X(64, 64, 2, 3) X(64, 64, 1, 3) X(128, 32, 2, 3) X(128, 32, 1, 3) X(256, 32, 1, 2)
 
 static __device__ __forceinline__ void fa_ldsm_x4(uint32_t (&r)[4], const __half *p) {
 #if defined(__CUDA_ARCH__)
@@ -78,10 +82,14 @@ static __device__ __forceinline__ float fa_quad_sum(float v) {
 
 /* Shared memory of a CTA (halves): Q [BM][D + PAD], then K and V [ST stages][BN][D + PAD] each. MT m16 tiles a
  * warp (BM = 64 MT flat rows a CTA): the warp's tiles share every K and V fragment it loads. */
-template <int D, int BN, int MT, int ST> struct fa_cfg {
+template <int D, int BN, int MT, int ST, int KQ = 0> struct fa_cfg {
     static constexpr int BM = 16 * MT * (FA_THREADS / 32), P = D + FA_PAD;
-    static constexpr int O_K = BM * P, O_V = O_K + ST * BN * P;
-    static constexpr int SMEM = (O_V + ST * BN * P) * 2;
+    static constexpr int KST = KQ ? 1 : ST; /* f16 K/V tiles: a quantized cache dequantizes into one */
+    static constexpr int O_K = BM * P, O_V = O_K + KST * BN * P;
+    /* a quantized cache: ST stages of the blocks' raw rows (codes, then the head's scales), K then V, in bytes */
+    static constexpr int CODES = KQ == CUDA_KVQ_Q8 ? D : D / 2, RAW = KQ ? ((CODES + D / 16 + 15) / 16) * 16 : 0;
+    static constexpr int O_RAW = (O_V + KST * BN * P) * 2;
+    static constexpr int SMEM = O_RAW + ST * 2 * BN * RAW;
 };
 
 /* Grid (tiles, n_head_kv, splits). tiles[b] = {first batch row of the run, rows in the run, first flat row, 0};
@@ -89,11 +97,11 @@ template <int D, int BN, int MT, int ST> struct fa_cfg {
  * f16 cache, positions, sequences, block tables, window, softcap, scale, sinks; out [n_tok][n_head * D] f32.
  * dk == dv == D. One split: out = the normalised output. Several: part[split][n_tok * n_head][D] = the split's
  * unnormalised output and stats[split][n_tok * n_head] = {max (log2 domain), sum}, for attn_flash_combine. */
-template <int D, int BN, int MT, int ST>
+template <int D, int BN, int MT, int ST, int KQ = 0>
 static __global__ void __launch_bounds__(FA_THREADS, 2)
     attn_flash_kernel(const cuda_attn_args a, const int4 *__restrict__ tiles, float *__restrict__ part,
                       float2 *__restrict__ stats) {
-    typedef fa_cfg<D, BN, MT, ST> C;
+    typedef fa_cfg<D, BN, MT, ST, KQ> C;
     constexpr int P = C::P, BM = C::BM;
     extern __shared__ __align__(16) __half fsm[];
     __shared__ int s_pos[BM], s_first[BM], s_kmin, s_kmax;
@@ -137,8 +145,29 @@ static __global__ void __launch_bounds__(FA_THREADS, 2)
      * block size divides by shifts */
     const int bs = a.block_size, bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
     auto load_kv = [&](int j) {
-        __half *ks = fsm + C::O_K + (j % ST) * BN * P, *vs = fsm + C::O_V + (j % ST) * BN * P;
         const int k0 = kbase + j * BN;
+        if (KQ) { /* the raw rows of block j into raw stage j % ST: 16-byte pieces of codes, 4-byte pieces of scales */
+            uint8_t *rk = (uint8_t *)fsm + C::O_RAW + (j % ST) * 2 * BN * C::RAW, *rv = rk + BN * C::RAW;
+            constexpr int CB = C::CODES / 16, SB = D / 64; /* pieces of a head's codes, of its scales */
+            const int n = (int)kdim;
+            for (int i = tid; i < BN * (CB + SB); i += FA_THREADS) {
+                const int key = i / (CB + SB), c = i % (CB + SB);
+                int p = k0 + key;
+                p = p < kmin ? kmin : (p > kmax ? kmax : p);
+                const int blk = bt[p / bs], off = p % bs;
+                const kvq_row kr = kvq_row_at<KQ>(a.k_cache, blk, off, n, bs), vr = kvq_row_at<KQ>(a.v_cache, blk, off, n, bs);
+                if (c < CB) {
+                    cp_async16(rk + key * C::RAW + c * 16, kr.codes + kvh * C::CODES + c * 16);
+                    cp_async16(rv + key * C::RAW + c * 16, vr.codes + kvh * C::CODES + c * 16);
+                } else {
+                    const int sp = (c - CB) * 4;
+                    cp_async4(rk + key * C::RAW + C::CODES + sp, (const uint8_t *)(kr.scales + kvh * (D / 32)) + sp, 4);
+                    cp_async4(rv + key * C::RAW + C::CODES + sp, (const uint8_t *)(vr.scales + kvh * (D / 32)) + sp, 4);
+                }
+            }
+            return;
+        }
+        __half *ks = fsm + C::O_K + (j % ST) * BN * P, *vs = fsm + C::O_V + (j % ST) * BN * P;
 #pragma unroll
         for (int i = tid; i < BN * (D / 8); i += FA_THREADS) {
             const int key = i / (D / 8), c = (i % (D / 8)) * 8;
@@ -148,6 +177,23 @@ static __global__ void __launch_bounds__(FA_THREADS, 2)
                                                : (int64_t)bt[p / bs] * bs + p % bs;
             cp_async16(ks + key * P + c, kc + slot * kdim + c);
             cp_async16(vs + key * P + c, vc + slot * kdim + c);
+        }
+    };
+    /* a quantized cache: raw stage j % ST -> the f16 K/V tiles */
+    auto dequant_kv = [&](int j) {
+        const uint8_t *rk = (const uint8_t *)fsm + C::O_RAW + (j % ST) * 2 * BN * C::RAW, *rv = rk + BN * C::RAW;
+        __half *ks = fsm + C::O_K, *vs = fsm + C::O_V;
+        for (int i = tid; i < BN * (D / 8); i += FA_THREADS) {
+            const int key = i / (D / 8), c = (i % (D / 8)) * 8;
+            float f[8];
+            const uint8_t *kr = rk + key * C::RAW, *vr = rv + key * C::RAW;
+            kvq_dequant8<KQ>(kr + kvq_code_bytes<KQ>(c), __half2float(((const __half *)(kr + C::CODES))[c >> 5]), f);
+            uint4 u;
+            u.x = fa_pack(f[0], f[1]), u.y = fa_pack(f[2], f[3]), u.z = fa_pack(f[4], f[5]), u.w = fa_pack(f[6], f[7]);
+            *(uint4 *)(ks + key * P + c) = u;
+            kvq_dequant8<KQ>(vr + kvq_code_bytes<KQ>(c), __half2float(((const __half *)(vr + C::CODES))[c >> 5]), f);
+            u.x = fa_pack(f[0], f[1]), u.y = fa_pack(f[2], f[3]), u.z = fa_pack(f[4], f[5]), u.w = fa_pack(f[6], f[7]);
+            *(uint4 *)(vs + key * P + c) = u;
         }
     };
 
@@ -191,9 +237,14 @@ static __global__ void __launch_bounds__(FA_THREADS, 2)
         __syncthreads();
         if (j + ST - 1 < je) load_kv(j + ST - 1);
         cp_async_commit();
+        if (KQ) { /* the tiles' last readers passed the barrier above */
+            dequant_kv(j);
+            __syncthreads();
+        }
         const int k0 = kbase + j * BN;
         if (k0 <= wmax && k0 + BN > wmin) { /* some key of the block is visible to some row of the warp */
-            const __half *ks = fsm + C::O_K + (j % ST) * BN * P, *vs = fsm + C::O_V + (j % ST) * BN * P;
+            const int ts = KQ ? 0 : j % ST;
+            const __half *ks = fsm + C::O_K + ts * BN * P, *vs = fsm + C::O_V + ts * BN * P;
             float s[MT][BN / 8][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
@@ -333,10 +384,10 @@ static __global__ void __launch_bounds__(D) attn_flash_combine(const cuda_attn_a
     a.out[rh * D + d] = den > 0.0f ? acc / den : 0.0f;
 }
 
-template <int D, int BN, int MT, int ST>
+template <int D, int BN, int MT, int ST, int KQ = 0>
 static cudaError_t launch_flash(const cuda_attn_args *a, const int4 *tiles, int32_t n_tiles, int32_t ns, float *part,
                                 cudaStream_t stream) {
-    typedef fa_cfg<D, BN, MT, ST> C;
+    typedef fa_cfg<D, BN, MT, ST, KQ> C;
     static unsigned long long attr_set = 0; /* per instantiation, a bit per device (function attributes are per
                                              * device context): the dynamic shared memory above 48 KiB */
     int dev = 0;
@@ -344,12 +395,12 @@ static cudaError_t launch_flash(const cuda_attn_args *a, const int4 *tiles, int3
     if (ge != cudaSuccess) return ge;
     const unsigned long long bit = dev < 64 ? 1ull << dev : 0;
     if (!(attr_set & bit)) {
-        const cudaError_t e = cudaFuncSetAttribute(attn_flash_kernel<D, BN, MT, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+        const cudaError_t e = cudaFuncSetAttribute(attn_flash_kernel<D, BN, MT, ST, KQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
         if (e != cudaSuccess) return e;
         attr_set |= bit;
     }
     float2 *stats = ns > 1 ? (float2 *)(part + (size_t)ns * a->n_tok * a->n_head * D) : NULL;
-    attn_flash_kernel<D, BN, MT, ST><<<dim3((unsigned)n_tiles, (unsigned)a->n_head_kv, (unsigned)ns), FA_THREADS, C::SMEM, stream>>>(
+    attn_flash_kernel<D, BN, MT, ST, KQ><<<dim3((unsigned)n_tiles, (unsigned)a->n_head_kv, (unsigned)ns), FA_THREADS, C::SMEM, stream>>>(
         *a, tiles, part, stats);
     if (ns > 1) {
         const cudaError_t e = cudaGetLastError();
@@ -360,7 +411,8 @@ static cudaError_t launch_flash(const cuda_attn_args *a, const int4 *tiles, int3
 }
 
 extern "C" bool qr_cuda_attn_flash_supported(const cuda_attn_args *a) {
-    return a->f16 && a->dk == a->dv && (a->dk == 64 || a->dk == 128 || a->dk == 256);
+    return (a->kvq == CUDA_KVQ_Q8 || a->kvq == CUDA_KVQ_Q4 || (!a->kvq && a->f16)) && a->dk == a->dv &&
+           (a->dk == 64 || a->dk == 128 || a->dk == 256);
 }
 
 extern "C" int32_t qr_cuda_attn_flash_rows(int32_t head_dim, int32_t mt) {
@@ -395,6 +447,15 @@ extern "C" cudaError_t qr_cuda_attention_flash(const cuda_attn_args *a, int32_t 
         return cudaErrorInvalidValue;
     const int4 *t = (const int4 *)tiles;
     if (a->dk == 256) mt = 1;
+    if (a->kvq) { /* the form of FA_QFORMS for (head size, mt) */
+#define FORM(D, BN, MT, ST)                                                                                             \
+    if (a->dk == D && mt == MT)                                                                                       \
+        return a->kvq == CUDA_KVQ_Q8 ? launch_flash<D, BN, MT, ST, CUDA_KVQ_Q8>(a, t, n_tiles, n_splits, part, stream) \
+                                     : launch_flash<D, BN, MT, ST, CUDA_KVQ_Q4>(a, t, n_tiles, n_splits, part, stream);
+        FA_QFORMS(FORM)
+#undef FORM
+        return cudaErrorInvalidValue;
+    }
     /* the form of (head size, mt) with these stages, else the first of (head size, mt) */
 #define FORM(D, BN, MT, ST) \
     if (a->dk == D && mt == MT && ST == stages) return launch_flash<D, BN, MT, ST>(a, t, n_tiles, n_splits, part, stream);

@@ -119,6 +119,7 @@ static void cuda_destroy(qr_backend *be) {
     cudaFree(cb->tile);
     cudaFree(cb->attn);
     cudaFree(cb->attn_cnt);
+    cudaFree(cb->kvq_q);
     cudaFree(cb->zero_ids);
     cudaFree(cb->head_ids);
     cudaFree(cb->heads_x);
@@ -378,7 +379,8 @@ static qr_status cuda_set_n_threads(qr_backend *be, int32_t n_threads, char *err
 
 /* ---- KV storage ---- */
 
-static size_t kv_elem(qr_type t) { return t == QR_TYPE_F16 ? 2 : 4; }
+/* The kernels' kind of a quantized cache type (cuda_attn_args.kvq), 0 for f16 / f32. */
+static int32_t kv_kvq(qr_type t) { return t == QR_TYPE_Q8_0 ? CUDA_KVQ_Q8 : t == QR_TYPE_Q4_0 ? CUDA_KVQ_Q4 : 0; }
 
 static void cuda_kv_free(qr_backend *be, qr_kv_storage *kv) {
     if (!kv) return;
@@ -399,18 +401,31 @@ static qr_kv_storage *cuda_kv_alloc(qr_backend *be, const qr_kv_desc *d, char *e
         qr_errf(err, err_len, QR_ERR_NOMEM, "cannot allocate the KV cache descriptor");
         return NULL;
     }
-    if (d->type_k != d->type_v) { /* caps.kv_types holds F16 and F32, one for both */
+    if (d->type_k != d->type_v) { /* caps.kv_types holds F16, F32, Q8_0 and Q4_0, one for both */
         free(kv);
         qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "the CUDA backend stores K and V in one type (not %s K with %s V)",
                 qr_type_name(d->type_k), qr_type_name(d->type_v));
         return NULL;
     }
+    const size_t rk = qr_kv_row_bytes_k(d), rv = qr_kv_row_bytes_v(d);
+    if (kv_kvq(d->type_k)) { /* kv_quant.cuh's layout: 16-byte aligned blocks; the exact mode has no such attention */
+        const char *why = cb->exact ? "the exact mode (QUARREL_CUDA_EXACT) has no quantized cache"
+                          : ((size_t)d->block_size * rk) % 16 || ((size_t)d->block_size * rv) % 16
+                              ? "its blocks' bytes are not a multiple of 16 (block size and head layout)"
+                              : NULL;
+        if (why) {
+            free(kv);
+            qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "the CUDA backend cannot store a %s KV cache here: %s",
+                    qr_type_name(d->type_k), why);
+            return NULL;
+        }
+    }
     kv->magic = KV_MAGIC;
     kv->desc = *d;
     if (d->block_size > cb->kv_block_size) cb->kv_block_size = d->block_size; /* exact rope in graphs */
-    const size_t slots = (size_t)d->n_blocks * (size_t)d->block_size, es = kv_elem(d->type_k);
-    kv->k_layer = slots * (size_t)d->k_dim * es;
-    kv->v_layer = slots * (size_t)d->v_dim * es;
+    const size_t slots = (size_t)d->n_blocks * (size_t)d->block_size;
+    kv->k_layer = slots * rk;
+    kv->v_layer = slots * rv;
     const size_t kb = kv->k_layer * (size_t)d->n_layer, vb = kv->v_layer * (size_t)d->n_layer;
     cudaSetDevice(cb->device);
     cudaError_t e = cudaMalloc((void **)&kv->k, kb ? kb : 256);
@@ -443,8 +458,7 @@ static void cuda_kv_copy_block(qr_backend *be, qr_kv_storage *kv, int32_t src, i
     if (!kv_valid(cb, kv, "kv_copy_block")) return;
     const qr_kv_desc *d = &kv->desc; /* src, dst: checked by backend_check.c */
     if (src == dst || d->n_layer == 0) return;
-    const size_t es = kv_elem(d->type_k), bk = (size_t)d->block_size * (size_t)d->k_dim * es,
-                 bv = (size_t)d->block_size * (size_t)d->v_dim * es;
+    const size_t bk = (size_t)d->block_size * qr_kv_row_bytes_k(d), bv = (size_t)d->block_size * qr_kv_row_bytes_v(d);
     /* one 2-D copy per cache: a block-sized row in each layer */
     if (cuda_ok(cb, cudaMemcpy2DAsync(kv->k + (size_t)dst * bk, kv->k_layer, kv->k + (size_t)src * bk, kv->k_layer, bk,
                                       (size_t)d->n_layer, cudaMemcpyDeviceToDevice, cb->stream),
@@ -1138,6 +1152,16 @@ static void cuda_kv_store(qr_backend *be, qr_kv_storage *kv, int32_t layer, cons
     cuda_backend *cb = CB(be);
     if (!kv_store_ok(cb, kv, layer, "kv_store")) return;
     const qr_kv_desc *d = &kv->desc;
+    const int32_t kvq = kv_kvq(d->type_k);
+    if (kvq) { /* rotated, then quantized as the CPU stores it (kv_quant.cu) */
+        if (cuda_ok(cb, qr_cuda_kvq_store(k, cb->n_tokens, d->k_dim, d->rot_k, cb->d_kv_slot, d->block_size,
+                                          kv->k + (size_t)layer * kv->k_layer, kvq, cb->stream),
+                    "kv_store"))
+            cuda_ok(cb, qr_cuda_kvq_store(v, cb->n_tokens, d->v_dim, d->rot_v, cb->d_kv_slot, d->block_size,
+                                          kv->v + (size_t)layer * kv->v_layer, kvq, cb->stream),
+                    "kv_store");
+        return;
+    }
     cuda_ok(cb, qr_cuda_kv_store(k, v, cb->n_tokens, d->k_dim, d->v_dim, cb->d_kv_slot, kv->k + (size_t)layer * kv->k_layer,
                                  kv->v + (size_t)layer * kv->v_layer, d->type_k == QR_TYPE_F16, cb->stream),
             "kv_store");
@@ -1148,7 +1172,21 @@ static void rope_kv_store(qr_backend *be, float *q, float *k, const float *v, in
     cuda_backend *cb = CB(be);
     cuda_rope_consts c;
     const float *ff;
-    if (!cb->tune.fuse) {
+    if (kv && kv_kvq(kv->desc.type_k) && cb->tune.fuse && !cb->exact && rope_setup(cb, head_dim, p, &c, &ff)) {
+        /* a quantized cache: rope + rotation + quantization in one launch for decode passes (the kernel declines
+         * the rest), else the steps below */
+        if (!kv_store_ok(cb, kv, layer, "rope_kv_store")) return;
+        const qr_kv_desc *d = &kv->desc;
+        const cudaError_t e = qr_cuda_rope_kvq_store(q, k, v, cb->n_tokens, n_head, n_head_kv, head_dim, d->v_dim,
+                                                     cb->d_pos, cb->d_kv_slot, &c, ff, kv->k + (size_t)layer * kv->k_layer,
+                                                     kv->v + (size_t)layer * kv->v_layer, d->block_size,
+                                                     kv_kvq(d->type_k), d->rot_k, d->rot_v, use_pdl(cb), cb->stream);
+        if (e != cudaErrorNotSupported) {
+            cuda_ok(cb, e, "rope_kv_store");
+            return;
+        }
+    }
+    if (!cb->tune.fuse || (kv && kv_kvq(kv->desc.type_k))) {
         cuda_rope(be, q, n_head, head_dim, p);
         cuda_rope(be, k, n_head_kv, head_dim, p);
         cuda_kv_store(be, kv, layer, k, v);
@@ -1205,6 +1243,8 @@ static bool attn_args(cuda_backend *cb, qr_kv_storage *kv, int32_t layer, const 
     a.k_cache = kv->k + (size_t)layer * kv->k_layer;
     a.v_cache = kv->v + (size_t)layer * kv->v_layer;
     a.f16 = d->type_k == QR_TYPE_F16;
+    a.kvq = kv_kvq(d->type_k);
+    a.rot_k = d->rot_k, a.rot_v = d->rot_v;
     a.pos = cb->d_pos;
     a.seq = cb->d_seq;
     a.block_table = cb->d_block_table;
@@ -1261,10 +1301,14 @@ static bool attn_q8_out(cuda_backend *cb, const qr_attn_params *p, float *out, i
  * runs of at least attn_flash_min_run rows a sequence on average, a layout the kernel takes, outside graphs.
  * max_span: the longest key span of a row. True when it ran (or raised an error); false to leave the pass to
  * the other kernels. */
+/* The first conditions of attn_flash (what it decides without looking at the rows' sequences). */
+static bool attn_flash_wanted(const cuda_backend *cb, const cuda_attn_args *a) {
+    return cb->tune.attn_flash && !cb->graph_mode && a->n_tok > cb->tune.attn_decode_max_rows &&
+           qr_cuda_attn_flash_supported(a);
+}
+
 static bool attn_flash(cuda_backend *cb, const cuda_attn_args *a, int32_t max_span) {
-    if (!cb->tune.attn_flash || cb->graph_mode || a->n_tok <= cb->tune.attn_decode_max_rows ||
-        !qr_cuda_attn_flash_supported(a))
-        return false;
+    if (!attn_flash_wanted(cb, a)) return false;
     int32_t n_runs = 0;
     for (int32_t r = 0; r < cb->n_tokens; r++) n_runs += r == 0 || cb->h_seq[r] != cb->h_seq[r - 1];
     if ((int64_t)n_runs * cb->tune.attn_flash_min_run > cb->n_tokens) return false;
@@ -1314,6 +1358,84 @@ static bool attn_flash(cuda_backend *cb, const cuda_attn_args *a, int32_t max_sp
     return true;
 }
 
+/* The decode kernels' per-tile split counters for `tiles` tiles (zeroed once; every launch leaves them zero); false
+ * with an error raised. */
+static bool attn_counters(cuda_backend *cb, size_t tiles) {
+    if (tiles <= cb->attn_cnt_cap) return true;
+    if (cb->capturing) {
+        raise_error(cb, QR_ERR_INTERNAL, "attention counters must grow during graph capture");
+        return false;
+    }
+    const size_t cap = (tiles + 1023) & ~(size_t)1023;
+    cudaStreamSynchronize(cb->stream);
+    cudaFree(cb->attn_cnt);
+    cb->attn_cnt = NULL;
+    cb->attn_cnt_cap = 0;
+    cb->scratch_gen++;
+    if (!cuda_ok(cb, cudaMalloc((void **)&cb->attn_cnt, cap * sizeof(unsigned int)), "attention counters") ||
+        !cuda_ok(cb, cudaMemsetAsync(cb->attn_cnt, 0, cap * sizeof(unsigned int), cb->stream), "attention counters"))
+        return false;
+    cb->attn_cnt_cap = cap;
+    return true;
+}
+
+/* Attention over a quantized cache (kv_quant.cu): for prompt-like passes the flash kernel (q rotated as the cache's K
+ * into scratch first, its output rotated back after), for the rest (graphs included) the quantized-cache decode
+ * kernel, which rotates both itself. */
+static void attention_kvq(cuda_backend *cb, const qr_kv_storage *kv, const qr_attn_params *p, cuda_attn_args *a,
+                          int32_t max_span) {
+    const qr_kv_desc *d = &kv->desc;
+    if (!qr_cuda_attn_kvq_supported(a)) {
+        raise_error(cb, QR_ERR_UNSUPPORTED,
+                    "attention: the CUDA backend's %s KV cache takes head sizes 64, 128 and 256 (K and V alike), not %d / %d",
+                    qr_type_name(d->type_k), a->dk, a->dv);
+        return;
+    }
+    const int64_t rows = (int64_t)a->n_tok * a->n_head;
+    if (attn_flash_wanted(cb, a)) { /* the flash kernel takes q rotated and leaves its output rotated */
+        cuda_attn_args af = *a;
+        if (d->rot_k) {
+            if (!ensure_scratch(cb, &cb->kvq_q, &cb->kvq_q_cap, (size_t)rows * (size_t)a->dk * 4, "attention q") ||
+                !cuda_ok(cb, qr_cuda_fwht(a->q, (float *)cb->kvq_q, rows, a->dk, d->rot_k, cb->stream), "attention q"))
+                return;
+            af.q = (const float *)cb->kvq_q;
+        }
+        if (attn_flash(cb, &af, max_span)) {
+            if (d->rot_v && cb->error == QR_OK)
+                cuda_ok(cb, qr_cuda_fwht(a->out, a->out, rows, a->dv, d->rot_v, cb->stream), "attention output");
+            return;
+        }
+    }
+    {
+        /* key splits: one wave of CTAs (QR_CUDA_KVQ_CTAS an SM), at least 64 keys a split of the span (in a graph: of
+         * every key the block table can address; empty splits are harmless) */
+        const int group = a->n_head / a->n_head_kv, G = a->dk == 256 || group <= 4 ? 4 : 8;
+        const int64_t base = (int64_t)a->n_tok * a->n_head_kv * ((group + G - 1) / G);
+        const int64_t span = cb->graph_mode ? (int64_t)cb->max_blocks * d->block_size : max_span;
+        int64_t ns = cb->tune.attn_splits;
+        if (ns <= 0) {
+            ns = (int64_t)QR_CUDA_KVQ_CTAS(a->dk, G) * cb->n_sm / base;
+            if (ns > (span + 63) / 64) ns = (span + 63) / 64;
+        }
+        if (ns > 256) ns = 256;
+        if (ns < 1) ns = 1;
+        a->n_splits = (int32_t)ns;
+        const size_t n_rh = (size_t)rows * (size_t)ns;
+        const size_t stats_bytes = (n_rh * 2 * 4 + 255) & ~(size_t)255, part_bytes = ns > 1 ? n_rh * (size_t)a->dv * 4 : 0;
+        if (!ensure_scratch(cb, &cb->attn, &cb->attn_cap, stats_bytes + part_bytes, "attention scratch") ||
+            (ns > 1 && !attn_counters(cb, (size_t)qr_cuda_attn_decode_tiles(a))))
+            return;
+        a->stats = (float *)cb->attn;
+        a->partial = ns > 1 ? (float *)((uint8_t *)cb->attn + stats_bytes) : NULL;
+        /* the tile's last CTA can also quantize the output for the output projection (p->next) */
+        if (!attn_q8_out(cb, p, a->out, group < G ? group : G, a) ||
+            !cuda_ok(cb, qr_cuda_attention_kvq(a, cb->attn_cnt, use_pdl(cb), cb->stream), "attention (quantized cache)"))
+            return;
+        cb->act_valid = false;
+        if (a->q8_kind >= 0) act_mark(cb, a->out, a->n_tok, (int64_t)a->n_head * a->dv, a->q8_kind);
+    }
+}
+
 static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *q, const qr_attn_params *p,
                            float *out) {
     cuda_backend *cb = CB(be);
@@ -1355,6 +1477,7 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
         if (!ok) return;
         a.pos = (const int32_t *)cb->tmp;
     }
+    if (a.kvq) return attention_kvq(cb, kv, p, &a, max_span);
     if (cb->exact) /* in a graph, scores for every key the block table can address */
         return cuda_exact_attention(cb, &a, cb->graph_mode ? (int32_t)(cb->max_blocks * d->block_size) : max_span);
     if (attn_flash(cb, &a, max_span)) return;
@@ -1413,24 +1536,7 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
     a.partial = ns > 1 ? (float *)((uint8_t *)cb->attn + stats_bytes) : NULL;
     if (decode && score_stride <= INT32_MAX) {
         float *scores = (float *)((uint8_t *)cb->attn + stats_bytes + part_bytes_al);
-        const size_t tiles = (size_t)qr_cuda_attn_decode_tiles(&a);
-        if (tiles > cb->attn_cnt_cap) { /* zeroed once; every launch leaves them zero */
-            if (cb->capturing) {
-                raise_error(cb, QR_ERR_INTERNAL, "attention counters must grow during graph capture");
-                return;
-            }
-            const size_t cap = (tiles + 1023) & ~(size_t)1023;
-            cudaStreamSynchronize(cb->stream);
-            cudaFree(cb->attn_cnt);
-            cb->attn_cnt = NULL;
-            cb->attn_cnt_cap = 0;
-            cb->scratch_gen++;
-            if (!cuda_ok(cb, cudaMalloc((void **)&cb->attn_cnt, cap * sizeof(unsigned int)), "attention counters") ||
-                !cuda_ok(cb, cudaMemsetAsync(cb->attn_cnt, 0, cap * sizeof(unsigned int), cb->stream),
-                         "attention counters"))
-                return;
-            cb->attn_cnt_cap = cap;
-        }
+        if (!attn_counters(cb, (size_t)qr_cuda_attn_decode_tiles(&a))) return;
         /* one split: the fused kernel can also quantize its output for the output projection (p->next) */
         const int gq = group < gmax ? group : gmax;
         if ((ns == 1 || a.cluster) && !attn_q8_out(cb, p, out, gq, &a)) return;
@@ -1577,7 +1683,7 @@ static qr_backend_caps cuda_caps(bool exact) {
     c.host_memory = false;
     c.exact = exact;
     c.max_head_dim = QR_CUDA_MAX_HEAD_DIM;
-    c.kv_types = QR_TYPE_BIT(QR_TYPE_F16) | QR_TYPE_BIT(QR_TYPE_F32);
+    c.kv_types = QR_TYPE_BIT(QR_TYPE_F16) | QR_TYPE_BIT(QR_TYPE_F32) | QR_TYPE_BIT(QR_TYPE_Q8_0) | QR_TYPE_BIT(QR_TYPE_Q4_0);
     for (int t = 0; t < QR_TYPE_COUNT; t++)
         if (qr_cuda_plane_desc((qr_type)t).n_planes > 0) c.matmul_types |= QR_TYPE_BIT(t);
     return c;

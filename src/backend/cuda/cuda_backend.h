@@ -122,6 +122,8 @@ typedef struct cuda_backend {
     int32_t head_ids_h;     /* the H they were filled for */
     void *heads_x, *heads_y;/* matmul_heads' contiguous slices */
     size_t heads_x_cap, heads_y_cap;
+    void *kvq_q;            /* attention over a quantized cache: q rotated as the cache's K (kv_quant.cu) */
+    size_t kvq_q_cap;
     unsigned int *attn_cnt; /* flash-decoding's per-tile split counters (zero between launches) */
     size_t attn_cnt_cap;    /* counters allocated */
     /* exact mode (QUARREL_CUDA_EXACT=1, exact.cu): matmul, rmsnorm, rope and attention with the CPU

@@ -146,11 +146,17 @@ cudaError_t qr_cuda_rope_kv_store(float *q, float *k, const float *v, int32_t n_
                                   bool f16, bool pdl, cudaStream_t stream);
 
 /* ---- attention.cu ---- */
+#define CUDA_KVQ_Q8 1 /* cuda_attn_args.kvq: Q8_0 K and V */
+#define CUDA_KVQ_Q4 2 /* Q4_0 K and V */
 typedef struct cuda_attn_args {
     const float *q;             /* [n_tok][n_head * dk] */
     const void *k_cache;        /* this layer's K: [n_slots][n_head_kv * dk] of f16 or f32 */
     const void *v_cache;        /* this layer's V: [n_slots][n_head_kv * dv] */
-    bool f16;                   /* cache element type: f16 (true) or f32 */
+    bool f16;                   /* cache element type: f16 (true) or f32 (kvq 0) */
+    int32_t kvq;                /* CUDA_KVQ_Q8 / CUDA_KVQ_Q4: a quantized cache of that type in K and V (kv_quant.cuh's
+                                 * layout), 0: f16 / f32 */
+    int32_t rot_k, rot_v;       /* kvq: the cache's rotations (qr_kv_desc); the kvq decode kernel rotates q and its
+                                 * output itself, the flash kernel takes q rotated and leaves its output rotated */
     const int32_t *pos;         /* [n_tok] device */
     const int32_t *seq;         /* [n_tok] device */
     const int32_t *block_table; /* [n_seqs][max_blocks] device */
@@ -230,6 +236,30 @@ typedef struct cuda_rope_attn_args {
 int32_t qr_cuda_attn_short_keys(int32_t head_dim);
 bool qr_cuda_attn_short_supported(const cuda_attn_args *a);
 cudaError_t qr_cuda_rope_attention(const cuda_rope_attn_args *r, bool pdl, cudaStream_t stream);
+/* ---- kv_quant.cu: the quantized KV cache (layout: kv_quant.cuh) ---- */
+/* Row r of x ([n_tok][dim]) into cache slot slots[r] of a CUDA_KVQ_Q8 / _Q4 cache of paged blocks of block_size
+ * slots: rotated first in chunks of rot values (the orthonormal Walsh-Hadamard transform, the CPU's butterfly order;
+ * 0 = none), then quantized per 32 values as the CPU stores it (Q8_0: ggml's x86 rule; Q4_0: the reference rule). */
+cudaError_t qr_cuda_kvq_store(const float *x, int32_t n_tok, int32_t dim, int32_t rot, const int32_t *slots,
+                              int32_t block_size, void *cache, int32_t kvq, cudaStream_t stream);
+/* rope(q), rope(k) in place and k / v into their slots as qr_cuda_kvq_store does (rotations rot_k, rot_v), one launch,
+ * for decode passes (n_tok <= 8); cudaErrorNotSupported (nothing launched) for the rest. */
+cudaError_t qr_cuda_rope_kvq_store(float *q, float *k, const float *v, int32_t n_tok, int32_t n_head, int32_t n_head_kv,
+                                   int32_t head_dim, int32_t v_dim, const int32_t *pos, const int32_t *slots,
+                                   const cuda_rope_consts *c, const float *freq_factors, void *k_cache, void *v_cache,
+                                   int32_t block_size, int32_t kvq, int32_t rot_k, int32_t rot_v, bool pdl,
+                                   cudaStream_t stream);
+/* The same transform of rows of n values of x into y (may be x; n a multiple of chunk; chunk a power of two, 32..256). */
+cudaError_t qr_cuda_fwht(const float *x, float *y, int64_t n_rows, int32_t n, int32_t chunk, cudaStream_t stream);
+/* Attention over a quantized cache for any rows (flash-decoding: online softmax, a.n_splits key splits merged by the
+ * last CTA of each tile through counters [qr_cuda_attn_decode_tiles], left zero); a.stats / a.partial as for
+ * qr_cuda_attention_decode; q as the model gives it (rotated by a.rot_k in the kernel), the output rotated back by
+ * a.rot_v. Head sizes 64, 128, 256 with dk == dv (qr_cuda_attn_kvq_supported). */
+bool qr_cuda_attn_kvq_supported(const cuda_attn_args *a);
+/* CTAs an SM the kernel is built for (its register budget), by head size and query heads a CTA (G: 8 where the GQA
+ * group is > 4 and the head size <= 128, else 4): one wave of them is its default split count. */
+#define QR_CUDA_KVQ_CTAS(D, G) ((G) <= 4 ? ((D) <= 128 ? 4 : 3) : 2)
+cudaError_t qr_cuda_attention_kvq(const cuda_attn_args *a, unsigned int *counters, bool pdl, cudaStream_t stream);
 /* Writes row r of k/v ([n_tok][k_dim], [n_tok][v_dim]) into cache slot slots[r] (f16 or f32 cache). */
 cudaError_t qr_cuda_kv_store(const float *k, const float *v, int32_t n_tok, int32_t k_dim, int32_t v_dim,
                              const int32_t *slots, void *k_cache, void *v_cache, bool f16, cudaStream_t stream);

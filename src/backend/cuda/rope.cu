@@ -143,36 +143,20 @@ static __global__ void __launch_bounds__(128) rope_kv_store_heads_kernel(
     const bool is_k = u >= n_head;
     const int h = is_k ? u - n_head : u;
     float2 cs[2];
-    const int32_t p = pos[r];
-#pragma unroll
-    for (int t = 0; t < 2; t++) {
-        const int i = threadIdx.x + t * blockDim.x;
-        cs[t] = i < half ? rope_cs(i, p, c, ff) : make_float2(0.0f, 0.0f);
-    }
+    rope_head_cs(cs, pos[r], half, c, ff);
     pdl_enter();
     float *xr = (is_k ? k + (int64_t)r * k_dim : q + (int64_t)r * n_head * head_dim) + (int64_t)h * head_dim;
-#pragma unroll
-    for (int t = 0; t < 2; t++) {
-        const int i = threadIdx.x + t * blockDim.x;
-        if (i >= half) break;
-        const int a = c.mode == QR_ROPE_NEOX ? i : 2 * i;
-        const int b = c.mode == QR_ROPE_NEOX ? i + half : 2 * i + 1;
-        const float x0 = xr[a], x1 = xr[b];
-        const float ya = __fsub_rn(__fmul_rn(x0, cs[t].x), __fmul_rn(x1, cs[t].y));
-        const float yb = __fadd_rn(__fmul_rn(x0, cs[t].y), __fmul_rn(x1, cs[t].x));
-        xr[a] = ya;
-        xr[b] = yb;
-        if (is_k) {
-            const int64_t e = s * k_dim + (int64_t)h * head_dim;
-            if (F16) {
-                ((__half *)k_cache)[e + a] = __float2half_rn(ya);
-                ((__half *)k_cache)[e + b] = __float2half_rn(yb);
-            } else {
-                ((float *)k_cache)[e + a] = ya;
-                ((float *)k_cache)[e + b] = yb;
-            }
+    rope_head_rotate(xr, cs, half, c, [&](int a, int b, float ya, float yb) {
+        if (!is_k) return;
+        const int64_t e = s * k_dim + (int64_t)h * head_dim;
+        if (F16) {
+            ((__half *)k_cache)[e + a] = __float2half_rn(ya);
+            ((__half *)k_cache)[e + b] = __float2half_rn(yb);
+        } else {
+            ((float *)k_cache)[e + a] = ya;
+            ((float *)k_cache)[e + b] = yb;
         }
-    }
+    });
     if (is_k && c.n_rot < head_dim) { /* the untouched tail of the head */
         const int64_t e = s * k_dim + (int64_t)h * head_dim;
         for (int i = c.n_rot + threadIdx.x; i < head_dim; i += blockDim.x) {

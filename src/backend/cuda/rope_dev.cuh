@@ -28,4 +28,34 @@ static __device__ __forceinline__ float2 rope_cs(int i, int32_t p, const cuda_ro
     return make_float2(__fmul_rn((float)cn, c.mscale), __fmul_rn((float)sn, c.mscale));
 }
 
+/* A CTA of one head (rope_kv_store_heads_kernel, rope_kvq_store_kernel): thread t owns pairs t and t + blockDim.x.
+ * rope_head_cs: their angles' cos / sin at position p (before the kernel's dependency wait: no global data but the
+ * position and the factors); rope_head_rotate: the pairs of head row xr rotated in place, then put(a, b, ya, yb) for
+ * each (the element indices and their new values). */
+static __device__ __forceinline__ void rope_head_cs(float2 (&cs)[2], int32_t p, int half, const cuda_rope_consts &c,
+                                                    const float *ff) {
+#pragma unroll
+    for (int t = 0; t < 2; t++) {
+        const int i = threadIdx.x + t * blockDim.x;
+        cs[t] = i < half ? rope_cs(i, p, c, ff) : make_float2(0.0f, 0.0f);
+    }
+}
+template <class F>
+static __device__ __forceinline__ void rope_head_rotate(float *xr, const float2 (&cs)[2], int half, const cuda_rope_consts &c,
+                                                        F &&put) {
+#pragma unroll
+    for (int t = 0; t < 2; t++) {
+        const int i = threadIdx.x + t * blockDim.x;
+        if (i >= half) break;
+        const int a = c.mode == QR_ROPE_NEOX ? i : 2 * i;
+        const int b = c.mode == QR_ROPE_NEOX ? i + half : 2 * i + 1;
+        const float x0 = xr[a], x1 = xr[b];
+        const float ya = __fsub_rn(__fmul_rn(x0, cs[t].x), __fmul_rn(x1, cs[t].y));
+        const float yb = __fadd_rn(__fmul_rn(x0, cs[t].y), __fmul_rn(x1, cs[t].x));
+        xr[a] = ya;
+        xr[b] = yb;
+        put(a, b, ya, yb);
+    }
+}
+
 #endif /* QR_CUDA_ROPE_DEV_CUH */

@@ -93,19 +93,120 @@ static __half g_fa_smem[1 << 17]; /* the CTA's dynamic shared memory (CTAs run o
 #include "flash_kernel.inc" /* the kernel and the tile builder of src/backend/cuda/attention_flash.cu, extracted by run.sh */
 extern "C" {
 #include "backend/backend.h"
+#include "backend/cpu/cpu.h"
+#include "quant/quant.h"
 #include "util/util.h"
 }
 static uint64_t rs = 777;
 static float frand() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (float)((rs >> 11) * 0x1p-53 * 2 - 1); }
 
-template <int D, int BN, int MT, int ST>
+template <int D, int BN, int MT, int ST, int KQ = 0>
 static void run_grid(const cuda_attn_args &a, const int32_t *tiles, int n_tiles, int ns) {
     std::vector<float> part((size_t)ns * a.n_tok * a.n_head * D, NAN);
     std::vector<float2> stats((size_t)ns * a.n_tok * a.n_head);
     host_run_grid((unsigned)n_tiles, (unsigned)a.n_head_kv, 128,
-                  [&] { attn_flash_kernel<D, BN, MT, ST>(a, (const int4 *)tiles, part.data(), stats.data()); }, (unsigned)ns);
+                  [&] { attn_flash_kernel<D, BN, MT, ST, KQ>(a, (const int4 *)tiles, part.data(), stats.data()); }, (unsigned)ns);
     if (ns > 1)
         host_run_grid((unsigned)(a.n_tok * a.n_head), 1, D, [&] { attn_flash_combine<D>(a, ns, part.data(), stats.data()); });
+}
+
+/* KVQ=q8|q4: the kernel over a quantized cache (kv_quant.cuh's layout, made here with the CPU's rotation and
+ * quantizers) against a double-precision attention over the same dequantized rows, q rotated first as the backend
+ * does (both outputs compared in the rotated space: the backend rotates the kernel's output back after). */
+static int run_kvq(int n_head, int n_head_kv, int dd, int bs, int window, float cap, int rows0, int rows1, int ns, int mt) {
+    const int kvq = !strcmp(getenv("KVQ"), "q4") ? CUDA_KVQ_Q4 : CUDA_KVQ_Q8;
+    const qr_type qt = kvq == CUDA_KVQ_Q8 ? QR_TYPE_Q8_0 : QR_TYPE_Q4_0;
+    int rot_k = 64;
+    while (dd % (2 * rot_k) == 0) rot_k *= 2;
+    const int rot_v = 64, n = n_head_kv * dd;
+    const int len = getenv("LEN") ? atoi(getenv("LEN")) : 150, len1 = len / 2 + 3;
+    const int max_blocks = (len + bs - 1) / bs + 1, n_blocks = max_blocks + 2;
+    std::vector<int32_t> bt(2 * max_blocks);
+    for (int b = 0; b < max_blocks; b++) bt[b] = bt[max_blocks + b] = (max_blocks - 1 - b + 1) % n_blocks;
+    const int code_row = kvq == CUDA_KVQ_Q8 ? n : n / 2;
+    const size_t blk_bytes = (size_t)bs * (code_row + n / 16);
+    std::vector<uint8_t> kc(n_blocks * blk_bytes), vc(n_blocks * blk_bytes);
+    std::vector<float> kd((size_t)n_blocks * bs * n), vd((size_t)n_blocks * bs * n); /* the dequantized values */
+    std::vector<float> row(n), deq(n);
+    std::vector<uint8_t> qb(qr_type_row_size(qt, n));
+    for (int p = 0; p < len; p++) {
+        const int64_t slot = (int64_t)bt[p / bs] * bs + p % bs;
+        for (int pass = 0; pass < 2; pass++) {
+            for (auto &x : row) x = pass ? frand() : 1.5f * frand();
+            qr_cpu_fwht(row.data(), n, pass ? rot_v : rot_k);
+            const qr_from_float_fn act = kvq == CUDA_KVQ_Q8 ? qr_cpu_act_quantizer(qt) : NULL;
+            (act ? act : qr_quant_traits_ref(qt)->from_float)(row.data(), qb.data(), n);
+            qr_quant_traits_ref(qt)->to_float(qb.data(), deq.data(), n);
+            memcpy((pass ? vd : kd).data() + slot * n, deq.data(), sizeof(float) * n);
+            uint8_t *b = (pass ? vc : kc).data() + (slot / bs) * blk_bytes, *codes = b + (slot % bs) * code_row;
+            uint8_t *scales = b + (size_t)bs * code_row + (slot % bs) * (n / 32) * 2;
+            const size_t bb = qr_type_row_size(qt, 32);
+            for (int blk = 0; blk < n / 32; blk++) {
+                const uint8_t *src = qb.data() + blk * bb;
+                memcpy(scales + blk * 2, src, 2);
+                for (int i = 0; i < 32; i++) {
+                    if (kvq == CUDA_KVQ_Q8) codes[blk * 32 + i] = src[2 + i];
+                    else { /* ggml: byte j holds values j (low) and j + 16 (high); here byte b values 2b, 2b + 1 */
+                        const int c = i < 16 ? src[2 + i] & 15 : src[2 + i - 16] >> 4;
+                        uint8_t &o = codes[(blk * 32 + i) / 2];
+                        o = (uint8_t)(i & 1 ? (o & 15) | (c << 4) : (o & 0xF0) | c);
+                    }
+                }
+            }
+        }
+    }
+    const int rows = rows0 + rows1, group = n_head / n_head_kv;
+    std::vector<int32_t> dpos(rows), dseq(rows);
+    for (int r = 0; r < rows0; r++) dpos[r] = len - rows0 + r, dseq[r] = 0;
+    for (int r = 0; r < rows1; r++) dpos[rows0 + r] = len1 - rows1 + r, dseq[rows0 + r] = 1;
+    std::vector<float> q((size_t)rows * n_head * dd), og(q.size(), NAN), od(q.size());
+    for (auto &x : q) x = 1.5f * frand();
+    for (int64_t h = 0; h < (int64_t)rows * n_head; h++) qr_cpu_fwht(&q[h * dd], dd, rot_k);
+    const float scale = 1.0f / sqrtf((float)dd);
+    for (int r = 0; r < rows; r++) /* the reference: double precision, rotated q, output rotated back below */
+        for (int h = 0; h < n_head; h++) {
+            const int kvh = h / group, p1 = dpos[r], p0 = window > 0 ? std::max(0, p1 - window + 1) : 0;
+            const int32_t *tb = bt.data() + dseq[r] * max_blocks;
+            std::vector<double> sc(p1 - p0 + 1);
+            double mx = -INFINITY, sum = 0;
+            for (int p = p0; p <= p1; p++) {
+                const int64_t slot = (int64_t)tb[p / bs] * bs + p % bs;
+                double dot = 0;
+                for (int i = 0; i < dd; i++) dot += (double)q[((size_t)r * n_head + h) * dd + i] * kd[slot * n + kvh * dd + i];
+                if (cap > 0) dot = cap * tanh(dot / cap);
+                mx = std::max(mx, sc[p - p0] = dot * scale);
+            }
+            for (auto &x : sc) sum += (x = exp(x - mx));
+            for (int i = 0; i < dd; i++) {
+                double acc = 0;
+                for (int p = p0; p <= p1; p++) acc += sc[p - p0] * vd[((int64_t)tb[p / bs] * bs + p % bs) * n + kvh * dd + i];
+                od[((size_t)r * n_head + h) * dd + i] = (float)(acc / sum);
+            }
+        }
+    cuda_attn_args a = {};
+    a.q = q.data(); a.k_cache = kc.data(); a.v_cache = vc.data(); a.kvq = kvq; a.pos = dpos.data(); a.seq = dseq.data(); a.block_table = bt.data();
+    a.max_blocks = max_blocks; a.block_size = bs; a.n_tok = rows; a.n_head = n_head; a.n_head_kv = n_head_kv; a.dk = dd; a.dv = dd;
+    a.scale = scale; a.softcap = cap; a.window = window; a.n_splits = 1; a.out = og.data();
+    if (dd == 256) mt = 1;
+    const int bm = qr_cuda_attn_flash_rows(dd, mt);
+    const int n_tiles = qr_cuda_attn_flash_tiles(dseq.data(), rows, group, bm, NULL, 0);
+    std::vector<int32_t> tiles(4 * n_tiles);
+    qr_cuda_attn_flash_tiles(dseq.data(), rows, group, bm, tiles.data(), n_tiles);
+    bool ran = false;
+#define FORM(D, BN, MT, ST)                                                                                  \
+    if (!ran && dd == D && mt == MT) {                                                                       \
+        if (kvq == CUDA_KVQ_Q8) run_grid<D, BN, MT, ST, CUDA_KVQ_Q8>(a, tiles.data(), n_tiles, ns);          \
+        else run_grid<D, BN, MT, ST, CUDA_KVQ_Q4>(a, tiles.data(), n_tiles, ns);                             \
+        ran = true;                                                                                          \
+    }
+    FA_QFORMS(FORM)
+#undef FORM
+    double mx = 0, mw = 0;
+    for (size_t i = 0; i < od.size(); i++) { double e = fabs(og[i] - od[i]); if (!(e <= mx)) mx = e; mw = fmax(mw, fabs(od[i])); }
+    printf("flash attention %s h%d/%d d%d bs%d win%d cap%g rows %d+%d len%d tiles%d splits%d mt%d%s: max err %.3g (rel to max %.3g)\n",
+           kvq == CUDA_KVQ_Q8 ? "q8_0" : "q4_0", n_head, n_head_kv, dd, bs, window, cap, rows0, rows1, len, n_tiles, ns, mt,
+           ran ? "" : " (no form)", mx, mx / mw);
+    return ran && mx / mw <= 2e-3 ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
@@ -113,6 +214,7 @@ int main(int argc, char **argv) {
     if (argc > 1) { n_head = atoi(argv[1]); n_head_kv = atoi(argv[2]); dd = atoi(argv[3]); bs = atoi(argv[4]); window = atoi(argv[5]); cap = atof(argv[6]); rows0 = atoi(argv[7]); rows1 = atoi(argv[8]); }
     const bool use_sinks = getenv("SINKS") && atoi(getenv("SINKS"));
     const int ns = getenv("SPLITS") ? atoi(getenv("SPLITS")) : 1;
+    if (getenv("KVQ")) return run_kvq(n_head, n_head_kv, dd, bs, window, cap, rows0, rows1, ns, getenv("MT") ? atoi(getenv("MT")) : 2);
     char err[256];
     qr_backend *cpu; qr_backend_cpu_params cp = {.n_threads = 1, .force_scalar = true};
     qr_backend_cpu_create(&cp, &cpu, err, sizeof err);

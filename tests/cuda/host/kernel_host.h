@@ -11,8 +11,11 @@ std::barrier<> *g_block_bar; std::barrier<> *g_warp_bar[4]; float g_warp_buf[4][
 template <class T> static inline T __ldg(const T *p) { return *p; }
 #include "float_shim.h"
 #include <math.h>
-/* unused by the float kernels these programs run (the integer dot and byte permute of cuda_dev.cuh) */
-static inline int __dp4a(int a, int b, int c) { return c; }
+static inline int __dp4a(int a, int b, int c) { /* the quantized KV cache's scores (check_kvq) */
+    for (int i = 0; i < 4; i++) c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
+    return c;
+}
+/* unused by the kernels these programs run (the byte permute of cuda_dev.cuh) */
 static inline uint32_t __byte_perm(uint32_t x, uint32_t, uint32_t) { return x; }
 static inline int __float2int_rn(float x) { return (int)nearbyintf(x); } /* round half to even */
 /* Runs fn() as a grid of gx x gy (x gz) CTAs of `threads` (<= 128: 4 warps) std::threads, one CTA after another (a

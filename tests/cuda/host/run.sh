@@ -6,7 +6,8 @@
 # quant, util, backend and backend_cpu objects (default build-cuda; BUILD=... to change).
 #   tests/cuda/host/run.sh          # all four (~8 min on 2 cores: the decode and scan checks emulate CTAs with threads)
 #   tests/cuda/host/run.sh fast     # check_quant, check_exact, the chunked and the exact scans, the int8 mma expert
-#                                   # kernel, the decode expert mat-vecs' forms (check_mmv_id) (~1 min; `make test`)
+#                                   # kernel, the decode expert mat-vecs' forms (check_mmv_id), the flash attention and
+#                                   # the quantized KV cache's kernels (check_kvq) (~1-2 min; `make test`)
 #   tests/cuda/host/run.sh quant    # check_quant only (seconds)
 set -euo pipefail
 ONLY=${1:-all}
@@ -53,10 +54,16 @@ try:
     k = '#define MMV_THREADS 128\n' + ''.join(s[s.index(a):s.index(b, s.index(a))] for a, b in cuts)
     open(t + '/mmv_id_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
     s = open('src/backend/cuda/attention_flash.cu').read()  # the tensor-core flash attention (check_flash)
-    a, b = s.index('#define FA_THREADS'), s.index('template <int D, int BN, int MT, int ST>\nstatic cudaError_t launch_flash')
+    a, b = s.index('#define FA_THREADS'), s.index('template <int D, int BN, int MT, int ST, int KQ = 0>\nstatic cudaError_t launch_flash')
     c, d = s.index('extern "C" int32_t qr_cuda_attn_flash_rows'), s.index('extern "C" cudaError_t qr_cuda_attention_flash')
     k = (s[a:b] + s[c:d]).replace('extern __shared__ __align__(16) __half fsm[];', '__half *fsm = g_fa_smem;')
     open(t + '/flash_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void').replace('extern "C" ', ''))
+    s = open('src/backend/cuda/kv_quant.cu').read()  # the quantized KV cache's kernels (check_kvq)
+    cuts = [('/* ---- store ---- */', 'extern "C" cudaError_t qr_cuda_kvq_store('),
+            ('/* ---- the transform of q', 'extern "C" cudaError_t qr_cuda_fwht('),
+            ('/* ---- attention ---- */', 'template <int D, int G>\nstatic cudaError_t launch_kvq')]
+    k = ''.join(s[s.index(a):s.index(b, s.index(a))] for a, b in cuts)
+    open(t + '/kvq_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
 except ValueError:  # the attention / ssm / mma sources moved on: the extraction below needs updating
     open(t + '/attn_stale', 'w').write('')
 PY
@@ -81,13 +88,25 @@ run_ssd() { # the chunked scan (ssm.cu): n_head head_dim n_group d_state rows dt
 if [ -e "$T/attn_stale" ]; then
     "$T/check_quant" || exit 1
     echo "ERROR: the host checks of the kernels not built: the kernel text run.sh extracts from attention.cu /" \
-        "attention_decode.cu / ssm.cu / exact.cu / matmul_mma.cu / matmul_q.cu / attention_flash.cu moved (update the extraction); only check_quant ran" >&2
+        "attention_decode.cu / ssm.cu / exact.cu / matmul_mma.cu / matmul_q.cu / attention_flash.cu / kv_quant.cu moved (update the extraction); only check_quant ran" >&2
     exit 2
 fi
 g++ $flags tests/cuda/host/check_ssd.cpp $cpu $objs -lm -lpthread -o "$T/check_ssd" 2>&1 | grep -v warning || true
 g++ $flags tests/cuda/host/check_mma.cpp $objs -lm -lpthread -o "$T/check_mma" 2>&1 | grep -v warning || true
 g++ $flags tests/cuda/host/check_mmv_id.cpp $objs -lm -lpthread -o "$T/check_mmv_id" 2>&1 | grep -v warning || true
 g++ $flags tests/cuda/host/check_flash.cpp $cpu $objs -lm -lpthread -o "$T/check_flash" 2>&1 | grep -v warning || true
+g++ $flags tests/cuda/host/check_kvq.cpp $cpu $objs -lm -lpthread -o "$T/check_kvq" 2>&1 | grep -v warning || true
+run_kvq() { # the quantized KV cache (kv_quant.cu): n_head n_head_kv d block_size window softcap splits rows; KVQ=q8|q4
+    local r=0
+    for kq in q8 q4; do
+        KVQ=$kq LEN=150 "$T/check_kvq" 32 8 128 16 0 0 3 1 || r=1     # mistral's heads, three key splits
+        KVQ=$kq LEN=100 "$T/check_kvq" 9 3 64 16 0 0 1 2 || r=1       # smollm2's heads, one split, two rows
+        KVQ=$kq LEN=80 "$T/check_kvq" 8 4 256 32 30 50 2 1 || r=1     # head 256, window, softcap
+    done
+    KVQ=q8 SINKS=1 LEN=70 "$T/check_kvq" 16 2 64 16 32 0 5 2 || r=1   # gpt-oss: sinks, window, G 8
+    KVQ=q4 LEN=5 "$T/check_kvq" 32 8 128 16 0 0 9 1 || r=1           # more splits than keys: empty splits
+    return $r
+}
 run_flash() { # the flash attention kernel (attention_flash.cu): n_head n_head_kv d block_size window softcap rows0 rows1
     local r=0
     for a in "8 2 64 16 0 0 40 9" "32 8 128 16 0 0 20 17" "28 4 128 7 0 30 33 2" "4 4 256 32 0 0 70 1" \
@@ -102,10 +121,14 @@ run_flash() { # the flash attention kernel (attention_flash.cu): n_head n_head_k
     MT=1 "$T/check_flash" 32 8 128 16 0 0 20 17 || r=1                 # one m16 tile a warp
     MT=1 SPLITS=2 SINKS=1 "$T/check_flash" 6 2 64 16 24 0 50 30 || r=1
     STAGES=2 LEN=300 "$T/check_flash" 32 8 128 16 0 0 40 9 || r=1   # the two-stage pipeline form
+    KVQ=q8 "$T/check_flash" 32 8 128 16 0 0 40 9 || r=1                # a quantized cache (kv_quant.cuh)
+    KVQ=q4 MT=1 SPLITS=2 LEN=200 "$T/check_flash" 6 2 64 16 24 0 50 30 || r=1
+    KVQ=q8 SPLITS=2 LEN=200 "$T/check_flash" 4 2 256 16 50 20 30 5 || r=1
     return $r
 }
 if [ "$ONLY" = fast ]; then
-    "$T/check_quant" && "$T/check_exact" && run_ssd && "$T/check_mma" && "$T/check_mma" 2880 256 && "$T/check_mmv_id" && run_flash
+    "$T/check_quant" && "$T/check_exact" && run_ssd && "$T/check_mma" && "$T/check_mma" 2880 256 && "$T/check_mmv_id" && run_flash &&
+        run_kvq
     exit $?
 fi
 g++ $flags tests/cuda/host/check_attention.cpp $cpu $objs -lm -lpthread -o "$T/check_attention" 2>&1 | grep -v warning || true
@@ -137,4 +160,5 @@ run_ssd || rc=1
 "$T/check_mma" 2880 256 || rc=1   # gpt-oss rows: 90 blocks, a partial last stage
 "$T/check_mmv_id" || rc=1
 run_flash || rc=1
+run_kvq || rc=1
 exit $rc

@@ -24,3 +24,8 @@ inline double __shfl_xor_sync(unsigned, double v, int o) {
     double r = g_warp_bufd[w][l ^ o]; g_warp_bar[w]->arrive_and_wait(); return r;
 }
 inline int __shfl_xor_sync(unsigned, int v, int o) { return (int)__shfl_xor_sync(0u, (double)v, o); }
+inline int __shfl_down_sync(unsigned, int v, int o) { /* through the float buffer: exact for small ints */
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    g_warp_buf[w][l] = (float)v; g_warp_bar[w]->arrive_and_wait();
+    const int r = l + o < 32 ? (int)g_warp_buf[w][l + o] : v; g_warp_bar[w]->arrive_and_wait(); return r;
+}
