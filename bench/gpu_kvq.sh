@@ -30,6 +30,10 @@ if [ "$STAGE" = check ] || [ "$STAGE" = all ]; then
     QUARREL_CUDA_EXACT=1 $Q run -m "$f" --backend cuda --cache-type-k q8_0 --cache-type-v q8_0 -p hello -n 4 \
         > /tmp/kvq/exact.out 2>&1
     echo "exact mode with a q8_0 cache: rc=$? $(tail -1 /tmp/kvq/exact.out)" | tee "$OUT/exact.txt"
+    f=/tmp/kvq/models/deepseek2-tiny-Q8_0.gguf # MLA: heads of 576 / 512 values, which the kernels do not take
+    [ -f "$f" ] || $Q synth --arch deepseek2 --preset tiny --type Q8_0 --pure -o "$f" > /dev/null 2>&1
+    $Q run -m "$f" --backend cuda --cache-type-k q8_0 --cache-type-v q8_0 -p hello -n 4 > /tmp/kvq/mla.out 2>&1
+    echo "deepseek2 (MLA) with a q8_0 cache: rc=$? $(tail -1 /tmp/kvq/mla.out)" | tee -a "$OUT/exact.txt"
 fi
 if [ "$STAGE" = splits ]; then # tg64 at depth D (default 16384) with a q8_0 cache by key split count (QUARREL_CUDA_ATTN_SPLITS)
     f=/tmp/kvq/mistral-7b-Q4_K_M.gguf

@@ -97,6 +97,8 @@ typedef struct qr_kv_desc {
                          * rot_k values (a power of two dividing the head size: llama.cpp's attn_rot for quantized
                          * caches, which spreads outliers over a block); attention rotates q the same way. 0 = none */
     int32_t rot_v;      /* > 0: V rows stored rotated in chunks of rot_v values; attention rotates its output back */
+    int32_t head_dim_k, head_dim_v; /* the heads' sizes attention will take (a backend may refuse a cache type for
+                                     * them in kv_alloc); 0 = not given */
 } qr_kv_desc;
 
 /* Bytes of one K (V) row of a slot in storage of this layout: qr_type_row_size(type_k, k_dim). */

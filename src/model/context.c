@@ -314,6 +314,7 @@ static void rank_setup(qr_context *c, int32_t r, void *arg) {
     kd.n_layer = hp->n_layer; /* a layer split's stage: its layers */
     kd.k_dim = hp->n_head_kv * hp->head_dim_k;
     kd.v_dim = hp->n_head_kv * hp->head_dim_v;
+    kd.head_dim_k = hp->head_dim_k, kd.head_dim_v = hp->head_dim_v;
     k->kvs = be->ops->kv_alloc(be, &kd, k->err, sizeof k->err);
     if (!k->kvs) {
         k->st = QR_ERR_NOMEM;

@@ -409,14 +409,17 @@ static qr_kv_storage *cuda_kv_alloc(qr_backend *be, const qr_kv_desc *d, char *e
     }
     const size_t rk = qr_kv_row_bytes_k(d), rv = qr_kv_row_bytes_v(d);
     if (kv_kvq(d->type_k)) { /* kv_quant.cuh's layout: 16-byte aligned blocks; the exact mode has no such attention */
+        const int32_t hk = d->head_dim_k, hv = d->head_dim_v; /* the kernels' head sizes (attention_kvq) */
         const char *why = cb->exact ? "the exact mode (QUARREL_CUDA_EXACT) has no quantized cache"
                           : ((size_t)d->block_size * rk) % 16 || ((size_t)d->block_size * rv) % 16
                               ? "its blocks' bytes are not a multiple of 16 (block size and head layout)"
+                          : hk && (hk != hv || (hk != 64 && hk != 128 && hk != 256))
+                              ? "its attention takes K and V heads of one size, 64, 128 or 256 values"
                               : NULL;
         if (why) {
             free(kv);
-            qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "the CUDA backend cannot store a %s KV cache here: %s",
-                    qr_type_name(d->type_k), why);
+            qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "the CUDA backend cannot store a %s KV cache here: %s (heads of "
+                    "%d / %d values; use --cache-type-k/-v f16 or --backend cpu)", qr_type_name(d->type_k), why, hk, hv);
             return NULL;
         }
     }
