@@ -1300,16 +1300,16 @@ static bool attn_q8_out(cuda_backend *cb, const qr_attn_params *p, float *out, i
     return true;
 }
 
-/* The tensor-core flash attention (attention_flash.cu) for a prompt-like pass: more rows than a decode pass,
- * runs of at least attn_flash_min_run rows a sequence on average, a layout the kernel takes, outside graphs.
- * max_span: the longest key span of a row. True when it ran (or raised an error); false to leave the pass to
- * the other kernels. */
 /* The first conditions of attn_flash (what it decides without looking at the rows' sequences). */
 static bool attn_flash_wanted(const cuda_backend *cb, const cuda_attn_args *a) {
     return cb->tune.attn_flash && !cb->graph_mode && a->n_tok > cb->tune.attn_decode_max_rows &&
            qr_cuda_attn_flash_supported(a);
 }
 
+/* The tensor-core flash attention (attention_flash.cu) for a prompt-like pass: more rows than a decode pass,
+ * runs of at least attn_flash_min_run rows a sequence on average, a layout the kernel takes, outside graphs.
+ * max_span: the longest key span of a row. True when it ran (or raised an error); false to leave the pass to
+ * the other kernels. */
 static bool attn_flash(cuda_backend *cb, const cuda_attn_args *a, int32_t max_span) {
     if (!attn_flash_wanted(cb, a)) return false;
     int32_t n_runs = 0;
