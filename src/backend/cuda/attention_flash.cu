@@ -186,12 +186,15 @@ static __global__ void __launch_bounds__(FA_THREADS, 2)
         for (int i = tid; i < BN * (D / 8); i += FA_THREADS) {
             const int key = i / (D / 8), c = (i % (D / 8)) * 8;
             float f[8];
+            uint32_t w0, w1;
             const uint8_t *kr = rk + key * C::RAW, *vr = rv + key * C::RAW;
-            kvq_dequant8<KQ>(kr + kvq_code_bytes<KQ>(c), __half2float(((const __half *)(kr + C::CODES))[c >> 5]), f);
+            kvq_words8<KQ>(kr, c, w0, w1);
+            kvq_dequant8<KQ>(w0, w1, __half2float(((const __half *)(kr + C::CODES))[c >> 5]), f);
             uint4 u;
             u.x = fa_pack(f[0], f[1]), u.y = fa_pack(f[2], f[3]), u.z = fa_pack(f[4], f[5]), u.w = fa_pack(f[6], f[7]);
             *(uint4 *)(ks + key * P + c) = u;
-            kvq_dequant8<KQ>(vr + kvq_code_bytes<KQ>(c), __half2float(((const __half *)(vr + C::CODES))[c >> 5]), f);
+            kvq_words8<KQ>(vr, c, w0, w1);
+            kvq_dequant8<KQ>(w0, w1, __half2float(((const __half *)(vr + C::CODES))[c >> 5]), f);
             u.x = fa_pack(f[0], f[1]), u.y = fa_pack(f[2], f[3]), u.z = fa_pack(f[4], f[5]), u.w = fa_pack(f[6], f[7]);
             *(uint4 *)(vs + key * P + c) = u;
         }

@@ -292,7 +292,7 @@ static __global__ void __launch_bounds__(DEC_THREADS, QR_CUDA_KVQ_CTAS(D, G))
         __syncwarp();
         /* p * V: the raw codes (and scale) of VB rows in flight, dequantized as they are summed */
         for (int j0 = 0; j0 < nk; j0 += VB * RPI) {
-            uint32_t raw[VB][KQ == CUDA_KVQ_Q8 ? 2 : 1];
+            uint32_t w0[VB], w1[VB];
             float dv[VB];
 #pragma unroll
             for (int jj = 0; jj < VB; jj++) {
@@ -301,12 +301,7 @@ static __global__ void __launch_bounds__(DEC_THREADS, QR_CUDA_KVQ_CTAS(D, G))
                     const kvq_row vr = kvq_row_at<KQ>(a.v_cache, blk_s[warp][j], off_s[warp][j], n, bs);
                     const int c = g.kvh * D + dl * 8;
                     dv[jj] = __half2float(vr.scales[c >> 5]);
-                    if (KQ == CUDA_KVQ_Q8) {
-                        const uint2 u = *(const uint2 *)(vr.codes + c);
-                        raw[jj][0] = u.x, raw[jj][KQ == CUDA_KVQ_Q8 ? 1 : 0] = u.y;
-                    } else {
-                        raw[jj][0] = *(const uint32_t *)(vr.codes + c / 2);
-                    }
+                    kvq_words8<KQ>(vr.codes, c, w0[jj], w1[jj]);
                 }
             }
 #pragma unroll
@@ -314,10 +309,7 @@ static __global__ void __launch_bounds__(DEC_THREADS, QR_CUDA_KVQ_CTAS(D, G))
                 const int j = j0 + jj * RPI + sub;
                 if (j >= nk) break;
                 float vf[8];
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    vf[e] = KQ == CUDA_KVQ_Q8 ? dv[jj] * (float)(int8_t)(raw[jj][e >> 2] >> (8 * (e & 3)))
-                                              : dv[jj] * (float)((int)((raw[jj][0] >> (4 * e)) & 15u) - 8);
+                kvq_dequant8<KQ>(w0[jj], w1[jj], dv[jj], vf);
 #pragma unroll
                 for (int gi = 0; gi < G; gi++) {
                     const float pv = p_s[warp][gi][j];

@@ -31,38 +31,25 @@ static __device__ __forceinline__ kvq_row kvq_row_at(const void *cache, int64_t 
     return r;
 }
 
-/* Bytes of codes of c values. */
-template <int KQ> static __device__ __forceinline__ int kvq_code_bytes(int c) { return KQ == CUDA_KVQ_Q8 ? c : c / 2; }
 
-/* Values c .. c + 7 of a row (c a multiple of 8, the row's value index) -> floats: d * code (Q8_0), d * (code - 8)
- * (Q4_0), as ggml's dequantization. Coherent loads: the newest row was just stored on the stream. */
+/* 8 values from their codes: w0 (Q8_0: values 0-3 a byte each, w1 values 4-7; Q4_0: all 8, value j in bits 4j..4j+3,
+ * w1 unused) times the block's scale d, as ggml dequantizes: d * code (Q8_0), d * (code - 8) (Q4_0). */
 template <int KQ>
-static __device__ __forceinline__ void kvq_load8(const kvq_row &r, int c, float *f) {
-    const float d = __half2float(r.scales[c >> 5]);
-    if (KQ == CUDA_KVQ_Q8) {
-        const uint2 u = *(const uint2 *)(r.codes + c);
-        const uint32_t w[2] = {u.x, u.y};
+static __device__ __forceinline__ void kvq_dequant8(uint32_t w0, uint32_t w1, float d, float *f) {
 #pragma unroll
-        for (int j = 0; j < 8; j++) f[j] = d * (float)(int8_t)(w[j >> 2] >> (8 * (j & 3)));
-    } else {
-        const uint32_t w = *(const uint32_t *)(r.codes + c / 2);
-#pragma unroll
-        for (int j = 0; j < 8; j++) f[j] = d * (float)((int)((w >> (4 * j)) & 15u) - 8);
-    }
+    for (int j = 0; j < 8; j++)
+        f[j] = KQ == CUDA_KVQ_Q8 ? d * (float)(int8_t)((j < 4 ? w0 : w1) >> (8 * (j & 3)))
+                                 : d * (float)((int)((w0 >> (4 * j)) & 15u) - 8);
 }
 
-/* The same from bytes already in shared memory: codes of the 8 values and their block's scale. */
+/* The code words of values c .. c + 7 (c a multiple of 8) of codes at p (global or shared memory). */
 template <int KQ>
-static __device__ __forceinline__ void kvq_dequant8(const uint8_t *codes, float d, float *f) {
+static __device__ __forceinline__ void kvq_words8(const uint8_t *p, int c, uint32_t &w0, uint32_t &w1) {
     if (KQ == CUDA_KVQ_Q8) {
-        const uint2 u = *(const uint2 *)codes;
-        const uint32_t w[2] = {u.x, u.y};
-#pragma unroll
-        for (int j = 0; j < 8; j++) f[j] = d * (float)(int8_t)(w[j >> 2] >> (8 * (j & 3)));
+        const uint2 u = *(const uint2 *)(p + c);
+        w0 = u.x, w1 = u.y;
     } else {
-        const uint32_t w = *(const uint32_t *)codes;
-#pragma unroll
-        for (int j = 0; j < 8; j++) f[j] = d * (float)((int)((w >> (4 * j)) & 15u) - 8);
+        w0 = *(const uint32_t *)(p + c / 2), w1 = 0;
     }
 }
 
