@@ -225,6 +225,9 @@ typedef struct qr_add_rmsnorm_args {
     float *x;                        /* [n_rows][dim] residual, updated in place */
     const float *b;                  /* [n_rows][dim] added to x first, or NULL: none */
     float b_scale;                   /* b's factor (1 = plain add; != 1: as scale then add) */
+    const qr_weight *b_norm;         /* F32 [dim], or NULL: b is first replaced by rmsnorm(b) * b_norm (eps), as
+                                      * the rmsnorm op computes it (a post-norm: gemma's post_attention_norm);
+                                      * b_scale 1, no router. The op may decline this form (false) */
     const qr_weight *w;              /* F32 [dim] norm weight, or NULL: none */
     int64_t n_rows, dim;
     float eps;
@@ -252,6 +255,8 @@ typedef struct qr_rope_attn_args {
     const qr_attn_params *attn;  /* the heads (n_head, n_head_kv, head_dim_k: also of the rope and the store);
                                   * with out NULL only those three are read */
     float *out;                  /* [n_tok][n_head * head_dim_v], or NULL: rope + kv_store only */
+    float q_scale;               /* with out: q multiplied by q_scale after its rope, before attention, as the
+                                  * scale op would (gemma's query_pre_attn_scalar, phi3); 0 or 1: not */
 } qr_rope_attn_args;
 
 /* The expert matmuls (matmul_id, moe_gate_up, moe_down_combine): slot (r, j) of row r < n_rows,
@@ -419,16 +424,17 @@ typedef struct qr_backend_ops {
 
     /* ---- optional fusions (NULL: the model composes the plain ops; model/blocks.c qr_fused_*) ---- */
     /* add + rmsnorm as one op, and with a->router also the MoE router and moe_route (qr_add_rmsnorm_args).
-     * Returns false, having done nothing, where the backend does not take the routed form (the caller then
-     * runs the plain ops); the unrouted form is always taken. */
+     * Returns false, having done nothing, where the backend does not take the routed form or the post-normed
+     * one (a->b_norm; the caller then runs the plain ops); the plain form is always taken. */
     bool (*add_rmsnorm)(qr_backend *be, const qr_add_rmsnorm_args *a);
     /* y[i] = x . w[i]^T for i < n_w (1..3), as n_w matmul calls on the same x; b (may be NULL, as may
      * each b[i]): then add_row(y[i], b[i], 0) for each bias (F32 [w[i]->ne[1]]). */
     void (*matmul_multi)(qr_backend *be, int32_t n_w, const qr_weight *const *w, const qr_weight *const *b,
                          const float *x, int64_t n_rows, float *const *y);
-    /* out = swiglu(x . gate^T, x . up^T) as matmul, matmul, swiglu; scratch [n_rows][n] may be written. */
-    void (*matmul_swiglu)(qr_backend *be, const qr_weight *gate, const qr_weight *up, const float *x, int64_t n_rows,
-                          float *out, float *scratch);
+    /* out = swiglu(x . gate^T, x . up^T) as matmul, matmul, swiglu (gelu: geglu); scratch [n_rows][n] may be
+     * written. */
+    void (*matmul_glu)(qr_backend *be, const qr_weight *gate, const qr_weight *up, const float *x, int64_t n_rows,
+                       bool gelu, float *out, float *scratch);
     /* out = glu(x . w^T, NULL, act) as matmul then glu, for an activation of one input (QR_GLU_RELU2);
      * scratch [n_rows][n] may be written. */
     void (*matmul_act)(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, qr_glu_kind act, float *out,

@@ -299,6 +299,8 @@ static void chk_add_row(qr_backend *be, const float *x, const qr_weight *table, 
 static bool chk_add_rmsnorm(qr_backend *be, const qr_add_rmsnorm_args *a) {
     CHECK_B(be, a && a->x && a->y && a->dim > 0, "add_rmsnorm: no input or output, or dim < 1");
     CHECK_B(be, f32_vec(a->w, a->dim, true), "add_rmsnorm: weight must be F32 [dim]");
+    CHECK_B(be, !a->b_norm || (f32_vec(a->b_norm, a->dim, false) && a->b && a->b_scale == 1.0f && !a->router),
+            "add_rmsnorm: the post-norm weight must be F32 [dim], with b, b_scale 1 and no router");
     if (a->router) {
         const qr_moe_route_params *p = a->route;
         CHECK_B(be, route_ok(p), "add_rmsnorm: bad expert counts or selection bias");
@@ -320,12 +322,12 @@ static void chk_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *const
     be->impl_ops->matmul_multi(be, n_w, w, b, x, n_rows, y);
 }
 
-static void chk_matmul_swiglu(qr_backend *be, const qr_weight *gate, const qr_weight *up, const float *x, int64_t n_rows,
-                              float *out, float *scratch) {
-    CHECK(be, gate && up && x && out && scratch, "matmul_swiglu: no weight, input, output or scratch");
-    CHECK(be, gate->ne[0] == up->ne[0] && gate->ne[1] == up->ne[1], "matmul_swiglu: gate and up shapes differ");
-    if (!mm_type_ok(be, gate, "matmul_swiglu") || !mm_type_ok(be, up, "matmul_swiglu")) return;
-    be->impl_ops->matmul_swiglu(be, gate, up, x, n_rows, out, scratch);
+static void chk_matmul_glu(qr_backend *be, const qr_weight *gate, const qr_weight *up, const float *x, int64_t n_rows,
+                           bool gelu, float *out, float *scratch) {
+    CHECK(be, gate && up && x && out && scratch, "matmul_glu: no weight, input, output or scratch");
+    CHECK(be, gate->ne[0] == up->ne[0] && gate->ne[1] == up->ne[1], "matmul_glu: gate and up shapes differ");
+    if (!mm_type_ok(be, gate, "matmul_glu") || !mm_type_ok(be, up, "matmul_glu")) return;
+    be->impl_ops->matmul_glu(be, gate, up, x, n_rows, gelu, out, scratch);
 }
 
 static void chk_matmul_act(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, qr_glu_kind act,
@@ -483,7 +485,7 @@ void qr_backend_init(qr_backend *be, const char *name, const qr_backend_ops *ops
     WRAP(o, add_row);
     WRAP(o, add_rmsnorm);
     WRAP(o, matmul_multi);
-    WRAP(o, matmul_swiglu);
+    WRAP(o, matmul_glu);
     WRAP(o, matmul_act);
     WRAP(o, rope_attention);
     WRAP(o, ssm_gate_norm);

@@ -46,6 +46,17 @@ void qr_fused_add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scal
     be->ops->rmsnorm(be, x, w, n_rows, dim, eps, y);
 }
 
+void qr_fused_post_add_rmsnorm(qr_backend *be, float *x, float *b, const qr_weight *b_norm, const qr_weight *w,
+                               int64_t n_rows, int64_t dim, float eps, float *y, const qr_weight *next) {
+    if (be->ops->add_rmsnorm) {
+        const qr_add_rmsnorm_args a = {.x = x, .b = b, .b_scale = 1.0f, .b_norm = b_norm, .w = w, .n_rows = n_rows,
+                                       .dim = dim, .eps = eps, .y = y, .next = next};
+        if (be->ops->add_rmsnorm(be, &a)) return;
+    }
+    be->ops->rmsnorm(be, b, b_norm, n_rows, dim, eps, b);
+    qr_fused_add_rmsnorm(be, x, b, 1.0f, w, n_rows, dim, eps, y, next);
+}
+
 void qr_fused_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *const *w, const qr_weight *const *b,
                            const float *x, int64_t n_rows, float *const *y) {
     if (be->ops->matmul_multi) {
@@ -72,10 +83,13 @@ void qr_fused_rope_kv_store(qr_backend *be, float *q, float *k, const float *v, 
 }
 
 void qr_rope_store_attend(qr_backend *be, float *q, float *k, const float *v, const qr_rope_params *rope,
-                          qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, float *out) {
-    const qr_rope_attn_args a = {.q = q, .k = k, .v = v, .rope = rope, .kv = kv, .layer = layer, .attn = p, .out = out};
+                          qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, int64_t n_tok, float q_scale,
+                          float *out) {
+    const qr_rope_attn_args a = {
+        .q = q, .k = k, .v = v, .rope = rope, .kv = kv, .layer = layer, .attn = p, .out = out, .q_scale = q_scale};
     if (be->ops->rope_attention && be->ops->rope_attention(be, &a)) return;
     qr_fused_rope_kv_store(be, q, k, v, p->n_head, p->n_head_kv, p->head_dim_k, rope, kv, layer);
+    if (q_scale != 1.0f) be->ops->scale(be, q, q_scale, n_tok * p->n_head * p->head_dim_k, q);
     be->ops->attention(be, kv, layer, q, p, out);
 }
 
@@ -116,13 +130,8 @@ void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
         .window = l->swa ? hp->n_swa : 0,
         .next = &l->attn_out,
     };
-    if (q_scale == 1.0f) {
-        qr_rope_store_attend(be, f->q, f->k, f->v, &rope, f->kv, il, &ap, f->att);
-    } else { /* q scaled between rope and attention (gemma3's query_pre_attn_scalar) */
-        qr_fused_rope_kv_store(be, f->q, f->k, f->v, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, f->kv, il);
-        be->ops->scale(be, f->q, q_scale, n * hp->n_head * hp->head_dim_k, f->q);
-        be->ops->attention(be, f->kv, il, f->q, &ap, f->att);
-    }
+    /* q scaled between rope and attention where q_scale != 1 (gemma's query_pre_attn_scalar, phi3) */
+    qr_rope_store_attend(be, f->q, f->k, f->v, &rope, f->kv, il, &ap, n, q_scale, f->att);
     const qr_weight *o = &l->attn_out, *o_b = &l->attn_out_b;
     if (o_b->host) qr_fused_matmul_multi(be, 1, &o, &o_b, f->att, n, &f->xb2);
     else be->ops->matmul(be, o, f->att, n, f->xb2);
@@ -137,8 +146,8 @@ void qr_block_ffn(const qr_model *m, qr_fwd *f, int il, bool gelu) {
     const qr_layer *l = &m->layers[il];
     qr_backend *be = f->be;
     const int64_t n = f->n_rows, nff = (int64_t)n * m->hp.n_ff;
-    if (!gelu && be->ops->matmul_swiglu) {
-        be->ops->matmul_swiglu(be, &l->ffn_gate, &l->ffn_up, f->xb, n, f->ff_g, f->ff_u);
+    if (be->ops->matmul_glu) {
+        be->ops->matmul_glu(be, &l->ffn_gate, &l->ffn_up, f->xb, n, gelu, f->ff_g, f->ff_u);
     } else {
         be->ops->matmul(be, &l->ffn_gate, f->xb, n, f->ff_g);
         be->ops->matmul(be, &l->ffn_up, f->xb, n, f->ff_u);

@@ -9,11 +9,22 @@
  * (qr_block_output). */
 #include "model/model.h"
 
-/* f->xb = rmsnorm(f->x) * w, or a copy of f->x when the layer has no such norm (olmo2). */
-static void pre_norm(const qr_model *m, qr_fwd *f, const qr_weight *w, int64_t n) {
+/* x += rmsnorm(b) * post (b NULL: nothing pending), then f->xb = rmsnorm(x) * w, or a copy of x when the layer has
+ * no such norm (olmo2). With a norm: one fused op where the backend has it (next: the weight that reads f->xb). */
+static void post_pre_norm(const qr_model *m, qr_fwd *f, float *b, const qr_weight *post, const qr_weight *w,
+                          const qr_weight *next, int64_t n) {
     qr_backend *be = f->be;
-    if (w->host) be->ops->rmsnorm(be, f->x, w, n, m->hp.n_embd, m->hp.norm_eps, f->xb);
-    else be->ops->copy(be, f->x, n * m->hp.n_embd, f->xb);
+    const int64_t E = m->hp.n_embd;
+    if (w->host) {
+        if (b) qr_fused_post_add_rmsnorm(be, f->x, b, post, w, n, E, m->hp.norm_eps, f->xb, next);
+        else qr_fused_add_rmsnorm(be, f->x, NULL, 1.0f, w, n, E, m->hp.norm_eps, f->xb, next);
+        return;
+    }
+    if (b) {
+        be->ops->rmsnorm(be, b, post, n, E, m->hp.norm_eps, b);
+        be->ops->add(be, f->x, b, n * E, f->x);
+    }
+    be->ops->copy(be, f->x, n * E, f->xb);
 }
 
 void qr_gemma3_forward(const qr_model *m, qr_fwd *f) {
@@ -28,10 +39,12 @@ void qr_gemma3_forward(const qr_model *m, qr_fwd *f) {
         if (m->arch->scale_embd) be->ops->scale(be, f->x, hp->embd_scale, nx, f->x); /* x *= sqrt(n_embd) */
     }
     const float q_scale = m->arch->q_prescale ? hp->attn_scale : 1.0f;
+    const qr_weight *pending = NULL; /* the previous layer's ffn_post_norm: its FFN output (xb2) still to add */
     for (int il = 0; il < hp->n_layer; il++) {
         const qr_layer *l = &m->layers[il];
-        /* x += post_norm(attn(pre_norm(x))) */
-        pre_norm(m, f, &l->attn_norm, n);
+        /* x += post_norm(attn(pre_norm(x))), the previous layer's x += post_norm(ffn) fused into the pre-norm */
+        post_pre_norm(m, f, pending ? f->xb2 : NULL, pending, &l->attn_norm, &l->attn_q, n);
+        pending = NULL;
         qr_block_attention(m, f, il, q_scale);
         if (il == hp->n_layer - 1 && qr_pipe_last(m)) { /* the rest of the last layer: output rows only */
             qr_block_keep_outputs(m, f);
@@ -39,12 +52,13 @@ void qr_gemma3_forward(const qr_model *m, qr_fwd *f) {
             nx = n * hp->n_embd;
             if (n == 0) break;
         }
-        be->ops->rmsnorm(be, f->xb2, &l->attn_post_norm, n, hp->n_embd, hp->norm_eps, f->xb2);
-        be->ops->add(be, f->x, f->xb2, nx, f->x);
         /* x += post_norm(ffn(pre_norm(x))) */
-        pre_norm(m, f, &l->ffn_norm, n);
+        post_pre_norm(m, f, f->xb2, &l->attn_post_norm, &l->ffn_norm, qr_ffn_in(m, il), n);
         qr_block_ffn(m, f, il, m->arch->ffn_gelu);
-        be->ops->rmsnorm(be, f->xb2, &l->ffn_post_norm, n, hp->n_embd, hp->norm_eps, f->xb2);
+        pending = &l->ffn_post_norm;
+    }
+    if (pending) {
+        be->ops->rmsnorm(be, f->xb2, pending, n, hp->n_embd, hp->norm_eps, f->xb2);
         be->ops->add(be, f->x, f->xb2, nx, f->x);
     }
     qr_block_output(m, f);

@@ -509,6 +509,11 @@ void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale);
  * has one (next: the weight that multiplies y, a hint), else [scale into y +] add + rmsnorm. */
 void qr_fused_add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
                           int64_t dim, float eps, float *y, const qr_weight *next);
+/* x += rmsnorm(b) * b_norm, y = rmsnorm(x) * w (a post-norm, the residual add and the next pre-norm: gemma's
+ * blocks): the backend's add_rmsnorm with b_norm when it takes it, else rmsnorm(b) in place, then
+ * qr_fused_add_rmsnorm. b is overwritten. */
+void qr_fused_post_add_rmsnorm(qr_backend *be, float *x, float *b, const qr_weight *b_norm, const qr_weight *w,
+                               int64_t n_rows, int64_t dim, float eps, float *y, const qr_weight *next);
 /* y[i] = x . w[i]^T (+ bias b[i] when b and b[i]) for i < n_w (1..3): the backend's matmul_multi when
  * it has one, else matmul (+ add_row) per weight. */
 void qr_fused_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *const *w, const qr_weight *const *b,
@@ -516,10 +521,12 @@ void qr_fused_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *const *
 /* rope(q), rope(k), kv_store(k, v): the backend's rope_kv_store when it has one, else the three ops. */
 void qr_fused_rope_kv_store(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
                             int32_t head_dim, const qr_rope_params *rope, qr_kv_storage *kv, int32_t layer);
-/* rope + K/V store (qr_fused_rope_kv_store with p's heads), then attention: one op where the backend takes
- * the pass (rope_attention), else the plain ops. q and k hold unspecified values afterwards. */
+/* rope + K/V store (qr_fused_rope_kv_store with p's heads), [q *= q_scale where q_scale != 1: the scale op over
+ * n_tok rows,] then attention: one op where the backend takes the pass (rope_attention), else the plain ops. q and
+ * k hold unspecified values afterwards. */
 void qr_rope_store_attend(qr_backend *be, float *q, float *k, const float *v, const qr_rope_params *rope,
-                          qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, float *out);
+                          qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, int64_t n_tok, float q_scale,
+                          float *out);
 
 /* Gated FFN of layer il on the f->n_rows rows of f->xb, result in f->xb2: down(act(gate(x)) * up(x)),
  * act = SiLU or GELU. */

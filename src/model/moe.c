@@ -92,8 +92,8 @@ void qr_block_moe(const qr_model *m, qr_fwd *f, int il) {
     if (lx->up_shexp.host) {
         const int64_t S = h->n_ff_shexp;
         float *g = x->sh, *u = x->sh + (int64_t)f->n_batch * S;
-        if (lx->gate_shexp.host && h->expert_act == QR_GLU_SWIGLU && be->ops->matmul_swiglu) {
-            be->ops->matmul_swiglu(be, &lx->gate_shexp, &lx->up_shexp, f->xb, n, g, u);
+        if (lx->gate_shexp.host && h->expert_act == QR_GLU_SWIGLU && be->ops->matmul_glu) {
+            be->ops->matmul_glu(be, &lx->gate_shexp, &lx->up_shexp, f->xb, n, false, g, u);
         } else if (lx->gate_shexp.host) {
             be->ops->matmul(be, &lx->up_shexp, f->xb, n, u);
             be->ops->matmul(be, &lx->gate_shexp, f->xb, n, g);

@@ -255,7 +255,7 @@ static void multi_case(lab *L, qr_type tq, qr_type tkv, int64_t nq, int64_t nkv,
     free(xh), free(yh), free(yc);
 }
 
-/* gate/up + swiglu through matmul_swiglu (one launch at decode sizes) against two CPU matmuls and swiglu. */
+/* gate/up + swiglu through matmul_glu (one launch at decode sizes) against two CPU matmuls and swiglu. */
 static void swiglu_case(lab *L, qr_type t, int64_t n, int64_t k, int nr) {
     qr_weight w[2];
     for (int i = 0; i < 2; i++) {
@@ -275,8 +275,8 @@ static void swiglu_case(lab *L, qr_type t, int64_t n, int64_t k, int nr) {
     float *xd = lab_gpu_alloc(L, (size_t)(nr * k) * 4), *od = lab_gpu_alloc(L, (size_t)(nr * n) * 4),
           *sd = lab_gpu_alloc(L, (size_t)(nr * n) * 4);
     lab_upload(L, xd, xh, (size_t)(nr * k) * 4);
-    L->gpu->ops->matmul_swiglu(L->gpu, &w[0], &w[1], xd, nr, od, sd);
-    lab_check_errors(L, "matmul_swiglu");
+    L->gpu->ops->matmul_glu(L->gpu, &w[0], &w[1], xd, nr, false, od, sd);
+    lab_check_errors(L, "matmul_glu");
     lab_download(L, got, od, (size_t)(nr * n) * 4);
     L->cpu->ops->matmul(L->cpu, &w[0], xh, nr, g);
     L->cpu->ops->matmul(L->cpu, &w[1], xh, nr, u);
@@ -285,7 +285,7 @@ static void swiglu_case(lab *L, qr_type t, int64_t n, int64_t k, int nr) {
     const bool pass = lab_compare(got, g, nr * n, 1e-4, &mx, &rel);
     char cfg[96];
     snprintf(cfg, sizeof cfg, "%s gate/up %lldx%lld r%d", qr_type_name(t), (long long)n, (long long)k, nr);
-    lab_record(L, "matmul_swiglu", cfg, mx, rel, 1e-4, pass, 0, 0, 0);
+    lab_record(L, "matmul_glu", cfg, mx, rel, 1e-4, pass, 0, 0, 0);
     for (int i = 0; i < 2; i++) {
         L->gpu->ops->weight_release(L->gpu, &w[i]);
         free((void *)w[i].host);

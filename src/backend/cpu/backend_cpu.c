@@ -655,13 +655,14 @@ static void cpu_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *const
 }
 
 static void cpu_swiglu(qr_backend *be, const float *g, const float *u, int64_t n, float *out);
+static void cpu_geglu(qr_backend *be, const float *g, const float *u, int64_t n, float *out);
 
-static void cpu_matmul_swiglu(qr_backend *be, const qr_weight *gate, const qr_weight *up, const float *x,
-                              int64_t n_rows, float *out, float *scratch) {
+static void cpu_matmul_glu(qr_backend *be, const qr_weight *gate, const qr_weight *up, const float *x, int64_t n_rows,
+                           bool gelu, float *out, float *scratch) {
     const qr_weight *w[2] = {gate, up};
     float *y[2] = {out, scratch};
     matmul_group(be, 2, w, x, n_rows, y);
-    cpu_swiglu(be, out, scratch, n_rows * gate->ne[1], out);
+    (gelu ? cpu_geglu : cpu_swiglu)(be, out, scratch, n_rows * gate->ne[1], out);
 }
 
 static void cpu_matmul(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y) {
@@ -1192,7 +1193,7 @@ static const qr_backend_ops cpu_ops = {
     .matmul_heads = cpu_matmul_heads,
     .add_row = cpu_add_row,
     .matmul_multi = cpu_matmul_multi,
-    .matmul_swiglu = cpu_matmul_swiglu,
+    .matmul_glu = cpu_matmul_glu,
     .mem_info = NULL, /* host memory: the caller asks the OS */
     .moe_route = qr_cpu_moe_route,
     .matmul_id = qr_cpu_matmul_id,

@@ -123,6 +123,7 @@ static __global__ void __launch_bounds__(SH_THREADS) attn_short_kernel(const cud
             yb = __fadd_rn(__fmul_rn(x0, c.y), __fmul_rn(x1, c.x));
         }
         if (hh < gn) {
+            if (r.q_scale != 1.0f) ya = __fmul_rn(ya, r.q_scale), yb = __fmul_rn(yb, r.q_scale);
             q_s[hh][da] = round_f16(ya);
             q_s[hh][db] = round_f16(yb);
         } else {

@@ -967,20 +967,24 @@ static void cuda_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *cons
     }
 }
 
-/* out = swiglu(gate . x, up . x): one launch when both weights have one type (decode sizes). */
-static void cuda_matmul_swiglu(qr_backend *be, const qr_weight *gate, const qr_weight *up, const float *x,
-                               int64_t n_rows, float *out, float *scratch) {
+static void cuda_geglu(qr_backend *be, const float *g, const float *u, int64_t n, float *out);
+
+/* out = swiglu(gate . x, up . x) (gelu: geglu): one launch when both weights have one type (decode sizes). */
+static void cuda_matmul_glu(qr_backend *be, const qr_weight *gate, const qr_weight *up, const float *x, int64_t n_rows,
+                            bool gelu, float *out, float *scratch) {
     cuda_backend *cb = CB(be);
-    const cuda_weight *cg = prepared(cb, gate, "matmul_swiglu"), *cu = cg ? prepared(cb, up, "matmul_swiglu") : NULL;
+    const cuda_weight *cg = prepared(cb, gate, "matmul_glu"), *cu = cg ? prepared(cb, up, "matmul_glu") : NULL;
     if (!cu || n_rows <= 0) return;
     const int64_t k = cg->v.k, n = gate->ne[1];
-    const bool fuse = cb->tune.fuse && qr_cuda_multi_supported((int32_t)n_rows, 1) && n_rows <= cb->tune.mmvq_max_rows &&
+    const int glu = gelu ? 2 : 1;
+    const bool fuse = cb->tune.fuse && qr_cuda_multi_supported((int32_t)n_rows, glu) && n_rows <= cb->tune.mmvq_max_rows &&
                       cg->v.nb > 0 && cg->v.type == cu->v.type && cu->v.k == k && up->ne[1] == n &&
                       !overlaps(x, n_rows * k, out, n_rows * n);
     if (!fuse) {
         cuda_matmul(be, gate, x, n_rows, out);
         cuda_matmul(be, up, x, n_rows, scratch);
-        cuda_ok(cb, qr_cuda_elementwise(CUDA_EW_SWIGLU, out, scratch, 0.0f, n_rows * n, out, cb->stream), "swiglu");
+        if (gelu) cuda_geglu(be, out, scratch, n_rows * n, out);
+        else cuda_ok(cb, qr_cuda_elementwise(CUDA_EW_SWIGLU, out, scratch, 0.0f, n_rows * n, out, cb->stream), "swiglu");
         return;
     }
     act_ptrs a;
@@ -989,8 +993,8 @@ static void cuda_matmul_swiglu(qr_backend *be, const qr_weight *gate, const qr_w
     wv[0].n = wv[1].n = n;
     float *ys[2] = {out, NULL};
     const cuda_xview xv = act_view(&a, 0);
-    cuda_ok(cb, qr_cuda_matvec_multi(wv, 2, &xv, (int32_t)n_rows, ys, NULL, n >= 4096 ? 1 : 2, 1, use_pdl(cb), cb->stream),
-            "matmul_swiglu (mat-vec)");
+    cuda_ok(cb, qr_cuda_matvec_multi(wv, 2, &xv, (int32_t)n_rows, ys, NULL, n >= 4096 ? 1 : 2, glu, use_pdl(cb), cb->stream),
+            "matmul_glu (mat-vec)");
 }
 
 /* The F32 [dim] vector of a norm weight (its type and size checked by backend_check.c), or NULL with an error
@@ -1028,11 +1032,11 @@ static int norm_codes(cuda_backend *cb, const qr_weight *next, const float *x, f
 /* x += b; y = rmsnorm(x) * w; when the next mat-vec's activations are Q8 (next's type) and the rows
  * are decode-sized, the same kernel quantizes y into the act scratch for it. */
 static void add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
-                        int64_t dim, float eps, float *y, const qr_weight *next) {
+                        int64_t dim, float eps, float *y, const qr_weight *next, const float *bw) {
     cuda_backend *cb = CB(be);
     const float *wp = NULL;
     if (w && !(wp = vec_weight(cb, w, dim, "add_rmsnorm"))) return;
-    if (!cb->tune.fuse) {
+    if (!cb->tune.fuse) { /* (never with bw: cuda_add_rmsnorm declines that form) */
         if (b && b_scale != 1.0f) { /* scale into y (free until the norm writes it), then add */
             cuda_ok(cb, qr_cuda_elementwise(CUDA_EW_SCALE, b, NULL, b_scale, n_rows * dim, y, cb->stream), "scale");
             b = y;
@@ -1044,7 +1048,9 @@ static void add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scale,
     act_ptrs a = {};
     const int kind = norm_codes(cb, next, x, y, n_rows, dim, "add_rmsnorm", &a);
     if (kind == -2) return;
-    if (!cuda_ok(cb, qr_cuda_add_rmsnorm(x, b, b_scale, wp, n_rows, dim, eps, y, kind, a.q, a.d, a.s, a.g, use_pdl(cb), cb->stream),
+    if (!cuda_ok(cb,
+                 qr_cuda_add_rmsnorm(x, b, b_scale, bw, wp, n_rows, dim, eps, y, kind, a.q, a.d, a.s, a.g, use_pdl(cb),
+                                     cb->stream),
                  "add_rmsnorm"))
         return;
     cb->act_valid = false;
@@ -1082,12 +1088,23 @@ static bool add_rmsnorm_route(qr_backend *be, float *x, const float *b, float b_
     return true;
 }
 
-/* The add_rmsnorm slot: the routed form where a->router is set (false: declined), else the plain one. */
+/* The add_rmsnorm slot: the routed form where a->router is set (false: declined), the post-normed form (a->b_norm)
+ * in one launch where the shape takes it (not in the exact mode: false, the model runs rmsnorm then this op), else
+ * the plain one. */
 static bool cuda_add_rmsnorm(qr_backend *be, const qr_add_rmsnorm_args *a) {
+    cuda_backend *cb = CB(be);
     if (a->router)
         return add_rmsnorm_route(be, a->x, a->b, a->b_scale, a->w, a->n_rows, a->dim, a->eps, a->y, a->next, a->router,
                                  a->router_b, a->route, a->logits, a->ids, a->weights);
-    add_rmsnorm(be, a->x, a->b, a->b_scale, a->w, a->n_rows, a->dim, a->eps, a->y, a->next);
+    const float *bw = NULL;
+    if (a->b_norm) {
+        if (cb->exact || !cb->tune.fuse || !cb->tune.post_norm || !qr_cuda_post_norm_supported(a->dim) ||
+            overlaps(a->x, a->n_rows * a->dim, a->y, a->n_rows * a->dim) ||
+            overlaps(a->b, a->n_rows * a->dim, a->y, a->n_rows * a->dim))
+            return false;
+        if (!(bw = vec_weight(cb, a->b_norm, a->dim, "add_rmsnorm"))) return true;
+    }
+    add_rmsnorm(be, a->x, a->b, a->b_scale, a->w, a->n_rows, a->dim, a->eps, a->y, a->next, bw);
     return true;
 }
 
@@ -1170,8 +1187,9 @@ static void cuda_kv_store(qr_backend *be, qr_kv_storage *kv, int32_t layer, cons
             "kv_store");
 }
 
+/* rope(q), rope(k), kv_store; q_scale != 1 (only where rope_scaled_ok): then q *= q_scale in the same launch. */
 static void rope_kv_store(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
-                          int32_t head_dim, const qr_rope_params *p, qr_kv_storage *kv, int32_t layer) {
+                          int32_t head_dim, const qr_rope_params *p, qr_kv_storage *kv, int32_t layer, float q_scale) {
     cuda_backend *cb = CB(be);
     cuda_rope_consts c;
     const float *ff;
@@ -1200,9 +1218,14 @@ static void rope_kv_store(qr_backend *be, float *q, float *k, const float *v, in
     cuda_ok(cb,
             qr_cuda_rope_kv_store(q, k, v, cb->n_tokens, n_head, n_head_kv, head_dim, d->v_dim, cb->d_pos,
                                   cb->d_kv_slot, &c, ff, kv->k + (size_t)layer * kv->k_layer,
-                                  kv->v + (size_t)layer * kv->v_layer, d->type_k == QR_TYPE_F16, use_pdl(cb),
-                                  cb->stream),
+                                  kv->v + (size_t)layer * kv->v_layer, d->type_k == QR_TYPE_F16, q_scale,
+                                  use_pdl(cb), cb->stream),
             "rope_kv_store");
+}
+
+/* Whether rope_kv_store can scale q in its launch: the fused form over an f16 / f32 cache (not the exact mode). */
+static bool rope_scaled_ok(const cuda_backend *cb, const qr_kv_storage *kv) {
+    return kv && cb->tune.fuse && !cb->exact && !kv_kvq(kv->desc.type_k);
 }
 
 /* attention's check that this backend made kv (the head layout against it, up to caps.max_head_dim =
@@ -1559,7 +1582,7 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
  * Declines (false) before raising anything (the layout and table checks raise only what attention would); after
  * true an error may have been raised. */
 static bool rope_attention(qr_backend *be, float *q, float *k, const float *v, const qr_rope_params *rope,
-                           qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, float *out) {
+                           qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, float q_scale, float *out) {
     cuda_backend *cb = CB(be);
     if (cb->exact || !cb->tune.fuse || !cb->tune.attn_short || cb->n_tokens != 1 || p->non_causal || !kv ||
         kv->desc.type_k != QR_TYPE_F16 || p->head_dim_k != p->head_dim_v || p->n_head_kv < 1 || p->n_head % p->n_head_kv)
@@ -1588,20 +1611,28 @@ static bool rope_attention(qr_backend *be, float *q, float *k, const float *v, c
     r.ff = ff;
     r.kv_early = cb->capturing; /* a replay starts after every earlier pass has finished */
     r.gmax = cb->tune.attn_short_g;
+    r.q_scale = q_scale;
     if (!cuda_ok(cb, qr_cuda_rope_attention(&r, use_pdl(cb), cb->stream), "rope_attention")) return true;
     cb->act_valid = false;
     if (r.a.q8_kind >= 0) act_mark(cb, out, 1, (int64_t)p->n_head * p->head_dim_v, r.a.q8_kind);
     return true;
 }
 
-/* The rope_attention slot: rope + K/V store alone where a->out is NULL (always taken), else with attention. */
+/* The rope_attention slot: rope + K/V store alone where a->out is NULL (always taken), else with attention: the
+ * one-launch kernel where it takes the pass, else, with a q scale, rope + store + scale in one launch before the
+ * attention op (declined where that launch cannot scale: the model runs the plain ops). */
 static bool cuda_rope_attention(qr_backend *be, const qr_rope_attn_args *a) {
     const qr_attn_params *p = a->attn;
     if (!a->out) {
-        rope_kv_store(be, a->q, a->k, a->v, p->n_head, p->n_head_kv, p->head_dim_k, a->rope, a->kv, a->layer);
+        rope_kv_store(be, a->q, a->k, a->v, p->n_head, p->n_head_kv, p->head_dim_k, a->rope, a->kv, a->layer, 1.0f);
         return true;
     }
-    return rope_attention(be, a->q, a->k, a->v, a->rope, a->kv, a->layer, p, a->out);
+    const float qs = a->q_scale != 0.0f ? a->q_scale : 1.0f;
+    if (rope_attention(be, a->q, a->k, a->v, a->rope, a->kv, a->layer, p, qs, a->out)) return true;
+    if (qs == 1.0f || !rope_scaled_ok(CB(be), a->kv)) return false;
+    rope_kv_store(be, a->q, a->k, a->v, p->n_head, p->n_head_kv, p->head_dim_k, a->rope, a->kv, a->layer, qs);
+    cuda_attention(be, a->kv, a->layer, a->q, p, a->out);
+    return true;
 }
 
 static void ew(qr_backend *be, cuda_ew_kind kind, const float *a, const float *b, float s, int64_t n, float *out,
@@ -1742,7 +1773,7 @@ static qr_backend_ops make_cuda_ops(void) {
     o.graph_release = cuda_graph_release;
     o.add_rmsnorm = cuda_add_rmsnorm;
     o.matmul_multi = cuda_matmul_multi;
-    o.matmul_swiglu = cuda_matmul_swiglu;
+    o.matmul_glu = cuda_matmul_glu;
     o.matmul_act = cuda_matmul_act;
     o.rope_attention = cuda_rope_attention;
     o.act_hold = cuda_act_hold;
@@ -1769,7 +1800,7 @@ static qr_backend_ops make_cuda_ops_exact(void) {
     qr_backend_ops o = make_cuda_ops();
     o.add_rmsnorm = NULL;
     o.matmul_multi = NULL;
-    o.matmul_swiglu = NULL;
+    o.matmul_glu = NULL;
     o.rope_attention = NULL;
     o.act_hold = NULL;
     o.moe_down_combine = NULL; /* ssm_gate_norm stays: in exact mode it ignores its hint */

@@ -76,6 +76,9 @@ typedef struct qr_cuda_tune {
                               * (QUARREL_CUDA_ATTN_SHORT_G) */
     int32_t norm_route;      /* 1 (default): a MoE layer's decode norm, router mat-vec and routing in one launch
                               * (qr_cuda_norm_route); 0: three launches (QUARREL_CUDA_NORM_ROUTE=0) */
+    int32_t post_norm;       /* 1 (default): a post-norm, the residual add and the next pre-norm (gemma's blocks)
+                              * in one launch (add_rmsnorm with b_norm); 0: rmsnorm, then add + rmsnorm
+                              * (QUARREL_CUDA_POST_NORM=0) */
     int32_t fuse;            /* 1: the optional fused ops (add_rmsnorm + activation quantization, q/k/v in one
                               * mat-vec launch, gate/up + swiglu, rope + K/V store) run fused; 0: each runs as
                               * the plain ops it stands for (A/B: QUARREL_CUDA_FUSE=0) */

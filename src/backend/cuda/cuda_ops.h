@@ -94,8 +94,8 @@ cudaError_t qr_cuda_matvec(const cuda_wview *w, const cuda_xview *x, int32_t nr,
  * against the same prepared activations:
  * y[m][t][w[m].n] as qr_cuda_matvec would write them, plus the F32 bias b[m][w[m].n] where b and b[m]
  * are not NULL (added to the rounded sum, as add_row after the matmul). glu != 0 (b NULL) (n_mat == 2, equal shapes, wpr 1 or 2):
- * y[0][t][n] = swiglu(gate . x, up . x) with w[0] = gate, w[1] = up, as the swiglu op computes it.
- * Only for qr_cuda_multi_supported(nr, glu) (1..4 rows; glu 0 or 1). */
+ * y[0][t][n] = swiglu(gate . x, up . x) (glu 1; glu 2: geglu) with w[0] = gate, w[1] = up, as the swiglu /
+ * geglu op computes it. Only for qr_cuda_multi_supported(nr, glu) (1..4 rows; glu 0, 1 or 2). */
 bool qr_cuda_multi_supported(int32_t nr, int glu);
 /* Whether matrices of type_a followed by matrices of type_b (one activation kind) can share that launch (glu 0):
  * q in Q4_0 with k / v in Q8_0; Q4_K or Q5_K with Q6_K. */
@@ -117,10 +117,12 @@ cudaError_t qr_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int6
                             cudaStream_t stream);
 /* x[r] += b_scale * b[r] (when b; the product rounded first, as scale then add; b_scale 1: plain add), then
  * y = rmsnorm(x) * w as qr_cuda_rmsnorm; with qkind 0/1 (qr_cuda_act_kind) also quantizes y into q/d/s/g
- * as qr_cuda_quantize_act would (dim a multiple of the block). */
-cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, float b_scale, const float *w, int64_t n_rows, int64_t dim, float eps,
-                                float *y, int qkind, int8_t *q, float *d, float *s, int16_t *g, bool pdl,
-                                cudaStream_t stream);
+ * as qr_cuda_quantize_act would (dim a multiple of the block). bw (a post-norm weight, or NULL): b is first
+ * replaced by rmsnorm(b) * bw as qr_cuda_rmsnorm computes it (b_scale 1; only where qr_cuda_post_norm_supported). */
+bool qr_cuda_post_norm_supported(int64_t dim);
+cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, float b_scale, const float *bw, const float *w, int64_t n_rows,
+                                int64_t dim, float eps, float *y, int qkind, int8_t *q, float *d, float *s, int16_t *g,
+                                bool pdl, cudaStream_t stream);
 cudaError_t qr_cuda_layernorm(const float *x, const float *w, const float *b, int64_t n_rows, int64_t dim, float eps,
                               float *y, cudaStream_t stream);
 cudaError_t qr_cuda_softmax(const float *x, int64_t n_rows, int64_t dim, float *y, cudaStream_t stream);
@@ -139,11 +141,12 @@ cudaError_t qr_cuda_rope(float *x, int32_t n_tok, int32_t n_head, int32_t head_d
                          const cuda_rope_consts *c, const float *freq_factors, cudaStream_t stream);
 
 /* rope of q [n_tok][n_head * head_dim] and k [n_tok][n_head_kv * head_dim] in place (as two qr_cuda_rope
- * calls), then row r of k and v ([n_tok][v_dim]) stored in cache slot slots[r] (as qr_cuda_kv_store). */
+ * calls), then row r of k and v ([n_tok][v_dim]) stored in cache slot slots[r] (as qr_cuda_kv_store); q_scale
+ * != 1: then q *= q_scale (as the scale op). */
 cudaError_t qr_cuda_rope_kv_store(float *q, float *k, const float *v, int32_t n_tok, int32_t n_head, int32_t n_head_kv,
                                   int32_t head_dim, int32_t v_dim, const int32_t *pos, const int32_t *slots,
                                   const cuda_rope_consts *c, const float *freq_factors, void *k_cache, void *v_cache,
-                                  bool f16, bool pdl, cudaStream_t stream);
+                                  bool f16, float q_scale, bool pdl, cudaStream_t stream);
 
 /* ---- attention.cu ---- */
 #define CUDA_KVQ_Q8 1 /* cuda_attn_args.kvq: Q8_0 K and V */
@@ -231,6 +234,7 @@ typedef struct cuda_rope_attn_args {
     int32_t kv_early;       /* 1: the cached keys were complete before the launch (a graph replay): their
                              * loads start before the dependency wait */
     int32_t gmax;           /* query heads a CTA at most (1, 2 or 4) */
+    float q_scale;          /* q *= q_scale after its rope (1: not), as the scale op */
 } cuda_rope_attn_args;
 /* The longest key span the kernel takes for a head size (0: not taken). */
 int32_t qr_cuda_attn_short_keys(int32_t head_dim);

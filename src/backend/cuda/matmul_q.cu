@@ -189,7 +189,7 @@ static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
  * CTAs [cta_end[m-1], cta_end[m]) compute matrix m into y[m], as matvec_kernel would, plus the bias
  * b[m] when there is one (the sum rounded, then the bias added: as matmul then add_row). With glu set
  * (two matrices of the same shape, the FFN gate and up) every CTA computes the same rows of both,
- * and writes swiglu(gate row, up row) to y[0] instead. */
+ * and writes swiglu(gate row, up row) (glu 1) or geglu (glu 2) to y[0] instead. */
 typedef struct mv_multi_args {
     cuda_wview w[QR_CUDA_MULTI_MAX];
     float *y[QR_CUDA_MULTI_MAX];
@@ -232,7 +232,7 @@ static __global__ void __launch_bounds__(MMV_THREADS, UF == 2 ? 12 : (NR <= 2 ? 
             g += red[warp + p][lane];
             u += red[warp + wpr + p][lane];
         }
-        a.y[0][(int64_t)lane * w.n + row] = ew_op<CUDA_EW_SWIGLU>(g, u, 0.0f);
+        a.y[0][(int64_t)lane * w.n + row] = GLU == 1 ? ew_op<CUDA_EW_SWIGLU>(g, u, 0.0f) : ew_op<CUDA_EW_GEGLU>(g, u, 0.0f);
     }
 }
 
@@ -338,7 +338,11 @@ static cudaError_t launch_matvec_multi(const cuda_wview *w, int32_t n_mat, const
     case N * 4 + 1:                                                                                                   \
         if (N == 1 && T::CPB == 1 && mmv_u2(ctas))                                                                   \
             return launch_k(matvec_multi_kernel<T, 1, 1, 2>, grid, block, 0, stream, pdl, a, xv, (int)wpr);        \
-        return launch_k(matvec_multi_kernel<T, N, 1>, grid, block, 0, stream, pdl, a, xv, (int)wpr);
+        return launch_k(matvec_multi_kernel<T, N, 1>, grid, block, 0, stream, pdl, a, xv, (int)wpr);        \
+    case N * 4 + 2:                                                                                                   \
+        if (N == 1 && T::CPB == 1 && mmv_u2(ctas))                                                                   \
+            return launch_k(matvec_multi_kernel<T, 1, 2, 2>, grid, block, 0, stream, pdl, a, xv, (int)wpr);        \
+        return launch_k(matvec_multi_kernel<T, N, 2>, grid, block, 0, stream, pdl, a, xv, (int)wpr);
         CASE(1) CASE(2) CASE(3) CASE(4)
 #undef CASE
     default: return cudaErrorInvalidValue;
@@ -405,7 +409,7 @@ extern "C" cudaError_t qr_cuda_matvec_multi(const cuda_wview *w, int32_t n_mat, 
     }
 }
 
-extern "C" bool qr_cuda_multi_supported(int32_t nr, int glu) { return nr >= 1 && nr <= 4 && (glu == 0 || glu == 1); }
+extern "C" bool qr_cuda_multi_supported(int32_t nr, int glu) { return nr >= 1 && nr <= 4 && glu >= 0 && glu <= 2; }
 
 /* ---- the expert mat-vec (MoE decode) ---- */
 

@@ -87,6 +87,28 @@ static __global__ void __launch_bounds__(1024) rmsnorm_vec8_kernel(float *x, con
     rmsnorm8_row<ADD, QK>(x, b, b_scale, w != nullptr, g, dim, eps, y, q, qd, qs, qg, sh, v);
 }
 
+/* rmsnorm_vec8_kernel after a post-norm: x += rmsnorm(b) * bw (b's norm with the plain kernel's rounding: its
+ * sum of squares in double, IEEE division and square root), then y = rmsnorm(x) * w (+ codes). Gemma's
+ * post_attention_norm / post_ffw_norm, the residual add and the next pre-norm in one launch. */
+template <int QK>
+static __global__ void __launch_bounds__(1024) rmsnorm_post_vec8_kernel(float *x, const float *__restrict__ b,
+                                                                        const float *__restrict__ bw,
+                                                                        const float *__restrict__ w, int64_t dim, float eps,
+                                                                        float *y, int8_t *q, float *qd, float *qs, int16_t *qg) {
+    __shared__ double sh[32];
+    float g[8], gb[8], v[8];
+    rmsnorm8_weights(w, dim, g);
+    rmsnorm8_weights(bw, dim, gb);
+    pdl_enter();
+    float bv[8];
+    rmsnorm8_load<false>(b, NULL, 1.0f, dim, bv); /* b's 8 values */
+    const float scale = rmsnorm8_scale(bv, dim, eps, sh);
+    rmsnorm8_load<false>(x, NULL, 1.0f, dim, v);
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = __fadd_rn(v[j], __fmul_rn(__fmul_rn(bv[j], scale), gb[j]));
+    rmsnorm8_finish<true, QK>(x, w != nullptr, g, dim, eps, y, q, qd, qs, qg, sh, v);
+}
+
 /* y = (x - mean) / sqrt(var + eps) (* w) (+ b). */
 static __global__ void layernorm_kernel(const float *x, const float *__restrict__ w, const float *__restrict__ b,
                                         int64_t dim, float eps, float *y) {
@@ -194,14 +216,22 @@ extern "C" cudaError_t qr_cuda_rmsnorm(const float *x, const float *w, int64_t n
     QR_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, float b_scale, const float *w, int64_t n_rows, int64_t dim,
-                                           float eps, float *y, int qkind, int8_t *q, float *d, float *s, int16_t *g,
-                                           bool pdl, cudaStream_t stream) {
+extern "C" bool qr_cuda_post_norm_supported(int64_t dim) { return dim % 8 == 0 && dim <= 8192; }
+
+extern "C" cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, float b_scale, const float *bw, const float *w,
+                                           int64_t n_rows, int64_t dim, float eps, float *y, int qkind, int8_t *q, float *d,
+                                           float *s, int16_t *g, bool pdl, cudaStream_t stream) {
     if (n_rows <= 0 || dim <= 0) return cudaSuccess;
     if (qkind > 1 || (qkind >= 0 && dim % (qkind == 0 ? 32 : 256))) return cudaErrorInvalidValue;
     const unsigned grid = (unsigned)n_rows;
     const bool vec8 = dim % 8 == 0 && dim <= 8192;
     const int th = vec8 ? (int)((dim / 8 + 31) / 32 * 32) : norm_threads(dim);
+    if (bw) { /* the post-norm form: b normed first (vec8 shapes only) */
+        if (!b || b_scale != 1.0f || !vec8) return cudaErrorInvalidValue;
+        const auto k = qkind == 0 ? rmsnorm_post_vec8_kernel<0>
+                                  : (qkind == 1 ? rmsnorm_post_vec8_kernel<1> : rmsnorm_post_vec8_kernel<-1>);
+        return launch_k(k, dim3(grid), dim3(th), 0, stream, pdl, x, b, bw, w, dim, eps, y, q, d, s, g);
+    }
 #define L(A, K)                                                                                                         \
     return vec8 ? launch_k(rmsnorm_vec8_kernel<A, K>, dim3(grid), dim3(th), 0, stream, pdl, x, b, b_scale, w, dim, eps, y, q, \
                            d, s, g)                                                                                     \

@@ -37,6 +37,17 @@ static __device__ __forceinline__ void rmsnorm8_load(const float *x, const float
     }
 }
 
+/* 1 / sqrt(mean(v^2) + eps) over the CTA's row (each thread's 8 values in v): the sum of squares in double, the
+ * scale with IEEE division and square root (as rmsnorm_kernel and the CPU). Every thread calls it. */
+static __device__ __forceinline__ float rmsnorm8_scale(const float *v, int64_t dim, float eps, double *sh) {
+    double sum = 0.0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) sum += (double)__fmul_rn(v[j], v[j]);
+    sum = block_sum_d(sum, sh);
+    const float mean = (float)(sum / (double)dim);
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
 /* Second half: x written back (ADD: the residual stream), v = rmsnorm(v) * g left in registers and written
  * to y; QK >= 0: y quantized for the next mat-vec (Q8_0 rule per 32 by groups of 4 lanes, Q8_K per 256 by
  * whole warps) into q/qd/qs/qg. The sum of squares in double, the scale with IEEE division and square
@@ -52,12 +63,7 @@ static __device__ __forceinline__ void rmsnorm8_finish(float *x, bool has_w, con
         *(float4 *)(xr + i0) = make_float4(v[0], v[1], v[2], v[3]);
         *(float4 *)(xr + i0 + 4) = make_float4(v[4], v[5], v[6], v[7]);
     }
-    double sum = 0.0;
-#pragma unroll
-    for (int j = 0; j < 8; j++) sum += (double)__fmul_rn(v[j], v[j]);
-    sum = block_sum_d(sum, sh);
-    const float mean = (float)(sum / (double)dim);
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+    const float scale = rmsnorm8_scale(v, dim, eps, sh);
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         const float t = __fmul_rn(v[j], scale);

@@ -58,7 +58,7 @@ static __global__ void rope_kv_store_kernel(float *q, float *k, const float *__r
                                             int32_t n_head_kv, int32_t head_dim, int32_t v_dim,
                                             const int32_t *__restrict__ pos, const int32_t *__restrict__ slots,
                                             const cuda_rope_consts c, const float *__restrict__ ff, void *k_cache,
-                                            void *v_cache) {
+                                            void *v_cache, float q_scale) {
     extern __shared__ float cs[];
     pdl_enter();
     const int r = blockIdx.x;
@@ -69,6 +69,10 @@ static __global__ void rope_kv_store_kernel(float *q, float *k, const float *__r
         int64_t ia, ib;
         float ya, yb;
         rope_pair(qr, p, head_dim, cs, c, &ia, &ib, &ya, &yb);
+    }
+    if (q_scale != 1.0f) { /* then q *= q_scale, every value (the scale op's rounding) */
+        __syncthreads();
+        for (int64_t i = threadIdx.x; i < (int64_t)n_head * head_dim; i += blockDim.x) qr[i] = __fmul_rn(qr[i], q_scale);
     }
     const int64_t k_dim = (int64_t)n_head_kv * head_dim, s = slots[r];
     float *kr = k + (int64_t)r * k_dim;
@@ -109,7 +113,7 @@ template <bool F16>
 static __global__ void __launch_bounds__(128) rope_kv_store_heads_kernel(
     float *q, float *k, const float *__restrict__ v, int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t v_dim,
     const int32_t *__restrict__ pos, const int32_t *__restrict__ slots, const cuda_rope_consts c,
-    const float *__restrict__ ff, void *k_cache, void *v_cache) {
+    const float *__restrict__ ff, void *k_cache, void *v_cache, float q_scale) {
     const int r = blockIdx.x, u = blockIdx.y, half = c.n_rot / 2;
     const int64_t k_dim = (int64_t)n_head_kv * head_dim;
     const int64_t s = slots[r];
@@ -147,7 +151,10 @@ static __global__ void __launch_bounds__(128) rope_kv_store_heads_kernel(
     pdl_enter();
     float *xr = (is_k ? k + (int64_t)r * k_dim : q + (int64_t)r * n_head * head_dim) + (int64_t)h * head_dim;
     rope_head_rotate(xr, cs, half, c, [&](int a, int b, float ya, float yb) {
-        if (!is_k) return;
+        if (!is_k) {
+            if (q_scale != 1.0f) xr[a] = __fmul_rn(ya, q_scale), xr[b] = __fmul_rn(yb, q_scale);
+            return;
+        }
         const int64_t e = s * k_dim + (int64_t)h * head_dim;
         if (F16) {
             ((__half *)k_cache)[e + a] = __float2half_rn(ya);
@@ -157,6 +164,8 @@ static __global__ void __launch_bounds__(128) rope_kv_store_heads_kernel(
             ((float *)k_cache)[e + b] = yb;
         }
     });
+    if (!is_k && q_scale != 1.0f) /* q's tail past the rotated pairs, scaled too */
+        for (int i = c.n_rot + threadIdx.x; i < head_dim; i += blockDim.x) xr[i] = __fmul_rn(xr[i], q_scale);
     if (is_k && c.n_rot < head_dim) { /* the untouched tail of the head */
         const int64_t e = s * k_dim + (int64_t)h * head_dim;
         for (int i = c.n_rot + threadIdx.x; i < head_dim; i += blockDim.x) {
@@ -169,18 +178,19 @@ static __global__ void __launch_bounds__(128) rope_kv_store_heads_kernel(
 extern "C" cudaError_t qr_cuda_rope_kv_store(float *q, float *k, const float *v, int32_t n_tok, int32_t n_head,
                                             int32_t n_head_kv, int32_t head_dim, int32_t v_dim, const int32_t *pos,
                                             const int32_t *slots, const cuda_rope_consts *c, const float *freq_factors,
-                                            void *k_cache, void *v_cache, bool f16, bool pdl, cudaStream_t stream) {
+                                            void *k_cache, void *v_cache, bool f16, float q_scale, bool pdl,
+                                            cudaStream_t stream) {
     if (n_tok <= 0) return cudaSuccess;
     const size_t sm = (size_t)c->n_rot * sizeof(float);
     if (n_tok <= 8 && c->n_rot / 2 <= 256 && n_head + n_head_kv < 60000) { /* decode: a CTA per head */
         const int vs = (int)((v_dim + 8 * 128 - 1) / (8 * 128));
         return launch_k(f16 ? rope_kv_store_heads_kernel<true> : rope_kv_store_heads_kernel<false>,
                         dim3((unsigned)n_tok, (unsigned)(n_head + n_head_kv + vs)), dim3(128), 0, stream, pdl, q, k, v,
-                        n_head, n_head_kv, head_dim, v_dim, pos, slots, *c, freq_factors, k_cache, v_cache);
+                        n_head, n_head_kv, head_dim, v_dim, pos, slots, *c, freq_factors, k_cache, v_cache, q_scale);
     }
     return launch_k(f16 ? rope_kv_store_kernel<true> : rope_kv_store_kernel<false>, dim3((unsigned)n_tok),
                     dim3(ROPE_THREADS), sm, stream, pdl, q, k, v, n_head, n_head_kv, head_dim, v_dim, pos, slots, *c,
-                    freq_factors, k_cache, v_cache);
+                    freq_factors, k_cache, v_cache, q_scale);
 }
 
 extern "C" cudaError_t qr_cuda_rope(float *x, int32_t n_tok, int32_t n_head, int32_t head_dim, const int32_t *pos,
