@@ -53,13 +53,17 @@ if [ "$STAGE" = trace ]; then # the default mode on the lite shape, then kernel 
     mkdir -p /tmp/qr_models_chk
     [ -f "$f" ] || build-gpu/bundle/quarrel synth --arch deepseek2 --preset deepseek-v2-lite --type Q4_K_M -t "$(nproc)" \
         -o "$f" > /tmp/mla/synth.log 2>&1
-    OUT=/tmp/mla/l MODEL_DIR=/tmp/qr_models_chk BUNDLE=build-gpu/bundle timeout 240 python3 bench/gpu_check.py \
-        --models deepseek2:deepseek-v2-lite --types Q4_K_M --prompts 2 --gen 32 --no-leak > /tmp/mla/l.log 2>&1
-    echo "lite check rc=$?"; cp /tmp/mla/l/gpu_check.md "$OUT/gpu_check_lite.md" 2>/dev/null; tail -6 /tmp/mla/l.log
+    if [ -z "${NO_CHECK:-}" ]; then # NO_CHECK=1: the timelines only; NO_TG=1: the prefill's only
+        OUT=/tmp/mla/l MODEL_DIR=/tmp/qr_models_chk BUNDLE=build-gpu/bundle timeout 240 python3 bench/gpu_check.py \
+            --models deepseek2:deepseek-v2-lite --types Q4_K_M --prompts 2 --gen 32 --no-leak > /tmp/mla/l.log 2>&1
+        echo "lite check rc=$?"; cp /tmp/mla/l/gpu_check.md "$OUT/gpu_check_lite.md" 2>/dev/null; tail -6 /tmp/mla/l.log
+    fi
     T=$PWD/build-gpu/trace/libqrtrace.so
-    CUDA_INJECTION64_PATH=$T QR_TRACE_OUT=/tmp/mla/tg.csv build-gpu/bundle/quarrel bench -m "$f" --backend cuda -p 0 \
-        -n 64 -r 1 > /tmp/mla/tg.log 2>&1
-    python3 bench/cupti_trace.py /tmp/mla/tg.csv > "$OUT/trace_tg.txt" 2>&1; head -45 "$OUT/trace_tg.txt"
+    if [ -z "${NO_TG:-}" ]; then
+        CUDA_INJECTION64_PATH=$T QR_TRACE_OUT=/tmp/mla/tg.csv build-gpu/bundle/quarrel bench -m "$f" --backend cuda -p 0 \
+            -n 64 -r 1 > /tmp/mla/tg.log 2>&1
+        python3 bench/cupti_trace.py /tmp/mla/tg.csv > "$OUT/trace_tg.txt" 2>&1; head -45 "$OUT/trace_tg.txt"
+    fi
     CUDA_INJECTION64_PATH=$T QR_TRACE_OUT=/tmp/mla/pp.csv build-gpu/bundle/quarrel bench -m "$f" --backend cuda \
         -p 512 -n 0 -r 2 > /tmp/mla/pp.log 2>&1
     python3 - /tmp/mla/pp.csv > "$OUT/trace_pp.txt" <<'PY'
@@ -74,6 +78,14 @@ for r in half:
 span = (int(half[-1][1]) - int(half[0][0])) / 1e3
 print(f"prefill rep: {span:.0f} us wall, kernels {sum(tot.values()) / 1e3:.0f} us")
 for n, t in tot.most_common(30): print(f"{t / 1e3:9.1f} us {cnt[n]:6d}  {n}")
+gap = collections.Counter(); gcnt = collections.Counter(); end = int(half[0][1]); prev = ",".join(half[0][6:])[:70]
+for r in half[1:]:  # idle time before each kernel, by the kernel that ran before it
+    g = int(r[0]) - end
+    if g > 0:
+        gap[prev] += g; gcnt[prev] += 1
+    prev = ",".join(r[6:])[:70]; end = max(end, int(r[1]))
+print(f"idle between kernels: {sum(gap.values()) / 1e3:.0f} us; by the kernel before the gap:")
+for n, t in gap.most_common(12): print(f"{t / 1e3:9.1f} us {gcnt[n]:6d}  {n}")
 PY
     head -34 "$OUT/trace_pp.txt"
     exit 0

@@ -600,7 +600,7 @@ static void cuda_gather_outputs(qr_backend *be, const float *src, int64_t dim, f
  * copy would leave less free than max(f16_cache_reserve, a quarter of the device) (then not asked again), or a
  * graph is being captured. Memory for speed: a batch of more rows than the mat-vec takes then reads the f16 matrix
  * once instead of dequantizing it into tiles each time (batched decode, prefill chunks). */
-static const void *f16_cache(cuda_backend *cb, cuda_weight *cw, int64_t n) {
+const void *f16_cache(cuda_backend *cb, cuda_weight *cw, int64_t n) {
     if (cw->f16 || !cb->tune.f16_cache || cw->f16_tried || cb->capturing || cw->v.n != n) return cw->f16;
     cw->f16_tried = true;
     const size_t bytes = (size_t)n * (size_t)cw->v.k * 2;
@@ -1323,6 +1323,61 @@ static bool attn_q8_out(cuda_backend *cb, const qr_attn_params *p, float *out, i
     return true;
 }
 
+/* A prompt batch whose heads the flash kernel does not take (MLA's 576 / 512, one cached head): per run of rows
+ * of one sequence, its keys and values gathered into contiguous f16 rows, then S = q K^T (cuBLAS, f32), the masked
+ * softmax into f16 probabilities and out = P V (cuBLAS), by chunks of rows whose scores fit 256 MiB. Outside graphs,
+ * causal, no softcap or sinks, an f16 cache of one KV head. False (nothing done) where it does not apply; true after
+ * an error was raised. QUARREL_CUDA_ATTN_GEMM=0: the two-pass kernel instead. */
+static bool attn_gemm(cuda_backend *cb, cuda_attn_args *a) {
+    if (!cb->tune.attn_gemm || cb->graph_mode || !a->f16 || a->kvq || a->n_head_kv != 1 || a->softcap != 0.0f ||
+        a->sinks || a->n_tok < 16 || qr_cuda_attn_flash_supported(a) || a->dk % 8 || a->dv % 8 || !cb->cublas)
+        return false;
+    const int32_t H = a->n_head;
+    const float one = 1.0f, zero = 0.0f;
+    for (int32_t r0 = 0; r0 < a->n_tok;) { /* a run of rows of one sequence */
+        const int32_t s = cb->h_seq[r0];
+        int32_t r1 = r0, pmin = INT32_MAX, pmax = -1;
+        for (; r1 < a->n_tok && cb->h_seq[r1] == s; r1++) {
+            pmin = cb->h_pos[r1] < pmin ? cb->h_pos[r1] : pmin;
+            pmax = cb->h_pos[r1] > pmax ? cb->h_pos[r1] : pmax;
+        }
+        const int32_t k0 = a->window > 0 && pmin - a->window + 1 > 0 ? pmin - a->window + 1 : 0, nk = pmax + 1 - k0;
+        const size_t kv_bytes = ((size_t)nk * (size_t)(a->dk + a->dv) * 2 + 255) & ~(size_t)255;
+        /* rows a chunk: q (f16), scores (f32) and probabilities (f16) within 256 MiB */
+        const size_t per_row = (size_t)H * ((size_t)a->dk * 2 + (size_t)nk * 6 + 64);
+        int64_t chunk = (int64_t)(((size_t)256 << 20) / per_row);
+        if (chunk < 1) chunk = 1;
+        if (chunk > r1 - r0) chunk = r1 - r0;
+        const size_t qb = ((size_t)chunk * H * a->dk * 2 + 255) & ~(size_t)255,
+                     sb = ((size_t)chunk * H * nk * 4 + 255) & ~(size_t)255;
+        if (!ensure_scratch(cb, &cb->tile, &cb->tile_cap, kv_bytes + qb + sb + (size_t)chunk * H * nk * 2,
+                            "attention (gemm)"))
+            return true;
+        uint8_t *base = (uint8_t *)cb->tile;
+        void *kc = base, *vc = base + (size_t)nk * a->dk * 2, *qh = base + kv_bytes, *sc = base + kv_bytes + qb,
+             *pr = base + kv_bytes + qb + sb;
+        if (!cuda_ok(cb, qr_cuda_attn_gather(a, s, k0, nk, kc, vc, cb->stream), "attention (gather)")) return true;
+        for (int64_t c0 = r0; c0 < r1; c0 += chunk) {
+            const int64_t c1 = c0 + chunk < r1 ? c0 + chunk : r1, ch = (c1 - c0) * H;
+            if (!cuda_ok(cb, qr_cuda_to_half(a->q + c0 * H * a->dk, ch * a->dk, qh, false, cb->stream), "attention (q)") ||
+                !cublas_ok(cb, cublasGemmEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, nk, (int)ch, a->dk, &one, kc, CUDA_R_16F,
+                                            a->dk, qh, CUDA_R_16F, a->dk, &zero, sc, CUDA_R_32F, nk, CUBLAS_COMPUTE_32F,
+                                            CUBLAS_GEMM_DEFAULT),
+                           "attention (scores)") ||
+                !cuda_ok(cb, qr_cuda_attn_softmax((const float *)sc, ch, H, nk, k0, a->pos + c0, a->scale, a->window, pr,
+                                                  cb->stream),
+                         "attention (softmax)") ||
+                !cublas_ok(cb, cublasGemmEx(cb->cublas, CUBLAS_OP_N, CUBLAS_OP_N, a->dv, (int)ch, nk, &one, vc, CUDA_R_16F,
+                                            a->dv, pr, CUDA_R_16F, nk, &zero, a->out + c0 * H * a->dv, CUDA_R_32F, a->dv,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                           "attention (values)"))
+                return true;
+        }
+        r0 = r1;
+    }
+    return true;
+}
+
 /* The first conditions of attn_flash (what it decides without looking at the rows' sequences). */
 static bool attn_flash_wanted(const cuda_backend *cb, const cuda_attn_args *a) {
     return cb->tune.attn_flash && !cb->graph_mode && a->n_tok > cb->tune.attn_decode_max_rows &&
@@ -1507,6 +1562,7 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
     if (cb->exact) /* in a graph, scores for every key the block table can address */
         return cuda_exact_attention(cb, &a, cb->graph_mode ? (int32_t)(cb->max_blocks * d->block_size) : max_span);
     if (attn_flash(cb, &a, max_span)) return;
+    if (!p->non_causal && attn_gemm(cb, &a)) return;
     /* splits: about four CTAs per SM (the key loop is latency-bound; measured on H100, decode at
      * 4096 keys: 1 split 2242 us, 8: 302, 32: 94, 128: 72), each split at least 32 keys */
     const int dmax = a.dk > a.dv ? a.dk : a.dv, gmax = dmax <= 128 ? 8 : (dmax <= 256 ? 4 : 2);
@@ -1666,8 +1722,14 @@ void cuda_copy_rows(qr_backend *be, const float *src, int64_t src_stride, float 
                     int64_t n_rows, int64_t width) {
     cuda_backend *cb = CB(be);
     if (n_rows <= 0 || width <= 0) return;
-    cuda_ok(cb, cudaMemcpy2DAsync(dst, (size_t)dst_stride * 4, src, (size_t)src_stride * 4, (size_t)width * 4,
-                                  (size_t)n_rows, cudaMemcpyDeviceToDevice, cb->stream), "copy_rows");
+    const char *s0 = (const char *)src, *s1 = (const char *)(src + (n_rows - 1) * src_stride + width);
+    const char *d0 = (const char *)dst, *d1 = (const char *)(dst + (n_rows - 1) * dst_stride + width);
+    if ((d0 < s1 && s0 < d1) || n_rows > 0x7fffffff || width > (int64_t)65535 * 1024) { /* overlapping spans (rows may interleave): the copy engine */
+        cuda_ok(cb, cudaMemcpy2DAsync(dst, (size_t)dst_stride * 4, src, (size_t)src_stride * 4, (size_t)width * 4,
+                                      (size_t)n_rows, cudaMemcpyDeviceToDevice, cb->stream), "copy_rows");
+        return;
+    }
+    cuda_ok(cb, qr_cuda_copy_rows(src, src_stride, dst, dst_stride, n_rows, width, use_pdl(cb), cb->stream), "copy_rows");
 }
 
 static void cuda_softmax(qr_backend *be, const float *x, int64_t n_rows, int64_t dim, float *out) {
@@ -1686,7 +1748,9 @@ static void cuda_copy(qr_backend *be, const float *src, int64_t n, float *dst) {
             cuda_ok(cb, cudaMemcpyAsync(dst, cb->tmp, bytes, cudaMemcpyDeviceToDevice, cb->stream), "copy");
         return;
     }
-    cuda_ok(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->stream), "copy");
+    if (n <= (int64_t)65535 * 1024) /* a kernel (qr_cuda_copy_rows): no memcpy node in a decode graph */
+        cuda_ok(cb, qr_cuda_copy_rows(src, n, dst, n, 1, n, use_pdl(cb), cb->stream), "copy");
+    else cuda_ok(cb, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cb->stream), "copy");
 }
 
 static void cuda_add_row(qr_backend *be, const float *x, const qr_weight *table, int64_t row, int64_t n_rows,

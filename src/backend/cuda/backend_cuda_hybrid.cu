@@ -206,8 +206,13 @@ static void moe_gemm(cuda_backend *cb, const cuda_weight *w0, const cuda_weight 
         moe_tiles(cb, w0, w1, b0, b1, n_out, x, n_slots, n_expert, active, off, h_slot, h_tile, mma, act, y);
         return;
     }
-    /* experts per dequantized chunk (the f16 copy of a chunk of experts; F16 weights are used in place) */
-    const bool f16w = v0->type == QR_TYPE_F16;
+    /* experts per dequantized chunk (the f16 copy of a chunk of experts); F16 weights are used in place, as are the
+     * f16 copies of quantized ones where the device keeps them (f16_cache: dequantized once, as the tiles would be) */
+    const void *cached[2] = {NULL, NULL};
+    if (v0->type != QR_TYPE_F16 && (cached[0] = f16_cache(cb, (cuda_weight *)w0, v0->n)) && w1 &&
+        !(cached[1] = f16_cache(cb, (cuda_weight *)w1, w1->v.n)))
+        cached[0] = NULL;
+    const bool f16w = v0->type == QR_TYPE_F16 || cached[0];
     const int64_t exp_bytes = n_out * k * 2;
     int64_t per_chunk = f16w ? n_expert : (int64_t)(cb->tune.moe_tile_bytes / exp_bytes);
     if (per_chunk < 1) per_chunk = 1;
@@ -247,7 +252,8 @@ static void moe_gemm(cuda_backend *cb, const cuda_weight *w0, const cuda_weight 
         for (int64_t e0 = 0; e0 < n_expert; e0 += per_chunk) {
             const int64_t e1 = e0 + per_chunk < n_expert ? e0 + per_chunk : n_expert;
             if (off[e1] == off[e0]) continue; /* no slot routed to this chunk */
-            const uint8_t *tile = f16w ? v->p0 + (size_t)(e0 * n_out * k) * 2 : (const uint8_t *)cb->tile;
+            const uint8_t *wf = cached[m] ? (const uint8_t *)cached[m] : v->p0;
+            const uint8_t *tile = f16w ? wf + (size_t)(e0 * n_out * k) * 2 : (const uint8_t *)cb->tile;
             for (int64_t r0 = e0 * n_out; !f16w && r0 < e1 * n_out; r0 += 65280) { /* the kernel's grid limit */
                 const int64_t r1 = r0 + 65280 < e1 * n_out ? r0 + 65280 : e1 * n_out;
                 if (!cuda_ok(cb, qr_cuda_dequant_f16(v, r0, r1, (uint8_t *)cb->tile + (size_t)((r0 - e0 * n_out) * k) * 2,
@@ -374,6 +380,34 @@ void cuda_matmul_heads(qr_backend *be, const qr_matmul_heads_args *a) {
             cuda_exact_matmul_view(cb, w, &v, xs, nr, ys, true);
             cuda_copy_rows(be, ys, n, a->y + h * a->y_head, a->y_row, nr, n);
         }
+        return;
+    }
+    if (nr > cb->tune.mmvq_max_rows && !cb->capturing && cb->cublas && cb->tune.heads_gemm &&
+        (qr_cuda_act_kind((qr_type)cw->v.type) <= 1 || cw->v.type == QR_TYPE_F16)) {
+        /* prompt batches: every head's GEMM in one strided-batched cuBLAS call, straight on the strided slices
+         * (x as f16, the weight's f16 copy or a dequantized tile), no routing read back, no slices copied */
+        const void *w16 = cw->v.type == QR_TYPE_F16 ? (const void *)cw->v.p0 : f16_cache(cb, (cuda_weight *)cw, H * n);
+        if (!w16) {
+            if (!ensure_scratch(cb, &cb->tile, &cb->tile_cap, (size_t)(H * n * k) * 2, "matmul_heads (weights)")) return;
+            for (int64_t r0 = 0; r0 < H * n; r0 += 65280) { /* the dequant kernel's grid limit */
+                const int64_t r1 = r0 + 65280 < H * n ? r0 + 65280 : H * n;
+                if (!cuda_ok(cb, qr_cuda_dequant_f16(&cw->v, r0, r1, (uint8_t *)cb->tile + (size_t)(r0 * k) * 2, cb->stream),
+                             "matmul_heads (dequant)"))
+                    return;
+            }
+            w16 = cb->tile;
+        }
+        const int64_t xn = (nr - 1) * a->x_row + (H - 1) * a->x_head + k; /* x's span */
+        if (!ensure_scratch(cb, &cb->heads_x, &cb->heads_x_cap, (size_t)xn * 2, "matmul_heads") ||
+            !cuda_ok(cb, qr_cuda_to_half(a->x, xn, cb->heads_x, false, cb->stream), "matmul_heads (convert)"))
+            return;
+        const float one = 1.0f, zero = 0.0f;
+        cublas_ok(cb, cublasGemmStridedBatchedEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)nr, (int)k, &one, w16,
+                                                 CUDA_R_16F, (int)k, n * k, cb->heads_x, CUDA_R_16F, (int)a->x_row,
+                                                 a->x_head, &zero, a->y, CUDA_R_32F, (int)a->y_row, a->y_head, (int)H,
+                                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                  "matmul_heads (gemm)");
+        cb->act_valid = false;
         return;
     }
     const int32_t *ids = head_ids(cb, (int32_t)H, nr);

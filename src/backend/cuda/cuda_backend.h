@@ -159,6 +159,9 @@ bool cuda_ok(cuda_backend *cb, cudaError_t e, const char *what);
 bool cublas_ok(cuda_backend *cb, cublasStatus_t s, const char *what);
 /* Grows a scratch buffer to `need` bytes (never during graph capture). */
 bool ensure_scratch(cuda_backend *cb, void **buf, size_t *cap, size_t need, const char *what);
+/* The f16 copy of a quantized weight of n rows (n_expert * n_out for expert weights), made on first use where the
+ * device has room for it (backend_cuda.cu), or NULL. */
+const void *f16_cache(cuda_backend *cb, cuda_weight *cw, int64_t n);
 /* The prepared record of w, or NULL with an error raised. */
 const cuda_weight *prepared(cuda_backend *cb, const qr_weight *w, const char *op);
 

@@ -76,6 +76,11 @@ typedef struct qr_cuda_tune {
                               * (QUARREL_CUDA_ATTN_SHORT_G) */
     int32_t norm_route;      /* 1 (default): a MoE layer's decode norm, router mat-vec and routing in one launch
                               * (qr_cuda_norm_route); 0: three launches (QUARREL_CUDA_NORM_ROUTE=0) */
+    int32_t heads_gemm;      /* 1 (default): matmul_heads of prompt batches as one strided-batched cuBLAS GEMM over
+                              * the heads; 0: through matmul_id's grouped GEMM (QUARREL_CUDA_HEADS_GEMM=0) */
+    int32_t attn_gemm;       /* 1 (default): prompt batches whose heads the flash kernel does not take (MLA) run
+                              * attention as two cuBLAS GEMMs and a softmax (attn_gemm); 0: the two-pass kernel
+                              * (QUARREL_CUDA_ATTN_GEMM=0) */
     int32_t post_norm;       /* 1 (default): a post-norm, the residual add and the next pre-norm (gemma's blocks)
                               * in one launch (add_rmsnorm with b_norm); 0: rmsnorm, then add + rmsnorm
                               * (QUARREL_CUDA_POST_NORM=0) */

@@ -183,6 +183,19 @@ typedef struct cuda_attn_args {
     long long *dbg;             /* lab only (NULL otherwise): the cluster kernel's phase clocks, CTA 0 of the
                                  * first and last rank, [2][16] */
 } cuda_attn_args;
+/* attention_gemm.cu: attention of prompt batches as two cuBLAS GEMMs (backend_cuda.cu attn_gemm) for head shapes
+ * the flash kernel does not take. qr_cuda_attn_gather: keys k0 .. k0 + nk - 1 of sequence seq from a's f16 cache
+ * into contiguous rows kc [nk][n_head_kv * dk] and vc [nk][n_head_kv * dv];
+ * qr_cuda_attn_softmax: p[i] = softmax(scale * s[i]) in f16 over the keys row i / n_head of pos sees (causal,
+ * within window when > 0), 0 at the others; s [n_rows][nk] f32 of keys k0 .. */
+cudaError_t qr_cuda_attn_gather(const cuda_attn_args *a, int32_t seq, int32_t k0, int32_t nk, void *kc, void *vc,
+                                cudaStream_t stream);
+cudaError_t qr_cuda_attn_softmax(const float *s, int64_t n_rows, int32_t n_head, int32_t nk, int32_t k0,
+                                 const int32_t *pos, float scale, int32_t window, void *p, cudaStream_t stream);
+/* elementwise.cu: dst row r (stride dst_stride floats) = src row r (src_stride), width floats, r < n_rows; src and dst
+ * do not overlap. */
+cudaError_t qr_cuda_copy_rows(const float *src, int64_t src_stride, float *dst, int64_t dst_stride, int64_t n_rows,
+                              int64_t width, bool pdl, cudaStream_t stream);
 /* Largest head size the attention kernel takes. */
 #define QR_CUDA_MAX_HEAD_DIM 576
 cudaError_t qr_cuda_attention(const cuda_attn_args *a, cudaStream_t stream);

@@ -89,3 +89,32 @@ extern "C" cudaError_t qr_cuda_gather_rows(const float *src, int64_t dim, const 
     else gather_kernel<<<(unsigned)n_out, 256, 0, stream>>>(src, dim, rows, out);
     QR_CUDA_CHECK_LAUNCH();
 }
+
+/* ---- copy_rows ---- */
+
+/* dst row r = src row r (width floats), a CTA a row and up to 1024 values (grid y for the rest); float4 where both
+ * strides and pointers allow. A kernel, not cudaMemcpy2DAsync: inside a decode graph a memcpy node costs several
+ * microseconds and breaks the chain of programmatic dependent launches. */
+static __global__ void copy_rows_kernel(const float *__restrict__ src, int64_t ss, float *__restrict__ dst, int64_t ds,
+                                        int64_t width, bool v4) {
+    pdl_enter();
+    const float *s = src + (int64_t)blockIdx.x * ss;
+    float *d = dst + (int64_t)blockIdx.x * ds;
+    const int64_t c0 = (int64_t)blockIdx.y * 1024;
+    if (v4) {
+        const int64_t i = c0 + (int64_t)threadIdx.x * 4;
+        if (i < width) *(float4 *)(d + i) = *(const float4 *)(s + i);
+        return;
+    }
+    for (int64_t i = c0 + threadIdx.x; i < width && i < c0 + 1024; i += blockDim.x) d[i] = s[i];
+}
+
+extern "C" cudaError_t qr_cuda_copy_rows(const float *src, int64_t src_stride, float *dst, int64_t dst_stride,
+                                         int64_t n_rows, int64_t width, bool pdl, cudaStream_t stream) {
+    if (n_rows <= 0 || width <= 0) return cudaSuccess;
+    if (n_rows > 0x7fffffff || width > (int64_t)65535 * 1024) return cudaErrorInvalidValue;
+    const bool v4 = width % 4 == 0 && src_stride % 4 == 0 && dst_stride % 4 == 0 && ((uintptr_t)src & 15) == 0 &&
+                    ((uintptr_t)dst & 15) == 0;
+    const dim3 grid((unsigned)n_rows, (unsigned)((width + 1023) / 1024));
+    return launch_k(copy_rows_kernel, grid, dim3(v4 ? 256 : 256), 0, stream, pdl, src, src_stride, dst, dst_stride, width, v4);
+}

@@ -30,6 +30,8 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->multi_pair = !env_is("QUARREL_CUDA_MULTI_PAIR", "0");
     t->norm_route = !env_is("QUARREL_CUDA_NORM_ROUTE", "0");
     t->post_norm = !env_is("QUARREL_CUDA_POST_NORM", "0");
+    t->attn_gemm = !env_is("QUARREL_CUDA_ATTN_GEMM", "0");
+    t->heads_gemm = !env_is("QUARREL_CUDA_HEADS_GEMM", "0");
     t->attn_short = !env_is("QUARREL_CUDA_ATTN_SHORT", "0");
     {
         const char *g = getenv("QUARREL_CUDA_ATTN_SHORT_G");
