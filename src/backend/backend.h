@@ -259,6 +259,23 @@ typedef struct qr_rope_attn_args {
                                   * scale op would (gemma's query_pre_attn_scalar, phi3); 0 or 1: not */
 } qr_rope_attn_args;
 
+/* mla_prep (deepseek2's multi-head latent attention, between the input projections and the per-head attn_k_b): for
+ * each row t of the pass, c = kv_a[t][0, R) and pe = kv_a[t][R, R + dr] (one rope head of dr values):
+ * kv_store(kv, layer, k = [rmsnorm(c) * norm | rope(pe)], v = rmsnorm(c) * norm), and for each query head h < H,
+ * q_out[t][h][R + i] = rope(q[t][h][dq - dr + i]) (i < dr; the first R values of each q_out head are left alone):
+ * what mla.c composes of copy_rows, rmsnorm, rope and kv_store otherwise, with their rounding. */
+typedef struct qr_mla_prep_args {
+    const float *kv_a;           /* [n_tok][R + dr] */
+    const float *q;              /* [n_tok][H][dq] */
+    float *q_out;                /* [n_tok][H][R + dr] */
+    const qr_weight *norm;       /* F32 [R] */
+    float eps;
+    int32_t n_head, kv_lora, n_rot, head_dim_q; /* H, R, dr, dq */
+    const qr_rope_params *rope;  /* of dr values a head */
+    qr_kv_storage *kv;
+    int32_t layer;
+} qr_mla_prep_args;
+
 /* The expert matmuls (matmul_id, moe_gate_up, moe_down_combine): slot (r, j) of row r < n_rows,
  * j < n_used uses expert e = ids[r][j]. Weights are [n_expert][n_out][n_in] (ne = {n_in, n_out, n_expert});
  * biases F32 [n_expert][n_out] or NULL. */
@@ -443,6 +460,9 @@ typedef struct qr_backend_ops {
      * done nothing, where the backend does not take the pass with attention (the caller then runs the plain
      * ops); the form without attention is always taken. After true with out, q and k hold unspecified values. */
     bool (*rope_attention)(qr_backend *be, const qr_rope_attn_args *a);
+    /* deepseek2's cached row and query rope parts in one op (qr_mla_prep_args); false, having done nothing, where
+     * the backend does not take it (the model runs the plain ops). */
+    bool (*mla_prep)(qr_backend *be, const qr_mla_prep_args *a);
     /* A hint: x[n_rows][k] is not written until act_hold(be, NULL, 0, 0), so the backend may keep the
      * activations it prepares for x's matmuls (e.g. quantized) across the ops in between (the MoE block:
      * the shared expert, the router and the routed experts all multiply the normed input). */

@@ -322,6 +322,19 @@ static void chk_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *const
     be->impl_ops->matmul_multi(be, n_w, w, b, x, n_rows, y);
 }
 
+static bool chk_mla_prep(qr_backend *be, const qr_mla_prep_args *a) {
+    CHECK_B(be, a && a->kv_a && a->q && a->q_out && a->rope && a->kv, "mla_prep: no input, output, rope or cache");
+    CHECK_B(be, a->n_head > 0 && a->kv_lora > 0 && a->n_rot > 0 && a->n_rot % 2 == 0 && a->head_dim_q >= a->n_rot,
+            "mla_prep: bad head sizes");
+    CHECK_B(be, f32_vec(a->norm, a->kv_lora, false), "mla_prep: the norm weight must be F32 [kv_lora]");
+    CHECK_B(be, rope_ok(a->rope, a->n_rot), "rope: bad n_rot/head_dim/freq_factors");
+    if (!kv_store_ok(be, a->kv, a->layer, "mla_prep")) return true;
+    const qr_kv_desc *d = qr_kv_storage_desc(a->kv);
+    CHECK_B(be, d->k_dim == a->kv_lora + a->n_rot && d->v_dim == a->kv_lora,
+            "mla_prep: the cache's rows are not [kv_lora + n_rot] / [kv_lora]");
+    return be->impl_ops->mla_prep(be, a);
+}
+
 static void chk_matmul_glu(qr_backend *be, const qr_weight *gate, const qr_weight *up, const float *x, int64_t n_rows,
                            bool gelu, float *out, float *scratch) {
     CHECK(be, gate && up && x && out && scratch, "matmul_glu: no weight, input, output or scratch");
@@ -488,6 +501,7 @@ void qr_backend_init(qr_backend *be, const char *name, const qr_backend_ops *ops
     WRAP(o, matmul_glu);
     WRAP(o, matmul_act);
     WRAP(o, rope_attention);
+    WRAP(o, mla_prep);
     WRAP(o, ssm_gate_norm);
     WRAP(o, moe_down_combine);
     WRAP(o, moe_route);

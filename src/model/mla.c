@@ -23,19 +23,25 @@ void qr_block_mla(const qr_model *m, qr_fwd *f, int il) {
         be->ops->rmsnorm(be, x->q_a, &l->mla_q_a_norm, n, hp->q_lora, hp->norm_eps, x->q_a);
         be->ops->matmul(be, &l->mla_q_b, x->q_a, n, x->q);
     }
-    /* the cached row: K = [rmsnorm(compressed) | rope(k_pe)] into f->k, the value (the normed compressed KV) f->v */
     const qr_rope_params rope = qr_layer_rope(m, f, il);
-    be->ops->copy_rows(be, x->kv_a, dk, f->v, R, n, R);
-    be->ops->rmsnorm(be, f->v, &l->mla_kv_a_norm, n, R, hp->norm_eps, f->v);
-    be->ops->copy_rows(be, x->kv_a + R, dk, x->pe, dr, n, dr);
-    be->ops->rope(be, x->pe, 1, (int32_t)dr, &rope);
-    be->ops->copy_rows(be, f->v, R, f->k, dk, n, R);
-    be->ops->copy_rows(be, x->pe, dr, f->k + R, dk, n, dr);
-    be->ops->kv_store(be, f->kv, il, f->k, f->v);
-    /* the query heads: [attn_k_b . q_nope | rope(q_pe)] into f->q ([n][H][dk]) */
-    be->ops->copy_rows(be, x->q + dn, dq, x->pe, dr, n * H, dr);
-    be->ops->rope(be, x->pe, (int32_t)H, (int32_t)dr, &rope);
-    be->ops->copy_rows(be, x->pe, dr, f->q + R, dk, n * H, dr);
+    const qr_mla_prep_args mp = {.kv_a = x->kv_a, .q = x->q, .q_out = f->q, .norm = &l->mla_kv_a_norm,
+                                 .eps = hp->norm_eps, .n_head = (int32_t)H, .kv_lora = (int32_t)R, .n_rot = (int32_t)dr,
+                                 .head_dim_q = (int32_t)dq, .rope = &rope, .kv = f->kv, .layer = il};
+    if (!be->ops->mla_prep || !be->ops->mla_prep(be, &mp)) {
+        /* the cached row: K = [rmsnorm(compressed) | rope(k_pe)] into f->k, the value (the normed compressed KV) f->v */
+        be->ops->copy_rows(be, x->kv_a, dk, f->v, R, n, R);
+        be->ops->rmsnorm(be, f->v, &l->mla_kv_a_norm, n, R, hp->norm_eps, f->v);
+        be->ops->copy_rows(be, x->kv_a + R, dk, x->pe, dr, n, dr);
+        be->ops->rope(be, x->pe, 1, (int32_t)dr, &rope);
+        be->ops->copy_rows(be, f->v, R, f->k, dk, n, R);
+        be->ops->copy_rows(be, x->pe, dr, f->k + R, dk, n, dr);
+        be->ops->kv_store(be, f->kv, il, f->k, f->v);
+        /* the query heads' rope parts: rope(q_pe) into f->q[.][h][R ..] ([n][H][dk]) */
+        be->ops->copy_rows(be, x->q + dn, dq, x->pe, dr, n * H, dr);
+        be->ops->rope(be, x->pe, (int32_t)H, (int32_t)dr, &rope);
+        be->ops->copy_rows(be, x->pe, dr, f->q + R, dk, n * H, dr);
+    }
+    /* the query heads' absorbed parts: attn_k_b . q_nope into f->q[.][h][0, R) */
     const qr_matmul_heads_args kb = {.w = &l->mla_k_b, .x = x->q, .x_row = H * dq, .x_head = dq, .n_rows = n,
                                      .y = f->q, .y_row = H * dk, .y_head = dk};
     be->ops->matmul_heads(be, &kb);

@@ -1674,6 +1674,27 @@ static bool rope_attention(qr_backend *be, float *q, float *k, const float *v, c
     return true;
 }
 
+/* The mla_prep slot (deepseek2): one launch over an f16 / f32 cache with the fusions on (the exact mode has no
+ * such op); a quantized cache declines (the model runs the plain ops). */
+static bool cuda_mla_prep(qr_backend *be, const qr_mla_prep_args *a) {
+    cuda_backend *cb = CB(be);
+    qr_kv_storage *kv = a->kv;
+    if (!cb->tune.fuse || !cb->tune.mla_prep || kv_kvq(kv->desc.type_k) || a->rope->n_rot != a->n_rot) return false;
+    cuda_rope_consts c;
+    const float *ff, *w;
+    if (!kv_store_ok(cb, kv, a->layer, "mla_prep") || !rope_setup(cb, a->n_rot, a->rope, &c, &ff) ||
+        !(w = vec_weight(cb, a->norm, a->kv_lora, "mla_prep")))
+        return true;
+    cuda_ok(cb,
+            qr_cuda_mla_prep(a->kv_a, a->q, a->q_out, w, a->eps, cb->n_tokens, a->n_head, a->kv_lora, a->head_dim_q,
+                             cb->d_pos, cb->d_kv_slot, &c, ff, kv->k + (size_t)a->layer * kv->k_layer,
+                             kv->v + (size_t)a->layer * kv->v_layer, kv->desc.type_k == QR_TYPE_F16, use_pdl(cb),
+                             cb->stream),
+            "mla_prep");
+    cb->act_valid = false;
+    return true;
+}
+
 /* The rope_attention slot: rope + K/V store alone where a->out is NULL (always taken), else with attention: the
  * one-launch kernel where it takes the pass, else, with a q scale, rope + store + scale in one launch before the
  * attention op (declined where that launch cannot scale: the model runs the plain ops). */
@@ -1840,6 +1861,7 @@ static qr_backend_ops make_cuda_ops(void) {
     o.matmul_glu = cuda_matmul_glu;
     o.matmul_act = cuda_matmul_act;
     o.rope_attention = cuda_rope_attention;
+    o.mla_prep = cuda_mla_prep;
     o.act_hold = cuda_act_hold;
     o.moe_down_combine = cuda_moe_down_combine;
     o.moe_route = cuda_moe_route;
@@ -1866,6 +1888,7 @@ static qr_backend_ops make_cuda_ops_exact(void) {
     o.matmul_multi = NULL;
     o.matmul_glu = NULL;
     o.rope_attention = NULL;
+    o.mla_prep = NULL;
     o.act_hold = NULL;
     o.moe_down_combine = NULL; /* ssm_gate_norm stays: in exact mode it ignores its hint */
     return o;

@@ -76,6 +76,8 @@ typedef struct qr_cuda_tune {
                               * (QUARREL_CUDA_ATTN_SHORT_G) */
     int32_t norm_route;      /* 1 (default): a MoE layer's decode norm, router mat-vec and routing in one launch
                               * (qr_cuda_norm_route); 0: three launches (QUARREL_CUDA_NORM_ROUTE=0) */
+    int32_t mla_prep;        /* 1 (default): deepseek2's cached row and q rope parts in one launch (mla_prep); 0: the
+                              * copies, norm, ropes and store (QUARREL_CUDA_MLA_PREP=0) */
     int32_t heads_gemm;      /* 1 (default): matmul_heads of prompt batches as one strided-batched cuBLAS GEMM over
                               * the heads; 0: through matmul_id's grouped GEMM (QUARREL_CUDA_HEADS_GEMM=0) */
     int32_t attn_gemm;       /* 1 (default): prompt batches whose heads the flash kernel does not take (MLA) run

@@ -148,6 +148,13 @@ cudaError_t qr_cuda_rope_kv_store(float *q, float *k, const float *v, int32_t n_
                                   const cuda_rope_consts *c, const float *freq_factors, void *k_cache, void *v_cache,
                                   bool f16, float q_scale, bool pdl, cudaStream_t stream);
 
+/* deepseek2's mla_prep (backend.h qr_mla_prep_args) for n_tok rows: kv_a [n_tok][R + n_rot], q [n_tok][H][dq],
+ * q_out [n_tok][H][R + n_rot], the norm weight w [R]; the K rows (R + n_rot) and V rows (R) into cache slots[r]. */
+cudaError_t qr_cuda_mla_prep(const float *kv_a, const float *q, float *q_out, const float *w, float eps, int32_t n_tok,
+                             int32_t H, int32_t R, int32_t dq, const int32_t *pos, const int32_t *slots,
+                             const cuda_rope_consts *c, const float *freq_factors, void *k_cache, void *v_cache, bool f16,
+                             bool pdl, cudaStream_t stream);
+
 /* ---- attention.cu ---- */
 #define CUDA_KVQ_Q8 1 /* cuda_attn_args.kvq: Q8_0 K and V */
 #define CUDA_KVQ_Q4 2 /* Q4_0 K and V */

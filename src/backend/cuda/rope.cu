@@ -200,3 +200,72 @@ extern "C" cudaError_t qr_cuda_rope(float *x, int32_t n_tok, int32_t n_head, int
                                                                                               *c, freq_factors);
     QR_CUDA_CHECK_LAUNCH();
 }
+
+/* One cache value: f16 (rounded to nearest) or f32. */
+template <bool F16> static __device__ __forceinline__ void cache_put(void *cache, int64_t i, float y) {
+    if (F16) ((__half *)cache)[i] = __float2half_rn(y);
+    else ((float *)cache)[i] = y;
+}
+
+/* mla_prep (deepseek2): CTA (row r, unit u). Unit 0: the cached row: c = kv_a[r][0, R) normed as rmsnorm_kernel
+ * rounds it (sum of squares in double, IEEE division and square root, (c * scale) * w), stored as the V row and as
+ * the K row's first R values, and pe = kv_a[r][R, R + dr] roped (one head) into the K row's last dr values. Units
+ * 1..H: query head u - 1's rope part, q[r][h][dq - dr ..] roped into q_out[r][h][R ..]. The rope as rope_kernel. */
+template <bool F16>
+static __global__ void __launch_bounds__(128) mla_prep_kernel(const float *__restrict__ kv_a, const float *__restrict__ q,
+                                                              float *q_out, const float *__restrict__ w, float eps, int32_t H,
+                                                              int32_t R, int32_t dq, const int32_t *__restrict__ pos,
+                                                              const int32_t *__restrict__ slots, const cuda_rope_consts c,
+                                                              const float *__restrict__ ff, void *k_cache, void *v_cache) {
+    __shared__ double sh[32];
+    const int r = blockIdx.x, u = blockIdx.y, half = c.n_rot / 2, dk = R + c.n_rot;
+    float2 cs[2];
+    rope_head_cs(cs, pos[r], half, c, ff);
+    pdl_enter();
+    if (u > 0) { /* a query head's rope part */
+        const int h = u - 1;
+        const float *src = q + ((int64_t)r * H + h) * dq + (dq - c.n_rot);
+        float *dst = q_out + ((int64_t)r * H + h) * dk + R;
+        for (int t = 0; t < 2; t++) {
+            const int i = threadIdx.x + t * blockDim.x;
+            if (i >= half) break;
+            const int a = c.mode == QR_ROPE_NEOX ? i : 2 * i, b = c.mode == QR_ROPE_NEOX ? i + half : 2 * i + 1;
+            const float x0 = src[a], x1 = src[b];
+            dst[a] = __fsub_rn(__fmul_rn(x0, cs[t].x), __fmul_rn(x1, cs[t].y));
+            dst[b] = __fadd_rn(__fmul_rn(x0, cs[t].y), __fmul_rn(x1, cs[t].x));
+        }
+        return;
+    }
+    const float *row = kv_a + (int64_t)r * dk;
+    const int64_t s = slots[r];
+    double sum = 0.0;
+    for (int i = threadIdx.x; i < R; i += blockDim.x) sum += (double)__fmul_rn(row[i], row[i]);
+    sum = block_sum_d(sum, sh);
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(sum / (double)R), eps)));
+    for (int i = threadIdx.x; i < R; i += blockDim.x) {
+        const float y = __fmul_rn(__fmul_rn(row[i], scale), w[i]);
+        cache_put<F16>(k_cache, s * dk + i, y);
+        cache_put<F16>(v_cache, s * R + i, y);
+    }
+    for (int t = 0; t < 2; t++) {
+        const int i = threadIdx.x + t * blockDim.x;
+        if (i >= half) break;
+        const int a = c.mode == QR_ROPE_NEOX ? i : 2 * i, b = c.mode == QR_ROPE_NEOX ? i + half : 2 * i + 1;
+        const float x0 = row[R + a], x1 = row[R + b];
+        const float ya = __fsub_rn(__fmul_rn(x0, cs[t].x), __fmul_rn(x1, cs[t].y));
+        const float yb = __fadd_rn(__fmul_rn(x0, cs[t].y), __fmul_rn(x1, cs[t].x));
+        cache_put<F16>(k_cache, s * dk + R + a, ya);
+        cache_put<F16>(k_cache, s * dk + R + b, yb);
+    }
+}
+
+extern "C" cudaError_t qr_cuda_mla_prep(const float *kv_a, const float *q, float *q_out, const float *w, float eps,
+                                        int32_t n_tok, int32_t H, int32_t R, int32_t dq, const int32_t *pos,
+                                        const int32_t *slots, const cuda_rope_consts *c, const float *freq_factors,
+                                        void *k_cache, void *v_cache, bool f16, bool pdl, cudaStream_t stream) {
+    if (n_tok <= 0) return cudaSuccess;
+    if (c->n_rot / 2 > 256 || H + 1 > 65535 || dq < c->n_rot) return cudaErrorInvalidValue;
+    return launch_k(f16 ? mla_prep_kernel<true> : mla_prep_kernel<false>, dim3((unsigned)n_tok, (unsigned)(H + 1)),
+                    dim3(128), 0, stream, pdl, kv_a, q, q_out, w, eps, H, R, dq, pos, slots, *c, freq_factors, k_cache,
+                    v_cache);
+}
