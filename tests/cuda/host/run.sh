@@ -6,8 +6,9 @@
 # quant, util, backend and backend_cpu objects (default build-cuda; BUILD=... to change).
 #   tests/cuda/host/run.sh          # all four (~8 min on 2 cores: the decode and scan checks emulate CTAs with threads)
 #   tests/cuda/host/run.sh fast     # check_quant, check_exact, the chunked and the exact scans, the int8 mma expert
-#                                   # kernel, the decode expert mat-vecs' forms (check_mmv_id), the flash attention and
-#                                   # the quantized KV cache's kernels (check_kvq) (~1-2 min; `make test`)
+#                                   # kernel, the decode expert mat-vecs' forms (check_mmv_id), the flash attention,
+#                                   # the quantized KV cache's kernels (check_kvq) and the fused norms / mla_prep /
+#                                   # GEMM attention softmax against the plain kernels (check_norm) (~2-3 min; `make test`)
 #   tests/cuda/host/run.sh quant    # check_quant only (seconds)
 set -euo pipefail
 ONLY=${1:-all}
@@ -64,6 +65,18 @@ try:
             ('/* ---- attention ---- */', 'template <int D, int G>\nstatic cudaError_t launch_kvq')]
     k = ''.join(s[s.index(a):s.index(b, s.index(a))] for a, b in cuts)
     open(t + '/kvq_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
+    s = open('src/backend/cuda/norm.cu').read()  # the decode norms (check_norm)
+    a, b = s.index('#define NORM_U'), s.index('/* y = (x - mean) / sqrt(var + eps)')
+    open(t + '/norm_kernel.inc', 'w').write(s[a:b].replace('static __global__ void', 'static void'))
+    s = open('src/backend/cuda/rope.cu').read()  # rope_kernel and deepseek2's mla_prep (check_norm)
+    cuts = [('/* Fills cs[2i], cs[2i + 1]', '/* rope of q [n_tok][n_head][hd] and k'),
+            ('/* One cache value: f16', 'extern "C" cudaError_t qr_cuda_mla_prep(')]
+    k = ''.join(s[s.index(a):s.index(b, s.index(a))] for a, b in cuts)
+    k = k.replace('extern __shared__ float cs[];', 'float *cs = g_rope_smem;')
+    open(t + '/rope_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
+    s = open('src/backend/cuda/attention_gemm.cu').read()  # the GEMM attention's softmax (check_norm)
+    a, b = s.index('/* Row i of s ('), s.index('extern "C" cudaError_t qr_cuda_attn_softmax')
+    open(t + '/softmax_kernel.inc', 'w').write(s[a:b].replace('static __global__ void', 'static void'))
 except ValueError:  # the attention / ssm / mma sources moved on: the extraction below needs updating
     open(t + '/attn_stale', 'w').write('')
 PY
@@ -96,6 +109,7 @@ g++ $flags tests/cuda/host/check_mma.cpp $objs -lm -lpthread -o "$T/check_mma" 2
 g++ $flags tests/cuda/host/check_mmv_id.cpp $objs -lm -lpthread -o "$T/check_mmv_id" 2>&1 | grep -v warning || true
 g++ $flags tests/cuda/host/check_flash.cpp $cpu $objs -lm -lpthread -o "$T/check_flash" 2>&1 | grep -v warning || true
 g++ $flags tests/cuda/host/check_kvq.cpp $cpu $objs -lm -lpthread -o "$T/check_kvq" 2>&1 | grep -v warning || true
+g++ $flags tests/cuda/host/check_norm.cpp $objs -lm -lpthread -o "$T/check_norm" 2>&1 | grep -v warning || true
 run_kvq() { # the quantized KV cache (kv_quant.cu): n_head n_head_kv d block_size window softcap splits rows; KVQ=q8|q4
     local r=0
     for kq in q8 q4; do
@@ -128,7 +142,7 @@ run_flash() { # the flash attention kernel (attention_flash.cu): n_head n_head_k
 }
 if [ "$ONLY" = fast ]; then
     "$T/check_quant" && "$T/check_exact" && run_ssd && "$T/check_mma" && "$T/check_mma" 2880 256 && "$T/check_mmv_id" && run_flash &&
-        run_kvq
+        run_kvq && "$T/check_norm"
     exit $?
 fi
 g++ $flags tests/cuda/host/check_attention.cpp $cpu $objs -lm -lpthread -o "$T/check_attention" 2>&1 | grep -v warning || true
@@ -161,4 +175,5 @@ run_ssd || rc=1
 "$T/check_mmv_id" || rc=1
 run_flash || rc=1
 run_kvq || rc=1
+"$T/check_norm" || rc=1
 exit $rc

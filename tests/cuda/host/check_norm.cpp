@@ -1,0 +1,178 @@
+/* check_norm.cpp — runs three decode kernels of the CUDA backend on the host (a CTA = up to 128 std::threads,
+ * barriers and warp shuffles through simt.h) against the plain kernels they stand for:
+ *   1. rmsnorm_post_vec8_kernel (norm.cu: a post-norm, the residual add and the next pre-norm in one launch, with the
+ *      next mat-vec's Q8 codes) against rmsnorm_kernel on b, then rmsnorm_vec8_kernel<ADD> (the backend's two
+ *      launches): x, y and every code and scale bit for bit;
+ *   2. mla_prep_kernel (rope.cu: deepseek2's cached row and query rope parts) against rmsnorm_kernel and rope_kernel
+ *      on copies of the same slices, the cache's f16 (and f32) rows and q_out bit for bit;
+ *   3. attn_softmax_kernel (attention_gemm.cu: the masked softmax of the GEMM attention) against a double-precision
+ *      softmax over the same keys (causal, with and without a window): within 2e-3 relative (f16 output), exactly 0
+ *      off the mask.
+ * Built and run by tests/cuda/host/run.sh.
+ */
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <string.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include "simt.h"
+#include "kernel_host.h"
+#undef __shared__
+#define __shared__ static
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+#include "backend/cuda/cuda_dev.cuh"
+float __expf(float x) { return expf(x); }
+using std::min; using std::max;
+#include <algorithm>
+#include <vector>
+static float g_rope_smem[1024];
+#include "backend/cuda/norm_dev.cuh"
+#include "backend/cuda/rope_dev.cuh"
+#include "norm_kernel.inc"    /* rmsnorm kernels of src/backend/cuda/norm.cu, extracted by run.sh */
+#include "rope_kernel.inc"    /* rope_kernel and mla_prep_kernel of src/backend/cuda/rope.cu */
+#include "softmax_kernel.inc" /* attn_softmax_kernel of src/backend/cuda/attention_gemm.cu */
+
+static uint64_t rs = 99;
+static float frand() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (float)((rs >> 11) * 0x1p-53 * 2 - 1); }
+static int fails = 0;
+#define EXPECT(c, ...)                                                                                                  \
+    do {                                                                                                                \
+        if (!(c)) {                                                                                                     \
+            fails++;                                                                                                    \
+            printf("FAIL: " __VA_ARGS__);                                                                               \
+            printf("\n");                                                                                               \
+        }                                                                                                               \
+    } while (0)
+
+template <int QK> static void post_norm(int rows, int dim) {
+    const float eps = 1e-6f;
+    std::vector<float> x(rows * dim), b(rows * dim), bw(dim), w(dim);
+    for (auto &v : x) v = frand() * 3;
+    for (auto &v : b) v = frand() * 20;
+    for (auto &v : bw) v = 1 + frand() * 0.5f;
+    for (auto &v : w) v = 1 + frand() * 0.5f;
+    const int64_t nb = (int64_t)rows * dim / 32;
+    std::vector<float> x1 = x, x2 = x, y1(rows * dim), y2(rows * dim), b2 = b, d1(nb), d2(nb), s1(nb), s2(nb);
+    std::vector<int8_t> q1(rows * dim), q2(rows * dim);
+    std::vector<int16_t> g1(nb * 2), g2(nb * 2); /* two 16-value sums a 32 block (Q8_0), sixteen a 256 block (Q8_K) */
+    const unsigned th = (unsigned)(dim / 8 + 31) / 32 * 32;
+    /* the plain launches: b = rmsnorm(b) * bw, then x += b, y = rmsnorm(x) * w (+ codes) */
+    host_run_grid(rows, 1, 128, [&] {
+        rmsnorm_kernel<false, -1>(b2.data(), NULL, 1.0f, bw.data(), dim, eps, b2.data(), NULL, NULL, NULL, NULL);
+    });
+    host_run_grid(rows, 1, th, [&] {
+        rmsnorm_vec8_kernel<true, QK>(x1.data(), b2.data(), 1.0f, w.data(), dim, eps, y1.data(), q1.data(), d1.data(),
+                                      s1.data(), g1.data());
+    });
+    host_run_grid(rows, 1, th, [&] {
+        rmsnorm_post_vec8_kernel<QK>(x2.data(), b.data(), bw.data(), w.data(), dim, eps, y2.data(), q2.data(), d2.data(),
+                                     s2.data(), g2.data());
+    });
+    bool same = !memcmp(x1.data(), x2.data(), x1.size() * 4) && !memcmp(y1.data(), y2.data(), y1.size() * 4);
+    if (QK >= 0) {
+        const int64_t nbk = QK == 0 ? nb : nb / 8;
+        same = same && !memcmp(q1.data(), q2.data(), q1.size()) && !memcmp(d1.data(), d2.data(), nbk * 4);
+        same = same && !memcmp(g1.data(), g2.data(), g1.size() * 2);
+        if (QK == 0) same = same && !memcmp(s1.data(), s2.data(), nbk * 4);
+    }
+    printf("post-norm rows %d dim %d codes %d: %s\n", rows, dim, QK, same ? "bit for bit" : "DIFFERENT");
+    EXPECT(same, "post-norm rows %d dim %d codes %d differs from rmsnorm + add_rmsnorm", rows, dim, QK);
+}
+
+template <bool F16> static void mla_prep(int n_tok, int H, int R, int dr, int dq, int mode) {
+    const float eps = 1e-6f;
+    const int dk = R + dr, n_slots = 64;
+    std::vector<float> kv_a(n_tok * dk), q(n_tok * H * dq), w(R);
+    for (auto &v : kv_a) v = frand() * 2;
+    for (auto &v : q) v = frand() * 2;
+    for (auto &v : w) v = 1 + frand() * 0.5f;
+    std::vector<int32_t> pos(n_tok), slots(n_tok);
+    for (int t = 0; t < n_tok; t++) pos[t] = 100 + 37 * t, slots[t] = (t * 13 + 5) % n_slots;
+    cuda_rope_consts c = {};
+    c.mode = mode, c.n_rot = dr, c.theta_scale = powf(10000.0f, -2.0f / dr), c.freq_scale = 0.25f, c.ext_factor = 1.0f;
+    c.mscale = 1.1f, c.corr0 = 3.0f, c.corr1 = 20.0f; /* YaRN, as deepseek's */
+    std::vector<float> ff(dr / 2);
+    for (auto &v : ff) v = 1 + 0.5f * (frand() + 1);
+    using E = typename std::conditional<F16, __half, float>::type;
+    std::vector<E> kc(n_slots * dk), vc(n_slots * R), kc2(n_slots * dk), vc2(n_slots * R);
+    memset(kc.data(), 0, kc.size() * sizeof(E)), memset(vc.data(), 0, vc.size() * sizeof(E));
+    memset(kc2.data(), 0, kc2.size() * sizeof(E)), memset(vc2.data(), 0, vc2.size() * sizeof(E));
+    std::vector<float> qo(n_tok * H * dk, 7.0f), qo2 = qo;
+    host_run_grid(n_tok, H + 1, 128, [&] {
+        mla_prep_kernel<F16>(kv_a.data(), q.data(), qo.data(), w.data(), eps, H, R, dq, pos.data(), slots.data(), c, ff.data(),
+                             kc.data(), vc.data());
+    });
+    /* the plain ops: rmsnorm of the compressed part, rope of the key part and of each head's rope part */
+    std::vector<float> cn(n_tok * R), pe(n_tok * dr), qpe(n_tok * H * dr);
+    for (int t = 0; t < n_tok; t++) {
+        memcpy(&cn[t * R], &kv_a[t * dk], R * 4);
+        memcpy(&pe[t * dr], &kv_a[t * dk + R], dr * 4);
+        for (int h = 0; h < H; h++) memcpy(&qpe[(t * H + h) * dr], &q[(t * H + h) * dq + dq - dr], dr * 4);
+    }
+    host_run_grid(n_tok, 1, 128, [&] { rmsnorm_kernel<false, -1>(cn.data(), NULL, 1.0f, w.data(), R, eps, cn.data(), NULL, NULL, NULL, NULL); });
+    host_run_grid(n_tok, 1, 128, [&] { rope_kernel(pe.data(), 1, dr, pos.data(), c, ff.data()); });
+    host_run_grid(n_tok, 1, 128, [&] { rope_kernel(qpe.data(), H, dr, pos.data(), c, ff.data()); });
+    auto put = [](E *p, float v) { *p = (E)v; };
+    for (int t = 0; t < n_tok; t++) {
+        const int s = slots[t];
+        for (int i = 0; i < R; i++) put(&kc2[s * dk + i], cn[t * R + i]), put(&vc2[s * R + i], cn[t * R + i]);
+        for (int i = 0; i < dr; i++) put(&kc2[s * dk + R + i], pe[t * dr + i]);
+        for (int h = 0; h < H; h++) memcpy(&qo2[(t * H + h) * dk + R], &qpe[(t * H + h) * dr], dr * 4);
+    }
+    const bool same = !memcmp(kc.data(), kc2.data(), kc.size() * sizeof(E)) && !memcmp(vc.data(), vc2.data(), vc.size() * sizeof(E)) &&
+                      !memcmp(qo.data(), qo2.data(), qo.size() * 4);
+    printf("mla_prep %s rows %d heads %d R %d rope %d (%s): %s\n", F16 ? "f16" : "f32", n_tok, H, R, dr,
+           mode == QR_ROPE_NEOX ? "neox" : "normal", same ? "bit for bit" : "DIFFERENT");
+    EXPECT(same, "mla_prep differs from rmsnorm + rope + store");
+}
+
+static void softmax(int n_tok, int H, int nk, int k0, int window) {
+    std::vector<float> s(n_tok * H * nk);
+    for (auto &v : s) v = frand() * 30;
+    std::vector<int32_t> pos(n_tok);
+    for (int t = 0; t < n_tok; t++) pos[t] = k0 + nk - n_tok + t; /* the last n_tok keys are the rows' own */
+    const float scale = 0.125f;
+    std::vector<__half> p(n_tok * H * nk);
+    host_run_grid(n_tok * H, 1, 128, [&] { attn_softmax_kernel(s.data(), H, nk, k0, pos.data(), scale, window, p.data()); });
+    double worst = 0;
+    bool mask_ok = true;
+    for (int r = 0; r < n_tok * H; r++) {
+        const int ps = pos[r / H], lo = window > 0 ? std::max(0, ps - window + 1) : 0;
+        double mx = -1e300, sum = 0;
+        for (int j = 0; j < nk; j++)
+            if (k0 + j >= lo && k0 + j <= ps) mx = std::max(mx, (double)s[r * nk + j] * scale);
+        for (int j = 0; j < nk; j++)
+            if (k0 + j >= lo && k0 + j <= ps) sum += exp((double)s[r * nk + j] * scale - mx);
+        for (int j = 0; j < nk; j++) {
+            const double got = (double)__half2float(p[r * nk + j]);
+            if (k0 + j >= lo && k0 + j <= ps) {
+                const double want = exp((double)s[r * nk + j] * scale - mx) / sum;
+                worst = std::max(worst, fabs(got - want) / std::max(want, 1e-4));
+            } else if (got != 0.0) {
+                mask_ok = false;
+            }
+        }
+    }
+    printf("attn softmax rows %d heads %d keys %d from %d window %d: max rel err %.2e, mask %s\n", n_tok, H, nk, k0, window,
+           worst, mask_ok ? "ok" : "BROKEN");
+    EXPECT(worst <= 2e-3 && mask_ok, "attention softmax off the double reference");
+}
+
+int main() {
+    post_norm<-1>(3, 640);  /* gemma3-270m's width, no codes */
+    post_norm<0>(2, 1024);  /* Q8_0 codes */
+    post_norm<1>(2, 768);   /* Q8_K codes */
+    post_norm<1>(1, 1024);
+    mla_prep<true>(3, 4, 512, 64, 192, 0);
+    mla_prep<false>(2, 3, 256, 64, 96, 0);
+    mla_prep<true>(2, 2, 128, 32, 48, QR_ROPE_NEOX);
+    softmax(5, 4, 300, 0, 0);
+    softmax(7, 2, 200, 40, 64);
+    softmax(1, 16, 1000, 0, 0);
+    printf(fails ? "check_norm: %d FAILED\n" : "check_norm: all passed\n", fails);
+    return fails ? 1 : 0;
+}
