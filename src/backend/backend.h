@@ -257,6 +257,10 @@ typedef struct qr_rope_attn_args {
     float *out;                  /* [n_tok][n_head * head_dim_v], or NULL: rope + kv_store only */
     float q_scale;               /* with out: q multiplied by q_scale after its rope, before attention, as the
                                   * scale op would (gemma's query_pre_attn_scalar, phi3); 0 or 1: not */
+    const qr_weight *q_norm;     /* with out: F32 [head_dim_k] per-head RMS norms of q and of k (eps norm_eps) */
+    const qr_weight *k_norm;     /* before their rope, as rmsnorm over rows of head_dim_k (qwen3, gemma3), or
+                                  * NULL: none. Both or neither; the op may decline this form (false). */
+    float norm_eps;
 } qr_rope_attn_args;
 
 /* mla_prep (deepseek2's multi-head latent attention, between the input projections and the per-head attn_k_b): for

@@ -356,6 +356,9 @@ static bool chk_rope_attention(qr_backend *be, const qr_rope_attn_args *a) {
     const qr_attn_params *p = a->attn;
     CHECK_B(be, p->n_head >= 1 && p->n_head_kv >= 1 && rope_ok(a->rope, p->head_dim_k),
             "rope: bad n_rot/head_dim/freq_factors");
+    CHECK_B(be, !a->q_norm == !a->k_norm && f32_vec(a->q_norm, p->head_dim_k, true) && f32_vec(a->k_norm, p->head_dim_k, true) &&
+                    (!a->q_norm || a->out),
+            "rope_attention: the q / k norms must both be F32 [head_dim_k], with attention");
     if (!kv_store_ok(be, a->kv, a->layer, a->out ? "rope_attention" : "rope_kv_store")) return true;
     if (a->out) {
         if (!attn_ok(be, a->kv, a->layer, p)) return true;

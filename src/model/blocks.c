@@ -84,10 +84,16 @@ void qr_fused_rope_kv_store(qr_backend *be, float *q, float *k, const float *v, 
 
 void qr_rope_store_attend(qr_backend *be, float *q, float *k, const float *v, const qr_rope_params *rope,
                           qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, int64_t n_tok, float q_scale,
-                          float *out) {
-    const qr_rope_attn_args a = {
-        .q = q, .k = k, .v = v, .rope = rope, .kv = kv, .layer = layer, .attn = p, .out = out, .q_scale = q_scale};
+                          const qr_weight *q_norm, const qr_weight *k_norm, float eps, float *out) {
+    qr_rope_attn_args a = {.q = q, .k = k, .v = v, .rope = rope, .kv = kv, .layer = layer, .attn = p, .out = out,
+                           .q_scale = q_scale, .q_norm = q_norm, .k_norm = k_norm, .norm_eps = eps};
     if (be->ops->rope_attention && be->ops->rope_attention(be, &a)) return;
+    if (q_norm) { /* declined with the per-head norms: the norms as their own ops, then without them */
+        be->ops->rmsnorm(be, q, q_norm, n_tok * p->n_head, p->head_dim_k, eps, q);
+        be->ops->rmsnorm(be, k, k_norm, n_tok * p->n_head_kv, p->head_dim_k, eps, k);
+        a.q_norm = a.k_norm = NULL;
+        if (be->ops->rope_attention && be->ops->rope_attention(be, &a)) return;
+    }
     qr_fused_rope_kv_store(be, q, k, v, p->n_head, p->n_head_kv, p->head_dim_k, rope, kv, layer);
     if (q_scale != 1.0f) be->ops->scale(be, q, q_scale, n_tok * p->n_head * p->head_dim_k, q);
     be->ops->attention(be, kv, layer, q, p, out);
@@ -109,12 +115,15 @@ void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
     float *const qkv_out[3] = {f->q, f->k, f->v};
     qr_fused_matmul_multi(be, 3, qkv, l->attn_q_b.host || l->attn_k_b.host || l->attn_v_b.host ? qkv_b : NULL, f->xb,
                           n, qkv_out);
-    /* q/k RMS norms: per head (rows of head_dim), or over all heads of a row (olmo2: the norm's width) */
-    if (l->attn_q_norm.host) {
+    /* q/k RMS norms: per head (rows of head_dim: with the rope below, where the backend fuses them), or over all
+     * heads of a row (olmo2: the norm's width) */
+    const bool head_norms = l->attn_q_norm.host && l->attn_k_norm.host && l->attn_q_norm.ne[0] == hp->head_dim_k &&
+                            l->attn_k_norm.ne[0] == hp->head_dim_k;
+    if (l->attn_q_norm.host && !head_norms) {
         const int64_t w = l->attn_q_norm.ne[0];
         be->ops->rmsnorm(be, f->q, &l->attn_q_norm, n * hp->n_head * hp->head_dim_k / w, w, hp->norm_eps, f->q);
     }
-    if (l->attn_k_norm.host) {
+    if (l->attn_k_norm.host && !head_norms) {
         const int64_t w = l->attn_k_norm.ne[0];
         be->ops->rmsnorm(be, f->k, &l->attn_k_norm, n * hp->n_head_kv * hp->head_dim_k / w, w, hp->norm_eps, f->k);
     }
@@ -131,7 +140,8 @@ void qr_block_attention(const qr_model *m, qr_fwd *f, int il, float q_scale) {
         .next = &l->attn_out,
     };
     /* q scaled between rope and attention where q_scale != 1 (gemma's query_pre_attn_scalar, phi3) */
-    qr_rope_store_attend(be, f->q, f->k, f->v, &rope, f->kv, il, &ap, n, q_scale, f->att);
+    qr_rope_store_attend(be, f->q, f->k, f->v, &rope, f->kv, il, &ap, n, q_scale, head_norms ? &l->attn_q_norm : NULL,
+                         head_norms ? &l->attn_k_norm : NULL, hp->norm_eps, f->att);
     const qr_weight *o = &l->attn_out, *o_b = &l->attn_out_b;
     if (o_b->host) qr_fused_matmul_multi(be, 1, &o, &o_b, f->att, n, &f->xb2);
     else be->ops->matmul(be, o, f->att, n, f->xb2);

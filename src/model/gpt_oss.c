@@ -29,7 +29,7 @@ void qr_block_attention_x(const qr_model *m, qr_fwd *f, int il, bool rope, float
     };
     if (rope) {
         const qr_rope_params rp = qr_layer_rope(m, f, il);
-        qr_rope_store_attend(be, f->q, f->k, f->v, &rp, f->kv, il, &ap, n, 1.0f, f->att);
+        qr_rope_store_attend(be, f->q, f->k, f->v, &rp, f->kv, il, &ap, n, 1.0f, NULL, NULL, 0.0f, f->att);
     } else {
         be->ops->kv_store(be, f->kv, il, f->k, f->v);
         be->ops->attention(be, f->kv, il, f->q, &ap, f->att);

@@ -521,12 +521,13 @@ void qr_fused_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *const *
 /* rope(q), rope(k), kv_store(k, v): the backend's rope_kv_store when it has one, else the three ops. */
 void qr_fused_rope_kv_store(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
                             int32_t head_dim, const qr_rope_params *rope, qr_kv_storage *kv, int32_t layer);
-/* rope + K/V store (qr_fused_rope_kv_store with p's heads), [q *= q_scale where q_scale != 1: the scale op over
- * n_tok rows,] then attention: one op where the backend takes the pass (rope_attention), else the plain ops. q and
- * k hold unspecified values afterwards. */
+/* [per-head RMS norms of q and k (q_norm / k_norm: F32 [head_dim_k], eps; NULL: none),] rope + K/V store
+ * (qr_fused_rope_kv_store with p's heads), [q *= q_scale where q_scale != 1: the scale op over n_tok rows,] then
+ * attention: one op where the backend takes the pass (rope_attention), else the plain ops. q and k hold unspecified
+ * values afterwards. */
 void qr_rope_store_attend(qr_backend *be, float *q, float *k, const float *v, const qr_rope_params *rope,
                           qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, int64_t n_tok, float q_scale,
-                          float *out);
+                          const qr_weight *q_norm, const qr_weight *k_norm, float eps, float *out);
 
 /* Gated FFN of layer il on the f->n_rows rows of f->xb, result in f->xb2: down(act(gate(x)) * up(x)),
  * act = SiLU or GELU. */

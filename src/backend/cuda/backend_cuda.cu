@@ -1189,7 +1189,8 @@ static void cuda_kv_store(qr_backend *be, qr_kv_storage *kv, int32_t layer, cons
 
 /* rope(q), rope(k), kv_store; q_scale != 1 (only where rope_scaled_ok): then q *= q_scale in the same launch. */
 static void rope_kv_store(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
-                          int32_t head_dim, const qr_rope_params *p, qr_kv_storage *kv, int32_t layer, float q_scale) {
+                          int32_t head_dim, const qr_rope_params *p, qr_kv_storage *kv, int32_t layer, float q_scale,
+                          const float *qn = NULL, const float *kn = NULL, float eps = 0.0f) {
     cuda_backend *cb = CB(be);
     cuda_rope_consts c;
     const float *ff;
@@ -1218,7 +1219,7 @@ static void rope_kv_store(qr_backend *be, float *q, float *k, const float *v, in
     cuda_ok(cb,
             qr_cuda_rope_kv_store(q, k, v, cb->n_tokens, n_head, n_head_kv, head_dim, d->v_dim, cb->d_pos,
                                   cb->d_kv_slot, &c, ff, kv->k + (size_t)layer * kv->k_layer,
-                                  kv->v + (size_t)layer * kv->v_layer, d->type_k == QR_TYPE_F16, q_scale,
+                                  kv->v + (size_t)layer * kv->v_layer, d->type_k == QR_TYPE_F16, q_scale, qn, kn, eps,
                                   use_pdl(cb), cb->stream),
             "rope_kv_store");
 }
@@ -1705,8 +1706,21 @@ static bool cuda_rope_attention(qr_backend *be, const qr_rope_attn_args *a) {
         return true;
     }
     const float qs = a->q_scale != 0.0f ? a->q_scale : 1.0f;
+    cuda_backend *cb = CB(be);
+    if (a->q_norm || a->k_norm) { /* the per-head q / k norms inside the decode rope + store launch */
+        if (!a->q_norm || !a->k_norm || !cb->tune.qk_norm || !rope_scaled_ok(cb, a->kv) ||
+            !qr_cuda_rope_qk_norm_supported(cb->n_tokens, p->n_head, p->n_head_kv, a->rope->n_rot))
+            return false;
+        const float *qn = vec_weight(cb, a->q_norm, p->head_dim_k, "rope_attention"),
+                    *kn = qn ? vec_weight(cb, a->k_norm, p->head_dim_k, "rope_attention") : NULL;
+        if (!kn) return true;
+        rope_kv_store(be, a->q, a->k, a->v, p->n_head, p->n_head_kv, p->head_dim_k, a->rope, a->kv, a->layer, qs, qn, kn,
+                      a->norm_eps);
+        cuda_attention(be, a->kv, a->layer, a->q, p, a->out);
+        return true;
+    }
     if (rope_attention(be, a->q, a->k, a->v, a->rope, a->kv, a->layer, p, qs, a->out)) return true;
-    if (qs == 1.0f || !rope_scaled_ok(CB(be), a->kv)) return false;
+    if (qs == 1.0f || !rope_scaled_ok(cb, a->kv)) return false;
     rope_kv_store(be, a->q, a->k, a->v, p->n_head, p->n_head_kv, p->head_dim_k, a->rope, a->kv, a->layer, qs);
     cuda_attention(be, a->kv, a->layer, a->q, p, a->out);
     return true;

@@ -142,11 +142,14 @@ cudaError_t qr_cuda_rope(float *x, int32_t n_tok, int32_t n_head, int32_t head_d
 
 /* rope of q [n_tok][n_head * head_dim] and k [n_tok][n_head_kv * head_dim] in place (as two qr_cuda_rope
  * calls), then row r of k and v ([n_tok][v_dim]) stored in cache slot slots[r] (as qr_cuda_kv_store); q_scale
- * != 1: then q *= q_scale (as the scale op). */
+ * != 1: then q *= q_scale (as the scale op). qn / kn (F32 [head_dim] or NULL): q's / k's heads RMS-normed with eps
+ * first, as qr_cuda_rmsnorm over rows of head_dim would (only where qr_cuda_rope_qk_norm_supported). */
+bool qr_cuda_rope_qk_norm_supported(int32_t n_tok, int32_t n_head, int32_t n_head_kv, int32_t n_rot);
 cudaError_t qr_cuda_rope_kv_store(float *q, float *k, const float *v, int32_t n_tok, int32_t n_head, int32_t n_head_kv,
                                   int32_t head_dim, int32_t v_dim, const int32_t *pos, const int32_t *slots,
                                   const cuda_rope_consts *c, const float *freq_factors, void *k_cache, void *v_cache,
-                                  bool f16, float q_scale, bool pdl, cudaStream_t stream);
+                                  bool f16, float q_scale, const float *qn, const float *kn, float eps, bool pdl,
+                                  cudaStream_t stream);
 
 /* deepseek2's mla_prep (backend.h qr_mla_prep_args) for n_tok rows: kv_a [n_tok][R + n_rot], q [n_tok][H][dq],
  * q_out [n_tok][H][R + n_rot], the norm weight w [R]; the K rows (R + n_rot) and V rows (R) into cache slots[r]. */

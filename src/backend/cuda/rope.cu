@@ -108,12 +108,15 @@ static __global__ void rope_kv_store_kernel(float *q, float *k, const float *__r
  * [n_head, n_head + n_head_kv) k heads (rotated, then stored in the cache), the rest slices of v (8
  * values per thread). A thread owns one rotated pair: it loads the pair, computes its own angle (no
  * shared table, no barrier; the position and factors are read before waiting for the previous
- * kernel), rotates and stores. Same arithmetic as rope_kv_store_kernel. */
+ * kernel), rotates and stores. Same arithmetic as rope_kv_store_kernel. With qn / kn (per-head RMS norm weights
+ * [head_dim], qwen3 / gemma3): each q / k head first normed as rmsnorm_kernel rounds it (its sum of squares in double,
+ * IEEE division and square root, (x * scale) * w), in place. */
 template <bool F16>
 static __global__ void __launch_bounds__(128) rope_kv_store_heads_kernel(
     float *q, float *k, const float *__restrict__ v, int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t v_dim,
     const int32_t *__restrict__ pos, const int32_t *__restrict__ slots, const cuda_rope_consts c,
-    const float *__restrict__ ff, void *k_cache, void *v_cache, float q_scale) {
+    const float *__restrict__ ff, void *k_cache, void *v_cache, float q_scale, const float *__restrict__ qn,
+    const float *__restrict__ kn, float eps) {
     const int r = blockIdx.x, u = blockIdx.y, half = c.n_rot / 2;
     const int64_t k_dim = (int64_t)n_head_kv * head_dim;
     const int64_t s = slots[r];
@@ -150,6 +153,16 @@ static __global__ void __launch_bounds__(128) rope_kv_store_heads_kernel(
     rope_head_cs(cs, pos[r], half, c, ff);
     pdl_enter();
     float *xr = (is_k ? k + (int64_t)r * k_dim : q + (int64_t)r * n_head * head_dim) + (int64_t)h * head_dim;
+    const float *nw = is_k ? kn : qn;
+    if (nw) { /* the head's RMS norm first (the whole CTA: uniform) */
+        __shared__ double sh[32];
+        double ss = 0.0;
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) ss += (double)__fmul_rn(xr[i], xr[i]);
+        ss = block_sum_d(ss, sh);
+        const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / (double)head_dim), eps)));
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) xr[i] = __fmul_rn(__fmul_rn(xr[i], scale), nw[i]);
+        __syncthreads(); /* the pairs below are other threads' values */
+    }
     rope_head_rotate(xr, cs, half, c, [&](int a, int b, float ya, float yb) {
         if (!is_k) {
             if (q_scale != 1.0f) xr[a] = __fmul_rn(ya, q_scale), xr[b] = __fmul_rn(yb, q_scale);
@@ -175,18 +188,24 @@ static __global__ void __launch_bounds__(128) rope_kv_store_heads_kernel(
     }
 }
 
+extern "C" bool qr_cuda_rope_qk_norm_supported(int32_t n_tok, int32_t n_head, int32_t n_head_kv, int32_t n_rot) {
+    return n_tok <= 8 && n_rot / 2 <= 256 && n_head + n_head_kv < 60000; /* the heads kernel's passes */
+}
+
 extern "C" cudaError_t qr_cuda_rope_kv_store(float *q, float *k, const float *v, int32_t n_tok, int32_t n_head,
                                             int32_t n_head_kv, int32_t head_dim, int32_t v_dim, const int32_t *pos,
                                             const int32_t *slots, const cuda_rope_consts *c, const float *freq_factors,
-                                            void *k_cache, void *v_cache, bool f16, float q_scale, bool pdl,
-                                            cudaStream_t stream) {
+                                            void *k_cache, void *v_cache, bool f16, float q_scale, const float *qn,
+                                            const float *kn, float eps, bool pdl, cudaStream_t stream) {
     if (n_tok <= 0) return cudaSuccess;
     const size_t sm = (size_t)c->n_rot * sizeof(float);
+    if ((qn || kn) && !qr_cuda_rope_qk_norm_supported(n_tok, n_head, n_head_kv, c->n_rot)) return cudaErrorInvalidValue;
     if (n_tok <= 8 && c->n_rot / 2 <= 256 && n_head + n_head_kv < 60000) { /* decode: a CTA per head */
         const int vs = (int)((v_dim + 8 * 128 - 1) / (8 * 128));
         return launch_k(f16 ? rope_kv_store_heads_kernel<true> : rope_kv_store_heads_kernel<false>,
                         dim3((unsigned)n_tok, (unsigned)(n_head + n_head_kv + vs)), dim3(128), 0, stream, pdl, q, k, v,
-                        n_head, n_head_kv, head_dim, v_dim, pos, slots, *c, freq_factors, k_cache, v_cache, q_scale);
+                        n_head, n_head_kv, head_dim, v_dim, pos, slots, *c, freq_factors, k_cache, v_cache, q_scale, qn,
+                        kn, eps);
     }
     return launch_k(f16 ? rope_kv_store_kernel<true> : rope_kv_store_kernel<false>, dim3((unsigned)n_tok),
                     dim3(ROPE_THREADS), sm, stream, pdl, q, k, v, n_head, n_head_kv, head_dim, v_dim, pos, slots, *c,

@@ -5,7 +5,10 @@
  *      launches): x, y and every code and scale bit for bit;
  *   2. mla_prep_kernel (rope.cu: deepseek2's cached row and query rope parts) against rmsnorm_kernel and rope_kernel
  *      on copies of the same slices, the cache's f16 (and f32) rows and q_out bit for bit;
- *   3. attn_softmax_kernel (attention_gemm.cu: the masked softmax of the GEMM attention) against a double-precision
+ *   3. rope_kv_store_heads_kernel (rope.cu: decode rope + K/V store, a CTA a head) with the per-head q / k norms
+ *      (qwen3, gemma3; and gemma3's q scale) against rmsnorm_kernel over rows of head_dim, then the same kernel
+ *      without them: q, k and the cache rows bit for bit;
+ *   4. attn_softmax_kernel (attention_gemm.cu: the masked softmax of the GEMM attention) against a double-precision
  *      softmax over the same keys (causal, with and without a window): within 2e-3 relative (f16 output), exactly 0
  *      off the mask.
  * Built and run by tests/cuda/host/run.sh.
@@ -130,6 +133,39 @@ template <bool F16> static void mla_prep(int n_tok, int H, int R, int dr, int dq
     EXPECT(same, "mla_prep differs from rmsnorm + rope + store");
 }
 
+static void qk_norm(int n_tok, int H, int Hkv, int hd, int n_rot, float q_scale) {
+    const float eps = 1e-6f;
+    const int n_slots = 32, vd = Hkv * hd;
+    std::vector<float> q(n_tok * H * hd), k(n_tok * Hkv * hd), v(n_tok * vd), qn(hd), kn(hd);
+    for (auto &x : q) x = frand() * 4;
+    for (auto &x : k) x = frand() * 4;
+    for (auto &x : v) x = frand();
+    for (auto &x : qn) x = 1 + frand() * 0.5f;
+    for (auto &x : kn) x = 1 + frand() * 0.5f;
+    std::vector<int32_t> pos(n_tok), slots(n_tok);
+    for (int t = 0; t < n_tok; t++) pos[t] = 50 + 11 * t, slots[t] = (t * 7 + 3) % n_slots;
+    cuda_rope_consts c = {};
+    c.mode = QR_ROPE_NEOX, c.n_rot = n_rot, c.theta_scale = powf(1e6f, -2.0f / n_rot), c.freq_scale = 1.0f, c.mscale = 1.0f;
+    std::vector<__half> kc1(n_slots * vd), vc1(n_slots * vd), kc2(n_slots * vd), vc2(n_slots * vd);
+    std::vector<float> q1 = q, k1 = k, q2 = q, k2 = k;
+    const unsigned units = (unsigned)(H + Hkv + (vd + 8 * 128 - 1) / (8 * 128));
+    host_run_grid(n_tok, units, 128, [&] {
+        rope_kv_store_heads_kernel<true>(q1.data(), k1.data(), v.data(), H, Hkv, hd, vd, pos.data(), slots.data(), c, NULL,
+                                         kc1.data(), vc1.data(), q_scale, qn.data(), kn.data(), eps);
+    });
+    host_run_grid(n_tok * H, 1, 128, [&] { rmsnorm_kernel<false, -1>(q2.data(), NULL, 1.0f, qn.data(), hd, eps, q2.data(), NULL, NULL, NULL, NULL); });
+    host_run_grid(n_tok * Hkv, 1, 128, [&] { rmsnorm_kernel<false, -1>(k2.data(), NULL, 1.0f, kn.data(), hd, eps, k2.data(), NULL, NULL, NULL, NULL); });
+    host_run_grid(n_tok, units, 128, [&] {
+        rope_kv_store_heads_kernel<true>(q2.data(), k2.data(), v.data(), H, Hkv, hd, vd, pos.data(), slots.data(), c, NULL,
+                                         kc2.data(), vc2.data(), q_scale, NULL, NULL, eps);
+    });
+    const bool same = !memcmp(q1.data(), q2.data(), q1.size() * 4) && !memcmp(k1.data(), k2.data(), k1.size() * 4) &&
+                      !memcmp(kc1.data(), kc2.data(), kc1.size() * 2) && !memcmp(vc1.data(), vc2.data(), vc1.size() * 2);
+    printf("q/k norms in the rope launch: rows %d heads %d/%d of %d (rope %d, q scale %g): %s\n", n_tok, H, Hkv, hd, n_rot,
+           q_scale, same ? "bit for bit" : "DIFFERENT");
+    EXPECT(same, "the fused per-head q / k norms differ from rmsnorm + rope");
+}
+
 static void softmax(int n_tok, int H, int nk, int k0, int window) {
     std::vector<float> s(n_tok * H * nk);
     for (auto &v : s) v = frand() * 30;
@@ -170,6 +206,9 @@ int main() {
     mla_prep<true>(3, 4, 512, 64, 192, 0);
     mla_prep<false>(2, 3, 256, 64, 96, 0);
     mla_prep<true>(2, 2, 128, 32, 48, QR_ROPE_NEOX);
+    qk_norm(2, 8, 2, 128, 128, 1.0f);     /* qwen3's heads (fewer) */
+    qk_norm(1, 4, 1, 256, 256, 0.0625f);  /* gemma3: head 256, q pre-scaled */
+    qk_norm(3, 6, 3, 64, 32, 1.0f);       /* partial rope: the tails */
     softmax(5, 4, 300, 0, 0);
     softmax(7, 2, 200, 40, 64);
     softmax(1, 16, 1000, 0, 0);
