@@ -72,6 +72,10 @@ const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
                             "Q4_K, Q4_0 (AVX2, AVX-512), Q8_0, Q4_1, Q5_0 (AVX-512) matmul weights are copied at load time into "
                             "groups of 8 / 16 interleaved rows (rows in the vector lanes; same results, faster); 0: the "
                             "file's layout"},
+    [QR_KNOB_CPU_PREFETCH] = {"QUARREL_CPU_PREFETCH", QR_KNOB_INT, "-1", -1, 1 << 20, NULL, "CPU backend (matmuls)",
+                              "how far ahead (bytes) a matmul chunk prefetches its weight rows into the cache; 0: no "
+                              "software prefetch (the hardware prefetcher alone); -1 (default): 4096, or 0 on AMD "
+                              "family 0x19 (Zen 3 / Zen 4)"},
 };
 
 static qr_knob_value g_values[QR_KNOB_COUNT]; /* written once under g_once, read-only afterwards */
