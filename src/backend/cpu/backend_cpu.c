@@ -395,11 +395,11 @@ static void mm_convert_task(void *arg, int64_t lo, int64_t hi, int ith) {
 }
 
 /* Chunks c of the output: row block c % n_row_chunks times token block c / n_row_chunks. */
-/* Weight bytes [p + MM_PREFETCH, + bytes) into the cache ahead of their use, not past end (the chunk's last row): a
- * chunk of rows is a new stream the hardware prefetcher has to learn, and a decode step reads each weight row once,
- * from memory (SmolLM2 Q4_1 tg128 at 2 threads, Zen 5: 212 -> 254 t/s; 1 KiB ahead 244, 2 KiB 254, 8 KiB 236;
- * with the one-token tiles and grouped matmuls 4 KiB beats 2 KiB: Q8_0 +8 %, Q4_1 and Gemma-3 +7 %). */
-/* The prefetch distance: QUARREL_CPU_PREFETCH, or by default 4096 bytes except on AMD family 0x19 (Zen 3 / Zen 4),
+/* prefetch_ahead: weight bytes [p + distance, + bytes) into the cache ahead of their use, not past end (the chunk's
+ * last row): a chunk of rows is a new stream the hardware prefetcher has to learn, and a decode step reads each weight
+ * row once, from memory (SmolLM2 Q4_1 tg128 at 2 threads, Zen 5: 212 -> 254 t/s; 1 KiB ahead 244, 2 KiB 254, 8 KiB
+ * 236; with the one-token tiles and grouped matmuls 4 KiB beats 2 KiB: Q8_0 +8 %, Q4_1 and Gemma-3 +7 %).
+ * The prefetch distance: QUARREL_CPU_PREFETCH, or by default 4096 bytes except on AMD family 0x19 (Zen 3 / Zen 4),
  * where the bursts of prefetches (a tile's rows at once) cost more than they bring: llama-1b Q4_K_M decode at 2 threads
  * on a Zen 4 EPYC 36 t/s with them, 46-56 without, Gemma-3 77-85 -> 98-113 (docs/performance.md, 2026-11-30); on the
  * Zen 5 they gave +20 %. Read once (cpuid traps to the hypervisor in these VMs). */
