@@ -75,7 +75,7 @@ const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
     [QR_KNOB_CPU_PREFETCH] = {"QUARREL_CPU_PREFETCH", QR_KNOB_INT, "-1", -1, 1 << 20, NULL, "CPU backend (matmuls)",
                               "how far ahead (bytes) a matmul chunk prefetches its weight rows into the cache; 0: no "
                               "software prefetch (the hardware prefetcher alone); -1 (default): 4096, or 0 on AMD "
-                              "family 0x19 (Zen 3 / Zen 4)"},
+                              "family 0x19 with AVX-512 (Zen 4)"},
 };
 
 static qr_knob_value g_values[QR_KNOB_COUNT]; /* written once under g_once, read-only afterwards */

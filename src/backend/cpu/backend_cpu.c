@@ -399,8 +399,8 @@ static void mm_convert_task(void *arg, int64_t lo, int64_t hi, int ith) {
  * last row): a chunk of rows is a new stream the hardware prefetcher has to learn, and a decode step reads each weight
  * row once, from memory (SmolLM2 Q4_1 tg128 at 2 threads, Zen 5: 212 -> 254 t/s; 1 KiB ahead 244, 2 KiB 254, 8 KiB
  * 236; with the one-token tiles and grouped matmuls 4 KiB beats 2 KiB: Q8_0 +8 %, Q4_1 and Gemma-3 +7 %).
- * The prefetch distance: QUARREL_CPU_PREFETCH, or by default 4096 bytes except on AMD family 0x19 (Zen 3 / Zen 4),
- * where the bursts of prefetches (a tile's rows at once) cost more than they bring: llama-1b Q4_K_M decode at 2 threads
+ * The prefetch distance: QUARREL_CPU_PREFETCH, or by default 4096 bytes except on AMD family 0x19 with AVX-512 (Zen 4;
+ * Zen 3, the same family without AVX-512, is not measured and keeps them), where the bursts of prefetches (a tile's rows at once) cost more than they bring: llama-1b Q4_K_M decode at 2 threads
  * on a Zen 4 EPYC 36 t/s with them, 46-56 without, Gemma-3 77-85 -> 98-113 (docs/performance.md, 2026-11-30); on the
  * Zen 5 they gave +20 %. Read once (cpuid traps to the hypervisor in these VMs). */
 static size_t mm_prefetch_bytes(void) {
@@ -410,13 +410,14 @@ static size_t mm_prefetch_bytes(void) {
     b = qr_knob_int(QR_KNOB_CPU_PREFETCH);
     if (b < 0) { /* auto */
         unsigned fam = 0;
-        bool amd = false;
+        bool amd = false, avx512 = false;
 #if defined(__x86_64__) || defined(__i386__)
-        unsigned a = 0, bx = 0, c = 0, d = 0; /* vendor "AuthenticAMD", then the family of leaf 1 */
+        unsigned a = 0, bx = 0, c = 0, d = 0; /* vendor "AuthenticAMD", the family of leaf 1, AVX512F of leaf 7 */
         if (__get_cpuid(0, &a, &bx, &c, &d)) amd = bx == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
         if (amd && __get_cpuid(1, &a, &bx, &c, &d)) fam = ((a >> 8) & 0xf) == 0xf ? 0xf + ((a >> 20) & 0xff) : (a >> 8) & 0xf;
+        if (amd && fam == 0x19 && __get_cpuid_count(7, 0, &a, &bx, &c, &d)) avx512 = (bx >> 16) & 1;
 #endif
-        b = amd && fam == 0x19 ? 0 : 4096;
+        b = amd && fam == 0x19 && avx512 ? 0 : 4096;
     }
     v = b;
     return (size_t)b;
