@@ -23,38 +23,7 @@
 
 #include "backend/cuda/matmul_q.cu"
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static __global__ void fill_kernel(uint8_t *p, size_t n, uint32_t seed, int mode) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-        if (mode == 1 && (i & 1)) h = 0x1c + (h & 3); /* f16 scales: high byte small -> finite, ~1e-3 */
-        p[i] = (uint8_t)h;
-    }
-}
-
-/* the plain read: every byte of [p, p + n) once, 16-byte loads, U in flight per thread */
-template <int U>
-static __global__ void read_kernel(const uint4 *p, size_t n16, uint32_t *sink) {
-    uint32_t acc = 0;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += stride * U) {
-        uint4 v[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) v[u] = i + u * stride < n16 ? ld_stream16(p + i + u * stride) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int u = 0; u < U; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-    }
-    if (acc == 0x12345678u) sink[0] = acc;
-}
+#include "probe_common.cuh"
 
 /* ---- TMA bulk-copy pipeline (experimental) ---- */
 static __device__ __forceinline__ void mbar_init(uint64_t *b, int n) {
@@ -523,16 +492,7 @@ int main(int argc, char **argv) {
         auto chain = [&](const char *name, double bytes, auto &&fn) {
             for (int r = 0; r < 16; r++) fn(r);
             CK(cudaDeviceSynchronize());
-            float best = 1e30f;
-            for (int rep = 0; rep < 5; rep++) {
-                cudaEventRecord(e0);
-                for (int r = 0; r < 16; r++) fn(r);
-                cudaEventRecord(e1);
-                cudaEventSynchronize(e1);
-                float ms;
-                cudaEventElapsedTime(&ms, e0, e1);
-                best = fmin(best, ms);
-            }
+            const float best = best_chain_ms(e0, e1, 5, 16, fn);
             CK(cudaGetLastError());
             const double us = best * 1e3 / 16;
             printf("chain %-38s %8.2f us  %7.1f GB/s\n", name, us, bytes / us * 1e-3);

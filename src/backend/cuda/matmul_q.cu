@@ -107,27 +107,34 @@ extern "C" cudaError_t qr_cuda_to_half(const float *x, int64_t n, void *out, boo
 
 /* ---- the mat-vec ---- */
 
-/* The partial dot products of one output row: this warp's share (part of wpr) of the row's chunks,
- * acc[t] for activation row t. Issues its first weight loads, then waits for the kernel before it
- * (programmatic dependent launch); every thread of the CTA must call it (the wait is per thread). */
-template <class T, int NR, int UF = 0>
-static __device__ __forceinline__ void matvec_row_part(const cuda_wview &w, const cuda_xview &x, int64_t row, int part,
-                                                       int wpr, int lane, float *acc) {
-    constexpr int U = UF ? UF : mmv_unroll<T, NR>::U;
+/* The partial dot products of one output row of NM matrices of one shape (NM 2: the gate and up rows of a GLU,
+ * streamed together): this warp's share (part of wpr) of the row's chunks, acc[m][t] for matrix m and activation
+ * row t. Issues its first weight loads, then waits for the kernel before it (programmatic dependent launch); every
+ * thread of the CTA must call it (the wait is per thread). A lane's chunks are c = part * 32 + lane + j * 32 wpr:
+ * the stride is a multiple of T::CPB, so the lane always holds chunk ci of a block (hoisted: the K-quant scale
+ * selection is per lane, not per chunk) and walks the blocks bstep apart. U chunks (per matrix) a lane in flight. */
+template <class T, int NR, int U, int NM>
+static __device__ __forceinline__ void matvec_rows_part(const cuda_wview &wa, const cuda_wview &wb, const cuda_xview &x,
+                                                        int64_t row, int part, int wpr, int lane, float (*acc)[NR]) {
     pdl_launch_dependents(); /* the next kernel waits for this whole grid anyway: let it launch */
 #pragma unroll
-    for (int t = 0; t < NR; t++) acc[t] = 0.0f;
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int t = 0; t < NR; t++) acc[m][t] = 0.0f;
     bool waited = false;
-    if (row < w.n) {
-        const int nch = (int)w.nb * T::CPB;
-        const int stride = 32 * wpr;
-        const int64_t gbase = row * w.nb;
-        for (int c0 = part * 32 + lane; c0 < nch; c0 += stride * U) {
-            typename T::W wd[U];
+    if (row < wa.n) {
+        const int c0 = part * 32 + lane, ci = c0 % T::CPB, bstep = 32 * wpr / T::CPB;
+        const int nb = (int)wa.nb;
+        const int64_t ga = row * wa.nb, gb = row * wb.nb;
+        for (int b0 = c0 / T::CPB; b0 < nb; b0 += bstep * U) {
+            typename T::W wd[NM][U];
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const int c = c0 + u * stride;
-                if (c < nch) wd[u] = T::load(w, gbase + c / T::CPB, c % T::CPB);
+                const int b = b0 + u * bstep;
+                if (b < nb) {
+                    wd[0][u] = T::load(wa, ga + b, ci);
+                    if (NM == 2) wd[NM - 1][u] = T::load(wb, gb + b, ci);
+                }
             }
             if (!waited) { /* the weights are in flight: now wait for the activations */
                 pdl_wait();
@@ -135,14 +142,26 @@ static __device__ __forceinline__ void matvec_row_part(const cuda_wview &w, cons
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const int c = c0 + u * stride;
-                if (c < nch) T::template dot<NR>(wd[u], x, c / T::CPB, c % T::CPB, acc);
+                const int b = b0 + u * bstep;
+                if (b < nb) {
+                    T::template dot<NR>(wd[0][u], x, b, ci, acc[0]);
+                    if (NM == 2) T::template dot<NR>(wd[NM - 1][u], x, b, ci, acc[NM - 1]);
+                }
             }
         }
     }
     if (!waited) pdl_wait();
 #pragma unroll
-    for (int t = 0; t < NR; t++) acc[t] = warp_sum(acc[t]);
+    for (int m = 0; m < NM; m++)
+#pragma unroll
+        for (int t = 0; t < NR; t++) acc[m][t] = warp_sum(acc[m][t]);
+}
+
+/* One matrix's row part (matvec_rows_part with NM 1), mmv_unroll's chunks in flight unless UF says. */
+template <class T, int NR, int UF = 0>
+static __device__ __forceinline__ void matvec_row_part(const cuda_wview &w, const cuda_xview &x, int64_t row, int part,
+                                                       int wpr, int lane, float *acc) {
+    matvec_rows_part<T, NR, UF ? UF : mmv_unroll<T, NR>::U, 1>(w, w, x, row, part, wpr, lane, (float(*)[NR])acc);
 }
 
 /* Writes row `row` of y ([NR][n]) from the row's wpr warps' partial sums (reduced through shared
@@ -215,24 +234,36 @@ static __global__ void __launch_bounds__(MMV_THREADS, UF == 2 ? 12 : (NR <= 2 ? 
         matvec_store<NR>(acc, y, w.n, row, warp, lane, part, wpr, a.b[m]);
         return;
     }
-    /* GLU: sub-groups alternate gate (even) and up (odd) of rows blockIdx.x * rpc / 2 + sub / 2 */
-    const int m = sub & 1;
-    const cuda_wview &w = a.w[m];
-    const int64_t row = (int64_t)blockIdx.x * (rpc / 2) + (sub >> 1);
-    matvec_row_part<T, NR, UF>(w, x, row, part, wpr, lane, acc);
-    __shared__ float red[MMV_THREADS / 32][NR];
+    /* GLU: the wpr warps of sub-group sub stream rows blockIdx.x * rpc + sub of gate and up together (half the
+     * chunks a matrix in flight, so the lane holds as many as a plain mat-vec) */
+    constexpr int U1 = UF ? UF : mmv_unroll<T, NR>::U, U2 = U1 > 1 ? U1 / 2 : 1;
+    const int64_t row = (int64_t)blockIdx.x * rpc + sub;
+    float gu[2][NR];
+    matvec_rows_part<T, NR, U2, 2>(a.w[0], a.w[1], x, row, part, wpr, lane, gu);
+    const int64_t n = a.w[0].n;
+    if (wpr == 1) {
+        if (lane < NR && row < n) {
+            float g = gu[0][0], u = gu[1][0];
+#pragma unroll
+            for (int t = 1; t < NR; t++)
+                if (lane == t) g = gu[0][t], u = gu[1][t];
+            a.y[0][(int64_t)lane * n + row] = GLU == 1 ? ew_op<CUDA_EW_SWIGLU>(g, u, 0.0f) : ew_op<CUDA_EW_GEGLU>(g, u, 0.0f);
+        }
+        return;
+    }
+    __shared__ float red[2][MMV_THREADS / 32][NR];
     if (lane == 0) {
 #pragma unroll
-        for (int t = 0; t < NR; t++) red[warp][t] = acc[t];
+        for (int t = 0; t < NR; t++) red[0][warp][t] = gu[0][t], red[1][warp][t] = gu[1][t];
     }
     __syncthreads();
-    if (m == 0 && part == 0 && lane < NR && row < w.n) {
+    if (part == 0 && lane < NR && row < n) {
         float g = 0.0f, u = 0.0f;
         for (int p = 0; p < wpr; p++) {
-            g += red[warp + p][lane];
-            u += red[warp + wpr + p][lane];
+            g += red[0][warp + p][lane];
+            u += red[1][warp + p][lane];
         }
-        a.y[0][(int64_t)lane * w.n + row] = GLU == 1 ? ew_op<CUDA_EW_SWIGLU>(g, u, 0.0f) : ew_op<CUDA_EW_GEGLU>(g, u, 0.0f);
+        a.y[0][(int64_t)lane * n + row] = GLU == 1 ? ew_op<CUDA_EW_SWIGLU>(g, u, 0.0f) : ew_op<CUDA_EW_GEGLU>(g, u, 0.0f);
     }
 }
 
@@ -314,7 +345,7 @@ static int32_t multi_args(const cuda_wview *w, int32_t n_mat, float *const *y, c
         a->w[m] = w[m];
         a->y[m] = y[m];
         a->b[m] = b ? b[m] : nullptr;
-        ctas += glu ? (int32_t)((w[m].n + rpc / 2 - 1) / (rpc / 2)) * (m == 0) : (int32_t)((w[m].n + rpc - 1) / rpc);
+        ctas += glu && m > 0 ? 0 : (int32_t)((w[m].n + rpc - 1) / rpc); /* GLU: rows of gate and up together */
         a->cta_end[m] = ctas;
     }
     for (int m = n_mat; m < QR_CUDA_MULTI_MAX; m++) a->cta_end[m] = ctas;

@@ -405,6 +405,20 @@ static __device__ __forceinline__ void kscale_min(uint32_t s0, uint32_t s1, uint
     }
 }
 
+/* The scales and mins of sub-blocks 2 cc and 2 cc + 1 (cc < 4) together, without a branch on cc (kscale_min's
+ * j < 4 test splits a warp whose lanes hold different chunks of a block): byte 0 of *sc / *m for sub-block 2 cc,
+ * byte 1 for 2 cc + 1. For cc < 2 the six bits are bytes 2 cc (+1) of s0 (scales) and s1 (mins); for cc >= 2 the low
+ * four come from byte 2 cc (+1) of s2 (scales low, mins high nibble) and the top two from bits 6-7 of the same bytes
+ * of s0 / s1 as for cc - 2. */
+static __device__ __forceinline__ void kscale_pair(uint32_t s0, uint32_t s1, uint32_t s2, int cc, uint32_t *sc,
+                                                   uint32_t *m) {
+    const int sh = (cc & 1) * 16;
+    const uint32_t a = s0 >> sh, b = s1 >> sh, c = s2 >> sh;
+    const uint32_t hs = (c & 0x0F0Fu) | ((a >> 2) & 0x3030u), hm = ((c >> 4) & 0x0F0Fu) | ((b >> 2) & 0x3030u);
+    *sc = cc >= 2 ? hs : (a & 0x3F3Fu);
+    *m = cc >= 2 ? hm : (b & 0x3F3Fu);
+}
+
 /* Q4_K: p0 = qs[128] (8 chunks), p1 = {d, dmin, scales[12]} (16 bytes).
  * Chunk i: qs bytes 16i.. (c = i / 2, l0 = 16 (i & 1)): low nibbles are values 64c + l0 + l (sub-block
  * 2c), high nibbles 64c + 32 + l0 + l (sub-block 2c + 1). */
@@ -423,9 +437,9 @@ template <bool Q5> struct TQ45_K {
     }
     template <int NR> static __device__ __forceinline__ void dot(const W &c, const cuda_xview &x, int b, int i, float *acc) {
         const int cc = i >> 1, j1 = i & 1;
-        int sc1, m1, sc2, m2;
-        kscale_min(c.meta.y, c.meta.z, c.meta.w, 2 * cc, &sc1, &m1);
-        kscale_min(c.meta.y, c.meta.z, c.meta.w, 2 * cc + 1, &sc2, &m2);
+        uint32_t scp, mp;
+        kscale_pair(c.meta.y, c.meta.z, c.meta.w, cc, &scp, &mp);
+        const int sc1 = (int)(scp & 0xFF), sc2 = (int)(scp >> 8 & 0xFF), m1 = (int)(mp & 0xFF), m2 = (int)(mp >> 8 & 0xFF);
         uint32_t lo[4] = {c.q.x & M4, c.q.y & M4, c.q.z & M4, c.q.w & M4};
         uint32_t hi[4] = {(c.q.x >> 4) & M4, (c.q.y >> 4) & M4, (c.q.z >> 4) & M4, (c.q.w >> 4) & M4};
         if (Q5) {
