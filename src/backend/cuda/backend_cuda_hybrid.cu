@@ -135,12 +135,67 @@ static void moe_tiles(cuda_backend *cb, const cuda_weight *w0, const cuda_weight
             "matmul_id (scatter)");
 }
 
+/* An expert's gathered rows in the bucketed layout: its count rounded up to a power of two, at least 16 (so 16 << b,
+ * b < QR_MOE_BUCKETS, for counts up to 2^29). */
+#define QR_MOE_BUCKETS 26
+static int32_t bucket_rows(int32_t c) {
+    int32_t r = 16;
+    while (r < c) r *= 2;
+    return r;
+}
+
+/* moe_gemm's bucketed GEMMs: for each matrix and each power-of-two row count, one cublasGemmBatchedEx over the experts
+ * whose counts round up to it (rows h_start[e].. of the gathered f16 activations xg against the expert's f16 weights,
+ * into rows of ys). h_ptr / d_ptr: room for 6 n_expert pointers (host staging, device copy). */
+static void moe_bucket_gemms(cuda_backend *cb, const cuda_weight *w0, const cuda_weight *w1, const void *const *cached,
+                             int64_t n_out, int64_t k, int64_t n_expert, const int32_t *off, const int32_t *h_start,
+                             const uint8_t *xg, float *ys, int64_t n_g, void **h_ptr, void **d_ptr) {
+    const int n_mat = w1 ? 2 : 1;
+    const int64_t na = n_mat * n_expert; /* the A, B, C arrays' room */
+    int32_t grp_first[2][QR_MOE_BUCKETS], grp_n[2][QR_MOE_BUCKETS];
+    int64_t n = 0;
+    for (int m = 0; m < n_mat; m++) {
+        const cuda_weight *w = m == 0 ? w0 : w1;
+        const uint8_t *wf = cached[m] ? (const uint8_t *)cached[m] : w->v.p0;
+        float *ym = ys + (int64_t)m * n_g * n_out;
+        for (int b = 0; b < QR_MOE_BUCKETS; b++) {
+            grp_first[m][b] = (int32_t)n;
+            for (int64_t e = 0; e < n_expert; e++) {
+                const int32_t c = off[e + 1] - off[e];
+                if (c <= 0 || bucket_rows(c) != (16 << b)) continue;
+                h_ptr[n] = (void *)(wf + (size_t)(e * n_out * k) * 2);
+                h_ptr[na + n] = (void *)(xg + (size_t)h_start[e] * k * 2);
+                h_ptr[2 * na + n] = (void *)(ym + (int64_t)h_start[e] * n_out);
+                n++;
+            }
+            grp_n[m][b] = (int32_t)n - grp_first[m][b];
+        }
+    }
+    if (!cuda_ok(cb, cudaMemcpyAsync(d_ptr, h_ptr, (size_t)(3 * na) * sizeof(void *), cudaMemcpyHostToDevice, cb->stream),
+                 "matmul_id (upload pointers)"))
+        return;
+    const float one = 1.0f, zero = 0.0f;
+    for (int m = 0; m < n_mat; m++)
+        for (int b = 0; b < QR_MOE_BUCKETS; b++) {
+            if (grp_n[m][b] == 0) continue;
+            const int32_t f = grp_first[m][b];
+            if (!cublas_ok(cb, cublasGemmBatchedEx(cb->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, 16 << b, (int)k, &one,
+                                                   (const void *const *)(d_ptr + f), CUDA_R_16F, (int)k,
+                                                   (const void *const *)(d_ptr + na + f), CUDA_R_16F, (int)k, &zero,
+                                                   d_ptr + 2 * na + f, CUDA_R_32F, (int)n_out, grp_n[m][b],
+                                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                           "matmul_id (bucketed gemm)"))
+                return;
+        }
+}
+
 /* The grouped expert GEMM (prefill): the routing is read back (a sync, so never inside a graph), the
  * slots are sorted by expert and each expert's activation rows gathered (f16, rounded as matmul_gemm
  * rounds them) into rows of its own, padded with zero rows to the largest expert's count; the experts
  * are dequantized to f16 in chunks of consecutive experts (one launch per chunk) and each chunk is
  * multiplied in one strided-batched cuBLAS GEMM (one GEMM per expert over the unpadded rows when the
- * padding would more than quadruple the rows, or with QUARREL_CUDA_MOE=loop); the results are scattered
+ * padding would more than quadruple the rows: one pointer-batched GEMM per power-of-two count bucket when the f16
+ * weights are whole (moe_bucket_gemms), else one GEMM per expert, as with QUARREL_CUDA_MOE=loop); the results are scattered
  * back to slot order with bias and activation. w1: the up matrix of a fused gate+up. */
 static void moe_gemm(cuda_backend *cb, const cuda_weight *w0, const cuda_weight *w1, const float *b0, const float *b1,
                      int64_t n_out, const float *x, bool per_slot, const int32_t *ids, int64_t n_rows, int32_t n_used,
@@ -151,7 +206,9 @@ static void moe_gemm(cuda_backend *cb, const cuda_weight *w0, const cuda_weight 
     const int n_mat = w1 ? 2 : 1;
     /* host staging: per expert counts and offsets | ids | slot, expert, row (in the gathered layout) per
      * sorted p | source row per gathered row (-1: padding; at most 4 * n_slots + 64 rows, see padded) */
-    const size_t h_need = (size_t)(2 * (n_expert + 1) + 8 * n_slots + 64 + 4 * (n_slots / 8 + n_expert + 1) + 4) * 4;
+    const size_t h_tiles = (size_t)4 * (n_slots / 8 + n_expert + 1); /* moe_tiles' tile table (int32) */
+    const size_t h_need = (size_t)(2 * (n_expert + 1) + 8 * n_slots + 64 + h_tiles + 4) * 4 +
+                          (size_t)(n_expert + 2) * 4 + (size_t)6 * n_expert * sizeof(void *); /* buckets */
     if (h_need > cb->h_moe_cap) {
         void *nh = realloc(cb->h_moe, h_need);
         if (!nh) {
@@ -191,28 +248,41 @@ static void moe_gemm(cuda_backend *cb, const cuda_weight *w0, const cuda_weight 
     const bool tiles = mma || (cb->tune.moe_tiles && v0->nb > 0 && n_slots <= 12 * active);
     /* padded: expert e's rows start at e * maxc (one strided-batched GEMM per chunk); else at off[e] */
     const bool padded = !tiles && cb->tune.moe_grouped && n_expert * maxc <= 4 * n_slots + 64;
-    const int64_t n_g = padded ? n_expert * maxc : n_slots; /* gathered rows */
+    int32_t *h_tile = h_src + 4 * n_slots + 64; /* after the largest gathered-row table */
+    /* experts per dequantized chunk (the f16 copy of a chunk of experts); F16 weights are used in place, as are the
+     * f16 copies of quantized ones where the device keeps them (f16_cache: dequantized once, as the tiles would be) */
+    const void *cached[2] = {NULL, NULL};
+    if (!tiles && v0->type != QR_TYPE_F16 && (cached[0] = f16_cache(cb, (cuda_weight *)w0, v0->n)) && w1 &&
+        !(cached[1] = f16_cache(cb, (cuda_weight *)w1, w1->v.n)))
+        cached[0] = NULL;
+    const bool f16w = !tiles && (v0->type == QR_TYPE_F16 || cached[0]);
+    /* buckets (uneven routing, whole f16 weights): expert e's rows start at h_start[e], its count rounded up to a
+     * power of two >= 16; the experts of one rounded count are one pointer-batched GEMM (instead of one GEMM each:
+     * 128-expert models routed unevenly launched ~380 small GEMMs a layer) */
+    int32_t *h_start = h_tile + h_tiles;
+    int64_t n_g = padded ? n_expert * maxc : n_slots; /* gathered rows */
+    bool buckets = false;
+    if (!tiles && !padded && f16w && cb->tune.moe_buckets) {
+        int64_t r = 0;
+        for (int64_t e = 0; e < n_expert; e++) {
+            h_start[e] = (int32_t)r;
+            r += off[e + 1] > off[e] ? bucket_rows(off[e + 1] - off[e]) : 0;
+        }
+        if (r <= 4 * n_slots + 64) buckets = true, n_g = r;
+    }
     for (int64_t e = 0; e < n_expert; e++) cnt[e] = off[e]; /* cnt becomes the fill cursor */
     for (int64_t q = 0; q < n_g; q++) h_src[q] = -1;
     for (int64_t s = 0; s < n_slots; s++) {
         const int32_t e = h_ids[s], p = cnt[e]++;
         h_slot[p] = (int32_t)s;
         h_exp[p] = e;
-        h_row[p] = padded ? (int32_t)(e * maxc + (p - off[e])) : p;
+        h_row[p] = padded ? (int32_t)(e * maxc + (p - off[e])) : buckets ? h_start[e] + (p - off[e]) : p;
         h_src[h_row[p]] = per_slot ? (int32_t)s : (int32_t)(s / n_used);
     }
     if (tiles) {
-        int32_t *h_tile = h_src + 4 * n_slots + 64; /* after the largest gathered-row table */
         moe_tiles(cb, w0, w1, b0, b1, n_out, x, n_slots, n_expert, active, off, h_slot, h_tile, mma, act, y);
         return;
     }
-    /* experts per dequantized chunk (the f16 copy of a chunk of experts); F16 weights are used in place, as are the
-     * f16 copies of quantized ones where the device keeps them (f16_cache: dequantized once, as the tiles would be) */
-    const void *cached[2] = {NULL, NULL};
-    if (v0->type != QR_TYPE_F16 && (cached[0] = f16_cache(cb, (cuda_weight *)w0, v0->n)) && w1 &&
-        !(cached[1] = f16_cache(cb, (cuda_weight *)w1, w1->v.n)))
-        cached[0] = NULL;
-    const bool f16w = v0->type == QR_TYPE_F16 || cached[0];
     const int64_t exp_bytes = n_out * k * 2;
     int64_t per_chunk = f16w ? n_expert : (int64_t)(cb->tune.moe_tile_bytes / exp_bytes);
     if (per_chunk < 1) per_chunk = 1;
@@ -228,6 +298,8 @@ static void moe_gemm(cuda_backend *cb, const cuda_weight *w0, const cuda_weight 
     o = align256(o + (size_t)(n_g * k) * 2);
     const size_t o_y = o;
     o = align256(o + (size_t)n_mat * (size_t)(n_g * n_out) * 4);
+    const size_t o_ptr = o; /* buckets: the A, B and C pointer arrays */
+    o = align256(o + (buckets ? (size_t)6 * n_expert * sizeof(void *) : 0));
     if (!ensure_scratch(cb, &cb->moe, &cb->moe_cap, o, "the expert GEMM")) return;
     if (!f16w && !ensure_scratch(cb, &cb->tile, &cb->tile_cap, (size_t)(per_chunk * exp_bytes), "the expert weight tile"))
         return;
@@ -246,7 +318,10 @@ static void moe_gemm(cuda_backend *cb, const cuda_weight *w0, const cuda_weight 
         return;
     cb->act_valid = false;
     const float one = 1.0f, zero = 0.0f;
-    for (int m = 0; m < n_mat; m++) {
+    if (buckets)
+        moe_bucket_gemms(cb, w0, w1, cached, n_out, k, n_expert, off, h_start, xg, ys, n_g,
+                         (void **)(((uintptr_t)(h_start + n_expert + 1) + 7) & ~(uintptr_t)7), (void **)(base + o_ptr));
+    for (int m = 0; !buckets && m < n_mat; m++) {
         const cuda_wview *v = m == 0 ? v0 : &w1->v;
         float *ym = ys + (int64_t)m * n_g * n_out;
         for (int64_t e0 = 0; e0 < n_expert; e0 += per_chunk) {

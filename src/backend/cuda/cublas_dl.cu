@@ -1,6 +1,6 @@
 /* cublas_dl.cu — cuBLAS loaded on first use instead of at program start. Linking libcublas / libcublasLt costs every
  * run of the one binary ~216 MB of resident memory before main (their relocations), CPU-only runs and `quarrel
- * --version` included; the CUDA backend calls seven cuBLAS functions, defined here under their own names: each
+ * --version` included; the CUDA backend calls eight cuBLAS functions, defined here under their own names: each
  * loads libcublas.so.<major of the headers> (QUARREL_CUBLAS_LIB names another) once and forwards the call, or
  * returns CUBLAS_STATUS_NOT_INITIALIZED when the library cannot be loaded (cublasCreate then fails and the backend
  * reports it; an auto backend falls back to the CPU). */
@@ -47,6 +47,13 @@ FORWARD(cublasSgemm_v2,
         (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
          const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta, float *C, int ldc),
         (handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc))
+FORWARD(cublasGemmBatchedEx,
+        (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+         const void *alpha, const void *const Aarray[], cudaDataType Atype, int lda, const void *const Barray[],
+         cudaDataType Btype, int ldb, const void *beta, void *const Carray[], cudaDataType Ctype, int ldc,
+         int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo),
+        (handle, transa, transb, m, n, k, alpha, Aarray, Atype, lda, Barray, Btype, ldb, beta, Carray, Ctype, ldc,
+         batchCount, computeType, algo))
 FORWARD(cublasGemmStridedBatchedEx,
         (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
          const void *alpha, const void *A, cudaDataType Atype, int lda, long long int strideA, const void *B,

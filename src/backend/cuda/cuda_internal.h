@@ -100,6 +100,10 @@ typedef struct qr_cuda_tune {
     int32_t moe_grouped;     /* 1: the grouped GEMM pads each expert's rows to the largest count and runs each
                               * chunk of experts as one strided-batched GEMM; 0: one cublasGemmEx per expert
                               * (QUARREL_CUDA_MOE=loop) */
+    int32_t moe_buckets;     /* 1: when padding to the largest count would more than quadruple the rows, experts whose
+                              * counts round up to the same power of two (>= 16) share one pointer-batched GEMM
+                              * (f16 weights in place or cached); 0: one cublasGemmEx per expert there
+                              * (QUARREL_CUDA_MOE=nobuckets or loop) */
     int32_t moe_tiles;       /* 1: passes with few rows per expert (<= 12 on average) run the quantized mat-vec over
                               * tiles of up to 8 rows of one expert instead of the f16 GEMM; 0: never
                               * (QUARREL_CUDA_MOE=notiles or loop) */

@@ -41,12 +41,13 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
         t->attn_short_g = v == 1 || v == 4 ? v : 2;
     }
     t->gemm_q8_act = !env_is("QUARREL_CUDA_GEMM_Q8", "0");
-    /* expert matmuls: QUARREL_CUDA_MOE = old | nogemm | loop | notiles | nomma */
+    /* expert matmuls: QUARREL_CUDA_MOE = old | nogemm | loop | notiles | nomma | nobuckets */
     const bool loop = env_is("QUARREL_CUDA_MOE", "loop"), notiles = env_is("QUARREL_CUDA_MOE", "notiles");
     t->moe_tile_bytes = (int64_t)512 << 20;
     t->moe_kernel = env_is("QUARREL_CUDA_MOE", "old") ? 1 : env_is("QUARREL_CUDA_MOE", "nogemm") ? 2 : 0;
     t->moe_grouped = !loop;
     t->moe_tiles = !(loop || notiles);
+    t->moe_buckets = !(loop || env_is("QUARREL_CUDA_MOE", "nobuckets"));
     t->moe_mma = !(loop || notiles || env_is("QUARREL_CUDA_MOE", "nomma"));
     t->moe_mma_max_rows = env_int("QUARREL_CUDA_MMQ_MAX_ROWS", 0, 1 << 30, 64);
     t->ids_early = !env_is("QUARREL_CUDA_IDS_EARLY", "0");
