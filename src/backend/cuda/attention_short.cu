@@ -104,6 +104,20 @@ static __global__ void __launch_bounds__(SH_THREADS) attn_short_kernel(const cud
     __syncthreads(); /* slot_s, cs_s */
     if (!r.kv_early) issue(tid, SH_THREADS);
 
+    /* with qn / kn: the RMS norm scale of each head of the tile and of the new key (a warp each; the sum of squares in
+     * double, IEEE division and square root, as rmsnorm_kernel and rope_kv_store_heads_kernel round it) */
+    __shared__ float nscale_s[G + 1];
+    if (r.qn) {
+        if (warp <= gn) {
+            const float *src = warp < gn ? a.q + (int64_t)(h0 + warp) * a.dk : r.k_new + (int64_t)kvh * D;
+            double ss = 0.0;
+            for (int i = lane; i < D; i += 32) ss += (double)__fmul_rn(src[i], src[i]);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            if (lane == 0) nscale_s[warp] = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / (double)D), r.norm_eps)));
+        }
+        __syncthreads();
+    }
     /* rope of the tile's q heads (hh < gn) and of the new key (hh == gn), pair by pair */
     const bool neox = r.rope.mode == QR_ROPE_NEOX;
     __half *const knew = (__half *)(kbuf + np * PITCH), *const vnew = (__half *)(vbuf + np * PITCH);
@@ -115,7 +129,12 @@ static __global__ void __launch_bounds__(SH_THREADS) attn_short_kernel(const cud
         const int da = neox ? (rot ? j : r.rope.n_rot + 2 * (j - half)) : 2 * j;
         const int db = neox && rot ? j + half : da + 1;
         const float *src = hh < gn ? a.q + (int64_t)(h0 + hh) * a.dk : r.k_new + (int64_t)kvh * D;
-        const float x0 = src[da], x1 = src[db];
+        float x0 = src[da], x1 = src[db];
+        if (r.qn) {
+            const float sc = nscale_s[hh], *nw = hh < gn ? r.qn : r.kn;
+            x0 = __fmul_rn(__fmul_rn(x0, sc), nw[da]);
+            x1 = __fmul_rn(__fmul_rn(x1, sc), nw[db]);
+        }
         float ya = x0, yb = x1;
         if (rot) {
             const float2 c = cs_s[j];

@@ -1639,7 +1639,8 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
  * Declines (false) before raising anything (the layout and table checks raise only what attention would); after
  * true an error may have been raised. */
 static bool rope_attention(qr_backend *be, float *q, float *k, const float *v, const qr_rope_params *rope,
-                           qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, float q_scale, float *out) {
+                           qr_kv_storage *kv, int32_t layer, const qr_attn_params *p, float q_scale, float *out,
+                           const float *qn = NULL, const float *kn = NULL, float eps = 0.0f) {
     cuda_backend *cb = CB(be);
     if (cb->exact || !cb->tune.fuse || !cb->tune.attn_short || cb->n_tokens != 1 || p->non_causal || !kv ||
         kv->desc.type_k != QR_TYPE_F16 || p->head_dim_k != p->head_dim_v || p->n_head_kv < 1 || p->n_head % p->n_head_kv)
@@ -1669,6 +1670,9 @@ static bool rope_attention(qr_backend *be, float *q, float *k, const float *v, c
     r.kv_early = cb->capturing; /* a replay starts after every earlier pass has finished */
     r.gmax = cb->tune.attn_short_g;
     r.q_scale = q_scale;
+    r.qn = qn;
+    r.kn = kn;
+    r.norm_eps = eps;
     if (!cuda_ok(cb, qr_cuda_rope_attention(&r, use_pdl(cb), cb->stream), "rope_attention")) return true;
     cb->act_valid = false;
     if (r.a.q8_kind >= 0) act_mark(cb, out, 1, (int64_t)p->n_head * p->head_dim_v, r.a.q8_kind);
@@ -1714,6 +1718,9 @@ static bool cuda_rope_attention(qr_backend *be, const qr_rope_attn_args *a) {
         const float *qn = vec_weight(cb, a->q_norm, p->head_dim_k, "rope_attention"),
                     *kn = qn ? vec_weight(cb, a->k_norm, p->head_dim_k, "rope_attention") : NULL;
         if (!kn) return true;
+        /* the one-launch short kernel with the norms inside, else the norms in the rope + store launch */
+        if (rope_attention(be, a->q, a->k, a->v, a->rope, a->kv, a->layer, p, qs, a->out, qn, kn, a->norm_eps))
+            return true;
         rope_kv_store(be, a->q, a->k, a->v, p->n_head, p->n_head_kv, p->head_dim_k, a->rope, a->kv, a->layer, qs, qn, kn,
                       a->norm_eps);
         cuda_attention(be, a->kv, a->layer, a->q, p, a->out);

@@ -76,9 +76,9 @@ typedef struct qr_cuda_tune {
                               * (QUARREL_CUDA_ATTN_SHORT_G) */
     int32_t norm_route;      /* 1 (default): a MoE layer's decode norm, router mat-vec and routing in one launch
                               * (qr_cuda_norm_route); 0: three launches (QUARREL_CUDA_NORM_ROUTE=0) */
-    int32_t qk_norm;         /* 1: a decode pass's per-head q / k RMS norms (qwen3, gemma3) inside the rope + K/V store
-                              * launch; 0 (default until measured on a GPU): two rmsnorm launches first
-                              * (QUARREL_CUDA_QK_NORM=1 turns it on) */
+    int32_t qk_norm;         /* 1 (default): a decode pass's per-head q / k RMS norms (qwen3, gemma3) inside the
+                              * one-launch short attention kernel, else inside the rope + K/V store launch; 0: two
+                              * rmsnorm launches first (QUARREL_CUDA_QK_NORM=0) */
     int32_t mla_prep;        /* 1 (default): deepseek2's cached row and q rope parts in one launch (mla_prep); 0: the
                               * copies, norm, ropes and store (QUARREL_CUDA_MLA_PREP=0) */
     int32_t heads_gemm;      /* 1 (default): matmul_heads of prompt batches as one strided-batched cuBLAS GEMM over

@@ -258,6 +258,8 @@ typedef struct cuda_rope_attn_args {
                              * loads start before the dependency wait */
     int32_t gmax;           /* query heads a CTA at most (1, 2 or 4) */
     float q_scale;          /* q *= q_scale after its rope (1: not), as the scale op */
+    const float *qn, *kn;   /* per-head RMS norm weights [dk] of q and k before the rope (qwen3, gemma3), or NULL */
+    float norm_eps;
 } cuda_rope_attn_args;
 /* The longest key span the kernel takes for a head size (0: not taken). */
 int32_t qr_cuda_attn_short_keys(int32_t head_dim);

@@ -33,7 +33,7 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->attn_gemm = !env_is("QUARREL_CUDA_ATTN_GEMM", "0");
     t->heads_gemm = !env_is("QUARREL_CUDA_HEADS_GEMM", "0");
     t->mla_prep = !env_is("QUARREL_CUDA_MLA_PREP", "0");
-    t->qk_norm = env_is("QUARREL_CUDA_QK_NORM", "1");
+    t->qk_norm = !env_is("QUARREL_CUDA_QK_NORM", "0");
     t->attn_short = !env_is("QUARREL_CUDA_ATTN_SHORT", "0");
     {
         const char *g = getenv("QUARREL_CUDA_ATTN_SHORT_G");
