@@ -5,6 +5,12 @@
  * none) and chains of 16 launches with programmatic launch (as in a decode graph); checks that each variant's
  * outputs equal the engine kernel's bit for bit (or says how many differ).
  *
+ * Session 29 (H200, docs/cuda-notes.md "The decode mat-vec was issue-bound"): the engine's gate/up went from 39.6 to
+ * 23.0 us a launch in a chain (1.93 -> 3.32 TB/s) with the branch-free scale decode, the hoisted chunk index and the
+ * gate+up rows in one warp ("pair"); "nodot" (the loads alone) streams 4.4 TB/s, a plain read 3.7. Two chunks a lane
+ * ("chunk pairs": one scale decode for 32 bytes) and persistent warps with a two-stage register pipeline (1.3-1.8
+ * TB/s; removed) were slower.
+ *
  *   build (device): nvcc -O3 -std=c++17 -arch=sm_90 -Iinclude -Isrc -o /tmp/mvd_probe bench/mvd_probe.cu
  *   run:            /tmp/mvd_probe [d_model n_ff]      (defaults 3584 18944: qwen2.5-7b)
  */
@@ -136,66 +142,6 @@ static __global__ void __launch_bounds__(128, MINB) glu_pair_kernel(const mv_mul
     acc[0] = warp_sum(acc[0]);
     acc[1] = warp_sum(acc[1]);
     if (lane == 0 && row < wg.n) a.y[0][row] = ew_op<CUDA_EW_SWIGLU>(acc[0], acc[1], 0.0f);
-}
-
-/* Persistent warps with a register pipeline: warp gw takes rows gw, gw + GW, ...; each row is a sequence of
- * stages (gate then up, G groups of 32 U chunks each); the loads of the next stage are issued before the
- * current one is computed (two register buffers of U chunks a lane). */
-struct pipe_pos {
-    int64_t row;
-    int half, grp;
-};
-template <int U, int MINB>
-static __global__ void __launch_bounds__(128, MINB) glu_pipe_kernel(const mv_multi_args a, const cuda_xview x) {
-    const int lane = threadIdx.x & 31;
-    const int64_t gw = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5), GW = (int64_t)gridDim.x * 4;
-    const int64_t n = a.w[0].n;
-    const int nch = (int)a.w[0].nb * 8, G = (nch + 32 * U - 1) / (32 * U);
-    pdl_launch_dependents();
-    TQ4_K::W sa[U], sb[U];
-    auto issue = [&](const pipe_pos &p, TQ4_K::W *d) {
-        if (p.row >= n) return;
-        const cuda_wview &w = a.w[p.half];
-        const int64_t gbase = p.row * w.nb;
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int c = lane + (p.grp * U + u) * 32;
-            if (c < nch) d[u] = TQ4_K::load(w, gbase + c / 8, c % 8);
-        }
-    };
-    auto next = [&](pipe_pos p) {
-        if (++p.grp == G) {
-            p.grp = 0;
-            if (++p.half == 2) p.half = 0, p.row += GW;
-        }
-        return p;
-    };
-    float acc = 0.0f, g = 0.0f;
-    auto step = [&](const pipe_pos &p, const TQ4_K::W *d) {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int c = lane + (p.grp * U + u) * 32;
-            if (c < nch) TQ4_K::dot<1>(d[u], x, c / 8, c % 8, &acc);
-        }
-        if (p.grp == G - 1) {
-            const float v = warp_sum(acc);
-            acc = 0.0f;
-            if (p.half == 0) g = v;
-            else if (lane == 0) a.y[0][p.row] = ew_op<CUDA_EW_SWIGLU>(g, v, 0.0f);
-        }
-    };
-    pipe_pos p = {gw, 0, 0};
-    issue(p, sa);
-    pdl_wait();
-    while (p.row < n) {
-        const pipe_pos q = next(p);
-        issue(q, sb);
-        step(p, sa);
-        if (q.row >= n) break;
-        p = next(q);
-        issue(p, sa);
-        step(q, sb);
-    }
 }
 
 int main(int argc, char **argv) {

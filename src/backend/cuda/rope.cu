@@ -245,14 +245,10 @@ static __global__ void __launch_bounds__(128) mla_prep_kernel(const float *__res
         const int h = u - 1;
         const float *src = q + ((int64_t)r * H + h) * dq + (dq - c.n_rot);
         float *dst = q_out + ((int64_t)r * H + h) * dk + R;
-        for (int t = 0; t < 2; t++) {
-            const int i = threadIdx.x + t * blockDim.x;
-            if (i >= half) break;
-            const int a = c.mode == QR_ROPE_NEOX ? i : 2 * i, b = c.mode == QR_ROPE_NEOX ? i + half : 2 * i + 1;
-            const float x0 = src[a], x1 = src[b];
-            dst[a] = __fsub_rn(__fmul_rn(x0, cs[t].x), __fmul_rn(x1, cs[t].y));
-            dst[b] = __fadd_rn(__fmul_rn(x0, cs[t].y), __fmul_rn(x1, cs[t].x));
-        }
+        rope_head_pairs(src, cs, half, c, [&](int a, int b, float ya, float yb) {
+            dst[a] = ya;
+            dst[b] = yb;
+        });
         return;
     }
     const float *row = kv_a + (int64_t)r * dk;
@@ -266,16 +262,10 @@ static __global__ void __launch_bounds__(128) mla_prep_kernel(const float *__res
         cache_put<F16>(k_cache, s * dk + i, y);
         cache_put<F16>(v_cache, s * R + i, y);
     }
-    for (int t = 0; t < 2; t++) {
-        const int i = threadIdx.x + t * blockDim.x;
-        if (i >= half) break;
-        const int a = c.mode == QR_ROPE_NEOX ? i : 2 * i, b = c.mode == QR_ROPE_NEOX ? i + half : 2 * i + 1;
-        const float x0 = row[R + a], x1 = row[R + b];
-        const float ya = __fsub_rn(__fmul_rn(x0, cs[t].x), __fmul_rn(x1, cs[t].y));
-        const float yb = __fadd_rn(__fmul_rn(x0, cs[t].y), __fmul_rn(x1, cs[t].x));
+    rope_head_pairs(row + R, cs, half, c, [&](int a, int b, float ya, float yb) {
         cache_put<F16>(k_cache, s * dk + R + a, ya);
         cache_put<F16>(k_cache, s * dk + R + b, yb);
-    }
+    });
 }
 
 extern "C" cudaError_t qr_cuda_mla_prep(const float *kv_a, const float *q, float *q_out, const float *w, float eps,

@@ -40,22 +40,30 @@ static __device__ __forceinline__ void rope_head_cs(float2 (&cs)[2], int32_t p, 
         cs[t] = i < half ? rope_cs(i, p, c, ff) : make_float2(0.0f, 0.0f);
     }
 }
+/* rope_head_pairs: this thread's pairs of head row src rotated, put(a, b, ya, yb) for each (src is read before put
+ * is called for the pair: put may write over it). */
 template <class F>
-static __device__ __forceinline__ void rope_head_rotate(float *xr, const float2 (&cs)[2], int half, const cuda_rope_consts &c,
-                                                        F &&put) {
+static __device__ __forceinline__ void rope_head_pairs(const float *src, const float2 (&cs)[2], int half,
+                                                       const cuda_rope_consts &c, F &&put) {
 #pragma unroll
     for (int t = 0; t < 2; t++) {
         const int i = threadIdx.x + t * blockDim.x;
         if (i >= half) break;
         const int a = c.mode == QR_ROPE_NEOX ? i : 2 * i;
         const int b = c.mode == QR_ROPE_NEOX ? i + half : 2 * i + 1;
-        const float x0 = xr[a], x1 = xr[b];
-        const float ya = __fsub_rn(__fmul_rn(x0, cs[t].x), __fmul_rn(x1, cs[t].y));
-        const float yb = __fadd_rn(__fmul_rn(x0, cs[t].y), __fmul_rn(x1, cs[t].x));
+        const float x0 = src[a], x1 = src[b];
+        put(a, b, __fsub_rn(__fmul_rn(x0, cs[t].x), __fmul_rn(x1, cs[t].y)),
+            __fadd_rn(__fmul_rn(x0, cs[t].y), __fmul_rn(x1, cs[t].x)));
+    }
+}
+template <class F>
+static __device__ __forceinline__ void rope_head_rotate(float *xr, const float2 (&cs)[2], int half, const cuda_rope_consts &c,
+                                                        F &&put) {
+    rope_head_pairs(xr, cs, half, c, [&](int a, int b, float ya, float yb) {
         xr[a] = ya;
         xr[b] = yb;
         put(a, b, ya, yb);
-    }
+    });
 }
 
 #endif /* QR_CUDA_ROPE_DEV_CUH */
