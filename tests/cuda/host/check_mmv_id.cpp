@@ -4,8 +4,8 @@
  *     (matvec_id_glu_persist_kernel, a few CTAs whose warps walk (slot, row) items across slot boundaries);
  *   - down + combine: the plain kernel (matvec_id_combine_kernel) against the register-pipelined one for two
  *     slots a token (matvec_id_combine_pipe_kernel<T, 2>), with a bias, the residual add and an invalid id;
- * and both against the CPU oracle (vec_dot on the CPU's Q8_0 activation rows; a float tolerance, as the sum
- * order differs). Built and run by tests/cuda/host/run.sh.
+ * and both against the CPU oracle (vec_dot on the CPU's Q8_0 activation rows, Q8_K for the K-quants Q4_K / Q5_K; a
+ * float tolerance, as the sum order differs). Built and run by tests/cuda/host/run.sh.
  *   check_mmv_id [k n_out]
  */
 #include <cuda_runtime.h>
@@ -60,7 +60,7 @@ static planes make_w(qr_type type, int64_t rows, int64_t k) {
     const qr_quant_traits *tr = qr_quant_traits_ref(type);
     const cuda_plane_desc pd = qr_cuda_plane_desc(type);
     const size_t rb = qr_type_row_size(type, k);
-    const int64_t nb = k / 32;
+    const int64_t nb = k / pd.block;
     std::vector<float> src((size_t)k);
     planes w;
     w.raw.resize((size_t)rows * rb);
@@ -76,23 +76,35 @@ static planes make_w(qr_type type, int64_t rows, int64_t k) {
     return w;
 }
 struct acts {
-    std::vector<uint8_t> xq; /* the CPU's Q8_0 rows */
+    qr_type type;            /* Q8_0 (the 32-value weight formats) or Q8_K (the K-quants) */
+    std::vector<uint8_t> xq; /* the CPU's rows of that type */
     std::vector<int8_t> q;
     std::vector<float> d, s;
     std::vector<int16_t> g;
     cuda_xview v{};
 };
-static acts make_x(int rows, int64_t k) {
-    const qr_quant_traits *xt = qr_quant_traits_ref(QR_TYPE_Q8_0);
-    const size_t xrb = qr_type_row_size(QR_TYPE_Q8_0, k);
-    const int64_t nb = k / 32;
+static acts make_x(int rows, int64_t k, qr_type xtype) {
+    const qr_quant_traits *xt = qr_quant_traits_ref(xtype);
+    const size_t xrb = qr_type_row_size(xtype, k);
+    const int64_t nb = k / (xtype == QR_TYPE_Q8_K ? 256 : 32);
     acts a;
+    a.type = xtype;
     a.xq.resize((size_t)rows * xrb), a.q.resize((size_t)rows * k), a.d.resize((size_t)rows * nb), a.s.resize(a.d.size());
     a.g.resize((size_t)rows * (k / 16));
     std::vector<float> x((size_t)k);
     for (int r = 0; r < rows; r++) {
         for (auto &v : x) v = frand();
         xt->from_float(x.data(), &a.xq[(size_t)r * xrb], k);
+        if (xtype == QR_TYPE_Q8_K) { /* qr_block_q8_K: d (f32), qs[256], bsums[16]: the GPU view's d, codes, 16-sums */
+            for (int64_t b = 0; b < nb; b++) {
+                qr_block_q8_K blk;
+                memcpy(&blk, &a.xq[(size_t)r * xrb + b * sizeof blk], sizeof blk);
+                a.d[(size_t)r * nb + b] = blk.d;
+                memcpy(&a.q[(size_t)r * k + b * 256], blk.qs, 256);
+                memcpy(&a.g[(size_t)r * (k / 16) + b * 16], blk.bsums, sizeof blk.bsums);
+            }
+            continue;
+        }
         for (int64_t b = 0; b < nb; b++) { /* qr_block_q8_0: d (fp16), qs[32] */
             const uint8_t *blk = &a.xq[(size_t)r * xrb + b * 34];
             uint16_t dh;
@@ -116,7 +128,7 @@ static acts make_x(int rows, int64_t k) {
 static float cpu_dot(qr_type type, const planes &w, int64_t row, const acts &x, int xr, int64_t k) {
     float r;
     qr_quant_traits_ref(type)->vec_dot((int)k, &r, &w.raw[(size_t)row * qr_type_row_size(type, k)],
-                                       &x.xq[(size_t)xr * qr_type_row_size(QR_TYPE_Q8_0, k)]);
+                                       &x.xq[(size_t)xr * qr_type_row_size(x.type, k)]);
     return r;
 }
 /* bits equal, counting the differing outputs */
@@ -138,7 +150,7 @@ template <class T> static int test(qr_type type, int64_t k, int64_t n_out, int n
     /* gate + up + SwiGLU: x row t feeds slots t * n_used .. */
     {
         planes wg = make_w(type, ne * n_out, k), wu = make_w(type, ne * n_out, k);
-        acts x = make_x(n_tok, k);
+        acts x = make_x(n_tok, k, T::ACT == 1 ? QR_TYPE_Q8_K : QR_TYPE_Q8_0);
         qr_cuda_mv_id_args a{};
         a.w[0] = wg.v, a.w[1] = wu.v, a.n_out = n_out, a.ids = ids.data(), a.n_used = n_used, a.x_per_slot = 0;
         a.act = QR_GLU_SWIGLU;
@@ -176,7 +188,7 @@ template <class T> static int test(qr_type type, int64_t k, int64_t n_out, int n
     /* down + combine (+ bias, + add): x row s is slot s's activation */
     {
         planes wd = make_w(type, ne * n_out, k);
-        acts x = make_x(n_slots, k);
+        acts x = make_x(n_slots, k, T::ACT == 1 ? QR_TYPE_Q8_K : QR_TYPE_Q8_0);
         std::vector<float> bias((size_t)(ne * n_out)), add((size_t)(n_tok * n_out)), wts((size_t)n_slots);
         for (auto &v : bias) v = frand();
         for (auto &v : add) v = frand();
@@ -224,5 +236,8 @@ int main(int argc, char **argv) {
     int bad = 0;
     bad += test<TQ4_0>(QR_TYPE_Q4_0, k, n_out, 3, 3);
     bad += test<TQ8_0>(QR_TYPE_Q8_0, k, n_out, 4, 2);
+    /* the K-quants (Q8_K activations): k 2304, 9 blocks of 8 chunks, so a lane's last step of 64 chunks is partial */
+    bad += test<TQ4_K>(QR_TYPE_Q4_K, 2304, n_out, 3, 3);
+    bad += test<TQ5_K>(QR_TYPE_Q5_K, 2304, n_out, 3, 2);
     return bad != 0;
 }

@@ -6,7 +6,7 @@
 # quant, util, backend and backend_cpu objects (default build-cuda; BUILD=... to change).
 #   tests/cuda/host/run.sh          # all four (~8 min on 2 cores: the decode and scan checks emulate CTAs with threads)
 #   tests/cuda/host/run.sh fast     # check_quant, check_exact, the chunked and the exact scans, the int8 mma expert
-#                                   # kernel, the decode expert mat-vecs' forms (check_mmv_id), the flash attention,
+#                                   # kernel, the decode expert mat-vecs' forms incl. Q4_K / Q5_K (check_mmv_id), the flash attention,
 #                                   # the quantized KV cache's kernels (check_kvq) and the fused norms / mla_prep /
 #                                   # GEMM attention softmax against the plain kernels (check_norm) (~2-3 min; `make test`)
 #   tests/cuda/host/run.sh quant    # check_quant only (seconds)
