@@ -534,12 +534,8 @@ int main(int argc, char **argv) {
                     qr_cuda_matvec_id_combine(&c, &xd, wts, nullptr, 1, false, 0);
                     fn(3);
                     CK(cudaDeviceSynchronize());
-                    std::vector<float> h0(K), h1(K);
-                    CK(cudaMemcpy(h0.data(), yd0, K * 4, cudaMemcpyDeviceToHost));
-                    CK(cudaMemcpy(h1.data(), yd1, K * 4, cudaMemcpyDeviceToHost));
-                    int64_t diff = 0;
-                    double md = 0;
-                    for (int64_t i = 0; i < K; i++) diff += memcmp(&h0[i], &h1[i], 4) != 0, md = fmax(md, fabs(h0[i] - h1[i]) / (fabs(h0[i]) + 1e-3));
+                    double md;
+                    const int64_t diff = count_differ(yd0, yd1, K, 1e-3, &md);
                     printf("    %s: outputs differing from the engine's: %lld of %lld (max rel %.2g)\n", nm2, (long long)diff, (long long)K, md);
                 };
                 struct DV { const char *nm; void (*k)(const qr_cuda_mv_id_args, const cuda_xview, const float *); };

@@ -241,15 +241,8 @@ int main(int argc, char **argv) {
         ref(y0);
         fn(y1);
         CK(cudaDeviceSynchronize());
-        std::vector<float> h0(n), h1(n);
-        CK(cudaMemcpy(h0.data(), y0, n * 4, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(h1.data(), y1, n * 4, cudaMemcpyDeviceToHost));
-        int64_t diff = 0;
-        double md = 0;
-        for (int64_t i = 0; i < n; i++) {
-            diff += memcmp(&h0[i], &h1[i], 4) != 0;
-            md = fmax(md, fabs((double)h0[i] - h1[i]) / (fabs((double)h0[i]) + 1e-6));
-        }
+        double md;
+        const int64_t diff = count_differ(y0, y1, n, 1e-6, &md);
         printf("    %s: %lld of %lld outputs differ from the engine's (max rel %.2e)\n", nm, (long long)diff, (long long)n, md);
     };
     const size_t gu16 = (size_t)(F * nbg * 128 / 16);

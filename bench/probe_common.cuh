@@ -3,7 +3,10 @@
  * backend/cuda/matmul_q.cu (ld_stream16, the pdl helpers). */
 #pragma once
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
+#include <vector>
 
 /* the engine's tuning switch, as tune.cu's default (the probes link without the backend) */
 bool cuda_tune_mmv_u2(void) { return true; }
@@ -60,4 +63,19 @@ static float best_chain_ms(cudaEvent_t e0, cudaEvent_t e1, int reps, int n, F &&
         best = fminf(best, ms);
     }
     return best;
+}
+
+/* How many of the n floats at device pointers a and b differ bitwise; *max_rel: the largest |a - b| / (|a| + eps). */
+static int64_t count_differ(const float *a, const float *b, int64_t n, double eps, double *max_rel) {
+    std::vector<float> h0((size_t)n), h1((size_t)n);
+    CK(cudaMemcpy(h0.data(), a, (size_t)n * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(h1.data(), b, (size_t)n * 4, cudaMemcpyDeviceToHost));
+    int64_t diff = 0;
+    double md = 0;
+    for (int64_t i = 0; i < n; i++) {
+        diff += memcmp(&h0[i], &h1[i], 4) != 0;
+        md = fmax(md, fabs((double)h0[i] - h1[i]) / (fabs((double)h0[i]) + eps));
+    }
+    *max_rel = md;
+    return diff;
 }

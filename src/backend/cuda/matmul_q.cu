@@ -222,8 +222,8 @@ static __global__ void __launch_bounds__(MMV_THREADS, UF == 2 ? 12 : (NR <= 2 ? 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int part = warp % wpr, sub = warp / wpr;
     const int rpc = (MMV_THREADS / 32) / wpr;
-    float acc[NR];
     if (GLU == 0) {
+        float acc[NR];
         const int b = (int)blockIdx.x;
         const int m = b < a.cta_end[0] ? 0 : (b < a.cta_end[1] ? 1 : 2);
         const int b0 = m == 0 ? 0 : a.cta_end[m - 1];
