@@ -348,6 +348,10 @@ static void check_experts(lab *L) {
     const cfg_t cfgs[] = {
         {"tiny q8_0", QR_TYPE_Q8_0, 256, 128, 4, 2, false},
         {"mixtral-like q4_k", QR_TYPE_Q4_K, 1024, 512, 8, 2, false},
+        /* small experts, every slot's down row in flight at once (matvec_id_combine_wide_kernel) */
+        {"qwen3moe-like q4_k", QR_TYPE_Q4_K, 1024, 768, 32, 8, false},
+        {"qwen3moe-like q6_k", QR_TYPE_Q6_K, 1024, 768, 32, 8, false},
+        {"deepseek2-lite-like q8_0", QR_TYPE_Q8_0, 1024, 1408, 16, 6, false},
         {"gpt-oss-20b mxfp4", QR_TYPE_MXFP4, 2880, 2880, 32, 4, true},
         {"nemotron-3 q8_0", QR_TYPE_Q8_0, 2688, 1856, 128, 6, false}, /* 2688 is not a multiple of 256 */
         {"nemotron-3 q4_0", QR_TYPE_Q4_0, 2688, 1856, 128, 6, false},

@@ -511,6 +511,7 @@ static __global__ void __launch_bounds__(MMV_THREADS, 8)
  * memory system idle between CTAs (docs/cuda-notes.md). The same sums bit for bit (each lane visits its
  * chunks in matvec_row_part's order). */
 #define QR_CUDA_GU_PERSIST_CTAS 6
+
 template <class T>
 static __global__ void __launch_bounds__(MMV_THREADS, QR_CUDA_GU_PERSIST_CTAS)
     matvec_id_glu_persist_kernel(const qr_cuda_mv_id_args a, const cuda_xview x, int32_t n_slots) {
@@ -654,6 +655,21 @@ extern "C" cudaError_t qr_cuda_matvec_tiles(const cuda_wview *w, const cuda_xvie
 
 /* ---- the expert down projection + weighted sum (MoE decode) ---- */
 
+/* The down + combine kernels' epilogue: slot j's row sum yj (+ its expert's bias), weighted, folded into the token's
+ * sum in slot order (as moe_combine sums); then lane 0 stores the sum (+ add). */
+static __device__ __forceinline__ float dc_fold(const qr_cuda_mv_id_args &a, float yj, bool ok, int e, int64_t i,
+                                                const float *weights, int s, int j, float sum) {
+    if (a.bias[0] && ok) yj = __fadd_rn(yj, a.bias[0][(int64_t)e * a.n_out + i]);
+    const float wy = __fmul_rn(yj, weights[s]);
+    return j == 0 ? wy : __fadd_rn(sum, wy);
+}
+static __device__ __forceinline__ void dc_store(const qr_cuda_mv_id_args &a, int r, int64_t i, int lane, float sum,
+                                                const float *add) {
+    if (lane != 0 || i >= a.n_out) return;
+    const int64_t o = (int64_t)r * a.n_out + i;
+    a.y[o] = add ? __fadd_rn(sum, add[o]) : sum;
+}
+
 /* Grid (CTAs of 4 output rows, tokens); one warp per output row i of token r: for each slot j in order,
  * the row of expert ids[r][j] dotted with activation row r * n_used + j (+ bias), weighted and summed as
  * moe_combine sums (then + add[r][i]). */
@@ -674,14 +690,9 @@ static __global__ void __launch_bounds__(MMV_THREADS, 8)
         const int64_t row = valid ? (int64_t)e * a.n_out + i : w.n;
         float acc[1];
         matvec_row_part<T, 1>(w, xview_row<T>(x, s), row, 0, 1, lane, acc);
-        float yj = acc[0];
-        if (a.bias[0] && valid) yj = __fadd_rn(yj, a.bias[0][(int64_t)e * a.n_out + i]);
-        const float wy = __fmul_rn(yj, weights[s]);
-        acc_sum = j == 0 ? wy : __fadd_rn(acc_sum, wy);
+        acc_sum = dc_fold(a, acc[0], valid, e, i, weights, s, j, acc_sum);
     }
-    if (lane != 0 || i >= a.n_out) return;
-    const int64_t o = (int64_t)r * a.n_out + i;
-    a.y[o] = add ? __fadd_rn(acc_sum, add[o]) : acc_sum;
+    dc_store(a, r, i, lane, acc_sum, add);
 }
 
 /* The same sums for NU slots a token, software-pipelined: each warp walks its slots in order, U chunks a lane a
@@ -742,14 +753,84 @@ static __global__ void __launch_bounds__(MMV_THREADS, 8)
 #pragma unroll
             for (int u = 0; u < U; u++) cur[u] = nxt[u];
         }
-        float yj = warp_sum(acc[0]);
-        if (a.bias[0] && ok[j]) yj = __fadd_rn(yj, a.bias[0][(int64_t)ev[j] * a.n_out + i]);
-        const float wy = __fmul_rn(yj, weights[s0 + j]);
-        sum = j == 0 ? wy : __fadd_rn(sum, wy);
+        sum = dc_fold(a, warp_sum(acc[0]), ok[j], ev[j], i, weights, s0 + j, j, sum);
     }
-    if (lane != 0 || i >= a.n_out) return;
-    const int64_t o = (int64_t)r * a.n_out + i;
-    a.y[o] = add ? __fadd_rn(sum, add[o]) : sum;
+    dc_store(a, r, i, lane, sum, add);
+}
+
+/* The same sums when a row is at most 32 M chunks (small experts: qwen3moe's k = 768 is 24 K-quant chunks, a
+ * deepseek2-lite row of 1408 is 44 of a 32-value format): every slot's chunks are loaded before any is used, so a
+ * lane has NU x M loads in flight where the plain kernel waits one round trip a slot; then every slot's dot
+ * products (no shuffle between them, so that the activation loads of all slots go out together), then the warp
+ * sums. An invalid slot's chunks stay zero (its products add +0, as the plain kernel's skipped row). Each lane
+ * holds the plain kernel's chunks (c = lane + 32 m) and adds them in its order, the slots summed in order:
+ * bit-identical to it (QUARREL_CUDA_DC_PIPE=0 gives the plain kernel). */
+template <class T, int NU, int M>
+static __global__ void __launch_bounds__(MMV_THREADS, 4)
+    matvec_id_combine_wide_kernel(const qr_cuda_mv_id_args a, const cuda_xview x, const float *__restrict__ weights,
+                                  const float *add) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r = (int)blockIdx.y, s0 = r * NU;
+    if (!a.ids_early) pdl_wait(); /* the expert ids come from the routing kernel (as matvec_id_kernel) */
+    pdl_launch_dependents();
+    const int64_t i = (int64_t)blockIdx.x * (MMV_THREADS / 32) + warp;
+    const cuda_wview &w = a.w[0];
+    const int nch = (int)w.nb * T::CPB;
+    int ev[NU];
+    bool ok[NU];
+    typename T::W buf[NU][M] = {};
+#pragma unroll
+    for (int j = 0; j < NU; j++) {
+        const int e = a.ids_early ? __ldcg(a.ids + s0 + j) : a.ids[s0 + j];
+        ev[j] = e;
+        ok[j] = i < a.n_out && e >= 0 && (int64_t)e * a.n_out < w.n;
+        const int64_t g = ok[j] ? ((int64_t)e * a.n_out + i) * w.nb : 0;
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            const int c = m * 32 + lane;
+            if (ok[j] && c < nch) buf[j][m] = T::load(w, g + c / T::CPB, c % T::CPB);
+        }
+    }
+    pdl_wait(); /* the weights are in flight: now wait for the activations */
+    float acc[NU][1];
+#pragma unroll
+    for (int j = 0; j < NU; j++) acc[j][0] = 0.0f;
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        const int c = m * 32 + lane;
+        if (c < nch) {
+#pragma unroll
+            for (int j = 0; j < NU; j++)
+                T::template dot<1>(buf[j][m], xview_row<T>(x, s0 + j), c / T::CPB, c % T::CPB, acc[j]);
+        }
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NU; j++) sum = dc_fold(a, warp_sum(acc[j][0]), ok[j], ev[j], i, weights, s0 + j, j, sum);
+    dc_store(a, r, i, lane, sum, add);
+}
+
+/* The types small experts ship in (the others keep the plain kernel: fewer instantiations). */
+template <class T> struct dc_wide_type { static constexpr bool ok = false; };
+template <> struct dc_wide_type<TQ4_0> { static constexpr bool ok = true; };
+template <> struct dc_wide_type<TQ5_0> { static constexpr bool ok = true; };
+template <> struct dc_wide_type<TQ8_0> { static constexpr bool ok = true; };
+template <> struct dc_wide_type<TQ4_K> { static constexpr bool ok = true; };
+template <> struct dc_wide_type<TQ5_K> { static constexpr bool ok = true; };
+template <> struct dc_wide_type<TQ6_K> { static constexpr bool ok = true; };
+
+/* The wide kernel's (slots, chunks a lane) forms; false where none fits. */
+template <class T>
+static bool launch_dc_wide(const qr_cuda_mv_id_args *a, const cuda_xview &xv, const float *weights, const float *add,
+                           dim3 grid, bool pdl, cudaStream_t stream, cudaError_t *err) {
+    const int64_t nch = a->w[0].nb * T::CPB;
+#define DCW(NU, M)                                                                                                        if (a->n_used == NU && nch <= 32 * M) {                                                                                   *err = launch_k(matvec_id_combine_wide_kernel<T, NU, M>, grid, dim3(MMV_THREADS), 0, stream, pdl, *a, xv,                            weights, add);                                                                                        return true;                                                                                                      }
+    DCW(8, 1) DCW(6, 1) DCW(4, 1)
+    if constexpr (T::CPB == 1) { /* the K-quants' chunk state spills at 12 a lane */
+        DCW(6, 2) DCW(4, 2)
+    }
+#undef DCW
+    return false;
 }
 
 extern "C" cudaError_t qr_cuda_matvec_id_combine(const qr_cuda_mv_id_args *a, const cuda_xview *x, const float *weights,
@@ -764,9 +845,14 @@ extern "C" cudaError_t qr_cuda_matvec_id_combine(const qr_cuda_mv_id_args *a, co
         if (a->variant == 2 && a->n_used == 2)                                                                        \
             return launch_k(matvec_id_combine_pipe_kernel<T, 2>, grid, dim3(MMV_THREADS), 0, stream, pdl, *a, xv,    \
                             weights, add);                                                                            \
+        if constexpr (dc_wide_type<T>::ok) {                                                                          \
+            cudaError_t err = cudaSuccess;                                                                            \
+            if (a->variant == 2 && launch_dc_wide<T>(a, xv, weights, add, grid, pdl, stream, &err)) return err;       \
+        }                                                                                                             \
         return launch_k(matvec_id_combine_kernel<T>, grid, dim3(MMV_THREADS), 0, stream, pdl, *a, xv, weights, add);
     MMV_TYPES(TY)
 #undef TY
     default: return cudaErrorInvalidValue;
     }
 }
+

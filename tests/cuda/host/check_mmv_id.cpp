@@ -3,7 +3,8 @@
  *   - gate + up + SwiGLU: the grid kernel (matvec_id_kernel, one warp a matrix row) against the persistent one
  *     (matvec_id_glu_persist_kernel, a few CTAs whose warps walk (slot, row) items across slot boundaries);
  *   - down + combine: the plain kernel (matvec_id_combine_kernel) against the register-pipelined one for two
- *     slots a token (matvec_id_combine_pipe_kernel<T, 2>), with a bias, the residual add and an invalid id;
+ *     slots a token (matvec_id_combine_pipe_kernel<T, 2>) and the one with every slot's row in flight for small
+ *     experts (matvec_id_combine_wide_kernel), with a bias, the residual add and an invalid id;
  * and both against the CPU oracle (vec_dot on the CPU's Q8_0 activation rows, Q8_K for the K-quants Q4_K / Q5_K; a
  * float tolerance, as the sum order differs). Built and run by tests/cuda/host/run.sh.
  *   check_mmv_id [k n_out]
@@ -53,7 +54,7 @@ static void run_grid(unsigned gx, unsigned gy, const std::function<void()> &fn) 
 /* Weights in the backend's planes; activations as the GPU's quantizer lays them out (codes, fp16-rounded d,
  * d * sum, 16-sums) next to the CPU's Q8_0 rows they come from. */
 struct planes {
-    std::vector<uint8_t> raw, p[2];
+    std::vector<uint8_t> raw, p[3];
     cuda_wview v{};
 };
 static planes make_w(qr_type type, int64_t rows, int64_t k) {
@@ -68,11 +69,12 @@ static planes make_w(qr_type type, int64_t rows, int64_t k) {
         for (auto &v : src) v = frand();
         tr->from_float(src.data(), &w.raw[r * rb], k);
     }
-    for (int p = 0; p < 2; p++) {
+    for (int p = 0; p < pd.n_planes; p++) {
         w.p[p].resize((size_t)(rows * nb) * pd.size[p]);
         for (int64_t b = 0; b < rows * nb; b++) memcpy(&w.p[p][b * pd.size[p]], &w.raw[b * pd.bytes + pd.off[p]], pd.size[p]);
     }
     w.v.type = type, w.v.k = k, w.v.n = rows, w.v.nb = nb, w.v.p0 = w.p[0].data(), w.v.p1 = w.p[1].data();
+    w.v.p2 = pd.n_planes > 2 ? w.p[2].data() : NULL; /* Q6_K: the fp16 scale plane */
     return w;
 }
 struct acts {
@@ -141,8 +143,8 @@ static double rel(float got, double ref) { return fabs((double)got - ref) / (1.0
 
 /* n_tok tokens, n_used slots each, over ne experts of n_out rows; the last slot of the last token names expert ne
  * (out of range: its rows are skipped, as the kernels' validity check says). */
-template <class T> static int test(qr_type type, int64_t k, int64_t n_out, int ne, int n_tok) {
-    const int n_used = 2, n_slots = n_tok * n_used;
+template <class T> static int test(qr_type type, int64_t k, int64_t n_out, int ne, int n_tok, int n_used = 2) {
+    const int n_slots = n_tok * n_used;
     std::vector<int32_t> ids((size_t)n_slots);
     for (int s = 0; s < n_slots; s++) ids[s] = (s * 5 + 1) % ne;
     ids[n_slots - 1] = ne;
@@ -204,7 +206,20 @@ template <class T> static int test(qr_type type, int64_t k, int64_t n_out, int n
             a.y = y0.data();
             run_grid(gx, (unsigned)n_tok, [&] { matvec_id_combine_kernel<T>(a, xv, wts.data(), add.data()); });
             a.y = y1.data();
-            run_grid(gx, (unsigned)n_tok, [&] { matvec_id_combine_pipe_kernel<T, 2>(a, xv, wts.data(), add.data()); });
+            const int64_t nch = wd.v.nb * T::CPB;
+            const char *form = "pipelined";
+            if (n_used == 2) {
+                run_grid(gx, (unsigned)n_tok, [&] { matvec_id_combine_pipe_kernel<T, 2>(a, xv, wts.data(), add.data()); });
+            } else if (n_used == 8 && nch <= 32) {
+                form = "wide 8x1";
+                run_grid(gx, (unsigned)n_tok, [&] { matvec_id_combine_wide_kernel<T, 8, 1>(a, xv, wts.data(), add.data()); });
+            } else if (n_used == 6 && nch <= 64 && T::CPB == 1) {
+                form = "wide 6x2";
+                run_grid(gx, (unsigned)n_tok, [&] { matvec_id_combine_wide_kernel<T, 6, 2>(a, xv, wts.data(), add.data()); });
+            } else {
+                printf("down + combine: no second form for n_used %d k %ld\n", n_used, (long)k);
+                return bad + 1;
+            }
             const int64_t nd = differ(y0, y1);
             double worst = 0;
             for (int r = 0; r < n_tok; r++)
@@ -221,9 +236,10 @@ template <class T> static int test(qr_type type, int64_t k, int64_t n_out, int n
                     if (!(e <= worst)) worst = e;
                 }
             const bool ok = nd == 0 && worst <= 1e-4;
-            printf("down + combine %-5s k %ld n_out %ld ids_early %d: pipelined vs plain: %ld of %ld differ; vs the CPU "
-                   "worst rel %.2g %s\n",
-                   qr_type_name(type), (long)k, (long)n_out, early, (long)nd, (long)y0.size(), worst, ok ? "ok" : "FAIL");
+            printf("down + combine %-5s k %ld n_out %ld n_used %d ids_early %d: %s vs plain: %ld of %ld differ; vs the "
+                   "CPU worst rel %.2g %s\n",
+                   qr_type_name(type), (long)k, (long)n_out, n_used, early, form, (long)nd, (long)y0.size(), worst,
+                   ok ? "ok" : "FAIL");
             bad += !ok;
         }
     }
@@ -239,5 +255,10 @@ int main(int argc, char **argv) {
     /* the K-quants (Q8_K activations): k 2304, 9 blocks of 8 chunks, so a lane's last step of 64 chunks is partial */
     bad += test<TQ4_K>(QR_TYPE_Q4_K, 2304, n_out, 3, 3);
     bad += test<TQ5_K>(QR_TYPE_Q5_K, 2304, n_out, 3, 2);
+    /* small experts, every slot's row in flight (matvec_id_combine_wide_kernel): qwen3moe's k 768 (24 K-quant chunks,
+     * 8 slots), deepseek2-lite's 1408 (44 Q8_0 chunks, 6 slots) */
+    bad += test<TQ4_K>(QR_TYPE_Q4_K, 768, n_out, 11, 2, 8);
+    bad += test<TQ6_K>(QR_TYPE_Q6_K, 768, n_out, 11, 2, 8);
+    bad += test<TQ8_0>(QR_TYPE_Q8_0, 1408, n_out, 9, 2, 6);
     return bad != 0;
 }

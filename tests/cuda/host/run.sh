@@ -51,7 +51,7 @@ try:
     cuts = [('template <class T, int NR> struct mmv_unroll', '/* ---- activation quantizers'),
             ('/* The partial dot products of one output row', '/* Writes row `row` of y'),
             ('/* Activation row t of a prepared view', 'template <class T>\nstatic cudaError_t launch_matvec_id('),
-            ('/* Grid (CTAs of 4 output rows, tokens); one warp per output row', 'extern "C" cudaError_t qr_cuda_matvec_id_combine(')]
+            ('/* The down + combine kernels\' epilogue', '/* The types small experts ship in')]
     k = '#define MMV_THREADS 128\n' + ''.join(s[s.index(a):s.index(b, s.index(a))] for a, b in cuts)
     open(t + '/mmv_id_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
     s = open('src/backend/cuda/attention_flash.cu').read()  # the tensor-core flash attention (check_flash)
