@@ -2,6 +2,7 @@
 llama-batched-bench), its bad values, and the median of the single-sequence mode. Small sizes: a few
 seconds on 2 cores."""
 import json
+import os
 import subprocess
 
 import pytest
@@ -62,3 +63,27 @@ def test_single_sequence_median(quarrel_bin, smollm2):
     assert "| model | threads | test | t/s | median |" in r.stdout
     row = [line for line in r.stdout.splitlines() if "| pp16 |" in line]
     assert len(row) == 1 and "±" in row[0] and float(row[0].split("|")[5]) > 0, r.stdout
+
+
+def test_repacked_weights_resident_once(quarrel_bin, smollm2, tmp_path):
+    """A weight repacked at load time is resident once: its file pages are dropped and stay dropped while the model
+    runs. Linux 6.18 with large page-cache folios mapped a whole 2 MB folio back (one PMD) when a pass read a small
+    weight lying next to packed ones (a norm vector), so most of SmolLM2 Q8_0's file came back: peak RSS 250 MB for a
+    145 MB file (llama.cpp: 165 MB), 167 MB since the packed weights' pages are MADV_NOHUGEPAGE. Q8_0 is repacked on
+    AVX-512 hosts; elsewhere the weights are used in place and the bound holds as it is."""
+    q8 = tmp_path / "smollm2-q8_0.gguf"
+    subprocess.run([quarrel_bin, "quantize", smollm2, str(q8), "Q8_0", "--allow-requantize"], check=True,
+                   capture_output=True, timeout=120)
+    fd = os.open(q8, os.O_RDONLY)  # out of the page cache: the load reads it back as a model file usually is read
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    log = tmp_path / "bench.log"
+    args = [quarrel_bin, "bench", "-m", str(q8), "--backend", "cpu", "-t", "2", "-p", "64", "-n", "32", "-r", "1"]
+    pid = os.posix_spawn(quarrel_bin, args, os.environ,
+                         file_actions=[(os.POSIX_SPAWN_OPEN, 1, str(log), os.O_WRONLY | os.O_CREAT, 0o644),
+                                       (os.POSIX_SPAWN_DUP2, 1, 2)])
+    _, status, usage = os.wait4(pid, 0)  # this child's own peak (not quantize's)
+    assert os.waitstatus_to_exitcode(status) == 0, log.read_text()
+    peak_mb, file_mb = usage.ru_maxrss / 1024, q8.stat().st_size / 2**20
+    assert peak_mb <= file_mb + 48, f"peak RSS {peak_mb:.0f} MiB for a {file_mb:.0f} MiB model"

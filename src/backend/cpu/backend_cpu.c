@@ -150,6 +150,13 @@ static qr_status cpu_weight_prepare(qr_backend *be, qr_weight *w, char *err, siz
     int64_t chunk = (int64_t)(((size_t)1 << 20) / w->row_bytes) / tr->rp.rows * tr->rp.rows;
     if (chunk < tr->rp.rows) chunk = tr->rp.rows;
     uintptr_t dropped = ((uintptr_t)w->host + page - 1) / page * page;
+    /* and never mapped back in a piece: with large page-cache folios (ext4, Linux 6.18) a fault on a small weight
+     * next to this one (a norm vector read every pass) mapped the whole 2 MB folio around it with one PMD, pages of
+     * the packed weights included (SmolLM2 Q8_0: 84 of 145 MB of the file mapped again, peak RSS 1.48x llama.cpp's);
+     * MADV_NOHUGEPAGE on the weight's whole pages keeps PMD mappings out of them (their part of the mapping becomes a
+     * VMA of its own) */
+    const uintptr_t last = ((uintptr_t)w->host + (size_t)w->ne[1] * w->row_bytes) / page * page;
+    if (w->host_file && last > dropped) madvise((void *)dropped, last - dropped, MADV_NOHUGEPAGE);
     for (int64_t r0 = 0; r0 < w->ne[1]; r0 += chunk) {
         const int64_t n = w->ne[1] - r0 < chunk ? w->ne[1] - r0 : chunk;
         tr->rp.pack((const char *)w->host + (size_t)r0 * w->row_bytes, w->row_bytes, n, w->ne[0],
