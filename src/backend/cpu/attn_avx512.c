@@ -27,12 +27,30 @@ static inline __m512 load_pair(const uint16_t *a, const uint16_t *b) {
     return _mm512_cvtph_ps(h);
 }
 
+/* reduce8_avx of each of 8 keys' accumulators (a0..a3: key pairs, the low key of a pair in the low 256 bits), in key
+ * order. */
+static inline __m256 reduce_pairs(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0);
+    /* t_i = a_i + a_(i+4) per key (chunks 0, 1 of a zmm: the low key; 2, 3: the high one) */
+    const __m512 t0 = _mm512_add_ps(a0, _mm512_shuffle_f32x4(a0, a0, _MM_SHUFFLE(2, 3, 0, 1)));
+    const __m512 t1 = _mm512_add_ps(a1, _mm512_shuffle_f32x4(a1, a1, _MM_SHUFFLE(2, 3, 0, 1)));
+    const __m512 t2 = _mm512_add_ps(a2, _mm512_shuffle_f32x4(a2, a2, _MM_SHUFFLE(2, 3, 0, 1)));
+    const __m512 t3 = _mm512_add_ps(a3, _mm512_shuffle_f32x4(a3, a3, _MM_SHUFFLE(2, 3, 0, 1)));
+    /* keys 0..3 and 4..7, 4 lanes each */
+    const __m512 u0 = _mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 u1 = _mm512_shuffle_f32x4(t2, t3, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 v0 = _mm512_add_ps(u0, _mm512_permute_ps(u0, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 v1 = _mm512_add_ps(u1, _mm512_permute_ps(u1, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 w0 = _mm512_add_ps(v0, _mm512_permute_ps(v0, _MM_SHUFFLE(1, 1, 1, 1)));
+    const __m512 w1 = _mm512_add_ps(v1, _mm512_permute_ps(v1, _MM_SHUFFLE(1, 1, 1, 1)));
+    return _mm512_castps512_ps256(_mm512_permutex2var_ps(w0, idx, w1));
+}
+
 /* Scores of keys t .. t + 7 (indices past n - 1 repeat key n - 1) for the G heads: kp holds the 8 keys' K rows as
  * floats, key pairs interleaved 8 dims a half ([pair][chunk][16]); out[h][0..8) = reduce8_avx of each key's
  * accumulator, in key order. */
 static inline __attribute__((always_inline)) void scores8(const float *kp, int32_t nch, const float (*qd)[2 * QR_CPU_MAX_HEAD_DIM],
                                                          const int G, __m256 *out) {
-    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0);
     for (int h = 0; h < G; h++) {
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int32_t c = 0; c < nch; c++) {
@@ -42,20 +60,54 @@ static inline __attribute__((always_inline)) void scores8(const float *kp, int32
             a2 = _mm512_fmadd_ps(_mm512_load_ps(kp + (2 * nch + c) * 16), q, a2);
             a3 = _mm512_fmadd_ps(_mm512_load_ps(kp + (3 * nch + c) * 16), q, a3);
         }
-        /* t_i = a_i + a_(i+4) per key (chunks 0, 1 of a zmm: the low key; 2, 3: the high one) */
-        const __m512 t0 = _mm512_add_ps(a0, _mm512_shuffle_f32x4(a0, a0, _MM_SHUFFLE(2, 3, 0, 1)));
-        const __m512 t1 = _mm512_add_ps(a1, _mm512_shuffle_f32x4(a1, a1, _MM_SHUFFLE(2, 3, 0, 1)));
-        const __m512 t2 = _mm512_add_ps(a2, _mm512_shuffle_f32x4(a2, a2, _MM_SHUFFLE(2, 3, 0, 1)));
-        const __m512 t3 = _mm512_add_ps(a3, _mm512_shuffle_f32x4(a3, a3, _MM_SHUFFLE(2, 3, 0, 1)));
-        /* keys 0..3 and 4..7, 4 lanes each */
-        const __m512 u0 = _mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(2, 0, 2, 0));
-        const __m512 u1 = _mm512_shuffle_f32x4(t2, t3, _MM_SHUFFLE(2, 0, 2, 0));
-        const __m512 v0 = _mm512_add_ps(u0, _mm512_permute_ps(u0, _MM_SHUFFLE(3, 2, 3, 2)));
-        const __m512 v1 = _mm512_add_ps(u1, _mm512_permute_ps(u1, _MM_SHUFFLE(3, 2, 3, 2)));
-        const __m512 w0 = _mm512_add_ps(v0, _mm512_permute_ps(v0, _MM_SHUFFLE(1, 1, 1, 1)));
-        const __m512 w1 = _mm512_add_ps(v1, _mm512_permute_ps(v1, _MM_SHUFFLE(1, 1, 1, 1)));
-        out[h] = _mm512_castps512_ps256(_mm512_permutex2var_ps(w0, idx, w1));
+        out[h] = reduce_pairs(a0, a1, a2, a3);
     }
+}
+
+/* The same for G <= 4 heads with the keys converted straight into registers, a chunk of all 8 keys at a time, and
+ * every head's accumulators live (no staging of the converted rows through memory): each accumulator takes the same
+ * fma's in the same order as scores8's, so the same scores. k[2 pr], k[2 pr + 1]: the K rows of pair pr. */
+static inline __attribute__((always_inline)) void scores8_direct(const uint16_t *const *k, int32_t nch,
+                                                                const float (*qd)[2 * QR_CPU_MAX_HEAD_DIM], const int G,
+                                                                __m256 *out) {
+    __m512 a[4][4];
+    for (int h = 0; h < G; h++)
+        for (int pr = 0; pr < 4; pr++) a[h][pr] = _mm512_setzero_ps();
+    for (int32_t c = 0; c < nch; c++) {
+        const __m512 k0 = load_pair(k[0] + 8 * c, k[1] + 8 * c), k1 = load_pair(k[2] + 8 * c, k[3] + 8 * c);
+        const __m512 k2 = load_pair(k[4] + 8 * c, k[5] + 8 * c), k3 = load_pair(k[6] + 8 * c, k[7] + 8 * c);
+        for (int h = 0; h < G; h++) {
+            const __m512 q = _mm512_load_ps(qd[h] + 16 * c);
+            a[h][0] = _mm512_fmadd_ps(k0, q, a[h][0]);
+            a[h][1] = _mm512_fmadd_ps(k1, q, a[h][1]);
+            a[h][2] = _mm512_fmadd_ps(k2, q, a[h][2]);
+            a[h][3] = _mm512_fmadd_ps(k3, q, a[h][3]);
+        }
+    }
+    for (int h = 0; h < G; h++) out[h] = reduce_pairs(a[h][0], a[h][1], a[h][2], a[h][3]);
+}
+
+/* Pass 3's sums for dims c .. c + 15 and the lanes l = 4 half .. 4 half + 3 of G <= 6 heads, the V rows converted
+ * straight into registers (4 positions at a time, every head's 4 accumulators live): each accumulator takes the same
+ * fma's in the same order (position groups g ascending) as with the rows staged in memory, so the same sums. */
+static inline __attribute__((always_inline)) void v_direct(float *acc, int32_t dv, int32_t c, int half,
+                                                          const uint16_t *const *vp,
+                                                          const float (*pr)[64], int32_t ng, const int G) {
+    __m512 a[6][4];
+    for (int h = 0; h < G; h++)
+        for (int l = 0; l < 4; l++) a[h][l] = _mm512_load_ps(acc + ((size_t)h * 8 + 4 * half + l) * (size_t)dv + c);
+    for (int32_t g = 0; g < ng; g++) {
+        __m512 v[4];
+        for (int l = 0; l < 4; l++) {
+            const uint16_t *r = vp[g * 8 + 4 * half + l];
+            v[l] = r ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(r + c))) : _mm512_setzero_ps();
+        }
+        for (int h = 0; h < G; h++)
+            for (int l = 0; l < 4; l++)
+                a[h][l] = _mm512_fmadd_ps(_mm512_set1_ps(pr[h][g * 8 + 4 * half + l]), v[l], a[h][l]);
+    }
+    for (int h = 0; h < G; h++)
+        for (int l = 0; l < 4; l++) _mm512_store_ps(acc + ((size_t)h * 8 + 4 * half + l) * (size_t)dv + c, a[h][l]);
 }
 
 static inline __attribute__((always_inline)) void attn_group(const cpu_attn_job *jobs, const int G) {
@@ -76,14 +128,17 @@ static inline __attribute__((always_inline)) void attn_group(const cpu_attn_job 
     __m256 vmax[QR_CPU_ATTN_GROUP_MAX];
     for (int h = 0; h < G; h++) vmax[h] = _mm256_set1_ps(-INFINITY);
     for (int32_t t = 0; t < n; t += 8) {
-        for (int pr = 0; pr < 4; pr++) {
-            const int32_t ta = t + 2 * pr < n ? t + 2 * pr : n - 1, tb = t + 2 * pr + 1 < n ? t + 2 * pr + 1 : n - 1;
-            const uint16_t *ka = kb + slot_of(j, j->first + ta) * j->k_stride + j->k_off;
-            const uint16_t *kbb = kb + slot_of(j, j->first + tb) * j->k_stride + j->k_off;
-            for (int32_t c = 0; c < nch; c++) _mm512_store_ps(kp + (pr * nch + c) * 16, load_pair(ka + 8 * c, kbb + 8 * c));
-        }
+        const uint16_t *kr[8];
+        for (int e = 0; e < 8; e++) kr[e] = kb + slot_of(j, j->first + (t + e < n ? t + e : n - 1)) * j->k_stride + j->k_off;
         __m256 sc[QR_CPU_ATTN_GROUP_MAX];
-        scores8(kp, nch, qd, G, sc);
+        if (G <= 4) {
+            scores8_direct(kr, nch, qd, G, sc);
+        } else {
+            for (int pr = 0; pr < 4; pr++)
+                for (int32_t c = 0; c < nch; c++)
+                    _mm512_store_ps(kp + (pr * nch + c) * 16, load_pair(kr[2 * pr] + 8 * c, kr[2 * pr + 1] + 8 * c));
+            scores8(kp, nch, qd, G, sc);
+        }
         const int m = n - t < 8 ? n - t : 8;
         for (int h = 0; h < G; h++) {
             __m256 v = sc[h];
@@ -129,7 +184,9 @@ static inline __attribute__((always_inline)) void attn_group(const cpu_attn_job 
             for (int h = 0; h < G; h++)
                 _mm512_store_ps(pr[h] + e, _mm512_maskz_loadu_ps((__mmask16)in, jobs[h].scores + (P0 + e - j->first)));
         }
-        for (int32_t c = 0; c < dv; c += 16) {
+        for (int32_t c = 0; c < dv && G <= 6; c += 16) /* V converted straight into registers (see v_direct) */
+            for (int half = 0; half < 2; half++) v_direct(acc, dv, c, half, vp, pr, ng, G);
+        for (int32_t c = 0; c < dv && G > 6; c += 16) {
             _Alignas(64) float vf[64][16];
             for (int32_t e = 0; e < 8 * ng; e++)
                 _mm512_store_ps(vf[e], vp[e] ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vp[e] + c)))
