@@ -670,6 +670,23 @@ static __device__ __forceinline__ void dc_store(const qr_cuda_mv_id_args &a, int
     a.y[o] = add ? __fadd_rn(sum, add[o]) : sum;
 }
 
+/* The start of the slot-unrolled down + combine kernels: the ids' dependency wait (as matvec_id_kernel), then token
+ * slots s0 .. s0 + NU - 1's experts ev, whether row i of each exists (ok) and its first block (rb; 0 when not). */
+template <int NU>
+static __device__ __forceinline__ void dc_slots(const qr_cuda_mv_id_args &a, int s0, int64_t i, int *ev, bool *ok,
+                                                int64_t *rb) {
+    if (!a.ids_early) pdl_wait(); /* the expert ids come from the routing kernel */
+    pdl_launch_dependents();
+    const cuda_wview &w = a.w[0];
+#pragma unroll
+    for (int j = 0; j < NU; j++) {
+        const int e = a.ids_early ? __ldcg(a.ids + s0 + j) : a.ids[s0 + j];
+        ev[j] = e;
+        ok[j] = i < a.n_out && e >= 0 && (int64_t)e * a.n_out < w.n;
+        rb[j] = ok[j] ? ((int64_t)e * a.n_out + i) * w.nb : 0;
+    }
+}
+
 /* Grid (CTAs of 4 output rows, tokens); one warp per output row i of token r: for each slot j in order,
  * the row of expert ids[r][j] dotted with activation row r * n_used + j (+ bias), weighted and summed as
  * moe_combine sums (then + add[r][i]). */
@@ -707,20 +724,12 @@ static __global__ void __launch_bounds__(MMV_THREADS, 8)
     constexpr int U = 2;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r = (int)blockIdx.y, s0 = r * NU;
-    if (!a.ids_early) pdl_wait(); /* the expert ids come from the routing kernel (as matvec_id_kernel) */
-    pdl_launch_dependents();
     const int64_t i = (int64_t)blockIdx.x * (MMV_THREADS / 32) + warp;
     const cuda_wview &w = a.w[0];
     int64_t rb[NU];
     int ev[NU];
     bool ok[NU];
-#pragma unroll
-    for (int j = 0; j < NU; j++) {
-        const int e = a.ids_early ? __ldcg(a.ids + s0 + j) : a.ids[s0 + j];
-        ev[j] = e;
-        ok[j] = i < a.n_out && e >= 0 && (int64_t)e * a.n_out < w.n;
-        rb[j] = ok[j] ? ((int64_t)e * a.n_out + i) * w.nb : 0;
-    }
+    dc_slots<NU>(a, s0, i, ev, ok, rb);
     const int nch = (int)w.nb * T::CPB, steps = (nch + 32 * U - 1) / (32 * U);
     typename T::W cur[U], nxt[U];
     auto issue = [&](int64_t base, bool valid, int st, typename T::W *buf) {
@@ -771,26 +780,21 @@ static __global__ void __launch_bounds__(MMV_THREADS, 4)
                                   const float *add) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r = (int)blockIdx.y, s0 = r * NU;
-    if (!a.ids_early) pdl_wait(); /* the expert ids come from the routing kernel (as matvec_id_kernel) */
-    pdl_launch_dependents();
     const int64_t i = (int64_t)blockIdx.x * (MMV_THREADS / 32) + warp;
     const cuda_wview &w = a.w[0];
     const int nch = (int)w.nb * T::CPB;
+    int64_t rb[NU];
     int ev[NU];
     bool ok[NU];
+    dc_slots<NU>(a, s0, i, ev, ok, rb);
     typename T::W buf[NU][M] = {};
 #pragma unroll
-    for (int j = 0; j < NU; j++) {
-        const int e = a.ids_early ? __ldcg(a.ids + s0 + j) : a.ids[s0 + j];
-        ev[j] = e;
-        ok[j] = i < a.n_out && e >= 0 && (int64_t)e * a.n_out < w.n;
-        const int64_t g = ok[j] ? ((int64_t)e * a.n_out + i) * w.nb : 0;
+    for (int j = 0; j < NU; j++)
 #pragma unroll
         for (int m = 0; m < M; m++) {
             const int c = m * 32 + lane;
-            if (ok[j] && c < nch) buf[j][m] = T::load(w, g + c / T::CPB, c % T::CPB);
+            if (ok[j] && c < nch) buf[j][m] = T::load(w, rb[j] + c / T::CPB, c % T::CPB);
         }
-    }
     pdl_wait(); /* the weights are in flight: now wait for the activations */
     float acc[NU][1];
 #pragma unroll
