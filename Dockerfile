@@ -10,7 +10,7 @@ ARG UBUNTU=ubuntu24.04
 FROM nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU} AS build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # GPU generations to compile for (sm_80 A100, sm_86 RTX 30xx, sm_89 L4/RTX 40xx, sm_90 H100/H200).
-ARG CUDA_ARCHITECTURES="80;86;89;90"
+ARG CUDA_ARCHITECTURES="80;86;89;90a"
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake make pkg-config \

@@ -8,7 +8,7 @@
 # Environment:
 #   OUT      where the logs go (default /tmp/cuda_lab): lab.log, build.log, sass.txt, gpu.txt
 #   LAB_BIN  a lab binary built elsewhere (same CUDA version, x86-64): used when it loads, else built
-#   ARCH     CUDA architecture (default 90)
+#   ARCH     CUDA architecture (default 90a)
 #   JOBS     build parallelism (default: nproc)
 #   SECTIONS e.g. "matmul ops attention": one lab process (and log lab_SECTION.log) per section
 #
@@ -18,7 +18,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/cuda_lab}
-ARCH=${ARCH:-90}
+ARCH=${ARCH:-90a}
 JOBS=${JOBS:-$(nproc)}
 mkdir -p "$OUT"
 BUILD_LOG=$OUT/build.log

@@ -12,11 +12,11 @@
 # Also runs scripts/llama_src_bundle.sh (build-gpu/llama-src.tar.xz) unless NO_LLAMA=1.
 # On the device, carry: build-gpu/bundle build-gpu/llama-src.tar.xz  (see bench/gpu.sh).
 #
-# Environment: BUILD (default build-gpu), ARCHS (default "80;90"), JOBS (default 2), NO_LLAMA=1.
+# Environment: BUILD (default build-gpu), ARCHS (default "80;90a"), JOBS (default 2), NO_LLAMA=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
-ARCHS=${ARCHS:-80;90}
+ARCHS=${ARCHS:-80;90a}
 JOBS=${JOBS:-2}
 B=$BUILD/bundle
 log() { echo "[gpu_bundle $(date +%T)] $*"; }

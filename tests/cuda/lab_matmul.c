@@ -80,6 +80,8 @@ typedef struct mm_case {
     bool warm;           /* time without evicting L2 first (activations/weights L2-resident) */
     bool no_pdl;         /* launch the mat-vec without programmatic dependent launch */
     bool no_dq;          /* batches of K-quant weights through the f16 cache + cuBLAS, not matmul_dq.cu */
+    bool no_wg;          /* matmul_dq.cu's mma.sync version, not the wgmma one */
+    bool cross;          /* also every output row against the mma.sync version (the oracle checks 8 rows) */
     const char *shape;   /* label, e.g. "mistral ffn_up" */
 } mm_case;
 
@@ -122,6 +124,7 @@ static void matmul_case(lab *L, const mm_case *c) {
     if (c->tile) tune->gemm_tile_bytes = c->tile;
     if (c->no_pdl) tune->pdl = 0;
     if (c->no_dq) tune->dq_gemm = 0;
+    if (c->no_wg) tune->dq_wg = 0;
     float *xd = lab_gpu_alloc(L, (size_t)(c->nr * c->k) * 4), *yd = lab_gpu_alloc(L, (size_t)(c->nr * c->n) * 4);
     lab_upload(L, xd, xh, (size_t)(c->nr * c->k) * 4);
     lab_poison(L, yd, (size_t)(c->nr * c->n) * 4);
@@ -143,6 +146,23 @@ static void matmul_case(lab *L, const mm_case *c) {
         pass = lab_compare(yg, yc, 8 * c->n, tol, &max_err, &rel_err);
     }
     lab_check_errors(L, "matmul oracle");
+    if (c->cross && tune->dq_wg) { /* the wgmma version against the mma.sync one, every row */
+        float *y1 = malloc((size_t)(c->nr * c->n) * 4), *y2 = malloc((size_t)(c->nr * c->n) * 4);
+        double me = 0, re = 0;
+        L->gpu->ops->matmul(L->gpu, &w, xd, c->nr, yd);
+        lab_download(L, y1, yd, (size_t)(c->nr * c->n) * 4);
+        tune->dq_wg = 0;
+        L->gpu->ops->matmul(L->gpu, &w, xd, c->nr, yd);
+        lab_download(L, y2, yd, (size_t)(c->nr * c->n) * 4);
+        tune->dq_wg = saved.dq_wg;
+        lab_check_errors(L, "matmul cross");
+        const bool ok = lab_compare(y1, y2, c->nr * c->n, 1e-3, &me, &re);
+        snprintf(cfg, sizeof cfg, "%s %lldx%lld r%d wg-vs-mma", qr_type_name(c->type), (long long)c->n, (long long)c->k,
+                 c->nr);
+        lab_record(L, "matmul-gemm", cfg, me, re, 1e-3, ok, 0, 0, 0);
+        free(y1);
+        free(y2);
+    }
     double us = 0;
     if (c->time) {
         mm_run r = {.L = L, .w = &w, .x = xd, .nr = c->nr, .y = yd};
@@ -155,6 +175,7 @@ static void matmul_case(lab *L, const mm_case *c) {
     if (c->warm) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " warm");
     if (c->no_pdl) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " no-pdl");
     if (c->no_dq) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " no-dq");
+    if (c->no_wg) snprintf(cfg + strlen(cfg), sizeof cfg - strlen(cfg), " mma.sync");
     const double bytes = (double)wbytes + (double)(c->nr * c->k) * 4 + (double)(c->nr * c->n) * 4;
     lab_record(L, gemm ? "matmul-gemm" : "matmul", cfg, max_err, rel_err, tol, pass, us, gemm ? 0 : bytes,
                gemm ? 2.0 * (double)c->n * (double)c->k * (double)c->nr : 0);
@@ -345,23 +366,26 @@ void lab_matmul(lab *L) {
      * token-tile width, split-K on and off */
     const qr_type kq[] = {QR_TYPE_Q4_K, QR_TYPE_Q6_K};
     if (dq_only && strcmp(getenv("QUARREL_LAB_DQ_ONLY"), "2") == 0) { /* one timed shape (profiling) */
-        mm_case c = {.type = QR_TYPE_Q4_K, .n = 14336, .k = 4096, .nr = 64, .time = true, .shape = " mistral.ffn_up"};
+        const char *nr = getenv("QUARREL_LAB_DQ_ROWS"); /* default 64 */
+        mm_case c = {.type = QR_TYPE_Q4_K, .n = 14336, .k = 4096, .nr = nr ? atoi(nr) : 64, .time = true,
+                     .shape = " mistral.ffn_up"};
         matmul_case(L, &c);
         return;
     }
     for (int ti = 0; ti < 2; ti++) {
         const int rows[] = {9, 23, 40, 64, 100, 256};
         for (int i = 0; i < 6; i++) {
-            mm_case c = {.type = kq[ti], .n = 1000, .k = 2816, .nr = rows[i]};
+            mm_case c = {.type = kq[ti], .n = 1000, .k = 2816, .nr = rows[i], .cross = true};
             matmul_case(L, &c);
         }
+        /* the wgmma version (default where it runs), the mma.sync one, the f16 cache + cuBLAS */
         for (int s = 0; s < 5; s++)
             for (int nr = 16; nr <= 256; nr *= 2)
-                for (int dq = 0; dq < 2; dq++) {
+                for (int dq = 0; dq < 3; dq++) {
                     if (L->quick && (nr != 64 || s > 2)) continue;
                     if (dq_only && dq == 1 && getenv("QUARREL_CUDA_DQ_SPLITS")) continue; /* the baseline once */
                     mm_case c = {.type = kq[ti], .n = mistral[s].n, .k = mistral[s].k, .nr = nr, .time = true,
-                                 .no_dq = dq == 1, .shape = mistral[s].name};
+                                 .no_dq = dq == 1, .no_wg = dq == 2, .shape = mistral[s].name};
                     matmul_case(L, &c);
                 }
     }

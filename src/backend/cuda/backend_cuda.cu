@@ -253,6 +253,7 @@ static void cuda_weight_release(qr_backend *be, qr_weight *w) {
         cudaStreamSynchronize(cb->stream);
         cudaFree(cw->mem);
         if (cw->dqs) cudaFree(cw->dqs);
+        if (cw->dqt) cudaFree(cw->dqt);
         if (cw->f16) {
             cudaFree(cw->f16);
             cb->f16_cache_bytes -= (size_t)cw->v.n * (size_t)cw->v.k * 2;
@@ -855,21 +856,39 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
         }
         if (!cuda_ok(cb, qr_cuda_dq_scales(v, mw->dqs, cb->stream), "matmul (dq scales)")) return true;
     }
+    bool wg = cb->tune.dq_wg && n_rows >= cb->tune.dq_wg_min_rows; /* Hopper's wgmma version */
+    if (wg && !mw->dqt) { /* its tiles, once, from the scale plane (not while a graph is captured) */
+        if (mw->dqt_tried || cb->capturing) {
+            wg = false;
+        } else {
+            mw->dqt_tried = true;
+            if (cudaMalloc(&mw->dqt, qr_cuda_dq_wg_tiles_bytes(v)) != cudaSuccess) {
+                (void)cudaGetLastError();
+                mw->dqt = NULL;
+                wg = false;
+            } else if (!cuda_ok(cb, qr_cuda_dq_wg_tiles(v, mw->dqs, mw->dqt, cb->stream), "matmul (dq tiles)")) {
+                return true;
+            }
+        }
+    }
     const act_layout L = act_layout_of(n_rows, k);
     if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return true;
     cb->act_valid = false;
     cb->hold_valid = false; /* the f16 rows below overwrite the scratch */
     void *xh = (uint8_t *)cb->act + L.h;
-    const int32_t splits = cb->tune.dq_splits ? cb->tune.dq_splits : qr_cuda_dq_gemm_splits(n_rows, n, k, cb->n_sm);
+    const int32_t splits = cb->tune.dq_splits ? cb->tune.dq_splits
+                           : wg               ? qr_cuda_dq_wg_splits((qr_type)v->type, n_rows, n, k, cb->n_sm, cb->tune.dq_wg_mt)
+                                              : qr_cuda_dq_gemm_splits(n_rows, n, k, cb->n_sm);
     if (splits > 1 && !ensure_scratch(cb, &cb->dq_part, &cb->dq_part_cap, (size_t)(splits * n_rows * n) * 4,
                                       "matmul (split-K partial sums)"))
         return true;
-    if (!act_f16(cb, x, n_rows, k, 1, xh)) return true;
+    if (!act_f16(cb, x, n_rows, k, wg ? 2 : 1, xh)) return true; /* kind 2: the wgmma kernel's k order */
     cuda_wview wv = *v;
     wv.n = n;
-    if (cuda_ok(cb, qr_cuda_dq_gemm(&wv, cw->dqs, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream),
-                "matmul (dq gemm)"))
-        act_f16_done(cb);
+    const cudaError_t e = wg ? qr_cuda_dq_wg_gemm(&wv, cw->dqt, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->n_sm,
+                                                  cb->tune.dq_wg_mt, cb->stream)
+                             : qr_cuda_dq_gemm(&wv, cw->dqs, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream);
+    if (cuda_ok(cb, e, "matmul (dq gemm)")) act_f16_done(cb);
     return true;
 }
 
@@ -1991,6 +2010,7 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
              prop.minor, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
     cb->has_pdl = prop.major >= 9;
     cuda_tune_defaults(&cb->tune);
+    if (cb->tune.dq_wg && !(prop.major == 9 && prop.minor == 0 && qr_cuda_dq_wg_available())) cb->tune.dq_wg = 0;
     if (cb->tune.exact) {
         cb->exact = true;
         be->ops = &cuda_ops_exact;

@@ -21,6 +21,8 @@ typedef struct cuda_weight {
     bool f16_tried; /* the cache was declined for this weight (memory): not asked again */
     void *dqs;      /* the batched-decode GEMM's scale plane (matmul_dq.cu; made on first use), or NULL */
     bool dqs_tried;
+    void *dqt;      /* the wgmma version's tiles (codes + scale plane per 128 rows x 128 values; first use), or NULL */
+    bool dqt_tried;
 } cuda_weight;
 
 struct qr_kv_storage {

@@ -77,8 +77,9 @@ cudaError_t qr_cuda_dequant_f16(const cuda_wview *w, int64_t r0, int64_t r1, voi
 cudaError_t qr_cuda_quantize_act(const float *x, int32_t nr, int32_t k, int kind, int8_t *q, float *d, float *s,
                                  int16_t *g, bool pdl, cudaStream_t stream);
 /* n floats (a multiple of the block) quantized as the CPU quantizes activations (kind 0: Q8_0 rule per 32,
- * 1: Q8_K per 256), then written as f16 (code x scale): the prefill GEMM's activations for quantized
- * weights, so that it sees the values the CPU's integer dot products see. */
+ * 1: Q8_K per 256, 2: kind 1 permuted within every 16 values for qr_cuda_dq_wg_gemm), then written as f16
+ * (code x scale): the prefill GEMM's activations for quantized weights, so that it sees the values the CPU's
+ * integer dot products see. */
 cudaError_t qr_cuda_act_q8_as_f16(const float *x, int64_t n, int kind, void *out, cudaStream_t stream);
 /* Converts n floats to f16 (bf16 == false) or bf16, round to nearest even. */
 cudaError_t qr_cuda_to_half(const float *x, int64_t n, void *out, bool bf16, cudaStream_t stream);
@@ -376,6 +377,18 @@ size_t qr_cuda_dq_scales_bytes(const cuda_wview *w);
 cudaError_t qr_cuda_dq_scales(const cuda_wview *w, void *out, cudaStream_t stream);
 cudaError_t qr_cuda_dq_gemm(const cuda_wview *w, const void *scales, const void *xh, int64_t n_tok, int64_t n_out,
                             int32_t splits, float *part, float *y, cudaStream_t stream);
+/* The same on Hopper's warpgroup MMA (sm_90a builds on sm_90 GPUs: qr_cuda_dq_wg_available) reading the tiles
+ * of qr_cuda_dq_wg_tiles (`tiles`, in place of the scale plane), xh in kind 2's permuted order; splits 0: qr_cuda_dq_wg_splits's count for `sms` SMs. mt_force 1 / 2: 128 / 256 weight rows
+ * a CTA (0: by the shape). */
+bool qr_cuda_dq_wg_available(void);
+/* Its weight tiles (qr_cuda_dq_wg_tiles_bytes(w) bytes, from the scale plane of qr_cuda_dq_scales): per 128 rows and
+ * 128 values one contiguous tile of every row's codes and scale-plane entries, as the kernel's shared memory holds
+ * them, so that a stage is one sequential read. */
+size_t qr_cuda_dq_wg_tiles_bytes(const cuda_wview *w);
+cudaError_t qr_cuda_dq_wg_tiles(const cuda_wview *w, const void *scales, void *out, cudaStream_t stream);
+int32_t qr_cuda_dq_wg_splits(qr_type type, int64_t n_tok, int64_t n_out, int64_t k, int32_t sms, int mt_force);
+cudaError_t qr_cuda_dq_wg_gemm(const cuda_wview *w, const void *tiles, const void *xh, int64_t n_tok, int64_t n_out,
+                               int32_t splits, float *part, float *y, int32_t sms, int mt_force, cudaStream_t stream);
 
 #define QR_CUDA_MMQ_TILE_ROWS 64
 bool qr_cuda_mmq_supported(qr_type type);

@@ -41,10 +41,10 @@ template <> struct dq<QR_TYPE_Q4_K> {
     static constexpr int CODE = 64, BLK = 128;
     static constexpr int OFF = 1024; /* the f16 magic: 0x6400 | q = 1024 + q */
     /* stage s of the row whose codes start at row (its 64 code bytes: the super-block s / 2, half s % 2) */
+    static __device__ __forceinline__ const uint8_t *chunk(const uint8_t *row, int64_t s, int i) { return row + s * 64 + 16 * i; }
     static __device__ __forceinline__ void copy(uint8_t *dst, const uint8_t *row, int64_t s) {
-        const uint8_t *src = row + s * 64;
 #pragma unroll
-        for (int i = 0; i < 4; i++) cp_async16(dst + 16 * i, src + 16 * i);
+        for (int i = 0; i < 4; i++) cp_async16(dst + 16 * i, chunk(row, s, i));
     }
     static __device__ __forceinline__ void make_scales(const cuda_wview &w, int64_t blk, uint32_t *out) {
         const uint4 m = *(const uint4 *)(w.p1 + blk * 16);
@@ -72,12 +72,12 @@ template <> struct dq<QR_TYPE_Q6_K> {
     static constexpr int WP = 112; /* 96 code bytes + 16 scale bytes */
     static constexpr int CODE = 96, BLK = 192;
     static constexpr int OFF = 1056; /* 1024 + 32: q - 32 */
+    static __device__ __forceinline__ const uint8_t *chunk(const uint8_t *row, int64_t s, int i) {
+        return row + (s >> 1) * 192 + (i < 4 ? 64 * (s & 1) + 16 * i : 128 + 32 * (s & 1) + 16 * (i - 4));
+    }
     static __device__ __forceinline__ void copy(uint8_t *dst, const uint8_t *row, int64_t s) {
-        const uint8_t *ql = row + (s >> 1) * 192 + 64 * (s & 1), *qh = row + (s >> 1) * 192 + 128 + 32 * (s & 1);
 #pragma unroll
-        for (int i = 0; i < 4; i++) cp_async16(dst + 16 * i, ql + 16 * i);
-        cp_async16(dst + 64, qh);
-        cp_async16(dst + 80, qh + 16);
+        for (int i = 0; i < 6; i++) cp_async16(dst + 16 * i, chunk(row, s, i));
     }
     static __device__ __forceinline__ void make_scales(const cuda_wview &w, int64_t blk, uint32_t *out) {
         const float d = h2f(*(const uint16_t *)(w.p2 + blk * 2));
@@ -237,6 +237,361 @@ static __global__ void dq_reduce_kernel(const float *__restrict__ part, int spli
     y[i] = s;
 }
 
+/* ---- version 3: Hopper's warpgroup MMA (wgmma, sm_90a) ----
+ *
+ * The same numbers as dq_gemm_kernel (the same dequantization in registers, the same f16 products with f32 sums),
+ * but the multiply is wgmma.mma_async m64nNk16: A = 64 weight rows from registers (the dequantized codes, the
+ * mma.sync fragment layout per warp), B = the N activation rows from shared memory through a matrix descriptor.
+ * The tensor cores then run beside the warps instead of taking an issue slot per m16n8k16, which is what bound the
+ * mma.sync versions at 32+ rows (session 25's profile: 0.32 instructions issued a cycle, tensor pipes at ~25 %).
+ *
+ * CTA: 2 warpgroups (256 threads), each 64 x MT weight rows, all N (8 x NT) activation rows of the token tile.
+ * Stages of 128 values through a cp.async ring as in version 1; the activations of a stage sit in the canonical
+ * no-swizzle K-major layout: 8-value chunk c of token n at (c N + n) x 16 bytes, so a k16 step's B is chunks 2q
+ * and 2q + 1 (leading byte offset N x 16 between them, stride byte offset 128 between 8-token groups). The
+ * activations come permuted within every 16 values (qr_cuda_act_q8_as_f16 kind 2: mma position 2t, 2t+1 = value
+ * 4t, 4t+1; position 2t+8, 2t+9 = value 4t+2, 4t+3), the k map of version 1, so lane t still reads 4 consecutive
+ * codes a row. Per k16 step: dequantize into one of two A register sets, fence, issue the MT wgmmas, commit, and
+ * wait until the previous step's group is done (its A set is free); the stage ends with every group done, before
+ * the next __syncthreads lets the ring overwrite that stage. Without sm_90a code (an older build or GPU) the
+ * kernel is empty and qr_cuda_dq_wg_available says no. */
+#define WG_THREADS 256
+#define WG_KS 128
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) /* the helpers exist only where the kernel body does */
+static __device__ __forceinline__ void wg_mma_n16(float *d, const uint32_t *a, uint64_t desc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7"
+                 "}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+
+static __device__ __forceinline__ void wg_mma_n32(float *d, const uint32_t *a, uint64_t desc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+                 "}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+
+static __device__ __forceinline__ void wg_mma_n64(float *d, const uint32_t *a, uint64_t desc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+
+static __device__ __forceinline__ void wg_mma_n128(float *d, const uint32_t *a, uint64_t desc) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+
+template <int N> static __device__ __forceinline__ void wg_mma(float *d, const uint32_t *a, uint64_t desc) {
+    if (N == 16) wg_mma_n16(d, a, desc);
+    else if (N == 32) wg_mma_n32(d, a, desc);
+    else if (N == 64) wg_mma_n64(d, a, desc);
+    else wg_mma_n128(d, a, desc);
+}
+
+/* No memory clobber on the per-step fence / commit / wait: the next step's shared-memory loads of codes may move
+ * above them (wgmma writes no memory; ptxas keeps the A registers of an in-flight group alive). The stage's last
+ * wait (wg_wait_all) keeps it: the ring's next cp.async into that stage must come after it. */
+static __device__ __forceinline__ void wg_fence(void) {
+    asm volatile("wgmma.fence.sync.aligned;\n");
+}
+static __device__ __forceinline__ void wg_commit(void) {
+    asm volatile("wgmma.commit_group.sync.aligned;\n");
+}
+template <int N> static __device__ __forceinline__ void wg_wait(void) {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N));
+}
+static __device__ __forceinline__ void wg_wait_all(void) {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+/* cp.async wrote the stage through the generic proxy; wgmma reads it through the async proxy */
+static __device__ __forceinline__ void fence_proxy_async(void) {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+#endif
+
+/* Token tiles of up to 64 run 2 CTAs an SM (16 warps to hide the dequantization's latencies; at most 128
+ * registers) where 3 stages of each fit in half the shared memory, wider ones 1. */
+template <qr_type TY, int NT, int MT> struct wg_occ {
+    static constexpr int STAGE = (128 * MT * dq<TY>::WP + 127) / 128 * 128 + NT * 8 * WG_KS * 2;
+    static constexpr int CTAS = NT <= 8 && 3 * STAGE <= 112 * 1024 ? 2 : 1;
+};
+
+template <qr_type TY, int NT, int MT> struct wg_cfg {
+    static constexpr int N = NT * 8, BM = 128 * MT;
+    static constexpr int O_X = (BM * dq<TY>::WP + 127) / 128 * 128; /* activations after the weight rows */
+    static constexpr int STAGE = O_X + N * WG_KS * 2;
+    static constexpr int FIT = (wg_occ<TY, NT, MT>::CTAS == 2 ? 112 : 200) * 1024 / STAGE;
+    static constexpr int STAGES = FIT < 4 ? FIT : 4;
+    static constexpr int SMEM = STAGES * STAGE;
+};
+
+/* Grid (token tiles, row tiles, splits); y or part[split] = [n_tok][n_out] f32 as dq_gemm_kernel. */
+/* The tiles: tile (rt, s) = rows 128 rt.. (the last row repeated past n), values 128 s..; row r of it at r x WP:
+ * the stage's codes as D::copy lays them out, then its 16 bytes of the scale plane. One thread a (row, stage). */
+template <qr_type TY>
+static __global__ void dq_wg_tiles_kernel(const cuda_wview w, const uint8_t *__restrict__ sp, int64_t n_rt, int64_t n_st,
+                                          uint8_t *__restrict__ out) {
+    typedef dq<TY> D;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_rt * n_st * 128) return;
+    const int r = (int)(i & 127);
+    const int64_t ts = i >> 7, s = ts % n_st, rt = ts / n_st;
+    const int64_t row = rt * 128 + r < w.n ? rt * 128 + r : w.n - 1;
+    uint8_t *dst = out + i * D::WP;
+    const uint8_t *rp = w.p0 + row * w.nb * D::BLK;
+#pragma unroll
+    for (int c = 0; c < D::CODE / 16; c++) *(uint4 *)(dst + 16 * c) = *(const uint4 *)D::chunk(rp, s, c);
+    *(uint4 *)(dst + D::CODE) = *(const uint4 *)(sp + row * w.nb * 32 + s * 16);
+}
+
+template <qr_type TY, int NT, int MT>
+static __global__ void __launch_bounds__(WG_THREADS, wg_occ<TY, NT, MT>::CTAS)
+    dq_wg_kernel(const cuda_wview w, const uint8_t *__restrict__ tiles, const __half *__restrict__ x, int64_t n_tok,
+                 int64_t n_out, float *__restrict__ y) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef dq<TY> D;
+    typedef wg_cfg<TY, NT, MT> C;
+    constexpr int N = C::N;
+    extern __shared__ __align__(16) uint8_t sm[];
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int64_t tok0 = (int64_t)blockIdx.x * N, row0 = (int64_t)blockIdx.y * C::BM;
+    const int64_t k = w.k, n_st = k / WG_KS;
+    const int64_t st0 = n_st * blockIdx.z / gridDim.z, st1 = n_st * (blockIdx.z + 1) / gridDim.z;
+    const int n_it = (int)(st1 - st0);
+    float *out = y + (int64_t)blockIdx.z * n_tok * n_out;
+
+    /* What this thread copies each stage, as pointers that step by one stage: weight chunks tid + 256 j of the
+     * CTA's MT tiles (each tile's stage one sequential read; past the last tile the last again, its rows are not
+     * stored), and the activations' chunk c = (tid >> 3) & 15 of tokens n0 + 16 j (8 lanes write one 128-byte row
+     * of 8 tokens and read 4 chunks a token). */
+    const int64_t n_rt = (n_out + 127) / 128, rt0 = row0 / 128;
+    constexpr int TB = 128 * D::WP, TCH = TB / 16, WCH = (MT * TCH + WG_THREADS - 1) / WG_THREADS, XCH = N / 16;
+    const uint8_t *wp[WCH];
+#pragma unroll
+    for (int j = 0; j < WCH; j++) {
+        const int i = tid + WG_THREADS * j < MT * TCH ? tid + WG_THREADS * j : 0, m = i / TCH;
+        const int64_t rt = rt0 + m < n_rt ? rt0 + m : n_rt - 1;
+        wp[j] = tiles + (rt * n_st + st0) * TB + (int64_t)(i - m * TCH) * 16;
+    }
+    const int xc = (tid >> 3) & 15, n0 = (tid & 7) | ((tid >> 7) << 3);
+    const __half *xp = x + (tok0 + n0) * k + st0 * WG_KS + xc * 8;
+    const int64_t xstride = 16 * k;
+    uint32_t xok = 0;
+#pragma unroll
+    for (int j = 0; j < XCH; j++) xok |= (uint32_t)(tok0 + n0 + 16 * j < n_tok) << j;
+    auto load_stage = [&](int it) {
+        uint8_t *st = sm + (it % C::STAGES) * C::STAGE;
+#pragma unroll
+        for (int j = 0; j < WCH; j++)
+            if (MT * TCH % WG_THREADS == 0 || tid + WG_THREADS * j < MT * TCH)
+                cp_async16(st + (tid + WG_THREADS * j) * 16, wp[j] + (int64_t)it * TB);
+#pragma unroll
+        for (int j = 0; j < XCH; j++) {
+            const bool ok = (xok >> j) & 1;
+            cp_async16(st + C::O_X + (xc * N + n0 + 16 * j) * 16, ok ? xp + j * xstride + (int64_t)it * WG_KS : x, ok ? 16 : 0);
+        }
+    };
+
+    float acc[MT][N / 2];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) acc[m][i] = 0.0f;
+    const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(sm);
+    /* leading byte offset N x 16 (the k16 step's second chunk), stride byte offset 128; layout type 0: no swizzle */
+    const uint64_t dhi = ((uint64_t)(N * 16 >> 4) << 16) | ((uint64_t)(128 >> 4) << 32);
+
+#pragma unroll
+    for (int s = 0; s < C::STAGES - 1; s++) {
+        if (s < n_it) load_stage(s);
+        cp_async_commit();
+    }
+    for (int it = 0; it < n_it; it++) {
+        cp_async_wait<C::STAGES - 2>();
+        fence_proxy_async();
+        __syncthreads(); /* stage it landed for all; every wgmma of stage it - 1 is done */
+        if (it + C::STAGES - 1 < n_it) load_stage(it + C::STAGES - 1);
+        cp_async_commit();
+        const int buf = it % C::STAGES;
+        const uint8_t *st = sm + buf * C::STAGE;
+        const uint32_t xs = sbase + (uint32_t)(buf * C::STAGE + C::O_X);
+        /* Three A register sets: step q + 1's codes are read from shared memory right after step q's group is
+         * issued, then (once at most 2 groups are in flight: the set it takes was step q - 2's) dequantized while
+         * the groups of steps q - 1 and q run. */
+        uint32_t a[3][MT][4], cw[MT][4];
+        auto load_step = [&](int q) {
+            const int s = q >> 1, j = q & 1;
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                const uint8_t *r0 = st + ((wg * MT + m) * 64 + warp * 16 + g) * D::WP, *r1 = r0 + 8 * D::WP;
+                cw[m][0] = D::codes(r0, s, j, t);
+                cw[m][1] = D::scale(r0 + D::CODE, s, j);
+                cw[m][2] = D::codes(r1, s, j, t);
+                cw[m][3] = D::scale(r1 + D::CODE, s, j);
+            }
+        };
+        auto deq_step = [&](uint32_t(*as)[4]) {
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                deq4<D::OFF>(cw[m][0], cw[m][1], as[m][0], as[m][2]);
+                deq4<D::OFF>(cw[m][2], cw[m][3], as[m][1], as[m][3]);
+            }
+        };
+        load_step(0);
+        deq_step(a[0]);
+#pragma unroll
+        for (int q = 0; q < 8; q++) {
+            const uint64_t desc = dhi | (uint64_t)(((xs + (uint32_t)(q * 2 * N * 16)) >> 4) & 0x3FFF);
+            wg_fence();
+#pragma unroll
+            for (int m = 0; m < MT; m++) wg_mma<N>(acc[m], a[q % 3][m], desc);
+            wg_commit();
+            if (q + 1 < 8) {
+                load_step(q + 1);
+                wg_wait<2>();
+                deq_step(a[(q + 1) % 3]);
+            }
+        }
+        wg_wait_all();
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) asm volatile("" : "+f"(acc[m][i])::"memory");
+
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int64_t row = row0 + (wg * MT + m) * 64 + warp * 16 + hh * 8 + g;
+            if (row >= n_out) continue;
+#pragma unroll
+            for (int i = 0; i < N / 8; i++)
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    const int64_t tok = tok0 + i * 8 + 2 * t + u;
+                    if (tok < n_tok) out[tok * n_out + row] = acc[m][4 * i + 2 * hh + u];
+                }
+        }
+#endif
+}
+
+static __global__ void dq_wg_probe_kernel(int *out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    *out = 1;
+#else
+    *out = 0;
+#endif
+}
+
+extern "C" bool qr_cuda_dq_wg_available(void) {
+    static int have = -1;
+    if (have >= 0) return have == 1;
+    int *d = NULL, h = 0;
+    have = 0;
+    if (cudaMalloc(&d, sizeof(int)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    dq_wg_probe_kernel<<<1, 1>>>(d);
+    if (cudaGetLastError() == cudaSuccess && cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess)
+        have = h == 1;
+    (void)cudaGetLastError();
+    cudaFree(d);
+    return have == 1;
+}
+
+/* The shape of a call: NT from the batch, MT = 2 (256 weight rows a CTA) for wide matrices, and the split-K count
+ * that fills the SMs in the fewest waves (the smallest count that reaches 80 % of the slots, at most 8 and at
+ * least 4 stages a split). */
+template <qr_type TY> static int wg_ctas(int nt, int mt) {
+#define WG_OCC(NT_, MT_)                                                                                               \
+    if (nt == NT_ && mt == MT_) return wg_occ<TY, NT_, MT_>::CTAS;
+    WG_OCC(2, 1) WG_OCC(4, 1) WG_OCC(8, 1) WG_OCC(16, 1) WG_OCC(2, 2) WG_OCC(4, 2) WG_OCC(8, 2) WG_OCC(16, 2)
+#undef WG_OCC
+    return 1;
+}
+
+static void wg_shape(qr_type type, int64_t n_tok, int64_t n_out, int64_t k, int32_t sms, int mt_force, int *nt, int *mt,
+                     int32_t *splits) {
+    *nt = n_tok <= 16 ? 2 : n_tok <= 32 ? 4 : n_tok <= 64 ? 8 : 16;
+    *mt = mt_force == 1 || mt_force == 2 ? mt_force : n_out >= 8192 ? 2 : 1;
+    const int occ = type == QR_TYPE_Q4_K ? wg_ctas<QR_TYPE_Q4_K>(*nt, *mt) : wg_ctas<QR_TYPE_Q6_K>(*nt, *mt);
+    const int64_t tiles = ((n_tok + *nt * 8 - 1) / (*nt * 8)) * ((n_out + 128 * *mt - 1) / (128 * *mt));
+    const int64_t n_st = k / WG_KS;
+    sms *= occ; /* wg_occ */
+    int32_t best = 1;
+    double best_eff = 0;
+    for (int32_t s = 1; s <= 8 && s <= (n_st / 4 > 0 ? n_st / 4 : 1); s++) {
+        const int64_t ctas = tiles * s, waves = (ctas + sms - 1) / sms;
+        const double eff = (double)ctas / (double)(waves * sms);
+        if (eff > best_eff + 1e-9) best_eff = eff, best = s;
+        if (eff >= 0.8) break;
+    }
+    *splits = best;
+}
+
+extern "C" int32_t qr_cuda_dq_wg_splits(qr_type type, int64_t n_tok, int64_t n_out, int64_t k, int32_t sms,
+                                        int mt_force) {
+    int nt, mt;
+    int32_t s;
+    wg_shape(type, n_tok, n_out, k, sms, mt_force, &nt, &mt, &s);
+    return s;
+}
+
+template <qr_type TY, int NT, int MT>
+static cudaError_t launch_wg(const cuda_wview &w, const uint8_t *tiles, const __half *x, int64_t n_tok, int64_t n_out,
+                             int32_t splits, float *y, cudaStream_t stream) {
+    constexpr int smem = wg_cfg<TY, NT, MT>::SMEM;
+    const cudaError_t e = cudaFuncSetAttribute(dq_wg_kernel<TY, NT, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    const dim3 grid((unsigned)((n_tok + NT * 8 - 1) / (NT * 8)), (unsigned)((n_out + 128 * MT - 1) / (128 * MT)),
+                    (unsigned)splits);
+    dq_wg_kernel<TY, NT, MT><<<grid, WG_THREADS, smem, stream>>>(w, tiles, x, n_tok, n_out, y);
+    return cudaGetLastError();
+}
+
+template <qr_type TY>
+static cudaError_t launch_wg_shape(const cuda_wview &w, const uint8_t *sp, const __half *x, int64_t n_tok, int64_t n_out,
+                                   int nt, int mt, int32_t splits, float *y, cudaStream_t stream) {
+#define WG_CASE(NT_, MT_)                                                                                              \
+    if (nt == NT_ && mt == MT_) return launch_wg<TY, NT_, MT_>(w, sp, x, n_tok, n_out, splits, y, stream);
+    WG_CASE(2, 1) WG_CASE(4, 1) WG_CASE(8, 1) WG_CASE(16, 1)
+    WG_CASE(2, 2) WG_CASE(4, 2) WG_CASE(8, 2) WG_CASE(16, 2)
+#undef WG_CASE
+    return cudaErrorInvalidValue;
+}
+
 extern "C" bool qr_cuda_dq_gemm_supported(qr_type type) { return type == QR_TYPE_Q4_K || type == QR_TYPE_Q6_K; }
 
 extern "C" int32_t qr_cuda_dq_gemm_splits(int64_t n_tok, int64_t n_out, int64_t k, int32_t sms) {
@@ -275,6 +630,44 @@ extern "C" cudaError_t qr_cuda_dq_scales(const cuda_wview *w, void *out, cudaStr
     const unsigned grid = (unsigned)((n_blk + 255) / 256);
     if (w->type == QR_TYPE_Q4_K) dq_scales_kernel<QR_TYPE_Q4_K><<<grid, 256, 0, stream>>>(*w, n_blk, (uint32_t *)out);
     else dq_scales_kernel<QR_TYPE_Q6_K><<<grid, 256, 0, stream>>>(*w, n_blk, (uint32_t *)out);
+    return cudaGetLastError();
+}
+
+extern "C" size_t qr_cuda_dq_wg_tiles_bytes(const cuda_wview *w) {
+    const int64_t n_rt = (w->n + 127) / 128, n_st = w->k / WG_KS;
+    return (size_t)(n_rt * n_st * 128) * (size_t)(w->type == QR_TYPE_Q4_K ? dq<QR_TYPE_Q4_K>::WP : dq<QR_TYPE_Q6_K>::WP);
+}
+
+extern "C" cudaError_t qr_cuda_dq_wg_tiles(const cuda_wview *w, const void *scales, void *out, cudaStream_t stream) {
+    if (!qr_cuda_dq_gemm_supported((qr_type)w->type) || w->nb <= 0 || w->k % 256 || !scales) return cudaErrorInvalidValue;
+    const int64_t n_rt = (w->n + 127) / 128, n_st = w->k / WG_KS, n = n_rt * n_st * 128;
+    const unsigned grid = (unsigned)((n + 255) / 256);
+    const uint8_t *sp = (const uint8_t *)scales;
+    if (w->type == QR_TYPE_Q4_K) dq_wg_tiles_kernel<QR_TYPE_Q4_K><<<grid, 256, 0, stream>>>(*w, sp, n_rt, n_st, (uint8_t *)out);
+    else dq_wg_tiles_kernel<QR_TYPE_Q6_K><<<grid, 256, 0, stream>>>(*w, sp, n_rt, n_st, (uint8_t *)out);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t qr_cuda_dq_wg_gemm(const cuda_wview *w, const void *tiles, const void *xh, int64_t n_tok,
+                                          int64_t n_out, int32_t splits, float *part, float *y, int32_t sms,
+                                          int mt_force, cudaStream_t stream) {
+    if (n_tok <= 0) return cudaSuccess;
+    int nt, mt;
+    int32_t s;
+    wg_shape((qr_type)w->type, n_tok, n_out, w->k, sms, mt_force, &nt, &mt, &s);
+    if (splits <= 0) splits = s;
+    if (!qr_cuda_dq_gemm_supported((qr_type)w->type) || w->k % 256 || w->nb != w->k / 256 || n_out <= 0 || splits > 8 ||
+        (splits > 1 && !part) || (n_tok + 127) / 128 > 65535 || (n_out + 127) / 128 > 65535)
+        return cudaErrorInvalidValue;
+    float *dst = splits > 1 ? part : y;
+    const __half *x = (const __half *)xh;
+    const uint8_t *sp = (const uint8_t *)tiles;
+    cudaError_t e = w->type == QR_TYPE_Q4_K
+                        ? launch_wg_shape<QR_TYPE_Q4_K>(*w, sp, x, n_tok, n_out, nt, mt, splits, dst, stream)
+                        : launch_wg_shape<QR_TYPE_Q6_K>(*w, sp, x, n_tok, n_out, nt, mt, splits, dst, stream);
+    if (e != cudaSuccess || splits == 1) return e;
+    const int64_t n = n_tok * n_out;
+    dq_reduce_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, splits, n, y);
     return cudaGetLastError();
 }
 

@@ -82,11 +82,12 @@ static __global__ void q8_as_f16_kernel(const float *__restrict__ x, int64_t n_b
 extern "C" cudaError_t qr_cuda_act_q8_as_f16(const float *x, int64_t n, int kind, void *out, cudaStream_t stream) {
     const int bs = kind == 0 ? 32 : 256;
     if (n <= 0) return cudaSuccess;
-    if ((kind != 0 && kind != 1) || n % bs) return cudaErrorInvalidValue;
+    if (kind < 0 || kind > 2 || n % bs) return cudaErrorInvalidValue;
     const int64_t n_blocks = n / bs;
     const unsigned grid = (unsigned)((n_blocks * 32 + 255) / 256);
     if (kind == 0) q8_as_f16_kernel<0><<<grid, 256, 0, stream>>>(x, n_blocks, (__half *)out);
-    else q8_as_f16_kernel<1><<<grid, 256, 0, stream>>>(x, n_blocks, (__half *)out);
+    else if (kind == 1) q8_as_f16_kernel<1><<<grid, 256, 0, stream>>>(x, n_blocks, (__half *)out);
+    else q8_as_f16_kernel<2><<<grid, 256, 0, stream>>>(x, n_blocks, (__half *)out);
     QR_CUDA_CHECK_LAUNCH();
 }
 
