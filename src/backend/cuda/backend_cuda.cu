@@ -601,17 +601,23 @@ static void cuda_gather_outputs(qr_backend *be, const float *src, int64_t dim, f
  * copy would leave less free than max(f16_cache_reserve, a quarter of the device) (then not asked again), or a
  * graph is being captured. Memory for speed: a batch of more rows than the mat-vec takes then reads the f16 matrix
  * once instead of dequantizing it into tiles each time (batched decode, prefill chunks). */
+/* Whether a speed-only copy of `bytes` (the f16 cache, the wgmma GEMM's tiles) leaves max(f16_cache_reserve, a
+ * quarter of the device) free. */
+static bool room_for_copy(cuda_backend *cb, size_t bytes) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    const size_t reserve = (size_t)cb->tune.f16_cache_reserve_mib << 20, quarter = total_b / 4;
+    return free_b >= bytes && free_b - bytes >= (reserve > quarter ? reserve : quarter);
+}
+
 const void *f16_cache(cuda_backend *cb, cuda_weight *cw, int64_t n) {
     if (cw->f16 || !cb->tune.f16_cache || cw->f16_tried || cb->capturing || cw->v.n != n) return cw->f16;
     cw->f16_tried = true;
     const size_t bytes = (size_t)n * (size_t)cw->v.k * 2;
-    size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return NULL;
-    }
-    const size_t reserve = (size_t)cb->tune.f16_cache_reserve_mib << 20, quarter = total_b / 4;
-    if (free_b < bytes || free_b - bytes < (reserve > quarter ? reserve : quarter)) return NULL;
+    if (!room_for_copy(cb, bytes)) return NULL;
     if (cudaMalloc(&cw->f16, bytes) != cudaSuccess) {
         (void)cudaGetLastError();
         cw->f16 = NULL;
@@ -862,7 +868,8 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
             wg = false;
         } else {
             mw->dqt_tried = true;
-            if (cudaMalloc(&mw->dqt, qr_cuda_dq_wg_tiles_bytes(v)) != cudaSuccess) {
+            const size_t tb = qr_cuda_dq_wg_tiles_bytes(v);
+            if (!room_for_copy(cb, tb) || cudaMalloc(&mw->dqt, tb) != cudaSuccess) {
                 (void)cudaGetLastError();
                 mw->dqt = NULL;
                 wg = false;
