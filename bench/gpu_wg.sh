@@ -18,8 +18,8 @@ QUARREL_LAB_DQ_ONLY=1 QUARREL_CUDA_DQ_MAX_ROWS=256 timeout 240 /tmp/quarrel_cuda
 log "lab rc $?: $(grep -c FAIL "$OUT/lab.log") FAIL lines"
 grep -E "FAIL|wg-vs-mma|us" "$OUT/lab.log" | cut -c1-170 | tee -a "$OUT/steps.txt" | head -120
 for envs in ${LAB_ENVS:-}; do # more lab passes, e.g. LAB_ENVS="QUARREL_CUDA_DQ_WG_MT=1"
-    env $envs QUARREL_LAB_DQ_ONLY=1 QUARREL_CUDA_DQ_MAX_ROWS=256 timeout 240 /tmp/quarrel_cuda_lab --only matmul > "$OUT/lab_$envs.log" 2>&1
-    log "lab $envs rc $?: $(grep -c FAIL "$OUT/lab_$envs.log") FAIL lines"
+    env $envs QUARREL_LAB_DQ_ONLY=1 QUARREL_CUDA_DQ_MAX_ROWS=256 timeout 240 /tmp/quarrel_cuda_lab --only matmul > "$OUT/lab_${envs//=/_}.log" 2>&1
+    log "lab $envs rc $?: $(grep -c FAIL "$OUT/lab_${envs//=/_}.log") FAIL lines"
 done
 NCUB=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ "${NCU:-1}" = 1 ] && [ -n "$NCUB" ]; then # ffn_up Q4_K at NCU_ROWS rows (default "64 256")

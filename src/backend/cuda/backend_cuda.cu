@@ -883,16 +883,19 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     cb->act_valid = false;
     cb->hold_valid = false; /* the f16 rows below overwrite the scratch */
     void *xh = (uint8_t *)cb->act + L.h;
+    const bool ws = wg && (cb->tune.dq_wg == 3 || (cb->tune.dq_wg == 1 && n_rows >= cb->tune.dq_ws_min_rows));
     const int32_t splits = cb->tune.dq_splits ? cb->tune.dq_splits
+                           : ws               ? qr_cuda_dq_ws_splits(n_rows, n, k, cb->n_sm)
                            : wg               ? qr_cuda_dq_wg_splits((qr_type)v->type, n_rows, n, k, cb->n_sm, cb->tune.dq_wg_mt)
                                               : qr_cuda_dq_gemm_splits(n_rows, n, k, cb->n_sm);
     if (splits > 1 && !ensure_scratch(cb, &cb->dq_part, &cb->dq_part_cap, (size_t)(splits * n_rows * n) * 4,
                                       "matmul (split-K partial sums)"))
         return true;
-    if (!act_f16(cb, x, n_rows, k, wg ? 2 : 1, xh)) return true; /* kind 2: the wgmma kernel's k order */
+    if (!act_f16(cb, x, n_rows, k, wg && !ws ? 2 : 1, xh)) return true; /* kind 2: the A-from-registers k order */
     cuda_wview wv = *v;
     wv.n = n;
-    const cudaError_t e = wg ? qr_cuda_dq_wg_gemm(&wv, cw->dqt, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->n_sm,
+    const cudaError_t e = ws   ? qr_cuda_dq_ws_gemm(&wv, cw->dqt, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream)
+                          : wg ? qr_cuda_dq_wg_gemm(&wv, cw->dqt, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->n_sm,
                                                   cb->tune.dq_wg_mt, cb->stream)
                              : qr_cuda_dq_gemm(&wv, cw->dqs, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream);
     if (cuda_ok(cb, e, "matmul (dq gemm)")) act_f16_done(cb);

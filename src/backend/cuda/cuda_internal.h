@@ -45,8 +45,11 @@ typedef struct qr_cuda_tune {
                               * (matmul_dq.cu) instead of cuBLAS on the f16 cache (QUARREL_CUDA_DQ_GEMM=0: off) */
     int32_t dq_max_rows;     /* default 16 (QUARREL_CUDA_DQ_MAX_ROWS) */
     int32_t dq_splits;       /* split-K count; 0 (default): chosen from the shape (QUARREL_CUDA_DQ_SPLITS) */
-    int32_t dq_wg;           /* 1 (default where the GPU is sm_90 and the build has sm_90a code): batches of at least
-                              * dq_wg_min_rows rows on the wgmma version of that kernel (QUARREL_CUDA_DQ_WG=0: off) */
+    int32_t dq_wg;           /* the wgmma versions of that kernel for batches of at least dq_wg_min_rows rows (where the
+                              * GPU is sm_90 and the build has sm_90a code): 1 (default) A from registers below
+                              * dq_ws_min_rows rows, the shared-memory (SS) version from there; 2 (QUARREL_CUDA_DQ_WG=rs)
+                              * always the first, 3 (=ss) always the second, 0 (=0) neither */
+    int32_t dq_ws_min_rows;  /* default 33 (QUARREL_CUDA_DQ_WS_MIN_ROWS) */
     int32_t dq_wg_min_rows;  /* default 9 (QUARREL_CUDA_DQ_WG_MIN_ROWS) */
     int32_t dq_wg_mt;        /* its weight rows a CTA: 1 = 128, 2 = 256, 0 (default) = by the shape (QUARREL_CUDA_DQ_WG_MT) */
     int32_t f16_cache;       /* 1 (default): a quantized 2-D weight multiplied by more rows than the mat-vec takes is

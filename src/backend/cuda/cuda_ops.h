@@ -385,6 +385,11 @@ bool qr_cuda_dq_wg_available(void);
  * 128 values one contiguous tile of every row's codes and scale-plane entries, as the kernel's shared memory holds
  * them, so that a stage is one sequential read. */
 size_t qr_cuda_dq_wg_tiles_bytes(const cuda_wview *w);
+/* Version 4 (same tiles): each stage's weights dequantized once into shared memory, tokens as wgmma's M side;
+ * xh in kind 1's natural order; splits from qr_cuda_dq_ws_splits. */
+int32_t qr_cuda_dq_ws_splits(int64_t n_tok, int64_t n_out, int64_t k, int32_t sms);
+cudaError_t qr_cuda_dq_ws_gemm(const cuda_wview *w, const void *tiles, const void *xh, int64_t n_tok, int64_t n_out,
+                               int32_t splits, float *part, float *y, cudaStream_t stream);
 cudaError_t qr_cuda_dq_wg_tiles(const cuda_wview *w, const void *scales, void *out, cudaStream_t stream);
 int32_t qr_cuda_dq_wg_splits(qr_type type, int64_t n_tok, int64_t n_out, int64_t k, int32_t sms, int mt_force);
 cudaError_t qr_cuda_dq_wg_gemm(const cuda_wview *w, const void *tiles, const void *xh, int64_t n_tok, int64_t n_out,

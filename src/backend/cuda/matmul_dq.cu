@@ -63,6 +63,14 @@ template <> struct dq<QR_TYPE_Q4_K> {
         const uint32_t w = *(const uint32_t *)(wrow + 32 * (s >> 1) + 16 * j + 4 * t);
         return (w >> (4 * (s & 1))) & 0x0F0F0F0Fu;
     }
+    /* values 8 kc .. 8 kc + 7 of the stage (the SS kernel): their codes as bytes (c0: the first 4), and {mul, add} */
+    static __device__ __forceinline__ void codes8(const uint8_t *wrow, int kc, uint32_t &c0, uint32_t &c1) {
+        const int sb = kc >> 2;
+        const uint2 w = *(const uint2 *)(wrow + 32 * (sb >> 1) + 8 * (kc & 3));
+        c0 = (w.x >> (4 * (sb & 1))) & 0x0F0F0F0Fu;
+        c1 = (w.y >> (4 * (sb & 1))) & 0x0F0F0F0Fu;
+    }
+    static __device__ __forceinline__ uint32_t scale8(const uint8_t *sc, int kc) { return *(const uint32_t *)(sc + 4 * (kc >> 2)); }
 };
 
 /* Q6_K: p0 = ql[128] | qh[64], p1 = scales[16] (int8, one per 16 values), p2 = d (f16). Value 128h + 32k + l:
@@ -96,6 +104,16 @@ template <> struct dq<QR_TYPE_Q6_K> {
         const uint32_t l = *(const uint32_t *)(wrow + 32 * (s & 1) + 16 * j + 4 * t);
         const uint32_t hb = *(const uint32_t *)(wrow + 64 + 16 * j + 4 * t);
         return ((l >> (4 * (s >> 1))) & 0x0F0F0F0Fu) | (((hb >> (2 * s)) & 0x03030303u) << 4);
+    }
+    static __device__ __forceinline__ void codes8(const uint8_t *wrow, int kc, uint32_t &c0, uint32_t &c1) {
+        const int s = kc >> 2;
+        const uint2 l = *(const uint2 *)(wrow + 32 * (s & 1) + 8 * (kc & 3));
+        const uint2 hb = *(const uint2 *)(wrow + 64 + 8 * (kc & 3));
+        c0 = ((l.x >> (4 * (s >> 1))) & 0x0F0F0F0Fu) | (((hb.x >> (2 * s)) & 0x03030303u) << 4);
+        c1 = ((l.y >> (4 * (s >> 1))) & 0x0F0F0F0Fu) | (((hb.y >> (2 * s)) & 0x03030303u) << 4);
+    }
+    static __device__ __forceinline__ uint32_t scale8(const uint8_t *sc, int kc) {
+        return (uint32_t)*(const uint16_t *)(sc + 2 * (kc >> 1)); /* {mul, add 0} */
     }
 };
 
@@ -335,6 +353,39 @@ static __device__ __forceinline__ void wg_wait_all(void) {
 /* cp.async wrote the stage through the generic proxy; wgmma reads it through the async proxy */
 static __device__ __forceinline__ void fence_proxy_async(void) {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* both operands from shared memory (the SS form): A = activations (m64 tokens), B = dequantized weights */
+static __device__ __forceinline__ void wg_mma_ss_n64(float *d, uint64_t da, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(1));
+}
+
+static __device__ __forceinline__ void wg_mma_ss_n128(float *d, uint64_t da, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(1));
 }
 #endif
 
@@ -630,6 +681,207 @@ extern "C" cudaError_t qr_cuda_dq_scales(const cuda_wview *w, void *out, cudaStr
     const unsigned grid = (unsigned)((n_blk + 255) / 256);
     if (w->type == QR_TYPE_Q4_K) dq_scales_kernel<QR_TYPE_Q4_K><<<grid, 256, 0, stream>>>(*w, n_blk, (uint32_t *)out);
     else dq_scales_kernel<QR_TYPE_Q6_K><<<grid, 256, 0, stream>>>(*w, n_blk, (uint32_t *)out);
+    return cudaGetLastError();
+}
+
+
+/* ---- version 4: the weights dequantized once into shared memory, both wgmma operands from there (SS) ----
+ *
+ * Version 3 (A from registers) spends ~3.4 instructions a weight value and its wgmma is as small as the batch
+ * (m64 x n = tokens), so the warps' issue bounds it from ~32 rows. Here the 256 threads turn each stage's codes
+ * (the same tiles) into f16 in shared memory once — a thread 8 consecutive values of one row: one LDS.64, 8 f16
+ * values by deq4, one STS.128 into the K-major layout with the 128-byte swizzle — and the tokens become
+ * wgmma's M side (A = the activations, m64 a warpgroup, from the staged ring in the same layout), the weight
+ * rows its N side (B = the dequantized tile). Both operands use the 128-byte swizzle (sw128): the no-swizzle
+ * layout of version 3 left the tensor pipe at ~25 %. MTOK = 1: up to 64 tokens, warpgroup w takes weight rows 64 w..
+ * (m64n64); MTOK = 2: up to 128 tokens, warpgroup w takes tokens 64 w.. and all 128 rows (m64n128). The ring
+ * loads S - 2 stages ahead, so the stage it overwrites (it - 2) is no longer read by a wgmma still in flight; two
+ * dequantization buffers alternate the same way. The activations are kind 1 (natural order). */
+#define WS_BM 128
+
+/* The byte offset of 8-value chunk c (0..15 of a 128-value stage) of row r (of `rows`) in the K-major layout with the
+ * 128-byte swizzle: two panels of 64 values (rows x 128 bytes each), 8-row atoms of 1024 bytes, the chunk's slot in
+ * its 128-byte row XORed with the row's place in the atom. */
+static __device__ __forceinline__ uint32_t sw128(int c, int r, int rows) {
+    return (uint32_t)((c >> 3) * rows * 128 + (r >> 3) * 1024 + (r & 7) * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+template <qr_type TY, int MTOK> struct ws_cfg {
+    static constexpr int NTOK = 64 * MTOK;
+    static constexpr int TILE = WS_BM * dq<TY>::WP;             /* codes + scale plane of the stage */
+    static constexpr int O_X = (TILE + 1023) / 1024 * 1024;    /* the activations' two panels, 1024-aligned */
+    static constexpr int SLOT = O_X + NTOK * WG_KS * 2;
+    static constexpr int DQB = WS_BM * WG_KS * 2;              /* one dequantized stage: 32 KB, two panels */
+    static constexpr int FIT = (223 * 1024 - 2 * DQB) / SLOT;
+    static constexpr int S = FIT < 5 ? FIT : 5;
+    static constexpr int SMEM = 1024 + 2 * DQB + S * SLOT;     /* + the alignment of the base */
+};
+
+template <qr_type TY, int MTOK>
+static __global__ void __launch_bounds__(WG_THREADS, 1)
+    dq_ws_kernel(const uint8_t *__restrict__ tiles, const __half *__restrict__ x, int64_t k, int64_t n_tok, int64_t n_out,
+                 float *__restrict__ y) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef dq<TY> D;
+    typedef ws_cfg<TY, MTOK> C;
+    static_assert(C::S >= 3, "the ring needs 3 slots");
+    constexpr int NTOK = C::NTOK, XCH = NTOK / 16, TCH = C::TILE / 16, WCH = (TCH + WG_THREADS - 1) / WG_THREADS;
+    extern __shared__ __align__(16) uint8_t sm[];
+    /* 128-byte swizzle needs 1024-byte aligned panels */
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(sm), pad = (1024u - (raw & 1023u)) & 1023u;
+    uint8_t *base = sm + pad, *dqb = base, *ring = base + 2 * C::DQB;
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int64_t tok0 = (int64_t)blockIdx.x * NTOK, row0 = (int64_t)blockIdx.y * WS_BM, n_st = k / WG_KS;
+    const int64_t st0 = n_st * blockIdx.z / gridDim.z, st1 = n_st * (blockIdx.z + 1) / gridDim.z;
+    const int n_it = (int)(st1 - st0);
+    float *out = y + (int64_t)blockIdx.z * n_tok * n_out;
+
+    /* copies: the tile's chunks tid + 256 j (one sequential read), the activations' chunk xc of tokens n0 + 16 j */
+    const uint8_t *wsrc = tiles + (row0 / WS_BM * n_st + st0) * C::TILE;
+    const int xc = (tid >> 3) & 15, n0 = (tid & 7) | ((tid >> 7) << 3);
+    const __half *xp = x + (tok0 + n0) * k + st0 * WG_KS + xc * 8;
+    const int64_t xstride = 16 * k;
+    uint32_t xok = 0;
+#pragma unroll
+    for (int j = 0; j < XCH; j++) xok |= (uint32_t)(tok0 + n0 + 16 * j < n_tok) << j;
+    auto load_stage = [&](int it) {
+        uint8_t *sl = ring + (it % C::S) * C::SLOT;
+#pragma unroll
+        for (int j = 0; j < WCH; j++)
+            if (TCH % WG_THREADS == 0 || tid + WG_THREADS * j < TCH)
+                cp_async16(sl + (tid + WG_THREADS * j) * 16, wsrc + (int64_t)it * C::TILE + (tid + WG_THREADS * j) * 16);
+#pragma unroll
+        for (int j = 0; j < XCH; j++) {
+            const bool ok = (xok >> j) & 1;
+            cp_async16(sl + C::O_X + sw128(xc, n0 + 16 * j, NTOK), ok ? xp + j * xstride + (int64_t)it * WG_KS : x, ok ? 16 : 0);
+        }
+    };
+
+    constexpr int NW = MTOK == 1 ? 64 : 128; /* weight rows a warpgroup's wgmma covers */
+    float acc[NW / 2];
+#pragma unroll
+    for (int i = 0; i < NW / 2; i++) acc[i] = 0.0f;
+    const uint32_t sbase = raw + pad;
+    /* both operands K-major with the 128-byte swizzle: stride byte offset 1024 (8 rows), leading offset unused */
+    const uint64_t dhi = ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+    const uint32_t a_off = MTOK == 1 ? 0 : wg * 64 * 128, b_off = MTOK == 1 ? wg * 64 * 128 : 0;
+    /* the dequantization: row r = tid & 127, chunks kc = (tid >> 7) + 2 j */
+    const int dr = tid & 127, dk0 = tid >> 7;
+
+#pragma unroll
+    for (int s = 0; s < C::S - 2; s++) {
+        if (s < n_it) load_stage(s);
+        cp_async_commit();
+    }
+    for (int it = 0; it < n_it; it++) {
+        cp_async_wait<C::S - 3>();
+        wg_wait<1>(); /* the wgmma of stage it - 2 is done: its ring slot and dequantization buffer are free */
+        __syncthreads();
+        if (it + C::S - 2 < n_it) load_stage(it + C::S - 2);
+        cp_async_commit();
+        const uint8_t *sl = ring + (it % C::S) * C::SLOT, *wr = sl + dr * D::WP;
+        uint8_t *db = dqb + (it & 1) * C::DQB;
+        /* every load first, then the stores (the compiler cannot tell the two buffers apart) */
+        uint32_t c0[8], c1[8], sc[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            D::codes8(wr, dk0 + 2 * j, c0[j], c1[j]);
+            sc[j] = D::scale8(wr + D::CODE, dk0 + 2 * j);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            uint4 v;
+            deq4<D::OFF>(c0[j], sc[j], v.x, v.y);
+            deq4<D::OFF>(c1[j], sc[j], v.z, v.w);
+            *(uint4 *)(db + sw128(dk0 + 2 * j, dr, WS_BM)) = v;
+        }
+        fence_proxy_async();
+        __syncthreads(); /* the stage's f16 weights written by all; its activations landed (cp.async + fence) */
+        /* the descriptors of step 0; step q adds its byte offset / 16 to the 14-bit start field (no carry: every
+         * address is below 256 KB) */
+        const uint64_t da0 = dhi | (uint64_t)((sbase + (uint32_t)(2 * C::DQB + (it % C::S) * C::SLOT + C::O_X) + a_off) >> 4);
+        const uint64_t db0 = dhi | (uint64_t)((sbase + (uint32_t)((it & 1) * C::DQB) + b_off) >> 4);
+        wg_fence();
+#pragma unroll
+        for (int q = 0; q < 8; q++) {
+            const uint64_t da = da0 + (uint64_t)(((q >> 2) * NTOK * 128 + (q & 3) * 32) >> 4);
+            const uint64_t dbd = db0 + (uint64_t)(((q >> 2) * WS_BM * 128 + (q & 3) * 32) >> 4);
+            if (MTOK == 1) wg_mma_ss_n64(acc, da, dbd);
+            else wg_mma_ss_n128(acc, da, dbd);
+        }
+        wg_commit();
+    }
+    wg_wait_all();
+    cp_async_wait<0>();
+#pragma unroll
+    for (int i = 0; i < NW / 2; i++) asm volatile("" : "+f"(acc[i])::"memory");
+
+    /* D[token][weight row]: token 16 warp + g (+ 8), rows 8 i + 2 t, + 1 (a float2 a token) */
+    const int64_t tb = tok0 + (MTOK == 1 ? 0 : wg * 64) + warp * 16 + g;
+    const int64_t rb = row0 + (MTOK == 1 ? wg * 64 : 0) + 2 * t;
+    const bool pairs = (n_out & 1) == 0 && ((uintptr_t)out & 7) == 0;
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const int64_t tok = tb + 8 * hh;
+        if (tok >= n_tok) continue;
+#pragma unroll
+        for (int i = 0; i < NW / 8; i++) {
+            const int64_t row = rb + 8 * i;
+            const float v0 = acc[4 * i + 2 * hh], v1 = acc[4 * i + 2 * hh + 1];
+            if (pairs && row + 1 < n_out) *(float2 *)(out + tok * n_out + row) = make_float2(v0, v1);
+            else {
+                if (row < n_out) out[tok * n_out + row] = v0;
+                if (row + 1 < n_out) out[tok * n_out + row + 1] = v1;
+            }
+        }
+    }
+#endif
+}
+
+template <qr_type TY, int MTOK>
+static cudaError_t launch_ws(const uint8_t *tiles, const __half *x, int64_t k, int64_t n_tok, int64_t n_out, int32_t splits,
+                             float *y, cudaStream_t stream) {
+    constexpr int smem = ws_cfg<TY, MTOK>::SMEM;
+    const cudaError_t e = cudaFuncSetAttribute(dq_ws_kernel<TY, MTOK>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    const dim3 grid((unsigned)((n_tok + 64 * MTOK - 1) / (64 * MTOK)), (unsigned)((n_out + WS_BM - 1) / WS_BM), (unsigned)splits);
+    dq_ws_kernel<TY, MTOK><<<grid, WG_THREADS, smem, stream>>>(tiles, x, k, n_tok, n_out, y);
+    return cudaGetLastError();
+}
+
+/* The SS kernel's split-K count: the smallest that fills 80 % of the SMs' slots (1 CTA an SM), at most 8, at least
+ * 4 stages a split. */
+extern "C" int32_t qr_cuda_dq_ws_splits(int64_t n_tok, int64_t n_out, int64_t k, int32_t sms) {
+    const int64_t ntok = n_tok <= 64 ? 64 : 128;
+    const int64_t tiles = ((n_tok + ntok - 1) / ntok) * ((n_out + WS_BM - 1) / WS_BM), n_st = k / WG_KS;
+    int32_t best = 1;
+    double best_eff = 0;
+    for (int32_t s = 1; s <= 8 && s <= (n_st / 4 > 0 ? n_st / 4 : 1); s++) {
+        const int64_t ctas = tiles * s, waves = (ctas + sms - 1) / sms;
+        const double eff = (double)ctas / (double)(waves * sms);
+        if (eff > best_eff + 1e-9) best_eff = eff, best = s;
+        if (eff >= 0.8) break;
+    }
+    return best;
+}
+
+extern "C" cudaError_t qr_cuda_dq_ws_gemm(const cuda_wview *w, const void *tiles, const void *xh, int64_t n_tok,
+                                          int64_t n_out, int32_t splits, float *part, float *y, cudaStream_t stream) {
+    if (n_tok <= 0) return cudaSuccess;
+    if (!qr_cuda_dq_gemm_supported((qr_type)w->type) || w->k % 256 || w->nb != w->k / 256 || n_out <= 0 || splits < 1 ||
+        splits > 8 || (splits > 1 && !part) || (n_tok + 63) / 64 > 65535 || (n_out + WS_BM - 1) / WS_BM > 65535)
+        return cudaErrorInvalidValue;
+    float *dst = splits > 1 ? part : y;
+    const __half *x = (const __half *)xh;
+    const uint8_t *tp = (const uint8_t *)tiles;
+    const bool q4 = w->type == QR_TYPE_Q4_K, one = n_tok <= 64;
+    cudaError_t e = q4 ? (one ? launch_ws<QR_TYPE_Q4_K, 1>(tp, x, w->k, n_tok, n_out, splits, dst, stream)
+                              : launch_ws<QR_TYPE_Q4_K, 2>(tp, x, w->k, n_tok, n_out, splits, dst, stream))
+                       : (one ? launch_ws<QR_TYPE_Q6_K, 1>(tp, x, w->k, n_tok, n_out, splits, dst, stream)
+                              : launch_ws<QR_TYPE_Q6_K, 2>(tp, x, w->k, n_tok, n_out, splits, dst, stream));
+    if (e != cudaSuccess || splits == 1) return e;
+    const int64_t n = n_tok * n_out;
+    dq_reduce_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, splits, n, y);
     return cudaGetLastError();
 }
 
