@@ -254,6 +254,7 @@ static void cuda_weight_release(qr_backend *be, qr_weight *w) {
         cudaFree(cw->mem);
         if (cw->dqs) cudaFree(cw->dqs);
         if (cw->dqt) cudaFree(cw->dqt);
+        if (cw->dqw) cudaFree(cw->dqw);
         if (cw->f16) {
             cudaFree(cw->f16);
             cb->f16_cache_bytes -= (size_t)cw->v.n * (size_t)cw->v.k * 2;
@@ -851,6 +852,9 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     if (!cb->tune.dq_gemm || n_rows > cb->tune.dq_max_rows || !qr_cuda_dq_gemm_supported((qr_type)v->type) || k % 256 ||
         v->nb != k / 256 || !cb->tune.gemm_q8_act)
         return false;
+    /* past dq_small_max_rows rows only the large matrices (the FFN's, the output): on the small ones the f16 cache
+     * is faster there */
+    if (n_rows > cb->tune.dq_small_max_rows && n < 8192 && k < 8192) return false;
     cuda_weight *mw = (cuda_weight *)cw;
     if (!mw->dqs) { /* the scale plane, once (not while a graph is captured: the warm-up run made it) */
         if (mw->dqs_tried || cb->capturing || v->n != n) return false;
@@ -862,18 +866,23 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
         }
         if (!cuda_ok(cb, qr_cuda_dq_scales(v, mw->dqs, cb->stream), "matmul (dq scales)")) return true;
     }
-    bool wg = cb->tune.dq_wg && n_rows >= cb->tune.dq_wg_min_rows; /* Hopper's wgmma version */
-    if (wg && !mw->dqt) { /* its tiles, once, from the scale plane (not while a graph is captured) */
-        if (mw->dqt_tried || cb->capturing) {
-            wg = false;
+    bool wg = cb->tune.dq_wg && n_rows >= cb->tune.dq_wg_min_rows; /* Hopper's wgmma versions */
+    bool ws = wg && (cb->tune.dq_wg == 3 || (cb->tune.dq_wg == 1 && n_rows >= cb->tune.dq_ws_min_rows));
+    void **tiles = ws ? &mw->dqw : &mw->dqt;
+    bool *tried = ws ? &mw->dqw_tried : &mw->dqt_tried;
+    if (wg && !*tiles) { /* their tiles, once, from the scale plane (not while a graph is captured) */
+        if (*tried || cb->capturing) {
+            wg = ws = false;
         } else {
-            mw->dqt_tried = true;
-            const size_t tb = qr_cuda_dq_wg_tiles_bytes(v);
-            if (!room_for_copy(cb, tb) || cudaMalloc(&mw->dqt, tb) != cudaSuccess) {
+            *tried = true;
+            const size_t tb = ws ? qr_cuda_dq_ws_tiles_bytes(v) : qr_cuda_dq_wg_tiles_bytes(v);
+            if (!room_for_copy(cb, tb) || cudaMalloc(tiles, tb) != cudaSuccess) {
                 (void)cudaGetLastError();
-                mw->dqt = NULL;
-                wg = false;
-            } else if (!cuda_ok(cb, qr_cuda_dq_wg_tiles(v, mw->dqs, mw->dqt, cb->stream), "matmul (dq tiles)")) {
+                *tiles = NULL;
+                wg = ws = false;
+            } else if (!cuda_ok(cb, ws ? qr_cuda_dq_ws_tiles(v, mw->dqs, *tiles, cb->stream)
+                                       : qr_cuda_dq_wg_tiles(v, mw->dqs, *tiles, cb->stream),
+                                "matmul (dq tiles)")) {
                 return true;
             }
         }
@@ -883,7 +892,6 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     cb->act_valid = false;
     cb->hold_valid = false; /* the f16 rows below overwrite the scratch */
     void *xh = (uint8_t *)cb->act + L.h;
-    const bool ws = wg && (cb->tune.dq_wg == 3 || (cb->tune.dq_wg == 1 && n_rows >= cb->tune.dq_ws_min_rows));
     const int32_t splits = cb->tune.dq_splits ? cb->tune.dq_splits
                            : ws               ? qr_cuda_dq_ws_splits(n_rows, n, k, cb->n_sm)
                            : wg               ? qr_cuda_dq_wg_splits((qr_type)v->type, n_rows, n, k, cb->n_sm, cb->tune.dq_wg_mt)
@@ -894,7 +902,7 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     if (!act_f16(cb, x, n_rows, k, wg && !ws ? 2 : 1, xh)) return true; /* kind 2: the A-from-registers k order */
     cuda_wview wv = *v;
     wv.n = n;
-    const cudaError_t e = ws   ? qr_cuda_dq_ws_gemm(&wv, cw->dqt, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream)
+    const cudaError_t e = ws   ? qr_cuda_dq_ws_gemm(&wv, cw->dqw, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream)
                           : wg ? qr_cuda_dq_wg_gemm(&wv, cw->dqt, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->n_sm,
                                                   cb->tune.dq_wg_mt, cb->stream)
                              : qr_cuda_dq_gemm(&wv, cw->dqs, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream);
@@ -2020,7 +2028,10 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
              prop.minor, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
     cb->has_pdl = prop.major >= 9;
     cuda_tune_defaults(&cb->tune);
-    if (cb->tune.dq_wg && !(prop.major == 9 && prop.minor == 0 && qr_cuda_dq_wg_available())) cb->tune.dq_wg = 0;
+    if (cb->tune.dq_wg && !(prop.major == 9 && prop.minor == 0 && qr_cuda_dq_wg_available())) {
+        cb->tune.dq_wg = 0;
+        if (!getenv("QUARREL_CUDA_DQ_MAX_ROWS")) cb->tune.dq_max_rows = 16; /* the mma.sync version's range */
+    }
     if (cb->tune.exact) {
         cb->exact = true;
         be->ops = &cuda_ops_exact;

@@ -23,6 +23,8 @@ typedef struct cuda_weight {
     bool dqs_tried;
     void *dqt;      /* the wgmma version's tiles (codes + scale plane per 128 rows x 128 values; first use), or NULL */
     bool dqt_tried;
+    void *dqw;      /* the shared-memory wgmma version's tiles (first use), or NULL */
+    bool dqw_tried;
 } cuda_weight;
 
 struct qr_kv_storage {

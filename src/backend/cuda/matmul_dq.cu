@@ -702,13 +702,52 @@ extern "C" cudaError_t qr_cuda_dq_scales(const cuda_wview *w, void *out, cudaStr
 /* The byte offset of 8-value chunk c (0..15 of a 128-value stage) of row r (of `rows`) in the K-major layout with the
  * 128-byte swizzle: two panels of 64 values (rows x 128 bytes each), 8-row atoms of 1024 bytes, the chunk's slot in
  * its 128-byte row XORed with the row's place in the atom. */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 static __device__ __forceinline__ uint32_t sw128(int c, int r, int rows) {
     return (uint32_t)((c >> 3) * rows * 128 + (r >> 3) * 1024 + (r & 7) * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
+#endif
+
+/* The SS kernel's tiles. Q6_K: version 3's rows (dq<Q6_K>: codes, then the scale plane; row r at r x WP). Q4_K:
+ * its own (qr_cuda_dq_ws_tiles), column-major so that consecutive rows are consecutive words (no bank conflicts):
+ * word (c, r) at (128 c + r) x 4 = the codes of values 8c..8c+7 of row r as nibbles v0 v2 v4 v6 v1 v3 v5 v7 (bit 0
+ * up), so that a mask with 0x000F000F (after a shift by 0, 4, 8, 12) gives the pair (v2i, v2i+1) in the low
+ * nibbles of two halves; then from byte 8192 per sub-block sb of 32 the pairs {mul, mul}, {add, add} of row r at
+ * 8192 + (128 sb + r) x 8. 8 values: one LDS.32, 3 shifts, 4 LOP3, 4 HSUB2, 4 HFMA2 — deq4's f16 values. */
+template <qr_type TY> struct ws_fmt;
+template <> struct ws_fmt<QR_TYPE_Q6_K> {
+    typedef dq<QR_TYPE_Q6_K> D;
+    static constexpr int TILE = 128 * D::WP;
+    static __device__ __forceinline__ void deq8(const uint8_t *tile, int r, int kc, uint4 &v) {
+        const uint8_t *wr = tile + r * D::WP;
+        uint32_t c0, c1;
+        D::codes8(wr, kc, c0, c1);
+        const uint32_t sc = D::scale8(wr + D::CODE, kc);
+        deq4<D::OFF>(c0, sc, v.x, v.y);
+        deq4<D::OFF>(c1, sc, v.z, v.w);
+    }
+};
+template <> struct ws_fmt<QR_TYPE_Q4_K> {
+    static constexpr int TILE = 128 * 96, SCALES = 8192;
+    static __device__ __forceinline__ uint32_t pair(uint32_t w, uint32_t mul, uint32_t add) {
+        const uint32_t h = (w & 0x000F000Fu) | 0x64006400u;
+        const __half2 r = __hfma2(__hsub2(*(const __half2 *)&h, __float2half2_rn(1024.0f)), *(const __half2 *)&mul,
+                                  *(const __half2 *)&add);
+        return *(const uint32_t *)&r;
+    }
+    static __device__ __forceinline__ void deq8(const uint8_t *tile, int r, int kc, uint4 &v) {
+        const uint32_t w = *(const uint32_t *)(tile + (128 * kc + r) * 4);
+        const uint2 sc = *(const uint2 *)(tile + SCALES + (128 * (kc >> 2) + r) * 8);
+        v.x = pair(w, sc.x, sc.y);
+        v.y = pair(w >> 4, sc.x, sc.y);
+        v.z = pair(w >> 8, sc.x, sc.y);
+        v.w = pair(w >> 12, sc.x, sc.y);
+    }
+};
 
 template <qr_type TY, int MTOK> struct ws_cfg {
     static constexpr int NTOK = 64 * MTOK;
-    static constexpr int TILE = WS_BM * dq<TY>::WP;             /* codes + scale plane of the stage */
+    static constexpr int TILE = ws_fmt<TY>::TILE;               /* codes + scales of the stage */
     static constexpr int O_X = (TILE + 1023) / 1024 * 1024;    /* the activations' two panels, 1024-aligned */
     static constexpr int SLOT = O_X + NTOK * WG_KS * 2;
     static constexpr int DQB = WS_BM * WG_KS * 2;              /* one dequantized stage: 32 KB, two panels */
@@ -722,7 +761,6 @@ static __global__ void __launch_bounds__(WG_THREADS, 1)
     dq_ws_kernel(const uint8_t *__restrict__ tiles, const __half *__restrict__ x, int64_t k, int64_t n_tok, int64_t n_out,
                  float *__restrict__ y) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    typedef dq<TY> D;
     typedef ws_cfg<TY, MTOK> C;
     static_assert(C::S >= 3, "the ring needs 3 slots");
     constexpr int NTOK = C::NTOK, XCH = NTOK / 16, TCH = C::TILE / 16, WCH = (TCH + WG_THREADS - 1) / WG_THREADS;
@@ -779,22 +817,14 @@ static __global__ void __launch_bounds__(WG_THREADS, 1)
         __syncthreads();
         if (it + C::S - 2 < n_it) load_stage(it + C::S - 2);
         cp_async_commit();
-        const uint8_t *sl = ring + (it % C::S) * C::SLOT, *wr = sl + dr * D::WP;
+        const uint8_t *sl = ring + (it % C::S) * C::SLOT;
         uint8_t *db = dqb + (it & 1) * C::DQB;
-        /* every load first, then the stores (the compiler cannot tell the two buffers apart) */
-        uint32_t c0[8], c1[8], sc[8];
+        /* every value first, then the stores (the compiler cannot tell the two buffers apart) */
+        uint4 v[8];
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            D::codes8(wr, dk0 + 2 * j, c0[j], c1[j]);
-            sc[j] = D::scale8(wr + D::CODE, dk0 + 2 * j);
-        }
+        for (int j = 0; j < 8; j++) ws_fmt<TY>::deq8(sl, dr, dk0 + 2 * j, v[j]);
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            uint4 v;
-            deq4<D::OFF>(c0[j], sc[j], v.x, v.y);
-            deq4<D::OFF>(c1[j], sc[j], v.z, v.w);
-            *(uint4 *)(db + sw128(dk0 + 2 * j, dr, WS_BM)) = v;
-        }
+        for (int j = 0; j < 8; j++) *(uint4 *)(db + sw128(dk0 + 2 * j, dr, WS_BM)) = v[j];
         fence_proxy_async();
         __syncthreads(); /* the stage's f16 weights written by all; its activations landed (cp.async + fence) */
         /* the descriptors of step 0; step q adds its byte offset / 16 to the 14-bit start field (no carry: every
@@ -882,6 +912,50 @@ extern "C" cudaError_t qr_cuda_dq_ws_gemm(const cuda_wview *w, const void *tiles
     if (e != cudaSuccess || splits == 1) return e;
     const int64_t n = n_tok * n_out;
     dq_reduce_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, splits, n, y);
+    return cudaGetLastError();
+}
+
+/* The SS kernel's Q4_K tiles (ws_fmt<Q4_K>) from the plane layout and the scale plane: one thread a (row, stage). */
+static __global__ void dq_ws_tiles_q4k_kernel(const cuda_wview w, const uint8_t *__restrict__ sp, int64_t n_rt,
+                                              int64_t n_st, uint8_t *__restrict__ out) {
+    typedef dq<QR_TYPE_Q4_K> D;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_rt * n_st * 128) return;
+    const int r = (int)(i & 127);
+    const int64_t ts = i >> 7, s = ts % n_st, rt = ts / n_st;
+    const int64_t row = rt * 128 + r < w.n ? rt * 128 + r : w.n - 1;
+    const uint8_t *rp = w.p0 + row * w.nb * D::BLK + s * 64; /* the stage's 64 code bytes */
+    uint8_t *dst = out + ts * ws_fmt<QR_TYPE_Q4_K>::TILE;
+    for (int c = 0; c < 16; c++) {
+        uint32_t word = 0;
+        for (int e = 0; e < 8; e++) {
+            const int v = 8 * c + e, sb = v >> 5, pos = v & 31;
+            const uint32_t q = (rp[32 * (sb >> 1) + pos] >> (4 * (sb & 1))) & 15u;
+            const int slot = (e & 1) ? 4 + (e >> 1) : (e >> 1); /* v0 v2 v4 v6 v1 v3 v5 v7 */
+            word |= q << (4 * slot);
+        }
+        *(uint32_t *)(dst + (128 * c + r) * 4) = word;
+    }
+    const uint8_t *sc = sp + row * w.nb * 32 + s * 16;
+    for (int sb = 0; sb < 4; sb++) {
+        const uint32_t e = *(const uint32_t *)(sc + 4 * sb);
+        uint8_t *o = dst + ws_fmt<QR_TYPE_Q4_K>::SCALES + (128 * sb + r) * 8;
+        *(uint32_t *)o = __byte_perm(e, 0, 0x1010);
+        *(uint32_t *)(o + 4) = __byte_perm(e, 0, 0x3232);
+    }
+}
+
+extern "C" size_t qr_cuda_dq_ws_tiles_bytes(const cuda_wview *w) {
+    const int64_t n_rt = (w->n + 127) / 128, n_st = w->k / WG_KS;
+    return (size_t)(n_rt * n_st) * (size_t)(w->type == QR_TYPE_Q4_K ? ws_fmt<QR_TYPE_Q4_K>::TILE : ws_fmt<QR_TYPE_Q6_K>::TILE);
+}
+
+extern "C" cudaError_t qr_cuda_dq_ws_tiles(const cuda_wview *w, const void *scales, void *out, cudaStream_t stream) {
+    if (w->type != QR_TYPE_Q4_K) return qr_cuda_dq_wg_tiles(w, scales, out, stream); /* the same rows */
+    if (w->nb <= 0 || w->k % 256 || !scales) return cudaErrorInvalidValue;
+    const int64_t n_rt = (w->n + 127) / 128, n_st = w->k / WG_KS, n = n_rt * n_st * 128;
+    dq_ws_tiles_q4k_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(*w, (const uint8_t *)scales, n_rt, n_st,
+                                                                           (uint8_t *)out);
     return cudaGetLastError();
 }
 
