@@ -408,15 +408,29 @@ template <qr_type TY, int NT, int MT> struct wg_cfg {
 /* Grid (token tiles, row tiles, splits); y or part[split] = [n_tok][n_out] f32 as dq_gemm_kernel. */
 /* The tiles: tile (rt, s) = rows 128 rt.. (the last row repeated past n), values 128 s..; row r of it at r x WP:
  * the stage's codes as D::copy lays them out, then its 16 bytes of the scale plane. One thread a (row, stage). */
+/* Thread i of a tile builder: row r of tile ts = (row tile, stage s), the weight row it copies (the last past n). */
+struct tile_pos {
+    int r;
+    int64_t ts, s, row;
+};
+static __device__ __forceinline__ bool tile_at(int64_t i, int64_t n_rt, int64_t n_st, int64_t n, tile_pos *p) {
+    if (i >= n_rt * n_st * 128) return false;
+    p->r = (int)(i & 127);
+    p->ts = i >> 7;
+    p->s = p->ts % n_st;
+    const int64_t row = p->ts / n_st * 128 + p->r;
+    p->row = row < n ? row : n - 1;
+    return true;
+}
+
 template <qr_type TY>
 static __global__ void dq_wg_tiles_kernel(const cuda_wview w, const uint8_t *__restrict__ sp, int64_t n_rt, int64_t n_st,
                                           uint8_t *__restrict__ out) {
     typedef dq<TY> D;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n_rt * n_st * 128) return;
-    const int r = (int)(i & 127);
-    const int64_t ts = i >> 7, s = ts % n_st, rt = ts / n_st;
-    const int64_t row = rt * 128 + r < w.n ? rt * 128 + r : w.n - 1;
+    tile_pos p;
+    if (!tile_at(i, n_rt, n_st, w.n, &p)) return;
+    const int64_t s = p.s, row = p.row;
     uint8_t *dst = out + i * D::WP;
     const uint8_t *rp = w.p0 + row * w.nb * D::BLK;
 #pragma unroll
@@ -919,13 +933,12 @@ extern "C" cudaError_t qr_cuda_dq_ws_gemm(const cuda_wview *w, const void *tiles
 static __global__ void dq_ws_tiles_q4k_kernel(const cuda_wview w, const uint8_t *__restrict__ sp, int64_t n_rt,
                                               int64_t n_st, uint8_t *__restrict__ out) {
     typedef dq<QR_TYPE_Q4_K> D;
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n_rt * n_st * 128) return;
-    const int r = (int)(i & 127);
-    const int64_t ts = i >> 7, s = ts % n_st, rt = ts / n_st;
-    const int64_t row = rt * 128 + r < w.n ? rt * 128 + r : w.n - 1;
+    tile_pos p;
+    if (!tile_at((int64_t)blockIdx.x * blockDim.x + threadIdx.x, n_rt, n_st, w.n, &p)) return;
+    const int r = p.r;
+    const int64_t s = p.s, row = p.row;
     const uint8_t *rp = w.p0 + row * w.nb * D::BLK + s * 64; /* the stage's 64 code bytes */
-    uint8_t *dst = out + ts * ws_fmt<QR_TYPE_Q4_K>::TILE;
+    uint8_t *dst = out + p.ts * ws_fmt<QR_TYPE_Q4_K>::TILE;
     for (int c = 0; c < 16; c++) {
         uint32_t word = 0;
         for (int e = 0; e < 8; e++) {
