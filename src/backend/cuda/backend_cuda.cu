@@ -866,7 +866,8 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
         }
         if (!cuda_ok(cb, qr_cuda_dq_scales(v, mw->dqs, cb->stream), "matmul (dq scales)")) return true;
     }
-    bool wg = cb->tune.dq_wg && n_rows >= cb->tune.dq_wg_min_rows; /* Hopper's wgmma versions */
+    const bool want_wg = cb->tune.dq_wg && n_rows >= cb->tune.dq_wg_min_rows; /* Hopper's wgmma versions */
+    bool wg = want_wg;
     bool ws = wg && (cb->tune.dq_wg == 3 || (cb->tune.dq_wg == 1 && n_rows >= cb->tune.dq_ws_min_rows));
     void **tiles = ws ? &mw->dqw : &mw->dqt;
     bool *tried = ws ? &mw->dqw_tried : &mw->dqt_tried;
@@ -887,6 +888,9 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
             }
         }
     }
+    /* no tiles (captured before a plain run made them, or no room): past 16 rows the f16 cache beats the mma.sync
+     * version */
+    if (want_wg && !wg && n_rows > 16) return false;
     const act_layout L = act_layout_of(n_rows, k);
     if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return true;
     cb->act_valid = false;
