@@ -869,19 +869,20 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     const bool want_wg = cb->tune.dq_wg && n_rows >= cb->tune.dq_wg_min_rows; /* Hopper's wgmma versions */
     bool wg = want_wg;
     bool ws = wg && (cb->tune.dq_wg == 3 || (cb->tune.dq_wg == 1 && n_rows >= cb->tune.dq_ws_min_rows));
-    void **tiles = ws ? &mw->dqw : &mw->dqt;
-    bool *tried = ws ? &mw->dqw_tried : &mw->dqt_tried;
+    const bool own = ws && v->type == QR_TYPE_Q4_K; /* v4's own Q4_K tiles; Q6_K shares v3's */
+    void **tiles = own ? &mw->dqw : &mw->dqt;
+    bool *tried = own ? &mw->dqw_tried : &mw->dqt_tried;
     if (wg && !*tiles) { /* their tiles, once, from the scale plane (not while a graph is captured) */
         if (*tried || cb->capturing) {
             wg = ws = false;
         } else {
             *tried = true;
-            const size_t tb = ws ? qr_cuda_dq_ws_tiles_bytes(v) : qr_cuda_dq_wg_tiles_bytes(v);
+            const size_t tb = own ? qr_cuda_dq_ws_tiles_bytes(v) : qr_cuda_dq_wg_tiles_bytes(v);
             if (!room_for_copy(cb, tb) || cudaMalloc(tiles, tb) != cudaSuccess) {
                 (void)cudaGetLastError();
                 *tiles = NULL;
                 wg = ws = false;
-            } else if (!cuda_ok(cb, ws ? qr_cuda_dq_ws_tiles(v, mw->dqs, *tiles, cb->stream)
+            } else if (!cuda_ok(cb, own ? qr_cuda_dq_ws_tiles(v, mw->dqs, *tiles, cb->stream)
                                        : qr_cuda_dq_wg_tiles(v, mw->dqs, *tiles, cb->stream),
                                 "matmul (dq tiles)")) {
                 return true;
@@ -906,7 +907,7 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     if (!act_f16(cb, x, n_rows, k, wg && !ws ? 2 : 1, xh)) return true; /* kind 2: the A-from-registers k order */
     cuda_wview wv = *v;
     wv.n = n;
-    const cudaError_t e = ws   ? qr_cuda_dq_ws_gemm(&wv, cw->dqw, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream)
+    const cudaError_t e = ws   ? qr_cuda_dq_ws_gemm(&wv, *tiles, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream)
                           : wg ? qr_cuda_dq_wg_gemm(&wv, cw->dqt, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->n_sm,
                                                   cb->tune.dq_wg_mt, cb->stream)
                              : qr_cuda_dq_gemm(&wv, cw->dqs, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream);

@@ -388,7 +388,8 @@ size_t qr_cuda_dq_wg_tiles_bytes(const cuda_wview *w);
 /* Version 4 (same tiles): each stage's weights dequantized once into shared memory, tokens as wgmma's M side;
  * xh in kind 1's natural order; splits from qr_cuda_dq_ws_splits. */
 int32_t qr_cuda_dq_ws_splits(int64_t n_tok, int64_t n_out, int64_t k, int32_t sms);
-/* its tiles (Q4_K: codes in a nibble order for 2-value conversions, scale pairs splatted; Q6_K: version 3's) */
+/* its Q4_K tiles (column-major, codes in a nibble order for 2-value conversions, scale pairs splatted); its Q6_K
+ * tiles are version 3's (qr_cuda_dq_wg_tiles) */
 size_t qr_cuda_dq_ws_tiles_bytes(const cuda_wview *w);
 cudaError_t qr_cuda_dq_ws_tiles(const cuda_wview *w, const void *scales, void *out, cudaStream_t stream);
 cudaError_t qr_cuda_dq_ws_gemm(const cuda_wview *w, const void *tiles, const void *xh, int64_t n_tok, int64_t n_out,

@@ -596,6 +596,20 @@ extern "C" bool qr_cuda_dq_wg_available(void) {
     return have == 1;
 }
 
+/* The split-K count that fills `slots` CTA slots in the fewest waves: the smallest that reaches 80 % of them, at
+ * most 8 and at least 4 of the n_st stages a split. */
+static int32_t fill_splits(int64_t tiles, int64_t n_st, int64_t slots) {
+    int32_t best = 1;
+    double best_eff = 0;
+    for (int32_t s = 1; s <= 8 && s <= (n_st / 4 > 0 ? n_st / 4 : 1); s++) {
+        const int64_t ctas = tiles * s, waves = (ctas + slots - 1) / slots;
+        const double eff = (double)ctas / (double)(waves * slots);
+        if (eff > best_eff + 1e-9) best_eff = eff, best = s;
+        if (eff >= 0.8) break;
+    }
+    return best;
+}
+
 /* The shape of a call: NT from the batch, MT = 2 (256 weight rows a CTA) for wide matrices, and the split-K count
  * that fills the SMs in the fewest waves (the smallest count that reaches 80 % of the slots, at most 8 and at
  * least 4 stages a split). */
@@ -613,17 +627,7 @@ static void wg_shape(qr_type type, int64_t n_tok, int64_t n_out, int64_t k, int3
     *mt = mt_force == 1 || mt_force == 2 ? mt_force : n_out >= 8192 ? 2 : 1;
     const int occ = type == QR_TYPE_Q4_K ? wg_ctas<QR_TYPE_Q4_K>(*nt, *mt) : wg_ctas<QR_TYPE_Q6_K>(*nt, *mt);
     const int64_t tiles = ((n_tok + *nt * 8 - 1) / (*nt * 8)) * ((n_out + 128 * *mt - 1) / (128 * *mt));
-    const int64_t n_st = k / WG_KS;
-    sms *= occ; /* wg_occ */
-    int32_t best = 1;
-    double best_eff = 0;
-    for (int32_t s = 1; s <= 8 && s <= (n_st / 4 > 0 ? n_st / 4 : 1); s++) {
-        const int64_t ctas = tiles * s, waves = (ctas + sms - 1) / sms;
-        const double eff = (double)ctas / (double)(waves * sms);
-        if (eff > best_eff + 1e-9) best_eff = eff, best = s;
-        if (eff >= 0.8) break;
-    }
-    *splits = best;
+    *splits = fill_splits(tiles, k / WG_KS, (int64_t)sms * occ); /* wg_occ */
 }
 
 extern "C" int32_t qr_cuda_dq_wg_splits(qr_type type, int64_t n_tok, int64_t n_out, int64_t k, int32_t sms,
@@ -893,20 +897,10 @@ static cudaError_t launch_ws(const uint8_t *tiles, const __half *x, int64_t k, i
     return cudaGetLastError();
 }
 
-/* The SS kernel's split-K count: the smallest that fills 80 % of the SMs' slots (1 CTA an SM), at most 8, at least
- * 4 stages a split. */
+/* The SS kernel's split-K count (1 CTA an SM). */
 extern "C" int32_t qr_cuda_dq_ws_splits(int64_t n_tok, int64_t n_out, int64_t k, int32_t sms) {
     const int64_t ntok = n_tok <= 64 ? 64 : 128;
-    const int64_t tiles = ((n_tok + ntok - 1) / ntok) * ((n_out + WS_BM - 1) / WS_BM), n_st = k / WG_KS;
-    int32_t best = 1;
-    double best_eff = 0;
-    for (int32_t s = 1; s <= 8 && s <= (n_st / 4 > 0 ? n_st / 4 : 1); s++) {
-        const int64_t ctas = tiles * s, waves = (ctas + sms - 1) / sms;
-        const double eff = (double)ctas / (double)(waves * sms);
-        if (eff > best_eff + 1e-9) best_eff = eff, best = s;
-        if (eff >= 0.8) break;
-    }
-    return best;
+    return fill_splits(((n_tok + ntok - 1) / ntok) * ((n_out + WS_BM - 1) / WS_BM), k / WG_KS, sms);
 }
 
 extern "C" cudaError_t qr_cuda_dq_ws_gemm(const cuda_wview *w, const void *tiles, const void *xh, int64_t n_tok,
@@ -959,13 +953,11 @@ static __global__ void dq_ws_tiles_q4k_kernel(const cuda_wview w, const uint8_t 
 }
 
 extern "C" size_t qr_cuda_dq_ws_tiles_bytes(const cuda_wview *w) {
-    const int64_t n_rt = (w->n + 127) / 128, n_st = w->k / WG_KS;
-    return (size_t)(n_rt * n_st) * (size_t)(w->type == QR_TYPE_Q4_K ? ws_fmt<QR_TYPE_Q4_K>::TILE : ws_fmt<QR_TYPE_Q6_K>::TILE);
+    return (size_t)(((w->n + 127) / 128) * (w->k / WG_KS)) * ws_fmt<QR_TYPE_Q4_K>::TILE;
 }
 
 extern "C" cudaError_t qr_cuda_dq_ws_tiles(const cuda_wview *w, const void *scales, void *out, cudaStream_t stream) {
-    if (w->type != QR_TYPE_Q4_K) return qr_cuda_dq_wg_tiles(w, scales, out, stream); /* the same rows */
-    if (w->nb <= 0 || w->k % 256 || !scales) return cudaErrorInvalidValue;
+    if (w->type != QR_TYPE_Q4_K || w->nb <= 0 || w->k % 256 || !scales) return cudaErrorInvalidValue;
     const int64_t n_rt = (w->n + 127) / 128, n_st = w->k / WG_KS, n = n_rt * n_st * 128;
     dq_ws_tiles_q4k_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(*w, (const uint8_t *)scales, n_rt, n_st,
                                                                            (uint8_t *)out);
