@@ -14,18 +14,22 @@ mkdir -p "$OUT"
 log() { echo "[gpu_wg $(date +%T)] $*" | tee -a "$OUT/steps.txt"; }
 xz -dc build-gpu/labxz/quarrel_cuda_lab.xz > /tmp/quarrel_cuda_lab && chmod +x /tmp/quarrel_cuda_lab
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee -a "$OUT/steps.txt"
-QUARREL_LAB_DQ_ONLY=1 QUARREL_CUDA_DQ_MAX_ROWS=256 timeout 240 /tmp/quarrel_cuda_lab --only matmul > "$OUT/lab.log" 2>&1
-log "lab rc $?: $(grep -c FAIL "$OUT/lab.log") FAIL lines"
-grep -E "FAIL|wg-vs-mma|us" "$OUT/lab.log" | cut -c1-170 | tee -a "$OUT/steps.txt" | head -120
-for envs in ${LAB_ENVS:-}; do # more lab passes, e.g. LAB_ENVS="QUARREL_CUDA_DQ_WG_MT=1"
-    env $envs QUARREL_LAB_DQ_ONLY=1 QUARREL_CUDA_DQ_MAX_ROWS=256 timeout 240 /tmp/quarrel_cuda_lab --only matmul > "$OUT/lab_${envs//=/_}.log" 2>&1
-    log "lab $envs rc $?: $(grep -c FAIL "$OUT/lab_${envs//=/_}.log") FAIL lines"
+if [ "${LAB_DEFAULT:-1}" = 1 ]; then # the lab at the defaults
+    QUARREL_LAB_DQ_ONLY=1 QUARREL_CUDA_DQ_MAX_ROWS=256 timeout 240 /tmp/quarrel_cuda_lab --only matmul > "$OUT/lab.log" 2>&1
+    log "lab rc $?: $(grep -c FAIL "$OUT/lab.log") FAIL lines"
+    grep -E "FAIL|wg-vs-mma|us" "$OUT/lab.log" | cut -c1-170 | tee -a "$OUT/steps.txt" | head -120
+fi
+for envs in ${LAB_ENVS:-}; do # more lab passes, e.g. LAB_ENVS="QUARREL_CUDA_DQ_WG_MT=1 A=1,B=2" (commas: several in one pass)
+    lf="$OUT/lab_$(echo "$envs" | tr '=,' '__').log"
+    env ${envs//,/ } QUARREL_LAB_DQ_ONLY=1 QUARREL_CUDA_DQ_MAX_ROWS=256 timeout 240 /tmp/quarrel_cuda_lab --only matmul > "$lf" 2>&1
+    log "lab $envs rc $?: $(grep -c FAIL "$lf") FAIL lines"
+    grep -E "FAIL|wg-vs-mma|us" "$lf" | cut -c1-170 | tee -a "$OUT/steps.txt" | head -120
 done
 NCUB=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ "${NCU:-1}" = 1 ] && [ -n "$NCUB" ]; then # ffn_up Q4_K at NCU_ROWS rows (default "64 256")
     for r in ${NCU_ROWS:-64 256}; do
         QUARREL_LAB_DQ_ROWS=$r QUARREL_LAB_DQ_ONLY=2 QUARREL_CUDA_DQ_MAX_ROWS=256 timeout 120 "$NCUB" --clock-control none \
-            -k regex:dq_wg_kernel --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+            -k regex:${KERNEL:-dq_wg_kernel} --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
             --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy \
             /tmp/quarrel_cuda_lab --only matmul > "$OUT/ncu_r$r.txt" 2>&1
         grep -vE "^\s*$|----" "$OUT/ncu_r$r.txt" | grep -vE "^==PROF|^matmul" | head -150 > "$OUT/ncu_r${r}_short.txt"

@@ -23,7 +23,7 @@ for np in ${NPS:-12 16 24 32}; do
     done
 done
 if [ "${CHECK:-1}" = 1 ]; then
-    for wg in rs ss; do
+    for wg in ${CHECK_WGS:-rs ss}; do
         QUARREL_CUDA_DQ_WG=$wg QUARREL_CUDA_DQ_MAX_ROWS=512 OUT=$OUT/check_$wg timeout 240 python3 bench/gpu_check.py \
             --models llama:tiny,gemma3:tiny --types Q4_K_M,Q6_K --no-gen --no-leak > "$OUT/check_$wg.log" 2>&1
         log "check ($wg) rc $?"

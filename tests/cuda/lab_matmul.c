@@ -378,6 +378,13 @@ void lab_matmul(lab *L) {
             mm_case c = {.type = kq[ti], .n = 1000, .k = 2816, .nr = rows[i], .cross = true};
             matmul_case(L, &c);
         }
+        /* the small shapes of the tiny test models: fewer rows than one tile, a single stage pair */
+        for (int i = 0; i < 6; i += 3) {
+            mm_case c = {.type = kq[ti], .n = 64, .k = 256, .nr = rows[i], .cross = true};
+            matmul_case(L, &c);
+            mm_case d = {.type = kq[ti], .n = 300, .k = 768, .nr = rows[i + 2], .cross = true};
+            matmul_case(L, &d);
+        }
         /* the wgmma version (default where it runs), the mma.sync one, the f16 cache + cuBLAS */
         for (int s = 0; s < 5; s++)
             for (int nr = 16; nr <= 256; nr *= 2)

@@ -868,7 +868,10 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     }
     const bool want_wg = cb->tune.dq_wg && n_rows >= cb->tune.dq_wg_min_rows; /* Hopper's wgmma versions */
     bool wg = want_wg;
-    bool ws = wg && (cb->tune.dq_wg == 3 || (cb->tune.dq_wg == 1 && n_rows >= cb->tune.dq_ws_min_rows));
+    /* version 6 (v3's tiles and activations, TMA copies; falls back to v3 without a tensor map): by default up to 64
+     * rows (past that it reads the weights once a 64-token tile) */
+    const bool tr = cb->tune.dq_tma && (cb->tune.dq_wg == 4 || (cb->tune.dq_wg == 1 && n_rows <= 64));
+    bool ws = wg && !tr && (cb->tune.dq_wg == 3 || (cb->tune.dq_wg == 1 && n_rows >= cb->tune.dq_ws_min_rows));
     const bool own = ws && v->type == QR_TYPE_Q4_K; /* v4's own Q4_K tiles; Q6_K shares v3's */
     void **tiles = own ? &mw->dqw : &mw->dqt;
     bool *tried = own ? &mw->dqw_tried : &mw->dqt_tried;
@@ -899,7 +902,8 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     void *xh = (uint8_t *)cb->act + L.h;
     const int32_t splits = cb->tune.dq_splits ? cb->tune.dq_splits
                            : ws               ? qr_cuda_dq_ws_splits(n_rows, n, k, cb->n_sm)
-                           : wg               ? qr_cuda_dq_wg_splits((qr_type)v->type, n_rows, n, k, cb->n_sm, cb->tune.dq_wg_mt)
+                           : wg               ? qr_cuda_dq_wg_splits((qr_type)v->type, n_rows, n, k, cb->n_sm, cb->tune.dq_wg_mt,
+                                                                     tr)
                                               : qr_cuda_dq_gemm_splits(n_rows, n, k, cb->n_sm);
     if (splits > 1 && !ensure_scratch(cb, &cb->dq_part, &cb->dq_part_cap, (size_t)(splits * n_rows * n) * 4,
                                       "matmul (split-K partial sums)"))
@@ -909,7 +913,7 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     wv.n = n;
     const cudaError_t e = ws   ? qr_cuda_dq_ws_gemm(&wv, *tiles, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream)
                           : wg ? qr_cuda_dq_wg_gemm(&wv, cw->dqt, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->n_sm,
-                                                  cb->tune.dq_wg_mt, cb->stream)
+                                                  cb->tune.dq_wg_mt, tr, cb->stream)
                              : qr_cuda_dq_gemm(&wv, cw->dqs, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream);
     if (cuda_ok(cb, e, "matmul (dq gemm)")) act_f16_done(cb);
     return true;

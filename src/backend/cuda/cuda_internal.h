@@ -48,9 +48,13 @@ typedef struct qr_cuda_tune {
     int32_t dq_splits;       /* split-K count; 0 (default): chosen from the shape (QUARREL_CUDA_DQ_SPLITS) */
     int32_t dq_wg;           /* the wgmma versions of that kernel for batches of at least dq_wg_min_rows rows (where the
                               * GPU is sm_90 and the build has sm_90a code): 1 (default) A from registers below
-                              * dq_ws_min_rows rows, the shared-memory (SS) version from there; 2 (QUARREL_CUDA_DQ_WG=rs)
-                              * always the first, 3 (=ss) always the second, 0 (=0) neither */
+                              * dq_ws_min_rows rows, the shared-memory (SS) version from there, both replaced by version 6 up
+                              * to 64 rows unless dq_tma is 0; 2 (QUARREL_CUDA_DQ_WG=rs) always the first, 3 (=ss) always
+                              * the second, 4 (=tr) always version 6, 0 (=0) none */
     int32_t dq_ws_min_rows;  /* default 33 (QUARREL_CUDA_DQ_WS_MIN_ROWS) */
+    int32_t dq_tma;          /* 1 (default): version 6 of that kernel (TMA copies, a producer warp, 4 consumer warpgroups) for
+                              * the batches of 9..64 rows that go to a wgmma version; 0: v3 / v4 as before
+                              * (QUARREL_CUDA_DQ_TMA=0) */
     int32_t dq_wg_min_rows;  /* default 9 (QUARREL_CUDA_DQ_WG_MIN_ROWS) */
     int32_t dq_wg_mt;        /* its weight rows a CTA: 1 = 128, 2 = 256, 0 (default) = by the shape (QUARREL_CUDA_DQ_WG_MT) */
     int32_t f16_cache;       /* 1 (default): a quantized 2-D weight multiplied by more rows than the mat-vec takes is

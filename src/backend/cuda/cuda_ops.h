@@ -395,9 +395,12 @@ cudaError_t qr_cuda_dq_ws_tiles(const cuda_wview *w, const void *scales, void *o
 cudaError_t qr_cuda_dq_ws_gemm(const cuda_wview *w, const void *tiles, const void *xh, int64_t n_tok, int64_t n_out,
                                int32_t splits, float *part, float *y, cudaStream_t stream);
 cudaError_t qr_cuda_dq_wg_tiles(const cuda_wview *w, const void *scales, void *out, cudaStream_t stream);
-int32_t qr_cuda_dq_wg_splits(qr_type type, int64_t n_tok, int64_t n_out, int64_t k, int32_t sms, int mt_force);
+/* tma: version 6 (the same tiles and sums; the copies on the TMA, a producer warp, 4 consumer warpgroups of 64 weight
+ * rows) where the driver makes the activations' tensor map, else version 3 */
+int32_t qr_cuda_dq_wg_splits(qr_type type, int64_t n_tok, int64_t n_out, int64_t k, int32_t sms, int mt_force, bool tma);
 cudaError_t qr_cuda_dq_wg_gemm(const cuda_wview *w, const void *tiles, const void *xh, int64_t n_tok, int64_t n_out,
-                               int32_t splits, float *part, float *y, int32_t sms, int mt_force, cudaStream_t stream);
+                               int32_t splits, float *part, float *y, int32_t sms, int mt_force, bool tma,
+                               cudaStream_t stream);
 
 #define QR_CUDA_MMQ_TILE_ROWS 64
 bool qr_cuda_mmq_supported(qr_type type);

@@ -20,6 +20,8 @@
  * k 2t+8, 2t+9 is value 4t+2, 4t+3; A and B use the same map, so the dot product is unchanged, and each
  * lane reads 4 consecutive codes of a weight row and 4 consecutive f16 activations (one 8-byte load).
  */
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_fp16.h>
 #include "backend/cuda/quant_dev.cuh"
 
@@ -355,6 +357,21 @@ static __device__ __forceinline__ void fence_proxy_async(void) {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/* A-from-registers epilogue: the accumulators of weight row `row` (hh: the fragment's rows g / g + 8) for the N tokens
+ * from tok0 (lane t: tokens 8 i + 2 t, + 1) */
+template <int N>
+static __device__ __forceinline__ void wg_store_row(float *out, const float *acc, int64_t row, int hh, int64_t tok0, int t,
+                                                    int64_t n_tok, int64_t n_out) {
+    if (row >= n_out) return;
+#pragma unroll
+    for (int i = 0; i < N / 8; i++)
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int64_t tok = tok0 + i * 8 + 2 * t + u;
+            if (tok < n_tok) out[tok * n_out + row] = acc[4 * i + 2 * hh + u];
+        }
+}
+
 /* both operands from shared memory (the SS form): A = activations (m64 tokens), B = dequantized weights */
 static __device__ __forceinline__ void wg_mma_ss_n64(float *d, uint64_t da, uint64_t db) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -557,17 +574,8 @@ static __global__ void __launch_bounds__(WG_THREADS, wg_occ<TY, NT, MT>::CTAS)
 #pragma unroll
     for (int m = 0; m < MT; m++)
 #pragma unroll
-        for (int hh = 0; hh < 2; hh++) {
-            const int64_t row = row0 + (wg * MT + m) * 64 + warp * 16 + hh * 8 + g;
-            if (row >= n_out) continue;
-#pragma unroll
-            for (int i = 0; i < N / 8; i++)
-#pragma unroll
-                for (int u = 0; u < 2; u++) {
-                    const int64_t tok = tok0 + i * 8 + 2 * t + u;
-                    if (tok < n_tok) out[tok * n_out + row] = acc[m][4 * i + 2 * hh + u];
-                }
-        }
+        for (int hh = 0; hh < 2; hh++)
+            wg_store_row<N>(out, acc[m], row0 + (wg * MT + m) * 64 + warp * 16 + hh * 8 + g, hh, tok0, t, n_tok, n_out);
 #endif
 }
 
@@ -630,8 +638,16 @@ static void wg_shape(qr_type type, int64_t n_tok, int64_t n_out, int64_t k, int3
     *splits = fill_splits(tiles, k / WG_KS, (int64_t)sms * occ); /* wg_occ */
 }
 
+/* Version 6's token tile (16, 32 or 64) and split-K count (256 rows a CTA, one CTA an SM). */
+static int wr_ntok(int64_t n_tok) { return n_tok <= 16 ? 16 : n_tok <= 32 ? 32 : 64; }
+static int32_t wr_splits(int64_t n_tok, int64_t n_out, int64_t k, int32_t sms) {
+    const int64_t nt = wr_ntok(n_tok);
+    return fill_splits(((n_tok + nt - 1) / nt) * ((n_out + 255) / 256), k / WG_KS, sms);
+}
+
 extern "C" int32_t qr_cuda_dq_wg_splits(qr_type type, int64_t n_tok, int64_t n_out, int64_t k, int32_t sms,
-                                        int mt_force) {
+                                        int mt_force, bool tma) {
+    if (tma) return wr_splits(n_tok, n_out, k, sms);
     int nt, mt;
     int32_t s;
     wg_shape(type, n_tok, n_out, k, sms, mt_force, &nt, &mt, &s);
@@ -897,6 +913,207 @@ static cudaError_t launch_ws(const uint8_t *tiles, const __half *x, int64_t k, i
     return cudaGetLastError();
 }
 
+/* ---- the TMA pieces of version 6 (below) ---- */
+#define WT_CONS 512                /* 4 consumer warpgroups */
+#define WT_THREADS (WT_CONS + 32)  /* + the producer warp */
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+static __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT_%=;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+/* n bytes (a multiple of 16) from global to shared memory, completing on bar */
+static __device__ __forceinline__ void tma_bulk(uint32_t dst, const void *src, int n, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(n), "r"(bar)
+                 : "memory");
+}
+/* the box of the tensor map at (c0 = value, c1 = token), completing on bar */
+static __device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                 "[%4];" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+
+#endif
+
+/* The tensor map of the activations [n_tok][k] f16 for the TMA: boxes of 64 values x box_rows tokens, the 128-byte
+ * swizzle, zeros past the last token. False where the driver has no cuTensorMapEncodeTiled or refuses the shape. */
+static PFN_cuTensorMapEncodeTiled_v12000 wt_encoder(void) {
+    cudaDriverEntryPointQueryResult q;
+    void *fn = NULL;
+    const bool ok = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) ==
+                        cudaSuccess &&
+                    q == cudaDriverEntryPointSuccess;
+    (void)cudaGetLastError();
+    return ok ? (PFN_cuTensorMapEncodeTiled_v12000)fn : NULL;
+}
+
+static bool wt_map(CUtensorMap *map, const __half *x, int64_t k, int64_t n_tok, int box_rows) {
+    static const PFN_cuTensorMapEncodeTiled_v12000 enc = wt_encoder(); /* once, thread-safe (the tensor-parallel ranks) */
+    if (!enc || ((uintptr_t)x & 15) || (k * 2) % 16) return false;
+    const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)n_tok}, strides[1] = {(cuuint64_t)k * 2};
+    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, estr[2] = {1, 1};
+    return enc(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, (void *)x, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* ---- version 6: version 3's registers-as-A form with the copies on the TMA and the warps specialized ----
+ *
+ * Version 4 / 5 (weights dequantized into shared memory, both operands from there) are bound by shared memory's
+ * bandwidth: a stage of 128 rows moves ~170 KB through it (the dequantized tile written and read, the
+ * activations read by every warpgroup), 1,300 cycles at 128 bytes a cycle (Nsight Compute: L1/TEX 80 % busy,
+ * the same time at 16 and at 64 rows). Here the dequantized codes never touch shared memory: as in version 3
+ * they are wgmma's A operand from registers (64 weight rows a warpgroup), the activations B (N tokens) through
+ * a descriptor; a CTA is 256 weight rows (4 consumer warpgroups, 16 warps) and one producer warp whose lane 0
+ * copies each stage with the TMA: the two 128-row weight tiles of version 3 (bulk copies) and the activations'
+ * two 64-value panels through a 2-D tensor map with the 128-byte swizzle (kind 2's order, rows past n_tok
+ * zero-filled). Per stage a warpgroup runs 8 k16 steps with 4 A register sets (step q + 1 is dequantized once
+ * step q - 3's group is done), so the groups run on across stages; a stage's ring slot is handed back (one
+ * arrival a warpgroup on its "empty" mbarrier) once step 2 of the next stage finds it done. The sums are version
+ * 3's: the same values in the same k16 order into the same f32 accumulators, so bit for bit version 1's. */
+template <qr_type TY, int NT> struct wr_cfg {
+    static constexpr int N = NT * 8, TB = 128 * dq<TY>::WP;
+    static constexpr int O_X = (2 * TB + 1023) / 1024 * 1024;  /* the two tiles, then the activations' panels */
+    static constexpr int SLOT = O_X + N * WG_KS * 2;
+    static constexpr int FIT = (227 * 1024 - 1024 - 256) / SLOT;
+    static constexpr int S = FIT < 6 ? FIT : 6;
+    static constexpr int O_BAR = S * SLOT;
+    static constexpr int SMEM = 1024 + O_BAR + 16 * S;
+};
+
+template <qr_type TY, int NT>
+static __global__ void __launch_bounds__(WT_THREADS, 1)
+    dq_wr_kernel(const __grid_constant__ CUtensorMap xmap, const uint8_t *__restrict__ tiles, int64_t k, int64_t n_tok,
+                 int64_t n_out, float *__restrict__ y) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef dq<TY> D;
+    typedef wr_cfg<TY, NT> C;
+    static_assert(C::S >= 3, "the ring needs 3 slots");
+    constexpr int N = C::N;
+    extern __shared__ __align__(16) uint8_t sm[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(sm), pad = (1024u - (raw & 1023u)) & 1023u;
+    const uint8_t *ring = sm + pad;
+    const uint32_t sring = raw + pad, sfull = sring + C::O_BAR, sempty = sfull + 8 * C::S;
+    const int tid = threadIdx.x;
+    const int64_t tok0 = (int64_t)blockIdx.x * N, row0 = (int64_t)blockIdx.y * 256, n_st = k / WG_KS;
+    const int64_t st0 = n_st * blockIdx.z / gridDim.z, st1 = n_st * (blockIdx.z + 1) / gridDim.z;
+    const int n_it = (int)(st1 - st0);
+    if (tid == 0) {
+        for (int s = 0; s < C::S; s++) {
+            mbar_init(sfull + 8 * s, 1);
+            mbar_init(sempty + 8 * s, 4);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        fence_proxy_async();
+    }
+    __syncthreads();
+
+    if (tid >= WT_CONS) { /* the producer */
+        if (tid == WT_CONS) {
+            const int64_t n_rt = (n_out + 127) / 128, rt0 = row0 / 128, rt1 = rt0 + 1 < n_rt ? rt0 + 1 : n_rt - 1;
+            const uint8_t *w0 = tiles + (rt0 * n_st + st0) * C::TB, *w1 = tiles + (rt1 * n_st + st0) * C::TB;
+            for (int it = 0; it < n_it; it++) {
+                const int s = it % C::S;
+                if (it >= C::S) mbar_wait(sempty + 8 * s, (uint32_t)((it / C::S - 1) & 1));
+                const uint32_t full = sfull + 8 * s, dst = sring + s * C::SLOT;
+                mbar_expect_tx(full, 2 * C::TB + N * WG_KS * 2);
+                tma_bulk(dst, w0 + (int64_t)it * C::TB, C::TB, full);
+                tma_bulk(dst + C::TB, w1 + (int64_t)it * C::TB, C::TB, full);
+                const int c0 = (int)((st0 + it) * WG_KS);
+                tma_2d(dst + C::O_X, &xmap, c0, (int)tok0, full);
+                tma_2d(dst + C::O_X + N * 128, &xmap, c0 + 64, (int)tok0, full);
+            }
+        }
+        return;
+    }
+
+    const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int r0 = wg * 64 + warp * 16 + g; /* this thread's rows r0, r0 + 8 of the CTA's 256 */
+    float acc[N / 2];
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) acc[i] = 0.0f;
+    /* B: the activations K-major with the 128-byte swizzle (stride byte offset 1024, leading offset unused) */
+    const uint64_t dhi = ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+    uint32_t a[4][4], cw[4];
+    auto load_step = [&](const uint8_t *st, int q) {
+        const int s = q >> 1, j = q & 1;
+        const uint8_t *p0 = st + r0 * D::WP, *p1 = p0 + 8 * D::WP;
+        cw[0] = D::codes(p0, s, j, t);
+        cw[1] = D::scale(p0 + D::CODE, s, j);
+        cw[2] = D::codes(p1, s, j, t);
+        cw[3] = D::scale(p1 + D::CODE, s, j);
+    };
+    auto deq_step = [&](uint32_t *as) {
+        deq4<D::OFF>(cw[0], cw[1], as[0], as[2]);
+        deq4<D::OFF>(cw[2], cw[3], as[1], as[3]);
+    };
+    for (int it = 0; it < n_it; it++) {
+        const int s = it % C::S;
+        mbar_wait(sfull + 8 * s, (uint32_t)((it / C::S) & 1));
+        const uint8_t *st = ring + s * C::SLOT;
+        const uint32_t xs = sring + (uint32_t)(s * C::SLOT + C::O_X);
+        load_step(st, 0);
+        wg_wait<3>(); /* set 0's last group (step 4 of the stage before) is done */
+        deq_step(a[0]);
+#pragma unroll
+        for (int q = 0; q < 8; q++) {
+            const uint64_t desc = dhi | (uint64_t)((xs + (uint32_t)((q >> 2) * N * 128 + (q & 3) * 32)) >> 4);
+            wg_fence();
+            wg_mma<N>(acc, a[q & 3], desc);
+            wg_commit();
+            if (q + 1 < 8) {
+                load_step(st, q + 1);
+                wg_wait<3>(); /* step q - 3's group is done: its A set is free */
+                if (q == 2 && it > 0 && (tid & 127) == 0) mbar_arrive(sempty + 8 * ((it - 1) % C::S)); /* all of it - 1 */
+                deq_step(a[(q + 1) & 3]);
+            }
+        }
+    }
+    wg_wait_all();
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) asm volatile("" : "+f"(acc[i])::"memory");
+
+    float *out = y + (int64_t)blockIdx.z * n_tok * n_out;
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) wg_store_row<N>(out, acc, row0 + r0 + hh * 8, hh, tok0, t, n_tok, n_out);
+#endif
+}
+
+template <qr_type TY, int NT>
+static cudaError_t launch_wr(const uint8_t *tiles, const __half *x, int64_t k, int64_t n_tok, int64_t n_out, int32_t splits,
+                             float *y, cudaStream_t stream) {
+    CUtensorMap map;
+    if (!wt_map(&map, x, k, n_tok, NT * 8)) return cudaErrorNotSupported;
+    constexpr int smem = wr_cfg<TY, NT>::SMEM;
+    const cudaError_t e = cudaFuncSetAttribute(dq_wr_kernel<TY, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    const dim3 grid((unsigned)((n_tok + NT * 8 - 1) / (NT * 8)), (unsigned)((n_out + 255) / 256), (unsigned)splits);
+    dq_wr_kernel<TY, NT><<<grid, WT_THREADS, smem, stream>>>(map, tiles, k, n_tok, n_out, y);
+    return cudaGetLastError();
+}
+
+template <qr_type TY>
+static cudaError_t launch_wr_nt(const uint8_t *tiles, const __half *x, int64_t k, int64_t n_tok, int64_t n_out,
+                                int32_t splits, float *y, cudaStream_t stream) {
+    if (n_tok <= 16) return launch_wr<TY, 2>(tiles, x, k, n_tok, n_out, splits, y, stream);
+    if (n_tok <= 32) return launch_wr<TY, 4>(tiles, x, k, n_tok, n_out, splits, y, stream);
+    return launch_wr<TY, 8>(tiles, x, k, n_tok, n_out, splits, y, stream); /* 128 tokens: too few registers (120) */
+}
+
 /* The SS kernel's split-K count (1 CTA an SM). */
 extern "C" int32_t qr_cuda_dq_ws_splits(int64_t n_tok, int64_t n_out, int64_t k, int32_t sms) {
     const int64_t ntok = n_tok <= 64 ? 64 : 128;
@@ -981,21 +1198,25 @@ extern "C" cudaError_t qr_cuda_dq_wg_tiles(const cuda_wview *w, const void *scal
 
 extern "C" cudaError_t qr_cuda_dq_wg_gemm(const cuda_wview *w, const void *tiles, const void *xh, int64_t n_tok,
                                           int64_t n_out, int32_t splits, float *part, float *y, int32_t sms,
-                                          int mt_force, cudaStream_t stream) {
+                                          int mt_force, bool tma, cudaStream_t stream) {
     if (n_tok <= 0) return cudaSuccess;
     int nt, mt;
     int32_t s;
     wg_shape((qr_type)w->type, n_tok, n_out, w->k, sms, mt_force, &nt, &mt, &s);
-    if (splits <= 0) splits = s;
+    if (splits <= 0) splits = tma ? wr_splits(n_tok, n_out, w->k, sms) : s;
     if (!qr_cuda_dq_gemm_supported((qr_type)w->type) || w->k % 256 || w->nb != w->k / 256 || n_out <= 0 || splits > 8 ||
         (splits > 1 && !part) || (n_tok + 127) / 128 > 65535 || (n_out + 127) / 128 > 65535)
         return cudaErrorInvalidValue;
     float *dst = splits > 1 ? part : y;
     const __half *x = (const __half *)xh;
     const uint8_t *sp = (const uint8_t *)tiles;
-    cudaError_t e = w->type == QR_TYPE_Q4_K
-                        ? launch_wg_shape<QR_TYPE_Q4_K>(*w, sp, x, n_tok, n_out, nt, mt, splits, dst, stream)
-                        : launch_wg_shape<QR_TYPE_Q6_K>(*w, sp, x, n_tok, n_out, nt, mt, splits, dst, stream);
+    const bool q4 = w->type == QR_TYPE_Q4_K;
+    cudaError_t e = !tma ? cudaErrorNotSupported
+                    : q4 ? launch_wr_nt<QR_TYPE_Q4_K>(sp, x, w->k, n_tok, n_out, splits, dst, stream)
+                         : launch_wr_nt<QR_TYPE_Q6_K>(sp, x, w->k, n_tok, n_out, splits, dst, stream);
+    if (e == cudaErrorNotSupported) /* no tensor map: version 3 */
+        e = q4 ? launch_wg_shape<QR_TYPE_Q4_K>(*w, sp, x, n_tok, n_out, nt, mt, splits, dst, stream)
+               : launch_wg_shape<QR_TYPE_Q6_K>(*w, sp, x, n_tok, n_out, nt, mt, splits, dst, stream);
     if (e != cudaSuccess || splits == 1) return e;
     const int64_t n = n_tok * n_out;
     dq_reduce_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, splits, n, y);

@@ -73,8 +73,9 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->dq_small_max_rows = env_int("QUARREL_CUDA_DQ_SMALL_MAX_ROWS", 0, 4096, 16);
     t->dq_splits = env_int("QUARREL_CUDA_DQ_SPLITS", 0, 8, 0);
     /* cleared at backend start without sm_90a code and an sm_90 GPU */
-    t->dq_wg = env_is("QUARREL_CUDA_DQ_WG", "0") ? 0 : env_is("QUARREL_CUDA_DQ_WG", "rs") ? 2 : env_is("QUARREL_CUDA_DQ_WG", "ss") ? 3 : 1;
+    t->dq_wg = env_is("QUARREL_CUDA_DQ_WG", "0") ? 0 : env_is("QUARREL_CUDA_DQ_WG", "rs") ? 2 : env_is("QUARREL_CUDA_DQ_WG", "ss") ? 3 : env_is("QUARREL_CUDA_DQ_WG", "tr") ? 4 : 1;
     t->dq_ws_min_rows = env_int("QUARREL_CUDA_DQ_WS_MIN_ROWS", 1, 4096, 33);
+    t->dq_tma = !env_is("QUARREL_CUDA_DQ_TMA", "0");
     t->dq_wg_min_rows = env_int("QUARREL_CUDA_DQ_WG_MIN_ROWS", 1, 4096, 9);
     t->dq_wg_mt = env_int("QUARREL_CUDA_DQ_WG_MT", 0, 2, 0);
     t->tp_p2p_max = env_int("QUARREL_CUDA_TP_P2P_MAX", 0, 1 << 20, 1 << 20); /* tp_nccl.cu */
