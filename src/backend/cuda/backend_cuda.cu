@@ -842,6 +842,41 @@ static bool matmul_mmq_dense(cuda_backend *cb, const cuda_weight *cw, const floa
     return true;
 }
 
+/* The scale plane of a Q4_K / Q6_K weight for matmul_dq.cu, made once (not while a graph is captured: the warm-up
+ * run made it): 1 ready, 0 unavailable, -1 an error (raised). */
+static int dq_scales_ready(cuda_backend *cb, cuda_weight *mw, int64_t n) {
+    if (mw->dqs) return 1;
+    if (mw->dqs_tried || cb->capturing || mw->v.n != n) return 0;
+    mw->dqs_tried = true;
+    if (cudaMalloc(&mw->dqs, qr_cuda_dq_scales_bytes(&mw->v)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        mw->dqs = NULL;
+        return 0;
+    }
+    return cuda_ok(cb, qr_cuda_dq_scales(&mw->v, mw->dqs, cb->stream), "matmul (dq scales)") ? 1 : -1;
+}
+
+/* The wgmma versions' tiles (v3's; own: v4's Q4_K ones) from the scale plane, made once (not while a graph is
+ * captured) where the f16 cache's memory reserve allows: 1 ready, 0 unavailable, -1 an error (raised). */
+static int dq_tiles_ready(cuda_backend *cb, cuda_weight *mw, bool own) {
+    void **tiles = own ? &mw->dqw : &mw->dqt;
+    bool *tried = own ? &mw->dqw_tried : &mw->dqt_tried;
+    if (*tiles) return 1;
+    if (*tried || cb->capturing) return 0;
+    *tried = true;
+    const size_t tb = own ? qr_cuda_dq_ws_tiles_bytes(&mw->v) : qr_cuda_dq_wg_tiles_bytes(&mw->v);
+    if (!room_for_copy(cb, tb) || cudaMalloc(tiles, tb) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *tiles = NULL;
+        return 0;
+    }
+    return cuda_ok(cb, own ? qr_cuda_dq_ws_tiles(&mw->v, mw->dqs, *tiles, cb->stream)
+                           : qr_cuda_dq_wg_tiles(&mw->v, mw->dqs, *tiles, cb->stream),
+                   "matmul (dq tiles)")
+               ? 1
+               : -1;
+}
+
 /* A batch of more rows than the mat-vec takes, up to dq_max_rows (batched decode), of Q4_K / Q6_K weights on
  * the f16 tensor-core kernel that dequantizes the blocks in registers (matmul_dq.cu): the weights are read once
  * in their block format instead of as the 3.5x larger f16 cache. The activations are the cuBLAS path's (Q8_K
@@ -856,16 +891,8 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
      * is faster there */
     if (n_rows > cb->tune.dq_small_max_rows && n < 8192 && k < 8192) return false;
     cuda_weight *mw = (cuda_weight *)cw;
-    if (!mw->dqs) { /* the scale plane, once (not while a graph is captured: the warm-up run made it) */
-        if (mw->dqs_tried || cb->capturing || v->n != n) return false;
-        mw->dqs_tried = true;
-        if (cudaMalloc(&mw->dqs, qr_cuda_dq_scales_bytes(v)) != cudaSuccess) {
-            (void)cudaGetLastError();
-            mw->dqs = NULL;
-            return false;
-        }
-        if (!cuda_ok(cb, qr_cuda_dq_scales(v, mw->dqs, cb->stream), "matmul (dq scales)")) return true;
-    }
+    const int sr = dq_scales_ready(cb, mw, n);
+    if (sr <= 0) return sr < 0;
     const bool want_wg = cb->tune.dq_wg && n_rows >= cb->tune.dq_wg_min_rows; /* Hopper's wgmma versions */
     bool wg = want_wg;
     /* version 6 (v3's tiles and activations, TMA copies; falls back to v3 without a tensor map): by default up to 64
@@ -874,23 +901,10 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     bool ws = wg && !tr && (cb->tune.dq_wg == 3 || (cb->tune.dq_wg == 1 && n_rows >= cb->tune.dq_ws_min_rows));
     const bool own = ws && v->type == QR_TYPE_Q4_K; /* v4's own Q4_K tiles; Q6_K shares v3's */
     void **tiles = own ? &mw->dqw : &mw->dqt;
-    bool *tried = own ? &mw->dqw_tried : &mw->dqt_tried;
-    if (wg && !*tiles) { /* their tiles, once, from the scale plane (not while a graph is captured) */
-        if (*tried || cb->capturing) {
-            wg = ws = false;
-        } else {
-            *tried = true;
-            const size_t tb = own ? qr_cuda_dq_ws_tiles_bytes(v) : qr_cuda_dq_wg_tiles_bytes(v);
-            if (!room_for_copy(cb, tb) || cudaMalloc(tiles, tb) != cudaSuccess) {
-                (void)cudaGetLastError();
-                *tiles = NULL;
-                wg = ws = false;
-            } else if (!cuda_ok(cb, own ? qr_cuda_dq_ws_tiles(v, mw->dqs, *tiles, cb->stream)
-                                       : qr_cuda_dq_wg_tiles(v, mw->dqs, *tiles, cb->stream),
-                                "matmul (dq tiles)")) {
-                return true;
-            }
-        }
+    if (wg) {
+        const int ready = dq_tiles_ready(cb, mw, own);
+        if (ready < 0) return true;
+        if (ready == 0) wg = ws = false;
     }
     /* no tiles (captured before a plain run made them, or no room): past 16 rows the f16 cache beats the mma.sync
      * version */
@@ -916,6 +930,49 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
                                                   cb->tune.dq_wg_mt, tr, cb->stream)
                              : qr_cuda_dq_gemm(&wv, cw->dqs, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream);
     if (cuda_ok(cb, e, "matmul (dq gemm)")) act_f16_done(cb);
+    return true;
+}
+
+/* A run of 2-3 weights of one K-quant type and one k with the same input (q / k / v) at a batch that version 6 of
+ * matmul_dq.cu takes: one launch over all their rows (the launches of the small q / k / v matrices are too short to
+ * fill the GPU one by one). True when it ran (or raised); false: run them one by one. */
+static bool matmul_multi_dq(cuda_backend *cb, int32_t n_w, const cuda_weight *const *cw, const qr_weight *const *w,
+                            const float *x, int64_t n_rows, float *const *y) {
+    const cuda_wview *v0 = &cw[0]->v;
+    const int64_t k = v0->k;
+    const qr_cuda_tune *t = &cb->tune;
+    if (cb->exact || !t->dq_multi || !t->dq_gemm || !t->dq_tma || !t->gemm_q8_act || n_w < 2 || n_w > 3 ||
+        n_rows <= t->mmvq_max_rows || n_rows > t->dq_max_rows || n_rows < t->dq_wg_min_rows ||
+        !(t->dq_wg == 4 || (t->dq_wg == 1 && n_rows <= 64)) || !qr_cuda_dq_gemm_supported((qr_type)v0->type) || k % 256 ||
+        v0->nb != k / 256)
+        return false;
+    cuda_wview wv[3];
+    const void *tiles[3];
+    int64_t n_sum = 0;
+    for (int32_t i = 0; i < n_w; i++) {
+        cuda_weight *mw = (cuda_weight *)cw[i];
+        if (mw->v.type != v0->type || mw->v.k != k || mw->v.nb != k / 256) return false;
+        int ready = dq_scales_ready(cb, mw, w[i]->ne[1]);
+        if (ready > 0) ready = dq_tiles_ready(cb, mw, false);
+        if (ready <= 0) return ready < 0;
+        wv[i] = mw->v;
+        wv[i].n = w[i]->ne[1];
+        tiles[i] = mw->dqt;
+        n_sum += wv[i].n;
+    }
+    const act_layout L = act_layout_of(n_rows, k);
+    if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return true;
+    cb->act_valid = false;
+    cb->hold_valid = false; /* the f16 rows below overwrite the scratch */
+    void *xh = (uint8_t *)cb->act + L.h;
+    const int32_t splits = t->dq_splits ? t->dq_splits : qr_cuda_dq_wr_multi_splits(n_w, wv, n_rows, cb->n_sm);
+    if (splits > 1 && !ensure_scratch(cb, &cb->dq_part, &cb->dq_part_cap, (size_t)(splits * n_rows * n_sum) * 4,
+                                      "matmul (split-K partial sums)"))
+        return true;
+    if (!act_f16(cb, x, n_rows, k, 2, xh)) return true;
+    const cudaError_t e = qr_cuda_dq_wr_multi(n_w, wv, tiles, xh, n_rows, y, splits, (float *)cb->dq_part, cb->stream);
+    if (e == cudaErrorNotSupported) return false; /* no tensor map: one by one (version 3) */
+    if (cuda_ok(cb, e, "matmul_multi (dq gemm)")) act_f16_done(cb);
     return true;
 }
 
@@ -978,10 +1035,17 @@ static void cuda_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *cons
     }
     for (int32_t i = 0; i < n_w && fuse; i++)
         fuse = cw[i]->v.nb > 0 && cw[i]->v.k == cw[0]->v.k && !overlaps(x, n_rows * cw[0]->v.k, y[i], n_rows * w[i]->ne[1]);
-    if (!fuse) {
-        for (int32_t i = 0; i < n_w; i++) {
-            cuda_matmul(be, w[i], x, n_rows, y[i]);
-            if (b && b[i]) cuda_add_row(be, y[i], b[i], 0, n_rows, y[i]);
+    if (!fuse) { /* runs of one K-quant type in one launch of matmul_dq.cu's version 6 where it takes them */
+        for (int32_t i = 0; i < n_w;) {
+            int32_t r = 1;
+            while (i + r < n_w && cw[i + r]->v.type == cw[i]->v.type && cw[i + r]->v.k == cw[i]->v.k) r++;
+            if (r < 2 || !matmul_multi_dq(cb, r, cw + i, w + i, x, n_rows, y + i)) {
+                r = 1;
+                cuda_matmul(be, w[i], x, n_rows, y[i]);
+            }
+            for (int32_t j = i; j < i + r; j++)
+                if (b && b[j]) cuda_add_row(be, y[j], b[j], 0, n_rows, y[j]);
+            i += r;
         }
         return;
     }
@@ -1026,9 +1090,14 @@ static void cuda_matmul_glu(qr_backend *be, const qr_weight *gate, const qr_weig
     const bool fuse = cb->tune.fuse && qr_cuda_multi_supported((int32_t)n_rows, glu) && n_rows <= cb->tune.mmvq_max_rows &&
                       cg->v.nb > 0 && cg->v.type == cu->v.type && cu->v.k == k && up->ne[1] == n &&
                       !overlaps(x, n_rows * k, out, n_rows * n);
-    if (!fuse) {
-        cuda_matmul(be, gate, x, n_rows, out);
-        cuda_matmul(be, up, x, n_rows, scratch);
+    if (!fuse) { /* gate and up in one launch of matmul_dq.cu's version 6 where it takes them */
+        const cuda_weight *cws[2] = {cg, cu};
+        const qr_weight *wq[2] = {gate, up};
+        float *ys[2] = {out, scratch};
+        if (cg->v.type != cu->v.type || cu->v.k != k || !matmul_multi_dq(cb, 2, cws, wq, x, n_rows, ys)) {
+            cuda_matmul(be, gate, x, n_rows, out);
+            cuda_matmul(be, up, x, n_rows, scratch);
+        }
         if (gelu) cuda_geglu(be, out, scratch, n_rows * n, out);
         else cuda_ok(cb, qr_cuda_elementwise(CUDA_EW_SWIGLU, out, scratch, 0.0f, n_rows * n, out, cb->stream), "swiglu");
         return;

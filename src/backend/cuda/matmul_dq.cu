@@ -995,10 +995,21 @@ template <qr_type TY, int NT> struct wr_cfg {
     static constexpr int SMEM = 1024 + O_BAR + 16 * S;
 };
 
+/* Up to 3 weights with the same input (q / k / v) in one launch: grid.y runs over their 256-row tiles in turn. */
+#define WR_MATS 3
+struct wr_mats {
+    const uint8_t *tiles[WR_MATS]; /* v3's tiles of each */
+    float *y[WR_MATS];             /* the outputs [n_tok][n_out] (no split-K) */
+    int64_t n_out[WR_MATS];
+    int64_t off[WR_MATS];          /* with split-K: matrix i's block [n_tok][n_out] at n_tok x off[i] of a split's part */
+    int32_t t0[WR_MATS + 1];       /* its first 256-row tile; t0[n] = all of them */
+    int32_t n;
+};
+
 template <qr_type TY, int NT>
 static __global__ void __launch_bounds__(WT_THREADS, 1)
-    dq_wr_kernel(const __grid_constant__ CUtensorMap xmap, const uint8_t *__restrict__ tiles, int64_t k, int64_t n_tok,
-                 int64_t n_out, float *__restrict__ y) {
+    dq_wr_kernel(const __grid_constant__ CUtensorMap xmap, const wr_mats m, int64_t k, int64_t n_tok, int64_t n_all,
+                 float *__restrict__ part) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef dq<TY> D;
     typedef wr_cfg<TY, NT> C;
@@ -1008,9 +1019,11 @@ static __global__ void __launch_bounds__(WT_THREADS, 1)
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(sm), pad = (1024u - (raw & 1023u)) & 1023u;
     const uint8_t *ring = sm + pad;
     const uint32_t sring = raw + pad, sfull = sring + C::O_BAR, sempty = sfull + 8 * C::S;
-    const int tid = threadIdx.x;
-    const int64_t tok0 = (int64_t)blockIdx.x * N, row0 = (int64_t)blockIdx.y * 256, n_st = k / WG_KS;
-    const int64_t st0 = n_st * blockIdx.z / gridDim.z, st1 = n_st * (blockIdx.z + 1) / gridDim.z;
+    const int tid = threadIdx.x, by = (int)blockIdx.y, mi = (m.n > 1 && by >= m.t0[1]) + (m.n > 2 && by >= m.t0[2]);
+    const uint8_t *tiles = mi == 0 ? m.tiles[0] : mi == 1 ? m.tiles[1] : m.tiles[2];
+    const int64_t n_out = mi == 0 ? m.n_out[0] : mi == 1 ? m.n_out[1] : m.n_out[2];
+    const int64_t tok0 = (int64_t)blockIdx.x * N, row0 = (int64_t)(by - (mi == 0 ? 0 : mi == 1 ? m.t0[1] : m.t0[2])) * 256;
+    const int64_t n_st = k / WG_KS, st0 = n_st * blockIdx.z / gridDim.z, st1 = n_st * (blockIdx.z + 1) / gridDim.z;
     const int n_it = (int)(st1 - st0);
     if (tid == 0) {
         for (int s = 0; s < C::S; s++) {
@@ -1087,31 +1100,87 @@ static __global__ void __launch_bounds__(WT_THREADS, 1)
 #pragma unroll
     for (int i = 0; i < N / 2; i++) asm volatile("" : "+f"(acc[i])::"memory");
 
-    float *out = y + (int64_t)blockIdx.z * n_tok * n_out;
+    float *out = part ? part + ((int64_t)blockIdx.z * n_all + (mi == 0 ? m.off[0] : mi == 1 ? m.off[1] : m.off[2])) * n_tok
+                      : mi == 0 ? m.y[0] : mi == 1 ? m.y[1] : m.y[2];
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) wg_store_row<N>(out, acc, row0 + r0 + hh * 8, hh, tok0, t, n_tok, n_out);
 #endif
 }
 
+/* part: the split-K parts ([split][n_tok x n_all]), NULL for one split */
 template <qr_type TY, int NT>
-static cudaError_t launch_wr(const uint8_t *tiles, const __half *x, int64_t k, int64_t n_tok, int64_t n_out, int32_t splits,
-                             float *y, cudaStream_t stream) {
+static cudaError_t launch_wr(const wr_mats &m, const __half *x, int64_t k, int64_t n_tok, int64_t n_all, int32_t splits,
+                             float *part, cudaStream_t stream) {
     CUtensorMap map;
     if (!wt_map(&map, x, k, n_tok, NT * 8)) return cudaErrorNotSupported;
     constexpr int smem = wr_cfg<TY, NT>::SMEM;
     const cudaError_t e = cudaFuncSetAttribute(dq_wr_kernel<TY, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
-    const dim3 grid((unsigned)((n_tok + NT * 8 - 1) / (NT * 8)), (unsigned)((n_out + 255) / 256), (unsigned)splits);
-    dq_wr_kernel<TY, NT><<<grid, WT_THREADS, smem, stream>>>(map, tiles, k, n_tok, n_out, y);
+    const dim3 grid((unsigned)((n_tok + NT * 8 - 1) / (NT * 8)), (unsigned)m.t0[m.n], (unsigned)splits);
+    dq_wr_kernel<TY, NT><<<grid, WT_THREADS, smem, stream>>>(map, m, k, n_tok, n_all, splits > 1 ? part : NULL);
     return cudaGetLastError();
 }
 
 template <qr_type TY>
-static cudaError_t launch_wr_nt(const uint8_t *tiles, const __half *x, int64_t k, int64_t n_tok, int64_t n_out,
-                                int32_t splits, float *y, cudaStream_t stream) {
-    if (n_tok <= 16) return launch_wr<TY, 2>(tiles, x, k, n_tok, n_out, splits, y, stream);
-    if (n_tok <= 32) return launch_wr<TY, 4>(tiles, x, k, n_tok, n_out, splits, y, stream);
-    return launch_wr<TY, 8>(tiles, x, k, n_tok, n_out, splits, y, stream); /* 128 tokens: too few registers (120) */
+static cudaError_t launch_wr_nt(const wr_mats &m, const __half *x, int64_t k, int64_t n_tok, int64_t n_all, int32_t splits,
+                                float *part, cudaStream_t stream) {
+    if (n_tok <= 16) return launch_wr<TY, 2>(m, x, k, n_tok, n_all, splits, part, stream);
+    if (n_tok <= 32) return launch_wr<TY, 4>(m, x, k, n_tok, n_all, splits, part, stream);
+    return launch_wr<TY, 8>(m, x, k, n_tok, n_all, splits, part, stream); /* 128 tokens: too few registers (120) */
+}
+
+/* y_i = the sum over the splits of matrix i's block of the parts, in split order */
+static __global__ void dq_reduce_multi_kernel(const float *__restrict__ part, int splits, int64_t n_tok, int64_t n_all,
+                                              const wr_mats m) {
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n_tok * n_all) return;
+    const int mi = (m.n > 1 && e >= m.off[1] * n_tok) + (m.n > 2 && e >= m.off[2] * n_tok);
+    float s = part[e];
+    for (int p = 1; p < splits; p++) s += part[(int64_t)p * n_tok * n_all + e];
+    float *y = mi == 0 ? m.y[0] : mi == 1 ? m.y[1] : m.y[2];
+    y[e - (mi == 0 ? 0 : mi == 1 ? m.off[1] : m.off[2]) * n_tok] = s;
+}
+
+/* Version 6 over n_w weights of one type and one k with the same activations: their rows in one grid. */
+static cudaError_t wr_run(int32_t n_w, const cuda_wview *w, const void *const *tiles, const void *xh, int64_t n_tok,
+                          float *const *y, int32_t splits, float *part, cudaStream_t stream) {
+    wr_mats m = {};
+    int64_t n_all = 0;
+    m.n = n_w;
+    for (int32_t i = 0; i < n_w; i++) {
+        m.tiles[i] = (const uint8_t *)tiles[i];
+        m.y[i] = y[i];
+        m.n_out[i] = w[i].n;
+        m.off[i] = n_all;
+        m.t0[i + 1] = m.t0[i] + (int32_t)((w[i].n + 255) / 256);
+        n_all += w[i].n;
+    }
+    const __half *x = (const __half *)xh;
+    cudaError_t e = w[0].type == QR_TYPE_Q4_K ? launch_wr_nt<QR_TYPE_Q4_K>(m, x, w[0].k, n_tok, n_all, splits, part, stream)
+                                              : launch_wr_nt<QR_TYPE_Q6_K>(m, x, w[0].k, n_tok, n_all, splits, part, stream);
+    if (e != cudaSuccess || splits == 1) return e;
+    const int64_t n = n_tok * n_all;
+    dq_reduce_multi_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, splits, n_tok, n_all, m);
+    return cudaGetLastError();
+}
+
+extern "C" int32_t qr_cuda_dq_wr_multi_splits(int32_t n_w, const cuda_wview *w, int64_t n_tok, int32_t sms) {
+    int64_t tiles = 0;
+    for (int32_t i = 0; i < n_w; i++) tiles += (w[i].n + 255) / 256;
+    const int64_t nt = wr_ntok(n_tok);
+    return fill_splits(((n_tok + nt - 1) / nt) * tiles, w[0].k / WG_KS, sms);
+}
+
+extern "C" cudaError_t qr_cuda_dq_wr_multi(int32_t n_w, const cuda_wview *w, const void *const *tiles, const void *xh,
+                                           int64_t n_tok, float *const *y, int32_t splits, float *part, cudaStream_t stream) {
+    if (n_tok <= 0) return cudaSuccess;
+    if (n_w < 1 || n_w > WR_MATS || splits < 1 || splits > 8 || (splits > 1 && !part) || (n_tok + 63) / 64 > 65535)
+        return cudaErrorInvalidValue;
+    for (int32_t i = 0; i < n_w; i++)
+        if (w[i].type != w[0].type || !qr_cuda_dq_gemm_supported((qr_type)w[i].type) || w[i].k != w[0].k || w[i].k % 256 ||
+            w[i].nb != w[i].k / 256 || w[i].n <= 0 || !tiles[i] || !y[i])
+            return cudaErrorInvalidValue;
+    return wr_run(n_w, w, tiles, xh, n_tok, y, splits, part, stream);
 }
 
 /* The SS kernel's split-K count (1 CTA an SM). */
@@ -1210,13 +1279,15 @@ extern "C" cudaError_t qr_cuda_dq_wg_gemm(const cuda_wview *w, const void *tiles
     float *dst = splits > 1 ? part : y;
     const __half *x = (const __half *)xh;
     const uint8_t *sp = (const uint8_t *)tiles;
+    if (tma) { /* version 6; without a tensor map version 3 */
+        cuda_wview wv = *w;
+        wv.n = n_out;
+        const cudaError_t e6 = wr_run(1, &wv, &tiles, xh, n_tok, &y, splits, part, stream);
+        if (e6 != cudaErrorNotSupported) return e6;
+    }
     const bool q4 = w->type == QR_TYPE_Q4_K;
-    cudaError_t e = !tma ? cudaErrorNotSupported
-                    : q4 ? launch_wr_nt<QR_TYPE_Q4_K>(sp, x, w->k, n_tok, n_out, splits, dst, stream)
-                         : launch_wr_nt<QR_TYPE_Q6_K>(sp, x, w->k, n_tok, n_out, splits, dst, stream);
-    if (e == cudaErrorNotSupported) /* no tensor map: version 3 */
-        e = q4 ? launch_wg_shape<QR_TYPE_Q4_K>(*w, sp, x, n_tok, n_out, nt, mt, splits, dst, stream)
-               : launch_wg_shape<QR_TYPE_Q6_K>(*w, sp, x, n_tok, n_out, nt, mt, splits, dst, stream);
+    cudaError_t e = q4 ? launch_wg_shape<QR_TYPE_Q4_K>(*w, sp, x, n_tok, n_out, nt, mt, splits, dst, stream)
+                       : launch_wg_shape<QR_TYPE_Q6_K>(*w, sp, x, n_tok, n_out, nt, mt, splits, dst, stream);
     if (e != cudaSuccess || splits == 1) return e;
     const int64_t n = n_tok * n_out;
     dq_reduce_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, splits, n, y);
