@@ -132,7 +132,10 @@ static void matmul_case(lab *L, const mm_case *c) {
     lab_check_errors(L, "matmul");
     lab_download(L, yg, yd, (size_t)(c->nr * c->n) * 4);
     /* the oracle: every row when few, else the first 4 and the last 4 rows */
-    const bool gemm = c->nr > tune->mmvq_max_rows || (!is_quant(c->type) && c->k % (c->type == QR_TYPE_F32 ? 4 : 8));
+    /* version 6 of matmul_dq.cu takes dq_min_rows..mmvq_max_rows rows of Q4_K / Q6_K where it runs (f16 activations) */
+    const bool v6 = (c->type == QR_TYPE_Q4_K || c->type == QR_TYPE_Q6_K) && tune->dq_gemm && tune->dq_tma && tune->dq_wg &&
+                    c->nr >= tune->dq_min_rows && c->nr <= tune->mmvq_max_rows && c->k % 256 == 0;
+    const bool gemm = c->nr > tune->mmvq_max_rows || v6 || (!is_quant(c->type) && c->k % (c->type == QR_TYPE_F32 ? 4 : 8));
     double max_err = 0, rel_err = 0;
     bool pass;
     const double tol = gemm && is_quant(c->type) ? 2e-2 : 1e-4;
@@ -469,10 +472,19 @@ void lab_matmul(lab *L) {
             mm_case d = {.type = kq[ti], .n = 300, .k = 768, .nr = rows[i + 2], .cross = true};
             matmul_case(L, &d);
         }
+        /* 5..8 rows: version 6 (the default where it runs) against the mat-vec (no-dq) */
+        for (int nr = 5; nr <= 8; nr += 3)
+            for (int s = 0; s < 2; s++)
+                for (int dq = 0; dq < 2; dq++) {
+                    mm_case c = {.type = kq[ti], .n = mistral[s].n, .k = mistral[s].k, .nr = nr, .time = true,
+                                 .no_dq = dq == 1, .shape = mistral[s].name};
+                    matmul_case(L, &c);
+                }
         /* q / k / v in one launch: odd shapes (tiny models), then mistral's (timed) */
         multi_dq_case(L, QR_TYPE_Q4_K, kq[ti], 300, 64, 768, rows[1], false);
         multi_dq_case(L, QR_TYPE_Q4_K, kq[ti], 576, 192, 2816, rows[3], false);
         swiglu_case(L, kq[ti], 1280, 2816, rows[2]); /* gate / up in one launch */
+        multi_dq_case(L, QR_TYPE_Q4_K, kq[ti], 4096, 1024, 4096, 6, true); /* 5..8 rows: version 6 too */
         for (int nr = 16; nr <= 64; nr *= 2)
             if (!L->quick || nr == 64) multi_dq_case(L, QR_TYPE_Q4_K, kq[ti], 4096, 1024, 4096, nr, true);
         /* the wgmma version (default where it runs), the mma.sync one, the f16 cache + cuBLAS */

@@ -893,7 +893,8 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     cuda_weight *mw = (cuda_weight *)cw;
     const int sr = dq_scales_ready(cb, mw, n);
     if (sr <= 0) return sr < 0;
-    const bool want_wg = cb->tune.dq_wg && n_rows >= cb->tune.dq_wg_min_rows; /* Hopper's wgmma versions */
+    const bool small = n_rows <= cb->tune.mmvq_max_rows; /* (dq_small: version 6 or the mat-vec) */
+    const bool want_wg = cb->tune.dq_wg && (n_rows >= cb->tune.dq_wg_min_rows || small); /* Hopper's wgmma versions */
     bool wg = want_wg;
     /* version 6 (v3's tiles and activations, TMA copies; falls back to v3 without a tensor map): by default up to 64
      * rows (past that it reads the weights once a 64-token tile) */
@@ -908,7 +909,7 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     }
     /* no tiles (captured before a plain run made them, or no room): past 16 rows the f16 cache beats the mma.sync
      * version */
-    if (want_wg && !wg && n_rows > 16) return false;
+    if (want_wg && !wg && (n_rows > 16 || small)) return false;
     const act_layout L = act_layout_of(n_rows, k);
     if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return true;
     cb->act_valid = false;
@@ -933,6 +934,16 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     return true;
 }
 
+/* A batch of dq_min_rows..mmvq_max_rows rows of a Q4_K / Q6_K weight goes to version 6 of matmul_dq.cu instead of the
+ * mat-vec where version 6 runs: the mat-vec's time grows with the rows (H200, mistral-7b Q4_K_M: 1.3x a one-row step at
+ * 2 rows, 3.7x at 8), version 6's is flat to 16 rows (2.4x) (docs/performance.md, session 33). */
+static bool dq_small(const cuda_backend *cb, const cuda_wview *v, int64_t n_rows) {
+    const qr_cuda_tune *t = &cb->tune;
+    return !cb->exact && n_rows >= t->dq_min_rows && n_rows <= t->mmvq_max_rows && t->dq_gemm && t->dq_tma &&
+           t->gemm_q8_act && (t->dq_wg == 1 || t->dq_wg == 4) && qr_cuda_dq_gemm_supported((qr_type)v->type) &&
+           v->k % 256 == 0 && v->nb == v->k / 256;
+}
+
 /* A run of 2-3 weights of one K-quant type and one k with the same input (q / k / v) at a batch that version 6 of
  * matmul_dq.cu takes: one launch over all their rows (the launches of the small q / k / v matrices are too short to
  * fill the GPU one by one). True when it ran (or raised); false: run them one by one. */
@@ -941,8 +952,9 @@ static bool matmul_multi_dq(cuda_backend *cb, int32_t n_w, const cuda_weight *co
     const cuda_wview *v0 = &cw[0]->v;
     const int64_t k = v0->k;
     const qr_cuda_tune *t = &cb->tune;
-    if (cb->exact || !t->dq_multi || !t->dq_gemm || !t->dq_tma || !t->gemm_q8_act || n_w < 2 || n_w > 3 ||
-        n_rows <= t->mmvq_max_rows || n_rows > t->dq_max_rows || n_rows < t->dq_wg_min_rows ||
+    const bool rows = dq_small(cb, v0, n_rows) || (n_rows > t->mmvq_max_rows && n_rows <= t->dq_max_rows &&
+                                                   n_rows >= t->dq_wg_min_rows);
+    if (cb->exact || !t->dq_multi || !t->dq_gemm || !t->dq_tma || !t->gemm_q8_act || n_w < 2 || n_w > 3 || !rows ||
         !(t->dq_wg == 4 || (t->dq_wg == 1 && n_rows <= 64)) || !qr_cuda_dq_gemm_supported((qr_type)v0->type) || k % 256 ||
         v0->nb != k / 256)
         return false;
@@ -987,7 +999,7 @@ static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int6
     const cuda_wview *v = &cw->v;
     const int64_t k = v->k, n = w->ne[1];
     const bool mmv = n_rows <= cb->tune.mmvq_max_rows && v->nb > 0;
-    if (!mmv && matmul_dq(cb, cw, x, n_rows, n, y)) return;
+    if ((!mmv || dq_small(cb, v, n_rows)) && matmul_dq(cb, cw, x, n_rows, n, y)) return;
     if (!mmv && matmul_mmq_dense(cb, cw, x, n_rows, n, y)) return;
     if (!mmv) {
         const act_layout L = act_layout_of(n_rows, k);
@@ -1035,6 +1047,9 @@ static void cuda_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *cons
     }
     for (int32_t i = 0; i < n_w && fuse; i++)
         fuse = cw[i]->v.nb > 0 && cw[i]->v.k == cw[0]->v.k && !overlaps(x, n_rows * cw[0]->v.k, y[i], n_rows * w[i]->ne[1]);
+    bool all_dq = fuse; /* every weight to version 6 at this batch: no fused mat-vec */
+    for (int32_t i = 0; i < n_w && all_dq; i++) all_dq = dq_small(cb, &cw[i]->v, n_rows);
+    if (all_dq) fuse = false;
     if (!fuse) { /* runs of one K-quant type in one launch of matmul_dq.cu's version 6 where it takes them */
         for (int32_t i = 0; i < n_w;) {
             int32_t r = 1;
@@ -1087,9 +1102,10 @@ static void cuda_matmul_glu(qr_backend *be, const qr_weight *gate, const qr_weig
     if (!cu || n_rows <= 0) return;
     const int64_t k = cg->v.k, n = gate->ne[1];
     const int glu = gelu ? 2 : 1;
+    const bool dq = dq_small(cb, &cg->v, n_rows) && dq_small(cb, &cu->v, n_rows); /* both to version 6 */
     const bool fuse = cb->tune.fuse && qr_cuda_multi_supported((int32_t)n_rows, glu) && n_rows <= cb->tune.mmvq_max_rows &&
                       cg->v.nb > 0 && cg->v.type == cu->v.type && cu->v.k == k && up->ne[1] == n &&
-                      !overlaps(x, n_rows * k, out, n_rows * n);
+                      !overlaps(x, n_rows * k, out, n_rows * n) && !dq;
     if (!fuse) { /* gate and up in one launch of matmul_dq.cu's version 6 where it takes them */
         const cuda_weight *cws[2] = {cg, cu};
         const qr_weight *wq[2] = {gate, up};

@@ -58,6 +58,8 @@ typedef struct qr_cuda_tune {
     int32_t dq_wg_min_rows;  /* default 9 (QUARREL_CUDA_DQ_WG_MIN_ROWS) */
     int32_t dq_multi;        /* 1 (default): matmul_multi's runs of 2-3 weights of one K-quant type (q / k / v) at the batches
                               * version 6 takes go to it as one launch; 0: one matmul each (QUARREL_CUDA_DQ_MULTI=0) */
+    int32_t dq_min_rows;     /* batches of dq_min_rows..mmvq_max_rows rows of Q4_K / Q6_K weights go to version 6 instead
+                              * of the mat-vec where it runs (default 5; 9 or more: never) (QUARREL_CUDA_DQ_MIN_ROWS) */
     int32_t dq_wg_mt;        /* its weight rows a CTA: 1 = 128, 2 = 256, 0 (default) = by the shape (QUARREL_CUDA_DQ_WG_MT) */
     int32_t f16_cache;       /* 1 (default): a quantized 2-D weight multiplied by more rows than the mat-vec takes is
                               * dequantized to f16 once and kept (cuda_weight.f16) while the device keeps
