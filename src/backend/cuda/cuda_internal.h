@@ -44,7 +44,7 @@ typedef struct qr_cuda_tune {
                               * weights runs on the f16 tensor-core kernel that dequantizes the blocks in registers
                               * (matmul_dq.cu) instead of cuBLAS on the f16 cache (QUARREL_CUDA_DQ_GEMM=0: off) */
     int32_t dq_max_rows;     /* default 64 with the wgmma versions, else 16 (QUARREL_CUDA_DQ_MAX_ROWS) */
-    int32_t dq_small_max_rows; /* above it, only matrices of 8,192+ rows or columns (QUARREL_CUDA_DQ_SMALL_MAX_ROWS, 16) */
+    int32_t dq_small_max_rows; /* above it, only matrices of 8,192+ rows or columns (QUARREL_CUDA_DQ_SMALL_MAX_ROWS, 32) */
     int32_t dq_splits;       /* split-K count; 0 (default): chosen from the shape (QUARREL_CUDA_DQ_SPLITS) */
     int32_t dq_wg;           /* the wgmma versions of that kernel for batches of at least dq_wg_min_rows rows (where the
                               * GPU is sm_90 and the build has sm_90a code): 1 (default) A from registers below
