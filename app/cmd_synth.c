@@ -11,6 +11,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: quarrel synth --arch ARCH --preset NAME -o OUT.gguf [--type T] [--seed S] [--pure] [--layers N] [-t N]\n"
+            "       quarrel synth --arch eagle3 --preset NAME [--target-arch ARCH] [eagle3 options] -o OUT.gguf ...\n"
             "       quarrel synth --list\n\n"
             "Writes a model with real shapes, random weights and a synthetic tokenizer that quarrel and\n"
             "llama.cpp both load. The same arguments give a byte-identical file.\n\n"
@@ -26,6 +27,15 @@ static void usage(FILE *f) {
             "  -t, --threads N worker threads (default: all CPUs; the output does not depend on it)\n"
             "  --list          print the presets and exit\n"
             "  -h, --help\n\n"
+            "EAGLE-3 speculative-decoding heads (--arch eagle3; --preset names the TARGET's preset, so the head pairs\n"
+            "with `synth --arch TARGET_ARCH --preset NAME`: its tokenizer, width and layers):\n"
+            "  --target-arch A     the target preset's architecture (default llama)\n"
+            "  --draft-vocab N     draft vocabulary of N tokens with a d2t table (default: half the target's)\n"
+            "  --no-d2t            no d2t: the draft vocabulary is the target's\n"
+            "  --no-output         no output.weight: the target's is shared (implies --no-d2t)\n"
+            "  --no-token-embd     no token_embd.weight: the target's is shared\n"
+            "  --head-embd E       the head's width (default: the target's n_embd)\n"
+            "  --norm-before-fc    write eagle3.norm_before_fc = true and enc.output_norm.weight\n\n"
             "Exit status: 0 ok, 1 failure, 2 usage error.\n",
             qr_ftype_names());
 }
@@ -54,7 +64,8 @@ static bool parse_u64(const char *s, uint64_t *out) {
 
 int cmd_synth(int argc, char **argv) {
     qr_synth_options o = {.type = "F16", .progress = true};
-    const char *out = NULL;
+    const char *out = NULL, *eagle3_flag = NULL; /* the last eagle3 option seen */
+    bool no_d2t = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -66,6 +77,31 @@ int cmd_synth(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--pure")) {
             o.pure = true;
+        } else if (!strcmp(a, "--no-d2t") || !strcmp(a, "--no-output") || !strcmp(a, "--no-token-embd") ||
+                   !strcmp(a, "--norm-before-fc")) {
+            eagle3_flag = a;
+            if (!strcmp(a, "--no-d2t")) no_d2t = true;
+            else if (!strcmp(a, "--no-output")) o.eagle3.no_output = true;
+            else if (!strcmp(a, "--no-token-embd")) o.eagle3.no_token_embd = true;
+            else o.eagle3.norm_before_fc = true;
+        } else if (!strcmp(a, "--target-arch") || !strcmp(a, "--draft-vocab") || !strcmp(a, "--head-embd")) {
+            if (!val) {
+                fprintf(stderr, "quarrel synth: %s needs a value\n", a);
+                return 2;
+            }
+            i++;
+            eagle3_flag = a;
+            uint64_t n = 0;
+            if (!strcmp(a, "--target-arch")) {
+                o.eagle3.target_arch = val;
+            } else if (!parse_u64(val, &n) || n == 0 || n > (1u << 30)) {
+                fprintf(stderr, "quarrel synth: %s needs a positive count, got '%s'\n", a, val);
+                return 2;
+            } else if (!strcmp(a, "--draft-vocab")) {
+                o.eagle3.draft_vocab = (int32_t)n;
+            } else {
+                o.eagle3.n_embd = (int32_t)n;
+            }
         } else if (!strcmp(a, "--arch") || !strcmp(a, "--preset") || !strcmp(a, "-o") || !strcmp(a, "--output") ||
                    !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
                    !strcmp(a, "--pooling") || !strcmp(a, "--layers")) {
@@ -115,6 +151,19 @@ int cmd_synth(int argc, char **argv) {
         fprintf(stderr, "quarrel synth: %s is required\n", !o.preset ? "--preset" : "-o OUT.gguf");
         usage(stderr);
         return 2;
+    }
+    const bool eagle3 = o.arch && !strcmp(o.arch, "eagle3");
+    if (eagle3_flag && !eagle3) {
+        fprintf(stderr, "quarrel synth: %s is an option of EAGLE-3 heads (--arch eagle3)\n", eagle3_flag);
+        return 2;
+    }
+    if (no_d2t && o.eagle3.draft_vocab > 0) {
+        fprintf(stderr, "quarrel synth: --no-d2t and --draft-vocab exclude each other\n");
+        return 2;
+    }
+    if (eagle3 && (no_d2t || o.eagle3.no_output)) { /* the draft vocabulary is the target preset's */
+        const qr_synth_preset *tp = qr_synth_find_preset(o.eagle3.target_arch ? o.eagle3.target_arch : "llama", o.preset);
+        if (tp && o.eagle3.draft_vocab == 0) o.eagle3.draft_vocab = (int32_t)tp->n_vocab;
     }
     qr_synth_stats stats;
     char err[512];

@@ -170,7 +170,7 @@ static void bert_hparams(const qr_synth_preset *p, qr_gguf_stream *s) {
     qr_gguf_stream_set_u32(s, "tokenizer.ggml.token_type_count", 2);
 }
 
-static void llama_hparams(const qr_synth_preset *p, qr_gguf_stream *s) {
+void qr_synth_llama_hparams(const qr_synth_preset *p, qr_gguf_stream *s) {
     char k[128];
     const char *a = p->arch;
     key(k, sizeof k, a, "context_length"), qr_gguf_stream_set_u32(s, k, p->n_ctx);
@@ -226,7 +226,7 @@ typedef struct synth_arch {
 } synth_arch;
 
 static const synth_arch archs[] = {
-    {"llama", llama_tensors, llama_hparams},
+    {"llama", llama_tensors, qr_synth_llama_hparams},
     {"gemma3", gemma3_tensors, gemma3_hparams},
     {"bert", bert_tensors, bert_hparams},
     {"nomic-bert", bert_tensors, bert_hparams},
@@ -249,8 +249,10 @@ static const synth_arch archs[] = {
     {"olmo2", qr_synth_post_tensors, qr_synth_post_hparams},
     {"glm4", qr_synth_post_tensors, qr_synth_post_hparams},
     {"granitemoe", qr_synth_hybrid_tensors, qr_synth_hybrid_hparams},
-    {"mistral3", llama_tensors, llama_hparams},
+    {"mistral3", llama_tensors, qr_synth_llama_hparams},
     {"deepseek2", qr_synth_deepseek2_tensors, qr_synth_deepseek2_hparams},
+    /* EAGLE-3 heads (synth_eagle3.c): the preset is the target's */
+    {"eagle3", qr_synth_eagle3_tensors, qr_synth_eagle3_hparams},
 };
 
 static const synth_arch *find_arch(const char *name) {
@@ -328,6 +330,10 @@ static void gen_range(void *arg, int64_t begin, int64_t end) {
     gen_ctx *c = arg;
     const synth_tensor *t = c->t;
     int64_t n = c->n_per_row;
+    if (t->init == INIT_D2T) { /* token ids, written as stored (a 1-D tensor: one row) */
+        for (int64_t r = begin; r < end; r++) qr_synth_eagle3_d2t(c->preset, c->enc + (size_t)r * c->enc_row, n);
+        return;
+    }
     for (int64_t r = begin; r < end; r++) {
         float *x = c->f32 + r * n;
         if (t->init == INIT_ROPE_LLAMA3) {
@@ -374,7 +380,12 @@ qr_status qr_synth_write(const qr_synth_options *o, const char *path, qr_synth_s
             used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "", archs[i].name);
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "synth: unknown architecture '%s' (known: %s)", o->arch, known);
     }
-    const qr_synth_preset *p = qr_synth_find_preset(o->arch, o->preset);
+    /* an EAGLE-3 head: the preset is its target's (of eagle3.target_arch) */
+    const bool eagle3 = o->arch && !strcmp(o->arch, "eagle3");
+    const char *preset_arch = eagle3 ? (o->eagle3.target_arch ? o->eagle3.target_arch : "llama") : o->arch;
+    if (eagle3 && (!qr_synth_arch_supported(preset_arch) || !strcmp(preset_arch, "eagle3")))
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "synth: eagle3: unknown target architecture '%s'", preset_arch);
+    const qr_synth_preset *p = qr_synth_find_preset(preset_arch, o->preset);
     if (!p && !o->arch) {
         for (size_t i = 0; i < qr_synth_n_presets(); i++)
             if (!strcmp(qr_synth_preset_at(i)->name, o->preset))
@@ -386,13 +397,14 @@ qr_status qr_synth_write(const qr_synth_options *o, const char *path, qr_synth_s
         size_t used = 0;
         for (size_t i = 0; i < qr_synth_n_presets(); i++) {
             const qr_synth_preset *q = qr_synth_preset_at(i);
-            if (o->arch && strcmp(q->arch, o->arch)) continue;
+            if (preset_arch && strcmp(q->arch, preset_arch)) continue;
             used += (size_t)snprintf(list + used, used < sizeof list ? sizeof list - used : 0, "%s%s/%s", used ? ", " : "",
                                      q->arch, q->name);
             if (used >= sizeof list) break;
         }
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "synth: unknown preset '%s'%s%s%s (known: %s)", o->preset,
-                       o->arch ? " for architecture '" : "", o->arch ? o->arch : "", o->arch ? "'" : "", list);
+                       preset_arch ? " for architecture '" : "", preset_arch ? preset_arch : "", preset_arch ? "'" : "",
+                       list);
     }
     qr_synth_preset resized;
     if (o->n_layer > 0) {
@@ -403,6 +415,11 @@ qr_status qr_synth_write(const qr_synth_options *o, const char *path, qr_synth_s
         resized = *p;
         resized.n_layer = (uint32_t)o->n_layer;
         p = &resized;
+    }
+    qr_synth_preset head;
+    if (eagle3) {
+        if ((st = qr_synth_eagle3_preset(p, &o->eagle3, &head, err, err_len)) != QR_OK) return st;
+        p = &head;
     }
     const char *type_name = o->type ? o->type : "F16";
     const qr_ftype_info *ft = qr_ftype_from_name(type_name);
@@ -428,6 +445,10 @@ qr_status qr_synth_write(const qr_synth_options *o, const char *path, qr_synth_s
     qr_quant_plan_init(&plan, ft, o->pure, &mi, names, tl.n);
     for (size_t i = 0; i < tl.n; i++) {
         synth_tensor *t = &tl.t[i];
+        if (t->init == INIT_D2T) { /* token ids: never quantized */
+            t->type = QR_TYPE_I64;
+            continue;
+        }
         char note[256];
         t->type = qr_quant_plan_pick(&plan, t->name, t->n_dims, t->ne, QR_TYPE_F32, note, sizeof note);
         if (note[0]) qr_log(QR_LOG_DEBUG, "synth: %s", note);

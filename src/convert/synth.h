@@ -80,6 +80,13 @@ typedef struct qr_synth_preset {
     uint32_t gating_func;        /* expert_gating_func: 1 softmax, 2 sigmoid (+ exp_probs_b) */
     bool expert_weights_norm;    /* expert_weights_norm */
     float expert_weights_scale;  /* expert_weights_scale (written when > 0) */
+    /* EAGLE-3 heads (synth_eagle3.c): a head's preset is derived from its target's by qr_synth_write */
+    uint32_t e3_target_embd;      /* eagle3.target_hidden_size: the target's n_embd */
+    int32_t e3_target_layers[3];  /* eagle3.target_layers */
+    uint32_t e3_draft_vocab;      /* the draft vocabulary Vd (output's rows, d2t's length); == n_vocab: no d2t */
+    bool e3_no_token_embd;        /* no token_embd.weight (the target's is shared) */
+    bool e3_no_output;            /* no output.weight (the target's is shared) */
+    bool e3_norm_before_fc;       /* eagle3.norm_before_fc = true with enc.output_norm.weight */
 } qr_synth_preset;
 
 /* The preset `name` of `arch`; arch may be NULL when the name is unique. NULL when not found. */
@@ -114,6 +121,19 @@ void qr_synth_vocab_free(qr_synth_vocab *v);
 
 /* ---- writing a model ------------------------------------------------------------------------- */
 
+/* An EAGLE-3 head (arch "eagle3", synth_eagle3.c): its options name its target preset's parts. The head has one layer
+ * of the target's heads and FFN width, reads target layers [2, L/2, L-3] of an L-layer target (L < 6: [0, L/2, L-1])
+ * and carries the target preset's tokenizer, so that it pairs with `synth --arch TARGET_ARCH --preset P`. */
+typedef struct qr_synth_eagle3_options {
+    const char *target_arch; /* the architecture of the target preset (options.preset names it); NULL: llama */
+    int32_t draft_vocab;     /* the draft vocabulary Vd, written with a d2t table (0: half the target's vocabulary, or
+                              * all of it with no_output); the target's vocabulary size: no d2t */
+    int32_t n_embd;          /* the head's width E (0: the target's n_embd) */
+    bool no_token_embd;      /* no token_embd.weight: the target's is shared */
+    bool no_output;          /* no output.weight: the target's is shared (no d2t then) */
+    bool norm_before_fc;     /* eagle3.norm_before_fc = true, with enc.output_norm.weight */
+} qr_synth_eagle3_options;
+
 typedef struct qr_synth_options {
     const char *arch;   /* may be NULL when the preset name is unique */
     const char *preset; /* preset name */
@@ -124,7 +144,8 @@ typedef struct qr_synth_options {
     bool progress;      /* progress bar on stderr when it is a TTY */
     int32_t pooling_type; /* > 0: write {arch}.pooling_type (1 mean, 2 cls, 3 last: embedding models);
                            * 0: only encoders (bert, nomic-bert) write one, mean */
-    int32_t n_layer;      /* > 0: this many layers instead of the preset's (quick speed probes) */
+    int32_t n_layer;      /* > 0: this many layers instead of the preset's (quick speed probes; eagle3: the target's) */
+    qr_synth_eagle3_options eagle3; /* arch "eagle3": the head's options; the preset is its target's */
 } qr_synth_options;
 
 typedef struct qr_synth_stats {

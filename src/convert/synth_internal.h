@@ -18,6 +18,7 @@ typedef enum init_kind {
     INIT_ROPE_LLAMA3, /* Llama 3.1 rope frequency factors */
     INIT_ROPE_LONG,   /* LongRoPE long factors (phi3) */
     INIT_ROPE_SHORT,  /* LongRoPE short factors (phi3) */
+    INIT_D2T,         /* eagle3's d2t: I64 target token ids of the draft vocabulary (qr_synth_eagle3_d2t) */
 } init_kind;
 
 typedef struct synth_tensor {
@@ -61,5 +62,16 @@ void qr_synth_post_hparams(const qr_synth_preset *p, qr_gguf_stream *s);
  * dense blocks, routed + shared experts. */
 bool qr_synth_deepseek2_tensors(const qr_synth_preset *p, tensor_list *l);
 void qr_synth_deepseek2_hparams(const qr_synth_preset *p, qr_gguf_stream *s);
+
+/* llama's hyper-parameter keys under p->arch (synth.c; the eagle3 head's too). */
+void qr_synth_llama_hparams(const qr_synth_preset *p, qr_gguf_stream *s);
+
+/* EAGLE-3 heads (synth_eagle3.c). The head's preset from its target's preset and the options (QR_ERR_INVALID_ARG
+ * naming a bad option); its tensors and keys; d2t's n ids (little-endian int64) into out. */
+qr_status qr_synth_eagle3_preset(const qr_synth_preset *target, const qr_synth_eagle3_options *o, qr_synth_preset *head,
+                                 char *err, size_t err_len);
+bool qr_synth_eagle3_tensors(const qr_synth_preset *p, tensor_list *l);
+void qr_synth_eagle3_hparams(const qr_synth_preset *p, qr_gguf_stream *s);
+void qr_synth_eagle3_d2t(const qr_synth_preset *p, uint8_t *out, int64_t n);
 
 #endif /* QR_CONVERT_SYNTH_INTERNAL_H */

@@ -118,6 +118,13 @@ static const qr_hparam_spec hp_deepseek2[] = {
     HP("rope.scaling.yarn_log_multiplier", FLOAT, OPT, yarn_log_mul, 0, 0, 0),
     {0},
 };
+/* EAGLE-3 heads (eagle3.c reads the target-layer array and sets the vocabulary sizes) */
+static const qr_hparam_spec hp_eagle3[] = {
+    HP("target_hidden_size", INT, REQ, eagle3_target_embd, 1, 1 << 20, 0),
+    HP("norm_before_residual", BOOL, OPT, eagle3_norm_before_residual, 0, 0, 0),
+    HP("norm_before_fc", BOOL, OPT, eagle3_norm_before_fc, 0, 0, 0),
+    {0},
+};
 #undef HP
 
 /* ---- tensor groups ---- */
@@ -309,6 +316,25 @@ static const qr_tensor_spec t_nomic_bert[] = {
     L(FFN, REQ, MATMUL, "ffn_gate.weight", EMBD, FF, 1, ffn_gate),
     {0},
 };
+/* EAGLE-3 heads (llama.cpp's loader): fc fuses the three captured target states into g; one layer whose attention
+ * reads [normed token embedding | normed g]; token_embd and output optional (the target's), d2t the draft
+ * vocabulary's target ids; the FFN is t_ffn_norm + t_ffn_glu */
+static const qr_tensor_spec t_eagle3[] = {
+    G(REQ, MATMUL, "fc.weight", TARGET3, EMBD, fc),
+    G(OPT, F32, "enc.output_norm.weight", TARGET3, 1, enc_norm),
+    G(OPT, TABLE, "token_embd.weight", EMBD, VOCAB, tok_embd),
+    G(REQ, F32, "output_norm.weight", EMBD, 1, output_norm),
+    G(OPT, MATMUL, "output.weight", EMBD, VOCAB_DRAFT, output),
+    G(OPT, IDS, "d2t", VOCAB_DRAFT, 1, d2t),
+    G(OPT, F32, "rope_freqs.weight", ROT_HALF, 1, rope_freqs),
+    L(QR_IN_ANY, REQ, F32, "attn_norm.weight", EMBD, 1, 1, attn_norm),
+    L(QR_IN_ANY, REQ, F32, "attn_norm_2.weight", EMBD, 1, 1, attn_norm_2),
+    L(ATTN, REQ, MATMUL, "attn_q.weight", EMBD2, Q, 1, attn_q),
+    L(ATTN, REQ, MATMUL, "attn_k.weight", EMBD2, K, 1, attn_k),
+    L(ATTN, REQ, MATMUL, "attn_v.weight", EMBD2, V, 1, attn_v),
+    L(ATTN, REQ, MATMUL, "attn_output.weight", O, EMBD, 1, attn_out),
+    {0},
+};
 _Static_assert(offsetof(qr_layer, ffn_up) == offsetof(qr_layer, ffn_gate) + sizeof(qr_weight),
                "QR_TS_SPLIT2 fields must follow each other");
 _Static_assert(offsetof(qr_layer, attn_k) == offsetof(qr_layer, attn_q) + sizeof(qr_weight) &&
@@ -439,6 +465,12 @@ static const qr_arch_info arch_table[QR_ARCH_COUNT] = {
                            .tensors = TS(t_decoder, t_mla, t_ffn_norm, t_ffn_glu, t_moe_glu),
                            .rope_mode = QR_ROPE_NORMAL, .gating = QR_MOE_SOFTMAX, .norm_w = false,
                            .expert_act = QR_GLU_SWIGLU},
+    /* EAGLE-3 heads: loaded and checked against a target (eagle3.c), refused as a model to run (spec_head) */
+    [QR_ARCH_EAGLE3] = {.arch = QR_ARCH_EAGLE3, .name = "eagle3", .forward = qr_eagle3_forward,
+                        .hparams = HPS(hp_common, hp_rms_eps, hp_causal, hp_eagle3),
+                        .tensors = TS(t_eagle3, t_ffn_norm, t_ffn_glu), .rope_mode = QR_ROPE_NORMAL,
+                        .spec_head = true, .load_extra = qr_eagle3_load_extra,
+                        .check_weights = qr_eagle3_check_weights},
 };
 #undef HPS
 #undef TS

@@ -333,6 +333,10 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     *out = NULL;
     qr_context_params p = params ? *params : qr_context_default_params();
     const qr_hparams *hp = &model->hp;
+    if (model->arch->spec_head) /* an EAGLE-3 head drafts for a target; it is not a model of its own */
+        return qr_errf(err, err_len, QR_ERR_UNSUPPORTED,
+                       "%s: %s is a speculative-decoding head (EAGLE-3), not a model to run: use it as --draft-model "
+                       "with --spec eagle3 next to its target model (not supported yet)", model->path, hp->arch_name);
     if (p.n_ctx < 0 || p.n_batch < 0 || p.n_seq_max < 0)
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "context: n_ctx %d, n_batch %d, n_seq_max %d must be >= 0",
                        p.n_ctx, p.n_batch, p.n_seq_max);

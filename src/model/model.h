@@ -40,6 +40,8 @@ typedef enum qr_arch {
     QR_ARCH_MISTRAL3 = 19,      /* Ministral 3 / Mistral Small 3.x text: llama + YaRN keys, attention temperature */
     QR_ARCH_DEEPSEEK2 = 20,     /* DeepSeek-V2 / V2-Lite, Moonlight: multi-head latent attention (mla.c), shared +
                                  * routed experts after leading dense blocks */
+    QR_ARCH_EAGLE3 = 21,        /* EAGLE-3 speculative-decoding head (eagle3.c): loaded and paired with its target, not
+                                 * run on its own (qr_arch_info.spec_head) */
     QR_ARCH_COUNT
 } qr_arch;
 
@@ -85,8 +87,9 @@ enum {
                            * (phi3's fused ffn_up: gate | up) */
     QR_TS_REQ_SPLIT2 = 17,
 };
-/* What a tensor is used as: its types must suit that. */
-typedef enum qr_tensor_use { QR_USE_MATMUL, QR_USE_F32, QR_USE_TABLE } qr_tensor_use;
+/* What a tensor is used as: its types must suit that. QR_USE_IDS: a vector of token ids, I64 (eagle3's d2t), kept as
+ * a host view (not prepared on the backend). */
+typedef enum qr_tensor_use { QR_USE_MATMUL, QR_USE_F32, QR_USE_TABLE, QR_USE_IDS } qr_tensor_use;
 /* A tensor dimension, from the hyper-parameters. */
 typedef enum qr_dim {
     QR_D_1 = 0,      /* 1: a dimension the tensor does not have */
@@ -122,6 +125,10 @@ typedef enum qr_dim {
     QR_D_QK_NOPE,    /* head_dim_k_mla - n_rot */
     QR_D_V_MLA,      /* head_dim_v_mla */
     QR_D_O_MLA,      /* n_head * head_dim_v_mla */
+    /* EAGLE-3 heads */
+    QR_D_EMBD2,      /* 2 * n_embd: the head's attention input, [normed token embedding | normed g] */
+    QR_D_TARGET3,    /* 3 * eagle3_target_embd: the three captured target hidden states, concatenated */
+    QR_D_VOCAB_DRAFT,/* n_vocab_draft: the head's draft vocabulary (d2t's length; n_vocab without d2t) */
 } qr_dim;
 /* A tensor: name, where, how, shape [dims[0] (row length), dims[1], dims[2]] and the qr_weight it binds. */
 typedef struct qr_tensor_spec {
@@ -172,6 +179,15 @@ typedef struct qr_arch_info {
     qr_moe_gating gating;
     bool norm_w;
     qr_glu_kind expert_act;
+    /* a speculative-decoding head (eagle3): loaded to draft for a target, never run as a model of its own
+     * (qr_context_create and tensor parallelism refuse it; `forward` is never reached) */
+    bool spec_head;
+    /* optional steps of the architecture's own (NULL: none), each filling err with the file's path in front:
+     * load_extra runs after the table's keys, before the weights are bound (what the table cannot say: eagle3's
+     * target-layer array, its vocabulary sizes); check_weights runs after every weight is bound (contents,
+     * combinations of optional weights) */
+    qr_status (*load_extra)(qr_model *m, char *err, size_t err_len);
+    qr_status (*check_weights)(const qr_model *m, char *err, size_t err_len);
 } qr_arch_info;
 
 /* Table row for a general.architecture name; NULL when unsupported. */
@@ -248,6 +264,14 @@ typedef struct qr_hparams {
     int32_t n_dense_lead;     /* leading_dense_block_count */
     int32_t n_expert_groups;  /* expert_group_count: group-limited routing when > 1 */
     int32_t n_group_used;     /* expert_group_used_count */
+    /* EAGLE-3 heads (eagle3.c; n_vocab is then the tokenizer's token count, the target's vocabulary) */
+    int32_t eagle3_layers[3];       /* {arch}.target_layers (or the older extract_layers): the target layers whose
+                                     * input hidden states are captured, in concatenation order; the target's n_layer
+                                     * stands for its last layer's output before the final norm */
+    int32_t eagle3_target_embd;     /* {arch}.target_hidden_size: the target's n_embd (fc reads 3 times it) */
+    bool eagle3_norm_before_residual; /* {arch}.norm_before_residual: the residual is the normed g, not g */
+    bool eagle3_norm_before_fc;     /* {arch}.norm_before_fc: RMS norm (enc.output_norm) of the features before fc */
+    int32_t n_vocab_draft;          /* the draft vocabulary: d2t's length, else n_vocab */
 } qr_hparams;
 
 /* What a layer's mixer is. */
@@ -263,8 +287,9 @@ typedef struct qr_layer {
     qr_layer_kind kind;    /* attention, Mamba2 or FFN-only */
     bool swa;              /* sliding-window layer (window n_swa, rope_base_swa) */
     int32_t n_ff;          /* this layer's feed_forward_length (hybrids: per layer; 0 = no FFN) */
-    qr_weight attn_norm;   /* F32 [n_embd] */
+    qr_weight attn_norm;   /* F32 [n_embd] (eagle3: the norm of the token embedding) */
     qr_weight attn_norm_b; /* F32 [n_embd] (nemotron's LayerNorm) */
+    qr_weight attn_norm_2; /* F32 [n_embd] eagle3: the norm of g (the fused target features, or the fed-back state) */
     qr_weight attn_q;      /* [n_head * head_dim_k rows][n_embd] */
     qr_weight attn_k;      /* [n_head_kv * head_dim_k][n_embd] */
     qr_weight attn_v;      /* [n_head_kv * head_dim_v][n_embd] */
@@ -331,6 +356,12 @@ struct qr_model {
     qr_weight type_embd;        /* encoders: [n_token_types][n_embd] (row 0 is added), host NULL when absent */
     qr_weight pos_embd;         /* bert: [n_ctx_train][n_embd] learned positions */
     qr_weight tok_norm, tok_norm_b; /* encoders: LayerNorm of the input embeddings, F32 [n_embd] */
+    /* EAGLE-3 heads (host NULL elsewhere); the head's tok_embd [n_vocab][n_embd] and output [n_vocab_draft][n_embd]
+     * are optional (absent: the target's, which then must be n_embd wide) */
+    qr_weight fc;               /* [n_embd][3 * eagle3_target_embd]: the captured features -> g */
+    qr_weight enc_norm;         /* F32 [3 * eagle3_target_embd] enc.output_norm (with eagle3_norm_before_fc) */
+    qr_weight d2t;              /* I64 [n_vocab_draft] draft id -> target token id (absolute), host view only; host
+                                 * NULL: the draft vocabulary is the target's */
     struct qr_tokenizer *embed_tok; /* the tokenizer qr_embed made (lazily, owned), or NULL */
     qr_layer *layers;           /* [n_layer] */
     qr_backend *be;             /* owned */
@@ -581,6 +612,13 @@ void qr_nemotron_h_forward(const qr_model *m, qr_fwd *f);
 void qr_gpt_oss_forward(const qr_model *m, qr_fwd *f);
 void qr_nemotron_forward(const qr_model *m, qr_fwd *f);
 void qr_phi3_forward(const qr_model *m, qr_fwd *f);
+/* EAGLE-3 heads (eagle3.c): never reached (contexts refuse spec heads); raises QR_ERR_UNSUPPORTED if it were. */
+void qr_eagle3_forward(const qr_model *m, qr_fwd *f);
+/* The eagle3 row's steps (qr_arch_info.load_extra, check_weights): block_count 1, the target-layer array, n_vocab
+ * from the tokenizer and n_vocab_draft from d2t; enc.output_norm with norm_before_fc only, an output matrix where
+ * d2t shrinks the vocabulary, d2t's ids inside the vocabulary and unique. */
+qr_status qr_eagle3_load_extra(qr_model *m, char *err, size_t err_len);
+qr_status qr_eagle3_check_weights(const qr_model *m, char *err, size_t err_len);
 
 /* ---- embeddings (context.c, used by embed.c) ---- */
 

@@ -373,6 +373,7 @@ static qr_status load_layer_kinds(loader *L) {
 
 static bool type_ok(qr_type t, qr_tensor_use use) {
     if (use == QR_USE_F32) return t == QR_TYPE_F32;
+    if (use == QR_USE_IDS) return t == QR_TYPE_I64;
     const qr_quant_traits *tr = qr_quant_traits_best(t);
     if (!tr) return false;
     if (use == QR_USE_TABLE) return t == QR_TYPE_F32 || tr->to_float;
@@ -421,6 +422,9 @@ static int64_t dim_size(const qr_model *m, int il, qr_dim d, const qr_gguf_tenso
     case QR_D_QK_NOPE: return hp->head_dim_k_mla - hp->n_rot;
     case QR_D_V_MLA: return hp->head_dim_v_mla;
     case QR_D_O_MLA: return (int64_t)hp->n_head * hp->head_dim_v_mla;
+    case QR_D_EMBD2: return 2 * (int64_t)hp->n_embd;
+    case QR_D_TARGET3: return 3 * (int64_t)hp->eagle3_target_embd;
+    case QR_D_VOCAB_DRAFT: return hp->n_vocab_draft;
     }
     return 0;
 }
@@ -459,8 +463,9 @@ static qr_status bind_tensor(loader *L, const char *name, bool required, const i
     if (!type_ok(t->type, use))
         return qr_errf(L->err, L->err_len, QR_ERR_UNSUPPORTED, "%s: tensor %s has type %s, which cannot be used as %s",
                        m->path, name, qr_type_name(t->type),
-                       use == QR_USE_F32 ? "a norm weight or F32 vector (F32 expected)"
-                                         : use == QR_USE_TABLE ? "an embedding table" : "a matmul weight");
+                       use == QR_USE_F32   ? "a norm weight or F32 vector (F32 expected)"
+                       : use == QR_USE_IDS ? "token ids (I64 expected)"
+                       : use == QR_USE_TABLE ? "an embedding table" : "a matmul weight");
     const size_t rb = qr_type_row_size(t->type, ne[0]);
     if (rb == 0 || rb * (size_t)(n_all / ne[0]) != t->nbytes)
         return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: tensor %s: %llu bytes do not match its shape and type %s",
@@ -529,7 +534,8 @@ static qr_status bind_spec(loader *L, const qr_tensor_spec *s, int il, void *bas
         w->ne[1] = w->ne[2] = 1;
         w->row_bytes = (size_t)w->ne[0] * sizeof(float);
     }
-    return w->host ? add_weight(L, w) : QR_OK;
+    /* token ids stay host views: the backend prepares weights it computes with */
+    return w->host && s->use != QR_USE_IDS ? add_weight(L, w) : QR_OK;
 }
 
 /* The parts of layer il (QR_IN_*): its kind, and its FFN (dense, or MoE where the arch has experts, the
@@ -622,8 +628,9 @@ static qr_status alloc_model(loader *L) {
     return QR_OK;
 }
 
-/* The vocabulary size: token_embd's rows. */
+/* The vocabulary size: token_embd's rows (unless the arch's load_extra set it: eagle3 heads, from the tokenizer). */
 static qr_status load_vocab(loader *L) {
+    if (L->m->hp.n_vocab > 0) return QR_OK;
     const qr_gguf_tensor *te = qr_gguf_get_tensor(L->g, "token_embd.weight");
     if (!te) return qr_errf(L->err, L->err_len, QR_ERR_FORMAT, "%s: missing tensor token_embd.weight", L->m->path);
     if (te->ne[1] < 1 || te->ne[1] > INT32_MAX)
@@ -767,8 +774,11 @@ qr_status qr_model_load(const char *path, const qr_model_params *params, qr_mode
         goto fail;
     }
     loader L = {.m = m, .g = m->gguf, .arch = m->arch->name, .err = err, .err_len = err_len};
-    if ((st = load_hparams(&L)) != QR_OK || (st = alloc_model(&L)) != QR_OK || (st = load_swa_layers(&L)) != QR_OK ||
-        (st = load_layer_kinds(&L)) != QR_OK || (st = load_vocab(&L)) != QR_OK || (st = load_weights(&L)) != QR_OK)
+    const qr_arch_info *ai = m->arch;
+    if ((st = load_hparams(&L)) != QR_OK || (ai->load_extra && (st = ai->load_extra(m, err, err_len)) != QR_OK) ||
+        (st = alloc_model(&L)) != QR_OK || (st = load_swa_layers(&L)) != QR_OK || (st = load_layer_kinds(&L)) != QR_OK ||
+        (st = load_vocab(&L)) != QR_OK || (st = load_weights(&L)) != QR_OK ||
+        (ai->check_weights && (st = ai->check_weights(m, err, err_len)) != QR_OK))
         goto fail;
     if ((st = create_backend(m, &p, err, err_len)) != QR_OK) goto fail;
     *out = m;
@@ -811,5 +821,6 @@ void qr_model_desc(const qr_model *m, char *buf, size_t cap) {
     const qr_hparams *hp = &m->hp;
     snprintf(buf, cap, "%s: %d layers, %d embd, %d/%d heads of %d, %d ff, %d vocab, ctx %d, %s%s", hp->arch_name,
              hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim_k, hp->n_ff, hp->n_vocab, hp->n_ctx_train,
-             qr_type_name(m->layers[0].attn_q.type), m->output.host == m->tok_embd.host ? ", tied embeddings" : "");
+             qr_type_name(m->layers[0].attn_q.type),
+             m->output.host && m->output.host == m->tok_embd.host ? ", tied embeddings" : "");
 }

@@ -45,6 +45,9 @@ static qr_status check_params(const qr_spec_params *p, char *err, size_t err_len
 
 /* A model whose per-sequence state can be cut back to any earlier position (attention layers only). */
 static qr_status check_rollback(const qr_model *m, const char *role, char *err, size_t err_len) {
+    if (m->arch->spec_head)
+        return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "the %s model %s is an EAGLE-3 head (%s): drafting with it "
+                       "(--spec eagle3) is not supported yet", role, m->path, m->hp.arch_name);
     if (m->arch->encoder)
         return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "speculative decoding: the %s model (%s) is an encoder", role,
                        m->hp.arch_name);
@@ -55,10 +58,8 @@ static qr_status check_rollback(const qr_model *m, const char *role, char *err, 
     return QR_OK;
 }
 
-/* The draft's vocabulary must be the target's: same special tokens and the same text for every id both
- * have; sizes may differ by VOCAB_SLACK. */
-static qr_status check_vocab(const qr_model *target, const qr_model *draft, int32_t *n_common, char *err,
-                             size_t err_len) {
+qr_status qr_spec_check_vocab(const qr_model *target, const qr_model *other, const char *role, int32_t slack,
+                              int32_t *n_common, char *err, size_t err_len) {
     qr_tokenizer *tt = NULL, *td = NULL;
     char a[256], b[256], msg[512];
     qr_status st;
@@ -66,15 +67,15 @@ static qr_status check_vocab(const qr_model *target, const qr_model *draft, int3
         qr_errf(err, err_len, st, "target tokenizer: %s", msg);
         goto done;
     }
-    if ((st = qr_tokenizer_from_model(draft, &td, msg, sizeof msg)) != QR_OK) {
-        qr_errf(err, err_len, st, "draft model tokenizer: %s", msg);
+    if ((st = qr_tokenizer_from_model(other, &td, msg, sizeof msg)) != QR_OK) {
+        qr_errf(err, err_len, st, "%s tokenizer: %s", role, msg);
         goto done;
     }
-    const int32_t nt = qr_model_n_vocab(target), nd = qr_model_n_vocab(draft);
+    const int32_t nt = qr_model_n_vocab(target), nd = qr_model_n_vocab(other);
     const int32_t vt = qr_tokenizer_n_vocab(tt), vd = qr_tokenizer_n_vocab(td);
-    if (abs(nt - nd) > VOCAB_SLACK || abs(vt - vd) > VOCAB_SLACK) {
+    if (abs(nt - nd) > slack || abs(vt - vd) > slack) {
         st = qr_errf(err, err_len, QR_ERR_INVALID_ARG,
-                     "the draft model's vocabulary is incompatible with the target's: %d tokens against %d", vd, vt);
+                     "the %s's vocabulary is incompatible with the target's: %d tokens against %d", role, vd, vt);
         goto done;
     }
     static const struct { qr_special_token which; const char *name; } specials[] = {
@@ -82,14 +83,14 @@ static qr_status check_vocab(const qr_model *target, const qr_model *draft, int3
     for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
         if (qr_tokenizer_special(tt, specials[i].which) != qr_tokenizer_special(td, specials[i].which)) {
             st = qr_errf(err, err_len, QR_ERR_INVALID_ARG,
-                         "the draft model's vocabulary is incompatible with the target's: %s token %d against %d",
+                         "the %s's vocabulary is incompatible with the target's: %s token %d against %d", role,
                          specials[i].name, qr_tokenizer_special(td, specials[i].which),
                          qr_tokenizer_special(tt, specials[i].which));
             goto done;
         }
     if (qr_tokenizer_add_bos(tt) != qr_tokenizer_add_bos(td)) {
         st = qr_errf(err, err_len, QR_ERR_INVALID_ARG,
-                     "the draft model's vocabulary is incompatible with the target's: one adds BOS, the other not");
+                     "the %s's vocabulary is incompatible with the target's: one adds BOS, the other not", role);
         goto done;
     }
     const int32_t n = vt < vd ? vt : vd;
@@ -99,8 +100,8 @@ static qr_status check_vocab(const qr_model *target, const qr_model *draft, int3
         if (la != lb || (la > 0 && memcmp(a, b, (size_t)la) != 0)) {
             a[la > 0 ? la : 0] = 0, b[lb > 0 ? lb : 0] = 0;
             st = qr_errf(err, err_len, QR_ERR_INVALID_ARG,
-                         "the draft model's vocabulary is incompatible with the target's: token %d is '%s' in the "
-                         "draft, '%s' in the target", id, b, a);
+                         "the %s's vocabulary is incompatible with the target's: token %d is '%s' in the %s, '%s' in "
+                         "the target", role, id, b, role, a);
             goto done;
         }
     }
@@ -149,7 +150,9 @@ qr_status qr_spec_create(qr_context *ctx, const qr_spec_params *params, qr_spec 
     for (int32_t s = 0; s < sp->n_seq; s++) sp->cur_max[s] = p.draft_max < START_DRAFT ? p.draft_max : START_DRAFT;
     if (p.kind == QR_SPEC_DRAFT) {
         if ((st = check_rollback(p.draft_model, "draft", err, err_len)) != QR_OK) goto fail;
-        if ((st = check_vocab(target, p.draft_model, &sp->n_vocab, err, err_len)) != QR_OK) goto fail;
+        if ((st = qr_spec_check_vocab(target, p.draft_model, "draft model", VOCAB_SLACK, &sp->n_vocab, err, err_len)) !=
+            QR_OK)
+            goto fail;
         qr_context_params cp = qr_context_default_params();
         cp.n_ctx = qr_context_n_ctx(ctx);
         cp.n_seq_max = sp->n_seq;

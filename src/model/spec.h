@@ -74,4 +74,18 @@ void qr_spec_seq_reset(qr_spec *sp, int32_t seq);
 int32_t qr_spec_ngram_lookup(const int32_t *hist, int32_t n_hist, int32_t ngram_min, int32_t ngram_max,
                              int32_t max, int32_t *draft);
 
+/* The vocabulary of `other` (a draft model, an EAGLE-3 head; `role` names it in messages) must be the target's: the
+ * same special tokens (BOS, EOS, EOT), add-BOS flag and text for every id both have, sizes (the models' and the
+ * tokenizers') at most `slack` apart. *n_common: the ids both models have. QR_ERR_INVALID_ARG names the first
+ * difference. */
+qr_status qr_spec_check_vocab(const qr_model *target, const qr_model *other, const char *role, int32_t slack,
+                              int32_t *n_common, char *err, size_t err_len);
+
+/* Whether EAGLE-3 head `head` (eagle3.c) can draft for `target`: QR_OK, or an error naming the first mismatch: the
+ * head's eagle3.target_hidden_size is not the target's n_embd; a target layer id past the target's n_layer (n_layer
+ * itself is its last layer's output before the final norm); the head's tokenizer is not the target's (no size slack);
+ * a target with Mamba2 layers, an encoder or another head; a head without token_embd / output (shared from the
+ * target) whose width differs from the target's n_embd. */
+qr_status qr_eagle3_check_target(const qr_model *head, const qr_model *target, char *err, size_t err_len);
+
 #endif /* QR_MODEL_SPEC_H */

@@ -415,6 +415,9 @@ qr_status qr_tp_build(qr_model *m, const qr_model_params *p, char *err, size_t e
     if (m->arch->encoder)
         return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "tensor parallelism: %s is an encoder (embeddings run on one "
                        "rank)", m->hp.arch_name);
+    if (m->arch->spec_head)
+        return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "tensor parallelism: %s is a speculative-decoding head, not a "
+                       "model to split", m->hp.arch_name);
     /* ranks in several processes: this process builds and runs rank `self` only */
     const bool net = p->tp_addr && p->tp_addr[0];
     const int32_t self = net ? p->tp_rank : 0;
