@@ -146,7 +146,8 @@ int app_spec_open(app_engine *e, const app_engine_opts *o) {
         sp.draft_model = e->draft_model;
     }
     if (qr_spec_create(e->ctx, &sp, &e->spec, err, sizeof err) != QR_OK) {
-        fprintf(stderr, "quarrel: speculative decoding: %s\n", err);
+        const char *pre = "speculative decoding: "; /* spec.c's own messages may start with it already */
+        fprintf(stderr, "quarrel: %s%s\n", strncmp(err, pre, strlen(pre)) ? pre : "", err);
         return 1;
     }
     return 0;

@@ -134,7 +134,8 @@ static qr_status spec_open(const srv_registry *r, srv_model *m, char *err, size_
         p.draft_model = m->draft_model;
     }
     if ((st = qr_spec_create(m->ctx, &p, &m->spec, msg, sizeof msg)) != QR_OK)
-        return qr_errf(err, err_len, st, "speculative decoding: %s", msg);
+        return qr_errf(err, err_len, st, "%s%s", strncmp(msg, "speculative decoding: ", 22) ? "speculative decoding: " : "",
+                       msg); /* spec.c's own messages may start with it already */
     return QR_OK;
 }
 

@@ -117,6 +117,14 @@ def test_run_paths_refuse_a_head(quarrel_bin, workdir):
     r = subprocess.run([quarrel_bin, "run", "-m", str(tgt), "--draft-model", str(head), "-p", "hi", "-n", "2",
                         "--backend", "cpu"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "is an EAGLE-3 head" in r.stderr, r.stderr
+    # an encoder as the draft: spec.c's own "speculative decoding: " prefix is not repeated by the CLI's
+    enc = workdir / "refuse-bert.gguf"
+    subprocess.run([quarrel_bin, "synth", "--arch", "bert", "--preset", "tiny", "-o", str(enc)], check=True,
+                   capture_output=True, timeout=120)
+    r = subprocess.run([quarrel_bin, "run", "-m", str(tgt), "--draft-model", str(enc), "-p", "hi", "-n", "2",
+                        "--backend", "cpu"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "is an encoder" in r.stderr, r.stderr
+    assert r.stderr.count("speculative decoding:") == 1, r.stderr
 
 
 def test_synth_eagle3_bad_arguments(quarrel_bin, workdir):
