@@ -110,21 +110,20 @@ def test_run_paths_refuse_a_head(quarrel_bin, workdir):
         assert r.returncode == 1, (args, r.stderr)
         assert "eagle3 is a speculative-decoding head" in r.stderr and "--spec eagle3" in r.stderr, (args, r.stderr)
         assert "Segmentation" not in r.stderr
-    # as a draft model next to a target
-    tgt = workdir / "refuse-target.gguf"
-    subprocess.run([quarrel_bin, "synth", "--arch", "llama", "--preset", "tiny", "-o", str(tgt)], check=True,
-                   capture_output=True, timeout=120)
-    r = subprocess.run([quarrel_bin, "run", "-m", str(tgt), "--draft-model", str(head), "-p", "hi", "-n", "2",
-                        "--backend", "cpu"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1 and "is an EAGLE-3 head" in r.stderr, r.stderr
-    # an encoder as the draft: spec.c's own "speculative decoding: " prefix is not repeated by the CLI's
-    enc = workdir / "refuse-bert.gguf"
-    subprocess.run([quarrel_bin, "synth", "--arch", "bert", "--preset", "tiny", "-o", str(enc)], check=True,
-                   capture_output=True, timeout=120)
-    r = subprocess.run([quarrel_bin, "run", "-m", str(tgt), "--draft-model", str(enc), "-p", "hi", "-n", "2",
-                        "--backend", "cpu"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1 and "is an encoder" in r.stderr, r.stderr
-    assert r.stderr.count("speculative decoding:") == 1, r.stderr
+    # as a draft model next to a target; an encoder as the draft: spec.c's own "speculative decoding: " prefix is not
+    # repeated by the CLI's
+    def synth_plain(arch, name):
+        out = workdir / name
+        subprocess.run([quarrel_bin, "synth", "--arch", arch, "--preset", "tiny", "-o", str(out)], check=True,
+                       capture_output=True, timeout=120)
+        return out
+
+    tgt = synth_plain("llama", "refuse-target.gguf")
+    for draft, text in ((head, "is an EAGLE-3 head"), (synth_plain("bert", "refuse-bert.gguf"), "is an encoder")):
+        r = subprocess.run([quarrel_bin, "run", "-m", str(tgt), "--draft-model", str(draft), "-p", "hi", "-n", "2",
+                            "--backend", "cpu"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and text in r.stderr, r.stderr
+        assert r.stderr.count("speculative decoding:") == 1, r.stderr
 
 
 def test_synth_eagle3_bad_arguments(quarrel_bin, workdir):
