@@ -28,9 +28,9 @@ static int write_npy_header(FILE *f, int64_t rows, int64_t cols) {
 }
 
 /* Runs ids[0..n) through sequence 0 from an empty cache, `step` (1..LOGITS_CHUNK) tokens per decode
- * call, calling sink(row, logits) for every row. */
+ * call, calling sink(row, logits) for every row; with cap, every row's captured layer inputs appended to it. */
 static int forward_all(app_engine *e, const int32_t *ids, size_t n, int32_t step,
-                       int (*sink)(void *ud, size_t row, const float *logits), void *ud) {
+                       int (*sink)(void *ud, size_t row, const float *logits), void *ud, FILE *cap) {
     char err[1024];
     int8_t want[LOGITS_CHUNK];
     memset(want, 1, sizeof want);
@@ -49,6 +49,13 @@ static int forward_all(app_engine *e, const int32_t *ids, size_t n, int32_t step
                 return 1;
             }
             if (sink(ud, at + (size_t)r, lg)) return 1;
+        }
+        int32_t rows = 0, width = 0;
+        const float *h = cap ? qr_get_captured(e->ctx, &rows, &width) : NULL;
+        if (cap && (!h || rows != m || fwrite(h, sizeof(float), (size_t)rows * (size_t)width, cap) !=
+                                           (size_t)rows * (size_t)width)) {
+            fprintf(stderr, "quarrel: the captured hidden states: %s\n", h ? strerror(errno) : "none came back");
+            return 1;
         }
     }
     return 0;
@@ -69,6 +76,23 @@ static int npy_write_row(void *ud, size_t row, const float *logits) {
     return 0;
 }
 
+/* "L0[,L1[,L2]]": 1 to 3 layer ids >= 0 (their range is the context's to check). */
+static int parse_layers(const char *s, int32_t *layers, int32_t *n) {
+    *n = 0;
+    for (const char *p = s;;) {
+        char *end = NULL;
+        errno = 0;
+        const long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > 1 << 20 || *n == 3 || (*end != ',' && *end != '\0')) {
+            fprintf(stderr, "quarrel: --capture-layers %s: 1 to 3 layer ids, comma-separated\n", s);
+            return 2;
+        }
+        layers[(*n)++] = (int32_t)v;
+        if (*end == '\0') return 0;
+        p = end + 1;
+    }
+}
+
 static void usage_logits(FILE *f) {
     fprintf(f, "usage: quarrel logits -m MODEL (-p TEXT | -f FILE | --tokens IDS.json) -o OUT.npy [-t N] [--no-bos]\n"
                "                     [--ubatch N] [--ctx N]\n"
@@ -76,6 +100,8 @@ static void usage_logits(FILE *f) {
                "--ubatch N: tokens per forward pass (1..64, default 64; 1 = the decode path, token by token).\n"
                "--ctx N: context size (default: the training context up to 4096, or the input's length when longer);\n"
                "         LongRoPE models (phi3) take their long rope factors when N exceeds the original context.\n"
+               "--capture-layers L0[,L1[,L2]] --capture-out H.npy: also write the inputs of those layers (the residual\n"
+               "         stream before the layer's norm: what an EAGLE-3 head reads) as float32 [n_tokens, n x n_embd].\n"
                APP_ENGINE_HELP);
 }
 
@@ -96,10 +122,11 @@ int cmd_logits(int argc, char **argv) {
     static const struct option longopts[] = {{"model", 1, 0, 'm'}, {"prompt", 1, 0, 'p'}, {"file", 1, 0, 'f'},
                                              {"tokens", 1, 0, 'T'}, {"output", 1, 0, 'o'}, {"threads", 1, 0, 't'},
                                              {"no-bos", 0, 0, 'B'}, {"ubatch", 1, 0, 'U'}, {"ctx", 1, 0, 'c'}, {"help", 0, 0, 'h'},
+                                             {"capture-layers", 1, 0, 'L'}, {"capture-out", 1, 0, 'C'},
                                              APP_ENGINE_LONGOPTS, {0, 0, 0, 0}};
     app_engine_opts eo = {0};
-    const char *prompt = NULL, *file = NULL, *tokens = NULL, *out = NULL;
-    int32_t ubatch = LOGITS_CHUNK;
+    const char *prompt = NULL, *file = NULL, *tokens = NULL, *out = NULL, *cap_out = NULL;
+    int32_t ubatch = LOGITS_CHUNK, cap_layers[3], n_cap = 0;
     bool add_bos = true;
     int c, rc;
     optind = 1;
@@ -114,6 +141,8 @@ int cmd_logits(int argc, char **argv) {
         case 'B': add_bos = false; break;
         case 'U': if ((rc = app_parse_int("--ubatch", optarg, 1, LOGITS_CHUNK, &ubatch))) return rc; break;
         case 'c': if ((rc = app_parse_int("--ctx", optarg, 1, 1 << 24, &eo.n_ctx))) return rc; break;
+        case 'L': if ((rc = parse_layers(optarg, cap_layers, &n_cap))) return rc; break;
+        case 'C': cap_out = optarg; break;
         case 'h': usage_logits(stdout); return 0;
         default:
             if ((rc = app_engine_opt(c, optarg, &eo)) >= 0) {
@@ -126,6 +155,10 @@ int cmd_logits(int argc, char **argv) {
     }
     if (!eo.model || !out || (!prompt + !file + !tokens) != 2 || optind < argc) {
         usage_logits(stderr);
+        return 2;
+    }
+    if (!n_cap != !cap_out) {
+        fprintf(stderr, "quarrel: --capture-layers and --capture-out go together\n");
         return 2;
     }
     eo.n_batch = LOGITS_CHUNK;
@@ -152,16 +185,35 @@ int cmd_logits(int argc, char **argv) {
             goto done;
         }
     }
+    char err[512];
+    if (n_cap && qr_context_capture_layers(e.ctx, n_cap, cap_layers, err, sizeof err) != QR_OK) {
+        fprintf(stderr, "quarrel: %s\n", err);
+        rc = 1;
+        goto done;
+    }
+    FILE *cap = NULL;
+    if (cap_out && (!(cap = fopen(cap_out, "wb")) ||
+                    write_npy_header(cap, (int64_t)n, (int64_t)n_cap * qr_model_n_embd(e.model)))) {
+        fprintf(stderr, "quarrel: %s: %s\n", cap_out, strerror(errno));
+        if (cap) fclose(cap);
+        rc = 1;
+        goto done;
+    }
     FILE *f = fopen(out, "wb");
     if (!f) {
         fprintf(stderr, "quarrel: %s: %s\n", out, strerror(errno));
+        if (cap) fclose(cap);
         rc = 1;
         goto done;
     }
     npy_sink s = {f, qr_model_n_vocab(e.model)};
-    rc = write_npy_header(f, (int64_t)n, s.n_vocab) ? 1 : forward_all(&e, ids, n, ubatch, npy_write_row, &s);
+    rc = write_npy_header(f, (int64_t)n, s.n_vocab) ? 1 : forward_all(&e, ids, n, ubatch, npy_write_row, &s, cap);
     if (fclose(f) != 0 && !rc) {
         fprintf(stderr, "quarrel: %s: %s\n", out, strerror(errno));
+        rc = 1;
+    }
+    if (cap && fclose(cap) != 0 && !rc) {
+        fprintf(stderr, "quarrel: %s: %s\n", cap_out, strerror(errno));
         rc = 1;
     }
     if (!rc) fprintf(stderr, "quarrel: wrote %s [%zu, %d]\n", out, n, s.n_vocab);
@@ -253,7 +305,7 @@ int cmd_perplexity(int argc, char **argv) {
         int32_t saved = chunk[0];
         if (add_bos && bos >= 0) chunk[0] = bos;
         s.chunk = chunk;
-        rc = forward_all(&e, chunk, (size_t)n_ctx, LOGITS_CHUNK, ppl_row, &s);
+        rc = forward_all(&e, chunk, (size_t)n_ctx, LOGITS_CHUNK, ppl_row, &s, NULL);
         chunk[0] = saved;
         fprintf(stderr, "[%lld]%.4f ", (long long)k + 1, exp(s.nll / (double)s.count));
     }

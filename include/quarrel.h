@@ -222,6 +222,15 @@ QR_API qr_status qr_decode(qr_context *ctx, const qr_batch *batch, char *err, si
  * row -1 = the last row that requested logits. NULL when that row did not request logits. */
 QR_API const float *qr_get_logits(const qr_context *ctx, int32_t row);
 
+/* The target side of EAGLE-3 speculation: from now on each qr_decode keeps, for every row, the inputs of up to 3
+ * layers (the residual stream before the layer's first norm: llama.cpp's t_layer_inp), side by side. layers[i] in
+ * [0, n_layer). Call before the first qr_decode; the llama family of architectures (llama, mistral, qwen2/3, phi3,
+ * ...) on one device (no tensor parallelism). */
+QR_API qr_status qr_context_capture_layers(qr_context *ctx, int32_t n, const int32_t *layers, char *err, size_t err_len);
+/* Those rows of the last qr_decode: [*n_rows][*width] floats (width = n x n_embd, layer i at column i x n_embd), valid
+ * until the next qr_decode; NULL when capture is off or nothing ran. */
+QR_API const float *qr_get_captured(const qr_context *ctx, int32_t *n_rows, int32_t *width);
+
 /* Positions stored for sequence seq. */
 QR_API int32_t qr_kv_seq_len(const qr_context *ctx, int32_t seq);
 /* Removes positions [p0, p1) of sequence seq (seq < 0: all; p1 < 0: to the end). Only a suffix

@@ -75,6 +75,11 @@ struct qr_context {
     uint8_t *row_host;    /* [row_host_cap] topk_n > 0: 1 once the row's logits were read */
     size_t row_host_cap;
     pthread_mutex_t lazy_mu; /* qr_get_logits may read rows from several threads (a step's rows sampled at once) */
+    /* EAGLE-3's target side (qr_context_capture_layers): the captured rows of the last qr_decode, host
+     * [cap_rows][n_cap * n_embd] (cap_cap rows allocated) */
+    float *cap_host;
+    int32_t n_cap, cap_rows, cap_cap;
+    bool decoded; /* a qr_decode ran (capture is set before) */
     double prof[6];   /* QUARREL_HOST_PROF=1: seconds in decode's host steps (prof_names), summed over passes */
     int64_t prof_n;   /* passes profiled; -1: profiling off */
 };
@@ -280,6 +285,7 @@ void qr_context_free(qr_context *c) {
     free(c->row_host);
     pthread_mutex_destroy(&c->lazy_mu);
     free(c->row_out);
+    free(c->cap_host);
     free(c->pipe_x);
     free(c->next_pos);
     free(c->seq_pass);
@@ -510,6 +516,7 @@ typedef struct pass_args {
     uint64_t key;
     int32_t out_done;     /* rows of c->logits already written */
     bool topk;            /* the outputs' top-k candidates into c->topk_host instead of their logits */
+    int32_t row0;         /* the pass's first row in the batch (where its captured rows go in c->cap_host) */
     bool embd;            /* qr_context_embd_pass: the hidden states into `hidden` (rank 0) instead of logits */
     float *hidden;
     double *prof;         /* rank 0's split of the time (set_batch, forward, error check, read), or NULL */
@@ -587,6 +594,10 @@ static void rank_pass(qr_context *c, int32_t r, void *arg) {
         return;
     }
     RANK_PROF(3);
+    if (k->f.cap && c->cap_host && !a->embd) { /* EAGLE-3: the captured layer inputs (one rank: qr_context_capture_layers) */
+        const size_t w = (size_t)k->f.n_cap * (size_t)k->m->hp.n_embd;
+        be->ops->read(be, c->cap_host + (size_t)a->row0 * w, k->f.cap, (size_t)plan->n_tokens * w * sizeof(float));
+    }
     const int32_t no = plan->n_outputs, V = c->model->hp.n_vocab;
     if (!qr_pipe_last(k->m)) { /* a layer split's stage before the last: hand x on */
         be->ops->read(be, c->pipe_x, k->f.x, x_bytes);
@@ -736,6 +747,15 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
         c->row_out = nr;
         c->row_out_cap = n;
     }
+    if (c->n_cap > 0 && n > c->cap_cap) { /* the captured rows of this batch */
+        free(c->cap_host);
+        c->cap_cap = 0;
+        if (!(c->cap_host = malloc((size_t)n * (size_t)c->n_cap * (size_t)hp->n_embd * sizeof(float))))
+            return qr_errf(err, err_len, QR_ERR_NOMEM, "decode: out of memory for the captured hidden states");
+        c->cap_cap = n;
+    }
+    c->cap_rows = 0;
+    c->decoded = true;
     c->n_rows_last = 0;
     c->last_out = -1;
     /* restore the running positions for the passes */
@@ -772,7 +792,7 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
          * rows, and batched decode steps (one row per sequence) up to QUARREL_GRAPH_MAX_ROWS rows. Prompt
          * passes of other shapes run op by op: their lengths vary, and each new shape would be captured. */
         const bool graph_rows = nt <= 8 || (one_per_seq && nt <= qr_knob_int(QR_KNOB_GRAPH_MAX_ROWS));
-        pass_args pa = {.plan = &plan, .out_done = out_done, .prof = prof ? c->prof : NULL, .topk = c->topk_n > 0,
+        pass_args pa = {.plan = &plan, .out_done = out_done, .row0 = r0, .prof = prof ? c->prof : NULL, .topk = c->topk_n > 0,
                         .graph = be->ops->run_graph && graph_rows && !m->arch->encoder && !f0->stats_enabled,
                         .key = (uint64_t)(uint16_t)nt | (uint64_t)(uint16_t)no << 16 | (uint64_t)(uint16_t)mb << 32 |
                                (uint64_t)(uint16_t)c->n_seq_max << 48};
@@ -800,10 +820,46 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
     for (int32_t s = 0; s < c->n_seq_max; s++) qr_kv_cache_set_seq_len(kvc, s, c->next_pos[s]);
     c->n_rows_last = n;
     c->last_out = out_done - 1;
+    if (c->n_cap > 0) c->cap_rows = n;
     PROF(5);
     if (prof) c->prof_n++;
 #undef PROF
     return QR_OK;
+}
+
+qr_status qr_context_capture_layers(qr_context *c, int32_t n, const int32_t *layers, char *err, size_t err_len) {
+    if (!c || !layers || n < 1 || n > 3)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "capture: 1 to 3 layers (got %d)", n);
+    const qr_model *m = c->model;
+    if (c->n_cap > 0) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "capture: the context captures layers already");
+    if (c->decoded)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "capture: set it before the context's first decode");
+    if (m->arch->forward != qr_llama_forward)
+        return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "capture of hidden states (EAGLE-3's target side): "
+                       "architecture %s is not supported yet (the llama family is)", m->hp.arch_name);
+    if (c->world > 1 || c->rk[0].remote)
+        return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "capture of hidden states: not with a model split over "
+                       "%d devices", c->world);
+    for (int32_t i = 0; i < n; i++)
+        if (layers[i] < 0 || layers[i] >= m->hp.n_layer)
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "capture: layer %d is outside [0, %d) (the last layer's "
+                           "output is not supported yet)", layers[i], m->hp.n_layer);
+    qr_fwd *f = &c->rk[0].f;
+    qr_backend *be = c->rk[0].be;
+    const size_t bytes = (size_t)c->n_batch * (size_t)n * (size_t)m->hp.n_embd * sizeof(float);
+    if (!(f->cap = be->ops->alloc(be, bytes)))
+        return qr_errf(err, err_len, QR_ERR_NOMEM, "capture: cannot allocate %zu bytes for the hidden states", bytes);
+    for (int32_t i = 0; i < n; i++) f->cap_layers[i] = layers[i];
+    f->n_cap = n;
+    c->n_cap = n;
+    return QR_OK;
+}
+
+const float *qr_get_captured(const qr_context *c, int32_t *n_rows, int32_t *width) {
+    if (!c || c->n_cap <= 0 || c->cap_rows <= 0 || !c->cap_host) return NULL;
+    if (n_rows) *n_rows = c->cap_rows;
+    if (width) *width = c->n_cap * c->model->hp.n_embd;
+    return c->cap_host;
 }
 
 /* world > 1: each rank's top-k rows of its vocabulary columns merged into c->topk_host (the k best of the union in

@@ -11,7 +11,7 @@ void qr_fwd_free(qr_backend *be, qr_fwd *f) {
     float *bufs[] = {f->x, f->xb, f->xb2, f->q, f->k, f->v, f->att, f->ff_g, f->ff_u, f->xo, f->logits,
                      f->moe.router, f->moe.weights, f->moe.eh, f->moe.eo, f->moe.sh,
                      f->mamba.zxbcdt, f->mamba.xbc, f->mamba.y, f->mla.q, f->mla.q_a, f->mla.kv_a, f->mla.pe,
-                     f->mla.o};
+                     f->mla.o, f->cap};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->ops->free(be, bufs[i]);
     if (f->moe.ids) be->ops->free(be, f->moe.ids);
@@ -23,6 +23,12 @@ void qr_fwd_free(qr_backend *be, qr_fwd *f) {
     f->be = be;
     f->kv = kv;
     f->moe.routed_layer = -1;
+}
+
+void qr_fwd_capture(const qr_model *m, qr_fwd *f, int il) {
+    const int64_t E = m->hp.n_embd, width = (int64_t)f->n_cap * E;
+    for (int32_t i = 0; f->cap && i < f->n_cap; i++)
+        if (f->cap_layers[i] == il) f->be->ops->copy_rows(f->be, f->x, E, f->cap + i * E, width, f->n_tokens, E);
 }
 
 /* The MoE scratch and counters (experts) and the Mamba2 scratch and state (SSM layers). */

@@ -22,6 +22,7 @@ void qr_llama_forward(const qr_model *m, qr_fwd *f) {
         qr_fused_add_rmsnorm(be, f->x, pending ? f->xb2 : NULL, 1.0f, &l->attn_norm, n, hp->n_embd, hp->norm_eps, f->xb,
                              &l->attn_q);
         pending = false;
+        if (f->cap) qr_fwd_capture(m, f, il); /* EAGLE-3: x is this layer's input now */
         qr_block_attention(m, f, il, q_scale);
         if (il == hp->n_layer - 1 && qr_pipe_last(m)) { /* the rest of the last layer: output rows only */
             qr_block_keep_outputs(m, f);

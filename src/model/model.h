@@ -457,6 +457,11 @@ struct qr_fwd {
     int32_t tp_world;       /* tensor parallelism: ranks (0 or 1: none) */
     int32_t tp_rank;        /* this pass's rank */
     struct qr_tp_comm *tp;  /* the host all-reduce of CPU ranks (NULL when the backend has all_reduce) */
+    /* EAGLE-3's target side (qr_context_capture_layers): the inputs of layers cap_layers[0..n_cap) of every row,
+     * cap[n_tokens][n_cap * n_embd] (layer i at column i * n_embd); NULL: off */
+    float *cap;
+    int32_t n_cap;
+    int32_t cap_layers[3];
 };
 
 /* ---- tensor parallelism (tp.c) ---- */
@@ -520,6 +525,9 @@ qr_status qr_fwd_alloc(const qr_model *m, qr_backend *be, int32_t n_batch, int32
                        size_t err_len);
 /* Frees what qr_fwd_alloc allocated, and xo / logits (safe on a partial or zeroed f). */
 void qr_fwd_free(qr_backend *be, qr_fwd *f);
+/* Copies x (the input of layer il: the residual stream before its first norm) into f->cap for each captured layer il;
+ * nothing when capture is off. Forward passes call it at the top of every layer. */
+void qr_fwd_capture(const qr_model *m, qr_fwd *f, int il);
 
 /* ---- shared blocks (blocks.c) ---- */
 

@@ -12,11 +12,13 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <math.h>
 
 #include "convert/synth.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "model/spec.h"
+#include "util/util.h"
 #include "quarrel.h"
 
 enum { M_TARGET, M_HEAD, M_HEAD_SHARED, M_HEAD_NARROW, M_HEAD_DEEP, M_HEAD_OTHER_VOCAB, M_TARGET_WIDE, M_HYBRID, M_COUNT };
@@ -203,6 +205,83 @@ static void test_run_paths_refuse(void **state) {
     qr_context_free(ctx);
 }
 
+/* The target side (qr_context_capture_layers): layer 0's input is the token embeddings; a batch split into passes of
+ * 3 rows (n_batch 3) captures what one pass of 8 rows does; bad requests are refused. */
+static void decode_captured(int32_t n_batch, float *out) {
+    char err[512];
+    qr_context_params cp = qr_context_default_params();
+    cp.n_ctx = 64;
+    cp.n_batch = n_batch;
+    qr_context *ctx = NULL;
+    assert_int_equal(qr_context_create(F.m[M_TARGET], &cp, &ctx, err, sizeof err), QR_OK);
+    assert_null(qr_get_captured(ctx, NULL, NULL));
+    const int32_t layers[3] = {1, 0, 1};
+    assert_int_equal(qr_context_capture_layers(ctx, 3, layers, err, sizeof err), QR_OK);
+    assert_int_equal(qr_context_capture_layers(ctx, 1, layers, err, sizeof err), QR_ERR_INVALID_ARG); /* twice */
+    const qr_token tok[8] = {1, 17, 300, 5, 1999, 42, 7, 64};
+    const qr_batch b = {.n_tokens = 8, .token = tok};
+    assert_int_equal(qr_decode(ctx, &b, err, sizeof err), QR_OK);
+    int32_t rows = 0, width = 0;
+    const float *h = qr_get_captured(ctx, &rows, &width);
+    assert_non_null(h);
+    assert_int_equal(rows, 8);
+    assert_int_equal(width, 3 * 256);
+    memcpy(out, h, sizeof(float) * 8 * 3 * 256);
+    qr_context_free(ctx);
+}
+
+static void test_capture(void **state) {
+    (void)state;
+    static float one[8 * 768], split[8 * 768], emb[256];
+    decode_captured(64, one);
+    decode_captured(3, split);
+    const qr_token tok[8] = {1, 17, 300, 5, 1999, 42, 7, 64};
+    const qr_model *m = F.m[M_TARGET];
+    assert_true(m->tok_embd.type == QR_TYPE_F16 || m->tok_embd.type == QR_TYPE_F32);
+    for (int r = 0; r < 8; r++) { /* layer 0's input: the token's embedding row */
+        const char *row = (const char *)m->tok_embd.host + (size_t)tok[r] * m->tok_embd.row_bytes;
+        for (int i = 0; i < 256; i++) {
+            uint16_t h16;
+            memcpy(&h16, row + 2 * i, 2);
+            if (m->tok_embd.type == QR_TYPE_F16) emb[i] = qr_fp16_to_fp32(h16);
+            else memcpy(&emb[i], row + 4 * i, 4);
+        }
+        for (int i = 0; i < 256; i++) {
+            assert_float_equal(one[r * 768 + 256 + i], emb[i], 0.0f);
+            assert_float_equal(one[r * 768 + i], one[r * 768 + 512 + i], 0.0f); /* layer 1 twice */
+        }
+    }
+    double diff = 0, mag = 0, moved = 0;
+    for (int i = 0; i < 8 * 768; i++) {
+        diff = fmax(diff, fabs((double)one[i] - split[i]));
+        mag = fmax(mag, fabs((double)one[i]));
+    }
+    for (int r = 0; r < 8; r++)
+        for (int i = 0; i < 256; i++) moved = fmax(moved, fabs((double)one[r * 768 + i] - one[r * 768 + 256 + i]));
+    assert_true(diff <= 1e-5 * mag);
+    assert_true(moved > 1e-2); /* layer 1's input is not the embeddings */
+    char err[512];
+    qr_context *ctx = NULL;
+    qr_context_params cp = qr_context_default_params();
+    cp.n_ctx = 64;
+    assert_int_equal(qr_context_create(F.m[M_TARGET], &cp, &ctx, err, sizeof err), QR_OK);
+    const int32_t bad[1] = {2}; /* the tiny target has 2 layers */
+    assert_int_equal(qr_context_capture_layers(ctx, 1, bad, err, sizeof err), QR_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "outside [0, 2)"));
+    assert_int_equal(qr_context_capture_layers(ctx, 4, bad, err, sizeof err), QR_ERR_INVALID_ARG);
+    const qr_token t1 = 3;
+    const qr_batch b = {.n_tokens = 1, .token = &t1};
+    assert_int_equal(qr_decode(ctx, &b, err, sizeof err), QR_OK);
+    const int32_t ok[1] = {0};
+    assert_int_equal(qr_context_capture_layers(ctx, 1, ok, err, sizeof err), QR_ERR_INVALID_ARG); /* after a decode */
+    assert_non_null(strstr(err, "before the context's first decode"));
+    qr_context_free(ctx);
+    assert_int_equal(qr_context_create(F.m[M_HYBRID], &cp, &ctx, err, sizeof err), QR_OK);
+    assert_int_equal(qr_context_capture_layers(ctx, 1, ok, err, sizeof err), QR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "not supported yet"));
+    qr_context_free(ctx);
+}
+
 /* ---- bad files: copies of the good head with one edit each ---- */
 
 typedef struct variant {
@@ -332,7 +411,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_head_loads),         cmocka_unit_test(test_shared_head_loads),
         cmocka_unit_test(test_pairing_mismatches), cmocka_unit_test(test_run_paths_refuse),
-        cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_bad_files),          cmocka_unit_test(test_capture),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
