@@ -55,9 +55,10 @@ static const sopt opts[] = {
     {"log-prompts", 0, "include request bodies (prompts) in the logs"},
     {"drain", 1, "seconds to wait for in-flight requests on SIGTERM (default 30)"},
     {"max-tokens", 1, "cap on generated tokens per request (default 0 = none)"},
-    {"spec", 1, "speculative decoding: ngram (prompt lookup), draft (needs --draft-model) or none (default); "
+    {"spec", 1, "speculative decoding: ngram (prompt lookup), draft (needs --draft-model), eagle3 (--draft-model is an "
+                "EAGLE-3 head) or none (default); "
                 "per request \"speculative\": false turns it off"},
-    {"draft-model", 1, "draft model with the models' vocabulary (implies --spec draft)"},
+    {"draft-model", 1, "draft model with the models' vocabulary, or an EAGLE-3 head (implies --spec draft / eagle3)"},
     {"draft-max", 1, "most tokens drafted per step (default 16)"},
     {"draft-min", 1, "verify only drafts of at least N tokens (default 0)"},
     {"draft-p-min", 1, "draft model: stop drafting below this probability (default 0.75)"},
@@ -326,8 +327,10 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "quarrel serve: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (st.cfg.spec_on && st.cfg.spec.kind == QR_SPEC_DRAFT && !st.cfg.draft_path) {
-        fprintf(stderr, "quarrel serve: --spec draft needs --draft-model MODEL\n");
+    if (st.cfg.spec_on && (st.cfg.spec.kind == QR_SPEC_DRAFT || st.cfg.spec.kind == QR_SPEC_EAGLE3) &&
+        !st.cfg.draft_path) {
+        fprintf(stderr, "quarrel serve: --spec %s needs --draft-model MODEL\n",
+                st.cfg.spec.kind == QR_SPEC_DRAFT ? "draft" : "eagle3 (the head)");
         return 2;
     }
     if (st.cfg.n_models == 0 && !st.cfg.allow_load) {

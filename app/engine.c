@@ -144,6 +144,8 @@ int app_spec_open(app_engine *e, const app_engine_opts *o) {
         d.tp_addr = NULL;
         if (load_model(o->draft_path, &d, "--draft-model: ", path, sizeof path, &e->draft_model)) return 1;
         sp.draft_model = e->draft_model;
+        /* an EAGLE-3 head given as the draft model drafts as one */
+        if (sp.kind == QR_SPEC_DRAFT && !strcmp(qr_model_arch(e->draft_model), "eagle3")) sp.kind = QR_SPEC_EAGLE3;
     }
     if (qr_spec_create(e->ctx, &sp, &e->spec, err, sizeof err) != QR_OK) {
         const char *pre = "speculative decoding: "; /* spec.c's own messages may start with it already */
@@ -159,15 +161,16 @@ int app_spec_opt(int id, const char *arg, app_engine_opts *o) {
     case 1200:
         if (!strcmp(arg, "ngram")) o->spec.kind = QR_SPEC_NGRAM, o->spec_on = true;
         else if (!strcmp(arg, "draft")) o->spec.kind = QR_SPEC_DRAFT, o->spec_on = true;
+        else if (!strcmp(arg, "eagle3")) o->spec.kind = QR_SPEC_EAGLE3, o->spec_on = true;
         else if (!strcmp(arg, "none")) o->spec_on = false;
         else {
-            fprintf(stderr, "quarrel: --spec: bad value '%s' (expected ngram, draft or none)\n", arg);
+            fprintf(stderr, "quarrel: --spec: bad value '%s' (expected ngram, draft, eagle3 or none)\n", arg);
             return 2;
         }
         return 0;
     case 1201:
         o->draft_path = arg;
-        o->spec.kind = QR_SPEC_DRAFT;
+        if (o->spec.kind != QR_SPEC_EAGLE3) o->spec.kind = QR_SPEC_DRAFT;
         o->spec_on = true;
         return 0;
     case 1202: return app_parse_int("--draft-max", arg, 1, QR_SPEC_DRAFT_MAX, &o->spec.draft_max);
@@ -187,8 +190,9 @@ int app_spec_opt(int id, const char *arg, app_engine_opts *o) {
 }
 
 int app_spec_check(const app_engine_opts *o) {
-    if (o->spec_on && o->spec.kind == QR_SPEC_DRAFT && !o->draft_path) {
-        fprintf(stderr, "quarrel: --spec draft needs --draft-model MODEL\n");
+    if (o->spec_on && (o->spec.kind == QR_SPEC_DRAFT || o->spec.kind == QR_SPEC_EAGLE3) && !o->draft_path) {
+        fprintf(stderr, "quarrel: --spec %s needs --draft-model MODEL\n",
+                o->spec.kind == QR_SPEC_DRAFT ? "draft" : "eagle3 (the head)");
         return 2;
     }
     return 0;

@@ -119,11 +119,13 @@ int app_engine_opt(int id, const char *arg, app_engine_opts *o);
         {"draft-p-min", 1, 0, 1204}, {"spec-ngram", 1, 0, 1205}
 int app_spec_opt(int id, const char *arg, app_engine_opts *o);
 #define APP_SPEC_HELP                                                                                    \
-    "  --spec KIND          speculative decoding: ngram (prompt lookup), draft (needs --draft-model), none\n" \
-    "  --draft-model MODEL  draft model with the target's vocabulary (implies --spec draft)\n"           \
+    "  --spec KIND          speculative decoding: ngram (prompt lookup), draft (needs --draft-model),\n"  \
+    "                       eagle3 (--draft-model is an EAGLE-3 head for the target), none\n"          \
+    "  --draft-model MODEL  draft model with the target's vocabulary, or an EAGLE-3 head (implies --spec\n" \
+    "                       draft, or eagle3 for a head)\n"                                            \
     "  --draft-max N        most tokens drafted per step (default 16)\n"                                \
     "  --draft-min N        verify only drafts of at least N tokens (default 0)\n"                      \
-    "  --draft-p-min P      draft model: stop drafting below this probability (default 0.75)\n"         \
+    "  --draft-p-min P      draft model / head: stop drafting below this probability (default 0.75)\n"  \
     "  --spec-ngram MIN:MAX n-gram sizes of the prompt lookup (default 2:4)\n"
 /* Loads the draft model (when o->draft_path) and makes e->spec when o->spec_on; called by app_engine_open. */
 int app_spec_open(app_engine *e, const app_engine_opts *o);

@@ -425,12 +425,15 @@ QR_API qr_status qr_sampler_chain_set_grammar(qr_sampler_chain *s, const qr_toke
  * (rejection sampling, so the output is distributed exactly as plain sampling's; greedy output is the same
  * tokens as plain greedy decoding), and the sequence's KV cache is rolled back past the first rejection.
  * Drafters: n-gram lookup over the prompt and the text so far (no model), or a smaller draft model with
- * the same vocabulary, whose own KV cache follows the target's sequences. Models whose state cannot be
- * rolled back (Mamba2 hybrids) and encoders are refused.
+ * the same vocabulary, whose own KV cache follows the target's sequences, or an EAGLE-3 head (one layer that
+ * reads hidden states of three target layers, as llama.cpp's converter writes it), whose KV cache follows the
+ * target's sequences too. Models whose state cannot be rolled back (Mamba2 hybrids) and encoders are refused.
  */
 typedef enum qr_spec_kind {
     QR_SPEC_NGRAM = 1, /* prompt lookup: the tokens that followed the latest earlier occurrence of the last n-gram */
     QR_SPEC_DRAFT = 2, /* a draft model */
+    QR_SPEC_EAGLE3 = 3,/* an EAGLE-3 head (draft_model: general.architecture "eagle3"); chain drafting, greedy at
+                        * temperature 0; the target captures its layers' inputs from then on (the llama family) */
 } qr_spec_kind;
 
 #define QR_SPEC_DRAFT_MAX 64 /* most tokens one draft may have */
@@ -439,11 +442,12 @@ typedef struct qr_spec_params {
     qr_spec_kind kind;
     int32_t draft_max;    /* most tokens drafted per step, 1..QR_SPEC_DRAFT_MAX. default 16 */
     int32_t draft_min;    /* a shorter draft is not verified (the step decodes one token): 0..draft_max. default 0 */
-    float draft_p_min;    /* QR_SPEC_DRAFT: drafting stops before a token the draft model gives less than this
+    float draft_p_min;    /* QR_SPEC_DRAFT, _EAGLE3: drafting stops before a token the draft model gives less than this
                            * probability (softmax of its top 32 logits), in [0, 1]. default 0.75 */
     int32_t ngram_min;    /* QR_SPEC_NGRAM: shortest n-gram looked up, >= 1. default 2 */
     int32_t ngram_max;    /* QR_SPEC_NGRAM: longest n-gram looked up, ngram_min..16. default 4 */
-    qr_model *draft_model;/* QR_SPEC_DRAFT: the draft model (caller-owned; outlives the qr_spec) */
+    qr_model *draft_model;/* QR_SPEC_DRAFT: the draft model; QR_SPEC_EAGLE3: the head, loaded on the target's backend
+                           * (bound to the target for good: qr_spec_create). Caller-owned; outlives the qr_spec */
 } qr_spec_params;
 
 /* Defaults as documented above (kind QR_SPEC_NGRAM, no draft model). */
@@ -455,7 +459,9 @@ typedef struct qr_spec qr_spec;
  * model's context (same size and sequence count as ctx) and checks the vocabularies: a draft whose
  * vocabulary differs (token texts, special tokens, more than 128 tokens of size difference) is refused with
  * QR_ERR_INVALID_ARG naming the first difference. QR_ERR_UNSUPPORTED for a target or draft whose state
- * cannot be rolled back. Ownership: qr_spec_free (before ctx and the draft model). */
+ * cannot be rolled back. QR_SPEC_EAGLE3 checks the head against the target (hidden size, layer ids, tokenizer),
+ * turns on ctx's capture of the head's three layers (ctx must not have decoded yet) and creates the head's context.
+ * Ownership: qr_spec_free (before ctx and the draft model). */
 QR_API qr_status qr_spec_create(qr_context *ctx, const qr_spec_params *p, qr_spec **out, char *err, size_t err_len);
 QR_API void qr_spec_free(qr_spec *spec);
 

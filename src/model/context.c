@@ -80,6 +80,12 @@ struct qr_context {
     float *cap_host;
     int32_t n_cap, cap_rows, cap_cap;
     bool decoded; /* a qr_decode ran (capture is set before) */
+    /* an EAGLE-3 head's context: the next qr_decode's row inputs (qr_context_set_row_input, caller's memory) and the
+     * output rows' pre-norm states of the last one, host [pre_cap rows][n_embd] */
+    const float *row_in;
+    int32_t row_in_w;
+    float *pre_host;
+    int32_t pre_cap;
     double prof[6];   /* QUARREL_HOST_PROF=1: seconds in decode's host steps (prof_names), summed over passes */
     int64_t prof_n;   /* passes profiled; -1: profiling off */
 };
@@ -286,6 +292,7 @@ void qr_context_free(qr_context *c) {
     pthread_mutex_destroy(&c->lazy_mu);
     free(c->row_out);
     free(c->cap_host);
+    free(c->pre_host);
     free(c->pipe_x);
     free(c->next_pos);
     free(c->seq_pass);
@@ -339,10 +346,10 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     *out = NULL;
     qr_context_params p = params ? *params : qr_context_default_params();
     const qr_hparams *hp = &model->hp;
-    if (model->arch->spec_head) /* an EAGLE-3 head drafts for a target; it is not a model of its own */
+    if (model->arch->spec_head && !model->e3_target) /* an EAGLE-3 head drafts for a target; not a model of its own */
         return qr_errf(err, err_len, QR_ERR_UNSUPPORTED,
                        "%s: %s is a speculative-decoding head (EAGLE-3), not a model to run: use it as --draft-model "
-                       "with --spec eagle3 next to its target model (not supported yet)", model->path, hp->arch_name);
+                       "with --spec eagle3 next to its target model", model->path, hp->arch_name);
     if (p.n_ctx < 0 || p.n_batch < 0 || p.n_seq_max < 0)
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "context: n_ctx %d, n_batch %d, n_seq_max %d must be >= 0",
                        p.n_ctx, p.n_batch, p.n_seq_max);
@@ -498,6 +505,11 @@ static qr_status ensure_dev_out(qr_context *c, int32_t rows, char *err, size_t e
     return rank_error(c, err, err_len);
 }
 
+/* Floats of a host logits row: the vocabulary (an EAGLE-3 head's: its draft vocabulary, mapped by spec.c). */
+static size_t logits_width(const qr_context *c) {
+    return c->model->arch->spec_head ? (size_t)qr_model_n_logits(c->model) : (size_t)c->model->hp.n_vocab;
+}
+
 typedef struct graph_pass {
     const qr_model *m;
     qr_fwd *f;
@@ -578,6 +590,11 @@ static void rank_pass(qr_context *c, int32_t r, void *arg) {
     k->f.n_tokens = plan->n_tokens;
     k->f.n_outputs = plan->n_outputs;
     k->f.embd = a->embd;
+    if (k->f.e3.in) { /* an EAGLE-3 head: the rows' captured states or g */
+        const size_t w = (size_t)c->row_in_w;
+        k->f.e3.in_w = c->row_in_w;
+        be->ops->write(be, k->f.e3.in, c->row_in + (size_t)a->row0 * w, (size_t)plan->n_tokens * w * sizeof(float));
+    }
     if (a->graph) {
         graph_pass gp = {.m = k->m, .f = &k->f};
         if ((k->st = be->ops->run_graph(be, c, a->key, run_forward, &gp, k->err, sizeof k->err)) != QR_OK) return;
@@ -598,7 +615,10 @@ static void rank_pass(qr_context *c, int32_t r, void *arg) {
         const size_t w = (size_t)k->f.n_cap * (size_t)k->m->hp.n_embd;
         be->ops->read(be, c->cap_host + (size_t)a->row0 * w, k->f.cap, (size_t)plan->n_tokens * w * sizeof(float));
     }
-    const int32_t no = plan->n_outputs, V = c->model->hp.n_vocab;
+    const int32_t no = plan->n_outputs, V = (int32_t)logits_width(c);
+    if (k->f.e3.pre && no > 0)
+        be->ops->read(be, c->pre_host + (size_t)a->out_done * k->m->hp.n_embd, k->f.e3.pre,
+                      (size_t)no * k->m->hp.n_embd * sizeof(float));
     if (!qr_pipe_last(k->m)) { /* a layer split's stage before the last: hand x on */
         be->ops->read(be, c->pipe_x, k->f.x, x_bytes);
     } else if (a->cols) {
@@ -695,7 +715,7 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
     /* host outputs */
     if ((size_t)n_out > c->logits_cap) { /* the old rows are not kept: this pass rewrites them */
         /* geometric growth: a server's steps gain output rows one at a time (page-locked buffers are slow to make) */
-        const size_t row_bytes = (size_t)hp->n_vocab * sizeof(float);
+        const size_t row_bytes = logits_width(c) * sizeof(float);
         size_t cap = (size_t)n_out > 2 * c->logits_cap ? (size_t)n_out : 2 * c->logits_cap;
         if (cap * row_bytes > LOGITS_BACKEND_MAX && (size_t)n_out * row_bytes <= LOGITS_BACKEND_MAX)
             cap = LOGITS_BACKEND_MAX / row_bytes; /* keep it in the backend's fast memory */
@@ -754,6 +774,19 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
             return qr_errf(err, err_len, QR_ERR_NOMEM, "decode: out of memory for the captured hidden states");
         c->cap_cap = n;
     }
+    if (c->rk[0].f.e3.in) { /* an EAGLE-3 head: every row's second input, and room for the output rows' states */
+        const int32_t w3 = 3 * hp->eagle3_target_embd;
+        if (!c->row_in || (c->row_in_w != w3 && c->row_in_w != hp->n_embd))
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "decode: an EAGLE-3 head's rows need their captured states "
+                           "(%d wide) or g (%d wide) (qr_context_set_row_input)", w3, hp->n_embd);
+        if (n_out > c->pre_cap) {
+            free(c->pre_host);
+            c->pre_cap = 0;
+            if (!(c->pre_host = malloc((size_t)n_out * (size_t)hp->n_embd * sizeof(float))))
+                return qr_errf(err, err_len, QR_ERR_NOMEM, "decode: out of memory");
+            c->pre_cap = n_out;
+        }
+    }
     c->cap_rows = 0;
     c->decoded = true;
     c->n_rows_last = 0;
@@ -795,7 +828,8 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
         pass_args pa = {.plan = &plan, .out_done = out_done, .row0 = r0, .prof = prof ? c->prof : NULL, .topk = c->topk_n > 0,
                         .graph = be->ops->run_graph && graph_rows && !m->arch->encoder && !f0->stats_enabled,
                         .key = (uint64_t)(uint16_t)nt | (uint64_t)(uint16_t)no << 16 | (uint64_t)(uint16_t)mb << 32 |
-                               (uint64_t)(uint16_t)c->n_seq_max << 48};
+                               (uint64_t)(c->n_seq_max & 0x7fff) << 48 |
+                               (uint64_t)(c->row_in_w == hp->n_embd) << 63}; /* a head: g rows (no fc) */
         for (pa.stage = 0; pa.stage < (c->layer_split ? c->world : 1); pa.stage++) {
             each_rank(c, rank_pass, &pa);
             if (rank_error(c, NULL, 0) != QR_OK) break;
@@ -821,10 +855,20 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
     c->n_rows_last = n;
     c->last_out = out_done - 1;
     if (c->n_cap > 0) c->cap_rows = n;
+    c->row_in = NULL;
     PROF(5);
     if (prof) c->prof_n++;
 #undef PROF
     return QR_OK;
+}
+
+void qr_context_set_row_input(qr_context *c, const float *rows, int32_t width) {
+    c->row_in = rows;
+    c->row_in_w = width;
+}
+
+const float *qr_context_pre_rows(const qr_context *c) {
+    return c && c->rk[0].f.e3.pre && c->last_out >= 0 ? c->pre_host : NULL;
 }
 
 qr_status qr_context_capture_layers(qr_context *c, int32_t n, const int32_t *layers, char *err, size_t err_len) {
@@ -898,7 +942,7 @@ static void topk_merge(qr_context *c) {
 static void rank_read_row(qr_context *c, int32_t r, void *arg) {
     const int32_t j = *(const int32_t *)arg;
     ctx_rank *k = &c->rk[r];
-    const size_t nv = (size_t)qr_model_n_logits(k->m), V = (size_t)c->model->hp.n_vocab;
+    const size_t nv = (size_t)qr_model_n_logits(k->m), V = logits_width(c);
     k->be->ops->read(k->be, c->logits + (size_t)j * V + k->m->tp_vocab0, k->f.logits + (size_t)j * nv, nv * sizeof(float));
     char e[8];
     k->st = k->be->ops->last_error(k->be, e, sizeof e);
@@ -907,7 +951,7 @@ static void rank_read_row(qr_context *c, int32_t r, void *arg) {
 /* Output j's logits row on the host: read from the device first when the batch came back as top-k rows. */
 static const float *out_row(const qr_context *cc, int32_t j) {
     qr_context *c = (qr_context *)cc; /* the lazy read fills the host copy (the caller sees the logits as they were) */
-    const size_t V = (size_t)c->model->hp.n_vocab;
+    const size_t V = logits_width(c);
     float *dst = c->logits + (size_t)j * V;
     if (c->topk_n == 0) return dst;
     const float *res = dst;

@@ -5,8 +5,9 @@
  * (qr_eagle3_load_extra), the checks of the bound weights (qr_eagle3_check_weights), and the check that a head suits
  * a target (qr_eagle3_check_target, spec.h).
  *
- * Phase 1 only loads and pairs: capturing the target's hidden states, the head's forward pass and drafting with it
- * are not built yet, so the forward function below is never reached (qr_context_create refuses spec heads). */
+ * The forward pass (one draft step over rows of a token and g) runs in the head's own context once the head is bound
+ * to its target (qr_eagle3_bind); drafting with it is spec.c's (QR_SPEC_EAGLE3), the target's side the capture of
+ * layer inputs (qr_context_capture_layers). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,9 +110,57 @@ qr_status qr_eagle3_check_weights(const qr_model *m, char *err, size_t err_len) 
 }
 
 void qr_eagle3_forward(const qr_model *m, qr_fwd *f) {
-    (void)m;
-    if (f->be->ops->raise)
-        f->be->ops->raise(f->be, QR_ERR_UNSUPPORTED, "eagle3: the EAGLE-3 head's forward pass is not implemented yet");
+    const qr_hparams *hp = &m->hp;
+    const qr_layer *l = &m->layers[0];
+    qr_backend *be = f->be;
+    const int64_t E = hp->n_embd, W3 = 3 * (int64_t)hp->eagle3_target_embd;
+    const float eps = hp->norm_eps;
+    int64_t n = f->n_tokens;
+    f->n_rows = f->n_tokens;
+    f->outputs_kept = false;
+    const float *g = f->e3.in; /* the rows' g: given, or fc of the target's captured states */
+    if (f->e3.in_w == W3) {
+        if (m->enc_norm.host) be->ops->rmsnorm(be, f->e3.in, &m->enc_norm, n, W3, eps, f->e3.in); /* norm_before_fc */
+        be->ops->matmul(be, &m->fc, f->e3.in, n, f->e3.g);
+        g = f->e3.g;
+    }
+    /* xb = [rmsnorm(token embedding) * attn_norm | rmsnorm(g) * attn_norm_2], the attention's input (2E wide) */
+    be->ops->get_rows(be, &m->tok_embd, f->x);
+    be->ops->rmsnorm(be, f->x, &l->attn_norm, n, E, eps, f->xb2);
+    be->ops->copy_rows(be, f->xb2, E, f->xb, 2 * E, n, E);
+    be->ops->rmsnorm(be, g, &l->attn_norm_2, n, E, eps, f->xb2);
+    be->ops->copy_rows(be, f->xb2, E, f->xb + E, 2 * E, n, E);
+    /* the residual stream starts from g (the normed g with norm_before_residual) */
+    be->ops->copy(be, hp->eagle3_norm_before_residual ? f->xb2 : g, n * E, f->x);
+    qr_block_attention(m, f, 0, 1.0f);
+    qr_block_keep_outputs(m, f); /* the rest: output rows only (teacher-forced rows only fill the KV cache) */
+    n = f->n_rows;
+    if (n == 0 || f->n_outputs == 0) return;
+    qr_ffn_norm(m, f, 0, f->xb2, 1.0f, &l->ffn_norm, n, eps); /* x += attention; xb = rmsnorm(x) * ffn_norm */
+    qr_block_ffn(m, f, 0, false);
+    be->ops->add(be, f->x, f->xb2, n * E, f->x);
+    be->ops->copy(be, f->x, n * E, f->e3.pre); /* the state fed back as the next row's g */
+    qr_block_output(m, f);
+}
+
+qr_status qr_eagle3_bind(qr_model *head, const qr_model *target, char *err, size_t err_len) {
+    if (head->e3_target == target) return QR_OK;
+    if (head->e3_target)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "EAGLE-3 head %s already drafts for %s", head->path,
+                       head->e3_target->path);
+    qr_status st = qr_eagle3_check_target(head, target, err, err_len);
+    if (st != QR_OK) return st;
+    if (!head->be || !target->be || strcmp(head->be->name, target->be->name) != 0)
+        return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "EAGLE-3 head %s runs on the %s backend and its target on %s: "
+                       "load both on the same one", head->path, head->be ? head->be->name : "(none)",
+                       target->be ? target->be->name : "(none)");
+    if (target->tp_world > 1)
+        return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "EAGLE-3: a target split over %d ranks (tensor parallelism) "
+                       "is not supported", target->tp_world);
+    if (!head->tok_embd.host) head->tok_embd = target->tok_embd, head->e3_shared_embd = true;
+    if (!head->output.host) head->output = target->output, head->e3_shared_out = true;
+    head->e3_target = target;
+    return QR_OK;
 }
 
 qr_status qr_eagle3_check_target(const qr_model *head, const qr_model *target, char *err, size_t err_len) {

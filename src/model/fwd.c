@@ -11,7 +11,7 @@ void qr_fwd_free(qr_backend *be, qr_fwd *f) {
     float *bufs[] = {f->x, f->xb, f->xb2, f->q, f->k, f->v, f->att, f->ff_g, f->ff_u, f->xo, f->logits,
                      f->moe.router, f->moe.weights, f->moe.eh, f->moe.eo, f->moe.sh,
                      f->mamba.zxbcdt, f->mamba.xbc, f->mamba.y, f->mla.q, f->mla.q_a, f->mla.kv_a, f->mla.pe,
-                     f->mla.o, f->cap};
+                     f->mla.o, f->cap, f->e3.in, f->e3.g, f->e3.pre};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->ops->free(be, bufs[i]);
     if (f->moe.ids) be->ops->free(be, f->moe.ids);
@@ -97,7 +97,8 @@ qr_status qr_fwd_alloc(const qr_model *m, qr_backend *be, int32_t n_batch, int32
     f->n_batch = n_batch;
     f->moe.routed_layer = -1;
     f->x = be->ops->alloc(be, nb * hp->n_embd * fs);
-    f->xb = be->ops->alloc(be, nb * hp->n_embd * fs);
+    /* an EAGLE-3 head's attention reads [normed embedding | normed g] rows from xb: twice the width */
+    f->xb = be->ops->alloc(be, nb * hp->n_embd * fs * (m->arch->spec_head ? 2 : 1));
     f->xb2 = be->ops->alloc(be, nb * hp->n_embd * fs);
     f->q = be->ops->alloc(be, nb * hp->n_head * hp->head_dim_k * fs);
     f->k = be->ops->alloc(be, nb * kdim * fs);
@@ -106,7 +107,15 @@ qr_status qr_fwd_alloc(const qr_model *m, qr_backend *be, int32_t n_batch, int32
     f->ff_g = be->ops->alloc(be, nb * hp->n_ff * fs);
     f->ff_u = be->ops->alloc(be, nb * hp->n_ff * fs);
     qr_status st = QR_OK;
-    if (!f->x || !f->xb || !f->xb2 || !f->q || !f->k || !f->v || !f->att || !f->ff_g || !f->ff_u)
+    bool e3_ok = true;
+    if (m->arch->spec_head) {
+        const size_t w3 = 3 * (size_t)hp->eagle3_target_embd, in_w = w3 > (size_t)hp->n_embd ? w3 : (size_t)hp->n_embd;
+        f->e3.in = be->ops->alloc(be, nb * in_w * fs);
+        f->e3.g = be->ops->alloc(be, nb * hp->n_embd * fs);
+        f->e3.pre = be->ops->alloc(be, nb * hp->n_embd * fs);
+        e3_ok = f->e3.in && f->e3.g && f->e3.pre;
+    }
+    if (!f->x || !f->xb || !f->xb2 || !f->q || !f->k || !f->v || !f->att || !f->ff_g || !f->ff_u || !e3_ok)
         st = qr_errf(err, err_len, QR_ERR_NOMEM, "context: cannot allocate activation buffers for n_batch %d", n_batch);
     else
         st = alloc_blocks(m, be, n_seq_max, f, err, err_len);

@@ -124,7 +124,7 @@ qr_status qr_generate(qr_context *ctx, const qr_tokenizer *tok, qr_sampler_chain
     double t0 = qr_time_s();
     qr_batch b = {.n_tokens = (int32_t)n_prompt, .token = prompt, .seq_id = seq};
     char msg[1024];
-    if ((st = qr_decode(ctx, &b, msg, sizeof msg)) != QR_OK) {
+    if ((st = qr_decode(ctx, &b, msg, sizeof msg)) != QR_OK || (st = qr_spec_observe(p.spec, &b, msg, sizeof msg)) != QR_OK) {
         qr_errf(err, err_len, st, "decode: %s", msg);
         goto done;
     }
@@ -162,7 +162,8 @@ qr_status qr_generate(qr_context *ctx, const qr_tokenizer *tok, qr_sampler_chain
             }
         }
         qr_batch nb = {.n_tokens = 1, .token = &token, .seq_id = &p.seq_id};
-        if ((st = qr_decode(ctx, &nb, msg, sizeof msg)) != QR_OK) {
+        if ((st = qr_decode(ctx, &nb, msg, sizeof msg)) != QR_OK ||
+            (st = qr_spec_observe(p.spec, &nb, msg, sizeof msg)) != QR_OK) {
             qr_errf(err, err_len, st, "decode: %s", msg);
             break;
         }

@@ -362,6 +362,9 @@ struct qr_model {
     qr_weight enc_norm;         /* F32 [3 * eagle3_target_embd] enc.output_norm (with eagle3_norm_before_fc) */
     qr_weight d2t;              /* I64 [n_vocab_draft] draft id -> target token id (absolute), host view only; host
                                  * NULL: the draft vocabulary is the target's */
+    const struct qr_model *e3_target; /* a head bound to its target (qr_eagle3_bind): tok_embd / output absent from
+                                       * the file are then copies of the target's (not in weights[], not owned) */
+    bool e3_shared_embd, e3_shared_out;
     struct qr_tokenizer *embed_tok; /* the tokenizer qr_embed made (lazily, owned), or NULL */
     qr_layer *layers;           /* [n_layer] */
     qr_backend *be;             /* owned */
@@ -462,6 +465,15 @@ struct qr_fwd {
     float *cap;
     int32_t n_cap;
     int32_t cap_layers[3];
+    /* EAGLE-3 heads (eagle3.c): each row's second input besides its token, written before the pass: the target's
+     * three captured states (in_w = 3 * eagle3_target_embd: fc makes g of them) or g itself (in_w = n_embd: the
+     * head's own pre-norm output, fed back); the output rows' pre-norm states come back in pre */
+    struct {
+        float *in;      /* [n_batch][3 * eagle3_target_embd] */
+        int32_t in_w;   /* this pass's width of in's rows */
+        float *g;       /* [n_batch][n_embd] fc's output */
+        float *pre;     /* [n_batch][n_embd] the output rows' state before output_norm */
+    } e3;
 };
 
 /* ---- tensor parallelism (tp.c) ---- */
@@ -620,8 +632,19 @@ void qr_nemotron_h_forward(const qr_model *m, qr_fwd *f);
 void qr_gpt_oss_forward(const qr_model *m, qr_fwd *f);
 void qr_nemotron_forward(const qr_model *m, qr_fwd *f);
 void qr_phi3_forward(const qr_model *m, qr_fwd *f);
-/* EAGLE-3 heads (eagle3.c): never reached (contexts refuse spec heads); raises QR_ERR_UNSUPPORTED if it were. */
+/* EAGLE-3 heads (eagle3.c): one pass of the draft layer over rows (token, f->e3.in row): g = fc(features) when the
+ * rows are the target's captured states, else the row is g; the output rows' logits over the draft vocabulary
+ * (output's rows; d2t maps them to target ids, spec.c) and their pre-norm states in f->e3.pre. Runs only in a head's
+ * context (qr_context_create takes a head bound to its target by qr_eagle3_bind). */
 void qr_eagle3_forward(const qr_model *m, qr_fwd *f);
+/* Binds head to target (after qr_eagle3_check_target): the token embeddings and output matrix the head lacks become
+ * copies of the target's prepared weights (both models on the same backend kind); once per head, the same target. */
+qr_status qr_eagle3_bind(qr_model *head, const qr_model *target, char *err, size_t err_len);
+/* The head context's row inputs for its next qr_decode: rows[n_tokens][width] (host), width 3 * target n_embd
+ * (captured states) or the head's n_embd (g); read during that qr_decode, then forgotten. */
+void qr_context_set_row_input(qr_context *ctx, const float *rows, int32_t width);
+/* The pre-norm states [n_outputs][n_embd] of the output rows of a head context's last qr_decode (NULL elsewhere). */
+const float *qr_context_pre_rows(const qr_context *ctx);
 /* The eagle3 row's steps (qr_arch_info.load_extra, check_weights): block_count 1, the target-layer array, n_vocab
  * from the tokenizer and n_vocab_draft from d2t; enc.output_norm with norm_before_fc only, an output matrix where
  * d2t shrinks the vocabulary, d2t's ids inside the vocabulary and unique. */

@@ -34,6 +34,24 @@ struct qr_spec {
     int32_t *cur_max;       /* [n_seq] most tokens of the next draft (1..p.draft_max) */
     int32_t *skip;          /* [n_seq] steps left without drafting */
     int32_t *fails;         /* [n_seq] verifications in a row that kept nothing */
+    /* EAGLE-3 head (QR_SPEC_EAGLE3): dctx is the head's context, whose sequence s holds a KV row per target position
+     * from e3_off[s] on (head position = target position - e3_off[s]: rope is relative, so a head that starts late,
+     * after a prefix-cache hit, sees the same attention). Row P pairs the token at P + 1 with the target's states
+     * at P (teacher forcing, qr_spec_observe); drafting starts at the last decoded position with the token just
+     * sampled, then feeds the head's own pre-norm state back. */
+    int32_t e3_w;           /* 3 * the target's n_embd: a row of captured states */
+    int32_t e3_keep;        /* rows of captured states kept per sequence: draft_max + 1 (a verification's rows) */
+    float *e3_feat;         /* [n_seq][e3_keep][e3_w] the captured states of the last rows of s's last target batch */
+    int32_t *e3_pos0;       /* [n_seq] the target position of e3_feat[s]'s first row */
+    int32_t *e3_n;          /* [n_seq] rows kept (0: none: no draft until the target decodes s again) */
+    int32_t *e3_off;        /* [n_seq] */
+    int32_t *e3_cnt;        /* [n_seq] scratch: rows of each sequence in a target batch */
+    float *e3_in;           /* [e3_cap][e3_w] the head batch's row inputs */
+    int32_t *e3_tok, *e3_seq;
+    int8_t *e3_want;        /* [e3_cap] */
+    int32_t e3_cap;
+    float *e3_g;            /* [head n_embd] the state fed back while drafting */
+    const char *e3_d2t;     /* the head's d2t (I64 target ids of its draft vocabulary) or NULL */
     qr_spec_stats stats;
 };
 
@@ -47,6 +65,12 @@ struct qr_spec {
  * the message in err. */
 int32_t qr_spec_draft(qr_spec *sp, int32_t seq, const int32_t *hist, int32_t n_hist, int32_t max,
                       qr_sampler *smp, int32_t *draft, char *err, size_t err_len);
+
+/* EAGLE-3: hands the head the target's captured states of batch b, which the target's context just decoded (before
+ * any rollback): per sequence, the head's KV rows up to the batch's second-to-last row (teacher forcing), and the
+ * states of the batch's last rows for the next draft. Nothing for other drafters. A head decode error is returned
+ * (the sequences of b draft nothing until their next target batch). */
+qr_status qr_spec_observe(qr_spec *sp, const qr_batch *b, char *err, size_t err_len);
 
 /* Verifies draft[0..k) (1 <= k <= QR_SPEC_DRAFT_MAX) continuing target sequence seq after `token` (sampled,
  * not decoded): one row-exact pass over [token, draft...] with logits for every row, then qr_sampler_verify

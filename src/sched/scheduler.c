@@ -696,6 +696,8 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
         SPROF(0);
         const qr_status st = qr_decode(s->ctx, &b, err, sizeof err);
         qr_context_set_row_exact(s->ctx, false);
+        if (st == QR_OK && s->p.spec && qr_spec_observe(s->p.spec, &b, err, sizeof err) != QR_OK) /* drafts lost only */
+            qr_log(QR_LOG_WARN, "speculative decoding: %s", err);
         SPROF(1);
         uint64_t n_prompt_rows = 0, n_sampled = 0;
         for (int32_t i = 0; i < n; i++) {

@@ -132,6 +132,8 @@ static qr_status spec_open(const srv_registry *r, srv_model *m, char *err, size_
             (st = qr_model_load(path, &mp, &m->draft_model, msg, sizeof msg)) != QR_OK)
             return qr_errf(err, err_len, st, "draft model: %s", msg);
         p.draft_model = m->draft_model;
+        /* an EAGLE-3 head given as the draft model drafts as one */
+        if (p.kind == QR_SPEC_DRAFT && !strcmp(qr_model_arch(m->draft_model), "eagle3")) p.kind = QR_SPEC_EAGLE3;
     }
     if ((st = qr_spec_create(m->ctx, &p, &m->spec, msg, sizeof msg)) != QR_OK)
         return qr_errf(err, err_len, st, "%s%s", strncmp(msg, "speculative decoding: ", 22) ? "speculative decoding: " : "",

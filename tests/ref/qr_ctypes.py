@@ -23,8 +23,9 @@ class ModelParams(ctypes.Structure):
 
 
 class ContextParams(ctypes.Structure):
+    """qr_context_params, field for field (type_k / type_v: 0 = QR_CACHE_F16)."""
     _fields_ = [("n_ctx", ctypes.c_int32), ("n_batch", ctypes.c_int32), ("n_seq_max", ctypes.c_int32),
-                ("n_threads", ctypes.c_int32)]
+                ("n_threads", ctypes.c_int32), ("type_k", ctypes.c_int), ("type_v", ctypes.c_int)]
 
 
 class Batch(ctypes.Structure):

@@ -196,12 +196,17 @@ static void test_run_paths_refuse(void **state) {
     cp.n_ctx = 256;
     assert_int_equal(qr_context_create(F.m[M_TARGET], &cp, &ctx, err, sizeof err), QR_OK);
     qr_spec_params sp = qr_spec_default_params();
-    sp.kind = QR_SPEC_DRAFT;
+    sp.kind = QR_SPEC_DRAFT; /* a head as a draft model */
     sp.draft_model = F.m[M_HEAD];
     qr_spec *spec = NULL;
-    assert_int_equal(qr_spec_create(ctx, &sp, &spec, err, sizeof err), QR_ERR_UNSUPPORTED);
+    assert_int_equal(qr_spec_create(ctx, &sp, &spec, err, sizeof err), QR_ERR_INVALID_ARG);
     assert_null(spec);
     assert_non_null(strstr(err, "EAGLE-3 head"));
+    assert_non_null(strstr(err, "--spec eagle3"));
+    sp.kind = QR_SPEC_EAGLE3; /* a draft model as a head */
+    sp.draft_model = F.m[M_TARGET_WIDE];
+    assert_int_equal(qr_spec_create(ctx, &sp, &spec, err, sizeof err), QR_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "not an EAGLE-3 head"));
     qr_context_free(ctx);
 }
 
