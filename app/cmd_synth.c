@@ -24,6 +24,8 @@ static void usage(FILE *f) {
             "  --seed S        weights seed (default 0)\n"
             "  --layers N      N layers instead of the preset's (the same shapes: quick speed probes)\n"
             "  --pooling P     write {arch}.pooling_type: mean, cls or last (an embedding model)\n"
+            "  --tokenizer-from M  copy the tokenizer of GGUF M (the preset's vocabulary size): a draft model or\n"
+            "                  EAGLE-3 head for a real model\n"
             "  -t, --threads N worker threads (default: all CPUs; the output does not depend on it)\n"
             "  --list          print the presets and exit\n"
             "  -h, --help\n\n"
@@ -104,7 +106,7 @@ int cmd_synth(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--arch") || !strcmp(a, "--preset") || !strcmp(a, "-o") || !strcmp(a, "--output") ||
                    !strcmp(a, "--type") || !strcmp(a, "--seed") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
-                   !strcmp(a, "--pooling") || !strcmp(a, "--layers")) {
+                   !strcmp(a, "--pooling") || !strcmp(a, "--layers") || !strcmp(a, "--tokenizer-from")) {
             if (!val) {
                 fprintf(stderr, "quarrel synth: %s needs a value\n", a);
                 return 2;
@@ -114,6 +116,7 @@ int cmd_synth(int argc, char **argv) {
             else if (!strcmp(a, "--preset")) o.preset = val;
             else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = val;
             else if (!strcmp(a, "--type")) o.type = val;
+            else if (!strcmp(a, "--tokenizer-from")) o.tokenizer_from = val;
             else if (!strcmp(a, "--pooling")) {
                 o.pooling_type = !strcmp(val, "mean") ? 1 : !strcmp(val, "cls") ? 2 : !strcmp(val, "last") ? 3 : -1;
                 if (o.pooling_type < 0) {

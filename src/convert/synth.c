@@ -365,6 +365,7 @@ qr_status qr_synth_write(const qr_synth_options *o, const char *path, qr_synth_s
     qr_status st = QR_OK;
     tensor_list tl = {0};
     qr_synth_vocab vocab = {0};
+    qr_gguf *tok_src = NULL; /* --tokenizer-from */
     qr_gguf_stream *out = NULL;
     const char **names = NULL;
     float *f32 = NULL;
@@ -459,8 +460,19 @@ qr_status qr_synth_write(const qr_synth_options *o, const char *path, qr_synth_s
         }
     }
 
-    st = qr_synth_vocab_build(p->vocab, p->n_vocab, &vocab, err, err_len);
-    if (st != QR_OK) goto done;
+    if (o->tokenizer_from) {
+        if ((st = qr_gguf_open(o->tokenizer_from, &tok_src, err, err_len)) != QR_OK) goto done;
+        const qr_gguf_value *toks = qr_gguf_get_arr(tok_src, "tokenizer.ggml.tokens", QR_GGUF_STRING);
+        if (!toks || toks->arr.count != p->n_vocab) {
+            st = qr_errf(err, err_len, QR_ERR_INVALID_ARG, "synth: --tokenizer-from %s: %s %llu tokens, the preset %s/%s "
+                         "has %u", o->tokenizer_from, toks ? "its tokenizer has" : "no tokenizer.ggml.tokens:",
+                         toks ? (unsigned long long)toks->arr.count : 0ULL, p->arch, p->name, p->n_vocab);
+            goto done;
+        }
+    } else {
+        st = qr_synth_vocab_build(p->vocab, p->n_vocab, &vocab, err, err_len);
+        if (st != QR_OK) goto done;
+    }
 
     /* key/values: general, architecture, tokenizer, then the quantization keys last (as llama-quantize
      * leaves them, so that synth Q == quantize(synth F16) byte for byte) */
@@ -481,24 +493,30 @@ qr_status qr_synth_write(const qr_synth_options *o, const char *path, qr_synth_s
         key(pk, sizeof pk, p->arch, "pooling_type");
         qr_gguf_stream_set_u32(out, pk, (uint32_t)(o->pooling_type > 0 ? o->pooling_type : 1));
     }
-    qr_gguf_stream_set_str(out, "tokenizer.ggml.model", vocab.model);
-    qr_gguf_stream_set_str(out, "tokenizer.ggml.pre", p->bpe_pre ? p->bpe_pre : "default");
-    qr_gguf_stream_set_arr_str(out, "tokenizer.ggml.tokens", (const char *const *)vocab.tokens, vocab.n_tokens);
-    if (vocab.scores) qr_gguf_stream_set_arr(out, "tokenizer.ggml.scores", QR_GGUF_F32, vocab.scores, vocab.n_tokens);
-    qr_gguf_stream_set_arr(out, "tokenizer.ggml.token_type", QR_GGUF_I32, vocab.token_types, vocab.n_tokens);
-    if (vocab.n_merges)
-        qr_gguf_stream_set_arr_str(out, "tokenizer.ggml.merges", (const char *const *)vocab.merges, vocab.n_merges);
-    qr_gguf_stream_set_u32(out, "tokenizer.ggml.bos_token_id", (uint32_t)vocab.bos);
-    qr_gguf_stream_set_u32(out, "tokenizer.ggml.eos_token_id", (uint32_t)vocab.eos);
-    /* Explicit, as real converters write it: with several end-of-turn texts in the vocabulary,
-     * llama.cpp's own auto-detection depends on its hash map's iteration order. */
-    qr_gguf_stream_set_u32(out, "tokenizer.ggml.eot_token_id", (uint32_t)vocab.eot);
-    if (vocab.unk >= 0) qr_gguf_stream_set_u32(out, "tokenizer.ggml.unknown_token_id", (uint32_t)vocab.unk);
-    qr_gguf_stream_set_u32(out, "tokenizer.ggml.padding_token_id", (uint32_t)vocab.pad);
-    qr_gguf_stream_set_bool(out, "tokenizer.ggml.add_bos_token", true);
-    qr_gguf_stream_set_bool(out, "tokenizer.ggml.add_eos_token", false);
-    qr_gguf_stream_set_bool(out, "tokenizer.ggml.add_space_prefix", false);
-    qr_gguf_stream_set_str(out, "tokenizer.chat_template", vocab.chat_template);
+    if (tok_src) { /* a real model's tokenizer, key for key */
+        for (uint64_t i = 0; i < tok_src->n_kv; i++)
+            if (tok_src->kv[i].key.len > 10 && !memcmp(tok_src->kv[i].key.data, "tokenizer.", 10))
+                qr_gguf_stream_set_value(out, tok_src->kv[i].key, &tok_src->kv[i].value);
+    } else {
+        qr_gguf_stream_set_str(out, "tokenizer.ggml.model", vocab.model);
+        qr_gguf_stream_set_str(out, "tokenizer.ggml.pre", p->bpe_pre ? p->bpe_pre : "default");
+        qr_gguf_stream_set_arr_str(out, "tokenizer.ggml.tokens", (const char *const *)vocab.tokens, vocab.n_tokens);
+        if (vocab.scores) qr_gguf_stream_set_arr(out, "tokenizer.ggml.scores", QR_GGUF_F32, vocab.scores, vocab.n_tokens);
+        qr_gguf_stream_set_arr(out, "tokenizer.ggml.token_type", QR_GGUF_I32, vocab.token_types, vocab.n_tokens);
+        if (vocab.n_merges)
+            qr_gguf_stream_set_arr_str(out, "tokenizer.ggml.merges", (const char *const *)vocab.merges, vocab.n_merges);
+        qr_gguf_stream_set_u32(out, "tokenizer.ggml.bos_token_id", (uint32_t)vocab.bos);
+        qr_gguf_stream_set_u32(out, "tokenizer.ggml.eos_token_id", (uint32_t)vocab.eos);
+        /* Explicit, as real converters write it: with several end-of-turn texts in the vocabulary,
+         * llama.cpp's own auto-detection depends on its hash map's iteration order. */
+        qr_gguf_stream_set_u32(out, "tokenizer.ggml.eot_token_id", (uint32_t)vocab.eot);
+        if (vocab.unk >= 0) qr_gguf_stream_set_u32(out, "tokenizer.ggml.unknown_token_id", (uint32_t)vocab.unk);
+        qr_gguf_stream_set_u32(out, "tokenizer.ggml.padding_token_id", (uint32_t)vocab.pad);
+        qr_gguf_stream_set_bool(out, "tokenizer.ggml.add_bos_token", true);
+        qr_gguf_stream_set_bool(out, "tokenizer.ggml.add_eos_token", false);
+        qr_gguf_stream_set_bool(out, "tokenizer.ggml.add_space_prefix", false);
+        qr_gguf_stream_set_str(out, "tokenizer.chat_template", vocab.chat_template);
+    }
     qr_gguf_stream_set_u32(out, "general.quantization_version", QUANTIZATION_VERSION);
     qr_gguf_stream_set_u32(out, "general.file_type", (uint32_t)ft->llama_ftype);
     for (size_t i = 0; i < tl.n; i++) {
@@ -563,6 +581,7 @@ done:
     local.seconds = qr_time_s() - t0;
     if (stats) *stats = local;
     qr_synth_vocab_free(&vocab);
+    qr_gguf_close(tok_src);
     qr_gguf_stream_free(out);
     free(names);
     free(tl.t);

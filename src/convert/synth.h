@@ -146,6 +146,8 @@ typedef struct qr_synth_options {
                            * 0: only encoders (bert, nomic-bert) write one, mean */
     int32_t n_layer;      /* > 0: this many layers instead of the preset's (quick speed probes; eagle3: the target's) */
     qr_synth_eagle3_options eagle3; /* arch "eagle3": the head's options; the preset is its target's */
+    const char *tokenizer_from;     /* a GGUF whose tokenizer.* keys are written instead of the synthetic vocabulary
+                                     * (its token count must be the preset's): a draft or head for a real model */
 } qr_synth_options;
 
 typedef struct qr_synth_stats {
