@@ -5,10 +5,12 @@
 #include "model/spec.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/model.h"
+#include "util/knobs.h"
 #include "util/util.h"
 
 /* Vocabulary sizes a draft may differ by (the extra ids are never drafted), as llama.cpp allows. */
@@ -537,7 +539,13 @@ int32_t qr_spec_draft(qr_spec *sp, int32_t seq, const int32_t *hist, int32_t n_h
     } else {
         k = qr_spec_ngram_lookup(hist, n_hist, sp->p.ngram_min, sp->p.ngram_max, max, draft);
     }
-    return k < sp->p.draft_min || k == 0 ? 0 : k;
+    if (k < sp->p.draft_min || k == 0) return 0;
+    if (qr_knob_int(QR_KNOB_SPEC_TRACE)) {
+        fprintf(stderr, "spec: seq %d at %d: drafted", seq, n_hist - 1);
+        for (int32_t i = 0; i < k; i++) fprintf(stderr, " %d", draft[i]);
+        fprintf(stderr, "\n");
+    }
+    return k;
 }
 
 qr_status qr_spec_verify(qr_spec *sp, qr_sampler *smp, int32_t seq, int32_t token, const int32_t *draft, int32_t k,

@@ -76,6 +76,9 @@ const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
                               "how far ahead (bytes) a matmul chunk prefetches its weight rows into the cache; 0: no "
                               "software prefetch (the hardware prefetcher alone); -1 (default): 4096, or 0 on AMD "
                               "family 0x19 with AVX-512 (Zen 4)"},
+    [QR_KNOB_SPEC_TRACE] = {"QUARREL_SPEC_TRACE", QR_KNOB_BOOL, "0", 0, 0, NULL, "speculative decoding (spec.c)",
+                            "prints every draft on stderr (`spec: seq S at P: drafted t1 t2 ...`): comparing two "
+                            "backends' drafts checks a drafter (an EAGLE-3 head on CUDA against the CPU)"},
 };
 
 static qr_knob_value g_values[QR_KNOB_COUNT]; /* written once under g_once, read-only afterwards */

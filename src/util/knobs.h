@@ -27,6 +27,7 @@ typedef enum qr_knob {
     QR_KNOB_TP_TIMEOUT,    /* QUARREL_TP_TIMEOUT: int seconds */
     QR_KNOB_CPU_REPACK,    /* QUARREL_CPU_REPACK: bool */
     QR_KNOB_CPU_PREFETCH,  /* QUARREL_CPU_PREFETCH: int bytes, 0 = none, -1 = by the CPU */
+    QR_KNOB_SPEC_TRACE,    /* QUARREL_SPEC_TRACE: bool */
     QR_KNOB_COUNT
 } qr_knob;
 
