@@ -82,6 +82,20 @@ print(f"drafts: CUDA {len(a)}, CPU {len(b)}; identical drafts {same} of {min(len
       f"tokens {first}")
 EOF
 
+# 2b. the n-gram drafter on CUDA (a repetitive prompt: drafts are accepted), output against plain greedy
+REP="one two three four five six seven eight one two three four five six seven eight one two three four five six"
+for m in tl; do
+    "$Q" run -m "$M/$m.gguf" -p "$REP" -n 128 --temp 0 --ignore-eos --ids-only -q -v --backend cuda -t "$T" \
+        > "$OUT/ng_plain.out" 2> "$OUT/ng_plain.err"
+    "$Q" run -m "$M/$m.gguf" -p "$REP" -n 128 --temp 0 --ignore-eos --ids-only -q -v --backend cuda -t "$T" \
+        --spec ngram --spec-ngram 1:4 > "$OUT/ng_spec.out" 2> "$OUT/ng_spec.err"
+    if cmp -s <(tail -1 "$OUT/ng_plain.out") <(tail -1 "$OUT/ng_spec.out"); then
+        log "CUDA n-gram speculation on $m: identical to plain greedy ($(grep -o 'speculative: .*' "$OUT/ng_spec.err"))"
+    else
+        log "CUDA n-gram speculation on $m: DIFFERS from plain greedy ($(grep -o 'speculative: .*' "$OUT/ng_spec.err"))"
+    fi
+done
+
 # 3. speed on mistral-7b Q4_K_M
 synth "$M/m7.gguf" --arch llama --preset mistral-7b --type Q4_K_M --seed 1 || exit 1
 synth "$M/m7-head.gguf" --arch eagle3 --preset mistral-7b --type Q8_0 --seed 2 || exit 1
@@ -94,6 +108,10 @@ speed() { # name extra...
     done | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}' > "$OUT/speed_$n.txt"
     log "mistral-7b Q4_K_M decode $n: median $(cat "$OUT/speed_$n.txt") t/s over $REPS runs"
 }
+for k in 1 3 7 8 15; do
+    "$Q" bench -m "$M/m7.gguf" --backend cuda --verify "$k" -d 256 -r 3 > "$OUT/verify_$k.txt" 2>&1
+    log "verify $k drafted (d256): $(tail -1 "$OUT/verify_$k.txt")"
+done
 speed plain
 speed eagle3 --spec eagle3 --draft-model "$M/m7-head.gguf" --draft-p-min 0
 speed eagle3_pmin --spec eagle3 --draft-model "$M/m7-head.gguf"

@@ -81,6 +81,9 @@ typedef struct qr_batch_plan {
     bool row_exact;             /* compute every row with the kernels of a one-row pass (speculative
                                  * verification: each row's logits equal those of a decode pass of that row
                                  * alone); a backend whose kernels do not depend on the row count ignores it */
+    const int32_t *exact_blocks;/* row_exact: [n_tokens] the block-table width (max_blocks) a one-row pass of each row
+                                 * would have (launch shapes that depend on it follow it), else NULL */
+    bool exact_graph;           /* row_exact: a one-row pass would replay a recorded graph (its launch shapes) */
 } qr_batch_plan;
 
 /* Layout of the paged KV storage. */
@@ -203,6 +206,7 @@ typedef struct qr_backend_caps {
     uint64_t matmul_types; /* bit t set: matmul, matmul_id and the fused matmuls take weights of qr_type t */
     uint64_t kv_types;     /* bit t set: kv_alloc takes K or V storage of qr_type t (a backend may still refuse a
                             * combination of type_k and type_v, or a head size, in kv_alloc, with a message) */
+    int32_t row_exact_rows;/* a row_exact pass may hold at most this many rows (contexts split longer batches); 0: any */
 } qr_backend_caps;
 
 /* The bit of qr_type t in a caps type mask. */

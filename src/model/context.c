@@ -63,6 +63,7 @@ struct qr_context {
     uint32_t pass_stamp;
     bool row_exact;   /* passes compute each row as a one-row pass would (qr_context_set_row_exact) */
     int32_t *p_tok, *p_pos, *p_seq, *p_slot, *p_out; /* [n_batch] plan arrays */
+    int32_t *p_xb; /* [n_batch] row_exact passes: each row's one-row block-table width (plan_table) */
     int32_t *p_bt; /* [n_seq_max][max_blocks] the plan's block table (plan_table) */
     /* top-k rows (qr_context_set_topk): a one-pass batch's outputs come back as their k best candidates, and a row's
      * logits are read from the device only when asked for (qr_get_logits) */
@@ -296,7 +297,7 @@ void qr_context_free(qr_context *c) {
     free(c->pipe_x);
     free(c->next_pos);
     free(c->seq_pass);
-    free(c->p_tok), free(c->p_pos), free(c->p_seq), free(c->p_slot), free(c->p_out), free(c->p_bt);
+    free(c->p_tok), free(c->p_pos), free(c->p_seq), free(c->p_slot), free(c->p_out), free(c->p_bt), free(c->p_xb);
     free(c);
 }
 
@@ -429,8 +430,10 @@ qr_status qr_context_create(qr_model *model, const qr_context_params *params, qr
     c->p_seq = malloc(nb * sizeof(int32_t));
     c->p_slot = malloc(nb * sizeof(int32_t));
     c->p_out = malloc(nb * sizeof(int32_t));
+    c->p_xb = malloc(nb * sizeof(int32_t));
     c->p_bt = malloc((size_t)c->n_seq_max * (size_t)c->kvc->max_blocks * sizeof(int32_t));
-    if (!c->next_pos || !c->seq_pass || !c->p_tok || !c->p_pos || !c->p_seq || !c->p_slot || !c->p_out || !c->p_bt) {
+    if (!c->next_pos || !c->seq_pass || !c->p_tok || !c->p_pos || !c->p_seq || !c->p_slot || !c->p_out || !c->p_bt ||
+        !c->p_xb) {
         st = qr_errf(err, err_len, QR_ERR_NOMEM, "context: cannot allocate activation buffers for n_batch %d", c->n_batch);
         goto fail;
     }
@@ -447,6 +450,15 @@ fail:
  * attention's split count, the short kernel) instead of the whole context's; a sequence that grows moves to the
  * next size class (a few classes: a capture each). Returns it. */
 #define PLAN_MIN_KEYS 256
+/* The width for rows whose last position is max_pos. */
+static int32_t table_width(const qr_kv_cache *kvc, int32_t max_pos) {
+    int32_t need = (PLAN_MIN_KEYS + kvc->block_size - 1) / kvc->block_size;
+    if (max_pos / kvc->block_size + 1 > need) need = max_pos / kvc->block_size + 1;
+    int32_t mb = 1;
+    while (mb < need && mb < kvc->max_blocks) mb <<= 1;
+    return mb > kvc->max_blocks ? kvc->max_blocks : mb;
+}
+
 static int32_t plan_table(qr_context *c, const qr_kv_cache *kvc, const int32_t *pos, int32_t n) {
     int32_t need = (PLAN_MIN_KEYS + kvc->block_size - 1) / kvc->block_size;
     for (int32_t r = 0; r < n; r++)
@@ -794,8 +806,10 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
     /* restore the running positions for the passes */
     for (int32_t s = 0; s < c->n_seq_max; s++) c->next_pos[s] = qr_kv_cache_seq_len(kvc, s);
     int32_t out_done = 0;
-    for (int32_t r0 = 0; r0 < n; r0 += c->n_batch) {
-        const int32_t nt = n - r0 < c->n_batch ? n - r0 : c->n_batch;
+    /* a row-exact batch goes in passes of at most the rows the backend computes row-exactly */
+    const int32_t xr = be->caps.row_exact_rows, pass_rows = c->row_exact && xr > 0 && xr < c->n_batch ? xr : c->n_batch;
+    for (int32_t r0 = 0; r0 < n; r0 += pass_rows) {
+        const int32_t nt = n - r0 < pass_rows ? n - r0 : pass_rows;
         int32_t no = 0;
         bool one_per_seq = true; /* every row a different sequence's: a batched decode step */
         if (++c->pass_stamp == 0) memset(c->seq_pass, 0, sizeof(uint32_t) * (size_t)c->n_seq_max), c->pass_stamp = 1;
@@ -814,11 +828,16 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
         }
         if ((st = ensure_dev_out(c, no > 0 ? no : 1, err, err_len)) != QR_OK) return st;
         const int32_t mb = plan_table(c, kvc, c->p_pos, nt);
+        const bool exact = c->row_exact && nt > 1;
+        bool exact_mb = true; /* every row's one-row width is the pass's (a graph's launch shapes then fit each) */
+        for (int32_t j = 0; exact && j < nt; j++) exact_mb = (c->p_xb[j] = table_width(kvc, c->p_pos[j])) == mb && exact_mb;
+        const bool graph_ok = be->ops->run_graph && !m->arch->encoder && !f0->stats_enabled;
         PROF(0);
         const qr_batch_plan plan = {.n_tokens = nt, .tokens = c->p_tok, .pos = c->p_pos, .seq = c->p_seq,
                                     .kv_slot = c->p_slot, .n_seqs = c->n_seq_max, .max_blocks = mb,
                                     .block_table = c->p_bt, .n_outputs = no, .output_rows = c->p_out,
-                                    .row_exact = c->row_exact && nt > 1};
+                                    .row_exact = exact, .exact_blocks = exact ? c->p_xb : NULL,
+                                    .exact_graph = graph_ok};
         /* MoE / SSM models too, unless their stats are on (the expert counts read the routing back, and
          * the block counters advance only when the forward pass runs on the host) */
         /* Decode passes replay a recorded graph per (rows, outputs, block-table shape): passes of up to 8
@@ -826,8 +845,9 @@ qr_status qr_decode(qr_context *c, const qr_batch *b, char *err, size_t err_len)
          * passes of other shapes run op by op: their lengths vary, and each new shape would be captured. */
         const bool graph_rows = nt <= 8 || (one_per_seq && nt <= qr_knob_int(QR_KNOB_GRAPH_MAX_ROWS));
         pass_args pa = {.plan = &plan, .out_done = out_done, .row0 = r0, .prof = prof ? c->prof : NULL, .topk = c->topk_n > 0,
-                        .graph = be->ops->run_graph && graph_rows && !m->arch->encoder && !f0->stats_enabled,
-                        .key = (uint64_t)(uint16_t)nt | (uint64_t)(uint16_t)no << 16 | (uint64_t)(uint16_t)mb << 32 |
+                        .graph = graph_ok && graph_rows && exact_mb,
+                        .key = (uint64_t)(uint16_t)(nt | (exact ? 0x8000 : 0)) | (uint64_t)(uint16_t)no << 16 |
+                               (uint64_t)(uint16_t)mb << 32 |
                                (uint64_t)(c->n_seq_max & 0x7fff) << 48 |
                                (uint64_t)(c->row_in_w == hp->n_embd) << 63}; /* a head: g rows (no fc) */
         for (pa.stage = 0; pa.stage < (c->layer_split ? c->world : 1); pa.stage++) {

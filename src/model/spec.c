@@ -190,6 +190,12 @@ qr_status qr_spec_create(qr_context *ctx, const qr_spec_params *params, qr_spec 
     if (!sp) return qr_errf(err, err_len, QR_ERR_NOMEM, "speculative decoding: out of memory");
     sp->ctx = ctx;
     sp->p = p;
+    /* a verification pass holds the draft and one row: on a backend that computes at most row_exact_rows rows
+     * row-exactly a pass (CUDA: the mat-vec's 8), longer drafts would cost a second pass (session 34, H200: 8 drafted
+     * tokens 5.2x a step, 7 drafted 4.2x) */
+    const int32_t xr = target->be ? target->be->caps.row_exact_rows : 0;
+    if (xr > 1 && sp->p.draft_max > xr - 1) sp->p.draft_max = xr - 1;
+    if (sp->p.draft_min > sp->p.draft_max) sp->p.draft_min = sp->p.draft_max;
     sp->n_seq = qr_context_n_seq_max(ctx);
     sp->n_vocab = qr_model_n_vocab(target);
     sp->cur_max = calloc((size_t)sp->n_seq, sizeof *sp->cur_max);
@@ -235,6 +241,14 @@ void qr_spec_get_stats(const qr_spec *sp, qr_spec_stats *out) {
     if (out) *out = sp ? sp->stats : (qr_spec_stats){0};
 }
 
+/* After a draft of which nothing stood (or a drafter that would not draft): pause 2, 4, ... MAX_SKIP steps, then
+ * start again with one token. */
+static void backoff(qr_spec *sp, int32_t seq) {
+    sp->fails[seq]++;
+    sp->skip[seq] = sp->fails[seq] < 7 ? (1 << sp->fails[seq]) : MAX_SKIP;
+    sp->cur_max[seq] = 1;
+}
+
 void qr_spec_count(qr_spec *sp, int32_t seq, int32_t n_drafted, int32_t n_accepted) {
     if (n_drafted <= 0) return;
     sp->stats.n_steps++;
@@ -242,9 +256,7 @@ void qr_spec_count(qr_spec *sp, int32_t seq, int32_t n_drafted, int32_t n_accept
     sp->stats.n_accepted += n_accepted;
     if (seq < 0 || seq >= sp->n_seq) return;
     if (n_accepted == 0) {
-        sp->fails[seq]++;
-        sp->skip[seq] = sp->fails[seq] < 7 ? (1 << sp->fails[seq]) : MAX_SKIP;
-        sp->cur_max[seq] = 1;
+        backoff(sp, seq);
         return;
     }
     sp->fails[seq] = 0;
@@ -536,6 +548,9 @@ int32_t qr_spec_draft(qr_spec *sp, int32_t seq, const int32_t *hist, int32_t n_h
         k = sp->p.kind == QR_SPEC_DRAFT ? draft_model(sp, seq, hist, n_hist, max, smp, draft, err, err_len)
                                         : draft_eagle3(sp, seq, hist, n_hist, max, smp, draft, err, err_len);
         if (k < 0) return -1;
+        /* a model that was not confident enough to draft anything cost a pass of its own: pause it as after a
+         * rejected draft (n-gram misses cost nothing) */
+        if (k == 0 || k < sp->p.draft_min) backoff(sp, seq);
     } else {
         k = qr_spec_ngram_lookup(hist, n_hist, sp->p.ngram_min, sp->p.ngram_max, max, draft);
     }

@@ -688,8 +688,10 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
         if (rows == 0) break;
         qr_batch b = {.n_tokens = rows, .token = s->b_tok, .pos = s->b_pos, .seq_id = s->b_seq, .logits = s->b_logits};
         /* draft rows verify bit for bit what one-row passes would compute, unless prompt rows share the pass
-         * (their prefill would lose the multi-row kernels) */
-        qr_context_set_row_exact(s->ctx, any_draft && all_decode);
+         * (their prefill would lose the multi-row kernels) or the step has more rows than the backend computes
+         * row-exactly in one pass (CUDA: 8; a larger batched step is not one-row passes' arithmetic anyway) */
+        const int32_t xr = qr_context_model(s->ctx)->be->caps.row_exact_rows;
+        qr_context_set_row_exact(s->ctx, any_draft && all_decode && (xr == 0 || rows <= xr));
         const int32_t topk = any_draft || s->no_topk ? 0 : topk_need(s, rows);
         qr_context_set_topk(s->ctx, topk);
         s->prof_topk += topk > 0;

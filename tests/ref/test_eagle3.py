@@ -110,7 +110,7 @@ def test_run_paths_refuse_a_head(quarrel_bin, workdir):
         assert r.returncode == 1, (args, r.stderr)
         assert "eagle3 is a speculative-decoding head" in r.stderr and "--spec eagle3" in r.stderr, (args, r.stderr)
         assert "Segmentation" not in r.stderr
-    # as a draft model next to a target; an encoder as the draft: spec.c's own "speculative decoding: " prefix is not
+    # an encoder as the draft: spec.c's own "speculative decoding: " prefix is not
     # repeated by the CLI's
     def synth_plain(arch, name):
         out = workdir / name
@@ -119,11 +119,15 @@ def test_run_paths_refuse_a_head(quarrel_bin, workdir):
         return out
 
     tgt = synth_plain("llama", "refuse-target.gguf")
-    for draft, text in ((head, "is an EAGLE-3 head"), (synth_plain("bert", "refuse-bert.gguf"), "is an encoder")):
-        r = subprocess.run([quarrel_bin, "run", "-m", str(tgt), "--draft-model", str(draft), "-p", "hi", "-n", "2",
-                            "--backend", "cpu"], capture_output=True, text=True, timeout=120)
-        assert r.returncode == 1 and text in r.stderr, r.stderr
-        assert r.stderr.count("speculative decoding:") == 1, r.stderr
+    r = subprocess.run([quarrel_bin, "run", "-m", str(tgt), "--draft-model", str(synth_plain("bert", "refuse-bert.gguf")),
+                        "-p", "hi", "-n", "2", "--backend", "cpu"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "is an encoder" in r.stderr, r.stderr
+    assert r.stderr.count("speculative decoding:") == 1, r.stderr
+    # a head given as the draft model drafts as one (--spec eagle3 implied; the API's QR_SPEC_DRAFT refuses it:
+    # tests/unit/test_eagle3.c)
+    r = subprocess.run([quarrel_bin, "run", "-m", str(tgt), "--draft-model", str(head), "-p", "hi", "-n", "8", "-v",
+                        "--backend", "cpu"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "speculative:" in r.stderr, r.stderr
 
 
 def test_synth_eagle3_bad_arguments(quarrel_bin, workdir):

@@ -140,6 +140,7 @@ static void cuda_destroy(qr_backend *be) {
     free(cb->h_seq);
     free(cb->h_kv_slot);
     free(cb->h_output_rows);
+    free(cb->h_exact_blocks);
     free(cb->h_block_table);
     free(cb);
     free(be);
@@ -489,7 +490,7 @@ static qr_status cuda_set_batch(qr_backend *be, const qr_batch_plan *p, char *er
     const size_t nt = (size_t)p->n_tokens, nbt = (size_t)p->n_seqs * (size_t)p->max_blocks;
     bool ok = grow_i32(&cb->h_tokens, cb->cap_tok, nt) && grow_i32(&cb->h_pos, cb->cap_tok, nt) &&
               grow_i32(&cb->h_seq, cb->cap_tok, nt) && grow_i32(&cb->h_kv_slot, cb->cap_tok, nt) &&
-              grow_i32(&cb->h_output_rows, cb->cap_tok, nt);
+              grow_i32(&cb->h_output_rows, cb->cap_tok, nt) && grow_i32(&cb->h_exact_blocks, cb->cap_tok, nt);
     if (ok && nt > cb->cap_tok) cb->cap_tok = nt;
     ok = ok && grow_i32(&cb->h_block_table, cb->cap_bt, nbt);
     if (ok && nbt > cb->cap_bt) cb->cap_bt = nbt;
@@ -504,7 +505,11 @@ static qr_status cuda_set_batch(qr_backend *be, const qr_batch_plan *p, char *er
     cb->plan_gen++;
     cb->n_seqs = p->n_seqs;
     cb->max_blocks = p->max_blocks;
+    cb->cap_blocks = p->max_blocks;
     cb->n_outputs = p->n_outputs;
+    cb->row_exact = p->row_exact && p->n_tokens > 1;
+    cb->exact_graph = p->exact_graph;
+    for (size_t r = 0; r < nt; r++) cb->h_exact_blocks[r] = p->exact_blocks ? p->exact_blocks[r] : p->max_blocks;
     /* does every sequence form one contiguous run of rows? (the parallel conv of ssm_conv) */
     int32_t n_starts = 0; /* rows that start a run (a sequence other than the row before's) */
     for (int32_t r = 0; r < p->n_tokens; r++) n_starts += r == 0 || p->seq[r] != p->seq[r - 1];
@@ -939,7 +944,7 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
  * 2 rows, 3.7x at 8), version 6's is flat to 16 rows (2.4x) (docs/performance.md, session 33). */
 static bool dq_small(const cuda_backend *cb, const cuda_wview *v, int64_t n_rows) {
     const qr_cuda_tune *t = &cb->tune;
-    return !cb->exact && n_rows >= t->dq_min_rows && n_rows <= t->mmvq_max_rows && t->dq_gemm && t->dq_tma &&
+    return !cb->exact && !cb->row_exact && n_rows >= t->dq_min_rows && n_rows <= t->mmvq_max_rows && t->dq_gemm && t->dq_tma &&
            t->gemm_q8_act && (t->dq_wg == 1 || t->dq_wg == 4) && qr_cuda_dq_gemm_supported((qr_type)v->type) &&
            v->k % 256 == 0 && v->nb == v->k / 256;
 }
@@ -954,7 +959,8 @@ static bool matmul_multi_dq(cuda_backend *cb, int32_t n_w, const cuda_weight *co
     const qr_cuda_tune *t = &cb->tune;
     const bool rows = dq_small(cb, v0, n_rows) || (n_rows > t->mmvq_max_rows && n_rows <= t->dq_max_rows &&
                                                    n_rows >= t->dq_wg_min_rows);
-    if (cb->exact || !t->dq_multi || !t->dq_gemm || !t->dq_tma || !t->gemm_q8_act || n_w < 2 || n_w > 3 || !rows ||
+    if (cb->exact || cb->row_exact || !t->dq_multi || !t->dq_gemm || !t->dq_tma || !t->gemm_q8_act || n_w < 2 ||
+        n_w > 3 || !rows ||
         !(t->dq_wg == 4 || (t->dq_wg == 1 && n_rows <= 64)) || !qr_cuda_dq_gemm_supported((qr_type)v0->type) || k % 256 ||
         v0->nb != k / 256)
         return false;
@@ -1442,7 +1448,7 @@ static bool attn_q8_out(cuda_backend *cb, const qr_attn_params *p, float *out, i
     const int64_t width = (int64_t)a->n_head * a->dv;
     act_ptrs q8 = {};
     if (!p->next || !p->next->device || !cb->tune.fuse || !cb->tune.act_reuse || a->n_tok > cb->tune.mmvq_max_rows ||
-        group % gq != 0)
+        group % gq != 0 || cb->in_row_view)
         return true;
     const cuda_weight *cn = prepared(cb, p->next, "attention");
     if (!cn) return false;
@@ -1624,7 +1630,7 @@ static void attention_kvq(cuda_backend *cb, const qr_kv_storage *kv, const qr_at
          * every key the block table can address; empty splits are harmless) */
         const int group = a->n_head / a->n_head_kv, G = a->dk == 256 || group <= 4 ? 4 : 8;
         const int64_t base = (int64_t)a->n_tok * a->n_head_kv * ((group + G - 1) / G);
-        const int64_t span = cb->graph_mode ? (int64_t)cb->max_blocks * d->block_size : max_span;
+        const int64_t span = cb->graph_mode ? (int64_t)cb->cap_blocks * d->block_size : max_span;
         int64_t ns = cb->tune.attn_splits;
         if (ns <= 0) {
             ns = (int64_t)QR_CUDA_KVQ_CTAS(a->dk, G) * cb->n_sm / base;
@@ -1650,8 +1656,38 @@ static void attention_kvq(cuda_backend *cb, const qr_kv_storage *kv, const qr_at
 }
 
 static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *q, const qr_attn_params *p,
+                           float *out);
+
+/* A row-exact pass's attention (the keys of every row stored): row by row with each row's one-row launch shapes. */
+static void attention_rows(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *q, const qr_attn_params *p,
                            float *out) {
     cuda_backend *cb = CB(be);
+    const int32_t n = cb->n_tokens, cap0 = cb->cap_blocks;
+    const bool graph0 = cb->graph_mode;
+    const int32_t *d_pos = cb->d_pos, *d_seq = cb->d_seq;
+    int32_t *h_pos = cb->h_pos, *h_seq = cb->h_seq;
+    const int64_t qw = (int64_t)p->n_head * p->head_dim_k, ow = (int64_t)p->n_head * p->head_dim_v;
+    cb->in_row_view = true;
+    cb->n_tokens = 1;
+    for (int32_t r = 0; r < n && cb->error == QR_OK; r++) {
+        cb->d_pos = d_pos + r, cb->d_seq = d_seq + r, cb->h_pos = h_pos + r, cb->h_seq = h_seq + r;
+        cb->cap_blocks = cb->h_exact_blocks[r];
+        cb->graph_mode = cb->exact_graph;
+        cuda_attention(be, kv, layer, q + r * qw, p, out + r * ow);
+    }
+    cb->d_pos = d_pos, cb->d_seq = d_seq, cb->h_pos = h_pos, cb->h_seq = h_seq;
+    cb->n_tokens = n;
+    cb->cap_blocks = cap0;
+    cb->graph_mode = graph0;
+    cb->in_row_view = false;
+    cb->act_valid = false;
+}
+
+static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *q, const qr_attn_params *p,
+                           float *out) {
+    cuda_backend *cb = CB(be);
+    if (cb->row_exact && !cb->in_row_view && cb->n_tokens > 1 && !cb->exact && !p->non_causal)
+        return attention_rows(be, kv, layer, q, p, out);
     if (!attn_layout_ok(cb, kv, layer, p)) return;
     const qr_kv_desc *d = &kv->desc;
     int32_t *last = NULL; /* non-causal: [n_tokens] the last position of each row's sequence in the pass */
@@ -1713,7 +1749,7 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
         /* a graph serves every length the block table can address: one split (the fused single-kernel
          * flash-decoding) while that is <= 1024 keys, else at least 64 keys per split; the two-pass kernel: 16
          * splits, more from 4096 keys on (at least 256 keys per split) */
-        const int64_t cap = (int64_t)cb->max_blocks * d->block_size;
+        const int64_t cap = (int64_t)cb->cap_blocks * d->block_size;
         const int64_t by_cap = two_pass ? (cap / 256 > 16 ? cap / 256 : 16) : cap <= 1024 ? 1 : (cap + 63) / 64;
         if (ns > by_cap && cb->graph_mode) ns = by_cap;
     }
@@ -1728,7 +1764,7 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
      * its score rows stay small (prefill of a short context; measured to be the faster kernel there
      * too is still to do on the device). Its scratch holds a score per (row, head, key): in a graph
      * every key the block table can address (a size fixed per batch shape), else the longest span. */
-    const int64_t score_stride = cb->graph_mode ? (int64_t)cb->max_blocks * d->block_size : (int64_t)max_span;
+    const int64_t score_stride = cb->graph_mode ? (int64_t)cb->cap_blocks * d->block_size : (int64_t)max_span;
     const size_t score_need = (size_t)a.n_tok * (size_t)a.n_head * (size_t)score_stride * 4;
     const bool decode = cb->tune.attn_kernel != 1 && qr_cuda_attn_decode_supported(&a) &&
                         (a.n_tok <= cb->tune.attn_decode_max_rows ||
@@ -1737,7 +1773,7 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
      * a graph, the longest span else */
     const int cl_ns = decode && cb->tune.attn_cluster && cb->has_pdl /* sm_90+ */ &&
                               a.n_tok <= cb->tune.attn_decode_max_rows /* decode passes: prefill rows keep the split kernels */
-                          ? qr_cuda_attn_cluster_splits(cb->graph_mode ? (int64_t)cb->max_blocks * d->block_size : max_span,
+                          ? qr_cuda_attn_cluster_splits(cb->graph_mode ? (int64_t)cb->cap_blocks * d->block_size : max_span,
                                                         cb->tune.attn_splits, cb->tune.attn_cl_keys)
                           : 0;
     a.cluster = cl_ns > 0;
@@ -1777,7 +1813,7 @@ static bool rope_attention(qr_backend *be, float *q, float *k, const float *v, c
         kv->desc.type_k != QR_TYPE_F16 || p->head_dim_k != p->head_dim_v || p->n_head_kv < 1 || p->n_head % p->n_head_kv)
         return false;
     const qr_kv_desc *d = &kv->desc;
-    const int64_t kmax = qr_cuda_attn_short_keys(p->head_dim_k), addressable = (int64_t)cb->max_blocks * d->block_size;
+    const int64_t kmax = qr_cuda_attn_short_keys(p->head_dim_k), addressable = (int64_t)cb->cap_blocks * d->block_size;
     const int group = p->n_head / p->n_head_kv;
     if (kmax == 0 ||
         (cb->graph_mode && addressable > kmax && (p->window <= 0 || p->window > kmax)))
@@ -1831,11 +1867,66 @@ static bool cuda_mla_prep(qr_backend *be, const qr_mla_prep_args *a) {
     return true;
 }
 
+static bool cuda_rope_attention(qr_backend *be, const qr_rope_attn_args *a);
+static void cuda_rmsnorm(qr_backend *be, const float *x, const qr_weight *w, int64_t n_rows, int64_t dim, float eps,
+                         float *y);
+static void cuda_scale(qr_backend *be, const float *x, float s, int64_t n, float *out);
+
+/* A row-exact pass (cb->row_exact): rope + store + attention row after row, each as the row's one-row pass runs them
+ * (its block-table width and graph mode for the launch shapes, the short kernel where that pass takes it, else the
+ * plain ops in blocks.c's order): rows after row r see its keys, as in the one-row passes. */
+static void rope_attention_rows(qr_backend *be, const qr_rope_attn_args *a) {
+    cuda_backend *cb = CB(be);
+    const qr_attn_params *p = a->attn;
+    const int32_t n = cb->n_tokens, cap0 = cb->cap_blocks;
+    const bool graph0 = cb->graph_mode;
+    const int32_t *d_pos = cb->d_pos, *d_seq = cb->d_seq, *d_slot = cb->d_kv_slot;
+    int32_t *h_pos = cb->h_pos, *h_seq = cb->h_seq, *h_slot = cb->h_kv_slot;
+    const int64_t qw = (int64_t)p->n_head * p->head_dim_k, kw = (int64_t)p->n_head_kv * p->head_dim_k,
+                  vw = (int64_t)p->n_head_kv * p->head_dim_v, ow = (int64_t)p->n_head * p->head_dim_v;
+    cb->in_row_view = true;
+    cb->n_tokens = 1;
+    for (int32_t r = 0; r < n && cb->error == QR_OK; r++) {
+        cb->d_pos = d_pos + r, cb->d_seq = d_seq + r, cb->d_kv_slot = d_slot + r;
+        cb->h_pos = h_pos + r, cb->h_seq = h_seq + r, cb->h_kv_slot = h_slot + r;
+        cb->cap_blocks = cb->h_exact_blocks[r];
+        cb->graph_mode = cb->exact_graph;
+        qr_rope_attn_args ar = *a;
+        ar.q = a->q + r * qw, ar.k = a->k + r * kw, ar.v = a->v + r * vw, ar.out = a->out + r * ow;
+        if (cuda_rope_attention(be, &ar)) continue;
+        /* declined: blocks.c's plain sequence for this row */
+        if (ar.q_norm) {
+            cuda_rmsnorm(be, ar.q, ar.q_norm, p->n_head, p->head_dim_k, ar.norm_eps, ar.q);
+            cuda_rmsnorm(be, ar.k, ar.k_norm, p->n_head_kv, p->head_dim_k, ar.norm_eps, ar.k);
+            ar.q_norm = ar.k_norm = NULL;
+            if (cuda_rope_attention(be, &ar)) continue;
+        }
+        qr_rope_attn_args st = ar;
+        st.out = NULL; /* rope + K/V store alone */
+        cuda_rope_attention(be, &st);
+        const float qs = ar.q_scale != 0.0f ? ar.q_scale : 1.0f;
+        if (qs != 1.0f) cuda_scale(be, ar.q, qs, qw, ar.q);
+        cuda_attention(be, ar.kv, ar.layer, ar.q, p, ar.out);
+    }
+    cb->d_pos = d_pos, cb->d_seq = d_seq, cb->d_kv_slot = d_slot;
+    cb->h_pos = h_pos, cb->h_seq = h_seq, cb->h_kv_slot = h_slot;
+    cb->n_tokens = n;
+    cb->cap_blocks = cap0;
+    cb->graph_mode = graph0;
+    cb->in_row_view = false;
+    cb->act_valid = false;
+}
+
 /* The rope_attention slot: rope + K/V store alone where a->out is NULL (always taken), else with attention: the
  * one-launch kernel where it takes the pass, else, with a q scale, rope + store + scale in one launch before the
- * attention op (declined where that launch cannot scale: the model runs the plain ops). */
+ * attention op (declined where that launch cannot scale: the model runs the plain ops). A row-exact pass takes the
+ * slot row by row (rope_attention_rows). */
 static bool cuda_rope_attention(qr_backend *be, const qr_rope_attn_args *a) {
     const qr_attn_params *p = a->attn;
+    if (a->out && CB(be)->row_exact && !CB(be)->in_row_view && CB(be)->n_tokens > 1 && !CB(be)->exact && a->kv) {
+        rope_attention_rows(be, a);
+        return true;
+    }
     if (!a->out) {
         rope_kv_store(be, a->q, a->k, a->v, p->n_head, p->n_head_kv, p->head_dim_k, a->rope, a->kv, a->layer, 1.0f);
         return true;
@@ -1948,11 +2039,13 @@ static bool cuda_mem_info(qr_backend *be, size_t *free_bytes, size_t *total_byte
 
 /* What the CUDA backend can do: device memory, its fusions unless exact, and a matmul for every weight type
  * weight_prepare takes (those with a plane layout). */
-static qr_backend_caps cuda_caps(bool exact) {
+static qr_backend_caps cuda_caps(const cuda_backend *cb) {
+    const bool exact = cb->exact;
     qr_backend_caps c;
     memset(&c, 0, sizeof c);
     c.host_memory = false;
     c.exact = exact;
+    c.row_exact_rows = exact ? 0 : cb->tune.mmvq_max_rows; /* the mat-vec's rows: row_exact passes stay on it */
     c.max_head_dim = QR_CUDA_MAX_HEAD_DIM;
     c.kv_types = QR_TYPE_BIT(QR_TYPE_F16) | QR_TYPE_BIT(QR_TYPE_F32) | QR_TYPE_BIT(QR_TYPE_Q8_0) | QR_TYPE_BIT(QR_TYPE_Q4_0);
     for (int t = 0; t < QR_TYPE_COUNT; t++)
@@ -2154,7 +2247,7 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
         if (e != cudaSuccess) return qr_errf(err, err_len, QR_ERR_INTERNAL, "cuda backend %s: %s", what, cudaGetErrorString(e));
         return qr_errf(err, err_len, QR_ERR_INTERNAL, "cuBLAS initialisation failed (status %d)", (int)bs);
     }
-    const qr_backend_caps caps = cuda_caps(cb->exact);
+    const qr_backend_caps caps = cuda_caps(cb);
     qr_backend_init(be, "cuda", be->ops, &caps);
     *out = be;
     return QR_OK;

@@ -54,6 +54,13 @@ typedef struct cuda_backend {
     /* batch plan: host copy (validation, launch parameters) and device copy */
     int32_t n_tokens, n_seqs, max_blocks, n_outputs;
     bool seq_runs; /* every sequence of the plan is one contiguous run of rows */
+    /* row-exact passes (speculative verification, qr_batch_plan.row_exact): matmuls stay on the mat-vec (its per-row
+     * sums do not depend on the row count) and rope + store + attention run row by row with the launch shapes of that
+     * row's one-row pass (row_view): cap_blocks (launch shapes; max_blocks stays the table's stride) and graph_mode
+     * as that pass would have them */
+    bool row_exact, exact_graph, in_row_view;
+    int32_t cap_blocks;
+    int32_t *h_exact_blocks; /* [cap_tok] */
     int32_t *h_tokens, *h_pos, *h_seq, *h_kv_slot, *h_output_rows, *h_block_table;
     size_t cap_tok, cap_bt;
     int32_t *pinned; /* staging of the upload */
