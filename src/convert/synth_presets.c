@@ -35,6 +35,10 @@ static const qr_synth_preset presets[] = {
     {.arch = "gemma3", .name = "tiny", .n_layer = 2, .n_embd = 128, .n_ff = 512, .n_head = 4, .n_head_kv = 1,
      .head_dim = 64, .n_vocab = 1000, .n_ctx = 2048, .rope_theta = 1000000.0f, .rms_eps = 1e-6f,
      .tied_output = true, .sliding_window = 64, .vocab = SPM, .bpe_pre = "default"},
+    /* Gemma 3 270M's shapes (a draft or EAGLE-3 head for the real model: synth --tokenizer-from it) */
+    {.arch = "gemma3", .name = "gemma3-270m", .n_layer = 18, .n_embd = 640, .n_ff = 2048, .n_head = 4, .n_head_kv = 1,
+     .head_dim = 256, .n_vocab = 262144, .n_ctx = 32768, .rope_theta = 1000000.0f, .rms_eps = 1e-6f,
+     .tied_output = true, .sliding_window = 512, .vocab = SPM, .bpe_pre = "default"},
     /* encoders for embeddings: bert (learned positions, biases; MiniLM-like widths) and nomic-bert
      * (fused qkv, NeoX rope base 1000, SwiGLU); byte-level BPE vocabulary (llama.cpp does not tie
      * the tokenizer to the architecture), rms_eps is the LayerNorm epsilon */

@@ -898,9 +898,9 @@ qr_status qr_context_capture_layers(qr_context *c, int32_t n, const int32_t *lay
     if (c->n_cap > 0) return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "capture: the context captures layers already");
     if (c->decoded)
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "capture: set it before the context's first decode");
-    if (m->arch->forward != qr_llama_forward)
+    if (m->arch->forward != qr_llama_forward && m->arch->forward != qr_gemma3_forward)
         return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "capture of hidden states (EAGLE-3's target side): "
-                       "architecture %s is not supported yet (the llama family is)", m->hp.arch_name);
+                       "architecture %s is not supported yet (the llama and gemma families are)", m->hp.arch_name);
     if (c->world > 1 || c->rk[0].remote)
         return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "capture of hidden states: not with a model split over "
                        "%d devices", c->world);

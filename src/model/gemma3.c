@@ -45,6 +45,7 @@ void qr_gemma3_forward(const qr_model *m, qr_fwd *f) {
         /* x += post_norm(attn(pre_norm(x))), the previous layer's x += post_norm(ffn) fused into the pre-norm */
         post_pre_norm(m, f, pending ? f->xb2 : NULL, pending, &l->attn_norm, &l->attn_q, n);
         pending = NULL;
+        if (f->cap) qr_fwd_capture(m, f, il); /* EAGLE-3: x is this layer's input now */
         qr_block_attention(m, f, il, q_scale);
         if (il == hp->n_layer - 1 && qr_pipe_last(m)) { /* the rest of the last layer: output rows only */
             qr_block_keep_outputs(m, f);

@@ -148,35 +148,37 @@ def test_synth_eagle3_bad_arguments(quarrel_bin, workdir):
     assert not (workdir / "bad.gguf").exists()
 
 
-def test_capture_matches_llama_cpp_layer_inputs(quarrel_bin, workdir, llama_cpp):
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_capture_matches_llama_cpp_layer_inputs(quarrel_bin, workdir, llama_cpp, arch):
     """`quarrel logits --capture-layers` (EAGLE-3's target side: the residual stream at the top of a layer) against
-    llama.cpp's own tensors of the same pass (tools/llama_layer_dump.py): layer 0's input is its `embd`, layer l's the
-    `l_out-(l-1)` of the layer before."""
+    llama.cpp's own tensors of the same pass (tools/llama_layer_dump.py): layer 0's input is its `embd` (gemma: the
+    embeddings scaled by sqrt(n_embd), `inp_scaled`), layer l's the `l_out-(l-1)` of the layer before. (llama.cpp's
+    gemma3 graph keeps no layer inputs for EAGLE-3; quarrel's capture is the same residual stream.)"""
     import json
     import pathlib
     import sys
 
     import numpy as np
 
-    model = workdir / "capture-target.gguf"
-    subprocess.run([quarrel_bin, "synth", "--arch", "llama", "--preset", "tiny", "--layers", "4", "-o", str(model)],
+    model = workdir / f"capture-target-{arch}.gguf"
+    subprocess.run([quarrel_bin, "synth", "--arch", arch, "--preset", "tiny", "--layers", "4", "-o", str(model)],
                    check=True, capture_output=True, timeout=120)
     ids = workdir / "capture-ids.json"
-    ids.write_text(json.dumps([1, 5, 9, 200, 33, 7, 2, 11, 1500, 64]))
+    ids.write_text(json.dumps([1, 5, 9, 200, 33, 7, 2, 11, 500, 64]))
     hid, lg = workdir / "capture-h.npy", workdir / "capture-l.npy"
     r = subprocess.run([quarrel_bin, "logits", "-m", str(model), "--tokens", str(ids), "-o", str(lg), "--ubatch", "4",
                         "--capture-layers", "0,1,3", "--capture-out", str(hid), "--backend", "cpu"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    dump = workdir / "capture-llama.npz"
+    dump = workdir / f"capture-llama-{arch}.npz"
     tool = pathlib.Path(__file__).resolve().parents[2] / "tools" / "llama_layer_dump.py"
     r = subprocess.run([sys.executable, str(tool), str(model), "--tokens", str(ids), "-o", str(dump)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     h, z = np.load(hid), np.load(dump)
-    E = 256
+    E = 256 if arch == "llama" else 128
     assert h.shape == (10, 3 * E)
-    want = [z["embd"], z["l_out-0"], z["l_out-2"]]
+    want = [z["embd" if arch == "llama" else "inp_scaled"], z["l_out-0"], z["l_out-2"]]
     for i, w in enumerate(want):
         w = w.reshape(-1, E)
         err = np.abs(h[:, i * E:(i + 1) * E] - w).max() / np.abs(w).max()

@@ -1,6 +1,7 @@
 """Speculative decoding on real models (issue 34): greedy output with a drafter is token for token the output of
 plain greedy decoding, for the n-gram drafter on SmolLM2 and Gemma 3 and for a draft model (SmolLM2 Q4_1
-drafting for F16 and Q8_0 SmolLM2 targets made with `quarrel quantize`), and drafts were verified and kept; a
+drafting for F16 and Q8_0 SmolLM2 targets made with `quarrel quantize`, Gemma 3 Q4_K_M for its Q8_0), and drafts were
+verified and kept; a
 draft with another vocabulary is refused at load time with a clear error. An EAGLE-3 head for SmolLM2 (`quarrel synth
 --arch eagle3 --preset smollm2-135m --tokenizer-from SmolLM2`: random weights, so its drafts are rejected; what it
 drafts is checked against llama.cpp in test_eagle3_head.py) keeps greedy output too; a head for another model is
@@ -60,6 +61,14 @@ def test_draft_model_greedy_identical(quarrel_bin, smollm2, smol_targets, target
     check(quarrel_bin, smol_targets[target], "--draft-model", str(smollm2))
 
 
+def test_draft_model_greedy_identical_gemma3(quarrel_bin, gemma3, tmp_path):
+    """Gemma 3 270M requantized to Q8_0 as the target, the Q4_K_M file as its draft."""
+    q8 = tmp_path / "gemma3-q8_0.gguf"
+    subprocess.run([quarrel_bin, "quantize", str(gemma3), str(q8), "Q8_0", "-t", "2", "--allow-requantize"], check=True,
+                   capture_output=True, timeout=600)
+    check(quarrel_bin, q8, "--draft-model", str(gemma3))
+
+
 def test_draft_vocabulary_mismatch(quarrel_bin, smollm2, gemma3):
     r = subprocess.run([quarrel_bin, "run", "-m", str(smollm2), "-p", "hi", "-n", "4", "--backend", "cpu",
                         "--draft-model", str(gemma3)], capture_output=True, text=True, timeout=300)
@@ -78,6 +87,17 @@ def smol_head(quarrel_bin, smollm2, tmp_path_factory):
 
 def test_eagle3_greedy_identical(quarrel_bin, smollm2, smol_head):
     check(quarrel_bin, smollm2, "--spec", "eagle3", "--draft-model", str(smol_head), "--draft-p-min", "0",
+          need_accepted=False)
+
+
+def test_eagle3_greedy_identical_gemma3(quarrel_bin, gemma3, tmp_path):
+    """A head for Gemma 3 270M (its shapes: synth preset gemma3-270m; its tokenizer; sharing its embeddings and output
+    matrix); the target's capture is the gemma family's residual stream (test_eagle3.py checks it against llama.cpp)."""
+    head = tmp_path / "gemma3-eagle3.gguf"
+    subprocess.run([quarrel_bin, "synth", "--arch", "eagle3", "--preset", "gemma3-270m", "--target-arch", "gemma3",
+                    "--tokenizer-from", str(gemma3), "--no-token-embd", "--no-output", "--type", "Q8_0", "--seed", "5",
+                    "-t", "2", "-o", str(head)], check=True, capture_output=True, timeout=300)
+    check(quarrel_bin, gemma3, "--spec", "eagle3", "--draft-model", str(head), "--draft-p-min", "0",
           need_accepted=False)
 
 
