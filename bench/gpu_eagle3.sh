@@ -30,15 +30,15 @@ synth "$M/tl.gguf" --arch llama --preset tinyllama-1.1b --type Q4_K_M --seed 1 |
 synth "$M/tl-head.gguf" --arch eagle3 --preset tinyllama-1.1b --type Q8_0 --seed 2 || exit 1
 PROMPT="Write a short story about a robot that learns to paint. The robot lives in a small town by the sea and"
 
-# 1. capture: layers 2, 11, 19 (the head's [2, L/2, L-3] of 22 layers)
-for be in cpu cuda; do
+# 1. capture: layers 2, 11, 19 (the head's [2, L/2, L-3] of 22 layers); CAPTURE=0 skips it
+for be in $([ "${CAPTURE:-1}" = 1 ] && echo cpu cuda); do
     for u in 1 4 64; do
         "$Q" logits -m "$M/tl.gguf" -p "$PROMPT" -o "$OUT/l_${be}_$u.npy" --ubatch "$u" --backend "$be" -t "$T" \
             --capture-layers 2,11,19 --capture-out "$OUT/cap_${be}_$u.npy" > "$OUT/logits_${be}_$u.log" 2>&1 ||
             log "logits $be ubatch $u failed: $(tail -2 "$OUT/logits_${be}_$u.log")"
     done
 done
-python3 - "$OUT" >> "$R" 2>&1 <<'EOF'
+[ "${CAPTURE:-1}" = 1 ] && python3 - "$OUT" >> "$R" 2>&1 <<'EOF'
 import sys, numpy as np
 out = sys.argv[1]
 ref = np.load(f"{out}/cap_cpu_64.npy")
@@ -96,6 +96,19 @@ for m in tl; do
     fi
 done
 
+# 2c. a draft model on the same GPU: tinyllama Q8_0 as the target, the same weights in Q4_K_M as its draft
+synth "$M/tl8.gguf" --arch llama --preset tinyllama-1.1b --type Q8_0 --seed 1 || exit 1
+"$Q" run -m "$M/tl8.gguf" -p "$PROMPT" -n 128 --temp 0 --ignore-eos --ids-only -v --backend cuda -t "$T" \
+    > "$OUT/dm_plain.out" 2> "$OUT/dm_plain.err"
+"$Q" run -m "$M/tl8.gguf" -p "$PROMPT" -n 128 --temp 0 --ignore-eos --ids-only -v --backend cuda -t "$T" \
+    --draft-model "$M/tl.gguf" > "$OUT/dm_spec.out" 2> "$OUT/dm_spec.err"
+if cmp -s <(tail -1 "$OUT/dm_plain.out") <(tail -1 "$OUT/dm_spec.out"); then
+    log "CUDA draft model (tinyllama Q4_K_M for its Q8_0): identical to plain greedy ($(grep -o 'speculative: .*' "$OUT/dm_spec.err"))"
+else
+    log "CUDA draft model: DIFFERS from plain greedy ($(grep -o 'speculative: .*' "$OUT/dm_spec.err"))"
+fi
+log "  decode plain: $(grep -o 'decode [0-9]* tok, [0-9.]* t/s' "$OUT/dm_plain.err"); with the draft: $(grep -o 'decode [0-9]* tok, [0-9.]* t/s' "$OUT/dm_spec.err")"
+
 # 3. speed on mistral-7b Q4_K_M
 synth "$M/m7.gguf" --arch llama --preset mistral-7b --type Q4_K_M --seed 1 || exit 1
 synth "$M/m7-head.gguf" --arch eagle3 --preset mistral-7b --type Q8_0 --seed 2 || exit 1
@@ -112,6 +125,17 @@ for k in 1 3 7 8 15; do
     "$Q" bench -m "$M/m7.gguf" --backend cuda --verify "$k" -d 256 -r 3 > "$OUT/verify_$k.txt" 2>&1
     log "verify $k drafted (d256): $(tail -1 "$OUT/verify_$k.txt")"
 done
+REPP="$REP $REP"
+for i in $(seq "$REPS"); do
+    for mode in plain ngram; do
+        extra=()
+        [ $mode = ngram ] && extra=(--spec ngram --spec-ngram 1:4)
+        "$Q" run -m "$M/m7.gguf" -p "$REPP" -n 256 --temp 0 --ignore-eos -v --backend cuda "${extra[@]}" 2>&1 >/dev/null |
+            grep -o 'decode [0-9]* tok, [0-9.]* t/s\|speculative: .*' | tr '\n' ' ' >> "$OUT/ng7_$mode.txt"
+        echo >> "$OUT/ng7_$mode.txt"
+    done
+done
+log "mistral-7b n-gram on a repetitive prompt: plain $(cat "$OUT/ng7_plain.txt" | tr '\n' '|') ngram $(cat "$OUT/ng7_ngram.txt" | tr '\n' '|')"
 speed plain
 speed eagle3 --spec eagle3 --draft-model "$M/m7-head.gguf" --draft-p-min 0
 speed eagle3_pmin --spec eagle3 --draft-model "$M/m7-head.gguf"

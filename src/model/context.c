@@ -905,9 +905,9 @@ qr_status qr_context_capture_layers(qr_context *c, int32_t n, const int32_t *lay
         return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "capture of hidden states: not with a model split over "
                        "%d devices", c->world);
     for (int32_t i = 0; i < n; i++)
-        if (layers[i] < 0 || layers[i] >= m->hp.n_layer)
-            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "capture: layer %d is outside [0, %d) (the last layer's "
-                           "output is not supported yet)", layers[i], m->hp.n_layer);
+        if (layers[i] < 0 || layers[i] > m->hp.n_layer)
+            return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "capture: layer %d is outside [0, %d] (%d: the last layer's "
+                           "output before the final norm)", layers[i], m->hp.n_layer, m->hp.n_layer);
     qr_fwd *f = &c->rk[0].f;
     qr_backend *be = c->rk[0].be;
     const size_t bytes = (size_t)c->n_batch * (size_t)n * (size_t)m->hp.n_embd * sizeof(float);

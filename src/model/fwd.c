@@ -25,6 +25,12 @@ void qr_fwd_free(qr_backend *be, qr_fwd *f) {
     f->moe.routed_layer = -1;
 }
 
+bool qr_fwd_capture_final(const qr_model *m, const qr_fwd *f) {
+    for (int32_t i = 0; f->cap && i < f->n_cap; i++)
+        if (f->cap_layers[i] == m->hp.n_layer) return true;
+    return false;
+}
+
 void qr_fwd_capture(const qr_model *m, qr_fwd *f, int il) {
     const int64_t E = m->hp.n_embd, width = (int64_t)f->n_cap * E;
     for (int32_t i = 0; f->cap && i < f->n_cap; i++)

@@ -47,7 +47,7 @@ void qr_gemma3_forward(const qr_model *m, qr_fwd *f) {
         pending = NULL;
         if (f->cap) qr_fwd_capture(m, f, il); /* EAGLE-3: x is this layer's input now */
         qr_block_attention(m, f, il, q_scale);
-        if (il == hp->n_layer - 1 && qr_pipe_last(m)) { /* the rest of the last layer: output rows only */
+        if (il == hp->n_layer - 1 && qr_pipe_last(m) && !qr_fwd_capture_final(m, f)) { /* the rest: output rows only */
             qr_block_keep_outputs(m, f);
             n = f->n_rows;
             nx = n * hp->n_embd;
@@ -62,5 +62,6 @@ void qr_gemma3_forward(const qr_model *m, qr_fwd *f) {
         be->ops->rmsnorm(be, f->xb2, pending, n, hp->n_embd, hp->norm_eps, f->xb2);
         be->ops->add(be, f->x, f->xb2, nx, f->x);
     }
+    if (f->cap) qr_fwd_capture(m, f, hp->n_layer); /* EAGLE-3: the final state before output_norm */
     qr_block_output(m, f);
 }

@@ -538,8 +538,11 @@ qr_status qr_fwd_alloc(const qr_model *m, qr_backend *be, int32_t n_batch, int32
 /* Frees what qr_fwd_alloc allocated, and xo / logits (safe on a partial or zeroed f). */
 void qr_fwd_free(qr_backend *be, qr_fwd *f);
 /* Copies x (the input of layer il: the residual stream before its first norm) into f->cap for each captured layer il;
- * nothing when capture is off. Forward passes call it at the top of every layer. */
+ * nothing when capture is off. Forward passes call it at the top of every layer, and with il = n_layer after the last
+ * (the final state before output_norm: then the last layer keeps every row, qr_fwd_capture_final). */
 void qr_fwd_capture(const qr_model *m, qr_fwd *f, int il);
+/* Whether n_layer (the final pre-norm state) is among the captured layers. */
+bool qr_fwd_capture_final(const qr_model *m, const qr_fwd *f);
 
 /* ---- shared blocks (blocks.c) ---- */
 

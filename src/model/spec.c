@@ -146,11 +146,6 @@ static qr_status eagle3_setup(qr_spec *sp, char *err, size_t err_len) {
         return qr_errf(err, err_len, QR_ERR_INVALID_ARG, "--spec eagle3: %s is not an EAGLE-3 head (architecture %s)",
                        head->path, head->hp.arch_name);
     if ((st = qr_eagle3_bind(head, target, err, err_len)) != QR_OK) return st;
-    for (int i = 0; i < 3; i++)
-        if (head->hp.eagle3_layers[i] >= target->hp.n_layer)
-            return qr_errf(err, err_len, QR_ERR_UNSUPPORTED, "EAGLE-3 head %s reads the target's last layer's output "
-                           "(target layer id %d): not supported yet (layer inputs only)", head->path,
-                           head->hp.eagle3_layers[i]);
     if ((st = qr_context_capture_layers(sp->ctx, 3, head->hp.eagle3_layers, msg, sizeof msg)) != QR_OK)
         return qr_errf(err, err_len, st, "EAGLE-3: the target cannot hand the head its hidden states: %s", msg);
     qr_context_params cp = qr_context_default_params();

@@ -185,8 +185,20 @@ def test_capture_matches_llama_cpp_layer_inputs(quarrel_bin, workdir, llama_cpp,
         assert err <= 2e-3, (i, err)  # llama.cpp's own kernels: not bit for bit (measured 4e-4 at layer 3)
     # the slot of layer 3 is not layer 2's input
     assert np.abs(h[:, 2 * E:] - z["l_out-1"].reshape(-1, E)).max() > 0.1
+    # id n_layer (4): the last layer's output before the final norm, every row (EAGLE-3 v3 heads read it)
+    fin = workdir / f"capture-final-{arch}.npy"
+    lg2 = workdir / f"capture-l2-{arch}.npy"
+    r = subprocess.run([quarrel_bin, "logits", "-m", str(model), "--tokens", str(ids), "-o", str(lg2), "--ubatch", "4",
+                        "--capture-layers", "4,0", "--capture-out", str(fin), "--backend", "cpu"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    f, w = np.load(fin), z["l_out-3"].reshape(-1, E)
+    assert f.shape == (10, 2 * E)
+    assert np.abs(f[:, :E] - w).max() / np.abs(w).max() <= 2e-3
+    assert np.array_equal(f[:, E:], h[:, :E])  # the other slot as before
+    assert np.array_equal(np.load(lg2), np.load(lg))  # every row's logits, as without it
     # bad requests: a layer past the model's, a list too long, one option without the other
-    for args, text in ((["--capture-layers", "4", "--capture-out", str(hid)], "outside [0, 4)"),
+    for args, text in ((["--capture-layers", "5", "--capture-out", str(hid)], "outside [0, 4]"),
                        (["--capture-layers", "0,1,2,3", "--capture-out", str(hid)], "1 to 3 layer ids"),
                        (["--capture-layers", "1"], "go together")):
         r = subprocess.run([quarrel_bin, "logits", "-m", str(model), "--tokens", str(ids), "-o", str(lg), *args,

@@ -270,9 +270,9 @@ static void test_capture(void **state) {
     qr_context_params cp = qr_context_default_params();
     cp.n_ctx = 64;
     assert_int_equal(qr_context_create(F.m[M_TARGET], &cp, &ctx, err, sizeof err), QR_OK);
-    const int32_t bad[1] = {2}; /* the tiny target has 2 layers */
+    const int32_t bad[1] = {3}; /* the tiny target has 2 layers (2: the final state) */
     assert_int_equal(qr_context_capture_layers(ctx, 1, bad, err, sizeof err), QR_ERR_INVALID_ARG);
-    assert_non_null(strstr(err, "outside [0, 2)"));
+    assert_non_null(strstr(err, "outside [0, 2]"));
     assert_int_equal(qr_context_capture_layers(ctx, 4, bad, err, sizeof err), QR_ERR_INVALID_ARG);
     const qr_token t1 = 3;
     const qr_batch b = {.n_tokens = 1, .token = &t1};
