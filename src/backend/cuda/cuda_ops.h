@@ -106,6 +106,8 @@ cudaError_t qr_cuda_matvec_multi(const cuda_wview *w, int32_t n_mat, const cuda_
 /* QUARREL_CUDA_MMV_U2 is not "0": one-row multi mat-vecs may take their light form (these launchers see
  * no backend, so not a qr_cuda_tune field); read once per process (tune.cu, with the other switches). */
 bool cuda_tune_mmv_u2(void);
+/* QUARREL_CUDA_MMV_PAIR (read once a process): the mat-vec's two-rows-a-warp form at 2..8 activation rows (0: off). */
+bool cuda_tune_mmv_pair(void);
 
 /* ---- topk.cu ---- */
 /* The k (1..64, <= n) largest of each row of logits[n_rows][n] in the sampler's order into vals / ids [n_rows][k],

@@ -287,10 +287,79 @@ static __global__ void __launch_bounds__(MMV_THREADS, UF == 2 ? 12 : (NR <= 2 ? 
     matvec_store<NR>(acc, a.y[m], a.w[m].n, row, warp, lane, part, wpr, a.b[m]);
 }
 
+/* Two output rows a warp at 2..8 activation rows: row r and row r + half of the same matrix (w1: the view of its
+ * second half), streamed as the GLU streams gate and up, so that each activation value a lane loads serves both
+ * rows; at several rows the activation loads, not the weights, bound the mat-vec (H200 at 2 rows: +34 % on a
+ * one-row step). Each row's sums are matvec_kernel's: the lane's chunks in the same order, the same reductions. */
+template <class T, int NR>
+static __global__ void __launch_bounds__(MMV_THREADS, NR <= 2 ? 8 : 4)
+    matvec_pair_kernel(const cuda_wview w0, const cuda_wview w1, const cuda_xview x, float *__restrict__ y, int wpr) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int rpc = (MMV_THREADS / 32) / wpr;
+    const int64_t row = (int64_t)blockIdx.x * rpc + warp / wpr, half = w0.n, n = 2 * half;
+    const int part = warp % wpr;
+    constexpr int U1 = mmv_unroll<T, NR>::U, U2 = U1 > 1 ? U1 / 2 : 1;
+    float acc[2][NR];
+    matvec_rows_part<T, NR, U2, 2>(w0, w1, x, row, part, wpr, lane, acc);
+    if (wpr == 1) {
+        if (lane == 0 && row < half) {
+#pragma unroll
+            for (int t = 0; t < NR; t++) y[(int64_t)t * n + row] = acc[0][t], y[(int64_t)t * n + half + row] = acc[1][t];
+        }
+        return;
+    }
+    __shared__ float red[2][MMV_THREADS / 32][NR];
+    if (lane == 0) {
+#pragma unroll
+        for (int t = 0; t < NR; t++) red[0][warp][t] = acc[0][t], red[1][warp][t] = acc[1][t];
+    }
+    __syncthreads();
+    if (part == 0 && lane < NR && row < half) {
+        float s0 = 0.0f, s1 = 0.0f;
+        for (int p = 0; p < wpr; p++) s0 += red[0][warp + p][lane], s1 += red[1][warp + p][lane];
+        y[(int64_t)lane * n + row] = s0;
+        y[(int64_t)lane * n + half + row] = s1;
+    }
+}
+template <class T> struct mmv_pair_type { static constexpr bool ok = false; };
+template <> struct mmv_pair_type<TQ4_0> { static constexpr bool ok = true; };
+template <> struct mmv_pair_type<TQ8_0> { static constexpr bool ok = true; };
+template <> struct mmv_pair_type<TQ4_K> { static constexpr bool ok = true; };
+template <> struct mmv_pair_type<TQ5_K> { static constexpr bool ok = true; };
+template <> struct mmv_pair_type<TQ6_K> { static constexpr bool ok = true; };
+
+/* The pair form for a launch of nr rows (QUARREL_CUDA_MMV_PAIR=0: never): the types above, 2..8 rows, an even row
+ * count; *w1 is the second half's view (each plane's blocks moved on by half the rows). */
+template <class T>
+static bool matvec_pair_views(const cuda_wview *w, int32_t nr, cuda_wview *w0, cuda_wview *w1) {
+    if (!mmv_pair_type<T>::ok || nr < 2 || nr > 8 || w->n % 2 || !cuda_tune_mmv_pair()) return false;
+    const cuda_plane_desc pd = qr_cuda_plane_desc((qr_type)w->type);
+    if (pd.n_planes == 0 || pd.block <= 1) return false;
+    *w0 = *w1 = *w;
+    w0->n = w1->n = w->n / 2;
+    const int64_t shift = w0->n * w->nb; /* blocks */
+    w1->p0 = w->p0 + shift * pd.size[0];
+    w1->p1 = w->p1 ? w->p1 + shift * pd.size[1] : nullptr;
+    w1->p2 = w->p2 ? w->p2 + shift * pd.size[2] : nullptr;
+    return true;
+}
+
 template <class T>
 static cudaError_t launch_matvec(const cuda_wview *w, const cuda_xview *x, int32_t nr, float *y, int32_t wpr, bool pdl,
                                  cudaStream_t stream) {
     const int rpc = (MMV_THREADS / 32) / wpr;
+    cuda_wview p0, p1;
+    if (matvec_pair_views<T>(w, nr, &p0, &p1)) {
+        const dim3 pgrid((unsigned)((p0.n + rpc - 1) / rpc)), pblock(MMV_THREADS);
+        const cuda_xview xv = *x;
+        switch (nr) {
+#define CASE(N) \
+    case N: return launch_k(matvec_pair_kernel<T, N>, pgrid, pblock, 0, stream, pdl, p0, p1, xv, y, (int)wpr);
+            CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
+#undef CASE
+        default: break;
+        }
+    }
     const dim3 grid((unsigned)((w->n + rpc - 1) / rpc)), block(MMV_THREADS);
     const cuda_wview wv = *w;
     const cuda_xview xv = *x;

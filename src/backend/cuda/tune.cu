@@ -96,3 +96,8 @@ bool cuda_tune_mmv_u2(void) {
     static const bool on = !env_is("QUARREL_CUDA_MMV_U2", "0"); /* C++: initialized once, thread-safe */
     return on;
 }
+
+bool cuda_tune_mmv_pair(void) {
+    static const bool on = !env_is("QUARREL_CUDA_MMV_PAIR", "0");
+    return on;
+}
