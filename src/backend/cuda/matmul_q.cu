@@ -158,6 +158,38 @@ static __device__ __forceinline__ void matvec_rows_part(const cuda_wview &wa, co
         for (int t = 0; t < NR; t++) acc[m][t] = warp_sum(acc[m][t]);
 }
 
+/* matvec_rows_part over four matrices of one shape (the GLU's pair form: gate and up rows r and r + n/2), one chunk
+ * of each in flight; acc[m][t] as there (each matrix's sums in the same chunk order). */
+template <class T, int NR>
+static __device__ __forceinline__ void matvec_rows_part4(const cuda_wview (&w)[4], const cuda_xview &x, int64_t row,
+                                                         int part, int wpr, int lane, float (*acc)[NR]) {
+    pdl_launch_dependents();
+#pragma unroll
+    for (int m = 0; m < 4; m++)
+#pragma unroll
+        for (int t = 0; t < NR; t++) acc[m][t] = 0.0f;
+    bool waited = false;
+    if (row < w[0].n) {
+        const int c0 = part * 32 + lane, ci = c0 % T::CPB, bstep = 32 * wpr / T::CPB, nb = (int)w[0].nb;
+        for (int b = c0 / T::CPB; b < nb; b += bstep) {
+            typename T::W wd[4];
+#pragma unroll
+            for (int m = 0; m < 4; m++) wd[m] = T::load(w[m], row * w[m].nb + b, ci);
+            if (!waited) {
+                pdl_wait();
+                waited = true;
+            }
+#pragma unroll
+            for (int m = 0; m < 4; m++) T::template dot<NR>(wd[m], x, b, ci, acc[m]);
+        }
+    }
+    if (!waited) pdl_wait();
+#pragma unroll
+    for (int m = 0; m < 4; m++)
+#pragma unroll
+        for (int t = 0; t < NR; t++) acc[m][t] = warp_sum(acc[m][t]);
+}
+
 /* One matrix's row part (matvec_rows_part with NM 1), mmv_unroll's chunks in flight unless UF says. */
 template <class T, int NR, int UF = 0>
 static __device__ __forceinline__ void matvec_row_part(const cuda_wview &w, const cuda_xview &x, int64_t row, int part,
@@ -349,6 +381,7 @@ static cudaError_t launch_matvec(const cuda_wview *w, const cuda_xview *x, int32
                                  cudaStream_t stream) {
     const int rpc = (MMV_THREADS / 32) / wpr;
     cuda_wview p0, p1;
+    if constexpr (mmv_pair_type<T>::ok)
     if (matvec_pair_views<T>(w, nr, &p0, &p1)) {
         const dim3 pgrid((unsigned)((p0.n + rpc - 1) / rpc)), pblock(MMV_THREADS);
         const cuda_xview xv = *x;
@@ -422,6 +455,50 @@ static int32_t multi_args(const cuda_wview *w, int32_t n_mat, float *const *y, c
     return ctas;
 }
 
+/* The GLU (gate / up, glu 1 swiglu or 2 geglu) in the pair form at 2..4 activation rows: rows r and r + n/2 of both
+ * matrices in one warp (g1 / u1: the second halves' views), every activation load serving four rows; y as
+ * matvec_multi_kernel's GLU writes it, each value from the same sums. */
+template <class T, int NR, int GLU>
+static __global__ void __launch_bounds__(MMV_THREADS, 4)
+    matvec_glu_pair_kernel(const cuda_wview g0, const cuda_wview u0, const cuda_wview g1, const cuda_wview u1,
+                           const cuda_xview x, float *__restrict__ y, int wpr) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int rpc = (MMV_THREADS / 32) / wpr, part = warp % wpr;
+    const int64_t row = (int64_t)blockIdx.x * rpc + warp / wpr, half = g0.n, n = 2 * half;
+    const cuda_wview w[4] = {g0, u0, g1, u1};
+    float acc[4][NR];
+    matvec_rows_part4<T, NR>(w, x, row, part, wpr, lane, acc);
+    __shared__ float red[4][MMV_THREADS / 32][NR];
+    if (wpr > 1) {
+        if (lane == 0) {
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+#pragma unroll
+                for (int t = 0; t < NR; t++) red[m][warp][t] = acc[m][t];
+        }
+        __syncthreads();
+    }
+    if (part != 0 || lane >= NR || row >= half) return;
+    float v[4];
+    if (wpr == 1) {
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            v[m] = acc[m][0];
+#pragma unroll
+            for (int t = 1; t < NR; t++)
+                if (lane == t) v[m] = acc[m][t];
+        }
+    } else {
+        for (int m = 0; m < 4; m++) {
+            v[m] = 0.0f;
+            for (int p = 0; p < wpr; p++) v[m] += red[m][warp + p][lane];
+        }
+    }
+    y[(int64_t)lane * n + row] = GLU == 1 ? ew_op<CUDA_EW_SWIGLU>(v[0], v[1], 0.0f) : ew_op<CUDA_EW_GEGLU>(v[0], v[1], 0.0f);
+    y[(int64_t)lane * n + half + row] =
+        GLU == 1 ? ew_op<CUDA_EW_SWIGLU>(v[2], v[3], 0.0f) : ew_op<CUDA_EW_GEGLU>(v[2], v[3], 0.0f);
+}
+
 template <class T>
 static cudaError_t launch_matvec_multi(const cuda_wview *w, int32_t n_mat, const cuda_xview *x, int32_t nr,
                                        float *const *y, const float *const *b, int32_t wpr, int glu, bool pdl,
@@ -430,6 +507,20 @@ static cudaError_t launch_matvec_multi(const cuda_wview *w, int32_t n_mat, const
     const int32_t ctas = multi_args(w, n_mat, y, b, (MMV_THREADS / 32) / wpr, glu, &a);
     const dim3 grid((unsigned)ctas), block(MMV_THREADS);
     const cuda_xview xv = *x;
+    cuda_wview g0, g1, u0, u1;
+    if constexpr (mmv_pair_type<T>::ok)
+    if (glu && n_mat == 2 && w[0].n == w[1].n && matvec_pair_views<T>(&w[0], nr, &g0, &g1) &&
+        matvec_pair_views<T>(&w[1], nr, &u0, &u1)) { /* the pair form */
+        const dim3 pgrid((unsigned)((g0.n + (MMV_THREADS / 32) / wpr - 1) / ((MMV_THREADS / 32) / wpr)));
+        switch (nr * 4 + glu) {
+#define CASE(N) \
+    case N * 4 + 1: return launch_k(matvec_glu_pair_kernel<T, N, 1>, pgrid, block, 0, stream, pdl, g0, u0, g1, u1, xv, y[0], (int)wpr); \
+    case N * 4 + 2: return launch_k(matvec_glu_pair_kernel<T, N, 2>, pgrid, block, 0, stream, pdl, g0, u0, g1, u1, xv, y[0], (int)wpr);
+            CASE(2) CASE(3) CASE(4)
+#undef CASE
+        default: break;
+        }
+    }
     switch (nr * 4 + glu) { /* instantiated for the decode sizes only: qr_cuda_multi_supported */
 #define CASE(N) \
     case N * 4 + 0:                                                                                                   \
