@@ -174,6 +174,38 @@ static void test_greedy_identity_eagle3(void **state) {
     check_identity(&p, false);
 }
 
+/* EAGLE-3 after a gap: the head has no states for the sequence's first positions (as after a prefix-cache hit, whose
+ * rows the target never recomputes): it restarts at the first position it is handed and drafts from there; and a
+ * draft asked for where the target's states are not at hand is none (not an error). */
+static void test_eagle3_gap(void **state) {
+    (void)state;
+    qr_context *ctx = make_ctx(F.m[M_TARGET], 256);
+    qr_spec_params p = qr_spec_default_params();
+    p.kind = QR_SPEC_EAGLE3;
+    p.draft_model = F.m[M_HEAD];
+    p.draft_p_min = 0.0f;
+    qr_spec *spec = NULL;
+    char err[512];
+    assert_int_equal(qr_spec_create(ctx, &p, &spec, err, sizeof err), QR_OK);
+    int32_t hist[16];
+    for (int i = 0; i < 16; i++) hist[i] = 40 + 7 * i;
+    const qr_batch b = {.n_tokens = 10, .token = hist}; /* positions 0..9, without telling the drafter */
+    assert_int_equal(qr_decode(ctx, &b, err, sizeof err), QR_OK);
+    int32_t draft[4];
+    assert_int_equal(qr_spec_draft(spec, 0, hist, 11, 4, NULL, draft, err, sizeof err), 0); /* no states: none */
+    qr_spec_seq_reset(spec, 0);
+    const qr_batch b2 = {.n_tokens = 2, .token = hist + 10}; /* positions 10, 11: the drafter's first */
+    assert_int_equal(qr_decode(ctx, &b2, err, sizeof err), QR_OK);
+    assert_int_equal(qr_spec_observe(spec, &b2, err, sizeof err), QR_OK);
+    const int32_t k = qr_spec_draft(spec, 0, hist, 13, 4, NULL, draft, err, sizeof err);
+    assert_true(k > 0);
+    for (int32_t i = 0; i < k; i++) assert_true(draft[i] >= 0 && draft[i] < qr_model_n_vocab(F.m[M_TARGET]));
+    /* the head holds position 11's row from the draft's seed on, nothing before 10 */
+    assert_true(qr_kv_seq_len(spec->dctx, 0) >= 2 && qr_kv_seq_len(spec->dctx, 0) <= 2 + k);
+    qr_spec_free(spec);
+    qr_context_free(ctx);
+}
+
 static void test_load_checks(void **state) {
     (void)state;
     qr_context *ctx = make_ctx(F.m[M_TARGET], 256);
@@ -349,6 +381,7 @@ int main(void) {
         cmocka_unit_test(test_greedy_identity_ngram),
         cmocka_unit_test(test_greedy_identity_draft),
         cmocka_unit_test(test_greedy_identity_eagle3),
+        cmocka_unit_test(test_eagle3_gap),
         cmocka_unit_test(test_load_checks),
         cmocka_unit_test(test_chi_square),
     };
