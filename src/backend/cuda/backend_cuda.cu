@@ -1686,8 +1686,23 @@ static void attention_rows(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
 static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *q, const qr_attn_params *p,
                            float *out) {
     cuda_backend *cb = CB(be);
-    if (cb->row_exact && !cb->in_row_view && cb->n_tokens > 1 && !cb->exact && !p->non_causal)
-        return attention_rows(be, kv, layer, q, p, out);
+    if (cb->row_exact && !cb->in_row_view && !cb->cfg_one_row && cb->n_tokens > 1 && !cb->exact && !p->non_causal) {
+        /* every row's one-row pass a graph replay of one table width: one launch with the shapes of a one-row pass
+         * (the kernels split each row's keys by its own span and the split count), else row by row */
+        bool same = cb->exact_graph && !kv_kvq(kv->desc.type_k);
+        for (int32_t r = 1; r < cb->n_tokens && same; r++) same = cb->h_exact_blocks[r] == cb->h_exact_blocks[0];
+        if (!same) return attention_rows(be, kv, layer, q, p, out);
+        const int32_t cap0 = cb->cap_blocks;
+        const bool graph0 = cb->graph_mode;
+        cb->cap_blocks = cb->h_exact_blocks[0];
+        cb->graph_mode = true;
+        cb->cfg_one_row = true;
+        cuda_attention(be, kv, layer, q, p, out);
+        cb->cfg_one_row = false;
+        cb->cap_blocks = cap0;
+        cb->graph_mode = graph0;
+        return;
+    }
     if (!attn_layout_ok(cb, kv, layer, p)) return;
     const qr_kv_desc *d = &kv->desc;
     int32_t *last = NULL; /* non-causal: [n_tokens] the last position of each row's sequence in the pass */
@@ -1735,7 +1750,8 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
      * 4096 keys: 1 split 2242 us, 8: 302, 32: 94, 128: 72), each split at least 32 keys */
     const int dmax = a.dk > a.dv ? a.dk : a.dv, gmax = dmax <= 128 ? 8 : (dmax <= 256 ? 4 : 2);
     const int group = p->n_head / p->n_head_kv;
-    const int64_t base = (int64_t)a.n_tok * p->n_head_kv * ((group + gmax - 1) / gmax);
+    const int64_t nt_cfg = cb->cfg_one_row ? 1 : a.n_tok; /* a row-exact pass: each row's one-row shapes */
+    const int64_t base = nt_cfg * p->n_head_kv * ((group + gmax - 1) / gmax);
     int64_t ns = cb->tune.attn_splits;
     /* head shapes the decode kernels do not take (MLA's 576 / 512) run the two-pass kernel below at every row
      * count: its CTAs are (row, kv head, tile of GMAX heads), 8 for an MLA decode row, so it needs key splits even
@@ -1767,12 +1783,12 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
     const int64_t score_stride = cb->graph_mode ? (int64_t)cb->cap_blocks * d->block_size : (int64_t)max_span;
     const size_t score_need = (size_t)a.n_tok * (size_t)a.n_head * (size_t)score_stride * 4;
     const bool decode = cb->tune.attn_kernel != 1 && qr_cuda_attn_decode_supported(&a) &&
-                        (a.n_tok <= cb->tune.attn_decode_max_rows ||
+                        (nt_cfg <= cb->tune.attn_decode_max_rows ||
                          (cb->tune.attn_kernel == 0 && score_need <= ((size_t)512 << 20)));
     /* the cluster kernel (no scratch) for the spans it takes: every key the block table can address in
      * a graph, the longest span else */
     const int cl_ns = decode && cb->tune.attn_cluster && cb->has_pdl /* sm_90+ */ &&
-                              a.n_tok <= cb->tune.attn_decode_max_rows /* decode passes: prefill rows keep the split kernels */
+                              nt_cfg <= cb->tune.attn_decode_max_rows /* decode passes: prefill rows keep the split kernels */
                           ? qr_cuda_attn_cluster_splits(cb->graph_mode ? (int64_t)cb->cap_blocks * d->block_size : max_span,
                                                         cb->tune.attn_splits, cb->tune.attn_cl_keys)
                           : 0;
@@ -1799,6 +1815,18 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
         return;
     }
     cuda_ok(cb, qr_cuda_attention(&a, cb->stream), "attention");
+}
+
+/* Whether rope_attention below would take the pass (its tests, without raising or launching). */
+static bool short_takes(cuda_backend *cb, const qr_attn_params *p, const qr_kv_storage *kv) {
+    if (cb->exact || !cb->tune.fuse || !cb->tune.attn_short || cb->n_tokens != 1 || p->non_causal || !kv ||
+        kv->desc.type_k != QR_TYPE_F16 || p->head_dim_k != p->head_dim_v || p->n_head_kv < 1 || p->n_head % p->n_head_kv)
+        return false;
+    const int64_t kmax = qr_cuda_attn_short_keys(p->head_dim_k), addressable = (int64_t)cb->cap_blocks * kv->desc.block_size;
+    if (kmax == 0 || (cb->graph_mode && addressable > kmax && (p->window <= 0 || p->window > kmax))) return false;
+    if (cb->graph_mode) return true;
+    const int32_t pos = cb->h_pos[0], first = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
+    return pos - first + 1 <= kmax;
 }
 
 /* rope + K/V store + attention as one launch (attention_short.cu) for a one-row decode pass whose every span
@@ -1875,10 +1903,29 @@ static void cuda_scale(qr_backend *be, const float *x, float s, int64_t n, float
 /* A row-exact pass (cb->row_exact): rope + store + attention row after row, each as the row's one-row pass runs them
  * (its block-table width and graph mode for the launch shapes, the short kernel where that pass takes it, else the
  * plain ops in blocks.c's order): rows after row r see its keys, as in the one-row passes. */
-static void rope_attention_rows(qr_backend *be, const qr_rope_attn_args *a) {
+static bool short_takes(cuda_backend *cb, const qr_attn_params *p, const qr_kv_storage *kv);
+
+static bool rope_attention_rows(qr_backend *be, const qr_rope_attn_args *a) {
     cuda_backend *cb = CB(be);
     const qr_attn_params *p = a->attn;
     const int32_t n = cb->n_tokens, cap0 = cb->cap_blocks;
+    if (!a->q_norm && !a->k_norm) { /* no row takes the one-launch kernel: the multi-row ops, attention row-exact */
+        bool any = false;
+        const bool g0 = cb->graph_mode;
+        cb->n_tokens = 1;
+        for (int32_t r = 0; r < n && !any; r++) {
+            cb->cap_blocks = cb->h_exact_blocks[r];
+            cb->graph_mode = cb->exact_graph;
+            int32_t *hp = cb->h_pos, *hs = cb->h_seq;
+            cb->h_pos = hp + r, cb->h_seq = hs + r;
+            any = short_takes(cb, p, a->kv);
+            cb->h_pos = hp, cb->h_seq = hs;
+        }
+        cb->n_tokens = n;
+        cb->cap_blocks = cap0;
+        cb->graph_mode = g0;
+        if (!any) return false;
+    }
     const bool graph0 = cb->graph_mode;
     const int32_t *d_pos = cb->d_pos, *d_seq = cb->d_seq, *d_slot = cb->d_kv_slot;
     int32_t *h_pos = cb->h_pos, *h_seq = cb->h_seq, *h_slot = cb->h_kv_slot;
@@ -1915,6 +1962,7 @@ static void rope_attention_rows(qr_backend *be, const qr_rope_attn_args *a) {
     cb->graph_mode = graph0;
     cb->in_row_view = false;
     cb->act_valid = false;
+    return true;
 }
 
 /* The rope_attention slot: rope + K/V store alone where a->out is NULL (always taken), else with attention: the
@@ -1923,10 +1971,9 @@ static void rope_attention_rows(qr_backend *be, const qr_rope_attn_args *a) {
  * slot row by row (rope_attention_rows). */
 static bool cuda_rope_attention(qr_backend *be, const qr_rope_attn_args *a) {
     const qr_attn_params *p = a->attn;
-    if (a->out && CB(be)->row_exact && !CB(be)->in_row_view && CB(be)->n_tokens > 1 && !CB(be)->exact && a->kv) {
-        rope_attention_rows(be, a);
+    if (a->out && CB(be)->row_exact && !CB(be)->in_row_view && CB(be)->n_tokens > 1 && !CB(be)->exact && a->kv &&
+        rope_attention_rows(be, a))
         return true;
-    }
     if (!a->out) {
         rope_kv_store(be, a->q, a->k, a->v, p->n_head, p->n_head_kv, p->head_dim_k, a->rope, a->kv, a->layer, 1.0f);
         return true;
