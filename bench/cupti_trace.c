@@ -9,7 +9,8 @@
  * InitializeInjection(); it enables CUPTI's concurrent-kernel activity records (start/end timestamps
  * of every kernel, each node of a replayed graph separately) and, at exit, writes one CSV line per
  * kernel: start_ns,end_ns,graph_id,grid,block,regs,name. QR_TRACE_MAX (default 2,000,000) caps the
- * kept records. Tracing adds ~no time to the kernels (timestamps are taken by the hardware/driver)
+ * kept records. QR_TRACE_API=1 adds the runtime API calls ("api:NAME", grid = the thread id) and the
+ * copies ("memcpy:KIND", grid = the bytes) on the same clock. Tracing adds ~no time to the kernels (timestamps are taken by the hardware/driver)
  * but the records are real only for ordering and durations, not for absolute host times.
  */
 #include <cupti.h>
@@ -39,9 +40,34 @@ static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buff
     (void)ctx; (void)stream; (void)size;
     CUpti_Activity *a = NULL;
     while (cuptiActivityGetNextRecord(buffer, valid, &a) == CUPTI_SUCCESS) {
+        if (g_n >= g_cap) continue;
+        if (a->kind == CUPTI_ACTIVITY_KIND_RUNTIME) { /* QR_TRACE_API=1: "api:NAME", grid = the thread id */
+            const CUpti_ActivityAPI *api = (const CUpti_ActivityAPI *)a;
+            const char *nm = NULL;
+            char buf[96];
+            cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, api->cbid, &nm);
+            snprintf(buf, sizeof buf, "api:%s", nm ? nm : "?");
+            rec *r = &g_recs[g_n++];
+            r->start = api->start;
+            r->end = api->end;
+            r->grid = api->threadId;
+            r->name = strdup(buf);
+            continue;
+        }
+        if (a->kind == CUPTI_ACTIVITY_KIND_MEMCPY) { /* "memcpy:KIND", grid = the bytes */
+            const CUpti_ActivityMemcpy6 *mc = (const CUpti_ActivityMemcpy6 *)a;
+            char buf[48];
+            snprintf(buf, sizeof buf, "memcpy:%u", (unsigned)mc->copyKind);
+            rec *r = &g_recs[g_n++];
+            r->start = mc->start;
+            r->end = mc->end;
+            r->graph = mc->graphId;
+            r->grid = (uint32_t)mc->bytes;
+            r->name = strdup(buf);
+            continue;
+        }
         if (a->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && a->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
         const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)a;
-        if (g_n >= g_cap) continue;
         rec *r = &g_recs[g_n++];
         r->start = k->start;
         r->end = k->end;
@@ -87,6 +113,10 @@ int InitializeInjection(void) {
         fprintf(stderr, "qrtrace: cannot enable kernel activity records\n");
         return 0;
     }
+    const char *api = getenv("QR_TRACE_API");
+    if (api && *api == '1' && (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME) != CUPTI_SUCCESS ||
+                               cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS))
+        fprintf(stderr, "qrtrace: cannot enable runtime API / memcpy records\n");
     atexit(dump);
     return 1;
 }

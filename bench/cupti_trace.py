@@ -10,6 +10,7 @@ its mean duration (start to end, which under programmatic dependent launch inclu
 the kernel before), and the step total. --nodes also prints the first 40 nodes of one step.
 """
 import argparse
+import bisect
 import collections
 import csv
 import re
@@ -30,6 +31,7 @@ def main():
     ap.add_argument("trace")
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--nodes", action="store_true")
+    ap.add_argument("--gaps", action="store_true", help="what runs between the last replays of the graph")
     a = ap.parse_args()
     rows = []
     with open(a.trace) as f:
@@ -75,6 +77,34 @@ def main():
         per = [(steps[i + 1][0][0] - steps[i][0][0]) / 1e3 for i in range(len(steps) - 1)]
         p = sum(per) / len(per)
         print(f"replay to replay: {p:.1f} us = {1e6 / p:.1f} steps/s (the gap is host time: sampling, plan upload, launch)")
+        if a.gaps and graphs:
+            # kernels outside the graph between one replay's last kernel and the next one's first
+            between = collections.defaultdict(lambda: [0, 0.0])
+            idle = []
+            starts = [r[0] for r in rows]
+            for i in range(len(steps) - 1):
+                t_end, t_next = steps[i][-1][1], steps[i + 1][0][0]
+                busy = 0
+                for s_, e_, g_, _, name in rows[bisect.bisect_left(starts, t_end):bisect.bisect_left(starts, t_next)]:
+                    if g_ != gid and e_ <= t_next and not name.startswith("api:"):
+                        between[short(name) + ("" if g_ == 0 else f" (graph {g_})")][0] += 1
+                        between[short(name) + ("" if g_ == 0 else f" (graph {g_})")][1] += (e_ - s_) / 1e3
+                        busy += e_ - s_
+                idle.append(((t_next - t_end) - busy) / 1e3)
+            n = len(steps) - 1
+            print(f"between replays: GPU idle {sum(idle) / n:.1f} us a step (min {min(idle):.1f}, max {max(idle):.1f}); "
+                  "kernels there:")
+            for k, (c, d) in sorted(between.items(), key=lambda x: -x[1][1]):
+                print(f"  {k:58s} {c / n:6.1f} calls {d / n:8.1f} us a step")
+            if any(r[4].startswith("api:") for r in rows):  # QR_TRACE_API=1: the host's calls around the last gap
+                t_end, t_next = steps[-2][-1][1], steps[-1][0][0]
+                t_prev = steps[-2][0][0]
+                print(f"the last gap on the host (us from the graph's last kernel end; the graph ran {(t_end - t_prev) / 1e3:.1f} us):")
+                for s_, e_, g_, grid, name in rows[bisect.bisect_left(starts, t_prev):bisect.bisect_left(starts, t_next + 20000)]:
+                    if g_ == gid:
+                        continue
+                    what = name if name.startswith(("api:", "memcpy:")) else "kernel " + short(name)
+                    print(f"  {(s_ - t_end) / 1e3:9.1f} {(e_ - s_) / 1e3:8.1f}  {what} ({grid})")
     print(f"{'kernel':58s} {'calls':>6s} {'marg us':>8s} {'us/call':>8s} {'dur/call':>8s} {'share':>6s}")
     for k, (c, m, d) in sorted(agg.items(), key=lambda x: -x[1][1]):
         print(f"{k:58s} {c / ns:6.1f} {m / ns:8.1f} {m / c:8.2f} {d / c:8.2f} {100 * m / ns / span:5.1f}%")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """bench/serve_bench.py — one streaming client against `quarrel serve` and llama.cpp's `llama-server` on the
 same GGUF file; a side-by-side table with the ratio quarrel / llama-server. Standard library only (the GPU
-machine has python3 without aiohttp/httpx): one thread and one http.client connection per request.
+machine has python3 without aiohttp/httpx): one thread and one http.client connection per request, the requests of a
+round spread over several client processes at 32+ streams (--client-procs; the busiest one's CPU / wall is reported).
 
 For each concurrency C the server starts with C slots (quarrel --parallel C, llama-server -np C) and a KV
 cache of C x (prompt + max + 16) tokens, answers its health check and one warm-up request, then --reps rounds
@@ -34,6 +35,7 @@ sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(
 import argparse  # noqa: E402
 import http.client
 import json
+import multiprocessing
 import shutil
 import signal
 import statistics
@@ -178,6 +180,7 @@ class Request:
         self.chunk_times = []
         self.tokens = self.prompt_tokens = None
         self.error = None
+        self.on_first = None  # called once at the first text chunk
         self.conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
 
     def connect(self):
@@ -217,6 +220,8 @@ class Request:
                     self.chunk_times.append(now)
                     if self.t_first is None:
                         self.t_first = now
+                        if self.on_first:
+                            self.on_first()
                     self.t_last = now
                 if isinstance(obj.get("usage"), dict):
                     self.tokens = obj["usage"].get("completion_tokens")
@@ -241,36 +246,86 @@ class Request:
         return max(b - a for a, b in zip(t, t[1:])) if len(t) > 1 else None
 
 
-def run_round(port, model, a, c, first_prompt, long_prompt=None):
-    """C concurrent requests (prompts first_prompt .. first_prompt + C - 1), plus the long prompt once every
-    stream has its first token when given. Returns (the C requests, the long one or None, wall seconds)."""
-    reqs = [Request(port, model, make_prompt(first_prompt + i, words_for(a, a.prompt_tokens)), a.max_tokens, a.timeout)
-            for i in range(c)]
+def _worker(specs, port, model, timeout, go, n_first, conn):
+    """A client process (--client-procs): runs its share of a round's requests on threads once `go` is set, adds
+    each first token (or error) to n_first, sends back each request's timings and this process's CPU seconds."""
+    reqs = [Request(port, model, prompt, max_tokens, timeout) for prompt, max_tokens in specs]
     for r in reqs:
         r.connect()
-    threads = [threading.Thread(target=r.run, daemon=True) for r in reqs]
-    t0 = time.time()
+
+    def run(r):
+        r.on_first = lambda: _bump(n_first)
+        r.run()
+        if r.t_first is None:
+            _bump(n_first)
+
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in reqs]
+    go.wait()
+    cpu0 = time.process_time()
     for t in threads:
         t.start()
+    for t in threads:
+        t.join()
+    conn.send(([{k: v for k, v in vars(r).items() if k not in ("conn", "body", "on_first")} for r in reqs],
+               time.process_time() - cpu0))
+    conn.close()
+
+
+def _bump(counter):
+    with counter.get_lock():
+        counter.value += 1
+
+
+def run_round(port, model, a, c, first_prompt, long_prompt=None):
+    """C concurrent requests (prompts first_prompt .. first_prompt + C - 1), plus the long prompt once every
+    stream has its first token when given. The requests run on threads of `procs` client processes (a Python
+    process parses ~10-20k chunks a second under its GIL: one process would measure itself at high concurrency).
+    Returns (the C requests, the long one or None, wall seconds, the busiest client process's CPU / wall)."""
+    specs = [(make_prompt(first_prompt + i, words_for(a, a.prompt_tokens)), a.max_tokens) for i in range(c)]
+    procs = a.client_procs if a.client_procs > 0 else (1 if c < 32 else min(max(1, (os.cpu_count() or 2) // 2),
+                                                                            (c + 31) // 32))
+    procs = min(procs, c)
+    ctx = multiprocessing.get_context("fork")
+    go, n_first = ctx.Event(), ctx.Value("i", 0)
+    workers = []
+    for p in range(procs):
+        rd, wr = ctx.Pipe(duplex=False)
+        w = ctx.Process(target=_worker, args=(specs[p::procs], port, model, a.timeout, go, n_first, wr), daemon=True)
+        w.start()
+        wr.close()
+        workers.append((w, rd))
+    time.sleep(0.2)  # the workers connect
+    t0 = time.time()
+    go.set()
     long_req = None
     if long_prompt is not None:
-        while any(t.is_alive() for t in threads) and not all(r.t_first or r.error for r in reqs):
+        while n_first.value < c and any(w.is_alive() for w, _ in workers):
             time.sleep(0.005)
         time.sleep(a.mixed_delay)
         long_req = Request(port, model, long_prompt, 8, a.timeout)
         long_req.connect()
         long_req.run()
-    for t in threads:
-        t.join()
+    got, cpu = [None] * c, []
+    for p, (w, rd) in enumerate(workers):
+        try:
+            states, cpu_s = rd.recv()
+        except EOFError:
+            raise RuntimeError("a client process died") from None
+        w.join()
+        for j, st in enumerate(states):
+            r = Request.__new__(Request)
+            r.__dict__.update(st)
+            got[p + j * procs] = r
+        cpu.append(cpu_s)
     wall = time.time() - t0
-    bad = [r.error for r in reqs + ([long_req] if long_req else []) if r.error]
+    bad = [r.error for r in got + ([long_req] if long_req else []) if r.error]
     if bad:
-        raise RuntimeError(f"{len(bad)} of {len(reqs)} requests failed, e.g. {bad[0]}")
-    return reqs, long_req, wall
+        raise RuntimeError(f"{len(bad)} of {len(got)} requests failed, e.g. {bad[0]}")
+    return got, long_req, wall, max(cpu) / wall
 
 
-def round_figures(reqs, wall):
-    return {"ttft_ms": median([r.ttft() for r in reqs]) * 1e3, "tpot_ms": median([r.tpot() for r in reqs]) * 1e3,
+def round_figures(reqs, wall, client_cpu):
+    return {"client_cpu": client_cpu, "ttft_ms": median([r.ttft() for r in reqs]) * 1e3, "tpot_ms": median([r.tpot() for r in reqs]) * 1e3,
             "agg_tps": sum(r.tokens for r in reqs) / wall, "tokens": sum(r.tokens for r in reqs),
             "max_gap_ms": median([r.max_gap() for r in reqs]) * 1e3, "wall_s": wall,
             "prompt_tokens": median([r.prompt_tokens for r in reqs])}
@@ -295,11 +350,11 @@ def measure(kind, a, c):
         rounds = []
         long_prompt = make_prompt(2 * 10 ** 6, words_for(a, a.mixed_prompt_tokens)) if a.mixed else None
         for rep in range(a.reps):
-            reqs, _, wall = run_round(a.port, model, a, c, (2 * rep) * c)
-            fig = round_figures(reqs, wall)
+            reqs, _, wall, ccpu = run_round(a.port, model, a, c, (2 * rep) * c)
+            fig = round_figures(reqs, wall, ccpu)
             if a.mixed:
-                mreqs, long_req, mwall = run_round(a.port, model, a, c, (2 * rep + 1) * c, long_prompt)
-                mfig = round_figures(mreqs, mwall)
+                mreqs, long_req, mwall, mcpu = run_round(a.port, model, a, c, (2 * rep + 1) * c, long_prompt)
+                mfig = round_figures(mreqs, mwall, mcpu)
                 fig.update({"mixed_tpot_ms": mfig["tpot_ms"], "mixed_max_gap_ms": mfig["max_gap_ms"],
                             "mixed_tpot_ratio": mfig["tpot_ms"] / fig["tpot_ms"],
                             "long_ttft_ms": long_req.ttft() * 1e3, "long_prompt_tokens": long_req.prompt_tokens})
@@ -315,7 +370,8 @@ def measure(kind, a, c):
 
 
 ROWS = [("agg_tps", "output tok/s, aggregate", "{:.1f}"), ("ttft_ms", "TTFT ms", "{:.1f}"),
-        ("tpot_ms", "TPOT ms", "{:.2f}"), ("per_stream_tps", "tok/s a stream (1000 / TPOT)", "{:.1f}")]
+        ("tpot_ms", "TPOT ms", "{:.2f}"), ("per_stream_tps", "tok/s a stream (1000 / TPOT)", "{:.1f}"),
+        ("client_cpu", "busiest client process CPU / wall", "{:.2f}")]
 MIXED_ROWS = [("mixed_tpot_ms", "TPOT ms, with the long prompt", "{:.2f}"),
               ("mixed_tpot_ratio", "TPOT with / without the long prompt", "{:.2f}"),
               ("max_gap_ms", "longest gap ms, alone", "{:.1f}"),
@@ -366,6 +422,9 @@ def main():
     ap.add_argument("--mixed-delay", type=float, default=0.5, help="seconds after every stream's first token")
     ap.add_argument("--quarrel-arg", action="append", default=[], help="one more quarrel serve argument (repeatable)")
     ap.add_argument("--llama-arg", action="append", default=[], help="one more llama-server argument (repeatable)")
+    ap.add_argument("--client-procs", type=int, default=0,
+                    help="client processes a round's requests are spread over (default 0: 1 below 32 streams, else "
+                         "one per 32 streams, at most half the CPUs)")
     ap.add_argument("--start-timeout", type=float, default=600, help="seconds for a server to load")
     ap.add_argument("--timeout", type=float, default=1800, help="socket timeout of a request, seconds")
     a = ap.parse_args()

@@ -106,6 +106,9 @@ struct qr_scheduler {
     bool prof;               /* QUARREL_HOST_PROF: where the steps' host time goes, logged every 256 steps */
     double prof_s[4];        /* plan, decode, sample ahead, stream */
     int64_t prof_steps, prof_rows, prof_topk;
+    double prof_t_last;      /* the start of the last step that had only decode rows (0: the last step had others) */
+    double prof_dec_s;       /* the time from one such step's start to the next's, summed */
+    int64_t prof_dec_n;
 };
 
 void qr_sched_params_default(qr_sched_params *p) {
@@ -626,6 +629,7 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
     if (!take) return;
     char err[512];
     double t_mark = s->prof ? qr_time_s() : 0.0;
+    const double t_step = t_mark;
 #define SPROF(i) \
     if (s->prof) qr_prof_lap(&s->prof_s[i], &t_mark)
     for (;;) {
@@ -744,12 +748,20 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
         SPROF(3);
         if (s->prof) {
             s->prof_rows += rows;
+            if (all_decode && !any_draft) { /* a decode-only step: its start to the previous one's, when that was one */
+                if (s->prof_t_last > 0.0) s->prof_dec_s += t_step - s->prof_t_last, s->prof_dec_n++;
+                s->prof_t_last = t_step;
+            } else {
+                s->prof_t_last = 0.0;
+            }
             if (++s->prof_steps % 256 == 0) {
                 const double k = 1e6 / (double)s->prof_steps;
                 fprintf(stderr, "quarrel: scheduler host profile, %lld steps of %.1f rows (us a step): plan %.1f, decode "
-                        "%.1f, sample ahead %.1f, stream %.1f; %lld steps asked for top-k rows\n", (long long)s->prof_steps,
+                        "%.1f, sample ahead %.1f, stream %.1f; %lld steps asked for top-k rows; decode-only steps one after another: "
+                        "%lld, %.1f us start to start\n", (long long)s->prof_steps,
                         (double)s->prof_rows / (double)s->prof_steps, s->prof_s[0] * k, s->prof_s[1] * k,
-                        s->prof_s[2] * k, s->prof_s[3] * k, (long long)s->prof_topk);
+                        s->prof_s[2] * k, s->prof_s[3] * k, (long long)s->prof_topk, (long long)s->prof_dec_n,
+                        s->prof_dec_n ? s->prof_dec_s * 1e6 / (double)s->prof_dec_n : 0.0);
             }
         }
         pthread_mutex_lock(&s->mu);

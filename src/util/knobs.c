@@ -35,7 +35,8 @@ const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
                            "prints, when a context is freed, where `qr_decode`'s host time went per pass (prepare, "
                            "set_batch, forward or graph launch, error check, logits read, commit); the server's "
                            "scheduler prints every 256 steps where a step's time went (plan, decode, sampling, "
-                           "streaming)"},
+                           "streaming) and the start-to-start time of decode-only steps that follow each other; "
+                           "the CUDA backend prints every 256 graph replays the host time of a launch"},
     [QR_KNOB_GRAPH_MAX_ROWS] = {"QUARREL_GRAPH_MAX_ROWS", QR_KNOB_INT, "256", 1, 4096, NULL,
                                 "contexts (backends with graphs: CUDA)",
                                 "batched decode steps (one row per sequence) of at most this many rows run as "

@@ -341,7 +341,67 @@ static void check_copy_gather(lab *L) {
     }
 }
 
+/* topk_rows: each row's k best (value descending, ties to the lower index, -0 = +0) and its count above -inf (-1 with a
+ * NaN or +inf), the same bytes as the CPU backend's; rows of a vocabulary with ties, signed zeros, -inf halves, a NaN
+ * and a +inf; timed at a batched step's rows. */
+typedef struct topk_call {
+    qr_backend *be;
+    const float *x;
+    int64_t rows, n;
+    int32_t k;
+    void *out;
+} topk_call;
+
+static void call_topk(void *p) {
+    topk_call *c = p;
+    c->be->ops->topk_rows(c->be, c->x, c->rows, c->n, c->k, c->out);
+}
+
+static void check_topk(lab *L) {
+    char cfg[96];
+    const int64_t n = 32000;
+    const int32_t rows_l[] = {5, 64, 256}, ks[] = {1, 40, 64};
+    for (size_t ri = 0; ri < sizeof rows_l / sizeof rows_l[0]; ri++)
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            const int64_t rows = rows_l[ri];
+            const int32_t k = ks[ki];
+            buf x = buf_new(L, rows * n, 4.0f);
+            for (int64_t i = 0; i < rows * n; i++) x.h[i] = roundf(x.h[i] * 16.0f) / 16.0f; /* many ties */
+            x.h[0] = x.h[7] = -0.0f, x.h[3] = 0.0f;
+            for (int64_t i = 0; i < n; i += 2) x.h[n + i] = -INFINITY;
+            if (rows > 2) x.h[2 * n + 10] = NAN;
+            if (rows > 3) x.h[3 * n + 20] = INFINITY;
+            if (rows > 4) for (int64_t i = 0; i < n; i++) x.h[4 * n + i] = 1.0f; /* one value: the lowest ids */
+            lab_upload(L, x.d, x.h, (size_t)(rows * n) * 4);
+            const size_t bytes = (size_t)rows * ((size_t)k * 8 + 4);
+            uint8_t *oc = malloc(bytes), *og = malloc(bytes);
+            topk_call cc = {.be = L->cpu, .x = x.h, .rows = rows, .n = n, .k = k, .out = oc};
+            topk_call gc = {.be = L->gpu, .x = x.d, .rows = rows, .n = n, .k = k, .out = og};
+            call_topk(&cc);
+            call_topk(&gc);
+            lab_check_errors(L, "topk_rows");
+            /* rows with a NaN / +inf: only the flag is defined */
+            const float *vc = (const float *)oc, *vg = (const float *)og;
+            const int32_t *ic = (const int32_t *)(vc + rows * k), *ig = (const int32_t *)(vg + rows * k);
+            const int32_t *fc = ic + rows * k, *fg = ig + rows * k;
+            int64_t bad = 0;
+            for (int64_t r = 0; r < rows; r++) {
+                bad += fc[r] != fg[r];
+                if (fc[r] < 0) continue;
+                for (int32_t j = 0; j < k; j++)
+                    bad += ic[r * k + j] != ig[r * k + j] || memcmp(&vc[r * k + j], &vg[r * k + j], 4) != 0;
+            }
+            snprintf(cfg, sizeof cfg, "%lld rows x %lld, k %d", (long long)rows, (long long)n, k);
+            const double us = rows >= 64 ? lab_time(L, call_topk, &gc, false) : 0.0;
+            lab_record(L, "topk_rows", cfg, (double)bad, (double)bad, 0, bad == 0, us, (double)rows * n * 4, 0);
+            free(oc);
+            free(og);
+            buf_free(L, &x);
+        }
+}
+
 void lab_ops(lab *L) {
+    check_topk(L);
     check_get_rows(L);
     check_norms(L);
     check_softmax(L);

@@ -19,6 +19,7 @@
 
 extern "C" {
 #include "quant/quant.h"
+#include "util/knobs.h"
 #include "util/util.h"
 }
 
@@ -2262,6 +2263,7 @@ extern "C" qr_status qr_backend_cuda_create(const qr_backend_cuda_params *params
              prop.minor, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
     cb->has_pdl = prop.major >= 9;
     cuda_tune_defaults(&cb->tune);
+    cb->host_prof = qr_knob_int(QR_KNOB_HOST_PROF) != 0;
     if (cb->tune.dq_wg && !(prop.major == 9 && prop.minor == 0 && qr_cuda_dq_wg_available())) {
         cb->tune.dq_wg = 0;
         if (!getenv("QUARREL_CUDA_DQ_MAX_ROWS")) cb->tune.dq_max_rows = 16; /* the mma.sync version's range */

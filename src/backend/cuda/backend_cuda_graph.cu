@@ -122,7 +122,14 @@ qr_status cuda_run_graph(qr_backend *be, const void *owner, uint64_t key, void (
         cb->n_replayed++;
     }
     cb->graph_mode = false;
+    const double t0 = cb->host_prof ? qr_time_s() : 0.0;
     e = cudaGraphLaunch(g->exec, cb->stream);
+    if (cb->host_prof) {
+        cb->t_launch += qr_time_s() - t0;
+        if (++cb->n_launch_prof % 256 == 0)
+            fprintf(stderr, "quarrel: cuda graph launches: %lld, %.1f us a launch on the host\n",
+                    (long long)cb->n_launch_prof, cb->t_launch * 1e6 / (double)cb->n_launch_prof);
+    }
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return qr_errf(err, err_len, QR_ERR_INTERNAL, "cuda backend: graph launch: %s", cudaGetErrorString(e));
