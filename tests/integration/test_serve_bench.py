@@ -1,5 +1,5 @@
 """bench/serve_bench.py against `quarrel serve` on the CPU at tiny sizes (a few seconds): the figures come
-back in the JSON, the mixed long-prompt round runs, and a server that fails to start gives exit status 1
+back in the JSON (the streams spread over client processes), the mixed long-prompt round runs, and a server that fails to start gives exit status 1
 with its log, and leaves no process behind."""
 import json
 import pathlib
@@ -29,7 +29,8 @@ def test_quarrel_rounds_and_mixed(quarrel_bin, smollm2, tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPT), "--quarrel", quarrel_bin, "--model", smollm2, "--backend", "cpu",
                         "--threads", "2", "--concurrency", "2", "--prompt-tokens", "16", "--max-tokens", "6",
                         "--reps", "1", "--mixed", "--mixed-prompt-tokens", "80", "--mixed-delay", "0",
-                        "--port", str(port), "--json", str(out)], capture_output=True, text=True, timeout=180)
+                        "--client-procs", "2", "--port", str(port), "--json", str(out)],
+                       capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr
     assert "| 2 | output tok/s, aggregate |" in r.stdout and "| 2 | TPOT with / without the long prompt |" in r.stdout
     res = json.loads(out.read_text())["results"]["quarrel"]["2"]
@@ -39,6 +40,7 @@ def test_quarrel_rounds_and_mixed(quarrel_bin, smollm2, tmp_path):
     for k in ("agg_tps", "ttft_ms", "tpot_ms", "mixed_tpot_ms", "mixed_tpot_ratio", "long_ttft_ms"):
         assert m[k] > 0, (k, m)
     assert m["long_prompt_tokens"] >= 80 and 16 <= m["prompt_tokens"] < 32, m
+    assert 0 <= m["client_cpu"] < 2, m  # the busiest of the 2 client processes (one stream each)
     assert port_closed(port)  # the server was stopped
 
 
