@@ -371,6 +371,21 @@ static void big_cases(lab *L) {
         attn_check_nocluster(L, &S, 4, seq, pos, 0, true, "decode 4 seqs nocluster");
         kvset_free(L, &S);
     }
+    /* batched decode steps: 64 and 256 sequences of 128..511 keys, a row each (a served step), the flash-decoding
+     * kernels (default) against the flash kernel's decode form (tune.attn_flash_decode) */
+    for (int nsq = 64; nsq <= 256; nsq *= 4) {
+        kvset S;
+        int *len = malloc(sizeof(int) * (size_t)nsq);
+        int32_t *seq = malloc((size_t)nsq * 4), *pos = malloc((size_t)nsq * 4);
+        for (int s = 0; s < nsq; s++) len[s] = 128 + (int)(lab_u64(L) % 384), seq[s] = s, pos[s] = len[s] - 1;
+        kvset_init(L, &S, &mistral, nsq, len);
+        snprintf(label, sizeof label, "decode %d seqs", nsq);
+        attn_check(L, &S, nsq, seq, pos, nsq, NULL, 0, true, label);
+        snprintf(label, sizeof label, "decode %d seqs flash", nsq);
+        attn_check_knob(L, &S, &qr_cuda_backend_tune(L->gpu)->attn_flash_decode, 1, nsq, seq, pos, 0, true, label);
+        kvset_free(L, &S);
+        free(len), free(seq), free(pos);
+    }
     {
         kvset S;
         const int len[1] = {4096};

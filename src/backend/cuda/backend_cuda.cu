@@ -127,6 +127,7 @@ static void cuda_destroy(qr_backend *be) {
     cudaFree(cb->heads_y);
     cudaFree(cb->tmp);
     cudaFree(cb->fa_tiles);
+    cudaFree(cb->fa_dec_tiles);
     free(cb->h_fa_tiles);
     cudaFree(cb->moe);
     cudaFree(cb->dq_part);
@@ -1527,12 +1528,80 @@ static bool attn_flash_wanted(const cuda_backend *cb, const cuda_attn_args *a) {
  * runs of at least attn_flash_min_run rows a sequence on average, a layout the kernel takes, outside graphs.
  * max_span: the longest key span of a row. True when it ran (or raised an error); false to leave the pass to
  * the other kernels. */
+/* The flash kernel's key splits for `ctas` tiles x kv heads over spans up to max_span: the count whose waves of CTAs
+ * (two an SM resident) finish the work soonest, fewest on a tie (each split costs its share of the partial outputs);
+ * each split at least 4 blocks of 64 keys; tune.attn_flash_splits when set. */
+static int64_t flash_splits(const cuda_backend *cb, int64_t ctas, int32_t max_span) {
+    if (cb->tune.attn_flash_splits > 0) return cb->tune.attn_flash_splits;
+    const int64_t slots = 2 * (int64_t)cb->n_sm;
+    int64_t by_len = max_span / 256, ns = 1;
+    if (by_len > 16) by_len = 16;
+    double best = 0;
+    for (int64_t k = 1; k <= by_len || k == 1; k++) {
+        const double t = (double)((ctas * k + slots - 1) / slots) / (double)k; /* waves per unit of work */
+        if (k == 1 || t < best - 1e-9) best = t, ns = k;
+    }
+    return ns;
+}
+
+/* A batched decode step for the flash kernel (tune.attn_flash_decode): more rows than a decode pass, each row its own
+ * sequence (then its tiles depend on the row count alone, so graphs may replay them), an f16 cache. */
+static bool attn_flash_decode_step(const cuda_backend *cb, const cuda_attn_args *a) {
+    if (!cb->tune.attn_flash || !cb->tune.attn_flash_decode || a->kvq || cb->cfg_one_row ||
+        a->n_tok <= cb->tune.attn_decode_max_rows || !qr_cuda_attn_flash_supported(a))
+        return false;
+    if (!cb->seq_runs) return false;
+    for (int32_t r = 1; r < cb->n_tokens; r++)
+        if (cb->h_seq[r] == cb->h_seq[r - 1]) return false;
+    return true;
+}
+
+/* The decode steps' tile list for n rows (grown outside graph capture; a new buffer makes graphs re-capture). */
+static bool attn_flash_decode_tiles(cuda_backend *cb, int32_t n, int32_t group, int32_t bm) {
+    if (cb->fa_dec_n >= n && cb->fa_dec_group == group && cb->fa_dec_rows == bm) return true;
+    if (cb->capturing) {
+        raise_error(cb, QR_ERR_INTERNAL, "attention: the decode tiles must be made before graph capture");
+        return false;
+    }
+    int32_t *seq = (int32_t *)malloc((size_t)n * 4), *h = (int32_t *)malloc((size_t)n * 16);
+    bool ok = seq && h;
+    if (ok) {
+        for (int32_t r = 0; r < n; r++) seq[r] = r;
+        ok = qr_cuda_attn_flash_tiles(seq, n, group, bm, h, n) == n; /* G <= bm: a tile a row */
+    }
+    if (ok) ok = ensure_scratch(cb, &cb->fa_dec_tiles, &cb->fa_dec_cap, (size_t)n * 16, "attention decode tiles");
+    if (ok) ok = cuda_ok(cb, cudaMemcpyAsync(cb->fa_dec_tiles, h, (size_t)n * 16, cudaMemcpyHostToDevice, cb->stream),
+                         "attention decode tiles") &&
+                 cuda_ok(cb, cudaStreamSynchronize(cb->stream), "attention decode tiles"); /* h is freed below */
+    else if (cb->error == QR_OK) raise_error(cb, QR_ERR_NOMEM, "attention: out of memory");
+    free(seq);
+    free(h);
+    if (ok) cb->fa_dec_n = n, cb->fa_dec_group = group, cb->fa_dec_rows = bm;
+    return ok;
+}
+
 static bool attn_flash(cuda_backend *cb, const cuda_attn_args *a, int32_t max_span) {
+    const int32_t group = a->n_head / a->n_head_kv, mt = cb->tune.attn_flash_mt, bm = qr_cuda_attn_flash_rows(a->dk, mt);
+    const bool dec = attn_flash_decode_step(cb, a);
+    if (dec) { /* a tile a row (and kv head): the row count's list; a graph serves every span its block table reaches */
+        if (!attn_flash_decode_tiles(cb, cb->n_tokens, group, bm)) return true;
+        if (cb->graph_mode) max_span = (int32_t)((int64_t)cb->cap_blocks * cb->kv_block_size);
+        const int64_t ns = flash_splits(cb, (int64_t)cb->n_tokens * a->n_head_kv, max_span);
+        float *part = NULL;
+        if (ns > 1) {
+            if (!ensure_scratch(cb, &cb->attn, &cb->attn_cap, qr_cuda_attn_flash_part_bytes(a, (int32_t)ns), "attention scratch"))
+                return true;
+            part = (float *)cb->attn;
+        }
+        cuda_ok(cb, qr_cuda_attention_flash(a, mt, cb->tune.attn_flash_stages, (const int32_t *)cb->fa_dec_tiles,
+                                            cb->n_tokens, (int32_t)ns, part, cb->stream),
+                "attention (flash, decode)");
+        return true;
+    }
     if (!attn_flash_wanted(cb, a)) return false;
     int32_t n_runs = 0;
     for (int32_t r = 0; r < cb->n_tokens; r++) n_runs += r == 0 || cb->h_seq[r] != cb->h_seq[r - 1];
     if ((int64_t)n_runs * cb->tune.attn_flash_min_run > cb->n_tokens) return false;
-    const int32_t group = a->n_head / a->n_head_kv, mt = cb->tune.attn_flash_mt, bm = qr_cuda_attn_flash_rows(a->dk, mt);
     if (cb->fa_gen != cb->plan_gen || cb->fa_group != group || cb->fa_rows != bm) { /* once per plan, for all layers */
         const int32_t n = qr_cuda_attn_flash_tiles(cb->h_seq, cb->n_tokens, group, bm, NULL, 0);
         if ((size_t)n > cb->h_fa_cap) {
@@ -1552,20 +1621,7 @@ static bool attn_flash(cuda_backend *cb, const cuda_attn_args *a, int32_t max_sp
             return true;
         cb->fa_gen = cb->plan_gen, cb->fa_group = group, cb->fa_rows = bm, cb->fa_n = n;
     }
-    /* key splits: the count whose waves of CTAs (two an SM resident) finish the work soonest, fewest on a tie
-     * (each split costs its share of the partial outputs); each split at least 4 blocks of 64 keys */
-    int64_t ns = cb->tune.attn_flash_splits;
-    if (ns <= 0) {
-        const int64_t ctas = (int64_t)cb->fa_n * a->n_head_kv, slots = 2 * (int64_t)cb->n_sm;
-        int64_t by_len = max_span / 256;
-        if (by_len > 16) by_len = 16;
-        double best = 0;
-        ns = 1;
-        for (int64_t k = 1; k <= by_len || k == 1; k++) {
-            const double t = (double)((ctas * k + slots - 1) / slots) / (double)k; /* waves per unit of work */
-            if (k == 1 || t < best - 1e-9) best = t, ns = k;
-        }
-    }
+    const int64_t ns = flash_splits(cb, (int64_t)cb->fa_n * a->n_head_kv, max_span);
     float *part = NULL;
     if (ns > 1) {
         if (!ensure_scratch(cb, &cb->attn, &cb->attn_cap, qr_cuda_attn_flash_part_bytes(a, (int32_t)ns), "attention scratch"))

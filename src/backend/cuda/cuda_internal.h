@@ -29,6 +29,9 @@ typedef struct qr_cuda_tune {
                               * attention (attention_flash.cu) where it applies; 0: the kernels above
                               * (QUARREL_CUDA_ATTN=noflash, old or decode) */
     int32_t attn_flash_min_run; /* default 4 (QUARREL_CUDA_ATTN_FLASH_MIN_RUN) */
+    int32_t attn_flash_decode; /* 1: batched decode steps of more than attn_decode_max_rows rows (one a sequence), graphs
+                                * included, take the flash kernel too (a tile a row and kv head); 0 (default: not yet
+                                * measured on a GPU): the flash-decoding kernels (QUARREL_CUDA_ATTN_FLASH_DECODE) */
     int32_t mmq_dense;       /* 1: a plain matmul of more rows than the mat-vec takes, up to mmq_dense_max_rows, runs
                               * on the int8 tensor-core kernel of the expert GEMM (matmul_mma.cu) for the types it
                               * supports (Q4_0, Q8_0, MXFP4, IQ4_NL) instead of dequantize + cuBLAS; 0 (default: its

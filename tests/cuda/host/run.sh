@@ -131,6 +131,8 @@ run_flash() { # the flash attention kernel (attention_flash.cu): n_head n_head_k
     SINKS=1 LEN=90 "$T/check_flash" 16 2 64 16 32 0 25 6 || r=1   # gpt-oss: sinks, window
     LEN=300 "$T/check_flash" 8 8 64 16 0 0 130 0 || r=1            # one run, several key blocks and tiles
     SPLITS=3 LEN=300 "$T/check_flash" 32 8 128 16 0 0 40 9 || r=1  # key splits + the combine kernel
+    LEN=300 "$T/check_flash" 32 8 128 16 0 0 1 1 || r=1            # decode rows: two sequences, a row each
+    SPLITS=2 LEN=200 "$T/check_flash" 32 8 128 16 0 0 1 1 || r=1   # the same with key splits
     SPLITS=7 SINKS=1 LEN=200 "$T/check_flash" 16 2 64 16 0 0 20 3 || r=1   # more splits than some tiles' blocks, sinks
     SPLITS=2 LEN=200 "$T/check_flash" 4 2 256 16 50 20 30 5 || r=1  # head 256, window, softcap
     MT=1 "$T/check_flash" 32 8 128 16 0 0 20 17 || r=1                 # one m16 tile a warp
