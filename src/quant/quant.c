@@ -88,7 +88,8 @@ static const simd_override avx2_overrides[] = {
     {.type = QR_TYPE_F32, .vec_dot = qr_vec_dot_f32_avx2, .vec_dot_sgemm = qr_vec_dot_f32_sgemm_avx2, .sgemm_k = 8,
      .sgemm_m = 4},
     {.type = QR_TYPE_F16, .to_float = qr_f16_to_float_avx2, .from_float = qr_f16_from_float_avx2,
-     .vec_dot = qr_vec_dot_f16_avx2, .vec_dot_sgemm = qr_vec_dot_f16_sgemm_avx2, .sgemm_k = 8, .sgemm_m = 4},
+     .vec_dot = qr_vec_dot_f16_avx2, .vec_dot_sgemm = qr_vec_dot_f16_sgemm_avx2, .sgemm_k = 8, .sgemm_m = 4,
+     .vec_dot_tile = qr_vec_dot_tile_f16_avx2},
     OV(QR_TYPE_BF16, NULL, NULL, qr_vec_dot_bf16_avx2),
     {.type = QR_TYPE_Q4_0, .vec_dot = qr_vec_dot_q4_0_q8_0_avx2, .vec_dot_gemv = qr_vec_dot_q4_0_q8_0_rp_avx2,
      .vec_dot_gemm = qr_vec_dot_q4_0_q8_0_rp_avx2, .vec_dot_tile = qr_vec_dot_tile_q4_0_q8_0_avx2,
@@ -125,6 +126,7 @@ static const simd_override avx2_overrides[] = {
 /* AVX-512 overrides, applied over the AVX2 ones: the same results (each kernel bit-identical to the
  * AVX2 one of its order), faster. */
 static const simd_override avx512_overrides[] = {
+    {.type = QR_TYPE_F16, .vec_dot_tile = qr_vec_dot_tile_f16_avx512},
     {.type = QR_TYPE_Q4_0, .vec_dot_tile = qr_vec_dot_tile_q4_0_q8_0_avx512, .vec_dot_gemv = qr_vec_dot_q4_0_q8_0_rp_avx512,
      .vec_dot_gemm_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx512, .vec_dot_gemv_tile = qr_vec_dot_tile_q4_0_q8_0_rp_avx512,
      .rp = {.rows = 16, .cols = 4, .row_bytes_of = q4_0_rp16_row_bytes, .pack = qr_q4_0_rp16_pack, .unpack_row = qr_q4_0_rp16_unpack_row,

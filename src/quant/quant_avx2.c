@@ -65,6 +65,59 @@ void qr_vec_dot_f16_avx2(int64_t n, float *s, const void *vx, const void *vy) {
     *s = (float)sum;
 }
 
+/* A sub-tile of RR (1..2) weight rows x NC (1..4) activation rows for qr_vec_dot_tile_f16_avx2: every pair's four
+ * accumulators of qr_vec_dot_f16_avx2, accumulator j (the 8-value chunks at 32 m + 8 j) of all pairs in one pass. */
+static inline __attribute__((always_inline)) void f16_tile_sub(int64_t n, float *s, int64_t bs, const uint16_t *x0,
+                                                               const uint16_t *x1, const uint8_t *y, size_t by, int RR,
+                                                               int NC) {
+    const int64_t n32 = n / 32 * 32;
+    __m256 acc[4][2][4];
+    for (int j = 0; j < 4; j++) {
+        __m256 a[2][4];
+        for (int r = 0; r < 2; r++)
+            for (int c = 0; c < 4; c++) a[r][c] = _mm256_setzero_ps();
+        for (int64_t i = 8 * j; i < n32; i += 32) {
+            const __m256 w0 = load_f16x8(x0 + i), w1 = RR > 1 ? load_f16x8(x1 + i) : w0;
+            for (int c = 0; c < NC; c++) {
+                const __m256 v = load_f16x8((const uint16_t *)(y + c * by) + i);
+                a[0][c] = _mm256_fmadd_ps(w0, v, a[0][c]);
+                if (RR > 1) a[1][c] = _mm256_fmadd_ps(w1, v, a[1][c]);
+            }
+        }
+        for (int r = 0; r < RR; r++)
+            for (int c = 0; c < NC; c++) acc[j][r][c] = a[r][c];
+    }
+    for (int r = 0; r < RR; r++)
+        for (int c = 0; c < NC; c++) {
+            const uint16_t *xr = r ? x1 : x0, *yc = (const uint16_t *)(y + c * by);
+            double sum = reduce4_ps(acc[0][r][c], acc[1][r][c], acc[2][r][c], acc[3][r][c]);
+            for (int64_t i = n32; i < n; i++) sum += f16c_to_fp32(xr[i]) * f16c_to_fp32(yc[i]);
+            s[c * bs + r] = (float)sum;
+        }
+}
+
+/* vec_dot_tile for F16 weights: each dot qr_vec_dot_f16_avx2's bit for bit, each row's and column's 8-value chunk
+ * converted once a sub-tile of 2 x 4 instead of once a pair (a row-exact verification pass of several rows then
+ * reads and widens each weight once for 4 of its rows); one column: qr_vec_dot_f16_avx2 a row, as before. */
+void qr_vec_dot_tile_f16_avx2(int64_t n, float *s, int64_t bs, const void *vx, size_t bx, const void *vy, size_t by,
+                              int nr, int nc) {
+    const uint8_t *x = vx, *y = vy;
+    if (nc == 1) {
+        for (int r = 0; r < nr; r++) qr_vec_dot_f16_avx2(n, s + r, x + r * bx, vy);
+        return;
+    }
+    for (int r0 = 0; r0 < nr; r0 += 2) {
+        const uint16_t *x0 = (const uint16_t *)(x + r0 * bx), *x1 = (const uint16_t *)(x + (r0 + 1) * bx);
+        float *sr = s + r0;
+        const bool two = nr - r0 >= 2;
+        switch (nc) {
+        case 2: two ? f16_tile_sub(n, sr, bs, x0, x1, y, by, 2, 2) : f16_tile_sub(n, sr, bs, x0, x0, y, by, 1, 2); break;
+        case 3: two ? f16_tile_sub(n, sr, bs, x0, x1, y, by, 2, 3) : f16_tile_sub(n, sr, bs, x0, x0, y, by, 1, 3); break;
+        default: two ? f16_tile_sub(n, sr, bs, x0, x1, y, by, 2, 4) : f16_tile_sub(n, sr, bs, x0, x0, y, by, 1, 4); break;
+        }
+    }
+}
+
 /* One 8-lane accumulator over the row, then ggml's 8-lane horizontal sum: llama.cpp's tinyBLAS
  * (llamafile sgemm) order for f32 / f16 weights in matmuls of 2 or more rows (n a multiple of 8). */
 void qr_vec_dot_f32_sgemm_avx2(int64_t n, float *s, const void *vx, const void *vy) {

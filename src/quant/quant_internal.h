@@ -156,6 +156,10 @@ void qr_vec_dot_tile_q6_K_q8_K_tiled_avx2(int64_t n, float *s, int64_t bs, const
 void qr_vec_dot_tile_q5_1_q8_1_avx2(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by, int nr, int nc);
 void qr_vec_dot_f32_avx2(int64_t n, float *s, const void *x, const void *y);
 void qr_vec_dot_f16_avx2(int64_t n, float *s, const void *x, const void *y);
+void qr_vec_dot_tile_f16_avx2(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by,
+                              int nr, int nc);
+void qr_vec_dot_tile_f16_avx512(int64_t n, float *s, int64_t bs, const void *x, size_t bx, const void *y, size_t by,
+                                int nr, int nc);
 void qr_vec_dot_bf16_avx2(int64_t n, float *s, const void *x, const void *y);
 void qr_f16_from_float_avx2(const float *src, void *dst, int64_t n);
 void qr_f16_to_float_avx2(const void *src, float *dst, int64_t n);

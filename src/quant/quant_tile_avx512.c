@@ -478,3 +478,68 @@ void qr_vec_dot_tile_q4_1_q8_1_rp16_avx512(int64_t n, float *s, int64_t bs, cons
     default: return;
     }
 }
+
+/* ---- F16 weights (vec_dot_type F16): qr_vec_dot_f16_avx2's order, two of its 8-lane accumulators a zmm ----
+ * The AVX2 dot keeps 4 accumulators; accumulator j takes the 8-value chunks at 32 m + 8 j. Here zmm acc01 holds
+ * accumulators 0 (low half) and 1 (high half) and takes the 16 values at 32 m, acc23 those at 32 m + 16: the same
+ * fused multiply-adds lane for lane, then the halves are reduced exactly as the AVX2 kernel reduces its four. A
+ * sub-tile of up to 2 weight rows x 4 activation rows widens each row's values once for all its pairs (the
+ * row-exact verification passes of speculative decoding: several activation rows through the one-row order). */
+static inline __attribute__((always_inline)) __m512 f16x16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+static inline float f16_reduce4(__m512 a01, __m512 a23) { /* reduce4_ps of quant_avx2.c on the four halves */
+    const __m256 a0 = _mm512_castps512_ps256(a01), a1 = _mm512_extractf32x8_ps(a01, 1);
+    const __m256 a2 = _mm512_castps512_ps256(a23), a3 = _mm512_extractf32x8_ps(a23, 1);
+    const __m256 v = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+}
+
+static inline __attribute__((always_inline)) void f16_tile_sub512(int64_t n, float *s, int64_t bs, const uint16_t *x0,
+                                                                  const uint16_t *x1, const uint8_t *y, size_t by,
+                                                                  int RR, int NC) {
+    const int64_t n32 = n / 32 * 32;
+    __m512 lo[2][4], hi[2][4];
+    for (int r = 0; r < 2; r++)
+        for (int c = 0; c < 4; c++) lo[r][c] = hi[r][c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n32; i += 32) {
+        const __m512 w0l = f16x16(x0 + i), w0h = f16x16(x0 + i + 16);
+        const __m512 w1l = RR > 1 ? f16x16(x1 + i) : w0l, w1h = RR > 1 ? f16x16(x1 + i + 16) : w0h;
+        for (int c = 0; c < NC; c++) {
+            const uint16_t *yc = (const uint16_t *)(y + c * by) + i;
+            const __m512 vl = f16x16(yc), vh = f16x16(yc + 16);
+            lo[0][c] = _mm512_fmadd_ps(w0l, vl, lo[0][c]);
+            hi[0][c] = _mm512_fmadd_ps(w0h, vh, hi[0][c]);
+            if (RR > 1) {
+                lo[1][c] = _mm512_fmadd_ps(w1l, vl, lo[1][c]);
+                hi[1][c] = _mm512_fmadd_ps(w1h, vh, hi[1][c]);
+            }
+        }
+    }
+    for (int r = 0; r < RR; r++)
+        for (int c = 0; c < NC; c++) {
+            const uint16_t *xr = r ? x1 : x0, *yc = (const uint16_t *)(y + c * by);
+            double sum = f16_reduce4(lo[r][c], hi[r][c]);
+            for (int64_t i = n32; i < n; i++) sum += f16c_to_fp32(xr[i]) * f16c_to_fp32(yc[i]);
+            s[c * bs + r] = (float)sum;
+        }
+}
+
+void qr_vec_dot_tile_f16_avx512(int64_t n, float *s, int64_t bs, const void *vx, size_t bx, const void *vy, size_t by,
+                                int nr, int nc) {
+    const uint8_t *x = vx, *y = vy;
+    for (int r0 = 0; r0 < nr; r0 += 2) {
+        const uint16_t *x0 = (const uint16_t *)(x + r0 * bx), *x1 = (const uint16_t *)(x + (r0 + 1) * bx);
+        float *sr = s + r0;
+        const bool two = nr - r0 >= 2;
+        switch (nc) {
+        case 1: two ? f16_tile_sub512(n, sr, bs, x0, x1, y, by, 2, 1) : f16_tile_sub512(n, sr, bs, x0, x0, y, by, 1, 1); break;
+        case 2: two ? f16_tile_sub512(n, sr, bs, x0, x1, y, by, 2, 2) : f16_tile_sub512(n, sr, bs, x0, x0, y, by, 1, 2); break;
+        case 3: two ? f16_tile_sub512(n, sr, bs, x0, x1, y, by, 2, 3) : f16_tile_sub512(n, sr, bs, x0, x0, y, by, 1, 3); break;
+        default: two ? f16_tile_sub512(n, sr, bs, x0, x1, y, by, 2, 4) : f16_tile_sub512(n, sr, bs, x0, x0, y, by, 1, 4); break;
+        }
+    }
+}

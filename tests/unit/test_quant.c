@@ -474,7 +474,7 @@ static void test_vec_dot_tile(void **state) {
         const qr_quant_traits *ta = qr_quant_traits_best(best->vec_dot_type);
         const qr_quant_traits *tw = qr_quant_traits_ref(cases[c].type);
         rng_seed(7000 + c);
-        static const int64_t blocks[] = {1, 2, 3, 5, 18, 40};
+        static const int64_t blocks[] = {1, 2, 3, 5, 18, 40, 181}; /* 181: F16 rows of 5 chunks of 32 and a tail */
         for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
             const int64_t n = blocks[bi] * bsize(cases[c].type);
             /* spare bytes between rows: strides not a multiple of the block size (but keeping the

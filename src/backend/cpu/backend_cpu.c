@@ -531,10 +531,12 @@ static bool mm_plan(cpu_backend *cb, const qr_weight *w, const float *x, int64_t
         t.tile_r = tile_rows_for(cb, w->type);
         t.tile_c = cb->tile_c;
     }
-    if (t.dot == tr->vec_dot && t.n_gemm == 0 && tr->vec_dot_tile) {
+    if (t.dot == tr->vec_dot && t.n_gemm == 0 && tr->vec_dot_tile && (n_rows > 1 || w->type != QR_TYPE_F16)) {
         /* several weight rows x token rows per call: same sums, fewer loads, independent FMA chains; also for one
          * token row (decode) now that the weights are prefetched (prefetch_ahead): the rows' chains then overlap
          * (SmolLM2 Q4_1 tg128 at 2 threads, Zen 5: +7 %; before the prefetch it gained nothing) */
+        /* (F16 decode keeps the per-row loop: through the tile SmolLM2 F16 tg128 fell from ~170 to ~139 t/s on the Zen 5;
+         * its tile serves row-exact passes of several rows, which share each weight's conversion) */
         t.tile = tr->vec_dot_tile;
         t.tile_r = n_rows > 1 ? tile_rows_for(cb, w->type) : cb->tile_r; /* (decode: 3 rows measured best) */
         t.tile_c = cb->tile_c;
