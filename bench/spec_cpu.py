@@ -39,6 +39,7 @@ def main():
     ap.add_argument("--spec", default=None, help="ngram (default without --draft-model)")
     ap.add_argument("--draft-model", default=None)
     ap.add_argument("--draft-max", type=int, default=None)
+    ap.add_argument("--draft-p-min", type=float, default=None, help="the draft's confidence floor (quarrel's default: 0.75)")
     ap.add_argument("--prompts", default=os.path.join(ROOT, "bench/data/spec_code_edit.jsonl"))
     ap.add_argument("-n", type=int, default=128, help="tokens generated per run")
     ap.add_argument("-r", "--reps", type=int, default=3)
@@ -50,6 +51,8 @@ def main():
     extra = ["--draft-model", args.draft_model] if args.draft_model else ["--spec", args.spec or "ngram"]
     if args.draft_max:
         extra += ["--draft-max", str(args.draft_max)]
+    if args.draft_p_min is not None:
+        extra += ["--draft-p-min", str(args.draft_p_min)]
     prompts = [json.loads(l)["prompt"] for l in open(args.prompts) if l.strip()]
     rows, mismatches, drafted, accepted = [], 0, 0, 0
     for i, prompt in enumerate(prompts):
