@@ -13,6 +13,7 @@ pre-norm state). Its logits are over the draft vocabulary; mapped through d2t th
 pre-norm states must agree. Variants: d2t and own embeddings (F16, Q4_K_M), shared token_embd / output with
 norm_before_fc (Q8_0), a narrower head, llama3 rope factors.
 """
+import contextlib
 import ctypes
 import os
 import subprocess
@@ -150,9 +151,11 @@ def run_llama(llama_cpp, target, head, tokens, feats, last_token, E):
         lib.llama_model_free(mt)
 
 
-def run_quarrel(lib, target, head, tokens, feats, last_token, E, n_logits):
+@contextlib.contextmanager
+def quarrel_models(lib, target, head):
+    """The target and the head loaded on the CPU (2 threads): yields (err, check, target, head); both freed after."""
     err = ctypes.create_string_buffer(1024)
-    mt, mh, ctx = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    mt, mh = ctypes.c_void_p(), ctypes.c_void_p()
     mp = lib.qr_model_default_params()
     mp.backend = BACKEND_CPU
     mp.n_threads = 2
@@ -163,31 +166,39 @@ def run_quarrel(lib, target, head, tokens, feats, last_token, E, n_logits):
     try:
         check(lib.qr_model_load(str(target).encode(), ctypes.byref(mp), ctypes.byref(mt), err, len(err)), "load target")
         check(lib.qr_model_load(str(head).encode(), ctypes.byref(mp), ctypes.byref(mh), err, len(err)), "load head")
-        check(lib.qr_eagle3_bind(mh, mt, err, len(err)), "bind")
-        cp = ContextParams(n_ctx=64, n_batch=64, n_seq_max=1, n_threads=0)
-        check(lib.qr_context_create(mh, ctypes.byref(cp), ctypes.byref(ctx), err, len(err)), "head context")
-        logits, pre = [], []
-
-        def decode(toks, rows, width):
-            ids = (ctypes.c_int32 * len(toks))(*[int(t) for t in toks])
-            want = (ctypes.c_int8 * len(toks))(*([1] * len(toks)))
-            lib.qr_context_set_row_input(ctx, fptr(rows), width)
-            b = Batch(n_tokens=len(toks), token=ids, pos=None, seq_id=None, logits=want)
-            check(lib.qr_decode(ctx, ctypes.byref(b), err, len(err)), "decode")
-            p = np.ctypeslib.as_array(lib.qr_context_pre_rows(ctx), shape=(len(toks) * E,)).reshape(len(toks), E)
-            for i in range(len(toks)):
-                logits.append(np.ctypeslib.as_array(lib.qr_get_logits(ctx, i), shape=(n_logits,)).copy())
-                pre.append(p[i].copy())
-
-        decode(tokens, feats, feats.shape[1])
-        decode([last_token], np.ascontiguousarray(pre[-1][None, :]), E)
-        return np.stack(logits), np.stack(pre)
+        yield err, check, mt, mh
     finally:
-        if ctx:
-            lib.qr_context_free(ctx)
         for m in (mh, mt):
             if m:
                 lib.qr_model_free(m)
+
+
+def run_quarrel(lib, target, head, tokens, feats, last_token, E, n_logits):
+    ctx = ctypes.c_void_p()
+    with quarrel_models(lib, target, head) as (err, check, mt, mh):
+        try:
+            check(lib.qr_eagle3_bind(mh, mt, err, len(err)), "bind")
+            cp = ContextParams(n_ctx=64, n_batch=64, n_seq_max=1, n_threads=0)
+            check(lib.qr_context_create(mh, ctypes.byref(cp), ctypes.byref(ctx), err, len(err)), "head context")
+            logits, pre = [], []
+
+            def decode(toks, rows, width):
+                ids = (ctypes.c_int32 * len(toks))(*[int(t) for t in toks])
+                want = (ctypes.c_int8 * len(toks))(*([1] * len(toks)))
+                lib.qr_context_set_row_input(ctx, fptr(rows), width)
+                b = Batch(n_tokens=len(toks), token=ids, pos=None, seq_id=None, logits=want)
+                check(lib.qr_decode(ctx, ctypes.byref(b), err, len(err)), "decode")
+                p = np.ctypeslib.as_array(lib.qr_context_pre_rows(ctx), shape=(len(toks) * E,)).reshape(len(toks), E)
+                for i in range(len(toks)):
+                    logits.append(np.ctypeslib.as_array(lib.qr_get_logits(ctx, i), shape=(n_logits,)).copy())
+                    pre.append(p[i].copy())
+
+            decode(tokens, feats, feats.shape[1])
+            decode([last_token], np.ascontiguousarray(pre[-1][None, :]), E)
+            return np.stack(logits), np.stack(pre)
+        finally:
+            if ctx:
+                lib.qr_context_free(ctx)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -357,7 +368,6 @@ def llama_drafts(llama_cpp, target, head, prompt, steps, E):
 
 def quarrel_drafts(lib, target, head, prompt, steps):
     """The same loop through quarrel's spec.c: qr_decode + qr_spec_observe for every target batch, qr_spec_draft."""
-    err = ctypes.create_string_buffer(1024)
     vp, i32 = ctypes.c_void_p, ctypes.c_int32
     lib.qr_spec_create.argtypes = [vp, ctypes.POINTER(SpecParams), ctypes.POINTER(vp), ctypes.c_char_p, ctypes.c_size_t]
     lib.qr_spec_free.argtypes = [vp]
@@ -368,55 +378,44 @@ def quarrel_drafts(lib, target, head, prompt, steps):
     lib.qr_spec_draft.restype = i32
     lib.qr_kv_seq_rm.argtypes = [vp, i32, i32, i32]
     lib.qr_kv_seq_rm.restype = ctypes.c_bool
-    mt, mh, ctx, sp = vp(), vp(), vp(), vp()
-    mp = lib.qr_model_default_params()
-    mp.backend = BACKEND_CPU
-    mp.n_threads = 2
+    ctx, sp = vp(), vp()
+    with quarrel_models(lib, target, head) as (err, check, mt, mh):
+        try:
+            cp = ContextParams(n_ctx=128, n_batch=128, n_seq_max=1, n_threads=0)
+            check(lib.qr_context_create(mt, ctypes.byref(cp), ctypes.byref(ctx), err, len(err)), "context")
+            p = lib.qr_spec_default_params()
+            p.kind, p.draft_model, p.draft_max, p.draft_min, p.draft_p_min = SPEC_EAGLE3, mh, N_DRAFT, 0, 0.0
+            check(lib.qr_spec_create(ctx, ctypes.byref(p), ctypes.byref(sp), err, len(err)), "spec")
 
-    def check(st, what):
-        assert st == 0, f"quarrel {what}: {err.value.decode(errors='replace')}"
+            def target_pass(toks):
+                ids = (i32 * len(toks))(*[int(t) for t in toks])
+                b = Batch(n_tokens=len(toks), token=ids, pos=None, seq_id=None, logits=None)
+                check(lib.qr_decode(ctx, ctypes.byref(b), err, len(err)), "decode")
+                check(lib.qr_spec_observe(sp, ctypes.byref(b), err, len(err)), "observe")
 
-    try:
-        check(lib.qr_model_load(str(target).encode(), ctypes.byref(mp), ctypes.byref(mt), err, len(err)), "load target")
-        check(lib.qr_model_load(str(head).encode(), ctypes.byref(mp), ctypes.byref(mh), err, len(err)), "load head")
-        cp = ContextParams(n_ctx=128, n_batch=128, n_seq_max=1, n_threads=0)
-        check(lib.qr_context_create(mt, ctypes.byref(cp), ctypes.byref(ctx), err, len(err)), "context")
-        p = lib.qr_spec_default_params()
-        p.kind, p.draft_model, p.draft_max, p.draft_min, p.draft_p_min = SPEC_EAGLE3, mh, N_DRAFT, 0, 0.0
-        check(lib.qr_spec_create(ctx, ctypes.byref(p), ctypes.byref(sp), err, len(err)), "spec")
-
-        def target_pass(toks):
-            ids = (i32 * len(toks))(*[int(t) for t in toks])
-            b = Batch(n_tokens=len(toks), token=ids, pos=None, seq_id=None, logits=None)
-            check(lib.qr_decode(ctx, ctypes.byref(b), err, len(err)), "decode")
-            check(lib.qr_spec_observe(sp, ctypes.byref(b), err, len(err)), "observe")
-
-        hist = list(prompt)
-        target_pass(prompt[:-1])
-        n_past, out = len(prompt) - 1, []
-        for id_last, verify in steps:
-            hist[-1] = id_last
-            h = (i32 * len(hist))(*hist)
-            d = (i32 * N_DRAFT)()
-            k = lib.qr_spec_draft(sp, 0, h, len(hist), N_DRAFT, None, d, err, len(err))
-            assert k == N_DRAFT, f"quarrel drafted {k} tokens: {err.value.decode(errors='replace')}"
-            out.append(list(d))
-            if verify is None:
-                break
-            toks, n_keep = [id_last] + verify[0], verify[1]
-            target_pass(toks)
-            assert lib.qr_kv_seq_rm(ctx, 0, n_past + n_keep, -1)
-            hist = hist[:-1] + toks[:n_keep] + [0]  # the kept tokens; the next step's id_last goes last
-            n_past += n_keep
-        return out
-    finally:
-        if sp:
-            lib.qr_spec_free(sp)
-        if ctx:
-            lib.qr_context_free(ctx)
-        for m in (mh, mt):
-            if m:
-                lib.qr_model_free(m)
+            hist = list(prompt)
+            target_pass(prompt[:-1])
+            n_past, out = len(prompt) - 1, []
+            for id_last, verify in steps:
+                hist[-1] = id_last
+                h = (i32 * len(hist))(*hist)
+                d = (i32 * N_DRAFT)()
+                k = lib.qr_spec_draft(sp, 0, h, len(hist), N_DRAFT, None, d, err, len(err))
+                assert k == N_DRAFT, f"quarrel drafted {k} tokens: {err.value.decode(errors='replace')}"
+                out.append(list(d))
+                if verify is None:
+                    break
+                toks, n_keep = [id_last] + verify[0], verify[1]
+                target_pass(toks)
+                assert lib.qr_kv_seq_rm(ctx, 0, n_past + n_keep, -1)
+                hist = hist[:-1] + toks[:n_keep] + [0]  # the kept tokens; the next step's id_last goes last
+                n_past += n_keep
+            return out
+        finally:
+            if sp:
+                lib.qr_spec_free(sp)
+            if ctx:
+                lib.qr_context_free(ctx)
 
 
 @pytest.mark.parametrize("variant", ["default", "shared"])
