@@ -148,15 +148,9 @@ static void on_event(void *user, const qr_sched_event *ev) {
     else g->head = e;
     g->tail = e;
     g->n_pending++;
-    if (done) {
-        g->done_queued = true;
-        pthread_cond_signal(&g->cv); /* under the lock: the reader may free g as soon as it sees DONE */
-        pthread_mutex_unlock(&g->mu);
-        return;
-    }
-    pthread_mutex_unlock(&g->mu);
-    /* after the unlock (g lives until its DONE is read): the woken reader does not block on mu again */
+    if (done) g->done_queued = true;
     pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
 }
 
 qr_status srv_gen_start(srv_gen *g, srv_model *m, int32_t *prompt, int32_t n_prompt, const srv_gen_req *req,

@@ -85,7 +85,7 @@ typedef struct cuda_backend {
     bool graphs_off;      /* QUARREL_CUDA_GRAPH=0, or a capture failed once (graph_note says why) */
     uint64_t scratch_gen; /* bumped whenever a scratch buffer or the device plan moves */
     int64_t n_captured, n_replayed;
-    bool host_prof;       /* QUARREL_HOST_PROF=1: the host time of the graph launches, printed at the end */
+    bool host_prof;       /* QUARREL_HOST_PROF=1: the host time of the graph launches, printed every 256 replays */
     double t_launch;      /* seconds in cudaGraphLaunch over the replays (printed every 256) */
     int64_t n_launch_prof;
     char graph_note[256];
