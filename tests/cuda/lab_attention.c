@@ -23,7 +23,6 @@ typedef struct kvset {
     qr_kv_storage *kc, *kg;
     int n_seqs, max_blocks, spare; /* spare: a physical block no sequence uses */
     int32_t *bt;                   /* [n_seqs][max_blocks] */
-    int len[8];
 } kvset;
 
 static void die_if(bool bad, const char *what, const char *err) {
@@ -55,7 +54,6 @@ static void kvset_init(lab *L, kvset *S, const attn_cfg *c, int n_seqs, const in
     S->n_seqs = n_seqs;
     int total_blocks = 0, max_len = 0;
     for (int s = 0; s < n_seqs; s++) {
-        S->len[s] = len[s];
         total_blocks += (len[s] + c->block_size - 1) / c->block_size;
         if (len[s] > max_len) max_len = len[s];
     }
@@ -336,7 +334,9 @@ static void big_cases(lab *L) {
     const attn_cfg gemma = {"gemma 8/4x256 b16 win1024 cap50", 8, 4, 256, 256, 16, 1024, 50.0f, QR_TYPE_F16};
     const int ctxs[] = {64, 160, 512, 4096, 16384};
     char label[64];
-    for (int ci = 0; ci < 5; ci++) {
+    /* QUARREL_LAB_ATTN_BATCHED=1: only the batched decode steps below (profiling) */
+    const bool batched_only = getenv("QUARREL_LAB_ATTN_BATCHED") != NULL;
+    for (int ci = 0; ci < (batched_only ? 0 : 5); ci++) {
         kvset S;
         const int len[1] = {ctxs[ci]};
         kvset_init(L, &S, &mistral, 1, len);
@@ -361,7 +361,7 @@ static void big_cases(lab *L) {
         kvset_free(L, &S);
     }
     /* four sequences decoding together */
-    {
+    if (!batched_only) {
         kvset S;
         const int len[4] = {2048, 1000, 3000, 77};
         kvset_init(L, &S, &mistral, 4, len);
@@ -371,8 +371,8 @@ static void big_cases(lab *L) {
         attn_check_nocluster(L, &S, 4, seq, pos, 0, true, "decode 4 seqs nocluster");
         kvset_free(L, &S);
     }
-    /* batched decode steps: 64 and 256 sequences of 128..511 keys, a row each (a served step), the flash-decoding
-     * kernels (default) against the flash kernel's decode form (tune.attn_flash_decode) */
+    /* batched decode steps: 64 and 256 sequences of 128..511 keys, a row each (a served step), the tensor-core decode
+     * kernel (default) against the flash-decoding kernels (tune.attn_dec_mma 0) */
     for (int nsq = 64; nsq <= 256; nsq *= 4) {
         kvset S;
         int *len = malloc(sizeof(int) * (size_t)nsq);
@@ -381,12 +381,12 @@ static void big_cases(lab *L) {
         kvset_init(L, &S, &mistral, nsq, len);
         snprintf(label, sizeof label, "decode %d seqs", nsq);
         attn_check(L, &S, nsq, seq, pos, nsq, NULL, 0, true, label);
-        snprintf(label, sizeof label, "decode %d seqs flash", nsq);
-        attn_check_knob(L, &S, &qr_cuda_backend_tune(L->gpu)->attn_flash_decode, 1, nsq, seq, pos, 0, true, label);
+        snprintf(label, sizeof label, "decode %d seqs flash-decoding", nsq);
+        attn_check_knob(L, &S, &qr_cuda_backend_tune(L->gpu)->attn_dec_mma, 0, nsq, seq, pos, 0, true, label);
         kvset_free(L, &S);
         free(len), free(seq), free(pos);
     }
-    {
+    if (!batched_only) {
         kvset S;
         const int len[1] = {4096};
         kvset_init(L, &S, &gemma, 1, len);
@@ -562,6 +562,10 @@ static void rope_attn_cases(lab *L) {
 }
 
 void lab_attention(lab *L) {
+    if (getenv("QUARREL_LAB_ATTN_BATCHED")) { /* profiling: the batched decode steps alone */
+        big_cases(L);
+        return;
+    }
     small_cases(L);
     rope_attn_cases(L);
     if (L->quick) return;

@@ -137,6 +137,24 @@ static __device__ __forceinline__ void act_quant_block256(const float *x, int64_
     act_quant_vals256(v, blk, lane, q, d_out, g_out);
 }
 
+/* act_q8_as_f16 (kind 1 / 2) of Q8_K block blk from the 8 values v this lane holds (values 8 lane .. 8 lane + 7;
+ * whole warp): the fused norms' form (norm.cu, QK 2). */
+template <int KIND>
+static __device__ __forceinline__ void act_q8_vals_as_f16(const float *v, int64_t blk, int lane, __half *out) {
+    int qs[8];
+    const float d = q8_K_codes(v, lane, qs);
+    if (KIND == 2) { /* permuted within 16 values: value 4t + r goes to 2t + r (r < 2) or 8 + 2t + r - 2 */
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int v16 = (lane & 1) * 8 + j, p = (v16 & 3) < 2 ? 2 * (v16 >> 2) + (v16 & 3) : 6 + 2 * (v16 >> 2) + (v16 & 3);
+            out[blk * 256 + (lane >> 1) * 16 + p] = __float2half_rn(__fmul_rn((float)qs[j], d));
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++) out[blk * 256 + lane * 8 + j] = __float2half_rn(__fmul_rn((float)qs[j], d));
+    }
+}
+
 /* Block blk as the CPU sees it after quantizing (codes times scale, the Q8_0 scale fp16-rounded
  * as stored), rounded to f16: out[32 blk + lane] (kind 0) or out[256 blk + 8 lane + j] (kind 1; kind 2: the same values in
  * matmul_dq.cu's wgmma order, permuted within every 16). */
@@ -151,18 +169,7 @@ static __device__ __forceinline__ void act_q8_as_f16(const float *x, int64_t blk
     const float4 *xp = (const float4 *)(x + blk * 256 + lane * 8);
     const float4 p0 = xp[0], p1 = xp[1];
     const float v[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
-    int qs[8];
-    const float d = q8_K_codes(v, lane, qs);
-    if (KIND == 2) { /* permuted within 16 values: value 4t + r goes to 2t + r (r < 2) or 8 + 2t + r - 2 */
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int v16 = (lane & 1) * 8 + j, p = (v16 & 3) < 2 ? 2 * (v16 >> 2) + (v16 & 3) : 6 + 2 * (v16 >> 2) + (v16 & 3);
-            out[blk * 256 + (lane >> 1) * 16 + p] = __float2half_rn(__fmul_rn((float)qs[j], d));
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < 8; j++) out[blk * 256 + lane * 8 + j] = __float2half_rn(__fmul_rn((float)qs[j], d));
-    }
+    act_q8_vals_as_f16<KIND>(v, blk, lane, out);
 }
 
 #endif /* QR_CUDA_ACT_QUANT_CUH */

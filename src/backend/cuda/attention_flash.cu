@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_dev.cuh"
+#include "backend/cuda/mma_dev.cuh"
 
 #define FA_THREADS 128
 #include "backend/cuda/kv_quant.cuh"
@@ -53,23 +54,6 @@ static __device__ __forceinline__ void fa_ldsm_x4_trans(uint32_t (&r)[4], const 
 #elif defined(QR_FA_HOST)
     fa_host_ldsm(r, p, true);
 #endif
-}
-/* c += A B (m16n8k16, f16 inputs, f32 accumulators). */
-static __device__ __forceinline__ void fa_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#elif defined(QR_FA_HOST)
-    fa_host_mma(c, a, b0, b1);
-#endif
-}
-static __device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    uint32_t u;
-    memcpy(&u, &h, 4);
-    return u;
 }
 static __device__ __forceinline__ float fa_quad_max(float v) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -191,11 +175,11 @@ static __global__ void __launch_bounds__(FA_THREADS, 2)
             kvq_words8<KQ>(kr, c, w0, w1);
             kvq_dequant8<KQ>(w0, w1, __half2float(((const __half *)(kr + C::CODES))[c >> 5]), f);
             uint4 u;
-            u.x = fa_pack(f[0], f[1]), u.y = fa_pack(f[2], f[3]), u.z = fa_pack(f[4], f[5]), u.w = fa_pack(f[6], f[7]);
+            u.x = qr_half2_bits(f[0], f[1]), u.y = qr_half2_bits(f[2], f[3]), u.z = qr_half2_bits(f[4], f[5]), u.w = qr_half2_bits(f[6], f[7]);
             *(uint4 *)(ks + key * P + c) = u;
             kvq_words8<KQ>(vr, c, w0, w1);
             kvq_dequant8<KQ>(w0, w1, __half2float(((const __half *)(vr + C::CODES))[c >> 5]), f);
-            u.x = fa_pack(f[0], f[1]), u.y = fa_pack(f[2], f[3]), u.z = fa_pack(f[4], f[5]), u.w = fa_pack(f[6], f[7]);
+            u.x = qr_half2_bits(f[0], f[1]), u.y = qr_half2_bits(f[2], f[3]), u.z = qr_half2_bits(f[4], f[5]), u.w = qr_half2_bits(f[6], f[7]);
             *(uint4 *)(vs + key * P + c) = u;
         }
     };
@@ -265,8 +249,8 @@ static __global__ void __launch_bounds__(FA_THREADS, 2)
                     fa_ldsm_x4(kb, ks + (nn * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + kk * 16 + ((lane >> 3) & 1) * 8);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
-                        fa_mma(s[mt][2 * nn], qa[mt], kb[0], kb[1]);
-                        fa_mma(s[mt][2 * nn + 1], qa[mt], kb[2], kb[3]);
+                        qr_mma16816(s[mt][2 * nn], qa[mt], kb[0], kb[1]);
+                        qr_mma16816(s[mt][2 * nn + 1], qa[mt], kb[2], kb[3]);
                     }
                 }
             }
@@ -321,10 +305,10 @@ static __global__ void __launch_bounds__(FA_THREADS, 2)
                 uint32_t pa[MT][4];
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    pa[mt][0] = fa_pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                    pa[mt][1] = fa_pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                    pa[mt][2] = fa_pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                    pa[mt][3] = fa_pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                    pa[mt][0] = qr_half2_bits(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pa[mt][1] = qr_half2_bits(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pa[mt][2] = qr_half2_bits(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pa[mt][3] = qr_half2_bits(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
                 }
 #pragma unroll
                 for (int dn = 0; dn < D / 16; dn++) {
@@ -332,8 +316,8 @@ static __global__ void __launch_bounds__(FA_THREADS, 2)
                     fa_ldsm_x4_trans(vb, vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + dn * 16 + (lane >> 4) * 8);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++) {
-                        fa_mma(o[mt][2 * dn], pa[mt], vb[0], vb[1]);
-                        fa_mma(o[mt][2 * dn + 1], pa[mt], vb[2], vb[3]);
+                        qr_mma16816(o[mt][2 * dn], pa[mt], vb[0], vb[1]);
+                        qr_mma16816(o[mt][2 * dn + 1], pa[mt], vb[2], vb[3]);
                     }
                 }
             }

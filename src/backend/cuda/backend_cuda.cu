@@ -127,7 +127,6 @@ static void cuda_destroy(qr_backend *be) {
     cudaFree(cb->heads_y);
     cudaFree(cb->tmp);
     cudaFree(cb->fa_tiles);
-    cudaFree(cb->fa_dec_tiles);
     free(cb->h_fa_tiles);
     cudaFree(cb->moe);
     cudaFree(cb->dq_part);
@@ -1168,8 +1167,31 @@ static int norm_codes(cuda_backend *cb, const qr_weight *next, const float *x, f
     return act_scratch(cb, nk, y, n_rows, dim, a) ? nk : -2;
 }
 
+/* Where a norm's output y feeds `next` at a batch that matmul_dq / matmul_multi_dq run on version 6 (Q4_K / Q6_K, kind 2
+ * f16 activations in the act scratch's f16 region): that region (grown) for the norm kernel to write y's f16 values
+ * into (*xh); else NULL. Only a guess of the matmul's path: act_f16 takes the values only for exactly this (x, rows,
+ * k, kind), else it converts y itself. */
+static void *norm_f16_dst(cuda_backend *cb, const qr_weight *next, const float *x, const float *y, int64_t n_rows,
+                          int64_t dim, const char *op) {
+    const qr_cuda_tune *t = &cb->tune;
+    if (!next || !next->device || !t->norm_f16 || !t->act_reuse || cb->exact || cb->row_exact || !t->dq_gemm ||
+        !t->dq_tma || !t->gemm_q8_act || dim % 256 || overlaps(x, n_rows * dim, y, n_rows * dim))
+        return NULL;
+    const cuda_weight *cn = prepared(cb, next, op);
+    if (!cn) return NULL;
+    const cuda_wview *v = &cn->v;
+    if (v->k != dim || v->nb != dim / 256 || !qr_cuda_dq_gemm_supported((qr_type)v->type)) return NULL;
+    const bool v6 = dq_small(cb, v, n_rows) || (n_rows > t->mmvq_max_rows && n_rows <= t->dq_max_rows &&
+                                                n_rows >= t->dq_wg_min_rows && t->dq_wg == 1 && n_rows <= 64);
+    if (!v6) return NULL;
+    const act_layout L = act_layout_of(n_rows, dim);
+    if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return NULL;
+    return (uint8_t *)cb->act + L.h;
+}
+
 /* x += b; y = rmsnorm(x) * w; when the next mat-vec's activations are Q8 (next's type) and the rows
- * are decode-sized, the same kernel quantizes y into the act scratch for it. */
+ * are decode-sized, the same kernel quantizes y into the act scratch for it; when `next` takes version 6 of the
+ * batched-decode GEMM, it writes y's f16 activations for it instead (norm_f16_dst). */
 static void add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
                         int64_t dim, float eps, float *y, const qr_weight *next, const float *bw) {
     cuda_backend *cb = CB(be);
@@ -1185,15 +1207,20 @@ static void add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scale,
         return;
     }
     act_ptrs a = {};
-    const int kind = norm_codes(cb, next, x, y, n_rows, dim, "add_rmsnorm", &a);
+    void *xh = norm_f16_dst(cb, next, x, y, n_rows, dim, "add_rmsnorm");
+    const int kind = xh ? 2 : norm_codes(cb, next, x, y, n_rows, dim, "add_rmsnorm", &a);
     if (kind == -2) return;
+    if (xh) a.q = (int8_t *)xh, cb->hold_valid = false; /* the f16 rows overwrite the scratch */
     if (!cuda_ok(cb,
                  qr_cuda_add_rmsnorm(x, b, b_scale, bw, wp, n_rows, dim, eps, y, kind, a.q, a.d, a.s, a.g, use_pdl(cb),
                                      cb->stream),
                  "add_rmsnorm"))
         return;
     cb->act_valid = false;
-    if (kind >= 0) act_mark(cb, y, n_rows, dim, kind);
+    if (xh) { /* what act_f16 + act_f16_done record: the next GEMM over y finds its f16 activations ready */
+        cb->xh_x = y, cb->xh_rows = n_rows, cb->xh_k = dim, cb->xh_kind = 2, cb->xh_gen = cb->scratch_gen;
+        act_f16_done(cb);
+    } else if (kind >= 0) act_mark(cb, y, n_rows, dim, kind);
 }
 
 /* add_rmsnorm + the MoE router (F32) + routing in one launch (qr_cuda_norm_route) at decode sizes; the
@@ -1528,80 +1555,12 @@ static bool attn_flash_wanted(const cuda_backend *cb, const cuda_attn_args *a) {
  * runs of at least attn_flash_min_run rows a sequence on average, a layout the kernel takes, outside graphs.
  * max_span: the longest key span of a row. True when it ran (or raised an error); false to leave the pass to
  * the other kernels. */
-/* The flash kernel's key splits for `ctas` tiles x kv heads over spans up to max_span: the count whose waves of CTAs
- * (two an SM resident) finish the work soonest, fewest on a tie (each split costs its share of the partial outputs);
- * each split at least 4 blocks of 64 keys; tune.attn_flash_splits when set. */
-static int64_t flash_splits(const cuda_backend *cb, int64_t ctas, int32_t max_span) {
-    if (cb->tune.attn_flash_splits > 0) return cb->tune.attn_flash_splits;
-    const int64_t slots = 2 * (int64_t)cb->n_sm;
-    int64_t by_len = max_span / 256, ns = 1;
-    if (by_len > 16) by_len = 16;
-    double best = 0;
-    for (int64_t k = 1; k <= by_len || k == 1; k++) {
-        const double t = (double)((ctas * k + slots - 1) / slots) / (double)k; /* waves per unit of work */
-        if (k == 1 || t < best - 1e-9) best = t, ns = k;
-    }
-    return ns;
-}
-
-/* A batched decode step for the flash kernel (tune.attn_flash_decode): more rows than a decode pass, each row its own
- * sequence (then its tiles depend on the row count alone, so graphs may replay them), an f16 cache. */
-static bool attn_flash_decode_step(const cuda_backend *cb, const cuda_attn_args *a) {
-    if (!cb->tune.attn_flash || !cb->tune.attn_flash_decode || a->kvq || cb->cfg_one_row ||
-        a->n_tok <= cb->tune.attn_decode_max_rows || !qr_cuda_attn_flash_supported(a))
-        return false;
-    if (!cb->seq_runs) return false;
-    for (int32_t r = 1; r < cb->n_tokens; r++)
-        if (cb->h_seq[r] == cb->h_seq[r - 1]) return false;
-    return true;
-}
-
-/* The decode steps' tile list for n rows (grown outside graph capture; a new buffer makes graphs re-capture). */
-static bool attn_flash_decode_tiles(cuda_backend *cb, int32_t n, int32_t group, int32_t bm) {
-    if (cb->fa_dec_n >= n && cb->fa_dec_group == group && cb->fa_dec_rows == bm) return true;
-    if (cb->capturing) {
-        raise_error(cb, QR_ERR_INTERNAL, "attention: the decode tiles must be made before graph capture");
-        return false;
-    }
-    int32_t *seq = (int32_t *)malloc((size_t)n * 4), *h = (int32_t *)malloc((size_t)n * 16);
-    bool ok = seq && h;
-    if (ok) {
-        for (int32_t r = 0; r < n; r++) seq[r] = r;
-        ok = qr_cuda_attn_flash_tiles(seq, n, group, bm, h, n) == n; /* G <= bm: a tile a row */
-    }
-    if (ok) ok = ensure_scratch(cb, &cb->fa_dec_tiles, &cb->fa_dec_cap, (size_t)n * 16, "attention decode tiles");
-    if (ok) ok = cuda_ok(cb, cudaMemcpyAsync(cb->fa_dec_tiles, h, (size_t)n * 16, cudaMemcpyHostToDevice, cb->stream),
-                         "attention decode tiles") &&
-                 cuda_ok(cb, cudaStreamSynchronize(cb->stream), "attention decode tiles"); /* h is freed below */
-    else if (cb->error == QR_OK) raise_error(cb, QR_ERR_NOMEM, "attention: out of memory");
-    free(seq);
-    free(h);
-    if (ok) cb->fa_dec_n = n, cb->fa_dec_group = group, cb->fa_dec_rows = bm;
-    return ok;
-}
-
 static bool attn_flash(cuda_backend *cb, const cuda_attn_args *a, int32_t max_span) {
-    const int32_t group = a->n_head / a->n_head_kv, mt = cb->tune.attn_flash_mt, bm = qr_cuda_attn_flash_rows(a->dk, mt);
-    const bool dec = attn_flash_decode_step(cb, a);
-    if (dec) { /* a tile a row (and kv head): the row count's list; a graph serves every span its block table reaches */
-        if (!attn_flash_decode_tiles(cb, cb->n_tokens, group, bm)) return true;
-        if (cb->graph_mode) max_span = (int32_t)((int64_t)cb->cap_blocks * cb->kv_block_size);
-        const int64_t ns = flash_splits(cb, (int64_t)cb->n_tokens * a->n_head_kv, max_span);
-        float *part = NULL;
-        if (ns > 1) {
-            if (!ensure_scratch(cb, &cb->attn, &cb->attn_cap, qr_cuda_attn_flash_part_bytes(a, (int32_t)ns), "attention scratch"))
-                return true;
-            part = (float *)cb->attn;
-        }
-        cuda_ok(cb, qr_cuda_attention_flash(a, mt, cb->tune.attn_flash_stages, (const int32_t *)cb->fa_dec_tiles,
-                                            cb->n_tokens, (int32_t)ns, part, cb->stream),
-                "attention (flash, decode)");
-        return true;
-    }
     if (!attn_flash_wanted(cb, a)) return false;
     int32_t n_runs = 0;
     for (int32_t r = 0; r < cb->n_tokens; r++) n_runs += r == 0 || cb->h_seq[r] != cb->h_seq[r - 1];
     if ((int64_t)n_runs * cb->tune.attn_flash_min_run > cb->n_tokens) return false;
+    const int32_t group = a->n_head / a->n_head_kv, mt = cb->tune.attn_flash_mt, bm = qr_cuda_attn_flash_rows(a->dk, mt);
     if (cb->fa_gen != cb->plan_gen || cb->fa_group != group || cb->fa_rows != bm) { /* once per plan, for all layers */
         const int32_t n = qr_cuda_attn_flash_tiles(cb->h_seq, cb->n_tokens, group, bm, NULL, 0);
         if ((size_t)n > cb->h_fa_cap) {
@@ -1621,7 +1580,20 @@ static bool attn_flash(cuda_backend *cb, const cuda_attn_args *a, int32_t max_sp
             return true;
         cb->fa_gen = cb->plan_gen, cb->fa_group = group, cb->fa_rows = bm, cb->fa_n = n;
     }
-    const int64_t ns = flash_splits(cb, (int64_t)cb->fa_n * a->n_head_kv, max_span);
+    /* key splits: the count whose waves of CTAs (two an SM resident) finish the work soonest, fewest on a tie
+     * (each split costs its share of the partial outputs); each split at least 4 blocks of 64 keys */
+    int64_t ns = cb->tune.attn_flash_splits;
+    if (ns <= 0) {
+        const int64_t ctas = (int64_t)cb->fa_n * a->n_head_kv, slots = 2 * (int64_t)cb->n_sm;
+        int64_t by_len = max_span / 256;
+        if (by_len > 16) by_len = 16;
+        double best = 0;
+        ns = 1;
+        for (int64_t k = 1; k <= by_len || k == 1; k++) {
+            const double t = (double)((ctas * k + slots - 1) / slots) / (double)k; /* waves per unit of work */
+            if (k == 1 || t < best - 1e-9) best = t, ns = k;
+        }
+    }
     float *part = NULL;
     if (ns > 1) {
         if (!ensure_scratch(cb, &cb->attn, &cb->attn_cap, qr_cuda_attn_flash_part_bytes(a, (int32_t)ns), "attention scratch"))
@@ -1814,6 +1786,9 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
      * count: its CTAs are (row, kv head, tile of GMAX heads), 8 for an MLA decode row, so it needs key splits even
      * on short spans (deepseek-v2-lite decode at 64 keys in a graph: 1 split 251 t/s, 8: 376, 16: 382, 32: 375) */
     const bool two_pass = !qr_cuda_attn_decode_supported(&a);
+    /* a batched decode step on the tensor-core kernel (tune.attn_dec_mma) */
+    const bool dec_mma = cb->tune.attn_dec_mma && cb->tune.attn_kernel != 1 && nt_cfg > cb->tune.attn_decode_max_rows &&
+                         a.f16 && a.dk == a.dv && (a.dk == 64 || a.dk == 128);
     if (ns <= 0) {
         ns = ((int64_t)cb->tune.attn_ctas_per_sm * cb->n_sm + base - 1) / base;
         const int64_t by_len = (max_span + 31) / 32;
@@ -1825,6 +1800,7 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
         const int64_t cap = (int64_t)cb->cap_blocks * d->block_size;
         const int64_t by_cap = two_pass ? (cap / 256 > 16 ? cap / 256 : 16) : cap <= 1024 ? 1 : (cap + 63) / 64;
         if (ns > by_cap && cb->graph_mode) ns = by_cap;
+        if (dec_mma && base >= 2 * (int64_t)cb->n_sm) ns = 1; /* the tensor-core decode kernel: one split */
     }
     /* a graph replays one split count at every length: empty splits are harmless (max -inf, sum 0) */
     if (ns > max_span && !cb->graph_mode) ns = max_span;
@@ -1863,9 +1839,11 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
         /* one split: the fused kernel can also quantize its output for the output projection (p->next) */
         const int gq = group < gmax ? group : gmax;
         if ((ns == 1 || a.cluster) && !attn_q8_out(cb, p, out, gq, &a)) return;
-        if (!cuda_ok(cb, qr_cuda_attention_decode(&a, scores, (int32_t)score_stride, cb->attn_cnt, use_pdl(cb),
-                                                  cb->stream),
-                     "attention (decode)"))
+        if (dec_mma && qr_cuda_attn_decode_mma_supported(&a)) {
+            if (!cuda_ok(cb, qr_cuda_attention_decode_mma(&a, use_pdl(cb), cb->stream), "attention (decode, mma)")) return;
+        } else if (!cuda_ok(cb, qr_cuda_attention_decode(&a, scores, (int32_t)score_stride, cb->attn_cnt, use_pdl(cb),
+                                                         cb->stream),
+                            "attention (decode)"))
             return;
         cb->act_valid = false;
         if (a.q8_kind >= 0) act_mark(cb, out, a.n_tok, (int64_t)a.n_head * a.dv, a.q8_kind);

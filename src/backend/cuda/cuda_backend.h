@@ -156,12 +156,6 @@ typedef struct cuda_backend {
     size_t fa_tiles_cap;    /* bytes */
     uint64_t fa_gen;        /* plan_gen of the uploaded list (0: none) */
     int32_t fa_group, fa_rows, fa_n; /* its group, rows a tile and tile count */
-    /* batched decode steps through the flash kernel (tune.attn_flash_decode): the tiles of rows that are each their
-     * own sequence ({r, 1, 0, 0}: they depend on the row count alone), kept apart from the prompt passes' list since
-     * graphs replay them */
-    void *fa_dec_tiles;
-    size_t fa_dec_cap;      /* bytes */
-    int32_t fa_dec_n, fa_dec_group, fa_dec_rows; /* rows (tiles) uploaded, for this group and rows a tile */
 } cuda_backend;
 
 /* The tuning defaults, with the QUARREL_CUDA_* switches applied (tune.cu). */

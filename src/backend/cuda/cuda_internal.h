@@ -29,9 +29,11 @@ typedef struct qr_cuda_tune {
                               * attention (attention_flash.cu) where it applies; 0: the kernels above
                               * (QUARREL_CUDA_ATTN=noflash, old or decode) */
     int32_t attn_flash_min_run; /* default 4 (QUARREL_CUDA_ATTN_FLASH_MIN_RUN) */
-    int32_t attn_flash_decode; /* 1: batched decode steps of more than attn_decode_max_rows rows (one a sequence), graphs
-                                * included, take the flash kernel too (a tile a row and kv head); 0 (default: not yet
-                                * measured on a GPU): the flash-decoding kernels (QUARREL_CUDA_ATTN_FLASH_DECODE) */
+    int32_t norm_f16; /* 1 (default): a fused norm whose output feeds version 6 of the batched-decode GEMM writes its f16
+                       * activations (act kind 2) itself, no conversion launch; 0: the GEMM converts (QUARREL_CUDA_NORM_F16=0) */
+    int32_t attn_dec_mma; /* 1: batched decode steps (more than attn_decode_max_rows rows, f16 cache, head size 64 / 128) take
+                           * the tensor-core decode kernel (attention_decode_mma.cu) with one key split while the step has
+                           * 2 CTAs an SM (default); 0: the flash-decoding kernels (QUARREL_CUDA_ATTN_DEC_MMA=0) */
     int32_t mmq_dense;       /* 1: a plain matmul of more rows than the mat-vec takes, up to mmq_dense_max_rows, runs
                               * on the int8 tensor-core kernel of the expert GEMM (matmul_mma.cu) for the types it
                               * supports (Q4_0, Q8_0, MXFP4, IQ4_NL) instead of dequantize + cuBLAS; 0 (default: its

@@ -120,7 +120,9 @@ cudaError_t qr_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int6
                             cudaStream_t stream);
 /* x[r] += b_scale * b[r] (when b; the product rounded first, as scale then add; b_scale 1: plain add), then
  * y = rmsnorm(x) * w as qr_cuda_rmsnorm; with qkind 0/1 (qr_cuda_act_kind) also quantizes y into q/d/s/g
- * as qr_cuda_quantize_act would (dim a multiple of the block). bw (a post-norm weight, or NULL): b is first
+ * as qr_cuda_quantize_act would (dim a multiple of the block); qkind 2: y's Q8_K values as f16 in the batched-decode
+ * GEMM's order into q (a half array [n_rows][dim], as qr_cuda_act_q8_as_f16 kind 2; dim % 256 == 0; d/s/g unused).
+ * bw (a post-norm weight, or NULL): b is first
  * replaced by rmsnorm(b) * bw as qr_cuda_rmsnorm computes it (b_scale 1; only where qr_cuda_post_norm_supported). */
 bool qr_cuda_post_norm_supported(int64_t dim);
 cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, float b_scale, const float *bw, const float *w, int64_t n_rows,
@@ -221,6 +223,11 @@ bool qr_cuda_attn_decode_supported(const cuda_attn_args *a);
 cudaError_t qr_cuda_attention_decode(const cuda_attn_args *a, float *scores, int32_t score_stride,
                                      unsigned int *counters, bool pdl, cudaStream_t stream);
 int64_t qr_cuda_attn_decode_tiles(const cuda_attn_args *a);
+/* attention_decode_mma.cu: the same op on f16 tensor cores for batched decode steps (a row a sequence): f16 cache,
+ * dk == dv in {64, 128}, n_splits 1, no cluster (qr_cuda_attn_decode_mma_supported); no scratch. Quantizes its output
+ * for the next mat-vec as the fused flash-decoding kernel does (a.q8_kind). */
+bool qr_cuda_attn_decode_mma_supported(const cuda_attn_args *a);
+cudaError_t qr_cuda_attention_decode_mma(const cuda_attn_args *a, bool pdl, cudaStream_t stream);
 /* The cluster kernel's split count for a key span (0: the span needs the kernels with global-memory
  * splits): about keys_per_cta keys a CTA (<= 0: 64); forced > 0: that count if the cluster kernel can
  * take it, else 0. */

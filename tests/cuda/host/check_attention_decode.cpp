@@ -1,8 +1,9 @@
 /* check_attention_decode.cpp — runs the flash-decoding kernels of src/backend/cuda/attention_decode.cu
- * on the host (a CTA = 128 std::threads, barriers for __syncthreads / __syncwarp and the warp
- * shuffles) and compares them with the CPU backend's scalar attention for a few decode rows.
- * Built and run by tests/cuda/host/run.sh.
- *   check_attention_decode [n_head n_head_kv d block_size window softcap n_splits n_rows]   (LEN=context)
+ * (or, MMA=1, the tensor-core batched decode kernel of attention_decode_mma.cu: one split, mma.sync and
+ * movmatrix emulated per warp by mma_host.h) on the host (a CTA = 128 std::threads, barriers for
+ * __syncthreads / __syncwarp and the warp shuffles) and compares them with the CPU backend's scalar
+ * attention for a few decode rows. Built and run by tests/cuda/host/run.sh.
+ *   check_attention_decode [n_head n_head_kv d block_size window softcap n_splits n_rows]   (LEN=context, SINKS=1, MMA=1)
  */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -26,6 +27,14 @@ float __expf(float x) { return expf(x); }
 using std::min; using std::max;
 #include <algorithm>
 #include "attn_decode_kernel.inc" /* the kernels of src/backend/cuda/attention_decode.cu, extracted by run.sh */
+inline float __shfl_sync(unsigned, float v, int src) {
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    g_warp_buf[w][l] = v; g_warp_bar[w]->arrive_and_wait();
+    const float r = g_warp_buf[w][src & 31]; g_warp_bar[w]->arrive_and_wait(); return r;
+}
+#include "mma_host.h"
+#include "backend/cuda/mma_dev.cuh"
+#include "decode_mma_kernel.inc" /* the kernel of src/backend/cuda/attention_decode_mma.cu, extracted by run.sh */
 extern "C" {
 #include "backend/backend.h"
 #include "util/util.h"
@@ -98,13 +107,21 @@ int main(int argc, char **argv) {
     a.scale = ap.scale; a.softcap = cap; a.window = window; a.n_splits = splits; a.partial = partial.data(); a.stats = stats.data(); a.out = og.data();
     a.sinks = use_sinks ? sinks.data() : NULL;
     std::vector<unsigned> counters(rows * n_head_kv * n_head, 0u);
-    for (int rep = 0; rep < 2; rep++) { /* twice: the counters must be back at zero for a second launch */
+    const bool mma = getenv("MMA") && atoi(getenv("MMA"));
+    if (mma) { /* one split, no scratch */
+        a.q8_kind = -1;
+        const int n_gtiles = (n_head / n_head_kv + 7) / 8;
+        if (splits != 1 || (dd != 64 && dd != 128)) { fprintf(stderr, "MMA=1: one split, head 64 or 128\n"); return 2; }
+        host_run_grid((unsigned)(rows * n_head_kv * n_gtiles), 1, 128,
+                      [&] { dd == 64 ? attn_dec_mma<64>(a, n_gtiles) : attn_dec_mma<128>(a, n_gtiles); });
+    }
+    for (int rep = 0; rep < (mma ? 0 : 2); rep++) { /* twice: the counters must be back at zero for a second launch */
         if (dd == 64) run_grid<64, 8>(a, scores.data(), sstride, counters.data());
         else if (dd == 128) run_grid<128, 8>(a, scores.data(), sstride, counters.data());
         else run_grid<256, 4>(a, scores.data(), sstride, counters.data());
     }
     double mx = 0, mw = 0;
     for (size_t i = 0; i < oc.size(); i++) { double e = fabs(og[i] - oc[i]); if (!(e <= mx)) mx = e; mw = fmax(mw, fabs(oc[i])); }
-    printf("attention decode h%d/%d d%d bs%d win%d cap%g splits%d rows%d len%d%s: max err %.3g (rel to max %.3g)\n", n_head, n_head_kv, dd, bs, window, cap, splits, rows, len, use_sinks ? " sinks" : "", mx, mx / mw);
-    return mx / mw <= 1e-3 ? 0 : 1;
+    printf("attention decode%s h%d/%d d%d bs%d win%d cap%g splits%d rows%d len%d%s: max err %.3g (rel to max %.3g)\n", mma ? " mma" : "", n_head, n_head_kv, dd, bs, window, cap, splits, rows, len, use_sinks ? " sinks" : "", mx, mx / mw);
+    return mx / mw <= (mma ? 2e-3 : 1e-3) ? 0 : 1; /* mma: p rounded to f16 before the division (the flash kernel's noise) */
 }

@@ -63,31 +63,8 @@ static void fa_host_ldsm(uint32_t (&r)[4], const __half *p, bool trans) {
     }
     g_warp_bar[w]->arrive_and_wait();
 }
-/* mma.sync m16n8k16 f32 += f16 x f16 over the warp's published fragments. */
-static uint32_t g_mma_frag[4][32][6];
-static float frag_half(uint32_t w, int i) {
-    const uint16_t u = (uint16_t)(w >> (16 * i));
-    __half h;
-    memcpy(&h, &u, 2);
-    return __half2float(h);
-}
-static void fa_host_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    const int w = (int)threadIdx.x / 32, l = (int)threadIdx.x % 32, g = l >> 2, t = l & 3;
-    for (int i = 0; i < 4; i++) g_mma_frag[w][l][i] = a[i];
-    g_mma_frag[w][l][4] = b0, g_mma_frag[w][l][5] = b1;
-    g_warp_bar[w]->arrive_and_wait();
-    for (int o = 0; o < 4; o++) {
-        const int row = g + (o >= 2 ? 8 : 0), col = 2 * t + (o & 1);
-        float sum = 0.0f;
-        for (int k = 0; k < 16; k++) {
-            const float av = frag_half(g_mma_frag[w][(row % 8) * 4 + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k % 2);
-            const float bv = frag_half(g_mma_frag[w][col * 4 + (k % 8) / 2][4 + (k >= 8)], k % 2);
-            sum += av * bv;
-        }
-        c[o] += sum;
-    }
-    g_warp_bar[w]->arrive_and_wait();
-}
+#include "mma_host.h"
+#include "backend/cuda/mma_dev.cuh"
 #define QR_FA_HOST
 static __half g_fa_smem[1 << 17]; /* the CTA's dynamic shared memory (CTAs run one after another) */
 #include "flash_kernel.inc" /* the kernel and the tile builder of src/backend/cuda/attention_flash.cu, extracted by run.sh */

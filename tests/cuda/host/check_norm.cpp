@@ -8,6 +8,7 @@
  *   3. rope_kv_store_heads_kernel (rope.cu: decode rope + K/V store, a CTA a head) with the per-head q / k norms
  *      (qwen3, gemma3; and gemma3's q scale) against rmsnorm_kernel over rows of head_dim, then the same kernel
  *      without them: q, k and the cache rows bit for bit;
+ *   1b. the norms' QK 2 form (f16 activations for the batched-decode GEMM) against the norm then act_q8_as_f16<2>;
  *   4. attn_softmax_kernel (attention_gemm.cu: the masked softmax of the GEMM attention) against a double-precision
  *      softmax over the same keys (causal, with and without a window): within 2e-3 relative (f16 output), exactly 0
  *      off the mask.
@@ -84,6 +85,37 @@ template <int QK> static void post_norm(int rows, int dim) {
     }
     printf("post-norm rows %d dim %d codes %d: %s\n", rows, dim, QK, same ? "bit for bit" : "DIFFERENT");
     EXPECT(same, "post-norm rows %d dim %d codes %d differs from rmsnorm + add_rmsnorm", rows, dim, QK);
+}
+
+/* QK 2 (the batched-decode GEMM's f16 activations written by the norm): rmsnorm_vec8_kernel<ADD, 2> and rmsnorm_kernel<ADD,
+ * 2> against rmsnorm_vec8_kernel<ADD, -1> followed by act_q8_as_f16<2> (qr_cuda_act_q8_as_f16's kernel) on its y: x, y
+ * and every f16 value bit for bit. */
+static void norm_f16(int rows, int dim) {
+    const float eps = 1e-6f;
+    std::vector<float> x(rows * dim), b(rows * dim), w(dim);
+    for (auto &v : x) v = frand() * 3;
+    for (auto &v : b) v = frand() * 2;
+    for (auto &v : w) v = 1 + frand() * 0.5f;
+    std::vector<float> x0 = x, x1 = x, x2 = x, y0(rows * dim), y1(rows * dim), y2(rows * dim);
+    std::vector<__half> h0(rows * dim), h1(rows * dim), h2(rows * dim);
+    const unsigned th = (unsigned)(dim / 8 + 31) / 32 * 32;
+    host_run_grid(rows, 1, th, [&] {
+        rmsnorm_vec8_kernel<true, -1>(x0.data(), b.data(), 1.0f, w.data(), dim, eps, y0.data(), NULL, NULL, NULL, NULL);
+    });
+    host_run_grid(rows * dim / 256, 1, 32, [&] { act_q8_as_f16<2>(y0.data(), blockIdx.x, threadIdx.x, h0.data()); });
+    host_run_grid(rows, 1, th, [&] {
+        rmsnorm_vec8_kernel<true, 2>(x1.data(), b.data(), 1.0f, w.data(), dim, eps, y1.data(), (int8_t *)h1.data(), NULL, NULL,
+                                     NULL);
+    });
+    host_run_grid(rows, 1, 128, [&] {
+        rmsnorm_kernel<true, 2>(x2.data(), b.data(), 1.0f, w.data(), dim, eps, y2.data(), (int8_t *)h2.data(), NULL, NULL, NULL);
+    });
+    const size_t n = (size_t)rows * dim;
+    const bool same = !memcmp(x0.data(), x1.data(), n * 4) && !memcmp(y0.data(), y1.data(), n * 4) &&
+                      !memcmp(h0.data(), h1.data(), n * 2) && !memcmp(x0.data(), x2.data(), n * 4) &&
+                      !memcmp(y0.data(), y2.data(), n * 4) && !memcmp(h0.data(), h2.data(), n * 2);
+    printf("norm + f16 activations (kind 2) rows %d dim %d: %s\n", rows, dim, same ? "bit for bit" : "DIFFERENT");
+    EXPECT(same, "norm with QK 2 rows %d dim %d differs from the norm + act_q8_as_f16<2>", rows, dim);
 }
 
 template <bool F16> static void mla_prep(int n_tok, int H, int R, int dr, int dq, int mode) {
@@ -203,6 +235,8 @@ int main() {
     post_norm<0>(2, 1024);  /* Q8_0 codes */
     post_norm<1>(2, 768);   /* Q8_K codes */
     post_norm<1>(1, 1024);
+    norm_f16(3, 1024);      /* the batched-decode GEMM's f16 activations from the norm */
+    norm_f16(2, 768);       /* (the host runs CTAs of <= 128 threads: dim <= 1024 for the vec8 form) */
     mla_prep<true>(3, 4, 512, 64, 192, 0);
     mla_prep<false>(2, 3, 256, 64, 96, 0);
     mla_prep<true>(2, 2, 128, 32, 48, QR_ROPE_NEOX);

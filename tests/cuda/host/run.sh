@@ -10,6 +10,7 @@
 #                                   # the quantized KV cache's kernels (check_kvq) and the fused norms / mla_prep /
 #                                   # GEMM attention softmax against the plain kernels (check_norm) (~2-3 min; `make test`)
 #   tests/cuda/host/run.sh quant    # check_quant only (seconds)
+#   tests/cuda/host/run.sh decode_mma # check_attention_decode MMA=1 only (the tensor-core batched decode attention)
 set -euo pipefail
 ONLY=${1:-all}
 cd "$(dirname "$0")/../../.."
@@ -59,6 +60,10 @@ try:
     c, d = s.index('extern "C" int32_t qr_cuda_attn_flash_rows'), s.index('extern "C" cudaError_t qr_cuda_attention_flash')
     k = (s[a:b] + s[c:d]).replace('extern __shared__ __align__(16) __half fsm[];', '__half *fsm = g_fa_smem;')
     open(t + '/flash_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void').replace('extern "C" ', ''))
+    s = open('src/backend/cuda/attention_decode_mma.cu').read()  # batched decode on tensor cores (check_attention_decode MMA=1)
+    a, b = s.index('#define DM_WARPS'), s.index('extern "C" bool qr_cuda_attn_decode_mma_supported')
+    k = s[a:b].replace('static __global__ void', 'static void')  # after attn_decode_kernel.inc (its helpers)
+    open(t + '/decode_mma_kernel.inc', 'w').write(k.replace('__launch_bounds__(DM_WARPS * 32, 4)', ''))
     s = open('src/backend/cuda/kv_quant.cu').read()  # the quantized KV cache's kernels (check_kvq)
     cuts = [('/* ---- store ---- */', 'extern "C" cudaError_t qr_cuda_kvq_store('),
             ('/* ---- the transform of q', 'extern "C" cudaError_t qr_cuda_fwht('),
@@ -84,9 +89,25 @@ PY
 objs=$(ls $BUILD/CMakeFiles/qr_quant.dir/src/quant/*.o $BUILD/CMakeFiles/qr_util.dir/src/util/*.o)
 cpu=$(ls $BUILD/CMakeFiles/qr_backend.dir/src/backend/*.o $BUILD/CMakeFiles/qr_backend_cpu.dir/src/backend/cpu/*.o)
 flags="-std=c++20 -O1 -D__device__= -D__global__= -I$T -Itests/cuda/host -I$CUDA/include -Iinclude -Isrc"
+run_decode_mma() { # batched decode on tensor cores (attention_decode_mma.cu): n_head n_head_kv d block_size window softcap 1 rows
+    local r=0
+    for a in "32 8 128 16 0 0 1 2" "9 3 64 16 0 0 1 3" "64 8 128 16 0 0 1 1" "32 2 64 16 0 0 1 2" "28 4 128 7 40 30 1 2"; do
+        MMA=1 LEN=150 "$T/check_attention_decode" $a || r=1
+    done
+    MMA=1 LEN=5 "$T/check_attention_decode" 32 8 128 16 0 0 1 1 || r=1            # fewer keys than a chunk: idle warps
+    MMA=1 SINKS=1 LEN=70 "$T/check_attention_decode" 64 8 64 16 32 0 1 2 || r=1   # gpt-oss: sinks, window
+    return $r
+}
+if [ "$ONLY" = decode_mma ] || [ "$ONLY" = fast ]; then # the tensor-core batched decode attention (run_decode_mma)
+    g++ $flags tests/cuda/host/check_attention_decode.cpp $cpu $objs -lm -lpthread -o "$T/check_attention_decode" 2>&1 | grep -v warning || true
+fi
 g++ $flags -include shim.h tests/cuda/host/check_quant.cpp $objs -lm -lpthread -o "$T/check_quant" 2>&1 | grep -v warning || true
 g++ $flags -ffp-contract=off tests/cuda/host/check_exact.cpp $cpu $objs \
     -lm -lpthread -o "$T/check_exact" 2>&1 | grep -v warning || true
+if [ "$ONLY" = decode_mma ]; then
+    run_decode_mma
+    exit $?
+fi
 if [ "$ONLY" = quant ]; then
     "$T/check_quant" && "$T/check_exact"
     exit $?
@@ -145,11 +166,12 @@ run_flash() { # the flash attention kernel (attention_flash.cu): n_head n_head_k
 }
 if [ "$ONLY" = fast ]; then
     "$T/check_quant" && "$T/check_exact" && run_ssd && "$T/check_mma" && "$T/check_mma" 2880 256 && "$T/check_mmv_id" && run_flash &&
-        run_kvq && "$T/check_norm"
+        run_kvq && "$T/check_norm" && run_decode_mma
     exit $?
 fi
 g++ $flags tests/cuda/host/check_attention.cpp $cpu $objs -lm -lpthread -o "$T/check_attention" 2>&1 | grep -v warning || true
-g++ $flags tests/cuda/host/check_attention_decode.cpp $cpu $objs -lm -lpthread -o "$T/check_attention_decode" 2>&1 | grep -v warning || true
+[ -x "$T/check_attention_decode" ] || g++ $flags tests/cuda/host/check_attention_decode.cpp $cpu $objs -lm -lpthread \
+    -o "$T/check_attention_decode" 2>&1 | grep -v warning || true
 
 "$T/check_quant"
 rc=0
@@ -179,4 +201,5 @@ run_ssd || rc=1
 run_flash || rc=1
 run_kvq || rc=1
 "$T/check_norm" || rc=1
+run_decode_mma || rc=1
 exit $rc

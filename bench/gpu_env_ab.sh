@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# bench/gpu_env_ab.sh — one device call: `quarrel bench --parallel NP -p P -n N -r R --checksum` on a synth
+# mistral-7b Q4_K_M under each setting of CASES (space-separated; each a comma-separated list of VAR=value, "-" for
+# the defaults), the cases alternating inside each (NP, P); prints tg medians, step ms and the argmax checksum.
+#   carry build-gpu/bundlexz; OUT=$OUT NPS="64 256" PS="128 512" CASES="- QUARREL_CUDA_ATTN_SPLITS=2" bash bench/gpu_env_ab.sh
+# LAB=SECTION (with build-gpu/labxz carried) first runs that section of the kernel lab (`--only SECTION`).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu_env_ab}
+mkdir -p "$OUT"
+rm -rf build-gpu/bundle && tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz # always the carried one (a warm machine keeps the last)
+B=$PWD/build-gpu/bundle
+log() { echo "[env_ab $(date +%T)] $*" | tee -a "$OUT/steps.txt"; }
+if [ -n "${LAB:-}" ] && [ -f build-gpu/labxz/lab.xz ]; then
+    xz -dc build-gpu/labxz/lab.xz > /tmp/qr_lab && chmod +x /tmp/qr_lab
+    for sec in $LAB; do
+        LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} timeout 400 /tmp/qr_lab --only "$sec" > "$OUT/lab_$sec.log" 2>&1
+        log "lab $sec rc $?: $(grep -c FAIL "$OUT/lab_$sec.log") FAIL lines"
+        grep -E "${LAB_GREP:-FAIL|summary|passed}" "$OUT/lab_$sec.log" | head -${LAB_LINES:-30} | tee -a "$OUT/steps.txt"
+    done
+fi
+f=/tmp/qr_models/mistral-7b-Q4_K_M.gguf
+mkdir -p /tmp/qr_models
+[ -f "$f" ] || "$B/quarrel" synth --arch llama --preset mistral-7b --type Q4_K_M -t "$(nproc)" -o "$f" > "$OUT/synth.log" 2>&1
+i=0
+for np in ${NPS:-64}; do
+    for p in ${PS:-128}; do
+        for c in ${CASES:--}; do
+            envs=$([ "$c" = - ] && echo "" || echo "${c//,/ }")
+            i=$((i + 1))
+            env $envs timeout 200 "$B/quarrel" bench -m "$f" --backend cuda --parallel "$np" -p "$p" -n "${N:-256}" \
+                -r "${R:-2}" --checksum --json > "$OUT/b$i.json" 2> "$OUT/b$i.err"
+            log "np $np p $p $c: $(grep -o '"tg_median_tps": [0-9.]*\|"tg_step_median_ms": [0-9.]*' "$OUT/b$i.json" | tr '\n' ' ') $(grep -o 'checksum [0-9a-f]*' "$OUT/b$i.err")"
+        done
+    done
+done

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# bench/gpu_serve_ab.sh — one device call: bench/serve_bench.py against `quarrel serve` (synth mistral-7b Q4_K_M, 128-token
+# prompts, 256 output tokens, ignore EOS) under each setting of CASES (space-separated; each a comma-separated list of
+# VAR=value, "-" for the defaults), at CONC (default 64,256), REPS rounds each.
+#   carry build-gpu/bundlexz; OUT=$OUT CASES="- QUARREL_CUDA_ATTN_DEC_MMA=0" bash bench/gpu_serve_ab.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu_serve_ab}
+mkdir -p "$OUT"
+rm -rf build-gpu/bundle && tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz # always the carried one (a warm machine keeps the last)
+Q=$PWD/build-gpu/bundle/quarrel
+log() { echo "[serve_ab $(date +%T)] $*" | tee -a "$OUT/steps.txt"; }
+M=/tmp/qr_models/mistral-7b-Q4_K_M.gguf
+mkdir -p /tmp/qr_models
+[ -f $M ] || "$Q" synth --arch llama --preset mistral-7b --type Q4_K_M -t "$(nproc)" -o $M > "$OUT/synth.log" 2>&1
+i=0
+for c in ${CASES:--}; do
+    envs=$([ "$c" = - ] && echo "" || echo "${c//,/ }")
+    i=$((i + 1))
+    env $envs timeout 400 python3 bench/serve_bench.py --quarrel "$Q" --model $M --concurrency "${CONC:-64,256}" \
+        --prompt-tokens 128 --max-tokens 256 --reps "${REPS:-2}" --backend cuda --json "$OUT/serve_$i.json" \
+        > "$OUT/serve_$i.md" 2> "$OUT/serve_$i.err"
+    log "case $c rc $?"
+    grep -E "output tok|TPOT|TTFT" "$OUT/serve_$i.md" | tee -a "$OUT/steps.txt"
+done
