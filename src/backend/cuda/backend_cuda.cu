@@ -1117,12 +1117,32 @@ static void cuda_matmul_glu(qr_backend *be, const qr_weight *gate, const qr_weig
         const cuda_weight *cws[2] = {cg, cu};
         const qr_weight *wq[2] = {gate, up};
         float *ys[2] = {out, scratch};
-        if (cg->v.type != cu->v.type || cu->v.k != k || !matmul_multi_dq(cb, 2, cws, wq, x, n_rows, ys)) {
+        bool v6 = false;
+        if (cg->v.type != cu->v.type || cu->v.k != k || !(v6 = matmul_multi_dq(cb, 2, cws, wq, x, n_rows, ys))) {
             cuda_matmul(be, gate, x, n_rows, out);
             cuda_matmul(be, up, x, n_rows, scratch);
         }
-        if (gelu) cuda_geglu(be, out, scratch, n_rows * n, out);
-        else cuda_ok(cb, qr_cuda_elementwise(CUDA_EW_SWIGLU, out, scratch, 0.0f, n_rows * n, out, cb->stream), "swiglu");
+        if (gelu) {
+            cuda_geglu(be, out, scratch, n_rows * n, out);
+            return;
+        }
+        /* where gate / up took version 6, down most likely does too: the swiglu also writes down's f16 activations
+         * (act kind 2) into the act scratch (a wrong guess costs only the writes: act_f16 checks the kind) */
+        const act_layout L = act_layout_of(n_rows, n);
+        const bool f16 = v6 && cb->error == QR_OK && cb->tune.glu_f16 && cb->tune.act_reuse && n % 256 == 0 &&
+                         ((uintptr_t)out & 15) == 0 && ((uintptr_t)scratch & 15) == 0 &&
+                         ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations");
+        if (!f16) {
+            cuda_ok(cb, qr_cuda_elementwise(CUDA_EW_SWIGLU, out, scratch, 0.0f, n_rows * n, out, cb->stream), "swiglu");
+            return;
+        }
+        cb->act_valid = false;
+        cb->hold_valid = false; /* the f16 rows overwrite the scratch */
+        if (!cuda_ok(cb, qr_cuda_glu_f16(CUDA_EW_SWIGLU, out, scratch, n_rows * n, out, (uint8_t *)cb->act + L.h, cb->stream),
+                     "swiglu"))
+            return;
+        cb->xh_x = out, cb->xh_rows = n_rows, cb->xh_k = n, cb->xh_kind = 2, cb->xh_gen = cb->scratch_gen;
+        act_f16_done(cb);
         return;
     }
     act_ptrs a;

@@ -308,6 +308,10 @@ typedef enum cuda_ew_kind { CUDA_EW_SWIGLU, CUDA_EW_GEGLU, CUDA_EW_ADD, CUDA_EW_
 /* out[i] = f(a[i], b[i], s) for i < n; any of a, b, out may alias. */
 cudaError_t qr_cuda_elementwise(cuda_ew_kind kind, const float *a, const float *b, float s, int64_t n, float *out,
                                 cudaStream_t stream);
+/* out = swiglu / geglu(a, b) (kind CUDA_EW_SWIGLU / CUDA_EW_GEGLU, as qr_cuda_elementwise) and xh = out's Q8_K values as f16
+ * in the batched-decode GEMM's order (qr_cuda_act_q8_as_f16 kind 2) in one launch; n % 256 == 0, 16-byte aligned. */
+cudaError_t qr_cuda_glu_f16(cuda_ew_kind kind, const float *a, const float *b, int64_t n, float *out, void *xh,
+                            cudaStream_t stream);
 /* out[o][dim] = src[rows[o]][dim], o < n_out; in_place selects the sequential kernel (out overlaps src). */
 cudaError_t qr_cuda_gather_rows(const float *src, int64_t dim, const int32_t *rows, int32_t n_out, float *out,
                                 bool in_place, cudaStream_t stream);

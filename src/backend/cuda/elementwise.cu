@@ -6,6 +6,7 @@
  * GELU follows ggml's f16 table exactly: the input is rounded to f16, GELU is evaluated in f32 with
  * the CPU's expression order (tanh through double) and the result rounded to f16.
  */
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/ew_dev.cuh"
 
 template <int K, bool VEC>
@@ -45,6 +46,39 @@ extern "C" cudaError_t qr_cuda_elementwise(cuda_ew_kind kind, const float *a, co
     case CUDA_EW_SOFTCAP: return launch_ew<CUDA_EW_SOFTCAP>(a, NULL, s, n, out, stream);
     }
     return cudaErrorInvalidValue;
+}
+
+/* ---- a GLU that also writes the next GEMM's f16 activations ---- */
+
+/* out = glu(a, b) as ew_kernel, and xh = out's Q8_K values as f16 in matmul_dq.cu's order (qr_cuda_act_q8_as_f16 kind 2):
+ * a warp per 256-value block, a lane 8 values held in registers from the loads to both stores. */
+template <int K>
+static __global__ void glu_f16_kernel(const float *a, const float *b, int64_t n_blocks, float *out, __half *xh) {
+    const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (blk >= n_blocks) return;
+    const int lane = threadIdx.x & 31;
+    const int64_t i = blk * 256 + lane * 8;
+    const float4 a0 = *(const float4 *)(a + i), a1 = *(const float4 *)(a + i + 4);
+    const float4 b0 = *(const float4 *)(b + i), b1 = *(const float4 *)(b + i + 4);
+    const float v[8] = {ew_op<K>(a0.x, b0.x, 0.0f), ew_op<K>(a0.y, b0.y, 0.0f), ew_op<K>(a0.z, b0.z, 0.0f),
+                        ew_op<K>(a0.w, b0.w, 0.0f), ew_op<K>(a1.x, b1.x, 0.0f), ew_op<K>(a1.y, b1.y, 0.0f),
+                        ew_op<K>(a1.z, b1.z, 0.0f), ew_op<K>(a1.w, b1.w, 0.0f)};
+    *(float4 *)(out + i) = make_float4(v[0], v[1], v[2], v[3]);
+    *(float4 *)(out + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    act_q8_vals_as_f16<2>(v, blk, lane, xh);
+}
+
+extern "C" cudaError_t qr_cuda_glu_f16(cuda_ew_kind kind, const float *a, const float *b, int64_t n, float *out, void *xh,
+                                       cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if ((kind != CUDA_EW_SWIGLU && kind != CUDA_EW_GEGLU) || n % 256 || ((uintptr_t)a & 15) || ((uintptr_t)b & 15) ||
+        ((uintptr_t)out & 15))
+        return cudaErrorInvalidValue;
+    const int64_t nb = n / 256;
+    const unsigned grid = (unsigned)((nb + 7) / 8);
+    if (kind == CUDA_EW_SWIGLU) glu_f16_kernel<CUDA_EW_SWIGLU><<<grid, 256, 0, stream>>>(a, b, nb, out, (__half *)xh);
+    else glu_f16_kernel<CUDA_EW_GEGLU><<<grid, 256, 0, stream>>>(a, b, nb, out, (__half *)xh);
+    QR_CUDA_CHECK_LAUNCH();
 }
 
 /* ---- gather_outputs ---- */

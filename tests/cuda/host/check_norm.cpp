@@ -8,6 +8,7 @@
  *   3. rope_kv_store_heads_kernel (rope.cu: decode rope + K/V store, a CTA a head) with the per-head q / k norms
  *      (qwen3, gemma3; and gemma3's q scale) against rmsnorm_kernel over rows of head_dim, then the same kernel
  *      without them: q, k and the cache rows bit for bit;
+ *   1c. glu_f16_kernel (elementwise.cu: swiglu + down's f16 activations) against ew_kernel then act_q8_as_f16<2>;
  *   1b. the norms' QK 2 form (f16 activations for the batched-decode GEMM) against the norm then act_q8_as_f16<2>;
  *   4. attn_softmax_kernel (attention_gemm.cu: the masked softmax of the GEMM attention) against a double-precision
  *      softmax over the same keys (causal, with and without a window): within 2e-3 relative (f16 output), exactly 0
@@ -36,7 +37,9 @@ using std::min; using std::max;
 static float g_rope_smem[1024];
 #include "backend/cuda/norm_dev.cuh"
 #include "backend/cuda/rope_dev.cuh"
+#include "backend/cuda/ew_dev.cuh"
 #include "norm_kernel.inc"    /* rmsnorm kernels of src/backend/cuda/norm.cu, extracted by run.sh */
+#include "ew_kernel.inc"      /* ew_kernel and glu_f16_kernel of src/backend/cuda/elementwise.cu */
 #include "rope_kernel.inc"    /* rope_kernel and mla_prep_kernel of src/backend/cuda/rope.cu */
 #include "softmax_kernel.inc" /* attn_softmax_kernel of src/backend/cuda/attention_gemm.cu */
 
@@ -116,6 +119,27 @@ static void norm_f16(int rows, int dim) {
                       !memcmp(y0.data(), y2.data(), n * 4) && !memcmp(h0.data(), h2.data(), n * 2);
     printf("norm + f16 activations (kind 2) rows %d dim %d: %s\n", rows, dim, same ? "bit for bit" : "DIFFERENT");
     EXPECT(same, "norm with QK 2 rows %d dim %d differs from the norm + act_q8_as_f16<2>", rows, dim);
+}
+
+/* glu_f16_kernel (the swiglu that also writes down's f16 activations) against ew_kernel<SWIGLU> then act_q8_as_f16<2>:
+ * out and every f16 value bit for bit, out aliasing the gate input as the backend calls it. */
+static void glu_f16(int rows, int n) {
+    const int64_t nt = (int64_t)rows * n;
+    std::vector<float> g(nt), u(nt);
+    for (auto &v : g) v = frand() * 6;
+    for (auto &v : u) v = frand() * 3;
+    std::vector<float> o0 = g, o1 = g;
+    std::vector<__half> h0(nt), h1(nt);
+    host_run_grid((unsigned)(nt / 128), 1, 128, [&] {
+        ew_kernel<CUDA_EW_SWIGLU, false>(o0.data(), u.data(), 0.0f, nt, o0.data());
+    });
+    host_run_grid((unsigned)(nt / 256), 1, 32, [&] { act_q8_as_f16<2>(o0.data(), blockIdx.x, threadIdx.x, h0.data()); });
+    host_run_grid((unsigned)((nt / 256 + 3) / 4), 1, 128, [&] {
+        glu_f16_kernel<CUDA_EW_SWIGLU>(o1.data(), u.data(), nt / 256, o1.data(), h1.data());
+    });
+    const bool same = !memcmp(o0.data(), o1.data(), nt * 4) && !memcmp(h0.data(), h1.data(), nt * 2);
+    printf("swiglu + f16 activations (kind 2) rows %d n %d: %s\n", rows, n, same ? "bit for bit" : "DIFFERENT");
+    EXPECT(same, "glu_f16 rows %d n %d differs from swiglu + act_q8_as_f16<2>", rows, n);
 }
 
 template <bool F16> static void mla_prep(int n_tok, int H, int R, int dr, int dq, int mode) {
@@ -236,7 +260,9 @@ int main() {
     post_norm<1>(2, 768);   /* Q8_K codes */
     post_norm<1>(1, 1024);
     norm_f16(3, 1024);      /* the batched-decode GEMM's f16 activations from the norm */
-    norm_f16(2, 768);       /* (the host runs CTAs of <= 128 threads: dim <= 1024 for the vec8 form) */
+    norm_f16(2, 768);
+    glu_f16(3, 1280);       /* the swiglu that writes down's f16 activations */
+    glu_f16(2, 2816);       /* (the host runs CTAs of <= 128 threads: dim <= 1024 for the vec8 form) */
     mla_prep<true>(3, 4, 512, 64, 192, 0);
     mla_prep<false>(2, 3, 256, 64, 96, 0);
     mla_prep<true>(2, 2, 128, 32, 48, QR_ROPE_NEOX);

@@ -11,6 +11,7 @@
 #                                   # GEMM attention softmax against the plain kernels (check_norm) (~2-3 min; `make test`)
 #   tests/cuda/host/run.sh quant    # check_quant only (seconds)
 #   tests/cuda/host/run.sh decode_mma # check_attention_decode MMA=1 only (the tensor-core batched decode attention)
+#   tests/cuda/host/run.sh norm     # check_norm only (fused norms, rope forms, GLUs)
 set -euo pipefail
 ONLY=${1:-all}
 cd "$(dirname "$0")/../../.."
@@ -73,6 +74,11 @@ try:
     s = open('src/backend/cuda/norm.cu').read()  # the decode norms (check_norm)
     a, b = s.index('#define NORM_U'), s.index('/* y = (x - mean) / sqrt(var + eps)')
     open(t + '/norm_kernel.inc', 'w').write(s[a:b].replace('static __global__ void', 'static void'))
+    s = open('src/backend/cuda/elementwise.cu').read()  # ew_kernel and the GLU that writes f16 activations (check_norm)
+    cuts = [('template <int K, bool VEC>', 'template <int K>\nstatic cudaError_t launch_ew'),
+            ('/* ---- a GLU that also writes', 'extern "C" cudaError_t qr_cuda_glu_f16')]
+    k = ''.join(s[s.index(a):s.index(b, s.index(a))] for a, b in cuts)
+    open(t + '/ew_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
     s = open('src/backend/cuda/rope.cu').read()  # rope_kernel and deepseek2's mla_prep (check_norm)
     cuts = [('/* Fills cs[2i], cs[2i + 1]', '/* rope of q [n_tok][n_head][hd] and k'),
             ('/* rope_kv_store_kernel for decode-sized passes', 'extern "C" bool qr_cuda_rope_qk_norm_supported'),
@@ -106,6 +112,11 @@ g++ $flags -ffp-contract=off tests/cuda/host/check_exact.cpp $cpu $objs \
     -lm -lpthread -o "$T/check_exact" 2>&1 | grep -v warning || true
 if [ "$ONLY" = decode_mma ]; then
     run_decode_mma
+    exit $?
+fi
+if [ "$ONLY" = norm ]; then # the fused norms, rope forms and GLUs only (check_norm)
+    g++ $flags tests/cuda/host/check_norm.cpp $objs -lm -lpthread -o "$T/check_norm" 2>&1 | grep -v warning || true
+    "$T/check_norm"
     exit $?
 fi
 if [ "$ONLY" = quant ]; then
