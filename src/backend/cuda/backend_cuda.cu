@@ -1806,9 +1806,13 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
      * count: its CTAs are (row, kv head, tile of GMAX heads), 8 for an MLA decode row, so it needs key splits even
      * on short spans (deepseek-v2-lite decode at 64 keys in a graph: 1 split 251 t/s, 8: 376, 16: 382, 32: 375) */
     const bool two_pass = !qr_cuda_attn_decode_supported(&a);
-    /* a batched decode step on the tensor-core kernel (tune.attn_dec_mma) */
+    /* a batched decode step on the tensor-core kernel (tune.attn_dec_mma): one key split, so only while every span a
+     * row may have (in a graph: every key its block table reaches) is short enough that a CTA's walk (a 16-key chunk
+     * a warp, K and V in one round trip) stays as short as the flash-decoding kernels' with their splits; longer
+     * spans (a long prompt among the decode rows) keep those kernels */
+    const int64_t span_cap = cb->graph_mode ? (int64_t)cb->cap_blocks * d->block_size : max_span;
     const bool dec_mma = cb->tune.attn_dec_mma && cb->tune.attn_kernel != 1 && nt_cfg > cb->tune.attn_decode_max_rows &&
-                         a.f16 && a.dk == a.dv && (a.dk == 64 || a.dk == 128);
+                         a.f16 && a.dk == a.dv && (a.dk == 64 || a.dk == 128) && span_cap <= cb->tune.attn_dec_mma_max_keys;
     if (ns <= 0) {
         ns = ((int64_t)cb->tune.attn_ctas_per_sm * cb->n_sm + base - 1) / base;
         const int64_t by_len = (max_span + 31) / 32;
@@ -1835,9 +1839,11 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
      * every key the block table can address (a size fixed per batch shape), else the longest span. */
     const int64_t score_stride = cb->graph_mode ? (int64_t)cb->cap_blocks * d->block_size : (int64_t)max_span;
     const size_t score_need = (size_t)a.n_tok * (size_t)a.n_head * (size_t)score_stride * 4;
-    const bool decode = cb->tune.attn_kernel != 1 && qr_cuda_attn_decode_supported(&a) &&
+    /* the tensor-core kernel needs no score scratch */
+    const bool mma_step = dec_mma && a.n_splits == 1 && qr_cuda_attn_decode_mma_supported(&a);
+    const bool decode = mma_step || (cb->tune.attn_kernel != 1 && qr_cuda_attn_decode_supported(&a) &&
                         (nt_cfg <= cb->tune.attn_decode_max_rows ||
-                         (cb->tune.attn_kernel == 0 && score_need <= ((size_t)512 << 20)));
+                         (cb->tune.attn_kernel == 0 && score_need <= ((size_t)512 << 20))));
     /* the cluster kernel (no scratch) for the spans it takes: every key the block table can address in
      * a graph, the longest span else */
     const int cl_ns = decode && cb->tune.attn_cluster && cb->has_pdl /* sm_90+ */ &&
@@ -1847,7 +1853,7 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
                           : 0;
     a.cluster = cl_ns > 0;
     if (a.cluster) a.n_splits = cl_ns;
-    const size_t score_bytes = decode ? score_need : 0;
+    const size_t score_bytes = decode && !mma_step ? score_need : 0;
     const size_t part_bytes_al = (part_bytes + 255) & ~(size_t)255;
     if (!ensure_scratch(cb, &cb->attn, &cb->attn_cap, stats_bytes + part_bytes_al + score_bytes, "attention scratch"))
         return;
@@ -1859,7 +1865,7 @@ static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
         /* one split: the fused kernel can also quantize its output for the output projection (p->next) */
         const int gq = group < gmax ? group : gmax;
         if ((ns == 1 || a.cluster) && !attn_q8_out(cb, p, out, gq, &a)) return;
-        if (dec_mma && qr_cuda_attn_decode_mma_supported(&a)) {
+        if (mma_step) {
             if (!cuda_ok(cb, qr_cuda_attention_decode_mma(&a, use_pdl(cb), cb->stream), "attention (decode, mma)")) return;
         } else if (!cuda_ok(cb, qr_cuda_attention_decode(&a, scores, (int32_t)score_stride, cb->attn_cnt, use_pdl(cb),
                                                          cb->stream),

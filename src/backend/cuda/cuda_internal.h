@@ -31,6 +31,8 @@ typedef struct qr_cuda_tune {
     int32_t attn_flash_min_run; /* default 4 (QUARREL_CUDA_ATTN_FLASH_MIN_RUN) */
     int32_t norm_f16; /* 1 (default): a fused norm whose output feeds version 6 of the batched-decode GEMM writes its f16
                        * activations (act kind 2) itself, no conversion launch; 0: the GEMM converts (QUARREL_CUDA_NORM_F16=0) */
+    int32_t attn_dec_mma_max_keys; /* the tensor-core decode kernel only while every span a row may have is at most this
+                                    * many keys (default 8192; QUARREL_CUDA_ATTN_DEC_MMA_MAX_KEYS): it has no key splits */
     int32_t glu_f16; /* 1 (default): the swiglu after gate / up on version 6 also writes down's f16 activations (act kind 2)
                       * in the same launch; 0: down's GEMM converts them (QUARREL_CUDA_GLU_F16=0) */
     int32_t attn_dec_mma; /* 1: batched decode steps (more than attn_decode_max_rows rows, f16 cache, head size 64 / 128) take

@@ -60,6 +60,7 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->attn_flash = t->attn_kernel == 0 && !env_is("QUARREL_CUDA_ATTN", "noflash");
     t->attn_flash_min_run = env_int("QUARREL_CUDA_ATTN_FLASH_MIN_RUN", 1, 1 << 20, 4);
     t->attn_dec_mma = !env_is("QUARREL_CUDA_ATTN_DEC_MMA", "0");
+    t->attn_dec_mma_max_keys = env_int("QUARREL_CUDA_ATTN_DEC_MMA_MAX_KEYS", 16, 1 << 20, 8192);
     t->norm_f16 = !env_is("QUARREL_CUDA_NORM_F16", "0");
     t->glu_f16 = !env_is("QUARREL_CUDA_GLU_F16", "0");
     t->attn_flash_splits = env_int("QUARREL_CUDA_ATTN_FLASH_SPLITS", 0, 64, 0);
