@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_ab_logits2}
 mkdir -p "$OUT" /tmp/qr_ab
-[ -d build-gpu/bundle ] || tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz
+. bench/gpu_unpack.sh
 Q=build-gpu/bundle/quarrel
 python3 -c 'import json,random; r=random.Random(7); json.dump([r.randrange(5,250) for _ in range(64)], open("/tmp/qr_ab/p.json","w"))'
 for spec in ${MODELS:-gemma2:tiny}; do

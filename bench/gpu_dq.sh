@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_dq}
 NPS=${NPS:-"16 64 256"}
 mkdir -p "$OUT" build-gpu
-[ -d build-gpu/bundle ] || tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz
+. bench/gpu_unpack.sh
 B=$PWD/build-gpu/bundle
 log() { echo "[gpu_dq $(date +%T)] $*" | tee -a "$OUT/steps.txt"; }
 PRELAB=""

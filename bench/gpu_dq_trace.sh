@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_dq_trace}
 mkdir -p "$OUT" build-gpu
-[ -d build-gpu/bundle ] || tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz
+. bench/gpu_unpack.sh
 B=$PWD/build-gpu/bundle
 log() { echo "[dq_trace $(date +%T)] $*" | tee -a "$OUT/steps.txt"; }
 f=/tmp/qr_models/mistral-7b-L8-Q4_K_M.gguf

@@ -8,7 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_env_ab}
 mkdir -p "$OUT"
-rm -rf build-gpu/bundle && tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz # always the carried one (a warm machine keeps the last)
+. bench/gpu_unpack.sh
 B=$PWD/build-gpu/bundle
 log() { echo "[env_ab $(date +%T)] $*" | tee -a "$OUT/steps.txt"; }
 if [ -n "${LAB:-}" ] && [ -f build-gpu/labxz/lab.xz ]; then

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_final29}
 mkdir -p "$OUT/logs" build-gpu
 log() { echo "[final29 $(date +%T)] $*" | tee -a "$OUT/steps.txt" >&2; }
-[ -d build-gpu/bundle ] || tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz
+. bench/gpu_unpack.sh
 Q=$PWD/build-gpu/bundle/quarrel
 M=/tmp/qr_models/mistral-7b-Q4_K_M.gguf
 mkdir -p /tmp/qr_models

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_kvq}
 STAGE=${STAGE:-all}
 mkdir -p "$OUT" /tmp/kvq
-[ -d build-gpu/bundle ] || tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz
+. bench/gpu_unpack.sh
 Q=build-gpu/bundle/quarrel
 if [ "$STAGE" = check ] || [ "$STAGE" = all ]; then
     MODELS=${MODELS:-llama:tiny,qwen3:tiny,gemma2:tiny,gpt-oss:tiny,gemma3:tiny}

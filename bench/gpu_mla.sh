@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_mla}
 STAGE=${STAGE:-check}
 mkdir -p "$OUT" /tmp/mla
-[ -d build-gpu/bundle ] || tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz
+. bench/gpu_unpack.sh
 if [ "$STAGE" = check ]; then
     MODELS=${MODELS:-deepseek2:tiny,deepseek2:lite-tiny}
     TYPES=${TYPES:-Q8_0,Q4_K_M}

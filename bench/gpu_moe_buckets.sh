@@ -6,7 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=build-gpu/bundle
-[ -d $B ] || tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz
+. bench/gpu_unpack.sh
 f=/tmp/q3m.gguf
 [ -f $f ] || $B/quarrel synth --arch qwen3moe --preset qwen3-30b-a3b --layers 8 --type Q4_K_M -t "$(nproc)" -o $f > /dev/null 2>&1
 for m in default nobuckets default; do

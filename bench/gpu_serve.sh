@@ -18,7 +18,7 @@ REPS=${REPS:-2}
 MAXTOK=${MAXTOK:-256}
 mkdir -p "$OUT/logs" build-gpu
 log() { echo "[gpu_serve $(date +%T)] $*" | tee -a "$OUT/steps.txt" >&2; }
-[ -d build-gpu/bundle ] || tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz
+. bench/gpu_unpack.sh
 Q=$PWD/build-gpu/bundle/quarrel
 LS=/tmp/llama-server
 if [ "${NO_LLAMA:-0}" != 1 ] && [ ! -x $LS ] && [ -f build-gpu/llama-srv/llama-server.xz ]; then

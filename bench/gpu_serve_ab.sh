@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_serve_ab}
 mkdir -p "$OUT"
-rm -rf build-gpu/bundle && tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz # always the carried one (a warm machine keeps the last)
+. bench/gpu_unpack.sh
 Q=$PWD/build-gpu/bundle/quarrel
 log() { echo "[serve_ab $(date +%T)] $*" | tee -a "$OUT/steps.txt"; }
 M=/tmp/qr_models/mistral-7b-Q4_K_M.gguf

@@ -17,7 +17,7 @@ CONC=${CONC:-64,256}
 REPS=${REPS:-2}
 mkdir -p "$OUT/logs" build-gpu
 log() { echo "[serve_trace $(date +%T)] $*" | tee -a "$OUT/steps.txt" >&2; }
-[ -d build-gpu/bundle ] || tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz
+. bench/gpu_unpack.sh
 Q=$PWD/build-gpu/bundle/quarrel
 T=$PWD/build-gpu/trace/libqrtrace.so
 M=/tmp/qr_models/mistral-7b-Q4_K_M.gguf

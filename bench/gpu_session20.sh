@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_s20}
 mkdir -p "$OUT" build-gpu
-[ -d build-gpu/bundle ] || tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz
+. bench/gpu_unpack.sh
 B=$PWD/build-gpu/bundle
 echo "== exact GPU vs CPU, new architectures"
 OUT=$OUT/chkx BUNDLE=$B timeout 240 python3 bench/gpu_check.py --exact \

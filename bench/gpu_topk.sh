@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_topk}
 mkdir -p "$OUT" build-gpu
 log() { echo "[gpu_topk $(date +%T)] $*" | tee -a "$OUT/steps.txt" >&2; }
-[ -d build-gpu/bundle ] || tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz
+. bench/gpu_unpack.sh
 Q=$PWD/build-gpu/bundle/quarrel
 if [ "${LAB:-1}" != 0 ] && [ -f build-gpu/labxz/lab.xz ]; then
     xz -dc build-gpu/labxz/lab.xz > /tmp/qr_lab && chmod +x /tmp/qr_lab

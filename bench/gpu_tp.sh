@@ -14,7 +14,7 @@ OUT=${OUT:-/tmp/gpu_tp}
 TP=${TP:-2}
 STAGE=${STAGE:-check}
 mkdir -p "$OUT/lg" build-gpu
-[ -d build-gpu/bundle ] || tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz
+. bench/gpu_unpack.sh
 B=$PWD/build-gpu/bundle
 Q=$B/quarrel
 log() { echo "[gpu_tp $(date +%T)] $*" | tee -a "$OUT/steps.txt" >&2; }

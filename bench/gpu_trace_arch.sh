@@ -8,7 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_trace_arch}
 mkdir -p "$OUT" build-gpu /tmp/qr_models
-[ -d build-gpu/bundle ] || tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz
+. bench/gpu_unpack.sh
 B=$PWD/build-gpu/bundle
 T=$PWD/build-gpu/trace/libqrtrace.so
 L=${LAYERS:-8}

@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_ubatch_check}
 mkdir -p "$OUT" /tmp/qr_ub
-[ -d build-gpu/bundle ] || tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz
+. bench/gpu_unpack.sh
 Q=build-gpu/bundle/quarrel
 python3 -c 'import json,random; r=random.Random(11); json.dump([r.randrange(5,250) for _ in range(64)], open("/tmp/qr_ub/p.json","w"))'
 for spec in ${MODELS:-llama:tiny qwen2:tiny gemma2:tiny}; do

@@ -8,7 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_wg_e2e}
 mkdir -p "$OUT"
-[ -d build-gpu/bundle ] || tar -C build-gpu -xJf build-gpu/bundlexz/bundle.tar.xz
+. bench/gpu_unpack.sh
 B=$PWD/build-gpu/bundle
 log() { echo "[wg_e2e $(date +%T)] $*" | tee -a "$OUT/steps.txt"; }
 f=/tmp/qr_models/mistral-7b-Q4_K_M.gguf
