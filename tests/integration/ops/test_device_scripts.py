@@ -126,3 +126,29 @@ def test_gpu_baseline_keys_match_report_labels():
             # gpu_report.py's labels: f"{test}{n}" + f" @ d{depth}" (pp512, tg128, pp512 @ d4096, pp30000, ...)
             assert re.fullmatch(r"(pp|tg)[1-9][0-9]*( @ d[1-9][0-9]*)?", label), key
             assert isinstance(v, (int, float)) and v > 0, key
+
+
+def test_gpu_unpack_replaces_a_stale_bundle(tmp_path):
+    """bench/gpu_unpack.sh (sourced by the bench/gpu_*.sh scripts): a warm device machine keeps the previous call's
+    build-gpu/bundle; the carried archive must replace it when it differs, and be unpacked once when it does not."""
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "gpu_unpack.sh").write_text((ROOT / "bench" / "gpu_unpack.sh").read_text())
+    src = tmp_path / "src" / "bundle"
+    src.mkdir(parents=True)
+    (tmp_path / "build-gpu" / "bundlexz").mkdir(parents=True)
+
+    def carry(text):
+        (src / "quarrel").write_text(text)
+        subprocess.run(["tar", "-C", str(tmp_path / "src"), "-cJf", "build-gpu/bundlexz/bundle.tar.xz", "bundle"],
+                       cwd=tmp_path, check=True)
+
+    def unpack():
+        subprocess.run(["bash", "-c", "set -u; . bench/gpu_unpack.sh"], cwd=tmp_path, check=True)
+        return (tmp_path / "build-gpu" / "bundle" / "quarrel").read_text()
+
+    carry("build 1")
+    assert unpack() == "build 1"
+    (tmp_path / "build-gpu" / "bundle" / "quarrel").write_text("touched")  # the same archive: not unpacked again
+    assert unpack() == "touched"
+    carry("build 2")  # a new call carries a new archive onto the warm machine
+    assert unpack() == "build 2"
