@@ -9,19 +9,10 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_wg_e2e}
 mkdir -p "$OUT"
 . bench/gpu_unpack.sh
-B=$PWD/build-gpu/bundle
 log() { echo "[wg_e2e $(date +%T)] $*" | tee -a "$OUT/steps.txt"; }
-f=/tmp/qr_models/mistral-7b-Q4_K_M.gguf
-mkdir -p /tmp/qr_models
-[ -f "$f" ] || "$B/quarrel" synth --arch llama --preset mistral-7b --type Q4_K_M -t "$(nproc)" -o "$f" > "$OUT/synth.log" 2>&1
-for np in ${NPS:-12 16 24 32}; do
-    for c in ${CASES:-QUARREL_CUDA_DQ_WG=1 QUARREL_CUDA_DQ_WG=0}; do
-        envs=$([ "$c" = - ] && echo "" || echo "${c//,/ }")
-        line=$(env QUARREL_CUDA_DQ_MAX_ROWS=${MAXR:-32} $envs timeout 150 "$B/quarrel" bench -m "$f" --backend cuda \
-            --parallel "$np" -p 128 -n 128 -r 3 --json 2>> "$OUT/bench_err.log" | grep '^{' | tail -1)
-        log "np $np $c: $(echo "$line" | grep -o '"tg_median_tps": [0-9.]*\|"tg_step_median_ms": [0-9.]*' | tr '\n' ' ')"
-    done
-done
+# quarrel bench --parallel NP -p 128 -n 128 -r 3 under each case, QUARREL_CUDA_DQ_MAX_ROWS=MAXR for all (gpu_env_ab.sh)
+QUARREL_CUDA_DQ_MAX_ROWS=${MAXR:-32} OUT=$OUT NPS="${NPS:-12 16 24 32}" PS=128 N=128 R=3 \
+    CASES="${CASES:-QUARREL_CUDA_DQ_WG=1 QUARREL_CUDA_DQ_WG=0}" bash bench/gpu_env_ab.sh
 if [ "${CHECK:-1}" = 1 ]; then
     for wg in ${CHECK_WGS:-rs ss}; do
         QUARREL_CUDA_DQ_WG=$wg QUARREL_CUDA_DQ_MAX_ROWS=512 OUT=$OUT/check_$wg timeout 240 python3 bench/gpu_check.py \

@@ -640,6 +640,25 @@ const void *f16_cache(cuda_backend *cb, cuda_weight *cw, int64_t n) {
     return cw->f16;
 }
 
+/* The act scratch's f16 region for n_rows x k activations (grown; NULL when an error was raised), about to be written:
+ * the Q8 activations and a held input there are no longer valid. */
+static void *act_f16_region(cuda_backend *cb, int64_t n_rows, int64_t k) {
+    const act_layout L = act_layout_of(n_rows, k);
+    if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return NULL;
+    cb->act_valid = false;
+    cb->hold_valid = false;
+    return (uint8_t *)cb->act + L.h;
+}
+
+/* What xh holds: x's rows as f16 activations of `kind` (valid once act_f16_done marks it). */
+static void act_f16_record(cuda_backend *cb, const float *x, int64_t n_rows, int64_t k, int kind) {
+    cb->xh_x = x;
+    cb->xh_rows = n_rows;
+    cb->xh_k = k;
+    cb->xh_kind = kind;
+    cb->xh_gen = cb->scratch_gen;
+}
+
 /* xh (the act scratch's f16 region) = x[n_rows][k] as f16: with the Q8 rounding of act kind `kind` (0, 1), or plainly
  * (-1; -2: as bf16); kept when the op just before was a GEMM that left exactly these there (act_f16_done). False
  * when an error was raised. */
@@ -651,11 +670,7 @@ static bool act_f16(cuda_backend *cb, const float *x, int64_t n_rows, int64_t k,
     const cudaError_t ce = kind >= 0 ? qr_cuda_act_q8_as_f16(x, n_rows * k, kind, xh, cb->stream)
                                      : qr_cuda_to_half(x, n_rows * k, xh, kind == -2, cb->stream);
     if (!cuda_ok(cb, ce, "matmul (convert)")) return false;
-    cb->xh_x = x;
-    cb->xh_rows = n_rows;
-    cb->xh_k = k;
-    cb->xh_kind = kind;
-    cb->xh_gen = cb->scratch_gen;
+    act_f16_record(cb, x, n_rows, k, kind);
     return true;
 }
 
@@ -663,6 +678,13 @@ static bool act_f16(cuda_backend *cb, const float *x, int64_t n_rows, int64_t k,
 static void act_f16_done(cuda_backend *cb) {
     cb->xh_valid = true;
     cb->xh_epoch = cb->op_epoch;
+}
+
+/* A producer (the fused norm, the swiglu) just wrote x's f16 activations of `kind` into the f16 region: the next op
+ * may take them as act_f16 would have made them. */
+static void act_f16_written(cuda_backend *cb, const float *x, int64_t n_rows, int64_t k, int kind) {
+    act_f16_record(cb, x, n_rows, k, kind);
+    act_f16_done(cb);
 }
 
 static void matmul_gemm(cuda_backend *cb, const cuda_weight *cw, const float *x, int64_t n_rows, int64_t n, float *y,
@@ -916,11 +938,8 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     /* no tiles (captured before a plain run made them, or no room): past 16 rows the f16 cache beats the mma.sync
      * version */
     if (want_wg && !wg && (n_rows > 16 || small)) return false;
-    const act_layout L = act_layout_of(n_rows, k);
-    if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return true;
-    cb->act_valid = false;
-    cb->hold_valid = false; /* the f16 rows below overwrite the scratch */
-    void *xh = (uint8_t *)cb->act + L.h;
+    void *xh = act_f16_region(cb, n_rows, k);
+    if (!xh) return true;
     const int32_t splits = cb->tune.dq_splits ? cb->tune.dq_splits
                            : ws               ? qr_cuda_dq_ws_splits(n_rows, n, k, cb->n_sm)
                            : wg               ? qr_cuda_dq_wg_splits((qr_type)v->type, n_rows, n, k, cb->n_sm, cb->tune.dq_wg_mt,
@@ -950,6 +969,17 @@ static bool dq_small(const cuda_backend *cb, const cuda_wview *v, int64_t n_rows
            v->k % 256 == 0 && v->nb == v->k / 256;
 }
 
+/* Version 6 of matmul_dq.cu (f16 activations of kind 2) takes a weight like v at a batch of n_rows: Q4_K / Q6_K whole
+ * blocks, 5..8 rows (dq_small) or dq_wg_min_rows..dq_max_rows past the mat-vec, and up to 64 rows by default. */
+static bool dq_v6_takes(const cuda_backend *cb, const cuda_wview *v, int64_t n_rows) {
+    const qr_cuda_tune *t = &cb->tune;
+    const bool rows = dq_small(cb, v, n_rows) || (n_rows > t->mmvq_max_rows && n_rows <= t->dq_max_rows &&
+                                                  n_rows >= t->dq_wg_min_rows);
+    return !cb->exact && !cb->row_exact && t->dq_gemm && t->dq_tma && t->gemm_q8_act && rows &&
+           (t->dq_wg == 4 || (t->dq_wg == 1 && n_rows <= 64)) && qr_cuda_dq_gemm_supported((qr_type)v->type) &&
+           v->k % 256 == 0 && v->nb == v->k / 256;
+}
+
 /* A run of 2-3 weights of one K-quant type and one k with the same input (q / k / v) at a batch that version 6 of
  * matmul_dq.cu takes: one launch over all their rows (the launches of the small q / k / v matrices are too short to
  * fill the GPU one by one). True when it ran (or raised); false: run them one by one. */
@@ -958,13 +988,7 @@ static bool matmul_multi_dq(cuda_backend *cb, int32_t n_w, const cuda_weight *co
     const cuda_wview *v0 = &cw[0]->v;
     const int64_t k = v0->k;
     const qr_cuda_tune *t = &cb->tune;
-    const bool rows = dq_small(cb, v0, n_rows) || (n_rows > t->mmvq_max_rows && n_rows <= t->dq_max_rows &&
-                                                   n_rows >= t->dq_wg_min_rows);
-    if (cb->exact || cb->row_exact || !t->dq_multi || !t->dq_gemm || !t->dq_tma || !t->gemm_q8_act || n_w < 2 ||
-        n_w > 3 || !rows ||
-        !(t->dq_wg == 4 || (t->dq_wg == 1 && n_rows <= 64)) || !qr_cuda_dq_gemm_supported((qr_type)v0->type) || k % 256 ||
-        v0->nb != k / 256)
-        return false;
+    if (!t->dq_multi || n_w < 2 || n_w > 3 || !dq_v6_takes(cb, v0, n_rows)) return false;
     cuda_wview wv[3];
     const void *tiles[3];
     int64_t n_sum = 0;
@@ -979,11 +1003,8 @@ static bool matmul_multi_dq(cuda_backend *cb, int32_t n_w, const cuda_weight *co
         tiles[i] = mw->dqt;
         n_sum += wv[i].n;
     }
-    const act_layout L = act_layout_of(n_rows, k);
-    if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return true;
-    cb->act_valid = false;
-    cb->hold_valid = false; /* the f16 rows below overwrite the scratch */
-    void *xh = (uint8_t *)cb->act + L.h;
+    void *xh = act_f16_region(cb, n_rows, k);
+    if (!xh) return true;
     const int32_t splits = t->dq_splits ? t->dq_splits : qr_cuda_dq_wr_multi_splits(n_w, wv, n_rows, cb->n_sm);
     if (splits > 1 && !ensure_scratch(cb, &cb->dq_part, &cb->dq_part_cap, (size_t)(splits * n_rows * n_sum) * 4,
                                       "matmul (split-K partial sums)"))
@@ -1009,11 +1030,8 @@ static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int6
     if ((!mmv || dq_small(cb, v, n_rows)) && matmul_dq(cb, cw, x, n_rows, n, y)) return;
     if (!mmv && matmul_mmq_dense(cb, cw, x, n_rows, n, y)) return;
     if (!mmv) {
-        const act_layout L = act_layout_of(n_rows, k);
-        if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return;
-        cb->act_valid = false;
-        cb->hold_valid = false; /* the f16 rows below overwrite the scratch */
-        matmul_gemm(cb, cw, x, n_rows, n, y, (uint8_t *)cb->act + L.h);
+        void *xh = act_f16_region(cb, n_rows, k);
+        if (xh) matmul_gemm(cb, cw, x, n_rows, n, y, xh);
         return;
     }
     act_ptrs a;
@@ -1128,21 +1146,13 @@ static void cuda_matmul_glu(qr_backend *be, const qr_weight *gate, const qr_weig
         }
         /* where gate / up took version 6, down most likely does too: the swiglu also writes down's f16 activations
          * (act kind 2) into the act scratch (a wrong guess costs only the writes: act_f16 checks the kind) */
-        const act_layout L = act_layout_of(n_rows, n);
         const bool f16 = v6 && cb->error == QR_OK && cb->tune.glu_f16 && cb->tune.act_reuse && n % 256 == 0 &&
-                         ((uintptr_t)out & 15) == 0 && ((uintptr_t)scratch & 15) == 0 &&
-                         ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations");
-        if (!f16) {
+                         ((uintptr_t)out & 15) == 0 && ((uintptr_t)scratch & 15) == 0;
+        void *xh = f16 ? act_f16_region(cb, n_rows, n) : NULL;
+        if (!xh)
             cuda_ok(cb, qr_cuda_elementwise(CUDA_EW_SWIGLU, out, scratch, 0.0f, n_rows * n, out, cb->stream), "swiglu");
-            return;
-        }
-        cb->act_valid = false;
-        cb->hold_valid = false; /* the f16 rows overwrite the scratch */
-        if (!cuda_ok(cb, qr_cuda_glu_f16(CUDA_EW_SWIGLU, out, scratch, n_rows * n, out, (uint8_t *)cb->act + L.h, cb->stream),
-                     "swiglu"))
-            return;
-        cb->xh_x = out, cb->xh_rows = n_rows, cb->xh_k = n, cb->xh_kind = 2, cb->xh_gen = cb->scratch_gen;
-        act_f16_done(cb);
+        else if (cuda_ok(cb, qr_cuda_glu_f16(CUDA_EW_SWIGLU, out, scratch, n_rows * n, out, xh, cb->stream), "swiglu"))
+            act_f16_written(cb, out, n_rows, n, 2);
         return;
     }
     act_ptrs a;
@@ -1187,26 +1197,16 @@ static int norm_codes(cuda_backend *cb, const qr_weight *next, const float *x, f
     return act_scratch(cb, nk, y, n_rows, dim, a) ? nk : -2;
 }
 
-/* Where a norm's output y feeds `next` at a batch that matmul_dq / matmul_multi_dq run on version 6 (Q4_K / Q6_K, kind 2
- * f16 activations in the act scratch's f16 region): that region (grown) for the norm kernel to write y's f16 values
- * into (*xh); else NULL. Only a guess of the matmul's path: act_f16 takes the values only for exactly this (x, rows,
- * k, kind), else it converts y itself. */
+/* Where a norm's output y feeds `next` at a batch version 6 takes (dq_v6_takes): the act scratch's f16 region for the
+ * norm kernel to write y's kind-2 f16 activations into; else NULL. A guess of the matmul's path: act_f16 takes the
+ * values only for exactly this (x, rows, k, kind), else it converts y itself. */
 static void *norm_f16_dst(cuda_backend *cb, const qr_weight *next, const float *x, const float *y, int64_t n_rows,
                           int64_t dim, const char *op) {
-    const qr_cuda_tune *t = &cb->tune;
-    if (!next || !next->device || !t->norm_f16 || !t->act_reuse || cb->exact || cb->row_exact || !t->dq_gemm ||
-        !t->dq_tma || !t->gemm_q8_act || dim % 256 || overlaps(x, n_rows * dim, y, n_rows * dim))
+    if (!next || !next->device || !cb->tune.norm_f16 || !cb->tune.act_reuse || overlaps(x, n_rows * dim, y, n_rows * dim))
         return NULL;
     const cuda_weight *cn = prepared(cb, next, op);
-    if (!cn) return NULL;
-    const cuda_wview *v = &cn->v;
-    if (v->k != dim || v->nb != dim / 256 || !qr_cuda_dq_gemm_supported((qr_type)v->type)) return NULL;
-    const bool v6 = dq_small(cb, v, n_rows) || (n_rows > t->mmvq_max_rows && n_rows <= t->dq_max_rows &&
-                                                n_rows >= t->dq_wg_min_rows && t->dq_wg == 1 && n_rows <= 64);
-    if (!v6) return NULL;
-    const act_layout L = act_layout_of(n_rows, dim);
-    if (!ensure_scratch(cb, &cb->act, &cb->act_cap, L.total, "matmul activations")) return NULL;
-    return (uint8_t *)cb->act + L.h;
+    if (!cn || cn->v.k != dim || !dq_v6_takes(cb, &cn->v, n_rows)) return NULL;
+    return act_f16_region(cb, n_rows, dim);
 }
 
 /* x += b; y = rmsnorm(x) * w; when the next mat-vec's activations are Q8 (next's type) and the rows
@@ -1230,17 +1230,15 @@ static void add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scale,
     void *xh = norm_f16_dst(cb, next, x, y, n_rows, dim, "add_rmsnorm");
     const int kind = xh ? 2 : norm_codes(cb, next, x, y, n_rows, dim, "add_rmsnorm", &a);
     if (kind == -2) return;
-    if (xh) a.q = (int8_t *)xh, cb->hold_valid = false; /* the f16 rows overwrite the scratch */
+    if (xh) a.q = (int8_t *)xh;
     if (!cuda_ok(cb,
                  qr_cuda_add_rmsnorm(x, b, b_scale, bw, wp, n_rows, dim, eps, y, kind, a.q, a.d, a.s, a.g, use_pdl(cb),
                                      cb->stream),
                  "add_rmsnorm"))
         return;
     cb->act_valid = false;
-    if (xh) { /* what act_f16 + act_f16_done record: the next GEMM over y finds its f16 activations ready */
-        cb->xh_x = y, cb->xh_rows = n_rows, cb->xh_k = dim, cb->xh_kind = 2, cb->xh_gen = cb->scratch_gen;
-        act_f16_done(cb);
-    } else if (kind >= 0) act_mark(cb, y, n_rows, dim, kind);
+    if (xh) act_f16_written(cb, y, n_rows, dim, 2); /* the next GEMM over y finds its f16 activations ready */
+    else if (kind >= 0) act_mark(cb, y, n_rows, dim, kind);
 }
 
 /* add_rmsnorm + the MoE router (F32) + routing in one launch (qr_cuda_norm_route) at decode sizes; the
