@@ -19,8 +19,8 @@ mkdir -p "$OUT" build-gpu
 B=$PWD/build-gpu/bundle
 log() { echo "[gpu_dq $(date +%T)] $*" | tee -a "$OUT/steps.txt"; }
 PRELAB=""
-if [ -f build-gpu/labxz/quarrel_cuda_lab.xz ]; then # a lab built here (cmake --build BUILD --target quarrel_cuda_lab)
-    xz -dc build-gpu/labxz/quarrel_cuda_lab.xz > /tmp/quarrel_cuda_lab && chmod +x /tmp/quarrel_cuda_lab && PRELAB=/tmp/quarrel_cuda_lab
+if ls build-gpu/labxz/*.xz > /dev/null 2>&1; then # a lab built here (cmake --build BUILD --target quarrel_cuda_lab)
+    xz -dc "$(ls build-gpu/labxz/lab.xz build-gpu/labxz/quarrel_cuda_lab.xz 2>/dev/null | head -1)" > /tmp/quarrel_cuda_lab && chmod +x /tmp/quarrel_cuda_lab && PRELAB=/tmp/quarrel_cuda_lab
 fi
 if [ "${LAB:-1}" = 1 ] && [ -z "$PRELAB" ]; then
     (OUT=$OUT/lab SECTIONS=none nice -n 19 timeout 500 bench/cuda_lab.sh > "$OUT/lab_build.log" 2>&1) &

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_wg}
 mkdir -p "$OUT"
 log() { echo "[gpu_wg $(date +%T)] $*" | tee -a "$OUT/steps.txt"; }
-xz -dc build-gpu/labxz/quarrel_cuda_lab.xz > /tmp/quarrel_cuda_lab && chmod +x /tmp/quarrel_cuda_lab
+xz -dc "$(ls build-gpu/labxz/lab.xz build-gpu/labxz/quarrel_cuda_lab.xz 2>/dev/null | head -1)" > /tmp/quarrel_cuda_lab && chmod +x /tmp/quarrel_cuda_lab
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee -a "$OUT/steps.txt"
 if [ "${LAB_DEFAULT:-1}" = 1 ]; then # the lab at the defaults
     QUARREL_LAB_DQ_ONLY=1 QUARREL_CUDA_DQ_MAX_ROWS=256 timeout 240 /tmp/quarrel_cuda_lab --only matmul > "$OUT/lab.log" 2>&1

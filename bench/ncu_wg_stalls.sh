@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ncu_wg}
 mkdir -p "$OUT"
-xz -dc build-gpu/labxz/quarrel_cuda_lab.xz > /tmp/lab && chmod +x /tmp/lab
+xz -dc "$(ls build-gpu/labxz/lab.xz build-gpu/labxz/quarrel_cuda_lab.xz 2>/dev/null | head -1)" > /tmp/lab && chmod +x /tmp/lab
 NCUB=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 r=${ROWS:-64}
 QUARREL_LAB_DQ_ROWS=$r QUARREL_LAB_DQ_ONLY=2 QUARREL_CUDA_DQ_MAX_ROWS=256 timeout 200 "$NCUB" --clock-control none \

@@ -62,6 +62,17 @@ typedef struct sjob {
     struct sjob *next;
 } sjob;
 
+/* An event on its way to its callback on the dispatcher thread: a copy of what the scheduler sent (its strings
+ * and sample result included: the request may be freed before it is delivered). */
+typedef struct sev {
+    qr_sched_callback cb;
+    void *user;
+    qr_sched_event ev;
+    qr_sample_result sample;
+    char *text, *error;
+    struct sev *next;
+} sev;
+
 /* A row's sampling done ahead (pre_sample_rows): what qr_sampler_verify returned. */
 typedef struct pre_sample {
     bool done;
@@ -109,6 +120,18 @@ struct qr_scheduler {
     double prof_t_last;      /* the start of the last step that had only decode rows (0: the last step had others) */
     double prof_dec_s;       /* the time from one such step's start to the next's, summed */
     int64_t prof_dec_n;
+    /* the dispatcher (QUARREL_SCHED_DISPATCH): a step's events are collected on the scheduler thread (loc_*), then
+     * handed over (ev_*) to a thread that calls the callbacks in order while the next step runs */
+    bool dispatch;
+    pthread_t ev_thread;
+    bool ev_started, ev_stop;  /* ev_stop: guarded by ev_mu */
+    pthread_mutex_t ev_mu;
+    pthread_cond_t ev_cv;      /* wakes the dispatcher */
+    pthread_cond_t ev_room_cv; /* the dispatcher delivered some (the scheduler waits past ev_cap pending) */
+    sev *ev_head, *ev_tail;    /* handed over, not yet taken by the dispatcher (ev_mu) */
+    sev *loc_head, *loc_tail;  /* this step's (scheduler thread only) */
+    int64_t ev_cap;
+    _Atomic int64_t ev_pending;/* events made and not yet delivered */
 };
 
 void qr_sched_params_default(qr_sched_params *p) {
@@ -130,6 +153,95 @@ static void req_free(sreq *r) {
     free(r);
 }
 
+/* Hands this step's events to the dispatcher (scheduler thread, without the scheduler's lock); waits while more
+ * than ev_cap are pending (callbacks slower than the steps). */
+static void flush_events(qr_scheduler *s) {
+    if (!s->loc_head) return;
+    pthread_mutex_lock(&s->ev_mu);
+    while (atomic_load(&s->ev_pending) > s->ev_cap && s->ev_head) pthread_cond_wait(&s->ev_room_cv, &s->ev_mu);
+    if (s->ev_tail) s->ev_tail->next = s->loc_head;
+    else s->ev_head = s->loc_head;
+    s->ev_tail = s->loc_tail;
+    pthread_cond_signal(&s->ev_cv);
+    pthread_mutex_unlock(&s->ev_mu);
+    s->loc_head = s->loc_tail = NULL;
+}
+
+/* Every event made so far delivered (the scheduler thread calls a callback itself only after this). */
+static void drain_events(qr_scheduler *s) {
+    flush_events(s);
+    pthread_mutex_lock(&s->ev_mu);
+    while (atomic_load(&s->ev_pending) > 0) pthread_cond_wait(&s->ev_room_cv, &s->ev_mu);
+    pthread_mutex_unlock(&s->ev_mu);
+}
+
+/* ev for request r's callback: queued for the dispatcher, or (no dispatcher, or no memory for the copy) called
+ * here once every earlier event is out. */
+static void emit(qr_scheduler *s, sreq *r, const qr_sched_event *ev) {
+    if (s->dispatch) {
+        sev *e = malloc(sizeof *e);
+        char *text = malloc(ev->text_len + 1), *error = ev->error ? strdup(ev->error) : NULL;
+        if (e && text && (!ev->error || error)) {
+            e->cb = r->cb;
+            e->user = r->user;
+            e->ev = *ev;
+            memcpy(text, ev->text, ev->text_len);
+            text[ev->text_len] = 0;
+            e->text = text;
+            e->ev.text = text;
+            e->error = error;
+            e->ev.error = error;
+            if (ev->sample) {
+                e->sample = *ev->sample;
+                e->ev.sample = &e->sample;
+            }
+            e->next = NULL;
+            atomic_fetch_add(&s->ev_pending, 1);
+            if (s->loc_tail) s->loc_tail->next = e;
+            else s->loc_head = e;
+            s->loc_tail = e;
+            return;
+        }
+        free(e);
+        free(text);
+        free(error);
+        drain_events(s);
+    }
+    r->cb(r->user, ev);
+}
+
+static void *ev_main(void *arg) {
+    qr_scheduler *s = arg;
+    pthread_mutex_lock(&s->ev_mu);
+    for (;;) {
+        while (!s->ev_head && !s->ev_stop) pthread_cond_wait(&s->ev_cv, &s->ev_mu);
+        sev *list = s->ev_head;
+        if (!list) break; /* stopping, and everything delivered */
+        s->ev_head = s->ev_tail = NULL;
+        pthread_mutex_unlock(&s->ev_mu);
+        int64_t n = 0;
+        while (list) {
+            sev *e = list;
+            list = e->next;
+            e->cb(e->user, &e->ev);
+            free(e->text);
+            free(e->error);
+            free(e);
+            n++;
+        }
+        pthread_mutex_lock(&s->ev_mu);
+        atomic_fetch_sub(&s->ev_pending, n);
+        pthread_cond_broadcast(&s->ev_room_cv);
+        pthread_mutex_unlock(&s->ev_mu);
+        pthread_mutex_lock(&s->mu); /* qr_sched_drain waits for the events too */
+        pthread_cond_broadcast(&s->idle_cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_mutex_lock(&s->ev_mu);
+    }
+    pthread_mutex_unlock(&s->ev_mu);
+    return NULL;
+}
+
 /* Sends DONE and frees the request (the caller has released its sequence). */
 static void finish(qr_scheduler *s, sreq *r, qr_sched_end end, qr_finish_reason reason, const char *error) {
     qr_stop_result sr = {0};
@@ -141,7 +253,7 @@ static void finish(qr_scheduler *s, sreq *r, qr_sched_end end, qr_finish_reason 
     pthread_mutex_lock(&s->mu);
     if (end == QR_SCHED_END_CANCELLED) s->stats.cancelled++;
     pthread_mutex_unlock(&s->mu);
-    r->cb(r->user, &ev);
+    emit(s, r, &ev);
     req_free(r);
     pthread_mutex_lock(&s->mu);
     pthread_cond_broadcast(&s->idle_cv);
@@ -495,7 +607,7 @@ static bool sample_and_stream(qr_scheduler *s, sreq *r, int32_t row, int32_t dra
     }
     qr_sched_event ev = {.type = QR_SCHED_EV_TOKEN, .id = r->id, .token = res.token, .text = sr.emit ? sr.emit : "",
                          .text_len = sr.emit_len, .sample = &res, .timing = r->timing};
-    r->cb(r->user, &ev);
+    emit(s, r, &ev);
     qr_finish_reason fin = sr.finish;
     if (fin == QR_FINISH_NONE && r->n_tokens >= s->max_seq_len) fin = QR_FINISH_LENGTH; /* context full */
     qr_grammar_matcher *gm = qr_sampler_grammar(r->smp);
@@ -704,6 +816,7 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
         qr_context_set_row_exact(s->ctx, false);
         if (st == QR_OK && s->p.spec && qr_spec_observe(s->p.spec, &b, err, sizeof err) != QR_OK) /* drafts lost only */
             qr_log(QR_LOG_WARN, "speculative decoding: %s", err);
+        if (s->p.step_hook) s->p.step_hook(s->p.step_hook_user); /* before the step's events */
         SPROF(1);
         uint64_t n_prompt_rows = 0, n_sampled = 0;
         for (int32_t i = 0; i < n; i++) {
@@ -745,6 +858,7 @@ static void step(qr_scheduler *s, sreq **act, int32_t n) {
                         if (act[i] == r) act[i] = NULL;
             }
         for (int32_t row = 0; row < rows; row++) s->pre[row].done = false; /* (each was consumed above) */
+        flush_events(s);
         SPROF(3);
         if (s->prof) {
             s->prof_rows += rows;
@@ -853,10 +967,13 @@ static void *thread_main(void *arg) {
         }
         if (stopping) {
             update_kv_stats(s);
+            flush_events(s);
             break;
         }
+        flush_events(s); /* the ends found above */
         step(s, act, n);
         update_kv_stats(s);
+        flush_events(s);
     }
     free(act);
     return NULL;
@@ -875,6 +992,8 @@ qr_status qr_sched_create(qr_model *model, qr_context *ctx, const qr_tokenizer *
         if (params->default_timeout_s > 0) p.default_timeout_s = params->default_timeout_s;
         p.no_prefix_cache = params->no_prefix_cache;
         p.spec = params->spec;
+        p.step_hook = params->step_hook;
+        p.step_hook_user = params->step_hook_user;
     }
     const int64_t step_knob = qr_knob_int(QR_KNOB_STEP_TOKENS);
     if (step_knob > 0) p.step_tokens = (int32_t)step_knob;
@@ -925,6 +1044,18 @@ qr_status qr_sched_create(qr_model *model, qr_context *ctx, const qr_tokenizer *
     pthread_cond_init(&s->idle_cv, NULL);
     s->stats.n_seq = p.n_seq;
     s->stats.alive = true;
+    s->dispatch = qr_knob_int(QR_KNOB_SCHED_DISPATCH) != 0;
+    s->ev_cap = 64 * (int64_t)p.n_seq + 1024;
+    pthread_mutex_init(&s->ev_mu, NULL);
+    pthread_cond_init(&s->ev_cv, NULL);
+    pthread_cond_init(&s->ev_room_cv, NULL);
+    if (s->dispatch) {
+        if (pthread_create(&s->ev_thread, NULL, ev_main, s) != 0) {
+            qr_sched_free(s);
+            return qr_errf(err, err_len, QR_ERR_INTERNAL, "scheduler: cannot start its dispatcher thread");
+        }
+        s->ev_started = true;
+    }
     if (!s->b_tok || !s->b_pos || !s->b_seq || !s->b_logits || !s->b_req || !s->seq_busy || !s->pre || !s->pre_rows) {
         qr_sched_free(s);
         return qr_errf(err, err_len, QR_ERR_NOMEM, "out of memory");
@@ -948,6 +1079,16 @@ void qr_sched_free(qr_scheduler *s) {
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->thread, NULL);
     }
+    if (s->ev_started) { /* every event out first */
+        pthread_mutex_lock(&s->ev_mu);
+        s->ev_stop = true;
+        pthread_cond_signal(&s->ev_cv);
+        pthread_mutex_unlock(&s->ev_mu);
+        pthread_join(s->ev_thread, NULL);
+    }
+    pthread_mutex_destroy(&s->ev_mu);
+    pthread_cond_destroy(&s->ev_cv);
+    pthread_cond_destroy(&s->ev_room_cv);
     cpu_pool_free(s->sample_pool);
     free(s->pre);
     free(s->pre_rows);
@@ -985,14 +1126,14 @@ int32_t qr_sched_drain(qr_scheduler *s, double timeout_s) {
     const double end = qr_time_s() + timeout_s;
     pthread_mutex_lock(&s->mu);
     s->draining = true;
-    while (s->n_running + s->n_waiting > 0 && qr_time_s() < end) {
+    while ((s->n_running + s->n_waiting > 0 || atomic_load(&s->ev_pending) > 0) && qr_time_s() < end) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 100 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
         pthread_cond_timedwait(&s->idle_cv, &s->mu, &ts);
     }
-    const int32_t left = s->n_running + s->n_waiting;
+    const int32_t left = s->n_running + s->n_waiting + (atomic_load(&s->ev_pending) > 0 && s->n_running + s->n_waiting == 0);
     pthread_mutex_unlock(&s->mu);
     return left;
 }

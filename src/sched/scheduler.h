@@ -18,9 +18,12 @@
  * reported as a sampled one, and the sequence's KV is cut back past the first rejection. A pass with draft
  * rows and no prompt rows is row-exact (each row as a one-row pass computes it).
  *
- * Callbacks run on the scheduler thread, never under the scheduler's lock, and must not block:
- * they copy what they need. After the QR_SCHED_EV_DONE event of a request, the scheduler never
- * touches its callback or user pointer again; every accepted request gets exactly one DONE event.
+ * Callbacks run on the scheduler's dispatcher thread (QUARREL_SCHED_DISPATCH=0: the scheduler thread),
+ * one at a time, each request's events in order, while the scheduler thread runs the next step; never under
+ * the scheduler's lock, and they must not block: they copy what they need (the event's pointers live until
+ * the callback returns). After the QR_SCHED_EV_DONE event of a request, the scheduler never touches its
+ * callback or user pointer again; every accepted request gets exactly one DONE event, and qr_sched_free
+ * delivers every event before it returns.
  */
 #ifndef QR_SCHED_SCHEDULER_H
 #define QR_SCHED_SCHEDULER_H
@@ -49,6 +52,10 @@ typedef struct qr_sched_params {
     qr_spec *spec;           /* speculative decoding for the requests that ask for it (made for the same
                               * context; owned by the caller, outlives the scheduler); NULL = none */
     double default_timeout_s;/* request timeout when the request gives none; 0 = 300 s */
+    /* called on the scheduler thread after each step, before that step's events go out (the server syncs the
+     * context's MoE / SSM counters there); NULL = none */
+    void (*step_hook)(void *user);
+    void *step_hook_user;
 } qr_sched_params;
 
 typedef enum qr_sched_event_type {

@@ -108,10 +108,10 @@ int srv_build_prompt(const srv_model *m, srv_gen_req *req, srv_api api, int32_t 
     return 0;
 }
 
-/* Runs on the model's scheduler thread, after the step that made the event. */
+/* Runs on the model's scheduler's dispatcher thread, after the step that made the event (whose MoE / SSM counters
+ * the scheduler's step hook synced first). */
 static void on_event(void *user, const qr_sched_event *ev) {
     srv_gen *g = user;
-    srv_model_sync_arch(g->m); /* the step's MoE / SSM counters, before the client can see its tokens */
     const bool done = ev->type == QR_SCHED_EV_DONE;
     srv_ev *e = done ? g->done_ev : calloc(1, sizeof *e); /* DONE never fails: preallocated */
     char *text = malloc(ev->text_len + 1);

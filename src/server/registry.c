@@ -151,6 +151,8 @@ static void weight_stats(srv_model *m) {
 }
 
 /* Loads source into a new srv_model (no registry lock held). */
+static void sync_arch_hook(void *m) { srv_model_sync_arch(m); }
+
 static qr_status load_model(const srv_registry *r, const char *source, bool startup, srv_model **out, char *err,
                             size_t err_len) {
     *out = NULL;
@@ -254,6 +256,8 @@ static qr_status load_model(const srv_registry *r, const char *source, bool star
         sp.default_timeout_s = r->o.request_timeout_s;
         if (r->o.spec_on && (st = spec_open(r, m, err, err_len)) != QR_OK) goto fail;
         sp.spec = m->spec;
+        sp.step_hook = sync_arch_hook; /* the step's MoE / SSM counters, before the clients see its tokens */
+        sp.step_hook_user = m;
         if ((st = qr_sched_create(m->model, m->ctx, m->tok, &sp, &m->sched, err, err_len)) != QR_OK) goto fail;
     } else {
         /* encoders: a scheduler over a one-sequence context serializes the embedding jobs */

@@ -359,11 +359,12 @@ static void call_topk(void *p) {
 
 static void check_topk(lab *L) {
     char cfg[96];
-    const int64_t n = 32000;
-    const int32_t rows_l[] = {5, 64, 256}, ks[] = {1, 40, 64};
+    /* the last two: an odd row length, so that k = 1's 16-byte loads start off a row's first value */
+    const int64_t ns[] = {32000, 32000, 32000, 32003, 1001};
+    const int32_t rows_l[] = {5, 64, 256, 7, 6}, ks[] = {1, 40, 64};
     for (size_t ri = 0; ri < sizeof rows_l / sizeof rows_l[0]; ri++)
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
-            const int64_t rows = rows_l[ri];
+            const int64_t rows = rows_l[ri], n = ns[ri];
             const int32_t k = ks[ki];
             buf x = buf_new(L, rows * n, 4.0f);
             for (int64_t i = 0; i < rows * n; i++) x.h[i] = roundf(x.h[i] * 16.0f) / 16.0f; /* many ties */

@@ -62,8 +62,12 @@ template <> struct dq<QR_TYPE_Q4_K> {
     /* the {mul, add} pair of values 32s + 16j.. of the stage, from its 16 scale bytes */
     static __device__ __forceinline__ uint32_t scale(const uint8_t *sc, int s, int j) { return *(const uint32_t *)(sc + 4 * s); }
     static __device__ __forceinline__ uint32_t codes(const uint8_t *wrow, int s, int j, int t) {
-        const uint32_t w = *(const uint32_t *)(wrow + 32 * (s >> 1) + 16 * j + 4 * t);
-        return (w >> (4 * (s & 1))) & 0x0F0F0F0Fu;
+        return (word(wrow, s >> 1, j, t) >> (4 * (s & 1))) & 0x0F0F0F0Fu;
+    }
+    /* version 6: sub-blocks 2u and 2u + 1 share a code word (low / high nibbles) and a scale serves both halves j */
+    static constexpr bool PAIRS = true;
+    static __device__ __forceinline__ uint32_t word(const uint8_t *wrow, int u, int j, int t) {
+        return *(const uint32_t *)(wrow + 32 * u + 16 * j + 4 * t);
     }
     /* values 8 kc .. 8 kc + 7 of the stage (the SS kernel): their codes as bytes (c0: the first 4), and {mul, add} */
     static __device__ __forceinline__ void codes8(const uint8_t *wrow, int kc, uint32_t &c0, uint32_t &c1) {
@@ -82,6 +86,8 @@ template <> struct dq<QR_TYPE_Q6_K> {
     static constexpr int WP = 112; /* 96 code bytes + 16 scale bytes */
     static constexpr int CODE = 96, BLK = 192;
     static constexpr int OFF = 1056; /* 1024 + 32: q - 32 */
+    static constexpr bool PAIRS = false;
+    static __device__ __forceinline__ uint32_t word(const uint8_t *, int, int, int) { return 0; }
     static __device__ __forceinline__ const uint8_t *chunk(const uint8_t *row, int64_t s, int i) {
         return row + (s >> 1) * 192 + (i < 4 ? 64 * (s & 1) + 16 * i : 128 + 32 * (s & 1) + 16 * (i - 4));
     }
@@ -120,13 +126,17 @@ template <> struct dq<QR_TYPE_Q6_K> {
 };
 
 /* The 4 codes (bytes of c, each < 64) as f16 (code + OFF - OFF) x mul + add, sc = {mul, add}: two half2
- * (values 0,1 and 2,3). */
+ * (values 0,1 and 2,3). Q6_K (OFF 1056) has no add: its sc is {mul, 0} and the add is the constant +0. */
 template <int OFF>
 static __device__ __forceinline__ void deq4(uint32_t c, uint32_t sc, uint32_t &lo, uint32_t &hi) {
     const uint32_t h01 = __byte_perm(c, 0x64646464u, 0x5140), h23 = __byte_perm(c, 0x64646464u, 0x7362);
-    const uint32_t mw = __byte_perm(sc, 0, 0x1010), aw = __byte_perm(sc, 0, 0x3232);
     const __half2 off = __float2half2_rn((float)OFF);
-    const __half2 mul = *(const __half2 *)&mw, add = *(const __half2 *)&aw;
+    /* {mul, mul} and {add, add} as operand selectors of the HFMA2 (.H0_H0 / .H1_H1), not two PRMTs. (With Q6_K's
+     * {mul, 0} read through the selector, nvcc 13.0 fused the 16-bit scale loads of two steps into one 32-bit load
+     * and took the next step's scale as the add: the mma.sync kernel's Q6_K sums went wrong in the lab.) */
+    __half2 ma;
+    memcpy(&ma, &sc, 4);
+    const __half2 mul = __low2half2(ma), add = OFF == 1024 ? __high2half2(ma) : __float2half2_rn(0.0f);
     const __half2 a = __hfma2(__hsub2(*(const __half2 *)&h01, off), mul, add);
     const __half2 b = __hfma2(__hsub2(*(const __half2 *)&h23, off), mul, add);
     lo = *(const uint32_t *)&a;
@@ -1062,9 +1072,22 @@ static __global__ void __launch_bounds__(WT_THREADS, 1)
     /* B: the activations K-major with the 128-byte swizzle (stride byte offset 1024, leading offset unused) */
     const uint64_t dhi = ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
     uint32_t a[4][4], cw[4];
-    auto load_step = [&](const uint8_t *st, int q) {
+    uint32_t cwr[4]; /* Q4_K: the code words of steps q..q + 3 (q % 4 == 0): rows p0 / p1 x j 0 / 1 */
+    auto load_step = [&](const uint8_t *st, int q) { /* q is a constant once unrolled: the branches fold */
         const int s = q >> 1, j = q & 1;
         const uint8_t *p0 = st + r0 * D::WP, *p1 = p0 + 8 * D::WP;
+        if (D::PAIRS) { /* a word holds sub-blocks 2u (low nibbles) and 2u + 1 (high); a scale serves j = 0 and 1 */
+            if ((q & 3) == 0)
+#pragma unroll
+                for (int i = 0; i < 4; i++) cwr[i] = D::word(i < 2 ? p0 : p1, s >> 1, i & 1, t);
+            cw[0] = (cwr[j] >> (4 * (s & 1))) & 0x0F0F0F0Fu;
+            cw[2] = (cwr[2 + j] >> (4 * (s & 1))) & 0x0F0F0F0Fu;
+            if (j == 0) {
+                cw[1] = D::scale(p0 + D::CODE, s, j);
+                cw[3] = D::scale(p1 + D::CODE, s, j);
+            }
+            return;
+        }
         cw[0] = D::codes(p0, s, j, t);
         cw[1] = D::scale(p0 + D::CODE, s, j);
         cw[2] = D::codes(p1, s, j, t);
@@ -1079,12 +1102,15 @@ static __global__ void __launch_bounds__(WT_THREADS, 1)
         mbar_wait(sfull + 8 * s, (uint32_t)((it / C::S) & 1));
         const uint8_t *st = ring + s * C::SLOT;
         const uint32_t xs = sring + (uint32_t)(s * C::SLOT + C::O_X);
+        const uint64_t d0 = dhi | (uint64_t)(xs >> 4); /* xs and the step offsets are multiples of 16 */
         load_step(st, 0);
         wg_wait<3>(); /* set 0's last group (step 4 of the stage before) is done */
         deq_step(a[0]);
 #pragma unroll
         for (int q = 0; q < 8; q++) {
-            const uint64_t desc = dhi | (uint64_t)((xs + (uint32_t)((q >> 2) * N * 128 + (q & 3) * 32)) >> 4);
+            /* the start address field (14 bits, no carry out: shared memory < 256 KB) of the stage's first step plus
+             * a constant: one uniform add a step */
+            const uint64_t desc = d0 + (uint64_t)(((q >> 2) * N * 128 + (q & 3) * 32) >> 4);
             wg_fence();
             wg_mma<N>(acc, a[q & 3], desc);
             wg_commit();
