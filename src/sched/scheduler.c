@@ -994,6 +994,7 @@ qr_status qr_sched_create(qr_model *model, qr_context *ctx, const qr_tokenizer *
         p.spec = params->spec;
         p.step_hook = params->step_hook;
         p.step_hook_user = params->step_hook_user;
+        p.no_dispatch = params->no_dispatch;
     }
     const int64_t step_knob = qr_knob_int(QR_KNOB_STEP_TOKENS);
     if (step_knob > 0) p.step_tokens = (int32_t)step_knob;
@@ -1044,7 +1045,7 @@ qr_status qr_sched_create(qr_model *model, qr_context *ctx, const qr_tokenizer *
     pthread_cond_init(&s->idle_cv, NULL);
     s->stats.n_seq = p.n_seq;
     s->stats.alive = true;
-    s->dispatch = qr_knob_int(QR_KNOB_SCHED_DISPATCH) != 0;
+    s->dispatch = !p.no_dispatch && qr_knob_int(QR_KNOB_SCHED_DISPATCH) != 0;
     s->ev_cap = 64 * (int64_t)p.n_seq + 1024;
     pthread_mutex_init(&s->ev_mu, NULL);
     pthread_cond_init(&s->ev_cv, NULL);

@@ -56,6 +56,7 @@ typedef struct qr_sched_params {
      * context's MoE / SSM counters there); NULL = none */
     void (*step_hook)(void *user);
     void *step_hook_user;
+    bool no_dispatch;        /* callbacks on the scheduler thread between steps (as QUARREL_SCHED_DISPATCH=0) */
 } qr_sched_params;
 
 typedef enum qr_sched_event_type {

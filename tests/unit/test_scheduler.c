@@ -59,6 +59,36 @@ static void on_event(void *user, const qr_sched_event *ev) {
     pthread_mutex_unlock(&r->mu);
 }
 
+/* Where each event of a request ran (test_event_threads) */
+typedef struct thread_log {
+    pthread_mutex_t mu;
+    pthread_t hook_thread; /* the step hook's (the scheduler thread) */
+    int hooks;
+    int n_cb, n_on_hook_thread, after_done;
+    bool done;
+    int32_t tokens[MAX_GEN];
+    int32_t n;
+} thread_log;
+
+static void log_hook(void *user) {
+    thread_log *t = user;
+    pthread_mutex_lock(&t->mu);
+    t->hook_thread = pthread_self();
+    t->hooks++;
+    pthread_mutex_unlock(&t->mu);
+}
+
+static void log_event(void *user, const qr_sched_event *ev) {
+    thread_log *t = user;
+    pthread_mutex_lock(&t->mu);
+    t->n_cb++;
+    t->n_on_hook_thread += t->hooks > 0 && pthread_equal(t->hook_thread, pthread_self());
+    t->after_done += t->done;
+    if (ev->type == QR_SCHED_EV_TOKEN && t->n < MAX_GEN) t->tokens[t->n++] = ev->token;
+    if (ev->type == QR_SCHED_EV_DONE) t->done = true;
+    pthread_mutex_unlock(&t->mu);
+}
+
 static void result_init(result *r) {
     memset(r, 0, sizeof *r);
     pthread_mutex_init(&r->mu, NULL);
@@ -193,6 +223,66 @@ static void test_concurrent_equals_reference(void **state) {
     assert_true(st.tokens_generated >= 4 * (uint64_t)gen);
     qr_sched_free(s);
     qr_context_free(ctx);
+}
+
+/* Events reach the callbacks on the dispatcher thread (not the scheduler thread, where the step hook runs), in order
+ * (the tokens, then DONE, nothing after it), with the reference tokens; with no_dispatch on the scheduler thread. And
+ * qr_sched_free returns only after every event is out: a request running at shutdown has its DONE by then. */
+static void test_event_threads(void **state) {
+    (void)state;
+    int32_t prompt[9], ref[10];
+    make_prompt(prompt, 9, 41);
+    reference(prompt, 9, 10, ref);
+    for (int mode = 0; mode < 2; mode++) {
+        qr_context_params cp = qr_context_default_params();
+        cp.n_ctx = 512;
+        cp.n_seq_max = 2;
+        qr_context *ctx;
+        char err[256];
+        assert_int_equal(qr_context_create(F.model, &cp, &ctx, err, sizeof err), QR_OK);
+        thread_log t = {.mu = PTHREAD_MUTEX_INITIALIZER}, t2 = {.mu = PTHREAD_MUTEX_INITIALIZER};
+        qr_sched_params sp;
+        qr_sched_params_default(&sp);
+        sp.n_seq = 2;
+        sp.step_hook = log_hook;
+        sp.step_hook_user = &t;
+        sp.no_dispatch = mode == 1;
+        qr_scheduler *s;
+        assert_int_equal(qr_sched_create(F.model, ctx, F.tok, &sp, &s, err, sizeof err), QR_OK);
+        qr_sched_request q = {.prompt = prompt, .n_prompt = 9, .max_tokens = 10, .ignore_eos = true, .cb = log_event, .user = &t};
+        qr_sampler_params_greedy(&q.sampler);
+        uint64_t id;
+        assert_int_equal(qr_sched_submit(s, &q, &id, err, sizeof err), QR_OK);
+        for (int i = 0; i < 5000; i++) { /* wait for DONE */
+            pthread_mutex_lock(&t.mu);
+            const bool d = t.done;
+            pthread_mutex_unlock(&t.mu);
+            if (d) break;
+            usleep(1000);
+        }
+        q.max_tokens = 1000000; /* a second request still running at shutdown */
+        q.user = &t2;
+        assert_int_equal(qr_sched_submit(s, &q, &id, err, sizeof err), QR_OK);
+        for (int i = 0; i < 5000; i++) { /* until it has a token */
+            pthread_mutex_lock(&t2.mu);
+            const int n = t2.n;
+            pthread_mutex_unlock(&t2.mu);
+            if (n > 0) break;
+            usleep(1000);
+        }
+        qr_sched_free(s);
+        assert_true(t2.done); /* delivered before qr_sched_free returned */
+        assert_int_equal(t2.after_done, 0);
+        assert_true(t.done);
+        assert_int_equal(t.after_done, 0);
+        assert_int_equal(t.n, 10);
+        assert_memory_equal(t.tokens, ref, sizeof ref);
+        assert_true(t.hooks > 0);
+        assert_int_equal(t.n_cb, 11);
+        if (mode == 0) assert_int_equal(t.n_on_hook_thread, 0);      /* the dispatcher's thread */
+        else assert_int_equal(t.n_on_hook_thread, t.n_cb);             /* the scheduler's */
+        qr_context_free(ctx);
+    }
 }
 
 /* A cancelled request ends with CANCELLED and its blocks are released before the next step. */
@@ -454,7 +544,7 @@ int main(void) {
         cmocka_unit_test(test_concurrent_equals_reference), cmocka_unit_test(test_cancel_frees_blocks),
         cmocka_unit_test(test_speculative_mixed),
         cmocka_unit_test(test_queue_bound_and_timeout),     cmocka_unit_test(test_prefix_cache_hit),
-        cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_preemption),         cmocka_unit_test(test_event_threads),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
