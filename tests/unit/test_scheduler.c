@@ -132,12 +132,19 @@ static int32_t reference(const int32_t *prompt, int32_t n_prompt, int32_t n_gen,
     return n;
 }
 
-static qr_scheduler *make_sched(int32_t n_ctx, int32_t n_seq, int32_t max_queue, int32_t chunk, qr_context **ctx) {
+static qr_context *make_ctx(int32_t n_ctx, int32_t n_seq) {
     qr_context_params cp = qr_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_seq_max = n_seq;
     char err[256];
-    assert_int_equal(qr_context_create(F.model, &cp, ctx, err, sizeof err), QR_OK);
+    qr_context *ctx;
+    assert_int_equal(qr_context_create(F.model, &cp, &ctx, err, sizeof err), QR_OK);
+    return ctx;
+}
+
+static qr_scheduler *make_sched(int32_t n_ctx, int32_t n_seq, int32_t max_queue, int32_t chunk, qr_context **ctx) {
+    *ctx = make_ctx(n_ctx, n_seq);
+    char err[256];
     qr_sched_params sp;
     qr_sched_params_default(&sp);
     sp.n_seq = n_seq;
@@ -234,12 +241,8 @@ static void test_event_threads(void **state) {
     make_prompt(prompt, 9, 41);
     reference(prompt, 9, 10, ref);
     for (int mode = 0; mode < 2; mode++) {
-        qr_context_params cp = qr_context_default_params();
-        cp.n_ctx = 512;
-        cp.n_seq_max = 2;
-        qr_context *ctx;
+        qr_context *ctx = make_ctx(512, 2);
         char err[256];
-        assert_int_equal(qr_context_create(F.model, &cp, &ctx, err, sizeof err), QR_OK);
         thread_log t = {.mu = PTHREAD_MUTEX_INITIALIZER}, t2 = {.mu = PTHREAD_MUTEX_INITIALIZER};
         qr_sched_params sp;
         qr_sched_params_default(&sp);
@@ -480,12 +483,8 @@ static void test_preemption(void **state) {
  * tokens equal plain greedy decoding, drafts were verified (and, n-gram, kept: the random head's are rejected), the
  * plain request drafted nothing, the cache is empty at the end. */
 static void speculative_mixed(qr_spec_kind kind) {
-    qr_context_params cp = qr_context_default_params();
-    cp.n_ctx = 1024;
-    cp.n_seq_max = 3;
-    qr_context *ctx;
+    qr_context *ctx = make_ctx(1024, 3);
     char err[256];
-    assert_int_equal(qr_context_create(F.model, &cp, &ctx, err, sizeof err), QR_OK);
     qr_spec_params pp = qr_spec_default_params();
     pp.ngram_min = 1;
     if (kind == QR_SPEC_EAGLE3) pp.kind = kind, pp.draft_model = F.head, pp.draft_p_min = 0.0f;
