@@ -8,11 +8,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_serve_ab}
 mkdir -p "$OUT"
 . bench/gpu_unpack.sh
-Q=$PWD/build-gpu/bundle/quarrel
 log() { echo "[serve_ab $(date +%T)] $*" | tee -a "$OUT/steps.txt"; }
-M=/tmp/qr_models/mistral-7b-Q4_K_M.gguf
-mkdir -p /tmp/qr_models
-[ -f $M ] || "$Q" synth --arch llama --preset mistral-7b --type Q4_K_M -t "$(nproc)" -o $M > "$OUT/synth.log" 2>&1
+qr_gpu_mistral "$OUT/synth.log"
 i=0
 for c in ${CASES:--}; do
     envs=$([ "$c" = - ] && echo "" || echo "${c//,/ }")

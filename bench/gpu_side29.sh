@@ -15,7 +15,6 @@ mkdir -p "$OUT/logs"
 log() { echo "[side29 $(date +%T)] $*" | tee -a "$OUT/steps.txt"; }
 skip() { case " ${SKIP:-} " in *" $1 "*) return 0 ;; esac; return 1; }
 . bench/gpu_unpack.sh
-Q=$PWD/build-gpu/bundle/quarrel
 L=/tmp/llama_gpu/llama
 # the package as one file, or (the tracked tree leaves ~24 MB of a 64 MiB carry) as parts that earlier calls on this warm
 # machine left in /tmp/llparts (carry build-gpu/llpa, then build-gpu/llpb: `mkdir -p /tmp/llparts && cp build-gpu/llp?/* /tmp/llparts/`)
@@ -26,9 +25,7 @@ if [ ! -x $L/llama-server ]; then
     [ -x $L/llama-server ] || { log "no llama.cpp package"; exit 1; }
 fi
 export LD_LIBRARY_PATH=$L:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-M=/tmp/qr_models/mistral-7b-Q4_K_M.gguf
-mkdir -p /tmp/qr_models
-[ -f $M ] || { "$Q" synth --arch llama --preset mistral-7b --type Q4_K_M -t "$(nproc)" -o $M.tmp > "$OUT/synth.log" 2>&1 && mv $M.tmp $M; }
+qr_gpu_mistral "$OUT/synth.log"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$OUT/steps.txt"
 med() { python3 -c 'import json,statistics,sys; d=json.load(open(sys.argv[1])); d=d if isinstance(d,list) else [d]; print("%.1f" % statistics.median(d[-1]["samples_ts"]))' "$1" 2> /dev/null || echo nan; }
 qv() { grep -o "\"$2\": [0-9.]*" "$1" | head -1 | awk '{print $2}'; }

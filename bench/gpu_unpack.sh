@@ -10,3 +10,12 @@ qr_gpu_unpack() {
     rm -rf build-gpu/bundle && mkdir -p build-gpu && tar -C build-gpu -xJf "$xz" && echo "$sum" > build-gpu/bundle/.xz_sum
 }
 qr_gpu_unpack
+Q=$PWD/build-gpu/bundle/quarrel # the unpacked quarrel
+
+# M = the synth mistral-7b Q4_K_M the serving / decode benchmarks share (made once a machine; $1: a log file).
+qr_gpu_mistral() {
+    M=/tmp/qr_models/mistral-7b-Q4_K_M.gguf
+    mkdir -p /tmp/qr_models
+    [ -f $M ] || { "$Q" synth --arch llama --preset mistral-7b --type Q4_K_M -t "$(nproc)" -o $M.tmp > "${1:-/dev/null}" 2>&1 &&
+        mv $M.tmp $M; }
+}

@@ -386,6 +386,22 @@ static void big_cases(lab *L) {
         kvset_free(L, &S);
         free(len), free(seq), free(pos);
     }
+    { /* a mixed step (the serving mixed load): 64 decode rows (128..511 keys) first, then a 256-row prompt chunk at depth
+       * 3744 of a 65th sequence; one pass (default) and the decode rows split off (tune.attn_split_mixed) */
+        const int nsq = 65, nr = 64 + 256;
+        kvset S;
+        int len[65];
+        int32_t *seq = malloc((size_t)nr * 4), *pos = malloc((size_t)nr * 4);
+        for (int s = 0; s < 64; s++) len[s] = 128 + (int)(lab_u64(L) % 384), seq[s] = s, pos[s] = len[s] - 1;
+        len[64] = 4000;
+        for (int r = 0; r < 256; r++) seq[64 + r] = 64, pos[64 + r] = 3744 + r;
+        kvset_init(L, &S, &mistral, nsq, len);
+        attn_check(L, &S, nr, seq, pos, nr, NULL, 0, true, "decode 64 seqs + a 256-row chunk");
+        attn_check_knob(L, &S, &qr_cuda_backend_tune(L->gpu)->attn_split_mixed, 1, nr, seq, pos, 0, true,
+                        "decode 64 seqs + a 256-row chunk split");
+        kvset_free(L, &S);
+        free(seq), free(pos);
+    }
     if (!batched_only) {
         kvset S;
         const int len[1] = {4096};

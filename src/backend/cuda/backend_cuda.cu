@@ -1731,8 +1731,51 @@ static void attention_rows(qr_backend *be, qr_kv_storage *kv, int32_t layer, con
 }
 
 static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *q, const qr_attn_params *p,
+                           float *out);
+
+/* A step whose leading rows are one a sequence (the scheduler's decode rows) and whose other rows are prompt chunks:
+ * the leading rows as a batched decode pass of their own (the tensor-core decode kernel, where the whole step would
+ * take the flash kernel's tiles of 64 rows for them, 4 used), the rest as a prompt pass. QUARREL_CUDA_ATTN_SPLIT_MIXED=1
+ * (off by default until measured); outside graphs, f16 caches, causal passes. False: not taken. */
+static bool attention_split_mixed(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *q,
+                                  const qr_attn_params *p, float *out) {
+    cuda_backend *cb = CB(be);
+    const int32_t n = cb->n_tokens;
+    if (!cb->tune.attn_split_mixed || cb->in_row_view || cb->graph_mode || cb->row_exact || cb->exact || cb->cfg_one_row ||
+        p->non_causal || kv_kvq(kv->desc.type_k) || n < 2)
+        return false;
+    int32_t max_seq = 0; /* leading rows each of a sequence no other row has (a count a sequence; O(rows)) */
+    for (int32_t r = 0; r < n; r++) max_seq = cb->h_seq[r] > max_seq ? cb->h_seq[r] : max_seq;
+    int32_t *cnt = (int32_t *)calloc((size_t)max_seq + 1, sizeof(int32_t));
+    if (!cnt) return false;
+    for (int32_t r = 0; r < n; r++)
+        if (cb->h_seq[r] >= 0) cnt[cb->h_seq[r]]++;
+    int32_t n_dec = 0;
+    while (n_dec < n && cb->h_seq[n_dec] >= 0 && cnt[cb->h_seq[n_dec]] == 1) n_dec++;
+    free(cnt);
+    if (n_dec <= cb->tune.attn_decode_max_rows || n_dec == n) return false;
+    const int32_t *d_pos = cb->d_pos, *d_seq = cb->d_seq;
+    int32_t *h_pos = cb->h_pos, *h_seq = cb->h_seq;
+    const int64_t qw = (int64_t)p->n_head * p->head_dim_k, ow = (int64_t)p->n_head * p->head_dim_v;
+    cb->in_row_view = true;
+    cb->n_tokens = n_dec;
+    cuda_attention(be, kv, layer, q, p, out);
+    if (cb->error == QR_OK) {
+        cb->n_tokens = n - n_dec;
+        cb->d_pos = d_pos + n_dec, cb->d_seq = d_seq + n_dec, cb->h_pos = h_pos + n_dec, cb->h_seq = h_seq + n_dec;
+        cuda_attention(be, kv, layer, q + n_dec * qw, p, out + n_dec * ow);
+    }
+    cb->d_pos = d_pos, cb->d_seq = d_seq, cb->h_pos = h_pos, cb->h_seq = h_seq;
+    cb->n_tokens = n;
+    cb->in_row_view = false;
+    cb->act_valid = false;
+    return true;
+}
+
+static void cuda_attention(qr_backend *be, qr_kv_storage *kv, int32_t layer, const float *q, const qr_attn_params *p,
                            float *out) {
     cuda_backend *cb = CB(be);
+    if (attention_split_mixed(be, kv, layer, q, p, out)) return;
     if (cb->row_exact && !cb->in_row_view && !cb->cfg_one_row && cb->n_tokens > 1 && !cb->exact && !p->non_causal) {
         /* every row's one-row pass a graph replay of one table width: one launch with the shapes of a one-row pass
          * (the kernels split each row's keys by its own span and the split count), else row by row */
