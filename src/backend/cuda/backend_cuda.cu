@@ -1565,7 +1565,7 @@ static bool attn_gemm(cuda_backend *cb, cuda_attn_args *a) {
 
 /* The first conditions of attn_flash (what it decides without looking at the rows' sequences). */
 static bool attn_flash_wanted(const cuda_backend *cb, const cuda_attn_args *a) {
-    return cb->tune.attn_flash && !cb->graph_mode && a->n_tok > cb->tune.attn_decode_max_rows &&
+    return cb->tune.attn_flash && !cb->graph_mode && !cb->dec_view && a->n_tok > cb->tune.attn_decode_max_rows &&
            qr_cuda_attn_flash_supported(a);
 }
 
@@ -1759,7 +1759,9 @@ static bool attention_split_mixed(qr_backend *be, qr_kv_storage *kv, int32_t lay
     const int64_t qw = (int64_t)p->n_head * p->head_dim_k, ow = (int64_t)p->n_head * p->head_dim_v;
     cb->in_row_view = true;
     cb->n_tokens = n_dec;
+    cb->dec_view = true;
     cuda_attention(be, kv, layer, q, p, out);
+    cb->dec_view = false;
     if (cb->error == QR_OK) {
         cb->n_tokens = n - n_dec;
         cb->d_pos = d_pos + n_dec, cb->d_seq = d_seq + n_dec, cb->h_pos = h_pos + n_dec, cb->h_seq = h_seq + n_dec;

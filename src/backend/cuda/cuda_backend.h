@@ -59,6 +59,7 @@ typedef struct cuda_backend {
      * row's one-row pass (row_view): cap_blocks (launch shapes; max_blocks stays the table's stride) and graph_mode
      * as that pass would have them */
     bool row_exact, exact_graph, in_row_view;
+    bool dec_view;     /* attention_split_mixed's decode rows: the batched decode kernels, not the flash kernel */
     bool cfg_one_row; /* attention of a row-exact pass in one launch: launch shapes as for one row */
     int32_t cap_blocks;
     int32_t *h_exact_blocks; /* [cap_tok] */
