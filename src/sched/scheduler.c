@@ -994,7 +994,7 @@ qr_status qr_sched_create(qr_model *model, qr_context *ctx, const qr_tokenizer *
         p.spec = params->spec;
         p.step_hook = params->step_hook;
         p.step_hook_user = params->step_hook_user;
-        p.no_dispatch = params->no_dispatch;
+        p.dispatch = params->dispatch;
     }
     const int64_t step_knob = qr_knob_int(QR_KNOB_STEP_TOKENS);
     if (step_knob > 0) p.step_tokens = (int32_t)step_knob;
@@ -1045,7 +1045,8 @@ qr_status qr_sched_create(qr_model *model, qr_context *ctx, const qr_tokenizer *
     pthread_cond_init(&s->idle_cv, NULL);
     s->stats.n_seq = p.n_seq;
     s->stats.alive = true;
-    s->dispatch = !p.no_dispatch && qr_knob_int(QR_KNOB_SCHED_DISPATCH) != 0;
+    const int32_t dk = p.dispatch ? p.dispatch : qr_knob_int(QR_KNOB_SCHED_DISPATCH); /* -1 knob: where on a GPU */
+    s->dispatch = p.dispatch ? p.dispatch > 0 : dk > 0 || (dk < 0 && strcmp(qr_model_backend_name(model), "cpu") != 0);
     s->ev_cap = 64 * (int64_t)p.n_seq + 1024;
     pthread_mutex_init(&s->ev_mu, NULL);
     pthread_cond_init(&s->ev_cv, NULL);

@@ -56,7 +56,9 @@ typedef struct qr_sched_params {
      * context's MoE / SSM counters there); NULL = none */
     void (*step_hook)(void *user);
     void *step_hook_user;
-    bool no_dispatch;        /* callbacks on the scheduler thread between steps (as QUARREL_SCHED_DISPATCH=0) */
+    int32_t dispatch;        /* 1: callbacks on the dispatcher thread; -1: on the scheduler thread between steps;
+                              * 0: QUARREL_SCHED_DISPATCH's choice (by default the dispatcher where the model runs on a
+                              * GPU) */
 } qr_sched_params;
 
 typedef enum qr_sched_event_type {

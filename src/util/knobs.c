@@ -52,10 +52,11 @@ const qr_knob_def qr_knob_defs[QR_KNOB_COUNT] = {
     [QR_KNOB_STEP_TOKENS] = {"QUARREL_STEP_TOKENS", QR_KNOB_INT, "0", 0, 65536, NULL, "the scheduler (serve)",
                              "rows a scheduler step may take in all (decode rows first, then prompt chunks); 0: 512, "
                              "or --parallel when that is larger"},
-    [QR_KNOB_SCHED_DISPATCH] = {"QUARREL_SCHED_DISPATCH", QR_KNOB_BOOL, "1", 0, 0, NULL, "the scheduler (serve)",
-                                "the requests' events (tokens, ends) reach their callbacks on a thread of their own, "
-                                "in order, while the scheduler runs the next step (0: on the scheduler thread, "
-                                "between steps)"},
+    [QR_KNOB_SCHED_DISPATCH] = {"QUARREL_SCHED_DISPATCH", QR_KNOB_INT, "-1", -1, 1, NULL, "the scheduler (serve)",
+                                "1: the requests' events (tokens, ends) reach their callbacks on a thread of their own, "
+                                "in order, while the scheduler runs the next step; 0: on the scheduler thread, between "
+                                "steps; -1: 1 where the model runs on a GPU, 0 on the CPU (whose compute threads "
+                                "the dispatcher would compete with)"},
     [QR_KNOB_OLLAMA_MODELS] = {"OLLAMA_MODELS", QR_KNOB_STRING, "", 0, 0, NULL, "model name resolution",
                                "the Ollama store searched for names like `smollm2:135m` (unset: "
                                "`$HOME/.ollama/models`)"},

@@ -20,7 +20,7 @@ typedef enum qr_knob {
     QR_KNOB_SAMPLE_THREADS, /* QUARREL_SAMPLE_THREADS: int, 0 = auto */
     QR_KNOB_SAMPLE_TOPK,   /* QUARREL_SAMPLE_TOPK: bool */
     QR_KNOB_STEP_TOKENS,   /* QUARREL_STEP_TOKENS: int, 0 = the scheduler's default */
-    QR_KNOB_SCHED_DISPATCH, /* QUARREL_SCHED_DISPATCH: bool */
+    QR_KNOB_SCHED_DISPATCH, /* QUARREL_SCHED_DISPATCH: int, -1 = by the backend */
     QR_KNOB_OLLAMA_MODELS, /* OLLAMA_MODELS: string, "" = $HOME/.ollama/models */
     QR_KNOB_MODELS_DIR,    /* QUARREL_MODELS_DIR: string, "" = $HOME/.cache/quarrel/models */
     QR_KNOB_HOME,          /* HOME: string */

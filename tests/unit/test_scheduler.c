@@ -233,7 +233,7 @@ static void test_concurrent_equals_reference(void **state) {
 }
 
 /* Events reach the callbacks on the dispatcher thread (not the scheduler thread, where the step hook runs), in order
- * (the tokens, then DONE, nothing after it), with the reference tokens; with no_dispatch on the scheduler thread. And
+ * (the tokens, then DONE, nothing after it), with the reference tokens; with dispatch -1 on the scheduler thread. And
  * qr_sched_free returns only after every event is out: a request running at shutdown has its DONE by then. */
 static void test_event_threads(void **state) {
     (void)state;
@@ -249,7 +249,7 @@ static void test_event_threads(void **state) {
         sp.n_seq = 2;
         sp.step_hook = log_hook;
         sp.step_hook_user = &t;
-        sp.no_dispatch = mode == 1;
+        sp.dispatch = mode == 0 ? 1 : -1;
         qr_scheduler *s;
         assert_int_equal(qr_sched_create(F.model, ctx, F.tok, &sp, &s, err, sizeof err), QR_OK);
         qr_sched_request q = {.prompt = prompt, .n_prompt = 9, .max_tokens = 10, .ignore_eos = true, .cb = log_event, .user = &t};
