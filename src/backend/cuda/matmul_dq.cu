@@ -25,6 +25,18 @@
 #include <cuda_fp16.h>
 #include "backend/cuda/quant_dev.cuh"
 
+/* A register's bits as two halves and back (memcpy: the defined pun; a pointer cast once went wrong, see deq4) */
+static __device__ __forceinline__ __half2 dq_h2(uint32_t u) {
+    __half2 h;
+    memcpy(&h, &u, 4);
+    return h;
+}
+static __device__ __forceinline__ uint32_t dq_u32(__half2 h) {
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+}
+
 #define DQ_THREADS 128
 #define DQ_BM 128     /* output rows per CTA */
 #define DQ_KS 128     /* values per stage */
@@ -56,7 +68,7 @@ template <> struct dq<QR_TYPE_Q4_K> {
             int sc, mn;
             kscale_min(m.y, m.z, m.w, s, &sc, &mn);
             const __half2 e = __floats2half2_rn(__fmul_rn(d, (float)sc), -__fmul_rn(dmin, (float)mn));
-            out[s] = *(const uint32_t *)&e;
+            out[s] = dq_u32(e);
         }
     }
     /* the {mul, add} pair of values 32s + 16j.. of the stage, from its 16 scale bytes */
@@ -101,7 +113,7 @@ template <> struct dq<QR_TYPE_Q6_K> {
         for (int e = 0; e < 8; e++) {
             const __half2 v = __floats2half2_rn(__fmul_rn(d, (float)(int8_t)w.p1[blk * 16 + 2 * e]),
                                                 __fmul_rn(d, (float)(int8_t)w.p1[blk * 16 + 2 * e + 1]));
-            out[e] = *(const uint32_t *)&v;
+            out[e] = dq_u32(v);
         }
     }
     static __device__ __forceinline__ uint32_t scale(const uint8_t *sc, int s, int j) {
@@ -134,13 +146,9 @@ static __device__ __forceinline__ void deq4(uint32_t c, uint32_t sc, uint32_t &l
     /* {mul, mul} and {add, add} as operand selectors of the HFMA2 (.H0_H0 / .H1_H1), not two PRMTs. (With Q6_K's
      * {mul, 0} read through the selector, nvcc 13.0 fused the 16-bit scale loads of two steps into one 32-bit load
      * and took the next step's scale as the add: the mma.sync kernel's Q6_K sums went wrong in the lab.) */
-    __half2 ma;
-    memcpy(&ma, &sc, 4);
-    const __half2 mul = __low2half2(ma), add = OFF == 1024 ? __high2half2(ma) : __float2half2_rn(0.0f);
-    const __half2 a = __hfma2(__hsub2(*(const __half2 *)&h01, off), mul, add);
-    const __half2 b = __hfma2(__hsub2(*(const __half2 *)&h23, off), mul, add);
-    lo = *(const uint32_t *)&a;
-    hi = *(const uint32_t *)&b;
+    const __half2 ma = dq_h2(sc), mul = __low2half2(ma), add = OFF == 1024 ? __high2half2(ma) : __float2half2_rn(0.0f);
+    lo = dq_u32(__hfma2(__hsub2(dq_h2(h01), off), mul, add));
+    hi = dq_u32(__hfma2(__hsub2(dq_h2(h23), off), mul, add));
 }
 
 /* No volatile: the compiler may move it among the loads and the dequantization of the next k16 step. */
@@ -775,9 +783,7 @@ template <> struct ws_fmt<QR_TYPE_Q4_K> {
     static constexpr int TILE = 128 * 96, SCALES = 8192;
     static __device__ __forceinline__ uint32_t pair(uint32_t w, uint32_t mul, uint32_t add) {
         const uint32_t h = (w & 0x000F000Fu) | 0x64006400u;
-        const __half2 r = __hfma2(__hsub2(*(const __half2 *)&h, __float2half2_rn(1024.0f)), *(const __half2 *)&mul,
-                                  *(const __half2 *)&add);
-        return *(const uint32_t *)&r;
+        return dq_u32(__hfma2(__hsub2(dq_h2(h), __float2half2_rn(1024.0f)), dq_h2(mul), dq_h2(add)));
     }
     static __device__ __forceinline__ void deq8(const uint8_t *tile, int r, int kc, uint4 &v) {
         const uint32_t w = *(const uint32_t *)(tile + (128 * kc + r) * 4);
