@@ -25,7 +25,7 @@
 #include <cuda_fp16.h>
 #include "backend/cuda/quant_dev.cuh"
 
-/* A register's bits as two halves and back (memcpy: the defined pun; a pointer cast once went wrong, see deq4) */
+/* A register's bits as two halves and back (memcpy: the defined pun in C++; the same instructions as a pointer cast) */
 static __device__ __forceinline__ __half2 dq_h2(uint32_t u) {
     __half2 h;
     memcpy(&h, &u, 4);
