@@ -69,8 +69,9 @@ typedef struct sev {
     void *user;
     qr_sched_event ev;
     qr_sample_result sample;
-    char *text, *error;
+    char *error;
     struct sev *next;
+    char text[]; /* ev.text_len + 1 */
 } sev;
 
 /* A row's sampling done ahead (pre_sample_rows): what qr_sampler_verify returned. */
@@ -179,16 +180,15 @@ static void drain_events(qr_scheduler *s) {
  * here once every earlier event is out. */
 static void emit(qr_scheduler *s, sreq *r, const qr_sched_event *ev) {
     if (s->dispatch) {
-        sev *e = malloc(sizeof *e);
-        char *text = malloc(ev->text_len + 1), *error = ev->error ? strdup(ev->error) : NULL;
-        if (e && text && (!ev->error || error)) {
+        sev *e = malloc(sizeof *e + ev->text_len + 1);
+        char *error = ev->error ? strdup(ev->error) : NULL;
+        if (e && (!ev->error || error)) {
             e->cb = r->cb;
             e->user = r->user;
             e->ev = *ev;
-            memcpy(text, ev->text, ev->text_len);
-            text[ev->text_len] = 0;
-            e->text = text;
-            e->ev.text = text;
+            memcpy(e->text, ev->text, ev->text_len);
+            e->text[ev->text_len] = 0;
+            e->ev.text = e->text;
             e->error = error;
             e->ev.error = error;
             if (ev->sample) {
@@ -203,7 +203,6 @@ static void emit(qr_scheduler *s, sreq *r, const qr_sched_event *ev) {
             return;
         }
         free(e);
-        free(text);
         free(error);
         drain_events(s);
     }
@@ -224,7 +223,6 @@ static void *ev_main(void *arg) {
             sev *e = list;
             list = e->next;
             e->cb(e->user, &e->ev);
-            free(e->text);
             free(e->error);
             free(e);
             n++;
@@ -1135,7 +1133,8 @@ int32_t qr_sched_drain(qr_scheduler *s, double timeout_s) {
         if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
         pthread_cond_timedwait(&s->idle_cv, &s->mu, &ts);
     }
-    const int32_t left = s->n_running + s->n_waiting + (atomic_load(&s->ev_pending) > 0 && s->n_running + s->n_waiting == 0);
+    int32_t left = s->n_running + s->n_waiting;
+    if (left == 0 && atomic_load(&s->ev_pending) > 0) left = 1; /* every request ended, some DONE not yet delivered */
     pthread_mutex_unlock(&s->mu);
     return left;
 }

@@ -1744,15 +1744,11 @@ static bool attention_split_mixed(qr_backend *be, qr_kv_storage *kv, int32_t lay
     if (!cb->tune.attn_split_mixed || cb->in_row_view || cb->graph_mode || cb->row_exact || cb->exact || cb->cfg_one_row ||
         p->non_causal || kv_kvq(kv->desc.type_k) || n < 2)
         return false;
-    int32_t max_seq = 0; /* leading rows each of a sequence no other row has (a count a sequence; O(rows)) */
-    for (int32_t r = 0; r < n; r++) max_seq = cb->h_seq[r] > max_seq ? cb->h_seq[r] : max_seq;
-    int32_t *cnt = (int32_t *)calloc((size_t)max_seq + 1, sizeof(int32_t));
-    if (!cnt) return false;
-    for (int32_t r = 0; r < n; r++)
-        if (cb->h_seq[r] >= 0) cnt[cb->h_seq[r]]++;
+    /* leading rows each of a sequence no other row has: with every sequence one run of rows (set_batch's seq_runs), the
+     * rows before the first run of two or more */
+    if (!cb->seq_runs) return false;
     int32_t n_dec = 0;
-    while (n_dec < n && cb->h_seq[n_dec] >= 0 && cnt[cb->h_seq[n_dec]] == 1) n_dec++;
-    free(cnt);
+    while (n_dec < n && (n_dec + 1 == n || cb->h_seq[n_dec + 1] != cb->h_seq[n_dec])) n_dec++;
     if (n_dec <= cb->tune.attn_decode_max_rows || n_dec == n) return false;
     const int32_t *d_pos = cb->d_pos, *d_seq = cb->d_seq;
     int32_t *h_pos = cb->h_pos, *h_seq = cb->h_seq;

@@ -136,7 +136,7 @@ static __global__ void __launch_bounds__(AM_THREADS)
     int32_t bi = 0x7fffffff;
     int bad = 0, fin = 0;
     /* the unaligned head (a row of odd length leaves the next row's start off 16 bytes), the float4 body, the tail */
-    const int64_t head = ((16 - ((uintptr_t)x & 15)) & 15) / 4 < n ? ((16 - ((uintptr_t)x & 15)) & 15) / 4 : n;
+    const int64_t off = (int64_t)((16 - ((uintptr_t)x & 15)) & 15) / 4, head = off < n ? off : n;
     if (tid < head) am_take(x[tid], tid, bv, bi, bad, fin);
     const int64_t n4 = (n - head) / 4;
     const float4 *x4 = (const float4 *)(x + head);
