@@ -387,7 +387,7 @@ static void big_cases(lab *L) {
         free(len), free(seq), free(pos);
     }
     { /* a mixed step (the serving mixed load): 64 decode rows (128..511 keys) first, then a 256-row prompt chunk at depth
-       * 3744 of a 65th sequence; one pass (default) and the decode rows split off (tune.attn_split_mixed) */
+       * 3744 of a 65th sequence; one pass and the decode rows split off (tune.attn_split_mixed, the default) */
         const int nsq = 65, nr = 64 + 256;
         kvset S;
         int len[65];
@@ -396,7 +396,8 @@ static void big_cases(lab *L) {
         len[64] = 4000;
         for (int r = 0; r < 256; r++) seq[64 + r] = 64, pos[64 + r] = 3744 + r;
         kvset_init(L, &S, &mistral, nsq, len);
-        attn_check(L, &S, nr, seq, pos, nr, NULL, 0, true, "decode 64 seqs + a 256-row chunk");
+        attn_check_knob(L, &S, &qr_cuda_backend_tune(L->gpu)->attn_split_mixed, 0, nr, seq, pos, 0, true,
+                        "decode 64 seqs + a 256-row chunk one pass");
         attn_check_knob(L, &S, &qr_cuda_backend_tune(L->gpu)->attn_split_mixed, 1, nr, seq, pos, 0, true,
                         "decode 64 seqs + a 256-row chunk split");
         kvset_free(L, &S);

@@ -35,9 +35,9 @@ typedef struct qr_cuda_tune {
                                     * many keys (default 8192; QUARREL_CUDA_ATTN_DEC_MMA_MAX_KEYS): it has no key splits */
     int32_t glu_f16; /* 1 (default): the swiglu after gate / up on version 6 also writes down's f16 activations (act kind 2)
                       * in the same launch; 0: down's GEMM converts them (QUARREL_CUDA_GLU_F16=0) */
-    int32_t attn_split_mixed; /* 1: a step of decode rows and prompt chunks runs its attention as two passes, the decode
-                               * rows on the batched decode kernels (attention_split_mixed); 0 (default, not yet
-                               * measured): one pass (QUARREL_CUDA_ATTN_SPLIT_MIXED=1) */
+    int32_t attn_split_mixed; /* 1 (default): a step of decode rows and prompt chunks runs its attention as two passes,
+                               * the decode rows on the batched decode kernels (attention_split_mixed); 0: one pass
+                               * (QUARREL_CUDA_ATTN_SPLIT_MIXED=0) */
     int32_t attn_dec_mma; /* 1: batched decode steps (more than attn_decode_max_rows rows, f16 cache, head size 64 / 128) take
                            * the tensor-core decode kernel (attention_decode_mma.cu) with one key split while the step has
                            * 2 CTAs an SM (default); 0: the flash-decoding kernels (QUARREL_CUDA_ATTN_DEC_MMA=0) */
