@@ -980,8 +980,8 @@ static bool dq_v6_takes(const cuda_backend *cb, const cuda_wview *v, int64_t n_r
            v->k % 256 == 0 && v->nb == v->k / 256;
 }
 
-/* A run of 2-3 weights of one K-quant type and one k with the same input (q / k / v) at a batch that version 6 of
- * matmul_dq.cu takes: one launch over all their rows (the launches of the small q / k / v matrices are too short to
+/* A run of 2-3 weights of one K-quant type (or Q4_K and Q6_K: a Q4_K_M layer's q / k and Q6_K v, tune.dq_mix) and one
+ * k with the same input (q / k / v) at a batch that version 6 of matmul_dq.cu takes: one launch over all their rows (the launches of the small q / k / v matrices are too short to
  * fill the GPU one by one). True when it ran (or raised); false: run them one by one. */
 static bool matmul_multi_dq(cuda_backend *cb, int32_t n_w, const cuda_weight *const *cw, const qr_weight *const *w,
                             const float *x, int64_t n_rows, float *const *y) {
@@ -994,7 +994,9 @@ static bool matmul_multi_dq(cuda_backend *cb, int32_t n_w, const cuda_weight *co
     int64_t n_sum = 0;
     for (int32_t i = 0; i < n_w; i++) {
         cuda_weight *mw = (cuda_weight *)cw[i];
-        if (mw->v.type != v0->type || mw->v.k != k || mw->v.nb != k / 256) return false;
+        if ((mw->v.type != v0->type && !(t->dq_mix && dq_v6_takes(cb, &mw->v, n_rows))) || mw->v.k != k ||
+            mw->v.nb != k / 256)
+            return false;
         int ready = dq_scales_ready(cb, mw, w[i]->ne[1]);
         if (ready > 0) ready = dq_tiles_ready(cb, mw, false);
         if (ready <= 0) return ready < 0;
@@ -1078,7 +1080,10 @@ static void cuda_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *cons
     if (!fuse) { /* runs of one K-quant type in one launch of matmul_dq.cu's version 6 where it takes them */
         for (int32_t i = 0; i < n_w;) {
             int32_t r = 1;
-            while (i + r < n_w && cw[i + r]->v.type == cw[i]->v.type && cw[i + r]->v.k == cw[i]->v.k) r++;
+            while (i + r < n_w && cw[i + r]->v.k == cw[i]->v.k &&
+                   (cw[i + r]->v.type == cw[i]->v.type || (cb->tune.dq_mix && dq_v6_takes(cb, &cw[i]->v, n_rows) &&
+                                                           dq_v6_takes(cb, &cw[i + r]->v, n_rows))))
+                r++;
             if (r < 2 || !matmul_multi_dq(cb, r, cw + i, w + i, x, n_rows, y + i)) {
                 r = 1;
                 cuda_matmul(be, w[i], x, n_rows, y[i]);

@@ -1020,18 +1020,18 @@ struct wr_mats {
     int64_t off[WR_MATS];          /* with split-K: matrix i's block [n_tok][n_out] at n_tok x off[i] of a split's part */
     int32_t t0[WR_MATS + 1];       /* its first 256-row tile; t0[n] = all of them */
     int32_t n;
+    uint32_t q6;                   /* dq_wr_mix_kernel: bit i set where matrix i is Q6_K (else Q4_K) */
 };
 
+/* The body of version 6 for a CTA whose matrix is of type TY (sm: the dynamic shared memory, at least wr_cfg's SMEM). */
 template <qr_type TY, int NT>
-static __global__ void __launch_bounds__(WT_THREADS, 1)
-    dq_wr_kernel(const __grid_constant__ CUtensorMap xmap, const wr_mats m, int64_t k, int64_t n_tok, int64_t n_all,
-                 float *__restrict__ part) {
+static __device__ __forceinline__ void wr_body(const CUtensorMap &xmap, const wr_mats &m, int64_t k, int64_t n_tok,
+                                               int64_t n_all, float *__restrict__ part, uint8_t *sm) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef dq<TY> D;
     typedef wr_cfg<TY, NT> C;
     static_assert(C::S >= 3, "the ring needs 3 slots");
     constexpr int N = C::N;
-    extern __shared__ __align__(16) uint8_t sm[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(sm), pad = (1024u - (raw & 1023u)) & 1023u;
     const uint8_t *ring = sm + pad;
     const uint32_t sring = raw + pad, sfull = sring + C::O_BAR, sempty = sfull + 8 * C::S;
@@ -1139,6 +1139,26 @@ static __global__ void __launch_bounds__(WT_THREADS, 1)
 #endif
 }
 
+template <qr_type TY, int NT>
+static __global__ void __launch_bounds__(WT_THREADS, 1)
+    dq_wr_kernel(const __grid_constant__ CUtensorMap xmap, const wr_mats m, int64_t k, int64_t n_tok, int64_t n_all,
+                 float *__restrict__ part) {
+    extern __shared__ __align__(16) uint8_t sm[];
+    wr_body<TY, NT>(xmap, m, k, n_tok, n_all, part, sm);
+}
+
+/* Q4_K and Q6_K matrices in one launch (a Q4_K_M layer's q / k with its Q6_K v): a CTA takes its matrix's body (the
+ * branch is uniform over the CTA); the shared memory is the larger of the two rings. */
+template <int NT>
+static __global__ void __launch_bounds__(WT_THREADS, 1)
+    dq_wr_mix_kernel(const __grid_constant__ CUtensorMap xmap, const wr_mats m, int64_t k, int64_t n_tok, int64_t n_all,
+                     float *__restrict__ part) {
+    extern __shared__ __align__(16) uint8_t sm[];
+    const int by = (int)blockIdx.y, mi = (m.n > 1 && by >= m.t0[1]) + (m.n > 2 && by >= m.t0[2]);
+    if ((m.q6 >> mi) & 1u) wr_body<QR_TYPE_Q6_K, NT>(xmap, m, k, n_tok, n_all, part, sm);
+    else wr_body<QR_TYPE_Q4_K, NT>(xmap, m, k, n_tok, n_all, part, sm);
+}
+
 /* part: the split-K parts ([split][n_tok x n_all]), NULL for one split */
 template <qr_type TY, int NT>
 static cudaError_t launch_wr(const wr_mats &m, const __half *x, int64_t k, int64_t n_tok, int64_t n_all, int32_t splits,
@@ -1150,6 +1170,20 @@ static cudaError_t launch_wr(const wr_mats &m, const __half *x, int64_t k, int64
     if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)((n_tok + NT * 8 - 1) / (NT * 8)), (unsigned)m.t0[m.n], (unsigned)splits);
     dq_wr_kernel<TY, NT><<<grid, WT_THREADS, smem, stream>>>(map, m, k, n_tok, n_all, splits > 1 ? part : NULL);
+    return cudaGetLastError();
+}
+
+/* Q4_K and Q6_K matrices in one launch (dq_wr_mix_kernel) */
+template <int NT>
+static cudaError_t launch_wr_mix(const wr_mats &m, const __half *x, int64_t k, int64_t n_tok, int64_t n_all,
+                                 int32_t splits, float *part, cudaStream_t stream) {
+    CUtensorMap map;
+    if (!wt_map(&map, x, k, n_tok, NT * 8)) return cudaErrorNotSupported;
+    constexpr int s4 = wr_cfg<QR_TYPE_Q4_K, NT>::SMEM, s6 = wr_cfg<QR_TYPE_Q6_K, NT>::SMEM, smem = s4 > s6 ? s4 : s6;
+    const cudaError_t e = cudaFuncSetAttribute(dq_wr_mix_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    const dim3 grid((unsigned)((n_tok + NT * 8 - 1) / (NT * 8)), (unsigned)m.t0[m.n], (unsigned)splits);
+    dq_wr_mix_kernel<NT><<<grid, WT_THREADS, smem, stream>>>(map, m, k, n_tok, n_all, splits > 1 ? part : NULL);
     return cudaGetLastError();
 }
 
@@ -1188,8 +1222,14 @@ static cudaError_t wr_run(int32_t n_w, const cuda_wview *w, const void *const *t
         n_all += w[i].n;
     }
     const __half *x = (const __half *)xh;
-    cudaError_t e = w[0].type == QR_TYPE_Q4_K ? launch_wr_nt<QR_TYPE_Q4_K>(m, x, w[0].k, n_tok, n_all, splits, part, stream)
-                                              : launch_wr_nt<QR_TYPE_Q6_K>(m, x, w[0].k, n_tok, n_all, splits, part, stream);
+    for (int32_t i = 0; i < n_w; i++) m.q6 |= (uint32_t)(w[i].type == QR_TYPE_Q6_K) << i;
+    const int64_t k = w[0].k;
+    cudaError_t e = m.q6 != 0 && m.q6 != (1u << n_w) - 1
+                        ? (n_tok <= 16   ? launch_wr_mix<2>(m, x, k, n_tok, n_all, splits, part, stream)
+                           : n_tok <= 32 ? launch_wr_mix<4>(m, x, k, n_tok, n_all, splits, part, stream)
+                                         : launch_wr_mix<8>(m, x, k, n_tok, n_all, splits, part, stream))
+                    : w[0].type == QR_TYPE_Q4_K ? launch_wr_nt<QR_TYPE_Q4_K>(m, x, k, n_tok, n_all, splits, part, stream)
+                                                : launch_wr_nt<QR_TYPE_Q6_K>(m, x, k, n_tok, n_all, splits, part, stream);
     if (e != cudaSuccess || splits == 1) return e;
     const int64_t n = n_tok * n_all;
     dq_reduce_multi_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, splits, n_tok, n_all, m);
@@ -1208,8 +1248,8 @@ extern "C" cudaError_t qr_cuda_dq_wr_multi(int32_t n_w, const cuda_wview *w, con
     if (n_tok <= 0) return cudaSuccess;
     if (n_w < 1 || n_w > WR_MATS || splits < 1 || splits > 8 || (splits > 1 && !part) || (n_tok + 63) / 64 > 65535)
         return cudaErrorInvalidValue;
-    for (int32_t i = 0; i < n_w; i++)
-        if (w[i].type != w[0].type || !qr_cuda_dq_gemm_supported((qr_type)w[i].type) || w[i].k != w[0].k || w[i].k % 256 ||
+    for (int32_t i = 0; i < n_w; i++) /* Q4_K / Q6_K, mixed or not (dq_wr_mix_kernel) */
+        if (!qr_cuda_dq_gemm_supported((qr_type)w[i].type) || w[i].k != w[0].k || w[i].k % 256 ||
             w[i].nb != w[i].k / 256 || w[i].n <= 0 || !tiles[i] || !y[i])
             return cudaErrorInvalidValue;
     return wr_run(n_w, w, tiles, xh, n_tok, y, splits, part, stream);
