@@ -3,11 +3,12 @@
 # Q4_K_M): pp512 at depths 0 / 4096 / 16384 / 32768 (quarrel bench medians of 3 against llama-bench -fa 1, the median
 # of its samples_ts over 5 repetitions), batch-1 decode (tg128 both), serving (bench/serve_bench.py: 128-token prompts,
 # 256 output tokens, temperature 0, ignore EOS; quarrel serve at 64 and 256 streams, llama-server at LLAMA_CONC), and
-# the mixed load (64 streams while a 16,000-token prompt arrives; quarrel). Prints a summary and the ratios.
+# the mixed load (64 streams while a 16,000-token prompt arrives; quarrel), one 30,000-token prompt and F16 pp512 (a synth
+# F16 mistral-7b). Prints a summary and the ratios.
 #   carry build-gpu/bundlexz (scripts/gpu_bundle.sh) and build-gpu/llama-gpu (scripts/llama_gpu_build.sh); then
 #   OUT=$OUT bash bench/gpu_side29.sh
-# Environment: DEPTHS ("0 4096 16384 32768"), CONC (64,256), LLAMA_CONC (64), REPS (2), SKIP ("": any of pp tg serve
-# mixed).
+# Environment: DEPTHS ("0 4096 16384 32768"), CONC (64,256), LLAMA_CONC (64), REPS (2), SKIP ("": any of pp long f16 tg
+# serve mixed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_side29}
@@ -37,6 +38,20 @@ if ! skip pp; then
         qt=$(qv "$OUT/q_pp_d$d.json" pp_median_tps); lt=$(med "$OUT/l_pp_d$d.json")
         log "pp512 @ d$d: quarrel $qt t/s, llama.cpp $lt t/s (median of samples_ts): $(ratio "$qt" "$lt")"
     done
+fi
+if ! skip long; then # one 30,000-token prompt (ubatch 512 both)
+    timeout 150 "$Q" bench -m $M --backend cuda -p 30000 -n 0 -r 2 --json 2>> "$OUT/logs/q_long.err" | grep '^{' | tail -1 > "$OUT/q_long.json"
+    timeout 200 $L/llama-bench -m $M -ngl 99 -fa 1 -p 30000 -n 0 -ub 512 -r 3 -o json > "$OUT/l_long.json" 2>> "$OUT/logs/l_long.err"
+    qt=$(qv "$OUT/q_long.json" pp_median_tps); lt=$(med "$OUT/l_long.json")
+    log "pp30000 (one prompt): quarrel $qt t/s, llama.cpp $lt t/s (median of samples_ts): $(ratio "$qt" "$lt")"
+fi
+if ! skip f16; then # F16 pp512 (a synth mistral-7b F16, 14.5 GB)
+    MF=/tmp/qr_models/mistral-7b-F16.gguf
+    [ -f $MF ] || timeout 300 "$Q" synth --arch llama --preset mistral-7b --type F16 -t "$(nproc)" -o $MF.tmp > "$OUT/logs/synth_f16.log" 2>&1 && mv $MF.tmp $MF
+    timeout 150 "$Q" bench -m $MF --backend cuda -p 512 -n 0 -r 3 --json 2>> "$OUT/logs/q_f16.err" | grep '^{' | tail -1 > "$OUT/q_f16.json"
+    timeout 200 $L/llama-bench -m $MF -ngl 99 -fa 1 -p 512 -n 0 -r ${LREPS:-5} -o json > "$OUT/l_f16.json" 2>> "$OUT/logs/l_f16.err"
+    qt=$(qv "$OUT/q_f16.json" pp_median_tps); lt=$(med "$OUT/l_f16.json")
+    log "F16 pp512: quarrel $qt t/s, llama.cpp $lt t/s (median of samples_ts): $(ratio "$qt" "$lt")"
 fi
 if ! skip tg; then
     timeout 120 "$Q" bench -m $M --backend cuda -p 0 -n 128 -r 3 --json 2>> "$OUT/logs/q_tg.err" | grep '^{' | tail -1 > "$OUT/q_tg.json"
