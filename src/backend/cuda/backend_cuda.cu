@@ -980,6 +980,14 @@ static bool dq_v6_takes(const cuda_backend *cb, const cuda_wview *v, int64_t n_r
            v->k % 256 == 0 && v->nb == v->k / 256;
 }
 
+/* A weight like v at n_rows rows most likely goes to matmul_gemm's f16 cache + cuBLAS with act kind 1: a K-quant past
+ * the rows of the mat-vec, not taken by version 6 (tune.gemm_f16_act: the producers write those activations). */
+static bool gemm_kind1_likely(const cuda_backend *cb, const cuda_wview *v, int64_t n_rows) {
+    const qr_cuda_tune *t = &cb->tune;
+    return t->gemm_f16_act && !cb->exact && !cb->row_exact && t->gemm_q8_act && !t->mmq_dense && n_rows > t->mmvq_max_rows &&
+           v->nb > 0 && qr_cuda_act_kind((qr_type)v->type) == 1 && !dq_v6_takes(cb, v, n_rows);
+}
+
 /* A run of 2-3 weights of one K-quant type (or Q4_K and Q6_K: a Q4_K_M layer's q / k and Q6_K v, tune.dq_mix) and one
  * k with the same input (q / k / v) at a batch that version 6 of matmul_dq.cu takes: one launch over all their rows (the launches of the small q / k / v matrices are too short to
  * fill the GPU one by one). True when it ran (or raised); false: run them one by one. */
@@ -1149,15 +1157,17 @@ static void cuda_matmul_glu(qr_backend *be, const qr_weight *gate, const qr_weig
             cuda_geglu(be, out, scratch, n_rows * n, out);
             return;
         }
-        /* where gate / up took version 6, down most likely does too: the swiglu also writes down's f16 activations
-         * (act kind 2) into the act scratch (a wrong guess costs only the writes: act_f16 checks the kind) */
-        const bool f16 = v6 && cb->error == QR_OK && cb->tune.glu_f16 && cb->tune.act_reuse && n % 256 == 0 &&
+        /* where gate / up took version 6, down most likely does too (act kind 2), and where they took the f16 cache +
+         * cuBLAS with act kind 1, down too: the swiglu also writes down's f16 activations into the act scratch (a wrong
+         * guess costs only the writes: act_f16 checks the kind) */
+        const int ak = v6 ? 2 : gemm_kind1_likely(cb, &cg->v, n_rows) ? 1 : 0;
+        const bool f16 = ak && cb->error == QR_OK && cb->tune.glu_f16 && cb->tune.act_reuse && n % 256 == 0 &&
                          ((uintptr_t)out & 15) == 0 && ((uintptr_t)scratch & 15) == 0;
         void *xh = f16 ? act_f16_region(cb, n_rows, n) : NULL;
         if (!xh)
             cuda_ok(cb, qr_cuda_elementwise(CUDA_EW_SWIGLU, out, scratch, 0.0f, n_rows * n, out, cb->stream), "swiglu");
-        else if (cuda_ok(cb, qr_cuda_glu_f16(CUDA_EW_SWIGLU, out, scratch, n_rows * n, out, xh, cb->stream), "swiglu"))
-            act_f16_written(cb, out, n_rows, n, 2);
+        else if (cuda_ok(cb, qr_cuda_glu_f16(CUDA_EW_SWIGLU, out, scratch, n_rows * n, out, xh, ak, cb->stream), "swiglu"))
+            act_f16_written(cb, out, n_rows, n, ak);
         return;
     }
     act_ptrs a;
@@ -1202,15 +1212,20 @@ static int norm_codes(cuda_backend *cb, const qr_weight *next, const float *x, f
     return act_scratch(cb, nk, y, n_rows, dim, a) ? nk : -2;
 }
 
-/* Where a norm's output y feeds `next` at a batch version 6 takes (dq_v6_takes): the act scratch's f16 region for the
- * norm kernel to write y's kind-2 f16 activations into; else NULL. A guess of the matmul's path: act_f16 takes the
- * values only for exactly this (x, rows, k, kind), else it converts y itself. */
+
+/* Where a norm's output y feeds `next` at a batch version 6 takes (dq_v6_takes, *kind 2) or the f16 cache + cuBLAS
+ * with act kind 1 (gemm_kind1_likely, *kind 1): the act scratch's f16 region for the norm kernel to write y's f16
+ * activations of that kind into; else NULL. A guess of the matmul's path: act_f16 takes the values only for exactly
+ * this (x, rows, k, kind), else it converts y itself. */
 static void *norm_f16_dst(cuda_backend *cb, const qr_weight *next, const float *x, const float *y, int64_t n_rows,
-                          int64_t dim, const char *op) {
+                          int64_t dim, const char *op, int *kind) {
     if (!next || !next->device || !cb->tune.norm_f16 || !cb->tune.act_reuse || overlaps(x, n_rows * dim, y, n_rows * dim))
         return NULL;
     const cuda_weight *cn = prepared(cb, next, op);
-    if (!cn || cn->v.k != dim || !dq_v6_takes(cb, &cn->v, n_rows)) return NULL;
+    if (!cn || cn->v.k != dim) return NULL;
+    if (dq_v6_takes(cb, &cn->v, n_rows)) *kind = 2;
+    else if (dim % 256 == 0 && gemm_kind1_likely(cb, &cn->v, n_rows)) *kind = 1;
+    else return NULL;
     return act_f16_region(cb, n_rows, dim);
 }
 
@@ -1232,8 +1247,9 @@ static void add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scale,
         return;
     }
     act_ptrs a = {};
-    void *xh = norm_f16_dst(cb, next, x, y, n_rows, dim, "add_rmsnorm");
-    const int kind = xh ? 2 : norm_codes(cb, next, x, y, n_rows, dim, "add_rmsnorm", &a);
+    int fk = 0; /* the f16 activations' kind (2 or 1) where xh */
+    void *xh = norm_f16_dst(cb, next, x, y, n_rows, dim, "add_rmsnorm", &fk);
+    const int kind = xh ? (fk == 2 ? 2 : 3) : norm_codes(cb, next, x, y, n_rows, dim, "add_rmsnorm", &a); /* 3: kind 1 */
     if (kind == -2) return;
     if (xh) a.q = (int8_t *)xh;
     if (!cuda_ok(cb,
@@ -1242,7 +1258,7 @@ static void add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scale,
                  "add_rmsnorm"))
         return;
     cb->act_valid = false;
-    if (xh) act_f16_written(cb, y, n_rows, dim, 2); /* the next GEMM over y finds its f16 activations ready */
+    if (xh) act_f16_written(cb, y, n_rows, dim, fk); /* the next GEMM over y finds its f16 activations ready */
     else if (kind >= 0) act_mark(cb, y, n_rows, dim, kind);
 }
 

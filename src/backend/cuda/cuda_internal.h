@@ -35,6 +35,9 @@ typedef struct qr_cuda_tune {
                                     * many keys (default 8192; QUARREL_CUDA_ATTN_DEC_MMA_MAX_KEYS): it has no key splits */
     int32_t glu_f16; /* 1 (default): the swiglu after gate / up on version 6 also writes down's f16 activations (act kind 2)
                       * in the same launch; 0: down's GEMM converts them (QUARREL_CUDA_GLU_F16=0) */
+    int32_t gemm_f16_act; /* 1 (default): past version 6's rows, the norm and the swiglu before a K-quant GEMM on the f16
+                           * cache + cuBLAS write its f16 activations (act kind 1) too; 0: the GEMM converts them
+                           * (QUARREL_CUDA_GEMM_F16_ACT=0) */
     int32_t attn_split_mixed; /* 1 (default): a step of decode rows and prompt chunks runs its attention as two passes,
                                * the decode rows on the batched decode kernels (attention_split_mixed); 0: one pass
                                * (QUARREL_CUDA_ATTN_SPLIT_MIXED=0) */

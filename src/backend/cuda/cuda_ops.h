@@ -121,7 +121,8 @@ cudaError_t qr_cuda_rmsnorm(const float *x, const float *w, int64_t n_rows, int6
 /* x[r] += b_scale * b[r] (when b; the product rounded first, as scale then add; b_scale 1: plain add), then
  * y = rmsnorm(x) * w as qr_cuda_rmsnorm; with qkind 0/1 (qr_cuda_act_kind) also quantizes y into q/d/s/g
  * as qr_cuda_quantize_act would (dim a multiple of the block); qkind 2: y's Q8_K values as f16 in the batched-decode
- * GEMM's order into q (a half array [n_rows][dim], as qr_cuda_act_q8_as_f16 kind 2; dim % 256 == 0; d/s/g unused).
+ * GEMM's order into q (a half array [n_rows][dim], as qr_cuda_act_q8_as_f16 kind 2; dim % 256 == 0; d/s/g unused);
+ * qkind 3: the same values in plain order (act kind 1, the f16 cache + cuBLAS GEMM's input).
  * bw (a post-norm weight, or NULL): b is first
  * replaced by rmsnorm(b) * bw as qr_cuda_rmsnorm computes it (b_scale 1; only where qr_cuda_post_norm_supported). */
 bool qr_cuda_post_norm_supported(int64_t dim);
@@ -309,8 +310,9 @@ typedef enum cuda_ew_kind { CUDA_EW_SWIGLU, CUDA_EW_GEGLU, CUDA_EW_ADD, CUDA_EW_
 cudaError_t qr_cuda_elementwise(cuda_ew_kind kind, const float *a, const float *b, float s, int64_t n, float *out,
                                 cudaStream_t stream);
 /* out = swiglu / geglu(a, b) (kind CUDA_EW_SWIGLU / CUDA_EW_GEGLU, as qr_cuda_elementwise) and xh = out's Q8_K values as f16
- * in the batched-decode GEMM's order (qr_cuda_act_q8_as_f16 kind 2) in one launch; n % 256 == 0, 16-byte aligned. */
-cudaError_t qr_cuda_glu_f16(cuda_ew_kind kind, const float *a, const float *b, int64_t n, float *out, void *xh,
+ * (qr_cuda_act_q8_as_f16 of act kind akind: 2, the batched-decode GEMM's order, or 1) in one launch; n % 256 == 0,
+ * 16-byte aligned. */
+cudaError_t qr_cuda_glu_f16(cuda_ew_kind kind, const float *a, const float *b, int64_t n, float *out, void *xh, int akind,
                             cudaStream_t stream);
 /* out[o][dim] = src[rows[o]][dim], o < n_out; in_place selects the sequential kernel (out overlaps src). */
 cudaError_t qr_cuda_gather_rows(const float *src, int64_t dim, const int32_t *rows, int32_t n_out, float *out,

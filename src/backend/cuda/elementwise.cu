@@ -52,7 +52,7 @@ extern "C" cudaError_t qr_cuda_elementwise(cuda_ew_kind kind, const float *a, co
 
 /* out = glu(a, b) as ew_kernel, and xh = out's Q8_K values as f16 in matmul_dq.cu's order (qr_cuda_act_q8_as_f16 kind 2):
  * a warp per 256-value block, a lane 8 values held in registers from the loads to both stores. */
-template <int K>
+template <int K, int AK>
 static __global__ void glu_f16_kernel(const float *a, const float *b, int64_t n_blocks, float *out, __half *xh) {
     const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (blk >= n_blocks) return;
@@ -65,19 +65,22 @@ static __global__ void glu_f16_kernel(const float *a, const float *b, int64_t n_
                         ew_op<K>(a1.z, b1.z, 0.0f), ew_op<K>(a1.w, b1.w, 0.0f)};
     *(float4 *)(out + i) = make_float4(v[0], v[1], v[2], v[3]);
     *(float4 *)(out + i + 4) = make_float4(v[4], v[5], v[6], v[7]);
-    act_q8_vals_as_f16<2>(v, blk, lane, xh);
+    act_q8_vals_as_f16<AK>(v, blk, lane, xh);
 }
 
 extern "C" cudaError_t qr_cuda_glu_f16(cuda_ew_kind kind, const float *a, const float *b, int64_t n, float *out, void *xh,
-                                       cudaStream_t stream) {
+                                       int akind, cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
-    if ((kind != CUDA_EW_SWIGLU && kind != CUDA_EW_GEGLU) || n % 256 || ((uintptr_t)a & 15) || ((uintptr_t)b & 15) ||
+    if ((kind != CUDA_EW_SWIGLU && kind != CUDA_EW_GEGLU) || (akind != 1 && akind != 2) || n % 256 || ((uintptr_t)a & 15) || ((uintptr_t)b & 15) ||
         ((uintptr_t)out & 15))
         return cudaErrorInvalidValue;
     const int64_t nb = n / 256;
     const unsigned grid = (unsigned)((nb + 7) / 8);
-    if (kind == CUDA_EW_SWIGLU) glu_f16_kernel<CUDA_EW_SWIGLU><<<grid, 256, 0, stream>>>(a, b, nb, out, (__half *)xh);
-    else glu_f16_kernel<CUDA_EW_GEGLU><<<grid, 256, 0, stream>>>(a, b, nb, out, (__half *)xh);
+    __half *h = (__half *)xh;
+    if (kind == CUDA_EW_SWIGLU && akind == 2) glu_f16_kernel<CUDA_EW_SWIGLU, 2><<<grid, 256, 0, stream>>>(a, b, nb, out, h);
+    else if (kind == CUDA_EW_SWIGLU) glu_f16_kernel<CUDA_EW_SWIGLU, 1><<<grid, 256, 0, stream>>>(a, b, nb, out, h);
+    else if (akind == 2) glu_f16_kernel<CUDA_EW_GEGLU, 2><<<grid, 256, 0, stream>>>(a, b, nb, out, h);
+    else glu_f16_kernel<CUDA_EW_GEGLU, 1><<<grid, 256, 0, stream>>>(a, b, nb, out, h);
     QR_CUDA_CHECK_LAUNCH();
 }
 

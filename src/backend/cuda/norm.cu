@@ -18,7 +18,8 @@ static int norm_threads(int64_t dim) {
 /* y = x / sqrt(mean(x^2) + eps) (* w). ADD: x += b first (x is written back: the residual stream).
  * QK >= 0: also quantizes y for the next mat-vec (QK 0: Q8_0 rule per 32, 1: Q8_K per 256; the
  * dim must be a multiple of the block) into the activation scratch q/d/s/g, so the matmul after it
- * finds its activations ready; QK 2: Q8_K's values as f16 in the batched-decode GEMM's order into q (a
+ * finds its activations ready; QK 2: Q8_K's values as f16 in the batched-decode GEMM's order into q (QK 3: in plain
+ * order, act kind 1) (a
  * half array, qr_cuda_act_q8_as_f16 kind 2). */
 template <bool ADD, int QK>
 static __global__ void rmsnorm_kernel(float *x, const float *__restrict__ b, float b_scale, const float *__restrict__ w, int64_t dim,
@@ -69,6 +70,7 @@ static __global__ void rmsnorm_kernel(float *x, const float *__restrict__ b, flo
     for (int64_t j = threadIdx.x >> 5; j < nb; j += nw) {
         if (QK == 0) act_quant_block32(y, b0 + j, lane, q, qd, qs, qg);
         else if (QK == 2) act_q8_as_f16<2>(y, b0 + j, lane, (__half *)q);
+        else if (QK == 3) act_q8_as_f16<1>(y, b0 + j, lane, (__half *)q);
         else act_quant_block256(y, b0 + j, lane, q, qd, qg);
     }
 }
@@ -224,7 +226,7 @@ extern "C" cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, float b_sca
                                            int64_t n_rows, int64_t dim, float eps, float *y, int qkind, int8_t *q, float *d,
                                            float *s, int16_t *g, bool pdl, cudaStream_t stream) {
     if (n_rows <= 0 || dim <= 0) return cudaSuccess;
-    if (qkind > 2 || (qkind >= 0 && dim % (qkind == 0 ? 32 : 256))) return cudaErrorInvalidValue;
+    if (qkind > 3 || (qkind >= 0 && dim % (qkind == 0 ? 32 : 256))) return cudaErrorInvalidValue;
     const unsigned grid = (unsigned)n_rows;
     const bool vec8 = dim % 8 == 0 && dim <= 8192;
     const int th = vec8 ? (int)((dim / 8 + 31) / 32 * 32) : norm_threads(dim);
@@ -233,6 +235,7 @@ extern "C" cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, float b_sca
         const auto k = qkind == 0   ? rmsnorm_post_vec8_kernel<0>
                        : qkind == 1 ? rmsnorm_post_vec8_kernel<1>
                        : qkind == 2 ? rmsnorm_post_vec8_kernel<2>
+                       : qkind == 3 ? rmsnorm_post_vec8_kernel<3>
                                     : rmsnorm_post_vec8_kernel<-1>;
         return launch_k(k, dim3(grid), dim3(th), 0, stream, pdl, x, b, bw, w, dim, eps, y, q, d, s, g);
     }
@@ -244,11 +247,13 @@ extern "C" cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, float b_sca
         if (qkind == 0) L(true, 0);
         else if (qkind == 1) L(true, 1);
         else if (qkind == 2) L(true, 2);
+        else if (qkind == 3) L(true, 3);
         else L(true, -1);
     } else {
         if (qkind == 0) L(false, 0);
         else if (qkind == 1) L(false, 1);
         else if (qkind == 2) L(false, 2);
+        else if (qkind == 3) L(false, 3);
         else L(false, -1);
     }
 #undef L

@@ -63,6 +63,7 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->attn_dec_mma_max_keys = env_int("QUARREL_CUDA_ATTN_DEC_MMA_MAX_KEYS", 16, 1 << 20, 8192);
     t->norm_f16 = !env_is("QUARREL_CUDA_NORM_F16", "0");
     t->glu_f16 = !env_is("QUARREL_CUDA_GLU_F16", "0");
+    t->gemm_f16_act = !env_is("QUARREL_CUDA_GEMM_F16_ACT", "0");
     t->attn_split_mixed = !env_is("QUARREL_CUDA_ATTN_SPLIT_MIXED", "0"); /* H200: mixed load 2.06 -> 1.71-1.76x */
     t->attn_flash_splits = env_int("QUARREL_CUDA_ATTN_FLASH_SPLITS", 0, 64, 0);
     t->attn_flash_mt = env_int("QUARREL_CUDA_ATTN_FLASH_MT", 1, 2, 2);
