@@ -64,7 +64,7 @@ template <int QK> static void post_norm(int rows, int dim) {
     for (auto &v : w) v = 1 + frand() * 0.5f;
     const int64_t nb = (int64_t)rows * dim / 32;
     std::vector<float> x1 = x, x2 = x, y1(rows * dim), y2(rows * dim), b2 = b, d1(nb), d2(nb), s1(nb), s2(nb);
-    std::vector<int8_t> q1(rows * dim), q2(rows * dim);
+    std::vector<int8_t> q1(rows * dim * 2), q2(rows * dim * 2); /* codes, or f16 values (QK 2 / 3) */
     std::vector<int16_t> g1(nb * 2), g2(nb * 2); /* two 16-value sums a 32 block (Q8_0), sixteen a 256 block (Q8_K) */
     const unsigned th = (unsigned)(dim / 8 + 31) / 32 * 32;
     /* the plain launches: b = rmsnorm(b) * bw, then x += b, y = rmsnorm(x) * w (+ codes) */
@@ -90,10 +90,11 @@ template <int QK> static void post_norm(int rows, int dim) {
     EXPECT(same, "post-norm rows %d dim %d codes %d differs from rmsnorm + add_rmsnorm", rows, dim, QK);
 }
 
-/* QK 2 (the batched-decode GEMM's f16 activations written by the norm): rmsnorm_vec8_kernel<ADD, 2> and rmsnorm_kernel<ADD,
- * 2> against rmsnorm_vec8_kernel<ADD, -1> followed by act_q8_as_f16<2> (qr_cuda_act_q8_as_f16's kernel) on its y: x, y
- * and every f16 value bit for bit. */
-static void norm_f16(int rows, int dim) {
+/* QK 2 (the batched-decode GEMM's f16 activations written by the norm; QK 3: the f16 cache + cuBLAS GEMM's, act kind 1):
+ * rmsnorm_vec8_kernel<ADD, QK> and rmsnorm_kernel<ADD, QK> against rmsnorm_vec8_kernel<ADD, -1> followed by
+ * act_q8_as_f16<kind> (qr_cuda_act_q8_as_f16's kernel) on its y: x, y and every f16 value bit for bit. */
+template <int QK> static void norm_f16(int rows, int dim) {
+    constexpr int KIND = QK == 3 ? 1 : 2;
     const float eps = 1e-6f;
     std::vector<float> x(rows * dim), b(rows * dim), w(dim);
     for (auto &v : x) v = frand() * 3;
@@ -105,25 +106,26 @@ static void norm_f16(int rows, int dim) {
     host_run_grid(rows, 1, th, [&] {
         rmsnorm_vec8_kernel<true, -1>(x0.data(), b.data(), 1.0f, w.data(), dim, eps, y0.data(), NULL, NULL, NULL, NULL);
     });
-    host_run_grid(rows * dim / 256, 1, 32, [&] { act_q8_as_f16<2>(y0.data(), blockIdx.x, threadIdx.x, h0.data()); });
+    host_run_grid(rows * dim / 256, 1, 32, [&] { act_q8_as_f16<KIND>(y0.data(), blockIdx.x, threadIdx.x, h0.data()); });
     host_run_grid(rows, 1, th, [&] {
-        rmsnorm_vec8_kernel<true, 2>(x1.data(), b.data(), 1.0f, w.data(), dim, eps, y1.data(), (int8_t *)h1.data(), NULL, NULL,
+        rmsnorm_vec8_kernel<true, QK>(x1.data(), b.data(), 1.0f, w.data(), dim, eps, y1.data(), (int8_t *)h1.data(), NULL, NULL,
                                      NULL);
     });
     host_run_grid(rows, 1, 128, [&] {
-        rmsnorm_kernel<true, 2>(x2.data(), b.data(), 1.0f, w.data(), dim, eps, y2.data(), (int8_t *)h2.data(), NULL, NULL, NULL);
+        rmsnorm_kernel<true, QK>(x2.data(), b.data(), 1.0f, w.data(), dim, eps, y2.data(), (int8_t *)h2.data(), NULL, NULL, NULL);
     });
     const size_t n = (size_t)rows * dim;
     const bool same = !memcmp(x0.data(), x1.data(), n * 4) && !memcmp(y0.data(), y1.data(), n * 4) &&
                       !memcmp(h0.data(), h1.data(), n * 2) && !memcmp(x0.data(), x2.data(), n * 4) &&
                       !memcmp(y0.data(), y2.data(), n * 4) && !memcmp(h0.data(), h2.data(), n * 2);
-    printf("norm + f16 activations (kind 2) rows %d dim %d: %s\n", rows, dim, same ? "bit for bit" : "DIFFERENT");
-    EXPECT(same, "norm with QK 2 rows %d dim %d differs from the norm + act_q8_as_f16<2>", rows, dim);
+    printf("norm + f16 activations (kind %d) rows %d dim %d: %s\n", KIND, rows, dim, same ? "bit for bit" : "DIFFERENT");
+    EXPECT(same, "norm with QK %d rows %d dim %d differs from the norm + act_q8_as_f16<%d>", QK, rows, dim, KIND);
 }
 
-/* glu_f16_kernel (the swiglu that also writes down's f16 activations) against ew_kernel<SWIGLU> then act_q8_as_f16<2>:
- * out and every f16 value bit for bit, out aliasing the gate input as the backend calls it. */
-static void glu_f16(int rows, int n) {
+/* glu_f16_kernel (the swiglu that also writes down's f16 activations of act kind AK: 2, version 6's order, or 1, the
+ * f16 cache + cuBLAS GEMM's) against ew_kernel<SWIGLU> then act_q8_as_f16<AK>: out and every f16 value bit for bit,
+ * out aliasing the gate input as the backend calls it. */
+template <int AK> static void glu_f16(int rows, int n) {
     const int64_t nt = (int64_t)rows * n;
     std::vector<float> g(nt), u(nt);
     for (auto &v : g) v = frand() * 6;
@@ -133,13 +135,13 @@ static void glu_f16(int rows, int n) {
     host_run_grid((unsigned)(nt / 128), 1, 128, [&] {
         ew_kernel<CUDA_EW_SWIGLU, false>(o0.data(), u.data(), 0.0f, nt, o0.data());
     });
-    host_run_grid((unsigned)(nt / 256), 1, 32, [&] { act_q8_as_f16<2>(o0.data(), blockIdx.x, threadIdx.x, h0.data()); });
+    host_run_grid((unsigned)(nt / 256), 1, 32, [&] { act_q8_as_f16<AK>(o0.data(), blockIdx.x, threadIdx.x, h0.data()); });
     host_run_grid((unsigned)((nt / 256 + 3) / 4), 1, 128, [&] {
-        glu_f16_kernel<CUDA_EW_SWIGLU>(o1.data(), u.data(), nt / 256, o1.data(), h1.data());
+        glu_f16_kernel<CUDA_EW_SWIGLU, AK>(o1.data(), u.data(), nt / 256, o1.data(), h1.data());
     });
     const bool same = !memcmp(o0.data(), o1.data(), nt * 4) && !memcmp(h0.data(), h1.data(), nt * 2);
-    printf("swiglu + f16 activations (kind 2) rows %d n %d: %s\n", rows, n, same ? "bit for bit" : "DIFFERENT");
-    EXPECT(same, "glu_f16 rows %d n %d differs from swiglu + act_q8_as_f16<2>", rows, n);
+    printf("swiglu + f16 activations (kind %d) rows %d n %d: %s\n", AK, rows, n, same ? "bit for bit" : "DIFFERENT");
+    EXPECT(same, "glu_f16 rows %d n %d differs from swiglu + act_q8_as_f16<%d>", rows, n, AK);
 }
 
 template <bool F16> static void mla_prep(int n_tok, int H, int R, int dr, int dq, int mode) {
@@ -259,10 +261,15 @@ int main() {
     post_norm<0>(2, 1024);  /* Q8_0 codes */
     post_norm<1>(2, 768);   /* Q8_K codes */
     post_norm<1>(1, 1024);
-    norm_f16(3, 1024);      /* the batched-decode GEMM's f16 activations from the norm */
-    norm_f16(2, 768);
-    glu_f16(3, 1280);       /* the swiglu that writes down's f16 activations */
-    glu_f16(2, 2816);       /* (the host runs CTAs of <= 128 threads: dim <= 1024 for the vec8 form) */
+    post_norm<3>(2, 768);   /* the f16 cache + cuBLAS GEMM's f16 activations */
+    norm_f16<2>(3, 1024);   /* the batched-decode GEMM's f16 activations from the norm */
+    norm_f16<2>(2, 768);
+    norm_f16<3>(3, 1024);   /* the f16 cache + cuBLAS GEMM's (act kind 1) */
+    norm_f16<3>(2, 768);
+    glu_f16<2>(3, 1280);    /* the swiglu that writes down's f16 activations */
+    glu_f16<2>(2, 2816);    /* (the host runs CTAs of <= 128 threads: dim <= 1024 for the vec8 form) */
+    glu_f16<1>(3, 1280);
+    glu_f16<1>(2, 2816);
     mla_prep<true>(3, 4, 512, 64, 192, 0);
     mla_prep<false>(2, 3, 256, 64, 96, 0);
     mla_prep<true>(2, 2, 128, 32, 48, QR_ROPE_NEOX);
