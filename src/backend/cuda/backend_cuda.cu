@@ -953,7 +953,7 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     wv.n = n;
     const cudaError_t e = ws   ? qr_cuda_dq_ws_gemm(&wv, *tiles, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream)
                           : wg ? qr_cuda_dq_wg_gemm(&wv, cw->dqt, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->n_sm,
-                                                  cb->tune.dq_wg_mt, tr, cb->stream)
+                                                  cb->tune.dq_wg_mt, tr, cb->tune.dq_pdl && use_pdl(cb), cb->stream)
                              : qr_cuda_dq_gemm(&wv, cw->dqs, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream);
     if (cuda_ok(cb, e, "matmul (dq gemm)")) act_f16_done(cb);
     return true;
@@ -1020,7 +1020,8 @@ static bool matmul_multi_dq(cuda_backend *cb, int32_t n_w, const cuda_weight *co
                                       "matmul (split-K partial sums)"))
         return true;
     if (!act_f16(cb, x, n_rows, k, 2, xh)) return true;
-    const cudaError_t e = qr_cuda_dq_wr_multi(n_w, wv, tiles, xh, n_rows, y, splits, (float *)cb->dq_part, cb->stream);
+    const cudaError_t e = qr_cuda_dq_wr_multi(n_w, wv, tiles, xh, n_rows, y, splits, (float *)cb->dq_part,
+                                                cb->tune.dq_pdl && use_pdl(cb), cb->stream);
     if (e == cudaErrorNotSupported) return false; /* no tensor map: one by one (version 3) */
     if (cuda_ok(cb, e, "matmul_multi (dq gemm)")) act_f16_done(cb);
     return true;

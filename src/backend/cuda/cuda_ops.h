@@ -414,15 +414,16 @@ cudaError_t qr_cuda_dq_wg_tiles(const cuda_wview *w, const void *scales, void *o
  * rows) where the driver makes the activations' tensor map, else version 3 */
 int32_t qr_cuda_dq_wg_splits(qr_type type, int64_t n_tok, int64_t n_out, int64_t k, int32_t sms, int mt_force, bool tma);
 cudaError_t qr_cuda_dq_wg_gemm(const cuda_wview *w, const void *tiles, const void *xh, int64_t n_tok, int64_t n_out,
-                               int32_t splits, float *part, float *y, int32_t sms, int mt_force, bool tma,
+                               int32_t splits, float *part, float *y, int32_t sms, int mt_force, bool tma, bool pdl,
                                cudaStream_t stream);
 /* Version 6 over 1..3 weights of one K-quant type and one k multiplied by the same activations (q / k / v): one launch
  * for all their rows (v3's tiles of each, xh in kind 2's order); y[i] = [n_tok][w[i].n]; part holds splits x n_tok x
- * (sum of n) floats (splits from qr_cuda_dq_wr_multi_splits). cudaErrorNotSupported: no tensor map (run them one by
- * one). */
+ * (sum of n) floats (splits from qr_cuda_dq_wr_multi_splits). pdl: launched with programmatic dependent launch (the
+ * weights of the first stages copied before the kernel ahead finishes; version 6 for qr_cuda_dq_wg_gemm too).
+ * cudaErrorNotSupported: no tensor map (run them one by one). */
 int32_t qr_cuda_dq_wr_multi_splits(int32_t n_w, const cuda_wview *w, int64_t n_tok, int32_t sms);
 cudaError_t qr_cuda_dq_wr_multi(int32_t n_w, const cuda_wview *w, const void *const *tiles, const void *xh, int64_t n_tok,
-                                float *const *y, int32_t splits, float *part, cudaStream_t stream);
+                                float *const *y, int32_t splits, float *part, bool pdl, cudaStream_t stream);
 
 #define QR_CUDA_MMQ_TILE_ROWS 64
 bool qr_cuda_mmq_supported(qr_type type);

@@ -1055,17 +1055,30 @@ static __device__ __forceinline__ void wr_body(const CUtensorMap &xmap, const wr
         if (tid == WT_CONS) {
             const int64_t n_rt = (n_out + 127) / 128, rt0 = row0 / 128, rt1 = rt0 + 1 < n_rt ? rt0 + 1 : n_rt - 1;
             const uint8_t *w0 = tiles + (rt0 * n_st + st0) * C::TB, *w1 = tiles + (rt1 * n_st + st0) * C::TB;
-            for (int it = 0; it < n_it; it++) {
-                const int s = it % C::S;
-                if (it >= C::S) mbar_wait(sempty + 8 * s, (uint32_t)((it / C::S - 1) & 1));
-                const uint32_t full = sfull + 8 * s, dst = sring + s * C::SLOT;
+            /* the weights of the ring's first stages before the kernel ahead has finished (launched with programmatic
+             * dependent launch; without it the wait is a no-op): only the activations are its output */
+            const int pre = n_it < C::S ? n_it : C::S;
+            for (int it = 0; it < pre; it++) {
+                const uint32_t full = sfull + 8 * it, dst = sring + it * C::SLOT;
                 mbar_expect_tx(full, 2 * C::TB + N * WG_KS * 2);
                 tma_bulk(dst, w0 + (int64_t)it * C::TB, C::TB, full);
                 tma_bulk(dst + C::TB, w1 + (int64_t)it * C::TB, C::TB, full);
+            }
+            pdl_wait();
+            for (int it = 0; it < n_it; it++) {
+                const int s = it % C::S;
+                const uint32_t full = sfull + 8 * s, dst = sring + s * C::SLOT;
+                if (it >= pre) {
+                    mbar_wait(sempty + 8 * s, (uint32_t)((it / C::S - 1) & 1));
+                    mbar_expect_tx(full, 2 * C::TB + N * WG_KS * 2);
+                    tma_bulk(dst, w0 + (int64_t)it * C::TB, C::TB, full);
+                    tma_bulk(dst + C::TB, w1 + (int64_t)it * C::TB, C::TB, full);
+                }
                 const int c0 = (int)((st0 + it) * WG_KS);
                 tma_2d(dst + C::O_X, &xmap, c0, (int)tok0, full);
                 tma_2d(dst + C::O_X + N * 128, &xmap, c0 + 64, (int)tok0, full);
             }
+            pdl_launch_dependents();
         }
         return;
     }
@@ -1131,6 +1144,7 @@ static __device__ __forceinline__ void wr_body(const CUtensorMap &xmap, const wr
     wg_wait_all();
 #pragma unroll
     for (int i = 0; i < N / 2; i++) asm volatile("" : "+f"(acc[i])::"memory");
+    pdl_wait(); /* (the stores after the kernel ahead, whatever n_it) */
 
     float *out = part ? part + ((int64_t)blockIdx.z * n_all + (mi == 0 ? m.off[0] : mi == 1 ? m.off[1] : m.off[2])) * n_tok
                       : mi == 0 ? m.y[0] : mi == 1 ? m.y[1] : m.y[2];
@@ -1162,37 +1176,37 @@ static __global__ void __launch_bounds__(WT_THREADS, 1)
 /* part: the split-K parts ([split][n_tok x n_all]), NULL for one split */
 template <qr_type TY, int NT>
 static cudaError_t launch_wr(const wr_mats &m, const __half *x, int64_t k, int64_t n_tok, int64_t n_all, int32_t splits,
-                             float *part, cudaStream_t stream) {
+                             float *part, bool pdl, cudaStream_t stream) {
     CUtensorMap map;
     if (!wt_map(&map, x, k, n_tok, NT * 8)) return cudaErrorNotSupported;
     constexpr int smem = wr_cfg<TY, NT>::SMEM;
     const cudaError_t e = cudaFuncSetAttribute(dq_wr_kernel<TY, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)((n_tok + NT * 8 - 1) / (NT * 8)), (unsigned)m.t0[m.n], (unsigned)splits);
-    dq_wr_kernel<TY, NT><<<grid, WT_THREADS, smem, stream>>>(map, m, k, n_tok, n_all, splits > 1 ? part : NULL);
-    return cudaGetLastError();
+    return launch_k(dq_wr_kernel<TY, NT>, grid, dim3(WT_THREADS), smem, stream, pdl, map, m, k, n_tok, n_all,
+                    splits > 1 ? part : (float *)NULL);
 }
 
 /* Q4_K and Q6_K matrices in one launch (dq_wr_mix_kernel) */
 template <int NT>
 static cudaError_t launch_wr_mix(const wr_mats &m, const __half *x, int64_t k, int64_t n_tok, int64_t n_all,
-                                 int32_t splits, float *part, cudaStream_t stream) {
+                                 int32_t splits, float *part, bool pdl, cudaStream_t stream) {
     CUtensorMap map;
     if (!wt_map(&map, x, k, n_tok, NT * 8)) return cudaErrorNotSupported;
     constexpr int s4 = wr_cfg<QR_TYPE_Q4_K, NT>::SMEM, s6 = wr_cfg<QR_TYPE_Q6_K, NT>::SMEM, smem = s4 > s6 ? s4 : s6;
     const cudaError_t e = cudaFuncSetAttribute(dq_wr_mix_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     const dim3 grid((unsigned)((n_tok + NT * 8 - 1) / (NT * 8)), (unsigned)m.t0[m.n], (unsigned)splits);
-    dq_wr_mix_kernel<NT><<<grid, WT_THREADS, smem, stream>>>(map, m, k, n_tok, n_all, splits > 1 ? part : NULL);
-    return cudaGetLastError();
+    return launch_k(dq_wr_mix_kernel<NT>, grid, dim3(WT_THREADS), smem, stream, pdl, map, m, k, n_tok, n_all,
+                    splits > 1 ? part : (float *)NULL);
 }
 
 template <qr_type TY>
 static cudaError_t launch_wr_nt(const wr_mats &m, const __half *x, int64_t k, int64_t n_tok, int64_t n_all, int32_t splits,
-                                float *part, cudaStream_t stream) {
-    if (n_tok <= 16) return launch_wr<TY, 2>(m, x, k, n_tok, n_all, splits, part, stream);
-    if (n_tok <= 32) return launch_wr<TY, 4>(m, x, k, n_tok, n_all, splits, part, stream);
-    return launch_wr<TY, 8>(m, x, k, n_tok, n_all, splits, part, stream); /* 128 tokens: too few registers (120) */
+                                float *part, bool pdl, cudaStream_t stream) {
+    if (n_tok <= 16) return launch_wr<TY, 2>(m, x, k, n_tok, n_all, splits, part, pdl, stream);
+    if (n_tok <= 32) return launch_wr<TY, 4>(m, x, k, n_tok, n_all, splits, part, pdl, stream);
+    return launch_wr<TY, 8>(m, x, k, n_tok, n_all, splits, part, pdl, stream); /* 128 tokens: too few registers (120) */
 }
 
 /* y_i = the sum over the splits of matrix i's block of the parts, in split order */
@@ -1209,7 +1223,7 @@ static __global__ void dq_reduce_multi_kernel(const float *__restrict__ part, in
 
 /* Version 6 over n_w weights of one type and one k with the same activations: their rows in one grid. */
 static cudaError_t wr_run(int32_t n_w, const cuda_wview *w, const void *const *tiles, const void *xh, int64_t n_tok,
-                          float *const *y, int32_t splits, float *part, cudaStream_t stream) {
+                          float *const *y, int32_t splits, float *part, bool pdl, cudaStream_t stream) {
     wr_mats m = {};
     int64_t n_all = 0;
     m.n = n_w;
@@ -1225,11 +1239,11 @@ static cudaError_t wr_run(int32_t n_w, const cuda_wview *w, const void *const *t
     for (int32_t i = 0; i < n_w; i++) m.q6 |= (uint32_t)(w[i].type == QR_TYPE_Q6_K) << i;
     const int64_t k = w[0].k;
     cudaError_t e = m.q6 != 0 && m.q6 != (1u << n_w) - 1
-                        ? (n_tok <= 16   ? launch_wr_mix<2>(m, x, k, n_tok, n_all, splits, part, stream)
-                           : n_tok <= 32 ? launch_wr_mix<4>(m, x, k, n_tok, n_all, splits, part, stream)
-                                         : launch_wr_mix<8>(m, x, k, n_tok, n_all, splits, part, stream))
-                    : w[0].type == QR_TYPE_Q4_K ? launch_wr_nt<QR_TYPE_Q4_K>(m, x, k, n_tok, n_all, splits, part, stream)
-                                                : launch_wr_nt<QR_TYPE_Q6_K>(m, x, k, n_tok, n_all, splits, part, stream);
+                        ? (n_tok <= 16   ? launch_wr_mix<2>(m, x, k, n_tok, n_all, splits, part, pdl, stream)
+                           : n_tok <= 32 ? launch_wr_mix<4>(m, x, k, n_tok, n_all, splits, part, pdl, stream)
+                                         : launch_wr_mix<8>(m, x, k, n_tok, n_all, splits, part, pdl, stream))
+                    : w[0].type == QR_TYPE_Q4_K ? launch_wr_nt<QR_TYPE_Q4_K>(m, x, k, n_tok, n_all, splits, part, pdl, stream)
+                                                : launch_wr_nt<QR_TYPE_Q6_K>(m, x, k, n_tok, n_all, splits, part, pdl, stream);
     if (e != cudaSuccess || splits == 1) return e;
     const int64_t n = n_tok * n_all;
     dq_reduce_multi_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, splits, n_tok, n_all, m);
@@ -1244,7 +1258,8 @@ extern "C" int32_t qr_cuda_dq_wr_multi_splits(int32_t n_w, const cuda_wview *w, 
 }
 
 extern "C" cudaError_t qr_cuda_dq_wr_multi(int32_t n_w, const cuda_wview *w, const void *const *tiles, const void *xh,
-                                           int64_t n_tok, float *const *y, int32_t splits, float *part, cudaStream_t stream) {
+                                           int64_t n_tok, float *const *y, int32_t splits, float *part, bool pdl,
+                                           cudaStream_t stream) {
     if (n_tok <= 0) return cudaSuccess;
     if (n_w < 1 || n_w > WR_MATS || splits < 1 || splits > 8 || (splits > 1 && !part) || (n_tok + 63) / 64 > 65535)
         return cudaErrorInvalidValue;
@@ -1252,7 +1267,7 @@ extern "C" cudaError_t qr_cuda_dq_wr_multi(int32_t n_w, const cuda_wview *w, con
         if (!qr_cuda_dq_gemm_supported((qr_type)w[i].type) || w[i].k != w[0].k || w[i].k % 256 ||
             w[i].nb != w[i].k / 256 || w[i].n <= 0 || !tiles[i] || !y[i])
             return cudaErrorInvalidValue;
-    return wr_run(n_w, w, tiles, xh, n_tok, y, splits, part, stream);
+    return wr_run(n_w, w, tiles, xh, n_tok, y, splits, part, pdl, stream);
 }
 
 /* The SS kernel's split-K count (1 CTA an SM). */
@@ -1339,7 +1354,7 @@ extern "C" cudaError_t qr_cuda_dq_wg_tiles(const cuda_wview *w, const void *scal
 
 extern "C" cudaError_t qr_cuda_dq_wg_gemm(const cuda_wview *w, const void *tiles, const void *xh, int64_t n_tok,
                                           int64_t n_out, int32_t splits, float *part, float *y, int32_t sms,
-                                          int mt_force, bool tma, cudaStream_t stream) {
+                                          int mt_force, bool tma, bool pdl, cudaStream_t stream) {
     if (n_tok <= 0) return cudaSuccess;
     int nt, mt;
     int32_t s;
@@ -1354,7 +1369,7 @@ extern "C" cudaError_t qr_cuda_dq_wg_gemm(const cuda_wview *w, const void *tiles
     if (tma) { /* version 6; without a tensor map version 3 */
         cuda_wview wv = *w;
         wv.n = n_out;
-        const cudaError_t e6 = wr_run(1, &wv, &tiles, xh, n_tok, &y, splits, part, stream);
+        const cudaError_t e6 = wr_run(1, &wv, &tiles, xh, n_tok, &y, splits, part, pdl, stream);
         if (e6 != cudaErrorNotSupported) return e6;
     }
     const bool q4 = w->type == QR_TYPE_Q4_K;

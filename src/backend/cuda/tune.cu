@@ -85,6 +85,7 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->dq_wg_min_rows = env_int("QUARREL_CUDA_DQ_WG_MIN_ROWS", 1, 4096, 9);
     t->dq_multi = !env_is("QUARREL_CUDA_DQ_MULTI", "0");
     t->dq_mix = !env_is("QUARREL_CUDA_DQ_MIX", "0");
+    t->dq_pdl = env_is("QUARREL_CUDA_DQ_PDL", "1"); /* not yet measured: off */
     /* H200, session 33: from 5 rows version 6 beats the mat-vec (whose time grows with the rows); 9: off */
     t->dq_min_rows = env_int("QUARREL_CUDA_DQ_MIN_ROWS", 2, 4096, 5);
     t->dq_wg_mt = env_int("QUARREL_CUDA_DQ_WG_MT", 0, 2, 0);
