@@ -3,7 +3,8 @@
 # mistral-7b Q4_K_M under each setting of CASES (space-separated; each a comma-separated list of VAR=value, "-" for
 # the defaults), the cases alternating inside each (NP, P); prints tg medians, step ms and the argmax checksum.
 #   carry build-gpu/bundlexz; OUT=$OUT NPS="64 256" PS="128 512" CASES="- QUARREL_CUDA_ATTN_SPLITS=2" bash bench/gpu_env_ab.sh
-# LAB=SECTION (with build-gpu/labxz carried) first runs that section of the kernel lab (`--only SECTION`).
+# LAB=SECTION (with build-gpu/labxz carried) first runs that section of the kernel lab (`--only SECTION`), under LAB_ENV
+# (VAR=value ..., e.g. a knob that is off by default) where given.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_env_ab}
@@ -14,7 +15,8 @@ log() { echo "[env_ab $(date +%T)] $*" | tee -a "$OUT/steps.txt"; }
 if [ -n "${LAB:-}" ] && [ -f build-gpu/labxz/lab.xz ]; then
     xz -dc build-gpu/labxz/lab.xz > /tmp/qr_lab && chmod +x /tmp/qr_lab
     for sec in $LAB; do
-        LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} timeout 400 /tmp/qr_lab --only "$sec" > "$OUT/lab_$sec.log" 2>&1
+        env ${LAB_ENV:-} LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} timeout 400 /tmp/qr_lab --only "$sec" \
+            > "$OUT/lab_$sec.log" 2>&1
         log "lab $sec rc $?: $(grep -c FAIL "$OUT/lab_$sec.log") FAIL lines"
         grep -E "${LAB_GREP:-FAIL|summary|passed}" "$OUT/lab_$sec.log" | head -${LAB_LINES:-30} | tee -a "$OUT/steps.txt"
     done
