@@ -1167,7 +1167,8 @@ static void cuda_matmul_glu(qr_backend *be, const qr_weight *gate, const qr_weig
         void *xh = f16 ? act_f16_region(cb, n_rows, n) : NULL;
         if (!xh)
             cuda_ok(cb, qr_cuda_elementwise(CUDA_EW_SWIGLU, out, scratch, 0.0f, n_rows * n, out, cb->stream), "swiglu");
-        else if (cuda_ok(cb, qr_cuda_glu_f16(CUDA_EW_SWIGLU, out, scratch, n_rows * n, out, xh, ak, cb->stream), "swiglu"))
+        else if (cuda_ok(cb, qr_cuda_glu_f16(CUDA_EW_SWIGLU, out, scratch, n_rows * n, out, xh, ak,
+                                                      cb->tune.dq_pdl && use_pdl(cb), cb->stream), "swiglu"))
             act_f16_written(cb, out, n_rows, n, ak);
         return;
     }

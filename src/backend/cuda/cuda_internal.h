@@ -77,8 +77,8 @@ typedef struct qr_cuda_tune {
                               * its Q6_K v) in one launch of version 6 (dq_wr_mix_kernel); 0: a launch a type
                               * (QUARREL_CUDA_DQ_MIX=0) */
     int32_t dq_pdl;          /* 1: version 6 launched with programmatic dependent launch (the producer copies the first
-                              * stages' weights before waiting for the kernel ahead); 0 (default, not yet measured on a
-                              * GPU) (QUARREL_CUDA_DQ_PDL=1) */
+                              * stages' weights before waiting for the kernel ahead), and its split-K reduction and the
+                              * swiglu before down too; 0 (default, not yet measured on a GPU) (QUARREL_CUDA_DQ_PDL=1) */
     int32_t dq_min_rows;     /* batches of dq_min_rows..mmvq_max_rows rows of Q4_K / Q6_K weights go to version 6 instead
                               * of the mat-vec where it runs (default 5; 9 or more: never) (QUARREL_CUDA_DQ_MIN_ROWS) */
     int32_t dq_wg_mt;        /* its weight rows a CTA: 1 = 128, 2 = 256, 0 (default) = by the shape (QUARREL_CUDA_DQ_WG_MT) */

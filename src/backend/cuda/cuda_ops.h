@@ -311,9 +311,9 @@ cudaError_t qr_cuda_elementwise(cuda_ew_kind kind, const float *a, const float *
                                 cudaStream_t stream);
 /* out = swiglu / geglu(a, b) (kind CUDA_EW_SWIGLU / CUDA_EW_GEGLU, as qr_cuda_elementwise) and xh = out's Q8_K values as f16
  * (qr_cuda_act_q8_as_f16 of act kind akind: 2, the batched-decode GEMM's order, or 1) in one launch; n % 256 == 0,
- * 16-byte aligned. */
+ * 16-byte aligned; pdl: launched with programmatic dependent launch (the kernel waits for the one ahead first). */
 cudaError_t qr_cuda_glu_f16(cuda_ew_kind kind, const float *a, const float *b, int64_t n, float *out, void *xh, int akind,
-                            cudaStream_t stream);
+                            bool pdl, cudaStream_t stream);
 /* out[o][dim] = src[rows[o]][dim], o < n_out; in_place selects the sequential kernel (out overlaps src). */
 cudaError_t qr_cuda_gather_rows(const float *src, int64_t dim, const int32_t *rows, int32_t n_out, float *out,
                                 bool in_place, cudaStream_t stream);

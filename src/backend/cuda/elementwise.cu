@@ -54,6 +54,7 @@ extern "C" cudaError_t qr_cuda_elementwise(cuda_ew_kind kind, const float *a, co
  * a warp per 256-value block, a lane 8 values held in registers from the loads to both stores. */
 template <int K, int AK>
 static __global__ void glu_f16_kernel(const float *a, const float *b, int64_t n_blocks, float *out, __half *xh) {
+    pdl_enter(); /* (launched with PDL where version 6 is: tune.dq_pdl) */
     const int64_t blk = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (blk >= n_blocks) return;
     const int lane = threadIdx.x & 31;
@@ -69,18 +70,18 @@ static __global__ void glu_f16_kernel(const float *a, const float *b, int64_t n_
 }
 
 extern "C" cudaError_t qr_cuda_glu_f16(cuda_ew_kind kind, const float *a, const float *b, int64_t n, float *out, void *xh,
-                                       int akind, cudaStream_t stream) {
+                                       int akind, bool pdl, cudaStream_t stream) {
     if (n <= 0) return cudaSuccess;
-    if ((kind != CUDA_EW_SWIGLU && kind != CUDA_EW_GEGLU) || (akind != 1 && akind != 2) || n % 256 || ((uintptr_t)a & 15) || ((uintptr_t)b & 15) ||
-        ((uintptr_t)out & 15))
+    if ((kind != CUDA_EW_SWIGLU && kind != CUDA_EW_GEGLU) || (akind != 1 && akind != 2) || n % 256 ||
+        ((uintptr_t)a & 15) || ((uintptr_t)b & 15) || ((uintptr_t)out & 15))
         return cudaErrorInvalidValue;
     const int64_t nb = n / 256;
     const unsigned grid = (unsigned)((nb + 7) / 8);
     __half *h = (__half *)xh;
-    if (kind == CUDA_EW_SWIGLU && akind == 2) glu_f16_kernel<CUDA_EW_SWIGLU, 2><<<grid, 256, 0, stream>>>(a, b, nb, out, h);
-    else if (kind == CUDA_EW_SWIGLU) glu_f16_kernel<CUDA_EW_SWIGLU, 1><<<grid, 256, 0, stream>>>(a, b, nb, out, h);
-    else if (akind == 2) glu_f16_kernel<CUDA_EW_GEGLU, 2><<<grid, 256, 0, stream>>>(a, b, nb, out, h);
-    else glu_f16_kernel<CUDA_EW_GEGLU, 1><<<grid, 256, 0, stream>>>(a, b, nb, out, h);
+    const auto k = kind == CUDA_EW_SWIGLU ? (akind == 2 ? glu_f16_kernel<CUDA_EW_SWIGLU, 2> : glu_f16_kernel<CUDA_EW_SWIGLU, 1>)
+                                          : (akind == 2 ? glu_f16_kernel<CUDA_EW_GEGLU, 2> : glu_f16_kernel<CUDA_EW_GEGLU, 1>);
+    const cudaError_t e = launch_k(k, dim3(grid), dim3(256), 0, stream, pdl, a, b, nb, out, h);
+    if (e != cudaSuccess) return e;
     QR_CUDA_CHECK_LAUNCH();
 }
 

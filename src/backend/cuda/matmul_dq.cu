@@ -1212,6 +1212,7 @@ static cudaError_t launch_wr_nt(const wr_mats &m, const __half *x, int64_t k, in
 /* y_i = the sum over the splits of matrix i's block of the parts, in split order */
 static __global__ void dq_reduce_multi_kernel(const float *__restrict__ part, int splits, int64_t n_tok, int64_t n_all,
                                               const wr_mats m) {
+    pdl_enter(); /* (launched with PDL after a version 6 launched so: tune.dq_pdl) */
     const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= n_tok * n_all) return;
     const int mi = (m.n > 1 && e >= m.off[1] * n_tok) + (m.n > 2 && e >= m.off[2] * n_tok);
@@ -1246,8 +1247,8 @@ static cudaError_t wr_run(int32_t n_w, const cuda_wview *w, const void *const *t
                                                 : launch_wr_nt<QR_TYPE_Q6_K>(m, x, k, n_tok, n_all, splits, part, pdl, stream);
     if (e != cudaSuccess || splits == 1) return e;
     const int64_t n = n_tok * n_all;
-    dq_reduce_multi_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, splits, n_tok, n_all, m);
-    return cudaGetLastError();
+    return launch_k(dq_reduce_multi_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, stream, pdl, (const float *)part,
+                    (int)splits, n_tok, n_all, m);
 }
 
 extern "C" int32_t qr_cuda_dq_wr_multi_splits(int32_t n_w, const cuda_wview *w, int64_t n_tok, int32_t sms) {
