@@ -247,8 +247,9 @@ def test_presets_models_keyboard(page):
     box.send_keys("second line")
     assert box.get_attribute("value") == "first line\nsecond line"
     box.send_keys(Keys.ENTER)
-    page.wait(lambda: page.els("#messages .msg.user"), 10)
-    assert page.el("#messages .msg.user .content").text == "first line\nsecond line"
+    # (the message is re-rendered as the reply streams in: read its text until it is there, not a stale element)
+    page.wait(lambda: page.text("#messages .msg.user .content") == "first line\nsecond line", 10,
+              "the user message's two lines")
     page.wait_state("connected", timeout=60)
     # every control has an accessible name
     unnamed = page.js("""return [...document.querySelectorAll('button, input, textarea, select')].filter(e => {

@@ -19,7 +19,7 @@ import pytest
 import requests
 from serve_util import wait_healthy
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -235,6 +235,13 @@ class Page:
 
     def els(self, css):
         return self.d.find_elements(By.CSS_SELECTOR, css)
+
+    def text(self, css):
+        """The first match's text; None while there is none or the UI is re-rendering it (a stale reference)."""
+        try:
+            return self.el(css).text
+        except (NoSuchElementException, StaleElementReferenceException):
+            return None
 
     def state(self):
         return self.js("return document.getElementById('conn').dataset.state")
