@@ -905,6 +905,9 @@ static int dq_tiles_ready(cuda_backend *cb, cuda_weight *mw, bool own) {
                : -1;
 }
 
+/* Version 6 (and the kernels around it) launched with programmatic dependent launch (tune.dq_pdl) */
+static bool dq_pdl(const cuda_backend *cb) { return cb->tune.dq_pdl && use_pdl(cb); }
+
 /* A batch of more rows than the mat-vec takes, up to dq_max_rows (batched decode), of Q4_K / Q6_K weights on
  * the f16 tensor-core kernel that dequantizes the blocks in registers (matmul_dq.cu): the weights are read once
  * in their block format instead of as the 3.5x larger f16 cache. The activations are the cuBLAS path's (Q8_K
@@ -953,7 +956,7 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     wv.n = n;
     const cudaError_t e = ws   ? qr_cuda_dq_ws_gemm(&wv, *tiles, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream)
                           : wg ? qr_cuda_dq_wg_gemm(&wv, cw->dqt, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->n_sm,
-                                                  cb->tune.dq_wg_mt, tr, cb->tune.dq_pdl && use_pdl(cb), cb->stream)
+                                                  cb->tune.dq_wg_mt, tr, dq_pdl(cb), cb->stream)
                              : qr_cuda_dq_gemm(&wv, cw->dqs, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream);
     if (cuda_ok(cb, e, "matmul (dq gemm)")) act_f16_done(cb);
     return true;
@@ -989,8 +992,8 @@ static bool gemm_kind1_likely(const cuda_backend *cb, const cuda_wview *v, int64
 }
 
 /* A run of 2-3 weights of one K-quant type (or Q4_K and Q6_K: a Q4_K_M layer's q / k and Q6_K v, tune.dq_mix) and one
- * k with the same input (q / k / v) at a batch that version 6 of matmul_dq.cu takes: one launch over all their rows (the launches of the small q / k / v matrices are too short to
- * fill the GPU one by one). True when it ran (or raised); false: run them one by one. */
+ * k with the same input (q / k / v) at a batch that version 6 of matmul_dq.cu takes: one launch over all their rows
+ * (the launches of the small q / k / v matrices are too short to fill the GPU one by one). True when it ran (or raised); false: run them one by one. */
 static bool matmul_multi_dq(cuda_backend *cb, int32_t n_w, const cuda_weight *const *cw, const qr_weight *const *w,
                             const float *x, int64_t n_rows, float *const *y) {
     const cuda_wview *v0 = &cw[0]->v;
@@ -1021,7 +1024,7 @@ static bool matmul_multi_dq(cuda_backend *cb, int32_t n_w, const cuda_weight *co
         return true;
     if (!act_f16(cb, x, n_rows, k, 2, xh)) return true;
     const cudaError_t e = qr_cuda_dq_wr_multi(n_w, wv, tiles, xh, n_rows, y, splits, (float *)cb->dq_part,
-                                                cb->tune.dq_pdl && use_pdl(cb), cb->stream);
+                                                dq_pdl(cb), cb->stream);
     if (e == cudaErrorNotSupported) return false; /* no tensor map: one by one (version 3) */
     if (cuda_ok(cb, e, "matmul_multi (dq gemm)")) act_f16_done(cb);
     return true;
@@ -1168,7 +1171,7 @@ static void cuda_matmul_glu(qr_backend *be, const qr_weight *gate, const qr_weig
         if (!xh)
             cuda_ok(cb, qr_cuda_elementwise(CUDA_EW_SWIGLU, out, scratch, 0.0f, n_rows * n, out, cb->stream), "swiglu");
         else if (cuda_ok(cb, qr_cuda_glu_f16(CUDA_EW_SWIGLU, out, scratch, n_rows * n, out, xh, ak,
-                                                      cb->tune.dq_pdl && use_pdl(cb), cb->stream), "swiglu"))
+                                                      dq_pdl(cb), cb->stream), "swiglu"))
             act_f16_written(cb, out, n_rows, n, ak);
         return;
     }
@@ -1213,7 +1216,6 @@ static int norm_codes(cuda_backend *cb, const qr_weight *next, const float *x, f
         return -1;
     return act_scratch(cb, nk, y, n_rows, dim, a) ? nk : -2;
 }
-
 
 /* Where a norm's output y feeds `next` at a batch version 6 takes (dq_v6_takes, *kind 2) or the f16 cache + cuBLAS
  * with act kind 1 (gemm_kind1_likely, *kind 1): the act scratch's f16 region for the norm kernel to write y's f16

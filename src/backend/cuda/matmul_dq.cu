@@ -1021,6 +1021,7 @@ struct wr_mats {
     int32_t t0[WR_MATS + 1];       /* its first 256-row tile; t0[n] = all of them */
     int32_t n;
     uint32_t q6;                   /* dq_wr_mix_kernel: bit i set where matrix i is Q6_K (else Q4_K) */
+    int32_t pdl;                   /* launched with programmatic dependent launch: first stages' weights before the wait */
 };
 
 /* The body of version 6 for a CTA whose matrix is of type TY (sm: the dynamic shared memory, at least wr_cfg's SMEM). */
@@ -1055,9 +1056,9 @@ static __device__ __forceinline__ void wr_body(const CUtensorMap &xmap, const wr
         if (tid == WT_CONS) {
             const int64_t n_rt = (n_out + 127) / 128, rt0 = row0 / 128, rt1 = rt0 + 1 < n_rt ? rt0 + 1 : n_rt - 1;
             const uint8_t *w0 = tiles + (rt0 * n_st + st0) * C::TB, *w1 = tiles + (rt1 * n_st + st0) * C::TB;
-            /* the weights of the ring's first stages before the kernel ahead has finished (launched with programmatic
-             * dependent launch; without it the wait is a no-op): only the activations are its output */
-            const int pre = n_it < C::S ? n_it : C::S;
+            /* launched with programmatic dependent launch: the weights of the ring's first stages before the kernel
+             * ahead has finished (only the activations are its output); else each stage's copies in turn */
+            const int pre = !m.pdl ? 0 : n_it < C::S ? n_it : C::S;
             for (int it = 0; it < pre; it++) {
                 const uint32_t full = sfull + 8 * it, dst = sring + it * C::SLOT;
                 mbar_expect_tx(full, 2 * C::TB + N * WG_KS * 2);
@@ -1069,7 +1070,7 @@ static __device__ __forceinline__ void wr_body(const CUtensorMap &xmap, const wr
                 const int s = it % C::S;
                 const uint32_t full = sfull + 8 * s, dst = sring + s * C::SLOT;
                 if (it >= pre) {
-                    mbar_wait(sempty + 8 * s, (uint32_t)((it / C::S - 1) & 1));
+                    if (it >= C::S) mbar_wait(sempty + 8 * s, (uint32_t)((it / C::S - 1) & 1));
                     mbar_expect_tx(full, 2 * C::TB + N * WG_KS * 2);
                     tma_bulk(dst, w0 + (int64_t)it * C::TB, C::TB, full);
                     tma_bulk(dst + C::TB, w1 + (int64_t)it * C::TB, C::TB, full);
@@ -1238,6 +1239,7 @@ static cudaError_t wr_run(int32_t n_w, const cuda_wview *w, const void *const *t
     }
     const __half *x = (const __half *)xh;
     for (int32_t i = 0; i < n_w; i++) m.q6 |= (uint32_t)(w[i].type == QR_TYPE_Q6_K) << i;
+    m.pdl = pdl;
     const int64_t k = w[0].k;
     cudaError_t e = m.q6 != 0 && m.q6 != (1u << n_w) - 1
                         ? (n_tok <= 16   ? launch_wr_mix<2>(m, x, k, n_tok, n_all, splits, part, pdl, stream)

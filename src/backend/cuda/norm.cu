@@ -18,9 +18,8 @@ static int norm_threads(int64_t dim) {
 /* y = x / sqrt(mean(x^2) + eps) (* w). ADD: x += b first (x is written back: the residual stream).
  * QK >= 0: also quantizes y for the next mat-vec (QK 0: Q8_0 rule per 32, 1: Q8_K per 256; the
  * dim must be a multiple of the block) into the activation scratch q/d/s/g, so the matmul after it
- * finds its activations ready; QK 2: Q8_K's values as f16 in the batched-decode GEMM's order into q (QK 3: in plain
- * order, act kind 1) (a
- * half array, qr_cuda_act_q8_as_f16 kind 2). */
+ * finds its activations ready; QK 2: Q8_K's values as f16 in the batched-decode GEMM's order into q (a
+ * half array, qr_cuda_act_q8_as_f16 kind 2); QK 3: the same values in plain order (kind 1). */
 template <bool ADD, int QK>
 static __global__ void rmsnorm_kernel(float *x, const float *__restrict__ b, float b_scale, const float *__restrict__ w, int64_t dim,
                                       float eps, float *y, int8_t *q, float *qd, float *qs, int16_t *qg) {

@@ -51,8 +51,8 @@ static __device__ __forceinline__ float rmsnorm8_scale(const float *v, int64_t d
 /* Second half: x written back (ADD: the residual stream), v = rmsnorm(v) * g left in registers and written
  * to y; QK >= 0: y quantized for the next mat-vec (Q8_0 rule per 32 by groups of 4 lanes, Q8_K per 256 by
  * whole warps) into q/qd/qs/qg; QK 2: those Q8_K codes as f16 values in matmul_dq.cu's order into q (a half
- * array: qr_cuda_act_q8_as_f16 kind 2, for a batched-decode GEMM); QK 3: the same values in plain order (kind 1). The sum of squares in double, the scale with IEEE division and square
- * root (as rmsnorm_kernel and the CPU). Every thread of the CTA calls it (a block reduction). */
+ * array: qr_cuda_act_q8_as_f16 kind 2, for a batched-decode GEMM); QK 3: the same values in plain order (kind 1).
+ * The sum of squares in double, the scale with IEEE division and square root (as rmsnorm_kernel and the CPU). Every thread of the CTA calls it (a block reduction). */
 template <bool ADD, int QK>
 static __device__ __forceinline__ void rmsnorm8_finish(float *x, bool has_w, const float *g, int64_t dim, float eps,
                                                        float *y, int8_t *q, float *qd, float *qs, int16_t *qg, double *sh,
