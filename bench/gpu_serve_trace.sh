@@ -9,7 +9,8 @@
 #   carry build-gpu/bundlexz (scripts/gpu_bundle.sh) and build-gpu/trace (bash bench/cupti_trace.sh); then
 #   OUT=$OUT bash bench/gpu_serve_trace.sh
 # Environment: CONC (64,256), REPS (2), NPS (64 256), TRACE=0 (skip 2), SERVE=0 (skip 1), ENVS (VAR=VALUE ... for
-# every quarrel run).
+# every quarrel run), NODES=1 (also the first 40 kernels of a bench step, cupti_trace.py --nodes), TRACE_SERVE=0 (no server
+# trace).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_serve_trace}
@@ -48,11 +49,12 @@ if [ "${TRACE:-1}" != 0 ]; then
     for np in ${NPS:-64 256}; do
         env ${ENVS:-} CUDA_INJECTION64_PATH=$T QR_TRACE_OUT=/tmp/trb_$np.csv timeout 150 "$Q" bench -m $M --backend cuda \
             --parallel "$np" -p 128 -n 64 -r 1 > "$OUT/trace_bench_$np.log" 2>&1
-        python3 bench/cupti_trace.py --gaps /tmp/trb_$np.csv > "$OUT/trace_bench_$np.txt" 2>&1
+        python3 bench/cupti_trace.py --gaps ${NODES:+--nodes} /tmp/trb_$np.csv > "$OUT/trace_bench_$np.txt" 2>&1
         log "bench trace np $np"
         head -40 "$OUT/trace_bench_$np.txt" | tee -a "$OUT/steps.txt"
     done
-    # the server at the first concurrency, one round
+    # the server at the first concurrency, one round (TRACE_SERVE=0: skipped)
+    [ "${TRACE_SERVE:-1}" = 0 ] && exit 0
     mkdir -p "$OUT/logs_tr"
     env ${ENVS:-} QUARREL_HOST_PROF=1 QR_TRACE_API=1 CUDA_INJECTION64_PATH=$T QR_TRACE_OUT=/tmp/trs.csv timeout 150 python3 bench/serve_bench.py \
         --quarrel "$Q" --model $M --concurrency "$c1" --prompt-tokens 128 --max-tokens 256 --reps 1 --backend cuda \

@@ -954,11 +954,22 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
     if (!act_f16(cb, x, n_rows, k, wg && !ws ? 2 : 1, xh)) return true; /* kind 2: the A-from-registers k order */
     cuda_wview wv = *v;
     wv.n = n;
+    /* the matmul op itself (not a matmul inside another op): version 6 may leave its split-K sum to the next op */
+    int32_t defer = cb->defer_ok && (cb->tune.dq_defer & 1) && n_rows <= cb->tune.dq_defer_max_rows &&
+                    !overlaps(x, n_rows * k, y, n_rows * n);
     const cudaError_t e = ws   ? qr_cuda_dq_ws_gemm(&wv, *tiles, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream)
                           : wg ? qr_cuda_dq_wg_gemm(&wv, cw->dqt, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->n_sm,
-                                                  cb->tune.dq_wg_mt, tr, dq_pdl(cb), cb->stream)
+                                                  cb->tune.dq_wg_mt, tr, dq_pdl(cb), &defer, cb->stream)
                              : qr_cuda_dq_gemm(&wv, cw->dqs, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream);
-    if (cuda_ok(cb, e, "matmul (dq gemm)")) act_f16_done(cb);
+    if (cuda_ok(cb, e, "matmul (dq gemm)")) {
+        act_f16_done(cb);
+        if (wg && !ws && defer) { /* y = the sum of the parts, written by the next op (CB / cuda_add_rmsnorm) */
+            cb->pend_y = y;
+            cb->pend_splits = splits;
+            cb->pend_n = n_rows * n;
+            cb->pend_nw = 1;
+        }
+    }
     return true;
 }
 
@@ -995,7 +1006,7 @@ static bool gemm_kind1_likely(const cuda_backend *cb, const cuda_wview *v, int64
  * k with the same input (q / k / v) at a batch that version 6 of matmul_dq.cu takes: one launch over all their rows
  * (the launches of the small q / k / v matrices are too short to fill the GPU one by one). True when it ran (or raised); false: run them one by one. */
 static bool matmul_multi_dq(cuda_backend *cb, int32_t n_w, const cuda_weight *const *cw, const qr_weight *const *w,
-                            const float *x, int64_t n_rows, float *const *y) {
+                            const float *x, int64_t n_rows, float *const *y, bool may_defer = false) {
     const cuda_wview *v0 = &cw[0]->v;
     const int64_t k = v0->k;
     const qr_cuda_tune *t = &cb->tune;
@@ -1023,11 +1034,33 @@ static bool matmul_multi_dq(cuda_backend *cb, int32_t n_w, const cuda_weight *co
                                       "matmul (split-K partial sums)"))
         return true;
     if (!act_f16(cb, x, n_rows, k, 2, xh)) return true;
+    bool defer = may_defer && splits > 1 && (cb->tune.dq_defer & 2) && n_rows <= cb->tune.dq_defer_max_rows;
+    for (int32_t i = 0; i < n_w && defer; i++) defer = !overlaps(x, n_rows * k, y[i], n_rows * wv[i].n);
     const cudaError_t e = qr_cuda_dq_wr_multi(n_w, wv, tiles, xh, n_rows, y, splits, (float *)cb->dq_part,
-                                                dq_pdl(cb), cb->stream);
+                                                dq_pdl(cb), defer, cb->stream);
     if (e == cudaErrorNotSupported) return false; /* no tensor map: one by one (version 3) */
-    if (cuda_ok(cb, e, "matmul_multi (dq gemm)")) act_f16_done(cb);
+    if (cuda_ok(cb, e, "matmul_multi (dq gemm)")) {
+        act_f16_done(cb);
+        if (defer) { /* q / k / v = the sums of the parts: the rope + K/V store adds them (or CB runs the reduction) */
+            cb->pend_y = y[0];
+            cb->pend_splits = splits;
+            cb->pend_nw = n_w;
+            cb->pend_rows = n_rows;
+            cb->pend_n = n_rows * n_sum;
+            for (int32_t i = 0; i < n_w; i++) cb->pend_ys[i] = y[i], cb->pend_nout[i] = wv[i].n;
+        }
+    }
     return true;
+}
+
+void cuda_pend_flush(cuda_backend *cb) {
+    float *y = cb->pend_y;
+    cb->pend_y = NULL;
+    const cudaError_t e = cb->pend_nw > 1 ? qr_cuda_dq_reduce_multi((const float *)cb->dq_part, cb->pend_splits, cb->pend_rows,
+                                                                    cb->pend_nw, cb->pend_nout, cb->pend_ys, cb->stream)
+                                          : qr_cuda_dq_reduce((const float *)cb->dq_part, cb->pend_splits, cb->pend_n, y,
+                                                              cb->stream);
+    cuda_ok(cb, e, "matmul (split-K sums)");
 }
 
 static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y) {
@@ -1060,6 +1093,15 @@ static void cuda_matmul(qr_backend *be, const qr_weight *w, const float *x, int6
             return;
     }
     if (!overlaps(x, n_rows * k, y, n_rows * n)) act_mark(cb, x, n_rows, k, a.kind); /* y did not overwrite x */
+}
+
+/* The matmul op: its split-K sum may stay pending for the next op (defer_ok); cuda_matmul called inside other ops
+ * always writes y before it returns. */
+static void cuda_matmul_op(qr_backend *be, const qr_weight *w, const float *x, int64_t n_rows, float *y) {
+    cuda_backend *cb = CB(be);
+    cb->defer_ok = !cb->exact && !cb->row_exact;
+    cuda_matmul(be, w, x, n_rows, y);
+    cb->defer_ok = false;
 }
 
 static const float *vec_weight(cuda_backend *cb, const qr_weight *w, int64_t dim, const char *op);
@@ -1096,7 +1138,9 @@ static void cuda_matmul_multi(qr_backend *be, int32_t n_w, const qr_weight *cons
                    (cw[i + r]->v.type == cw[i]->v.type || (cb->tune.dq_mix && dq_v6_takes(cb, &cw[i]->v, n_rows) &&
                                                            dq_v6_takes(cb, &cw[i + r]->v, n_rows))))
                 r++;
-            if (r < 2 || !matmul_multi_dq(cb, r, cw + i, w + i, x, n_rows, y + i)) {
+            /* the whole op in one launch, no biases: its split-K sums may stay for the rope + K/V store */
+            const bool whole = i == 0 && r == n_w && !b && !cb->exact && !cb->row_exact;
+            if (r < 2 || !matmul_multi_dq(cb, r, cw + i, w + i, x, n_rows, y + i, whole)) {
                 r = 1;
                 cuda_matmul(be, w[i], x, n_rows, y[i]);
             }
@@ -1237,8 +1281,8 @@ static void *norm_f16_dst(cuda_backend *cb, const qr_weight *next, const float *
  * are decode-sized, the same kernel quantizes y into the act scratch for it; when `next` takes version 6 of the
  * batched-decode GEMM, it writes y's f16 activations for it instead (norm_f16_dst). */
 static void add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scale, const qr_weight *w, int64_t n_rows,
-                        int64_t dim, float eps, float *y, const qr_weight *next, const float *bw) {
-    cuda_backend *cb = CB(be);
+                        int64_t dim, float eps, float *y, const qr_weight *next, const float *bw, int32_t b_splits = 0) {
+    cuda_backend *cb = CB(be); /* b_splits > 0: b is a split-K sum still in dq_part (taken off pend_y by the caller) */
     const float *wp = NULL;
     if (w && !(wp = vec_weight(cb, w, dim, "add_rmsnorm"))) return;
     if (!cb->tune.fuse) { /* (never with bw: cuda_add_rmsnorm declines that form) */
@@ -1256,11 +1300,12 @@ static void add_rmsnorm(qr_backend *be, float *x, const float *b, float b_scale,
     const int kind = xh ? (fk == 2 ? 2 : 3) : norm_codes(cb, next, x, y, n_rows, dim, "add_rmsnorm", &a); /* 3: kind 1 */
     if (kind == -2) return;
     if (xh) a.q = (int8_t *)xh;
-    if (!cuda_ok(cb,
-                 qr_cuda_add_rmsnorm(x, b, b_scale, bw, wp, n_rows, dim, eps, y, kind, a.q, a.d, a.s, a.g, use_pdl(cb),
-                                     cb->stream),
-                 "add_rmsnorm"))
-        return;
+    const cudaError_t e = b_splits > 0 ? qr_cuda_add_rmsnorm_parts(x, (const float *)cb->dq_part, b_splits, (float *)b, wp,
+                                                                   n_rows, dim, eps, y, kind, a.q, a.d, a.s, a.g,
+                                                                   use_pdl(cb), cb->stream)
+                                       : qr_cuda_add_rmsnorm(x, b, b_scale, bw, wp, n_rows, dim, eps, y, kind, a.q, a.d,
+                                                             a.s, a.g, use_pdl(cb), cb->stream);
+    if (!cuda_ok(cb, e, "add_rmsnorm")) return;
     cb->act_valid = false;
     if (xh) act_f16_written(cb, y, n_rows, dim, fk); /* the next GEMM over y finds its f16 activations ready */
     else if (kind >= 0) act_mark(cb, y, n_rows, dim, kind);
@@ -1301,7 +1346,19 @@ static bool add_rmsnorm_route(qr_backend *be, float *x, const float *b, float b_
  * in one launch where the shape takes it (not in the exact mode: false, the model runs rmsnorm then this op), else
  * the plain one. */
 static bool cuda_add_rmsnorm(qr_backend *be, const qr_add_rmsnorm_args *a) {
-    cuda_backend *cb = CB(be);
+    cuda_backend *cb = CB_PEND(be);
+    /* b is the pending split-K sum of the matmul just before (the FFN's down projection): added from the parts here */
+    if (cb->pend_y && cb->pend_nw == 1 && a->b == cb->pend_y && !a->router && !a->b_norm && a->b_scale == 1.0f && cb->tune.fuse &&
+        cb->pend_n == a->n_rows * a->dim && qr_cuda_post_norm_supported(a->dim) &&
+        !overlaps(a->x, a->n_rows * a->dim, a->b, a->n_rows * a->dim) &&
+        !overlaps(a->y, a->n_rows * a->dim, a->b, a->n_rows * a->dim) &&
+        !overlaps(a->x, a->n_rows * a->dim, a->y, a->n_rows * a->dim)) {
+        const int32_t splits = cb->pend_splits;
+        cb->pend_y = NULL;
+        add_rmsnorm(be, a->x, a->b, 1.0f, a->w, a->n_rows, a->dim, a->eps, a->y, a->next, NULL, splits);
+        return true;
+    }
+    cb = CB(be);
     if (a->router)
         return add_rmsnorm_route(be, a->x, a->b, a->b_scale, a->w, a->n_rows, a->dim, a->eps, a->y, a->next, a->router,
                                  a->router_b, a->route, a->logits, a->ids, a->weights);
@@ -1400,7 +1457,22 @@ static void cuda_kv_store(qr_backend *be, qr_kv_storage *kv, int32_t layer, cons
 static void rope_kv_store(qr_backend *be, float *q, float *k, const float *v, int32_t n_head, int32_t n_head_kv,
                           int32_t head_dim, const qr_rope_params *p, qr_kv_storage *kv, int32_t layer, float q_scale,
                           const float *qn = NULL, const float *kn = NULL, float eps = 0.0f) {
-    cuda_backend *cb = CB(be);
+    cuda_backend *cb = CB_PEND(be);
+    /* q / k / v still the split-K parts of the matmul_multi just before (pend_nw 3): the (row, head) kernel adds them */
+    const float *part = NULL;
+    int32_t splits = 0;
+    int64_t stride = 0;
+    if (cb->pend_y && cb->pend_nw == 3 && cb->pend_ys[0] == q && cb->pend_ys[1] == k && cb->pend_ys[2] == v && kv &&
+        !kv_kvq(kv->desc.type_k) && cb->tune.fuse && !cb->exact && !qn && !kn && cb->pend_rows == cb->n_tokens &&
+        (cb->n_tokens <= 8 || cb->n_tokens <= cb->tune.rope_heads_rows) && p->n_rot / 2 <= 256 &&
+        n_head + n_head_kv < 60000 && cb->pend_nout[0] == (int64_t)n_head * head_dim &&
+        cb->pend_nout[1] == (int64_t)n_head_kv * head_dim && cb->pend_nout[2] == kv->desc.v_dim) {
+        part = (const float *)cb->dq_part;
+        splits = cb->pend_splits;
+        stride = cb->pend_n;
+        cb->pend_y = NULL;
+    }
+    cb = CB(be); /* anything else pending: written first */
     cuda_rope_consts c;
     const float *ff;
     if (kv && kv_kvq(kv->desc.type_k) && cb->tune.fuse && !cb->exact && rope_setup(cb, head_dim, p, &c, &ff)) {
@@ -1429,7 +1501,7 @@ static void rope_kv_store(qr_backend *be, float *q, float *k, const float *v, in
             qr_cuda_rope_kv_store(q, k, v, cb->n_tokens, n_head, n_head_kv, head_dim, d->v_dim, cb->d_pos,
                                   cb->d_kv_slot, &c, ff, kv->k + (size_t)layer * kv->k_layer,
                                   kv->v + (size_t)layer * kv->v_layer, d->type_k == QR_TYPE_F16, q_scale, qn, kn, eps,
-                                  use_pdl(cb), cb->stream),
+                                  cb->tune.rope_heads_rows, part, splits, stride, use_pdl(cb), cb->stream),
             "rope_kv_store");
 }
 
@@ -2097,15 +2169,15 @@ static bool rope_attention_rows(qr_backend *be, const qr_rope_attn_args *a) {
  * slot row by row (rope_attention_rows). */
 static bool cuda_rope_attention(qr_backend *be, const qr_rope_attn_args *a) {
     const qr_attn_params *p = a->attn;
-    if (a->out && CB(be)->row_exact && !CB(be)->in_row_view && CB(be)->n_tokens > 1 && !CB(be)->exact && a->kv &&
-        rope_attention_rows(be, a))
+    cuda_backend *cb = CB_PEND(be); /* q / k / v may be pending split-K sums: rope_kv_store takes them */
+    if (a->out && cb->row_exact && !cb->in_row_view && cb->n_tokens > 1 && !cb->exact && a->kv && rope_attention_rows(be, a))
         return true;
     if (!a->out) {
         rope_kv_store(be, a->q, a->k, a->v, p->n_head, p->n_head_kv, p->head_dim_k, a->rope, a->kv, a->layer, 1.0f);
         return true;
     }
     const float qs = a->q_scale != 0.0f ? a->q_scale : 1.0f;
-    cuda_backend *cb = CB(be);
+    if (a->q_norm || a->k_norm) cb = CB(be); /* (written first: the norms' paths read q / k) */
     if (a->q_norm || a->k_norm) { /* the per-head q / k norms inside the decode rope + store launch */
         if (!a->q_norm || !a->k_norm || !cb->tune.qk_norm || !rope_scaled_ok(cb, a->kv) ||
             !qr_cuda_rope_qk_norm_supported(cb->n_tokens, p->n_head, p->n_head_kv, a->rope->n_rot))
@@ -2121,8 +2193,10 @@ static bool cuda_rope_attention(qr_backend *be, const qr_rope_attn_args *a) {
         cuda_attention(be, a->kv, a->layer, a->q, p, a->out);
         return true;
     }
-    if (rope_attention(be, a->q, a->k, a->v, a->rope, a->kv, a->layer, p, qs, a->out)) return true;
-    if (qs == 1.0f || !rope_scaled_ok(cb, a->kv)) return false;
+    /* the one-launch kernel takes one-row passes only; a pending sum (batches of 5+ rows) skips it unwritten */
+    if ((!cb->pend_y || cb->n_tokens == 1) && rope_attention(be, a->q, a->k, a->v, a->rope, a->kv, a->layer, p, qs, a->out))
+        return true;
+    if (qs == 1.0f || !rope_scaled_ok(cb, a->kv)) return false; /* the model runs rope_attention without out next */
     rope_kv_store(be, a->q, a->k, a->v, p->n_head, p->n_head_kv, p->head_dim_k, a->rope, a->kv, a->layer, qs);
     cuda_attention(be, a->kv, a->layer, a->q, p, a->out);
     return true;
@@ -2255,7 +2329,7 @@ static qr_backend_ops make_cuda_ops(void) {
     o.set_batch = cuda_set_batch;
     o.get_rows = cuda_get_rows;
     o.gather_outputs = cuda_gather_outputs;
-    o.matmul = cuda_matmul;
+    o.matmul = cuda_matmul_op;
     o.rmsnorm = cuda_rmsnorm;
     o.layernorm = cuda_layernorm;
     o.rope = cuda_rope;

@@ -39,6 +39,7 @@ static void capture_failed(cuda_backend *cb, const char *stage, cudaError_t e) {
     }
     (void)cudaGetLastError();
     cb->capturing = false;
+    cb->pend_y = NULL; /* its parts were the abandoned graph's: the pass reruns eagerly */
     char note[sizeof cb->graph_note + sizeof cb->error_msg + 96];
     snprintf(note, sizeof note, "CUDA graph %s failed (%s%s%s); running ops one by one", stage,
              e != cudaSuccess ? cudaGetErrorString(e) : "", e != cudaSuccess && cb->error != QR_OK ? "; " : "",
@@ -97,6 +98,7 @@ qr_status cuda_run_graph(qr_backend *be, const void *owner, uint64_t key, void (
         if (e == cudaSuccess) {
             cb->capturing = true;
             fn(arg);
+            if (cb->pend_y) cuda_pend_flush(cb); /* a split-K sum the pass left pending: inside the graph */
             cb->capturing = false;
             e = cudaStreamEndCapture(cb->stream, &graph);
         }

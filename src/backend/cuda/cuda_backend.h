@@ -125,6 +125,17 @@ typedef struct cuda_backend {
     size_t topk_cap;
     void *dq_part; /* the split-K partial sums of the batched-decode GEMM (matmul_dq.cu) */
     size_t dq_part_cap;
+    /* a matmul op's split-K sums left in dq_part (tune.dq_defer): pend_y = the sum over pend_splits parts of pend_n
+     * floats each, still to be written; the next op adds them itself (add_rmsnorm) or CB() runs the reduction first */
+    float *pend_y;
+    int32_t pend_splits;
+    int64_t pend_n;
+    /* matmul_multi's form (pend_nw 2-3: q / k / v, the rope + K/V store adds them): pend_ys[i] = [pend_rows][pend_nout[i]]
+     * (pend_y = pend_ys[0]); pend_nw 1: the single matmul's y of pend_n floats */
+    int32_t pend_nw;
+    float *pend_ys[3];
+    int64_t pend_nout[3], pend_rows;
+    bool defer_ok; /* set by the matmul op's entry only: a nested matmul (inside another op) always reduces */
     int32_t *h_moe;
     size_t h_moe_cap;           /* bytes */
     /* ids written by the last routing kernel while no kernel that waits for its predecessor before
@@ -162,7 +173,19 @@ typedef struct cuda_backend {
 /* The tuning defaults, with the QUARREL_CUDA_* switches applied (tune.cu). */
 void cuda_tune_defaults(qr_cuda_tune *t);
 
-static inline cuda_backend *CB(qr_backend *be) { return (cuda_backend *)be->impl; }
+/* Writes a pending split-K sum (cuda_backend.pend_y) with the reduction kernel and clears it (backend_cuda.cu). */
+void cuda_pend_flush(cuda_backend *cb);
+
+/* The backend of an op; every op begins with it, so a matmul's pending split-K sum is written before any other op
+ * reads or overwrites its output or the parts. */
+static inline cuda_backend *CB(qr_backend *be) {
+    cuda_backend *cb = (cuda_backend *)be->impl;
+    if (cb->pend_y) cuda_pend_flush(cb);
+    return cb;
+}
+
+/* CB without writing a pending sum: only for the op that may take the parts itself (cuda_add_rmsnorm). */
+static inline cuda_backend *CB_PEND(qr_backend *be) { return (cuda_backend *)be->impl; }
 
 /* Tensor parallelism (tp_nccl.cu): fills the thread_bind and all_reduce ops; destroys the communicator. */
 void cuda_tp_ops(qr_backend_ops *o);

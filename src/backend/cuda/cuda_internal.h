@@ -78,7 +78,16 @@ typedef struct qr_cuda_tune {
                               * (QUARREL_CUDA_DQ_MIX=0) */
     int32_t dq_pdl;          /* 1: version 6 launched with programmatic dependent launch (the producer copies the first
                               * stages' weights before waiting for the kernel ahead), and its split-K reduction and the
-                              * swiglu before down too; 0 (default, not yet measured on a GPU) (QUARREL_CUDA_DQ_PDL=1) */
+                              * swiglu before down too; 0 (default: measured slower on the H200, session 39: np 16 / 64
+                              * steps 3.27 -> 3.35 / 4.74 -> 5.03 ms) (QUARREL_CUDA_DQ_PDL=1) */
+    int32_t dq_defer;        /* version 6's split-K sums left in the parts until the next op, which adds them in its own
+                              * launch where it can (any other op first runs the reduction, cuda_pend_flush): bit 0 a
+                              * single matmul's (the add + rmsnorm after the FFN's down projection), bit 1 matmul_multi's
+                              * q / k / v (the rope + K/V store); 3 (default) both, 0: the reduction right after the GEMM
+                              * (QUARREL_CUDA_DQ_DEFER) */
+    int32_t dq_defer_max_rows; /* ... for batches of up to this many rows (default 16; QUARREL_CUDA_DQ_DEFER_MAX_ROWS) */
+    int32_t rope_heads_rows; /* rope + K/V store with a CTA a (row, head) up to this many rows (default 64), a CTA a row
+                              * past it (QUARREL_CUDA_ROPE_HEADS_ROWS; 8 was the limit before session 39) */
     int32_t dq_min_rows;     /* batches of dq_min_rows..mmvq_max_rows rows of Q4_K / Q6_K weights go to version 6 instead
                               * of the mat-vec where it runs (default 5; 9 or more: never) (QUARREL_CUDA_DQ_MIN_ROWS) */
     int32_t dq_wg_mt;        /* its weight rows a CTA: 1 = 128, 2 = 256, 0 (default) = by the shape (QUARREL_CUDA_DQ_WG_MT) */

@@ -129,6 +129,12 @@ bool qr_cuda_post_norm_supported(int64_t dim);
 cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, float b_scale, const float *bw, const float *w, int64_t n_rows,
                                 int64_t dim, float eps, float *y, int qkind, int8_t *q, float *d, float *s, int16_t *g,
                                 bool pdl, cudaStream_t stream);
+/* qr_cuda_add_rmsnorm with b_scale 1, no bw, where b is the pending sum of a split-K GEMM: b = the sum over the splits
+ * of part[s] ([n_rows][dim] each, in split order: qr_cuda_dq_reduce's values), written to b as well (dim % 8 == 0,
+ * dim <= 8192: qr_cuda_post_norm_supported). */
+cudaError_t qr_cuda_add_rmsnorm_parts(float *x, const float *part, int32_t splits, float *b, const float *w, int64_t n_rows,
+                                      int64_t dim, float eps, float *y, int qkind, int8_t *q, float *d, float *s, int16_t *g,
+                                      bool pdl, cudaStream_t stream);
 cudaError_t qr_cuda_layernorm(const float *x, const float *w, const float *b, int64_t n_rows, int64_t dim, float eps,
                               float *y, cudaStream_t stream);
 cudaError_t qr_cuda_softmax(const float *x, int64_t n_rows, int64_t dim, float *y, cudaStream_t stream);
@@ -149,12 +155,17 @@ cudaError_t qr_cuda_rope(float *x, int32_t n_tok, int32_t n_head, int32_t head_d
 /* rope of q [n_tok][n_head * head_dim] and k [n_tok][n_head_kv * head_dim] in place (as two qr_cuda_rope
  * calls), then row r of k and v ([n_tok][v_dim]) stored in cache slot slots[r] (as qr_cuda_kv_store); q_scale
  * != 1: then q *= q_scale (as the scale op). qn / kn (F32 [head_dim] or NULL): q's / k's heads RMS-normed with eps
- * first, as qr_cuda_rmsnorm over rows of head_dim would (only where qr_cuda_rope_qk_norm_supported). */
+ * first, as qr_cuda_rmsnorm over rows of head_dim would (only where qr_cuda_rope_qk_norm_supported). Up to heads_rows
+ * rows (or 8) a CTA a (row, head), past that a CTA a row: the same arithmetic. part (or NULL; the (row, head) kernel
+ * only): q, k and v are still the split-K parts of their GEMM (qr_cuda_dq_wr_multi without its reduction: split s at
+ * part + s * part_stride, [n_tok][q] then [n_tok][k] then [n_tok][v]): summed as the reduction sums them and written to
+ * q / k / v first. */
 bool qr_cuda_rope_qk_norm_supported(int32_t n_tok, int32_t n_head, int32_t n_head_kv, int32_t n_rot);
 cudaError_t qr_cuda_rope_kv_store(float *q, float *k, const float *v, int32_t n_tok, int32_t n_head, int32_t n_head_kv,
                                   int32_t head_dim, int32_t v_dim, const int32_t *pos, const int32_t *slots,
                                   const cuda_rope_consts *c, const float *freq_factors, void *k_cache, void *v_cache,
-                                  bool f16, float q_scale, const float *qn, const float *kn, float eps, bool pdl,
+                                  bool f16, float q_scale, const float *qn, const float *kn, float eps,
+                                  int32_t heads_rows, const float *part, int32_t splits, int64_t part_stride, bool pdl,
                                   cudaStream_t stream);
 
 /* deepseek2's mla_prep (backend.h qr_mla_prep_args) for n_tok rows: kv_a [n_tok][R + n_rot], q [n_tok][H][dq],
@@ -411,19 +422,29 @@ cudaError_t qr_cuda_dq_ws_gemm(const cuda_wview *w, const void *tiles, const voi
                                int32_t splits, float *part, float *y, cudaStream_t stream);
 cudaError_t qr_cuda_dq_wg_tiles(const cuda_wview *w, const void *scales, void *out, cudaStream_t stream);
 /* tma: version 6 (the same tiles and sums; the copies on the TMA, a producer warp, 4 consumer warpgroups of 64 weight
- * rows) where the driver makes the activations' tensor map, else version 3 */
+ * rows) where the driver makes the activations' tensor map, else version 3. defer (or NULL): where *defer is set and
+ * version 6 ran split-K, the reduction is left to the caller (*defer stays 1: y is the sum of the splits parts of
+ * n_tok x n_out floats, qr_cuda_dq_reduce); else *defer becomes 0. */
 int32_t qr_cuda_dq_wg_splits(qr_type type, int64_t n_tok, int64_t n_out, int64_t k, int32_t sms, int mt_force, bool tma);
 cudaError_t qr_cuda_dq_wg_gemm(const cuda_wview *w, const void *tiles, const void *xh, int64_t n_tok, int64_t n_out,
                                int32_t splits, float *part, float *y, int32_t sms, int mt_force, bool tma, bool pdl,
-                               cudaStream_t stream);
+                               int32_t *defer, cudaStream_t stream);
+/* y[i] = the sum over the splits of part[s][i] (i < n), in split order: the GEMMs' own reduction */
+cudaError_t qr_cuda_dq_reduce(const float *part, int32_t splits, int64_t n, float *y, cudaStream_t stream);
 /* Version 6 over 1..3 weights of one K-quant type and one k multiplied by the same activations (q / k / v): one launch
  * for all their rows (v3's tiles of each, xh in kind 2's order); y[i] = [n_tok][w[i].n]; part holds splits x n_tok x
  * (sum of n) floats (splits from qr_cuda_dq_wr_multi_splits). pdl: launched with programmatic dependent launch (the
  * weights of the first stages copied before the kernel ahead finishes; version 6 for qr_cuda_dq_wg_gemm too).
  * cudaErrorNotSupported: no tensor map (run them one by one). */
 int32_t qr_cuda_dq_wr_multi_splits(int32_t n_w, const cuda_wview *w, int64_t n_tok, int32_t sms);
+/* defer: with splits > 1 the reduction is left to the caller (qr_cuda_dq_reduce_multi, or a consumer that sums the parts:
+ * split s's [n_tok][w[i].n] block of matrix i at part + s x n_tok x (sum of n) + n_tok x (sum of the n before i)) */
 cudaError_t qr_cuda_dq_wr_multi(int32_t n_w, const cuda_wview *w, const void *const *tiles, const void *xh, int64_t n_tok,
-                                float *const *y, int32_t splits, float *part, bool pdl, cudaStream_t stream);
+                                float *const *y, int32_t splits, float *part, bool pdl, bool defer, cudaStream_t stream);
+/* y[i] ([n_tok][n_out[i]]) = the sum over the splits of matrix i's block of part, in split order (qr_cuda_dq_wr_multi's
+ * own reduction) */
+cudaError_t qr_cuda_dq_reduce_multi(const float *part, int32_t splits, int64_t n_tok, int32_t n_w, const int64_t *n_out,
+                                    float *const *y, cudaStream_t stream);
 
 #define QR_CUDA_MMQ_TILE_ROWS 64
 bool qr_cuda_mmq_supported(qr_type type);

@@ -1225,7 +1225,7 @@ static __global__ void dq_reduce_multi_kernel(const float *__restrict__ part, in
 
 /* Version 6 over n_w weights of one type and one k with the same activations: their rows in one grid. */
 static cudaError_t wr_run(int32_t n_w, const cuda_wview *w, const void *const *tiles, const void *xh, int64_t n_tok,
-                          float *const *y, int32_t splits, float *part, bool pdl, cudaStream_t stream) {
+                          float *const *y, int32_t splits, float *part, bool pdl, cudaStream_t stream, bool reduce = true) {
     wr_mats m = {};
     int64_t n_all = 0;
     m.n = n_w;
@@ -1247,7 +1247,7 @@ static cudaError_t wr_run(int32_t n_w, const cuda_wview *w, const void *const *t
                                          : launch_wr_mix<8>(m, x, k, n_tok, n_all, splits, part, pdl, stream))
                     : w[0].type == QR_TYPE_Q4_K ? launch_wr_nt<QR_TYPE_Q4_K>(m, x, k, n_tok, n_all, splits, part, pdl, stream)
                                                 : launch_wr_nt<QR_TYPE_Q6_K>(m, x, k, n_tok, n_all, splits, part, pdl, stream);
-    if (e != cudaSuccess || splits == 1) return e;
+    if (e != cudaSuccess || splits == 1 || !reduce) return e;
     const int64_t n = n_tok * n_all;
     return launch_k(dq_reduce_multi_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, stream, pdl, (const float *)part,
                     (int)splits, n_tok, n_all, m);
@@ -1260,9 +1260,28 @@ extern "C" int32_t qr_cuda_dq_wr_multi_splits(int32_t n_w, const cuda_wview *w, 
     return fill_splits(((n_tok + nt - 1) / nt) * tiles, w[0].k / WG_KS, sms);
 }
 
+extern "C" cudaError_t qr_cuda_dq_reduce_multi(const float *part, int32_t splits, int64_t n_tok, int32_t n_w,
+                                               const int64_t *n_out, float *const *y, cudaStream_t stream) {
+    if (n_tok <= 0) return cudaSuccess;
+    if (n_w < 1 || n_w > WR_MATS || splits < 1 || !part) return cudaErrorInvalidValue;
+    wr_mats m = {};
+    int64_t n_all = 0;
+    m.n = n_w;
+    for (int32_t i = 0; i < n_w; i++) {
+        if (n_out[i] <= 0 || !y[i]) return cudaErrorInvalidValue;
+        m.y[i] = y[i];
+        m.n_out[i] = n_out[i];
+        m.off[i] = n_all;
+        n_all += n_out[i];
+    }
+    const int64_t n = n_tok * n_all;
+    return launch_k(dq_reduce_multi_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, stream, false, part,
+                    (int)splits, n_tok, n_all, m);
+}
+
 extern "C" cudaError_t qr_cuda_dq_wr_multi(int32_t n_w, const cuda_wview *w, const void *const *tiles, const void *xh,
                                            int64_t n_tok, float *const *y, int32_t splits, float *part, bool pdl,
-                                           cudaStream_t stream) {
+                                           bool defer, cudaStream_t stream) {
     if (n_tok <= 0) return cudaSuccess;
     if (n_w < 1 || n_w > WR_MATS || splits < 1 || splits > 8 || (splits > 1 && !part) || (n_tok + 63) / 64 > 65535)
         return cudaErrorInvalidValue;
@@ -1270,7 +1289,7 @@ extern "C" cudaError_t qr_cuda_dq_wr_multi(int32_t n_w, const cuda_wview *w, con
         if (!qr_cuda_dq_gemm_supported((qr_type)w[i].type) || w[i].k != w[0].k || w[i].k % 256 ||
             w[i].nb != w[i].k / 256 || w[i].n <= 0 || !tiles[i] || !y[i])
             return cudaErrorInvalidValue;
-    return wr_run(n_w, w, tiles, xh, n_tok, y, splits, part, pdl, stream);
+    return wr_run(n_w, w, tiles, xh, n_tok, y, splits, part, pdl, stream, !defer);
 }
 
 /* The SS kernel's split-K count (1 CTA an SM). */
@@ -1357,7 +1376,9 @@ extern "C" cudaError_t qr_cuda_dq_wg_tiles(const cuda_wview *w, const void *scal
 
 extern "C" cudaError_t qr_cuda_dq_wg_gemm(const cuda_wview *w, const void *tiles, const void *xh, int64_t n_tok,
                                           int64_t n_out, int32_t splits, float *part, float *y, int32_t sms,
-                                          int mt_force, bool tma, bool pdl, cudaStream_t stream) {
+                                          int mt_force, bool tma, bool pdl, int32_t *defer, cudaStream_t stream) {
+    const bool may_defer = defer && *defer;
+    if (defer) *defer = 0;
     if (n_tok <= 0) return cudaSuccess;
     int nt, mt;
     int32_t s;
@@ -1372,7 +1393,8 @@ extern "C" cudaError_t qr_cuda_dq_wg_gemm(const cuda_wview *w, const void *tiles
     if (tma) { /* version 6; without a tensor map version 3 */
         cuda_wview wv = *w;
         wv.n = n_out;
-        const cudaError_t e6 = wr_run(1, &wv, &tiles, xh, n_tok, &y, splits, part, pdl, stream);
+        const cudaError_t e6 = wr_run(1, &wv, &tiles, xh, n_tok, &y, splits, part, pdl, stream, !may_defer);
+        if (e6 == cudaSuccess && may_defer && splits > 1) *defer = 1; /* y = the sum of the parts: the caller's */
         if (e6 != cudaErrorNotSupported) return e6;
     }
     const bool q4 = w->type == QR_TYPE_Q4_K;
@@ -1380,6 +1402,13 @@ extern "C" cudaError_t qr_cuda_dq_wg_gemm(const cuda_wview *w, const void *tiles
                        : launch_wg_shape<QR_TYPE_Q6_K>(*w, sp, x, n_tok, n_out, nt, mt, splits, dst, stream);
     if (e != cudaSuccess || splits == 1) return e;
     const int64_t n = n_tok * n_out;
+    dq_reduce_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, splits, n, y);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t qr_cuda_dq_reduce(const float *part, int32_t splits, int64_t n, float *y, cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (splits < 1 || !part || !y) return cudaErrorInvalidValue;
     dq_reduce_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, splits, n, y);
     return cudaGetLastError();
 }

@@ -90,6 +90,53 @@ static __global__ void __launch_bounds__(1024) rmsnorm_vec8_kernel(float *x, con
     rmsnorm8_row<ADD, QK>(x, b, b_scale, w != nullptr, g, dim, eps, y, q, qd, qs, qg, sh, v);
 }
 
+/* rmsnorm_vec8_kernel<true, QK> where b is a split-K GEMM's pending sum: b = part[0] + part[1] + ... (in split order, as
+ * qr_cuda_dq_reduce adds them), written to b, then added to x as the plain kernel adds it. */
+template <int QK>
+static __global__ void __launch_bounds__(1024) rmsnorm_parts_vec8_kernel(float *x, const float *__restrict__ part,
+                                                                         int32_t splits, int64_t stride, float *b,
+                                                                         const float *__restrict__ w, int64_t dim, float eps,
+                                                                         float *y, int8_t *q, float *qd, float *qs,
+                                                                         int16_t *qg) {
+    __shared__ double sh[32];
+    float g[8], v[8];
+    rmsnorm8_weights(w, dim, g);
+    pdl_enter();
+    const int64_t i0 = (int64_t)threadIdx.x * 8, o = (int64_t)blockIdx.x * dim + i0;
+    if (i0 < dim) {
+        float bv[8];
+        const float4 a0 = *(const float4 *)(part + o), a1 = *(const float4 *)(part + o + 4);
+        bv[0] = a0.x, bv[1] = a0.y, bv[2] = a0.z, bv[3] = a0.w, bv[4] = a1.x, bv[5] = a1.y, bv[6] = a1.z, bv[7] = a1.w;
+        for (int p0 = 1; p0 < splits; p0 += 4) { /* 4 parts' loads in flight, then added in split order */
+            float4 c[4][2];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (p0 + u < splits) {
+                    const float *pp = part + (int64_t)(p0 + u) * stride + o;
+                    c[u][0] = *(const float4 *)pp, c[u][1] = *(const float4 *)(pp + 4);
+                }
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (p0 + u < splits) {
+                    const float cv[8] = {c[u][0].x, c[u][0].y, c[u][0].z, c[u][0].w,
+                                         c[u][1].x, c[u][1].y, c[u][1].z, c[u][1].w};
+#pragma unroll
+                    for (int j = 0; j < 8; j++) bv[j] = __fadd_rn(bv[j], cv[j]);
+                }
+        }
+        *(float4 *)(b + o) = make_float4(bv[0], bv[1], bv[2], bv[3]);
+        *(float4 *)(b + o + 4) = make_float4(bv[4], bv[5], bv[6], bv[7]);
+        const float4 x0 = *(const float4 *)(x + o), x1 = *(const float4 *)(x + o + 4);
+        v[0] = x0.x, v[1] = x0.y, v[2] = x0.z, v[3] = x0.w, v[4] = x1.x, v[5] = x1.y, v[6] = x1.z, v[7] = x1.w;
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[j] = __fadd_rn(v[j], bv[j]);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[j] = 0.0f;
+    }
+    rmsnorm8_finish<true, QK>(x, w != nullptr, g, dim, eps, y, q, qd, qs, qg, sh, v);
+}
+
 /* rmsnorm_vec8_kernel after a post-norm: x += rmsnorm(b) * bw (b's norm with the plain kernel's rounding: its
  * sum of squares in double, IEEE division and square root), then y = rmsnorm(x) * w (+ codes). Gemma's
  * post_attention_norm / post_ffw_norm, the residual add and the next pre-norm in one launch. */
@@ -256,6 +303,23 @@ extern "C" cudaError_t qr_cuda_add_rmsnorm(float *x, const float *b, float b_sca
         else L(false, -1);
     }
 #undef L
+}
+
+extern "C" cudaError_t qr_cuda_add_rmsnorm_parts(float *x, const float *part, int32_t splits, float *b, const float *w,
+                                                 int64_t n_rows, int64_t dim, float eps, float *y, int qkind, int8_t *q,
+                                                 float *d, float *s, int16_t *g, bool pdl, cudaStream_t stream) {
+    if (n_rows <= 0 || dim <= 0) return cudaSuccess;
+    if (qkind > 3 || (qkind >= 0 && dim % (qkind == 0 ? 32 : 256)) || !qr_cuda_post_norm_supported(dim) || splits < 1 ||
+        n_rows > 0x7FFFFFFF)
+        return cudaErrorInvalidValue;
+    const auto k = qkind == 0   ? rmsnorm_parts_vec8_kernel<0>
+                   : qkind == 1 ? rmsnorm_parts_vec8_kernel<1>
+                   : qkind == 2 ? rmsnorm_parts_vec8_kernel<2>
+                   : qkind == 3 ? rmsnorm_parts_vec8_kernel<3>
+                                : rmsnorm_parts_vec8_kernel<-1>;
+    const int th = (int)((dim / 8 + 31) / 32 * 32);
+    return launch_k(k, dim3((unsigned)n_rows), dim3(th), 0, stream, pdl, x, part, splits, n_rows * dim, b, w, dim, eps, y,
+                    q, d, s, g);
 }
 
 extern "C" cudaError_t qr_cuda_layernorm(const float *x, const float *w, const float *b, int64_t n_rows, int64_t dim,

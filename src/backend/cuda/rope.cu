@@ -111,12 +111,45 @@ static __global__ void rope_kv_store_kernel(float *q, float *k, const float *__r
  * kernel), rotates and stores. Same arithmetic as rope_kv_store_kernel. With qn / kn (per-head RMS norm weights
  * [head_dim], qwen3 / gemma3): each q / k head first normed as rmsnorm_kernel rounds it (its sum of squares in double,
  * IEEE division and square root, (x * scale) * w), in place. */
-template <bool F16>
+/* q / k / v as the split-K parts of their GEMM (PARTS): p + s * stride is split s's copy of the matrix's [n_tok][n] output,
+ * summed in split order as dq_reduce_multi_kernel sums them (4 loads in flight). */
+struct rope_parts {
+    const float *q, *k, *v;
+    int32_t splits;
+    int64_t stride;
+};
+static __device__ __forceinline__ float parts_sum(const float *p, int32_t splits, int64_t stride) {
+    float s = p[0];
+    for (int p0 = 1; p0 < splits; p0 += 4) {
+        float c[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) c[u] = p0 + u < splits ? p[(int64_t)(p0 + u) * stride] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (p0 + u < splits) s += c[u];
+    }
+    return s;
+}
+static __device__ __forceinline__ float4 parts_sum4(const float *p, int32_t splits, int64_t stride) {
+    float4 s = *(const float4 *)p;
+    for (int p0 = 1; p0 < splits; p0 += 4) {
+        float4 c[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (p0 + u < splits) c[u] = *(const float4 *)(p + (int64_t)(p0 + u) * stride);
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (p0 + u < splits) s.x += c[u].x, s.y += c[u].y, s.z += c[u].z, s.w += c[u].w;
+    }
+    return s;
+}
+
+template <bool F16, bool PARTS = false>
 static __global__ void __launch_bounds__(128) rope_kv_store_heads_kernel(
     float *q, float *k, const float *__restrict__ v, int32_t n_head, int32_t n_head_kv, int32_t head_dim, int32_t v_dim,
     const int32_t *__restrict__ pos, const int32_t *__restrict__ slots, const cuda_rope_consts c,
     const float *__restrict__ ff, void *k_cache, void *v_cache, float q_scale, const float *__restrict__ qn,
-    const float *__restrict__ kn, float eps) {
+    const float *__restrict__ kn, float eps, const rope_parts pp = rope_parts{}) {
     const int r = blockIdx.x, u = blockIdx.y, half = c.n_rot / 2;
     const int64_t k_dim = (int64_t)n_head_kv * head_dim;
     const int64_t s = slots[r];
@@ -125,6 +158,16 @@ static __global__ void __launch_bounds__(128) rope_kv_store_heads_kernel(
         const int64_t i0 = ((int64_t)(u - n_head - n_head_kv) * blockDim.x + threadIdx.x) * 8;
         if (i0 >= v_dim) return;
         const float *vr = v + (int64_t)r * v_dim + i0;
+        if (PARTS) { /* v's sums first, written to v as the reduction would */
+            const float *src = pp.v + (int64_t)r * v_dim + i0;
+            float *vw = (float *)vr;
+            if (i0 + 8 <= v_dim && v_dim % 8 == 0) {
+                *(float4 *)vw = parts_sum4(src, pp.splits, pp.stride);
+                *(float4 *)(vw + 4) = parts_sum4(src + 4, pp.splits, pp.stride);
+            } else {
+                for (int64_t i = 0; i < 8 && i0 + i < v_dim; i++) vw[i] = parts_sum(src + i, pp.splits, pp.stride);
+            }
+        }
         if (i0 + 8 <= v_dim && v_dim % 8 == 0) {
             const float4 a = *(const float4 *)vr, b = *(const float4 *)(vr + 4);
             if (F16) {
@@ -153,6 +196,11 @@ static __global__ void __launch_bounds__(128) rope_kv_store_heads_kernel(
     rope_head_cs(cs, pos[r], half, c, ff);
     pdl_enter();
     float *xr = (is_k ? k + (int64_t)r * k_dim : q + (int64_t)r * n_head * head_dim) + (int64_t)h * head_dim;
+    if (PARTS) { /* the head's sums first, written in place as the reduction would (the pairs are other threads') */
+        const float *src = (is_k ? pp.k + (int64_t)r * k_dim : pp.q + (int64_t)r * n_head * head_dim) + (int64_t)h * head_dim;
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) xr[i] = parts_sum(src + i, pp.splits, pp.stride);
+        __syncthreads();
+    }
     const float *nw = is_k ? kn : qn;
     if (nw) { /* the head's RMS norm first (the whole CTA: uniform) */
         __shared__ double sh[32];
@@ -196,16 +244,33 @@ extern "C" cudaError_t qr_cuda_rope_kv_store(float *q, float *k, const float *v,
                                             int32_t n_head_kv, int32_t head_dim, int32_t v_dim, const int32_t *pos,
                                             const int32_t *slots, const cuda_rope_consts *c, const float *freq_factors,
                                             void *k_cache, void *v_cache, bool f16, float q_scale, const float *qn,
-                                            const float *kn, float eps, bool pdl, cudaStream_t stream) {
+                                            const float *kn, float eps, int32_t heads_rows, const float *part,
+                                            int32_t splits, int64_t part_stride, bool pdl, cudaStream_t stream) {
     if (n_tok <= 0) return cudaSuccess;
     const size_t sm = (size_t)c->n_rot * sizeof(float);
     if ((qn || kn) && !qr_cuda_rope_qk_norm_supported(n_tok, n_head, n_head_kv, c->n_rot)) return cudaErrorInvalidValue;
-    if (n_tok <= 8 && c->n_rot / 2 <= 256 && n_head + n_head_kv < 60000) { /* decode: a CTA per head */
+    /* decode and small batches: a CTA a (row, head) (at 64 rows on the H200 the CTA-a-row kernel took ~6.5 us: 64 CTAs) */
+    const bool heads = (n_tok <= 8 || n_tok <= heads_rows) && c->n_rot / 2 <= 256 && n_head + n_head_kv < 60000 &&
+                       n_tok <= 65535;
+    if (part && (!heads || splits < 1 || part_stride < (int64_t)n_tok * ((n_head + n_head_kv) * (int64_t)head_dim + v_dim)))
+        return cudaErrorInvalidValue;
+    if (heads) {
         const int vs = (int)((v_dim + 8 * 128 - 1) / (8 * 128));
-        return launch_k(f16 ? rope_kv_store_heads_kernel<true> : rope_kv_store_heads_kernel<false>,
-                        dim3((unsigned)n_tok, (unsigned)(n_head + n_head_kv + vs)), dim3(128), 0, stream, pdl, q, k, v,
-                        n_head, n_head_kv, head_dim, v_dim, pos, slots, *c, freq_factors, k_cache, v_cache, q_scale, qn,
-                        kn, eps);
+        const dim3 grid((unsigned)n_tok, (unsigned)(n_head + n_head_kv + vs));
+        if (part) { /* q / k / v still in their GEMM's split-K parts: [n_tok][q | k | v] blocks of each split */
+            rope_parts pp;
+            pp.q = part;
+            pp.k = part + (int64_t)n_tok * n_head * head_dim;
+            pp.v = pp.k + (int64_t)n_tok * n_head_kv * head_dim;
+            pp.splits = splits;
+            pp.stride = part_stride;
+            return launch_k(f16 ? rope_kv_store_heads_kernel<true, true> : rope_kv_store_heads_kernel<false, true>, grid,
+                            dim3(128), 0, stream, pdl, q, k, v, n_head, n_head_kv, head_dim, v_dim, pos, slots, *c,
+                            freq_factors, k_cache, v_cache, q_scale, qn, kn, eps, pp);
+        }
+        return launch_k(f16 ? rope_kv_store_heads_kernel<true> : rope_kv_store_heads_kernel<false>, grid, dim3(128), 0,
+                        stream, pdl, q, k, v, n_head, n_head_kv, head_dim, v_dim, pos, slots, *c, freq_factors, k_cache,
+                        v_cache, q_scale, qn, kn, eps, rope_parts{});
     }
     return launch_k(f16 ? rope_kv_store_kernel<true> : rope_kv_store_kernel<false>, dim3((unsigned)n_tok),
                     dim3(ROPE_THREADS), sm, stream, pdl, q, k, v, n_head, n_head_kv, head_dim, v_dim, pos, slots, *c,

@@ -85,7 +85,14 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
     t->dq_wg_min_rows = env_int("QUARREL_CUDA_DQ_WG_MIN_ROWS", 1, 4096, 9);
     t->dq_multi = !env_is("QUARREL_CUDA_DQ_MULTI", "0");
     t->dq_mix = !env_is("QUARREL_CUDA_DQ_MIX", "0");
-    t->dq_pdl = env_is("QUARREL_CUDA_DQ_PDL", "1"); /* not yet measured: off */
+    t->dq_pdl = env_is("QUARREL_CUDA_DQ_PDL", "1"); /* H200, session 39: slower (np 64 step 4.74 -> 5.03 ms): off */
+    /* H200, session 39 (same checksums): np 16 step 3.16 -> 3.10 ms with both, np 64 4.68 -> 4.72-4.74 (the 64-CTA norm
+     * reading 7 parts is slower than the reduction's 1,024 CTAs; the attention loses its head start on the rope), served
+     * C=64 10,630 -> 10,379 tok/s: on up to 16 rows only */
+    t->dq_defer = env_int("QUARREL_CUDA_DQ_DEFER", 0, 3, 3);
+    t->dq_defer_max_rows = env_int("QUARREL_CUDA_DQ_DEFER_MAX_ROWS", 0, 4096, 16);
+    /* H200, session 39: the (row, head) kernel np 16 / 64 steps -3.8 / -1.5 %, at 256 rows +1.3 % (a CTA a row wins) */
+    t->rope_heads_rows = env_int("QUARREL_CUDA_ROPE_HEADS_ROWS", 1, 1 << 20, 64);
     /* H200, session 33: from 5 rows version 6 beats the mat-vec (whose time grows with the rows); 9: off */
     t->dq_min_rows = env_int("QUARREL_CUDA_DQ_MIN_ROWS", 2, 4096, 5);
     t->dq_wg_mt = env_int("QUARREL_CUDA_DQ_WG_MT", 0, 2, 0);

@@ -80,8 +80,7 @@ try:
     k = ''.join(s[s.index(a):s.index(b, s.index(a))] for a, b in cuts)
     open(t + '/ew_kernel.inc', 'w').write(k.replace('static __global__ void', 'static void'))
     s = open('src/backend/cuda/rope.cu').read()  # rope_kernel and deepseek2's mla_prep (check_norm)
-    cuts = [('/* Fills cs[2i], cs[2i + 1]', '/* rope of q [n_tok][n_head][hd] and k'),
-            ('/* rope_kv_store_kernel for decode-sized passes', 'extern "C" bool qr_cuda_rope_qk_norm_supported'),
+    cuts = [('/* Fills cs[2i], cs[2i + 1]', 'extern "C" bool qr_cuda_rope_qk_norm_supported'),
             ('/* One cache value: f16', 'extern "C" cudaError_t qr_cuda_mla_prep(')]
     k = ''.join(s[s.index(a):s.index(b, s.index(a))] for a, b in cuts)
     k = k.replace('extern __shared__ float cs[];', 'float *cs = g_rope_smem;')
