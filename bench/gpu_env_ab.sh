@@ -33,6 +33,9 @@ for np in ${NPS:-64}; do
             env $envs timeout 200 "$B/quarrel" bench -m "$f" --backend cuda --parallel "$np" -p "$p" -n "${N:-256}" \
                 -r "${R:-2}" --checksum --json > "$OUT/b$i.json" 2> "$OUT/b$i.err"
             log "np $np p $p $c: $(grep -o '"tg_median_tps": [0-9.]*\|"tg_step_median_ms": [0-9.]*' "$OUT/b$i.json" | tr '\n' ' ') $(grep -o 'checksum [0-9a-f]*' "$OUT/b$i.err")"
+            # one file for all runs (the device tool brings back a limited number of files)
+            { echo "== run $i: np $np p $p $c"; cat "$OUT/b$i.json"; tail -5 "$OUT/b$i.err"; } >> "$OUT/runs.txt"
+            rm -f "$OUT/b$i.json" "$OUT/b$i.err"
         done
     done
 done
