@@ -959,7 +959,8 @@ static bool matmul_dq(cuda_backend *cb, const cuda_weight *cw, const float *x, i
                     !overlaps(x, n_rows * k, y, n_rows * n);
     const cudaError_t e = ws   ? qr_cuda_dq_ws_gemm(&wv, *tiles, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream)
                           : wg ? qr_cuda_dq_wg_gemm(&wv, cw->dqt, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->n_sm,
-                                                  cb->tune.dq_wg_mt, tr, dq_pdl(cb), &defer, cb->stream)
+                                                  cb->tune.dq_wg_mt, tr, dq_pdl(cb), &defer, cb->tune.dq_cluster,
+                                                  cb->stream)
                              : qr_cuda_dq_gemm(&wv, cw->dqs, xh, n_rows, n, splits, (float *)cb->dq_part, y, cb->stream);
     if (cuda_ok(cb, e, "matmul (dq gemm)")) {
         act_f16_done(cb);
@@ -1037,7 +1038,7 @@ static bool matmul_multi_dq(cuda_backend *cb, int32_t n_w, const cuda_weight *co
     bool defer = may_defer && splits > 1 && (cb->tune.dq_defer & 2) && n_rows <= cb->tune.dq_defer_max_rows;
     for (int32_t i = 0; i < n_w && defer; i++) defer = !overlaps(x, n_rows * k, y[i], n_rows * wv[i].n);
     const cudaError_t e = qr_cuda_dq_wr_multi(n_w, wv, tiles, xh, n_rows, y, splits, (float *)cb->dq_part,
-                                                dq_pdl(cb), defer, cb->stream);
+                                                dq_pdl(cb), defer, cb->tune.dq_cluster, cb->stream);
     if (e == cudaErrorNotSupported) return false; /* no tensor map: one by one (version 3) */
     if (cuda_ok(cb, e, "matmul_multi (dq gemm)")) {
         act_f16_done(cb);

@@ -184,22 +184,37 @@ static __device__ __forceinline__ void pdl_enter(void) {
 }
 
 #ifdef __CUDACC__
-/* Launches kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization
- * when pdl (sm_90+: the kernel may start during the previous one's tail; it must pdl_wait first). */
+/* Launches kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialization when pdl (sm_90+: the
+ * kernel may start during the previous one's tail; it must pdl_wait first), in thread-block clusters of cl CTAs along
+ * grid.y where cl > 1 (launch_k: none). */
 template <typename... KArgs, typename... Args>
-static cudaError_t launch_k(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
-                            Args... args) {
+static cudaError_t launch_kc(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                             int cl, Args... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[2];
+    unsigned na = 0;
+    if (pdl) {
+        attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[na++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cl > 1) {
+        attr[na].id = cudaLaunchAttributeClusterDimension;
+        attr[na].val.clusterDim.x = 1;
+        attr[na].val.clusterDim.y = (unsigned)cl;
+        attr[na++].val.clusterDim.z = 1;
+    }
     cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
+    cfg.numAttrs = na;
     return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+template <typename... KArgs, typename... Args>
+static cudaError_t launch_k(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                            Args... args) {
+    return launch_kc(kernel, grid, block, smem, stream, pdl, 1, args...);
 }
 #endif
 

@@ -86,6 +86,9 @@ typedef struct qr_cuda_tune {
                               * q / k / v (the rope + K/V store); 3 (default) both, 0: the reduction right after the GEMM
                               * (QUARREL_CUDA_DQ_DEFER) */
     int32_t dq_defer_max_rows; /* ... for batches of up to this many rows (default 16; QUARREL_CUDA_DQ_DEFER_MAX_ROWS) */
+    int32_t dq_cluster;      /* 2: version 6 in clusters of 2 CTAs (two 256-row tiles of one weight type) whose stage activations
+                              * come from L2 once, multicast by the TMA into both; 1 (default: not yet measured on a GPU)
+                              * one CTA each (QUARREL_CUDA_DQ_CLUSTER=2) */
     int32_t rope_heads_rows; /* rope + K/V store with a CTA a (row, head) up to this many rows (default 64), a CTA a row
                               * past it (QUARREL_CUDA_ROPE_HEADS_ROWS; 8 was the limit before session 39) */
     int32_t dq_min_rows;     /* batches of dq_min_rows..mmvq_max_rows rows of Q4_K / Q6_K weights go to version 6 instead

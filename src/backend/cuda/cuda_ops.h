@@ -424,11 +424,12 @@ cudaError_t qr_cuda_dq_wg_tiles(const cuda_wview *w, const void *scales, void *o
 /* tma: version 6 (the same tiles and sums; the copies on the TMA, a producer warp, 4 consumer warpgroups of 64 weight
  * rows) where the driver makes the activations' tensor map, else version 3. defer (or NULL): where *defer is set and
  * version 6 ran split-K, the reduction is left to the caller (*defer stays 1: y is the sum of the splits parts of
- * n_tok x n_out floats, qr_cuda_dq_reduce); else *defer becomes 0. */
+ * n_tok x n_out floats, qr_cuda_dq_reduce); else *defer becomes 0. cl 2: version 6 in clusters of 2 CTAs sharing each
+ * stage's activations (TMA multicast) where the weights' 256-row tiles pair up and are of one type; else 1. */
 int32_t qr_cuda_dq_wg_splits(qr_type type, int64_t n_tok, int64_t n_out, int64_t k, int32_t sms, int mt_force, bool tma);
 cudaError_t qr_cuda_dq_wg_gemm(const cuda_wview *w, const void *tiles, const void *xh, int64_t n_tok, int64_t n_out,
                                int32_t splits, float *part, float *y, int32_t sms, int mt_force, bool tma, bool pdl,
-                               int32_t *defer, cudaStream_t stream);
+                               int32_t *defer, int32_t cl, cudaStream_t stream);
 /* y[i] = the sum over the splits of part[s][i] (i < n), in split order: the GEMMs' own reduction */
 cudaError_t qr_cuda_dq_reduce(const float *part, int32_t splits, int64_t n, float *y, cudaStream_t stream);
 /* Version 6 over 1..3 weights of one K-quant type and one k multiplied by the same activations (q / k / v): one launch
@@ -440,7 +441,8 @@ int32_t qr_cuda_dq_wr_multi_splits(int32_t n_w, const cuda_wview *w, int64_t n_t
 /* defer: with splits > 1 the reduction is left to the caller (qr_cuda_dq_reduce_multi, or a consumer that sums the parts:
  * split s's [n_tok][w[i].n] block of matrix i at part + s x n_tok x (sum of n) + n_tok x (sum of the n before i)) */
 cudaError_t qr_cuda_dq_wr_multi(int32_t n_w, const cuda_wview *w, const void *const *tiles, const void *xh, int64_t n_tok,
-                                float *const *y, int32_t splits, float *part, bool pdl, bool defer, cudaStream_t stream);
+                                float *const *y, int32_t splits, float *part, bool pdl, bool defer, int32_t cl,
+                                cudaStream_t stream);
 /* y[i] ([n_tok][n_out[i]]) = the sum over the splits of matrix i's block of part, in split order (qr_cuda_dq_wr_multi's
  * own reduction) */
 cudaError_t qr_cuda_dq_reduce_multi(const float *part, int32_t splits, int64_t n_tok, int32_t n_w, const int64_t *n_out,

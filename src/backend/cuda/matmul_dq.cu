@@ -963,6 +963,41 @@ static __device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap *m
                  "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
                  : "memory");
 }
+/* Thread-block clusters (version 6 with the activations multicast, wr_cfg's CL > 1): this CTA's rank, a cluster-wide
+ * barrier, a shared address of the CTA of rank r, an arrival on a barrier there, a wait that acquires at cluster scope,
+ * and the TMA box written at the same offset of every CTA of mask, completing on each one's barrier at bar. */
+static __device__ __forceinline__ uint32_t cl_rank(void) {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+static __device__ __forceinline__ void cl_sync(void) {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+static __device__ __forceinline__ uint32_t cl_map(uint32_t addr, uint32_t rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+static __device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_addr) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
+}
+static __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
+    uint32_t done = 0;
+    while (!done)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+}
+static __device__ __forceinline__ void tma_2d_mc(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar,
+                                                 uint16_t mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+                 : "memory");
+}
 
 #endif
 
@@ -1024,10 +1059,16 @@ struct wr_mats {
     int32_t pdl;                   /* launched with programmatic dependent launch: first stages' weights before the wait */
 };
 
-/* The body of version 6 for a CTA whose matrix is of type TY (sm: the dynamic shared memory, at least wr_cfg's SMEM). */
-template <qr_type TY, int NT>
+/* The body of version 6 for a CTA whose matrix is of type TY (sm: the dynamic shared memory, at least wr_cfg's SMEM).
+ * CL 2: launched in clusters of 2 CTAs along grid.y (two 256-row tiles of the same token tile and k range, same type):
+ * each CTA's producer copies its own weights and one of the stage's two activation panels, multicast into both CTAs
+ * (the activations cross from L2 once a pair instead of once a CTA); a slot is free for the next copy once the
+ * consumers of both CTAs are done with it (each warpgroup arrives on the "empty" barriers of both), and neither CTA
+ * exits before its partner has made its last arrival on it (a cluster barrier at the end). The same sums. */
+template <qr_type TY, int NT, int CL = 1>
 static __device__ __forceinline__ void wr_body(const CUtensorMap &xmap, const wr_mats &m, int64_t k, int64_t n_tok,
                                                int64_t n_all, float *__restrict__ part, uint8_t *sm) {
+    static_assert(CL == 1 || CL == 2, "clusters of 1 or 2 CTAs");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef dq<TY> D;
     typedef wr_cfg<TY, NT> C;
@@ -1045,12 +1086,14 @@ static __device__ __forceinline__ void wr_body(const CUtensorMap &xmap, const wr
     if (tid == 0) {
         for (int s = 0; s < C::S; s++) {
             mbar_init(sfull + 8 * s, 1);
-            mbar_init(sempty + 8 * s, 4);
+            mbar_init(sempty + 8 * s, 4 * CL);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         fence_proxy_async();
     }
-    __syncthreads();
+    if (CL > 1) cl_sync(); /* the partner's barriers exist before any arrival or multicast reaches them */
+    else __syncthreads();
+    const uint32_t rank = CL > 1 ? cl_rank() : 0;
 
     if (tid >= WT_CONS) { /* the producer */
         if (tid == WT_CONS) {
@@ -1058,7 +1101,7 @@ static __device__ __forceinline__ void wr_body(const CUtensorMap &xmap, const wr
             const uint8_t *w0 = tiles + (rt0 * n_st + st0) * C::TB, *w1 = tiles + (rt1 * n_st + st0) * C::TB;
             /* launched with programmatic dependent launch: the weights of the ring's first stages before the kernel
              * ahead has finished (only the activations are its output); else each stage's copies in turn */
-            const int pre = !m.pdl ? 0 : n_it < C::S ? n_it : C::S;
+            const int pre = !m.pdl || CL > 1 ? 0 : n_it < C::S ? n_it : C::S;
             for (int it = 0; it < pre; it++) {
                 const uint32_t full = sfull + 8 * it, dst = sring + it * C::SLOT;
                 mbar_expect_tx(full, 2 * C::TB + N * WG_KS * 2);
@@ -1070,14 +1113,21 @@ static __device__ __forceinline__ void wr_body(const CUtensorMap &xmap, const wr
                 const int s = it % C::S;
                 const uint32_t full = sfull + 8 * s, dst = sring + s * C::SLOT;
                 if (it >= pre) {
-                    if (it >= C::S) mbar_wait(sempty + 8 * s, (uint32_t)((it / C::S - 1) & 1));
-                    mbar_expect_tx(full, 2 * C::TB + N * WG_KS * 2);
+                    if (it >= C::S) {
+                        if (CL > 1) mbar_wait_cluster(sempty + 8 * s, (uint32_t)((it / C::S - 1) & 1));
+                        else mbar_wait(sempty + 8 * s, (uint32_t)((it / C::S - 1) & 1));
+                    }
+                    mbar_expect_tx(full, 2 * C::TB + N * WG_KS * 2); /* (CL 2: one panel comes from the partner) */
                     tma_bulk(dst, w0 + (int64_t)it * C::TB, C::TB, full);
                     tma_bulk(dst + C::TB, w1 + (int64_t)it * C::TB, C::TB, full);
                 }
                 const int c0 = (int)((st0 + it) * WG_KS);
-                tma_2d(dst + C::O_X, &xmap, c0, (int)tok0, full);
-                tma_2d(dst + C::O_X + N * 128, &xmap, c0 + 64, (int)tok0, full);
+                if (CL > 1) { /* panel `rank` into both CTAs */
+                    tma_2d_mc(dst + C::O_X + rank * (N * 128), &xmap, c0 + 64 * (int)rank, (int)tok0, full, (uint16_t)3);
+                } else {
+                    tma_2d(dst + C::O_X, &xmap, c0, (int)tok0, full);
+                    tma_2d(dst + C::O_X + N * 128, &xmap, c0 + 64, (int)tok0, full);
+                }
             }
             pdl_launch_dependents();
         }
@@ -1086,6 +1136,7 @@ static __device__ __forceinline__ void wr_body(const CUtensorMap &xmap, const wr
 
     const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int r0 = wg * 64 + warp * 16 + g; /* this thread's rows r0, r0 + 8 of the CTA's 256 */
+    const uint32_t rempty = CL > 1 ? cl_map(sempty, rank ^ 1u) : 0u; /* the partner's "empty" barriers (CL 2) */
     float acc[N / 2];
 #pragma unroll
     for (int i = 0; i < N / 2; i++) acc[i] = 0.0f;
@@ -1137,7 +1188,10 @@ static __device__ __forceinline__ void wr_body(const CUtensorMap &xmap, const wr
             if (q + 1 < 8) {
                 load_step(st, q + 1);
                 wg_wait<3>(); /* step q - 3's group is done: its A set is free */
-                if (q == 2 && it > 0 && (tid & 127) == 0) mbar_arrive(sempty + 8 * ((it - 1) % C::S)); /* all of it - 1 */
+                if (q == 2 && it > 0 && (tid & 127) == 0) { /* all of it - 1 */
+                    mbar_arrive(sempty + 8 * ((it - 1) % C::S));
+                    if (CL > 1) mbar_arrive_remote(rempty + 8 * ((it - 1) % C::S));
+                }
                 deq_step(a[(q + 1) & 3]);
             }
         }
@@ -1151,16 +1205,18 @@ static __device__ __forceinline__ void wr_body(const CUtensorMap &xmap, const wr
                       : mi == 0 ? m.y[0] : mi == 1 ? m.y[1] : m.y[2];
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) wg_store_row<N>(out, acc, row0 + r0 + hh * 8, hh, tok0, t, n_tok, n_out);
+    if (CL > 1) cl_sync(); /* the partner's last arrivals on this CTA's barriers are done (the producer warp has exited) */
 #endif
 }
 
-template <qr_type TY, int NT>
+template <qr_type TY, int NT, int CL = 1>
 static __global__ void __launch_bounds__(WT_THREADS, 1)
     dq_wr_kernel(const __grid_constant__ CUtensorMap xmap, const wr_mats m, int64_t k, int64_t n_tok, int64_t n_all,
                  float *__restrict__ part) {
     extern __shared__ __align__(16) uint8_t sm[];
-    wr_body<TY, NT>(xmap, m, k, n_tok, n_all, part, sm);
+    wr_body<TY, NT, CL>(xmap, m, k, n_tok, n_all, part, sm);
 }
+
 
 /* Q4_K and Q6_K matrices in one launch (a Q4_K_M layer's q / k with its Q6_K v): a CTA takes its matrix's body (the
  * branch is uniform over the CTA); the shared memory is the larger of the two rings. */
@@ -1177,15 +1233,27 @@ static __global__ void __launch_bounds__(WT_THREADS, 1)
 /* part: the split-K parts ([split][n_tok x n_all]), NULL for one split */
 template <qr_type TY, int NT>
 static cudaError_t launch_wr(const wr_mats &m, const __half *x, int64_t k, int64_t n_tok, int64_t n_all, int32_t splits,
-                             float *part, bool pdl, cudaStream_t stream) {
+                             float *part, bool pdl, cudaStream_t stream, int cl = 1) {
     CUtensorMap map;
     if (!wt_map(&map, x, k, n_tok, NT * 8)) return cudaErrorNotSupported;
     constexpr int smem = wr_cfg<TY, NT>::SMEM;
-    const cudaError_t e = cudaFuncSetAttribute(dq_wr_kernel<TY, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
+    /* pairs of 256-row tiles only; Q4_K only (Q6_K's 8-token-group form with the partner's barrier address had ptxas
+     * serialize its wgmmas: C7513) */
+    constexpr int CLX = TY == QR_TYPE_Q4_K ? 2 : 1;
+    if (cl > 1 && (m.t0[m.n] % 2 || CLX == 1)) cl = 1;
     const dim3 grid((unsigned)((n_tok + NT * 8 - 1) / (NT * 8)), (unsigned)m.t0[m.n], (unsigned)splits);
-    return launch_k(dq_wr_kernel<TY, NT>, grid, dim3(WT_THREADS), smem, stream, pdl, map, m, k, n_tok, n_all,
-                    splits > 1 ? part : (float *)NULL);
+    float *pp = splits > 1 ? part : (float *)NULL;
+    if (cl > 1) { /* a cluster launch the GPU refuses falls back to one CTA each */
+        cudaError_t e = cudaFuncSetAttribute(dq_wr_kernel<TY, NT, CLX>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e == cudaSuccess)
+            e = launch_kc(dq_wr_kernel<TY, NT, CLX>, grid, dim3(WT_THREADS), smem, stream, pdl, CLX, map, m, k, n_tok, n_all,
+                          pp);
+        if (e == cudaSuccess) return e;
+        (void)cudaGetLastError();
+    }
+    const cudaError_t e = cudaFuncSetAttribute(dq_wr_kernel<TY, NT, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    return launch_kc(dq_wr_kernel<TY, NT, 1>, grid, dim3(WT_THREADS), smem, stream, pdl, 1, map, m, k, n_tok, n_all, pp);
 }
 
 /* Q4_K and Q6_K matrices in one launch (dq_wr_mix_kernel) */
@@ -1204,10 +1272,10 @@ static cudaError_t launch_wr_mix(const wr_mats &m, const __half *x, int64_t k, i
 
 template <qr_type TY>
 static cudaError_t launch_wr_nt(const wr_mats &m, const __half *x, int64_t k, int64_t n_tok, int64_t n_all, int32_t splits,
-                                float *part, bool pdl, cudaStream_t stream) {
-    if (n_tok <= 16) return launch_wr<TY, 2>(m, x, k, n_tok, n_all, splits, part, pdl, stream);
-    if (n_tok <= 32) return launch_wr<TY, 4>(m, x, k, n_tok, n_all, splits, part, pdl, stream);
-    return launch_wr<TY, 8>(m, x, k, n_tok, n_all, splits, part, pdl, stream); /* 128 tokens: too few registers (120) */
+                                float *part, bool pdl, cudaStream_t stream, int cl) {
+    if (n_tok <= 16) return launch_wr<TY, 2>(m, x, k, n_tok, n_all, splits, part, pdl, stream, cl);
+    if (n_tok <= 32) return launch_wr<TY, 4>(m, x, k, n_tok, n_all, splits, part, pdl, stream, cl);
+    return launch_wr<TY, 8>(m, x, k, n_tok, n_all, splits, part, pdl, stream, cl); /* 128 tokens: too few registers (120) */
 }
 
 /* y_i = the sum over the splits of matrix i's block of the parts, in split order */
@@ -1225,7 +1293,8 @@ static __global__ void dq_reduce_multi_kernel(const float *__restrict__ part, in
 
 /* Version 6 over n_w weights of one type and one k with the same activations: their rows in one grid. */
 static cudaError_t wr_run(int32_t n_w, const cuda_wview *w, const void *const *tiles, const void *xh, int64_t n_tok,
-                          float *const *y, int32_t splits, float *part, bool pdl, cudaStream_t stream, bool reduce = true) {
+                          float *const *y, int32_t splits, float *part, bool pdl, cudaStream_t stream, bool reduce = true,
+                          int cl = 1) {
     wr_mats m = {};
     int64_t n_all = 0;
     m.n = n_w;
@@ -1245,8 +1314,8 @@ static cudaError_t wr_run(int32_t n_w, const cuda_wview *w, const void *const *t
                         ? (n_tok <= 16   ? launch_wr_mix<2>(m, x, k, n_tok, n_all, splits, part, pdl, stream)
                            : n_tok <= 32 ? launch_wr_mix<4>(m, x, k, n_tok, n_all, splits, part, pdl, stream)
                                          : launch_wr_mix<8>(m, x, k, n_tok, n_all, splits, part, pdl, stream))
-                    : w[0].type == QR_TYPE_Q4_K ? launch_wr_nt<QR_TYPE_Q4_K>(m, x, k, n_tok, n_all, splits, part, pdl, stream)
-                                                : launch_wr_nt<QR_TYPE_Q6_K>(m, x, k, n_tok, n_all, splits, part, pdl, stream);
+                    : w[0].type == QR_TYPE_Q4_K ? launch_wr_nt<QR_TYPE_Q4_K>(m, x, k, n_tok, n_all, splits, part, pdl, stream, cl)
+                                                : launch_wr_nt<QR_TYPE_Q6_K>(m, x, k, n_tok, n_all, splits, part, pdl, stream, cl);
     if (e != cudaSuccess || splits == 1 || !reduce) return e;
     const int64_t n = n_tok * n_all;
     return launch_k(dq_reduce_multi_kernel, dim3((unsigned)((n + 255) / 256)), dim3(256), 0, stream, pdl, (const float *)part,
@@ -1281,7 +1350,7 @@ extern "C" cudaError_t qr_cuda_dq_reduce_multi(const float *part, int32_t splits
 
 extern "C" cudaError_t qr_cuda_dq_wr_multi(int32_t n_w, const cuda_wview *w, const void *const *tiles, const void *xh,
                                            int64_t n_tok, float *const *y, int32_t splits, float *part, bool pdl,
-                                           bool defer, cudaStream_t stream) {
+                                           bool defer, int32_t cl, cudaStream_t stream) {
     if (n_tok <= 0) return cudaSuccess;
     if (n_w < 1 || n_w > WR_MATS || splits < 1 || splits > 8 || (splits > 1 && !part) || (n_tok + 63) / 64 > 65535)
         return cudaErrorInvalidValue;
@@ -1289,7 +1358,7 @@ extern "C" cudaError_t qr_cuda_dq_wr_multi(int32_t n_w, const cuda_wview *w, con
         if (!qr_cuda_dq_gemm_supported((qr_type)w[i].type) || w[i].k != w[0].k || w[i].k % 256 ||
             w[i].nb != w[i].k / 256 || w[i].n <= 0 || !tiles[i] || !y[i])
             return cudaErrorInvalidValue;
-    return wr_run(n_w, w, tiles, xh, n_tok, y, splits, part, pdl, stream, !defer);
+    return wr_run(n_w, w, tiles, xh, n_tok, y, splits, part, pdl, stream, !defer, cl);
 }
 
 /* The SS kernel's split-K count (1 CTA an SM). */
@@ -1376,7 +1445,8 @@ extern "C" cudaError_t qr_cuda_dq_wg_tiles(const cuda_wview *w, const void *scal
 
 extern "C" cudaError_t qr_cuda_dq_wg_gemm(const cuda_wview *w, const void *tiles, const void *xh, int64_t n_tok,
                                           int64_t n_out, int32_t splits, float *part, float *y, int32_t sms,
-                                          int mt_force, bool tma, bool pdl, int32_t *defer, cudaStream_t stream) {
+                                          int mt_force, bool tma, bool pdl, int32_t *defer, int32_t cl,
+                                          cudaStream_t stream) {
     const bool may_defer = defer && *defer;
     if (defer) *defer = 0;
     if (n_tok <= 0) return cudaSuccess;
@@ -1393,7 +1463,7 @@ extern "C" cudaError_t qr_cuda_dq_wg_gemm(const cuda_wview *w, const void *tiles
     if (tma) { /* version 6; without a tensor map version 3 */
         cuda_wview wv = *w;
         wv.n = n_out;
-        const cudaError_t e6 = wr_run(1, &wv, &tiles, xh, n_tok, &y, splits, part, pdl, stream, !may_defer);
+        const cudaError_t e6 = wr_run(1, &wv, &tiles, xh, n_tok, &y, splits, part, pdl, stream, !may_defer, cl);
         if (e6 == cudaSuccess && may_defer && splits > 1) *defer = 1; /* y = the sum of the parts: the caller's */
         if (e6 != cudaErrorNotSupported) return e6;
     }

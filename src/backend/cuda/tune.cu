@@ -91,6 +91,7 @@ void cuda_tune_defaults(qr_cuda_tune *t) {
      * C=64 10,630 -> 10,379 tok/s: on up to 16 rows only */
     t->dq_defer = env_int("QUARREL_CUDA_DQ_DEFER", 0, 3, 3);
     t->dq_defer_max_rows = env_int("QUARREL_CUDA_DQ_DEFER_MAX_ROWS", 0, 4096, 16);
+    t->dq_cluster = env_int("QUARREL_CUDA_DQ_CLUSTER", 1, 2, 1); /* prepared in session 39, not yet run on a GPU: off */
     /* H200, session 39: the (row, head) kernel np 16 / 64 steps -3.8 / -1.5 %, at 256 rows +1.3 % (a CTA a row wins) */
     t->rope_heads_rows = env_int("QUARREL_CUDA_ROPE_HEADS_ROWS", 1, 1 << 20, 64);
     /* H200, session 33: from 5 rows version 6 beats the mat-vec (whose time grows with the rows); 9: off */
