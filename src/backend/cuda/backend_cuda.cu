@@ -1055,12 +1055,11 @@ static bool matmul_multi_dq(cuda_backend *cb, int32_t n_w, const cuda_weight *co
 }
 
 void cuda_pend_flush(cuda_backend *cb) {
-    float *y = cb->pend_y;
+    const float *part = (const float *)cb->dq_part;
+    const cudaError_t e = cb->pend_nw > 1 ? qr_cuda_dq_reduce_multi(part, cb->pend_splits, cb->pend_rows, cb->pend_nw,
+                                                                    cb->pend_nout, cb->pend_ys, cb->stream)
+                                          : qr_cuda_dq_reduce(part, cb->pend_splits, cb->pend_n, cb->pend_y, cb->stream);
     cb->pend_y = NULL;
-    const cudaError_t e = cb->pend_nw > 1 ? qr_cuda_dq_reduce_multi((const float *)cb->dq_part, cb->pend_splits, cb->pend_rows,
-                                                                    cb->pend_nw, cb->pend_nout, cb->pend_ys, cb->stream)
-                                          : qr_cuda_dq_reduce((const float *)cb->dq_part, cb->pend_splits, cb->pend_n, y,
-                                                              cb->stream);
     cuda_ok(cb, e, "matmul (split-K sums)");
 }
 
@@ -2178,8 +2177,8 @@ static bool cuda_rope_attention(qr_backend *be, const qr_rope_attn_args *a) {
         return true;
     }
     const float qs = a->q_scale != 0.0f ? a->q_scale : 1.0f;
-    if (a->q_norm || a->k_norm) cb = CB(be); /* (written first: the norms' paths read q / k) */
     if (a->q_norm || a->k_norm) { /* the per-head q / k norms inside the decode rope + store launch */
+        cb = CB(be);               /* (a pending q / k written first: the norms' paths read them) */
         if (!a->q_norm || !a->k_norm || !cb->tune.qk_norm || !rope_scaled_ok(cb, a->kv) ||
             !qr_cuda_rope_qk_norm_supported(cb->n_tokens, p->n_head, p->n_head_kv, a->rope->n_rot))
             return false;

@@ -184,7 +184,8 @@ static inline cuda_backend *CB(qr_backend *be) {
     return cb;
 }
 
-/* CB without writing a pending sum: only for the op that may take the parts itself (cuda_add_rmsnorm). */
+/* CB without writing a pending sum: only where an op may take the parts itself (cuda_add_rmsnorm, cuda_rope_attention
+ * and its rope_kv_store), which then calls CB for anything it does not take. */
 static inline cuda_backend *CB_PEND(qr_backend *be) { return (cuda_backend *)be->impl; }
 
 /* Tensor parallelism (tp_nccl.cu): fills the thread_bind and all_reduce ops; destroys the communicator. */

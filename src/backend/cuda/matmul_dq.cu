@@ -275,6 +275,13 @@ static __global__ void dq_reduce_kernel(const float *__restrict__ part, int spli
     y[i] = s;
 }
 
+extern "C" cudaError_t qr_cuda_dq_reduce(const float *part, int32_t splits, int64_t n, float *y, cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (splits < 1 || !part || !y) return cudaErrorInvalidValue;
+    dq_reduce_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, splits, n, y);
+    return cudaGetLastError();
+}
+
 /* ---- version 3: Hopper's warpgroup MMA (wgmma, sm_90a) ----
  *
  * The same numbers as dq_gemm_kernel (the same dequantization in registers, the same f16 products with f32 sums),
@@ -1382,9 +1389,7 @@ extern "C" cudaError_t qr_cuda_dq_ws_gemm(const cuda_wview *w, const void *tiles
                        : (one ? launch_ws<QR_TYPE_Q6_K, 1>(tp, x, w->k, n_tok, n_out, splits, dst, stream)
                               : launch_ws<QR_TYPE_Q6_K, 2>(tp, x, w->k, n_tok, n_out, splits, dst, stream));
     if (e != cudaSuccess || splits == 1) return e;
-    const int64_t n = n_tok * n_out;
-    dq_reduce_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, splits, n, y);
-    return cudaGetLastError();
+    return qr_cuda_dq_reduce(part, splits, n_tok * n_out, y, stream);
 }
 
 /* The SS kernel's Q4_K tiles (ws_fmt<Q4_K>) from the plane layout and the scale plane: one thread a (row, stage). */
@@ -1471,16 +1476,7 @@ extern "C" cudaError_t qr_cuda_dq_wg_gemm(const cuda_wview *w, const void *tiles
     cudaError_t e = q4 ? launch_wg_shape<QR_TYPE_Q4_K>(*w, sp, x, n_tok, n_out, nt, mt, splits, dst, stream)
                        : launch_wg_shape<QR_TYPE_Q6_K>(*w, sp, x, n_tok, n_out, nt, mt, splits, dst, stream);
     if (e != cudaSuccess || splits == 1) return e;
-    const int64_t n = n_tok * n_out;
-    dq_reduce_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, splits, n, y);
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t qr_cuda_dq_reduce(const float *part, int32_t splits, int64_t n, float *y, cudaStream_t stream) {
-    if (n <= 0) return cudaSuccess;
-    if (splits < 1 || !part || !y) return cudaErrorInvalidValue;
-    dq_reduce_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, splits, n, y);
-    return cudaGetLastError();
+    return qr_cuda_dq_reduce(part, splits, n_tok * n_out, y, stream);
 }
 
 extern "C" cudaError_t qr_cuda_dq_gemm(const cuda_wview *w, const void *scales, const void *xh, int64_t n_tok, int64_t n_out,
@@ -1495,7 +1491,5 @@ extern "C" cudaError_t qr_cuda_dq_gemm(const cuda_wview *w, const void *scales, 
     cudaError_t e = w->type == QR_TYPE_Q4_K ? launch_dq_nt<QR_TYPE_Q4_K>(*w, sp, x, n_tok, n_out, splits, dst, stream)
                                             : launch_dq_nt<QR_TYPE_Q6_K>(*w, sp, x, n_tok, n_out, splits, dst, stream);
     if (e != cudaSuccess || splits == 1) return e;
-    const int64_t n = n_tok * n_out;
-    dq_reduce_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(part, splits, n, y);
-    return cudaGetLastError();
+    return qr_cuda_dq_reduce(part, splits, n_tok * n_out, y, stream);
 }
